@@ -1,0 +1,256 @@
+//! Message shapes stored in `chat_messages.content` and sent on the wire
+//! (API.md "Objects": `ChatMessagePart`), and the pure rules about tool calls
+//! that the transitions rely on (spec "Miscellaneous transition rules").
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// `result` text of a synthetic tool result written when the user interrupts
+/// (API.md "Synthetic tool results").
+pub const INTERRUPTED_TOOL_RESULT: &str = "Tool execution interrupted by user";
+/// `result` text of a synthetic tool result written when the requires-action
+/// deadline passes.
+pub const TIMED_OUT_TOOL_RESULT: &str = "Tool execution timed out";
+/// `result` text of a synthetic tool result written in every other case.
+pub const CANCELLED_TOOL_RESULT: &str = "Tool execution cancelled";
+
+/// `chat_messages.role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatRole {
+    /// System prompt.
+    System,
+    /// A user turn.
+    User,
+    /// A model response.
+    Assistant,
+    /// Tool results.
+    Tool,
+}
+
+impl ChatRole {
+    /// Database and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChatRole::System => "system",
+            ChatRole::User => "user",
+            ChatRole::Assistant => "assistant",
+            ChatRole::Tool => "tool",
+        }
+    }
+
+    /// Parses the database spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [ChatRole::System, ChatRole::User, ChatRole::Assistant, ChatRole::Tool]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+/// Error returned when a string is not a known role or visibility.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown value {0:?}")]
+pub struct UnknownValue(pub String);
+
+impl TryFrom<String> for ChatRole {
+    type Error = UnknownValue;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        ChatRole::parse(&value).ok_or(UnknownValue(value))
+    }
+}
+
+impl TryFrom<String> for Visibility {
+    type Error = UnknownValue;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Visibility::parse(&value).ok_or(UnknownValue(value))
+    }
+}
+
+/// `chat_messages.visibility`: who sees a message. Model-only rows (a
+/// compaction summary boundary) are never returned to clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Visibility {
+    /// Shown to clients only, never sent to the model.
+    User,
+    /// Sent to the model only, never shown to clients.
+    Model,
+    /// Both (the default).
+    #[default]
+    Both,
+}
+
+impl Visibility {
+    /// Database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Visibility::User => "user",
+            Visibility::Model => "model",
+            Visibility::Both => "both",
+        }
+    }
+
+    /// Parses the database spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Visibility::User, Visibility::Model, Visibility::Both]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+
+    /// Whether clients may see rows with this visibility.
+    pub fn client_visible(self) -> bool {
+        self != Visibility::Model
+    }
+}
+
+/// One part of a message's content (API.md `ChatMessagePart`, tagged by
+/// `type`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum MessagePart {
+    /// Plain text.
+    #[serde(rename = "text")]
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Model reasoning ("thinking") text.
+    #[serde(rename = "reasoning")]
+    Reasoning {
+        /// The reasoning text.
+        text: String,
+    },
+    /// A tool call made by the model.
+    #[serde(rename = "tool-call")]
+    ToolCall {
+        /// The provider's id, stored unchanged.
+        tool_call_id: String,
+        /// The tool's name as offered to the model.
+        tool_name: String,
+        /// The JSON arguments, as a string.
+        args: String,
+    },
+    /// The result of a tool call.
+    #[serde(rename = "tool-result")]
+    ToolResult {
+        /// The id of the call this answers.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// Any JSON value.
+        result: Value,
+        /// Whether the tool failed.
+        #[serde(default)]
+        is_error: bool,
+    },
+    /// A reference to an uploaded file.
+    #[serde(rename = "file")]
+    File {
+        /// The file's id.
+        file_id: Uuid,
+        /// Its media type.
+        #[serde(default)]
+        media_type: String,
+        /// Its display name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+}
+
+impl MessagePart {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> Self {
+        MessagePart::Text { text: text.into() }
+    }
+
+    /// A synthetic error result for `call`: `{"error": message}` with
+    /// `is_error: true` (API.md "Synthetic tool results").
+    pub fn synthetic_result(call: &ToolCallRef, message: &str) -> Self {
+        MessagePart::ToolResult {
+            tool_call_id: call.tool_call_id.clone(),
+            tool_name: call.tool_name.clone(),
+            result: serde_json::json!({ "error": message }),
+            is_error: true,
+        }
+    }
+
+    /// Length in bytes of the text this part carries (text, reasoning, tool
+    /// arguments and serialized results), for size limits.
+    pub fn text_len(&self) -> usize {
+        match self {
+            MessagePart::Text { text } | MessagePart::Reasoning { text } => text.len(),
+            MessagePart::ToolCall { args, .. } => args.len(),
+            MessagePart::ToolResult { result, .. } => result.to_string().len(),
+            MessagePart::File { name, .. } => name.as_ref().map_or(0, String::len),
+        }
+    }
+}
+
+/// A tool call identified by id and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ToolCallRef {
+    /// The provider's id.
+    pub tool_call_id: String,
+    /// The tool's name.
+    pub tool_name: String,
+}
+
+/// The tool calls in `history` (active messages, in id order) that have no
+/// result anywhere after them, in the order they were made.
+///
+/// These are the calls a transition must answer before it inserts a user
+/// message, and the pending calls of a `requires_action` chat.
+pub fn outstanding_tool_calls<'a, I>(history: I) -> Vec<ToolCallRef>
+where
+    I: IntoIterator<Item = &'a [MessagePart]>,
+{
+    let mut calls: Vec<ToolCallRef> = Vec::new();
+    for parts in history {
+        for part in parts {
+            match part {
+                MessagePart::ToolCall { tool_call_id, tool_name, .. } => {
+                    if !calls.iter().any(|c| &c.tool_call_id == tool_call_id) {
+                        calls.push(ToolCallRef { tool_call_id: tool_call_id.clone(), tool_name: tool_name.clone() });
+                    }
+                }
+                MessagePart::ToolResult { tool_call_id, .. } => {
+                    calls.retain(|c| &c.tool_call_id != tool_call_id);
+                }
+                _ => {}
+            }
+        }
+    }
+    calls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> MessagePart {
+        MessagePart::ToolCall { tool_call_id: id.into(), tool_name: "t".into(), args: "{}".into() }
+    }
+
+    #[test]
+    fn outstanding_calls_are_those_without_a_later_result() {
+        let a = vec![MessagePart::text("hi"), call("1"), call("2")];
+        let b = vec![MessagePart::synthetic_result(&ToolCallRef { tool_call_id: "1".into(), tool_name: "t".into() }, "x")];
+        let history: Vec<&[MessagePart]> = vec![&a, &b];
+        let out = outstanding_tool_calls(history);
+        assert_eq!(out, vec![ToolCallRef { tool_call_id: "2".into(), tool_name: "t".into() }]);
+    }
+
+    #[test]
+    fn parts_serialize_in_the_wire_shape() {
+        let part = call("c1");
+        assert_eq!(
+            serde_json::to_value(&part).unwrap(),
+            serde_json::json!({"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "args": "{}"})
+        );
+        let back: MessagePart = serde_json::from_value(serde_json::json!({"type":"text","text":"x"})).unwrap();
+        assert_eq!(back, MessagePart::text("x"));
+    }
+}

@@ -1,0 +1,166 @@
+//! `MemoryPubsub`: in-process delivery, fan-out, lag and shutdown.
+
+use chatd_pubsub::{MemoryPubsub, Publisher, Pubsub, PubsubError, PubsubEvent};
+use futures::StreamExt;
+
+use crate::support::{assert_ended, assert_quiet, next_event, next_message};
+
+#[tokio::test]
+async fn memory_subscriber_receives_messages_published_after_subscribe_in_order() {
+    let pubsub = MemoryPubsub::new();
+    let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
+    assert_eq!(subscription.channel(), "chat:update:a");
+
+    for i in 0..5 {
+        pubsub
+            .publish("chat:update:a", format!("m{i}").as_bytes())
+            .unwrap();
+    }
+
+    for i in 0..5 {
+        assert_eq!(next_message(&mut subscription).await, format!("m{i}"));
+    }
+    assert_quiet(&mut subscription).await;
+}
+
+#[tokio::test]
+async fn memory_messages_on_other_channels_and_before_subscribe_are_not_delivered() {
+    let pubsub = MemoryPubsub::new();
+    pubsub.publish("chat:update:a", b"before").unwrap();
+    let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
+
+    pubsub.publish("chat:update:b", b"other").unwrap();
+    pubsub.publish("chat:update:a", b"after").unwrap();
+
+    assert_eq!(next_message(&mut subscription).await, "after");
+    assert_quiet(&mut subscription).await;
+}
+
+#[tokio::test]
+async fn memory_two_subscribers_both_receive_and_dropping_one_leaves_the_other() {
+    let pubsub = MemoryPubsub::new();
+    let mut first = pubsub.subscribe("chat:ownership").await.unwrap();
+    let mut second = pubsub.subscribe("chat:ownership").await.unwrap();
+    assert_eq!(pubsub.subscriber_count("chat:ownership"), 2);
+
+    pubsub.publish("chat:ownership", b"1").unwrap();
+    assert_eq!(next_message(&mut first).await, "1");
+    assert_eq!(next_message(&mut second).await, "1");
+
+    drop(first);
+    assert_eq!(pubsub.subscriber_count("chat:ownership"), 1);
+    pubsub.publish("chat:ownership", b"2").unwrap();
+    assert_eq!(next_message(&mut second).await, "2");
+    assert_quiet(&mut second).await;
+
+    drop(second);
+    assert_eq!(pubsub.subscriber_count("chat:ownership"), 0);
+}
+
+#[tokio::test]
+async fn memory_lagging_subscriber_gets_reconnected_then_the_most_recent_messages() {
+    let pubsub = MemoryPubsub::with_capacity(4);
+    let mut slow = pubsub.subscribe("chat:update:a").await.unwrap();
+
+    for i in 0..10 {
+        pubsub
+            .publish("chat:update:a", format!("m{i}").as_bytes())
+            .unwrap();
+    }
+
+    assert_eq!(next_event(&mut slow).await, PubsubEvent::Reconnected);
+    for i in 6..10 {
+        assert_eq!(next_message(&mut slow).await, format!("m{i}"));
+    }
+    assert_quiet(&mut slow).await;
+}
+
+#[tokio::test]
+async fn memory_simulate_reconnect_reaches_every_subscriber_of_every_channel() {
+    let pubsub = MemoryPubsub::new();
+    let mut a = pubsub.subscribe("chat:update:a").await.unwrap();
+    let mut b = pubsub.subscribe("chat:update:b").await.unwrap();
+
+    pubsub.simulate_reconnect();
+
+    assert_eq!(next_event(&mut a).await, PubsubEvent::Reconnected);
+    assert_eq!(next_event(&mut b).await, PubsubEvent::Reconnected);
+}
+
+#[tokio::test]
+async fn memory_subscription_is_a_stream_of_events() {
+    let pubsub = MemoryPubsub::new();
+    let subscription = pubsub.subscribe("chat:update:a").await.unwrap();
+    pubsub.publish("chat:update:a", b"1").unwrap();
+    pubsub.publish("chat:update:a", b"2").unwrap();
+    pubsub.close();
+
+    let events: Vec<PubsubEvent> =
+        tokio::time::timeout(crate::support::RECV_TIMEOUT, subscription.collect())
+            .await
+            .expect("the stream ends after close");
+
+    assert_eq!(
+        events,
+        vec![
+            PubsubEvent::Message(b"1".to_vec()),
+            PubsubEvent::Message(b"2".to_vec())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn memory_close_ends_subscriptions_and_refuses_publish_and_subscribe() {
+    let pubsub = MemoryPubsub::new();
+    let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
+
+    pubsub.close();
+
+    assert_ended(&mut subscription).await;
+    assert_eq!(
+        subscription.recv().await,
+        None,
+        "an ended subscription stays ended"
+    );
+    assert!(matches!(
+        pubsub.publish("chat:update:a", b"1"),
+        Err(PubsubError::Closed)
+    ));
+    assert!(matches!(
+        pubsub.subscribe("chat:update:a").await,
+        Err(PubsubError::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn memory_dropping_every_handle_ends_subscriptions() {
+    let pubsub = MemoryPubsub::new();
+    let clone = pubsub.clone();
+    let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
+
+    drop(pubsub);
+    clone.publish("chat:update:a", b"still open").unwrap();
+    assert_eq!(next_message(&mut subscription).await, "still open");
+
+    drop(clone);
+    assert_ended(&mut subscription).await;
+}
+
+#[tokio::test]
+async fn memory_pubsub_works_behind_a_dyn_pubsub_and_its_handles_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<MemoryPubsub>();
+    assert_send_sync::<chatd_pubsub::PgPubsub>();
+    assert_send_sync::<chatd_pubsub::Subscription>();
+    assert_send_sync::<chatd_pubsub::PublishBuffer>();
+
+    let pubsub: std::sync::Arc<dyn Pubsub> = std::sync::Arc::new(MemoryPubsub::new());
+    let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
+    let task = {
+        let pubsub = pubsub.clone();
+        tokio::spawn(async move { pubsub.publish("chat:update:a", b"from a task") })
+    };
+    task.await.unwrap().unwrap();
+
+    assert_eq!(next_message(&mut subscription).await, "from a task");
+}

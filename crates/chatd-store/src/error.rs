@@ -1,0 +1,45 @@
+//! Errors of the store: a domain [`StateError`] or a database failure.
+
+use chatd_core::StateError;
+
+/// Everything a store operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The state machine rejected the operation; nothing was changed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The database failed (connection, constraint, trigger exception).
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A migration failed.
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+impl StoreError {
+    /// The domain error, if this is one.
+    pub fn state(&self) -> Option<&StateError> {
+        match self {
+            StoreError::State(err) => Some(err),
+            _ => None,
+        }
+    }
+
+    /// Whether retrying the same operation later may succeed: connection
+    /// failures, pool timeouts, serialization failures and deadlocks.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Database(err) => match err {
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_) => {
+                    true
+                }
+                sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("40001" | "40P01" | "57P01" | "08006" | "08003")),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// Result alias of the store.
+pub type StoreResult<T> = Result<T, StoreError>;

@@ -1,0 +1,562 @@
+//! `ChatMachine` and `create_chat` (`spec/chatstate-package.md`, "Overview",
+//! `ChatMachine.Update/Lock/ReadLock`, `CreateChat`; `spec/chatd-architecture.md`,
+//! "Transitions" and "Notification emission rules").
+//!
+//! Invariants kept here:
+//! - Every transaction that applies transitions locks the chat row and
+//!   advances `snapshot_version` exactly once, before any other write
+//!   ([`queries::lock_and_bump`]). The message triggers depend on it.
+//! - Publications are buffered in a [`PublishBuffer`] and flushed only after
+//!   the commit succeeded; a rollback (an error, or dropping a [`ChatTx`])
+//!   discards them. Publishing before the commit would let a receiver read
+//!   the old state, record the new version as seen, and miss the change.
+//! - `chat:update:{chat_id}` carries the committed post-transition values;
+//!   `chat:ownership` is added when the result is runnable and no runner holds
+//!   a fresh heartbeat.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd_core::{ChatStatus, ExecutionState, StateError, Transition, classify, matrix};
+use chatd_pubsub::{ChatUpdate, OWNERSHIP_CHANNEL, OwnershipHint, PublishBuffer, Publisher, chat_update_channel};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::error::StoreResult;
+use crate::models::{Chat, ChatMessage, NewMessage};
+use crate::queries;
+
+/// Tunables of the state machine. Defaults are the spec's.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// How long a chat stays in `requires_action` before the timeout task
+    /// cancels it (`EnterRequiresAction`); default 5 minutes.
+    pub requires_action_timeout: Duration,
+    /// A heartbeat older than this counts as stale when deciding whether to
+    /// publish `chat:ownership`; default 30 s (`HeartbeatStaleSeconds`).
+    pub heartbeat_stale_after: Duration,
+    /// Maximum queued messages per chat; default 20.
+    pub max_queued_messages: i64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            requires_action_timeout: Duration::from_secs(300),
+            heartbeat_stale_after: Duration::from_secs(30),
+            max_queued_messages: 20,
+        }
+    }
+}
+
+/// Handle to the database and the publisher; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+    publisher: Arc<dyn Publisher>,
+    config: Arc<StoreConfig>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// Input of [`Store::create_chat`] (spec chatstate `CreateChatInput`).
+#[derive(Debug, Clone, Default)]
+pub struct CreateChatInput {
+    /// Use this id instead of a random one (`CreateChatWithID`).
+    pub id: Option<Uuid>,
+    /// Owner.
+    pub owner_id: Uuid,
+    /// Parent chat; the new chat joins the parent's family.
+    pub parent_chat_id: Option<Uuid>,
+    /// Title (default "New Chat").
+    pub title: Option<String>,
+    /// Labels (a JSON object; default `{}`).
+    pub labels: Option<Value>,
+    /// Model config.
+    pub last_model_config_id: Option<Uuid>,
+    /// Reasoning effort.
+    pub last_reasoning_effort: Option<String>,
+    /// Dynamic tools (JSON array; default `[]`).
+    pub dynamic_tools: Option<Value>,
+    /// MCP servers.
+    pub mcp_server_ids: Vec<Uuid>,
+    /// `"plan"` or none.
+    pub plan_mode: Option<String>,
+    /// Initial history; must be non-empty.
+    pub initial_messages: Vec<NewMessage>,
+    /// `Running` (default, lands `R0`) or `Waiting` (lands `W`).
+    pub initial_status: Option<ChatStatus>,
+}
+
+/// Result of [`Store::create_chat`].
+#[derive(Debug, Clone)]
+pub struct CreateChatResult {
+    /// The new row.
+    pub chat: Chat,
+    /// The inserted initial history, in id order.
+    pub initial_messages: Vec<ChatMessage>,
+}
+
+impl Store {
+    /// A store over `pool` publishing to `publisher`, with default tunables.
+    pub fn new(pool: PgPool, publisher: Arc<dyn Publisher>) -> Self {
+        Self::with_config(pool, publisher, StoreConfig::default())
+    }
+
+    /// A store with explicit tunables.
+    pub fn with_config(pool: PgPool, publisher: Arc<dyn Publisher>, config: StoreConfig) -> Self {
+        Self { pool, publisher, config: Arc::new(config) }
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The publisher.
+    pub fn publisher(&self) -> &Arc<dyn Publisher> {
+        &self.publisher
+    }
+
+    /// The tunables.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// A state-machine handle for one chat. Cheap; make one per request.
+    pub fn machine(&self, chat_id: Uuid) -> ChatMachine {
+        ChatMachine { store: self.clone(), chat_id }
+    }
+
+    /// Creates a chat with its initial history in one transaction
+    /// (`N → R0`, or `N → W` when `initial_status` is `Waiting`): the row
+    /// starts at `snapshot_version = 1` and the inserted history makes
+    /// `history_version = 1`. Publishes `chat:update` and, for a running
+    /// chat, `chat:ownership` after the commit.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty history or a status other than running or
+    /// waiting; `ChatNotFound` when `parent_chat_id` does not exist; database
+    /// errors (an existing `id` is a unique violation).
+    pub async fn create_chat(&self, input: CreateChatInput) -> StoreResult<CreateChatResult> {
+        let status = input.initial_status.unwrap_or(ChatStatus::Running);
+        if !matches!(status, ChatStatus::Running | ChatStatus::Waiting) {
+            return Err(StateError::InvalidInput { field: "initial_status", detail: "must be running or waiting".into() }.into());
+        }
+        if input.initial_messages.is_empty() {
+            return Err(StateError::InvalidInput { field: "initial_messages", detail: "must not be empty".into() }.into());
+        }
+        let id = input.id.unwrap_or_else(Uuid::new_v4);
+        let mut tx = self.pool.begin().await?;
+        let root_chat_id = match input.parent_chat_id {
+            None => None,
+            Some(parent) => {
+                let row: Option<(Uuid, Option<Uuid>)> =
+                    sqlx::query_as("SELECT id, root_chat_id FROM chats WHERE id = $1 FOR SHARE")
+                        .bind(parent)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                let (parent_id, parent_root) = row.ok_or(StateError::ChatNotFound)?;
+                Some(parent_root.unwrap_or(parent_id))
+            }
+        };
+        sqlx::query(
+            "INSERT INTO chats (id, owner_id, parent_chat_id, root_chat_id, status, snapshot_version, title, labels,
+                 last_model_config_id, last_reasoning_effort, dynamic_tools, mcp_server_ids, plan_mode)
+             VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(id)
+        .bind(input.owner_id)
+        .bind(input.parent_chat_id)
+        .bind(root_chat_id)
+        .bind(status.as_str())
+        .bind(input.title.unwrap_or_else(|| "New Chat".to_owned()))
+        .bind(input.labels.unwrap_or_else(|| Value::Object(Default::default())))
+        .bind(input.last_model_config_id)
+        .bind(&input.last_reasoning_effort)
+        .bind(input.dynamic_tools.unwrap_or_else(|| Value::Array(vec![])))
+        .bind(&input.mcp_server_ids)
+        .bind(&input.plan_mode)
+        .execute(&mut *tx)
+        .await?;
+        let mut initial_messages = Vec::with_capacity(input.initial_messages.len());
+        for message in &input.initial_messages {
+            initial_messages.push(queries::insert_message(&mut tx, id, message, None).await?);
+        }
+        let buffer = PublishBuffer::new(self.publisher.clone());
+        let chat = enqueue_publications(&mut tx, id, &buffer, &self.config).await?;
+        let to = chat.execution_state(false);
+        matrix::check_landing(Transition::CreateChat, ExecutionState::N, to).map_err(StateError::from)?;
+        tx.commit().await?;
+        flush(&buffer);
+        record_transition(Transition::CreateChat, "ok");
+        Ok(CreateChatResult { chat, initial_messages })
+    }
+
+    /// Archives or unarchives a root chat and every chat of its family in one
+    /// transaction (spec "PATCH /api/experimental/chats/{chat}"). Each member
+    /// goes through the same lock-and-bump as [`ChatMachine::begin`]; members
+    /// already at the requested value are bumped and republished without
+    /// change. Any member that cannot transition fails the whole call and
+    /// nothing changes. Returns the members, root first, then by creation.
+    ///
+    /// # Errors
+    /// `ChatNotFound`, `ChatNotRoot` (the chat has a parent),
+    /// `InvalidState` when any member is invalid, `TransitionNotAllowed` when a
+    /// member is busy.
+    pub async fn set_family_archived(&self, root_id: Uuid, archived: bool) -> StoreResult<Vec<Chat>> {
+        let mut tx = self.pool.begin().await?;
+        let root = queries::lock_and_bump(&mut tx, root_id).await?.ok_or(StateError::ChatNotFound)?;
+        if root.parent_chat_id.is_some() {
+            return Err(StateError::ChatNotRoot.into());
+        }
+        let children: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM chats WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id",
+        )
+        .bind(root_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let buffer = PublishBuffer::new(self.publisher.clone());
+        let mut applied = Vec::new();
+        let mut members = vec![root_id];
+        members.extend(children);
+        for (i, member) in members.iter().enumerate() {
+            if i > 0 {
+                queries::lock_and_bump(&mut tx, *member).await?.ok_or(StateError::ChatNotFound)?;
+            }
+            let mut ops = crate::transitions::Ops { conn: &mut tx, chat_id: *member, config: &self.config, applied: &mut applied };
+            let chat = queries::select_chat(ops.conn, *member, "").await?.ok_or(StateError::ChatNotFound)?;
+            let state = chat.execution_state(queries::queue_len(ops.conn, *member).await? > 0);
+            if state == ExecutionState::Invalid {
+                let err = chatd_core::TransitionError::new(Transition::SetArchived { archived }, state, "family member is in an invalid execution state");
+                record_transition(Transition::SetArchived { archived }, "rejected");
+                return Err(StateError::InvalidState(err).into());
+            }
+            if chat.archived != archived {
+                ops.set_archived(archived).await?;
+            }
+        }
+        let mut chats = Vec::with_capacity(members.len());
+        for member in &members {
+            chats.push(enqueue_publications(&mut tx, *member, &buffer, &self.config).await?);
+        }
+        tx.commit().await?;
+        flush(&buffer);
+        for (transition, _, _) in &applied {
+            record_transition(*transition, "ok");
+        }
+        Ok(chats)
+    }
+}
+
+/// A chat-scoped state-machine handle (spec chatstate `ChatMachine`).
+#[derive(Debug, Clone)]
+pub struct ChatMachine {
+    store: Store,
+    chat_id: Uuid,
+}
+
+impl ChatMachine {
+    /// The chat this handle is scoped to.
+    pub fn chat_id(&self) -> Uuid {
+        self.chat_id
+    }
+
+    /// The store behind this handle.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Opens a transition bundle: begins a transaction, locks the chat row
+    /// `FOR UPDATE` and advances `snapshot_version` by one. Apply transitions
+    /// on the returned [`ChatTx`], then [`ChatTx::commit`]; dropping it rolls
+    /// everything back (the bump included) and publishes nothing.
+    ///
+    /// # Errors
+    /// `ChatNotFound` when the chat does not exist; database errors.
+    pub async fn begin(&self) -> StoreResult<ChatTx> {
+        let mut tx = self.store.pool.begin().await?;
+        let chat = queries::lock_and_bump(&mut tx, self.chat_id).await?.ok_or(StateError::ChatNotFound)?;
+        Ok(ChatTx {
+            tx,
+            chat_id: self.chat_id,
+            snapshot_version: chat.snapshot_version,
+            store: self.store.clone(),
+            applied: Vec::new(),
+        })
+    }
+
+    /// Runs `f` inside a transition bundle ([`ChatMachine::begin`]) and
+    /// commits when it returns `Ok` (spec chatstate `ChatMachine.Update`).
+    /// Returns `f`'s value and the committed chat row.
+    ///
+    /// ```ignore
+    /// let (result, chat) = machine.update(|tx| Box::pin(async move {
+    ///     tx.interrupt(InterruptInput::default()).await
+    /// })).await?;
+    /// ```
+    ///
+    /// # Errors
+    /// `f`'s error (everything rolled back, nothing published), or the
+    /// errors of [`ChatMachine::begin`] and [`ChatTx::commit`].
+    pub async fn update<T, F>(&self, f: F) -> StoreResult<(T, Chat)>
+    where
+        F: for<'a> FnOnce(&'a mut ChatTx) -> BoxFuture<'a, StoreResult<T>>,
+    {
+        let mut tx = self.begin().await?;
+        let value = f(&mut tx).await?;
+        let chat = tx.commit().await?;
+        Ok((value, chat))
+    }
+
+    /// Locks the chat row `FOR UPDATE` without advancing `snapshot_version`
+    /// (spec chatstate `ChatMachine.Lock`): for callers that need a consistent
+    /// snapshot of the chat and related rows but apply no transition, such as
+    /// a worker task checking its fence. Publishes nothing.
+    ///
+    /// # Errors
+    /// `ChatNotFound`; database errors.
+    pub async fn lock(&self) -> StoreResult<LockedChat> {
+        self.lock_with("FOR UPDATE").await
+    }
+
+    /// Like [`ChatMachine::lock`] with a shared `FOR SHARE` lock (spec
+    /// chatstate `ChatMachine.ReadLock`): concurrent readers proceed, writers
+    /// wait until the returned value is dropped or finished.
+    ///
+    /// # Errors
+    /// `ChatNotFound`; database errors.
+    pub async fn read_lock(&self) -> StoreResult<LockedChat> {
+        self.lock_with("FOR SHARE").await
+    }
+
+    /// Opens a read-only `REPEATABLE READ` transaction and reads the chat row
+    /// in it, without any row lock: every read made through the returned
+    /// [`LockedChat`] sees the same snapshot (the stream loop's "all reads of
+    /// one Sync in one read transaction").
+    ///
+    /// # Errors
+    /// `ChatNotFound`; database errors.
+    pub async fn snapshot(&self) -> StoreResult<LockedChat> {
+        let mut tx = self.store.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *tx).await?;
+        let chat = queries::select_chat(&mut tx, self.chat_id, "").await?.ok_or(StateError::ChatNotFound)?;
+        Ok(LockedChat { tx, chat })
+    }
+
+    async fn lock_with(&self, clause: &str) -> StoreResult<LockedChat> {
+        let mut tx = self.store.pool.begin().await?;
+        let chat = queries::select_chat(&mut tx, self.chat_id, clause).await?.ok_or(StateError::ChatNotFound)?;
+        Ok(LockedChat { tx, chat })
+    }
+}
+
+/// A chat row read under a lock (or in a snapshot) with its transaction still
+/// open: further reads through [`LockedChat::conn`] are consistent with it.
+/// The lock is released by [`LockedChat::finish`] or on drop.
+#[derive(Debug)]
+pub struct LockedChat {
+    tx: Transaction<'static, Postgres>,
+    /// The chat row as read when the lock was taken.
+    pub chat: Chat,
+}
+
+impl LockedChat {
+    /// The transaction's connection, for related reads.
+    pub fn conn(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    /// Whether the chat's queue is non-empty, read in this transaction.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn queue_non_empty(&mut self) -> StoreResult<bool> {
+        Ok(queries::queue_len(&mut self.tx, self.chat.id).await? > 0)
+    }
+
+    /// The chat's execution state, read in this transaction.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn execution_state(&mut self) -> StoreResult<ExecutionState> {
+        let queued = self.queue_non_empty().await?;
+        Ok(self.chat.execution_state(queued))
+    }
+
+    /// Ends the transaction (commit of a read-only transaction), releasing
+    /// the lock.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn finish(self) -> StoreResult<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// An open transition bundle on one chat (spec chatstate `Tx`). The row is
+/// locked and `snapshot_version` already advanced. Transition methods live in
+/// [`crate::transitions`]; each reads the row and queue afresh, validates
+/// against the matrix, writes, and checks where it landed.
+pub struct ChatTx {
+    pub(crate) tx: Transaction<'static, Postgres>,
+    pub(crate) chat_id: Uuid,
+    pub(crate) snapshot_version: i64,
+    pub(crate) store: Store,
+    pub(crate) applied: Vec<(Transition, ExecutionState, ExecutionState)>,
+}
+
+impl std::fmt::Debug for ChatTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTx")
+            .field("chat_id", &self.chat_id)
+            .field("snapshot_version", &self.snapshot_version)
+            .field("applied", &self.applied)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTx {
+    /// The chat this bundle is scoped to.
+    pub fn chat_id(&self) -> Uuid {
+        self.chat_id
+    }
+
+    /// The snapshot version this bundle will commit.
+    pub fn snapshot_version(&self) -> i64 {
+        self.snapshot_version
+    }
+
+    /// The open transaction, for validation reads and metadata writes that
+    /// must be atomic with the transitions. Never write execution-state
+    /// tables or columns through it: that is what the transition methods are
+    /// for.
+    pub fn conn(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    /// The current chat row, read in this transaction.
+    ///
+    /// # Errors
+    /// `ChatNotFound` (deleted under us cannot happen while locked, but the
+    /// row may be gone if the caller deleted it); database errors.
+    pub async fn chat(&mut self) -> StoreResult<Chat> {
+        Ok(queries::select_chat(&mut self.tx, self.chat_id, "").await?.ok_or(StateError::ChatNotFound)?)
+    }
+
+    /// The current execution state, read in this transaction.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn execution_state(&mut self) -> StoreResult<ExecutionState> {
+        let chat = self.chat().await?;
+        let queued = queries::queue_len(&mut self.tx, self.chat_id).await? > 0;
+        Ok(chat.execution_state(queued))
+    }
+
+    /// The transitions applied so far: `(transition, from, to)`.
+    pub fn applied(&self) -> &[(Transition, ExecutionState, ExecutionState)] {
+        &self.applied
+    }
+
+    /// Commits the bundle and then publishes `chat:update:{chat_id}` with the
+    /// committed values, plus `chat:ownership` when the chat is runnable and
+    /// not held by a runner with a fresh heartbeat. Returns the committed row.
+    ///
+    /// # Errors
+    /// Database errors (the bundle is rolled back and nothing is published).
+    pub async fn commit(mut self) -> StoreResult<Chat> {
+        let buffer = PublishBuffer::new(self.store.publisher.clone());
+        let chat = enqueue_publications(&mut self.tx, self.chat_id, &buffer, &self.store.config).await?;
+        self.tx.commit().await?;
+        flush(&buffer);
+        for (transition, _, _) in &self.applied {
+            record_transition(*transition, "ok");
+        }
+        Ok(chat)
+    }
+
+    pub(crate) fn ops(&mut self) -> crate::transitions::Ops<'_> {
+        crate::transitions::Ops {
+            conn: &mut self.tx,
+            chat_id: self.chat_id,
+            config: &self.store.config,
+            applied: &mut self.applied,
+        }
+    }
+}
+
+/// Reads the post-transition facts inside the transaction and buffers the
+/// publications they call for (spec "Notification emission rules").
+async fn enqueue_publications(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    buffer: &PublishBuffer,
+    config: &StoreConfig,
+) -> StoreResult<Chat> {
+    let (chat, queued, fresh) =
+        queries::publication_facts(conn, chat_id, config.heartbeat_stale_after.as_secs_f64()).await?;
+    let update = chat_update_payload(&chat);
+    let payload = serde_json::to_vec(&update).expect("ChatUpdate serializes");
+    // A full in-memory buffer cannot fail before flush; errors here would be
+    // programming errors, so they are logged rather than failing the commit.
+    if let Err(err) = buffer.publish(&chat_update_channel(chat_id), &payload) {
+        tracing::warn!(%chat_id, error = %err, "buffering chat:update failed");
+    }
+    let runnable = classify(Some((chat.status, chat.archived, queued))).is_runnable();
+    let owned = chat.worker_id.is_some() && chat.runner_id.is_some() && fresh;
+    if runnable && !owned {
+        let hint = OwnershipHint { chat_id, snapshot_version: chat.snapshot_version };
+        let payload = serde_json::to_vec(&hint).expect("OwnershipHint serializes");
+        if let Err(err) = buffer.publish(OWNERSHIP_CHANNEL, &payload) {
+            tracing::warn!(%chat_id, error = %err, "buffering chat:ownership failed");
+        }
+    }
+    Ok(chat)
+}
+
+/// The `chat:update` payload for a committed row.
+pub fn chat_update_payload(chat: &Chat) -> ChatUpdate {
+    ChatUpdate {
+        chat_id: chat.id,
+        snapshot_version: chat.snapshot_version,
+        worker_id: chat.worker_id,
+        runner_id: chat.runner_id,
+        history_version: chat.history_version,
+        queue_version: chat.queue_version,
+        retry_state_version: chat.retry_state_version,
+        generation_attempt: chat.generation_attempt,
+        status: chat.status,
+        archived: chat.archived,
+    }
+}
+
+fn flush(buffer: &PublishBuffer) {
+    // Notifications are best-effort hints: receivers recover through the
+    // sync poller and the periodic database sync.
+    if let Err(err) = buffer.flush() {
+        tracing::warn!(error = %err, "publishing after commit failed");
+    }
+}
+
+/// Counts a transition outcome in the `chatd_transitions_total` metric
+/// (labels `transition`, `outcome` = `ok` | `rejected`).
+pub(crate) fn record_transition(transition: Transition, outcome: &'static str) {
+    metrics::counter!("chatd_transitions_total", "transition" => transition.name(), "outcome" => outcome).increment(1);
+}
+
+/// Applies pending migrations.
+///
+/// # Errors
+/// Migration failures.
+pub async fn migrate(pool: &PgPool) -> StoreResult<()> {
+    crate::MIGRATOR.run(pool).await?;
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! Row types of the chat tables and the input shape of new messages.
+//!
+//! [`Chat`], [`ChatMessage`] and [`QueuedMessage`] are read with
+//! `SELECT *`-style queries ([`sqlx::FromRow`]); [`NewMessage`] is the fully
+//! materialised message a transition inserts (spec chatstate `Message`: the
+//! machine never reshapes it except to attach the chat id).
+
+use chatd_core::{ChatRole, ChatStatus, ExecutionState, MessagePart, Visibility, classify};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+/// A row of `chats`: execution state, version counters, ownership and
+/// metadata.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, Serialize)]
+pub struct Chat {
+    /// Chat id.
+    pub id: Uuid,
+    /// The user who owns the chat.
+    pub owner_id: Uuid,
+    /// Parent chat, for sub-chats.
+    pub parent_chat_id: Option<Uuid>,
+    /// Root of the chat's family (`None` for a root).
+    pub root_chat_id: Option<Uuid>,
+    /// Execution status.
+    #[sqlx(try_from = "String")]
+    pub status: ChatStatus,
+    /// Archived marker.
+    pub archived: bool,
+    /// Owning worker (replica) id.
+    pub worker_id: Option<Uuid>,
+    /// Owning runner id: the fence of every worker transition.
+    pub runner_id: Option<Uuid>,
+    /// Last error (`ChatError` JSON), set by `FinishError`.
+    pub last_error: Option<Value>,
+    /// Retry payload clients see while the worker backs off.
+    pub retry_state: Option<Value>,
+    /// Advanced by exactly 1 by every transaction that applies transitions.
+    pub snapshot_version: i64,
+    /// The snapshot in which message history last changed.
+    pub history_version: i64,
+    /// The snapshot in which the queue last changed.
+    pub queue_version: i64,
+    /// Generation attempts under the current history version.
+    pub generation_attempt: i64,
+    /// The snapshot in which `retry_state` last changed.
+    pub retry_state_version: i64,
+    /// Deadline of a pending dynamic-tool action (database time).
+    pub requires_action_deadline_at: Option<DateTime<Utc>>,
+    /// Title (metadata).
+    pub title: String,
+    /// Labels, a JSON object of strings (metadata).
+    pub labels: Value,
+    /// Pin order (metadata).
+    pub pin_order: i32,
+    /// Model config of the most recent message that set one.
+    pub last_model_config_id: Option<Uuid>,
+    /// Reasoning effort of the most recent message that set one.
+    pub last_reasoning_effort: Option<String>,
+    /// Client-executed tools (`[DynamicTool]` JSON).
+    pub dynamic_tools: Value,
+    /// MCP servers offered to the model.
+    pub mcp_server_ids: Vec<Uuid>,
+    /// `"plan"` or none.
+    pub plan_mode: Option<String>,
+    /// Set by `RequestCompaction`, consumed by the compaction `CommitStep`.
+    pub compaction_requested_at: Option<DateTime<Utc>>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change time.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Chat {
+    /// The chat's execution state given whether its queue is non-empty.
+    pub fn execution_state(&self, queue_non_empty: bool) -> ExecutionState {
+        classify(Some((self.status, self.archived, queue_non_empty)))
+    }
+
+    /// Names of the chat's dynamic tools.
+    pub fn dynamic_tool_names(&self) -> Vec<String> {
+        self.dynamic_tools
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Token usage of one assistant message (API.md `Usage`), in tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: i64,
+    /// Completion tokens.
+    pub output_tokens: i64,
+    /// Reasoning tokens (part of the output).
+    pub reasoning_tokens: i64,
+    /// Prompt tokens served from cache.
+    pub cache_read_tokens: i64,
+    /// Prompt tokens written to cache.
+    pub cache_creation_tokens: i64,
+    /// Total tokens.
+    pub total_tokens: i64,
+}
+
+/// A row of `chat_messages`.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ChatMessage {
+    /// Message id (bigserial, ascending in insertion order).
+    pub id: i64,
+    /// Chat id.
+    pub chat_id: Uuid,
+    /// Role.
+    #[sqlx(try_from = "String")]
+    pub role: ChatRole,
+    /// Parts.
+    pub content: Json<Vec<MessagePart>>,
+    /// Who sees it.
+    #[sqlx(try_from = "String")]
+    pub visibility: Visibility,
+    /// A compaction summary boundary.
+    pub compressed: bool,
+    /// Soft-deleted (truncated by an edit).
+    pub deleted: bool,
+    /// The snapshot version that last inserted or changed the row (trigger).
+    pub revision: i64,
+    /// The user who wrote it (user messages).
+    pub created_by: Option<Uuid>,
+    /// Model config used.
+    pub model_config_id: Option<Uuid>,
+    /// Reasoning effort requested with it.
+    pub reasoning_effort: Option<String>,
+    /// Prompt tokens.
+    pub input_tokens: Option<i64>,
+    /// Completion tokens.
+    pub output_tokens: Option<i64>,
+    /// Reasoning tokens.
+    pub reasoning_tokens: Option<i64>,
+    /// Cached prompt tokens read.
+    pub cache_read_tokens: Option<i64>,
+    /// Cached prompt tokens written.
+    pub cache_creation_tokens: Option<i64>,
+    /// Total tokens.
+    pub total_tokens: Option<i64>,
+    /// The model's context limit when this was generated, in tokens.
+    pub context_limit: Option<i64>,
+    /// Cost in micro-dollars, rounded up; `None` when unpriced.
+    pub total_cost_micros: Option<i64>,
+    /// Generation time in milliseconds.
+    pub runtime_ms: Option<i64>,
+    /// The provider's response id.
+    pub provider_response_id: Option<String>,
+    /// The queued message this was promoted from.
+    pub queued_message_id: Option<i64>,
+    /// The client's idempotency key of the send that created it.
+    pub client_message_id: Option<String>,
+    /// Insertion time.
+    pub created_at: DateTime<Utc>,
+}
+
+impl ChatMessage {
+    /// Usage, when the row carries any token counts.
+    pub fn usage(&self) -> Option<Usage> {
+        if self.input_tokens.is_none() && self.output_tokens.is_none() && self.total_tokens.is_none() {
+            return None;
+        }
+        Some(Usage {
+            input_tokens: self.input_tokens.unwrap_or(0),
+            output_tokens: self.output_tokens.unwrap_or(0),
+            reasoning_tokens: self.reasoning_tokens.unwrap_or(0),
+            cache_read_tokens: self.cache_read_tokens.unwrap_or(0),
+            cache_creation_tokens: self.cache_creation_tokens.unwrap_or(0),
+            total_tokens: self.total_tokens.unwrap_or(0),
+        })
+    }
+}
+
+/// A row of `chat_queued_messages`.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct QueuedMessage {
+    /// Queued message id.
+    pub id: i64,
+    /// Chat id.
+    pub chat_id: Uuid,
+    /// Order within the chat's queue: the head has the lowest position.
+    pub position: i64,
+    /// Parts.
+    pub content: Json<Vec<MessagePart>>,
+    /// The user who queued it.
+    pub created_by: Option<Uuid>,
+    /// Model config requested with it.
+    pub model_config_id: Option<Uuid>,
+    /// Reasoning effort requested with it.
+    pub reasoning_effort: Option<String>,
+    /// The client's idempotency key.
+    pub client_message_id: Option<String>,
+    /// Insertion time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A message to insert (spec chatstate `Message`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NewMessage {
+    /// Role (`None` is an error at insert time; use the constructors).
+    pub role: Option<ChatRole>,
+    /// Parts.
+    pub content: Vec<MessagePart>,
+    /// Visibility (default both).
+    pub visibility: Visibility,
+    /// A compaction summary boundary.
+    pub compressed: bool,
+    /// Author.
+    pub created_by: Option<Uuid>,
+    /// Model config.
+    pub model_config_id: Option<Uuid>,
+    /// Reasoning effort (`none` … `max`).
+    pub reasoning_effort: Option<String>,
+    /// Token usage.
+    pub usage: Option<Usage>,
+    /// Context limit in tokens.
+    pub context_limit: Option<i64>,
+    /// Cost in micro-dollars.
+    pub total_cost_micros: Option<i64>,
+    /// Generation time in milliseconds.
+    pub runtime_ms: Option<i64>,
+    /// Provider response id.
+    pub provider_response_id: Option<String>,
+    /// Client idempotency key.
+    pub client_message_id: Option<String>,
+}
+
+impl NewMessage {
+    /// A message with `role` and `content` and defaults elsewhere.
+    pub fn new(role: ChatRole, content: Vec<MessagePart>) -> Self {
+        Self { role: Some(role), content, ..Self::default() }
+    }
+
+    /// A user message.
+    pub fn user(content: Vec<MessagePart>) -> Self {
+        Self::new(ChatRole::User, content)
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: Vec<MessagePart>) -> Self {
+        Self::new(ChatRole::Assistant, content)
+    }
+
+    /// A tool-result message.
+    pub fn tool(content: Vec<MessagePart>) -> Self {
+        Self::new(ChatRole::Tool, content)
+    }
+
+    /// A system message.
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::new(ChatRole::System, vec![MessagePart::text(text)])
+    }
+
+    /// Sets the author.
+    pub fn created_by(mut self, user: Uuid) -> Self {
+        self.created_by = Some(user);
+        self
+    }
+}

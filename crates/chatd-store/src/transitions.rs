@@ -1,0 +1,881 @@
+//! Every transition of the core state machine (`spec/chatd-architecture.md`,
+//! "Transitions", "Miscellaneous transition rules", "Invalid states" and the
+//! endpoint tables; `spec/chatstate-package.md`, the `Tx` methods).
+//!
+//! Each method follows one shape: read the chat row and queue cardinality
+//! under the lock ([`Ops::enter`]), reject with the matrix's error when the
+//! pair is not listed (nothing written), perform the writes, then classify the
+//! result and check that the matrix lists the landing state ([`Ops::land`]).
+//! The three miscellaneous rules are kept here:
+//! - leaving `requires_action` other than by `CompleteRequiresAction` answers
+//!   every pending tool call with a synthetic result;
+//! - inserting a user message first answers every outstanding tool call;
+//! - leaving `error` (except to archive) clears `last_error`.
+
+use chatd_core::{
+    BusyBehavior, CANCELLED_TOOL_RESULT, ChatRole, ChatStatus, ExecutionState, INTERRUPTED_TOOL_RESULT, MessagePart,
+    StateError, TIMED_OUT_TOOL_RESULT, ToolCallRef, ToolResultError, ToolResultErrorKind, Transition, classify, matrix,
+    outstanding_tool_calls,
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::error::StoreResult;
+use crate::machine::{ChatTx, StoreConfig, record_transition};
+use crate::models::{Chat, ChatMessage, NewMessage, QueuedMessage};
+use crate::queries::{self, ChatChanges, QueueEnd};
+
+/// Input of [`ChatTx::send_message`].
+#[derive(Debug, Clone)]
+pub struct SendMessageInput {
+    /// The user message (role is forced to `user`).
+    pub message: NewMessage,
+    /// What to do when the chat is busy.
+    pub busy_behavior: BusyBehavior,
+    /// Queue cap override; `None` uses the store's `max_queued_messages`.
+    pub max_queue_size: Option<i64>,
+}
+
+/// Result of [`ChatTx::send_message`].
+#[derive(Debug, Clone, Default)]
+pub struct SendMessageResult {
+    /// Rows inserted into history, in id order: synthetic tool results first,
+    /// then the user message (the sent one, or the promoted queue head from
+    /// `E1`).
+    pub inserted_messages: Vec<ChatMessage>,
+    /// The queued row, when the message was queued.
+    pub queued_message: Option<QueuedMessage>,
+}
+
+/// Input of [`ChatTx::edit_message`].
+#[derive(Debug, Clone)]
+pub struct EditMessageInput {
+    /// The user message to replace.
+    pub message_id: i64,
+    /// The replacement (role is forced to `user`).
+    pub replacement: NewMessage,
+    /// Rows inserted after the replacement in the same transaction.
+    pub suffix_messages: Vec<NewMessage>,
+}
+
+/// Result of [`ChatTx::edit_message`].
+#[derive(Debug, Clone)]
+pub struct EditMessageResult {
+    /// The new user message.
+    pub replacement_message: ChatMessage,
+    /// Soft-deleted message ids (the edited one and everything after it).
+    pub deleted_message_ids: Vec<i64>,
+    /// Queued message ids removed (the whole queue).
+    pub deleted_queued_message_ids: Vec<i64>,
+    /// Synthetic results for calls left outstanding in the surviving history.
+    pub cancellation_messages: Vec<ChatMessage>,
+    /// Inserted suffix rows.
+    pub suffix_messages: Vec<ChatMessage>,
+}
+
+/// Result of [`ChatTx::promote_queued_message`].
+#[derive(Debug, Clone)]
+pub struct PromoteQueuedMessageResult {
+    /// The queued row as it was promoted (reordered or removed).
+    pub queued_message: QueuedMessage,
+    /// The history row, when it was inserted immediately (`E1`, `A1`).
+    pub inserted_message: Option<ChatMessage>,
+    /// Synthetic results for pending tool calls (`A1`).
+    pub cancellation_messages: Vec<ChatMessage>,
+}
+
+/// One submitted dynamic-tool result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResultInput {
+    /// The provider's tool call id.
+    pub tool_call_id: String,
+    /// The output, as JSON text.
+    pub output: String,
+    /// Whether the tool failed.
+    pub is_error: bool,
+}
+
+/// Input of [`ChatTx::complete_requires_action`].
+#[derive(Debug, Clone, Default)]
+pub struct CompleteRequiresActionInput {
+    /// Submitting user.
+    pub created_by: Option<Uuid>,
+    /// Model config to record on the result rows.
+    pub model_config_id: Option<Uuid>,
+    /// One result per pending call, exactly.
+    pub results: Vec<ToolResultInput>,
+    /// Rows inserted after the results.
+    pub suffix_messages: Vec<NewMessage>,
+}
+
+/// Result of [`ChatTx::finish_interruption`].
+#[derive(Debug, Clone, Default)]
+pub struct FinishInterruptionResult {
+    /// Partial rows and synthetic results inserted, in id order.
+    pub inserted_messages: Vec<ChatMessage>,
+    /// The promoted queue head (`I1`).
+    pub promoted_message: Option<ChatMessage>,
+}
+
+/// Result of [`ChatTx::finish_turn`].
+#[derive(Debug, Clone, Default)]
+pub struct FinishTurnResult {
+    /// The promoted queue head (`R1`).
+    pub promoted_message: Option<ChatMessage>,
+    /// Synthetic results inserted before the promoted message.
+    pub cancellation_messages: Vec<ChatMessage>,
+}
+
+/// Checks submitted results against the pending calls (spec chatstate
+/// `ValidateToolResults`): no duplicates, nothing unexpected, nothing missing,
+/// every output valid JSON. Checks run in that order and the first failure is
+/// returned.
+///
+/// # Errors
+/// The first [`ToolResultError`] found.
+pub fn validate_tool_results(results: &[ToolResultInput], pending: &[ToolCallRef]) -> Result<(), ToolResultError> {
+    let mut seen = std::collections::HashSet::new();
+    for result in results {
+        if !seen.insert(result.tool_call_id.as_str()) {
+            return Err(ToolResultError { kind: ToolResultErrorKind::Duplicate, tool_call_id: result.tool_call_id.clone() });
+        }
+    }
+    for result in results {
+        if !pending.iter().any(|p| p.tool_call_id == result.tool_call_id) {
+            return Err(ToolResultError { kind: ToolResultErrorKind::Unexpected, tool_call_id: result.tool_call_id.clone() });
+        }
+    }
+    for call in pending {
+        if !seen.contains(call.tool_call_id.as_str()) {
+            return Err(ToolResultError { kind: ToolResultErrorKind::Missing, tool_call_id: call.tool_call_id.clone() });
+        }
+    }
+    for result in results {
+        if serde_json::from_str::<serde::de::IgnoredAny>(&result.output).is_err() {
+            return Err(ToolResultError { kind: ToolResultErrorKind::InvalidJson, tool_call_id: result.tool_call_id.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// The transition methods of a [`ChatTx`].
+impl ChatTx {
+    /// `SetArchived(archived)`: `W/E0/E1 → XW/XE0/XE1` and back.
+    ///
+    /// # Errors
+    /// Not allowed from any other state.
+    pub async fn set_archived(&mut self, archived: bool) -> StoreResult<()> {
+        self.ops().set_archived(archived).await
+    }
+
+    /// `SendMessage(m, busy_behavior)`: from `W`/`E0` the message enters
+    /// history (`R0`); from `E1` it joins the queue's tail and the head is
+    /// promoted (`R1`); when busy it is queued at the tail (`queue`) or at the
+    /// head with an interrupt (`interrupt`: `R* → I1`, `I* → I1`, `A* → R1`
+    /// with pending calls answered "interrupted by user").
+    ///
+    /// # Errors
+    /// `MessageQueueFull` when the message would be queued and the queue is
+    /// at its cap; not allowed from archived, invalid or missing chats.
+    pub async fn send_message(&mut self, input: SendMessageInput) -> StoreResult<SendMessageResult> {
+        self.ops().send_message(input).await
+    }
+
+    /// `EditMessage(k, replacement)`: clears the queue, soft-deletes message
+    /// `k` and every active message after it, answers any call left
+    /// outstanding, inserts the replacement and the suffix, clears pending
+    /// action and error, and lands in `R0`.
+    ///
+    /// # Errors
+    /// `MessageNotFound` when `k` is not an active message of this chat,
+    /// `EditedMessageNotUser` when it is not a user message; not allowed from
+    /// archived/invalid states.
+    pub async fn edit_message(&mut self, input: EditMessageInput) -> StoreResult<EditMessageResult> {
+        self.ops().edit_message(input).await
+    }
+
+    /// `DeleteQueuedMessage(qid)` from `E1`, `R1`, `I1`, `A1`.
+    ///
+    /// # Errors
+    /// Not allowed elsewhere (an empty queue); `QueuedMessageNotFound` when
+    /// `qid` is not queued on this chat.
+    pub async fn delete_queued_message(&mut self, queued_message_id: i64) -> StoreResult<QueuedMessage> {
+        self.ops().delete_queued_message(queued_message_id).await
+    }
+
+    /// `PromoteQueuedMessage(qid)`: from `E1`/`A1` the message enters history
+    /// now (pending calls of `A1` answered "cancelled"); from `R1`/`I1` it
+    /// moves to the queue head and the chat interrupts (`I1`).
+    ///
+    /// # Errors
+    /// Not allowed from other states; `QueuedMessageNotFound`.
+    pub async fn promote_queued_message(&mut self, queued_message_id: i64) -> StoreResult<PromoteQueuedMessageResult> {
+        self.ops().promote_queued_message(queued_message_id).await
+    }
+
+    /// `Interrupt`: `R0/R1 → I0/I1`; `A0/A1 → R0/R1` with every pending call
+    /// answered "interrupted by user". Returns the synthetic result rows.
+    ///
+    /// # Errors
+    /// Not allowed from other states.
+    pub async fn interrupt(&mut self) -> StoreResult<Vec<ChatMessage>> {
+        self.ops().interrupt().await
+    }
+
+    /// `CompleteRequiresAction(results)`: `A0/A1 → R0/R1`, inserting one
+    /// `tool` message per result after exact-set validation against the
+    /// pending calls, and clearing the deadline.
+    ///
+    /// # Errors
+    /// `ToolResult` validation errors; not allowed from other states.
+    pub async fn complete_requires_action(&mut self, input: CompleteRequiresActionInput) -> StoreResult<Vec<ChatMessage>> {
+        self.ops().complete_requires_action(input).await
+    }
+
+    /// `Acquire(worker_id, runner_id)`: overwrites ownership and upserts the
+    /// runner's heartbeat at database time. Execution state is kept.
+    ///
+    /// # Errors
+    /// Only `ChatNotFound` (allowed from every existing state).
+    pub async fn acquire(&mut self, worker_id: Uuid, runner_id: Uuid) -> StoreResult<()> {
+        self.ops().acquire(worker_id, runner_id).await
+    }
+
+    /// `Abandon`: clears ownership and removes the runner's heartbeat row.
+    /// Callers check that they still own the chat before calling it.
+    ///
+    /// # Errors
+    /// Not allowed when the chat is not owned (`worker_id` is null).
+    pub async fn abandon(&mut self) -> StoreResult<()> {
+        self.ops().abandon().await
+    }
+
+    /// `RecordGenerationAttempt`: `R0/R1`, `generation_attempt += 1` (the
+    /// trigger clears `retry_state`). Returns the new attempt number.
+    ///
+    /// # Errors
+    /// Not allowed unless running.
+    pub async fn record_generation_attempt(&mut self) -> StoreResult<i64> {
+        self.ops().record_generation_attempt().await
+    }
+
+    /// `RecordRetryState(payload)`: `R0/R1`, stores the retry payload (the
+    /// trigger advances `retry_state_version` when it changes).
+    ///
+    /// # Errors
+    /// Not allowed unless running.
+    pub async fn record_retry_state(&mut self, payload: Value) -> StoreResult<Chat> {
+        self.ops().record_retry_state(payload).await
+    }
+
+    /// `CommitStep(messages)`: `R0/R1`, inserts the messages (one model
+    /// response with all its tool results) and optionally consumes the manual
+    /// compaction request.
+    ///
+    /// # Errors
+    /// Not allowed unless running; `InvalidInput` for an empty step.
+    pub async fn commit_step(&mut self, messages: Vec<NewMessage>, consume_compaction_request: bool) -> StoreResult<Vec<ChatMessage>> {
+        self.ops().commit_step(messages, consume_compaction_request).await
+    }
+
+    /// `EnterRequiresAction`: `R0/R1 → A0/A1` with
+    /// `requires_action_deadline_at = now() + requires_action_timeout`
+    /// (database time). Returns the deadline.
+    ///
+    /// # Errors
+    /// Not allowed unless running.
+    pub async fn enter_requires_action(&mut self) -> StoreResult<DateTime<Utc>> {
+        self.ops().enter_requires_action().await
+    }
+
+    /// `FinishInterruption(partial?)`: `I0 → W`, `I1 → R0/R1` with the queue
+    /// head promoted. Inserts the partial rows, then answers every call left
+    /// outstanding "interrupted by user".
+    ///
+    /// # Errors
+    /// Not allowed unless interrupting.
+    pub async fn finish_interruption(&mut self, partial_messages: Vec<NewMessage>) -> StoreResult<FinishInterruptionResult> {
+        self.ops().finish_interruption(partial_messages).await
+    }
+
+    /// `FinishTurn`: `R0 → W`; `R1 → R0/R1` with the queue head promoted.
+    ///
+    /// # Errors
+    /// Not allowed unless running.
+    pub async fn finish_turn(&mut self) -> StoreResult<FinishTurnResult> {
+        self.ops().finish_turn().await
+    }
+
+    /// `FinishError(err)`: `R0/R1 → E0/E1`, `last_error = err` (overwriting).
+    ///
+    /// # Errors
+    /// Not allowed unless running.
+    pub async fn finish_error(&mut self, last_error: Value) -> StoreResult<()> {
+        self.ops().finish_error(last_error).await
+    }
+
+    /// `CancelRequiresAction`: `A0/A1 → R0/R1`, answering every pending call
+    /// with `reason` (default "Tool execution timed out").
+    ///
+    /// # Errors
+    /// Not allowed unless requires_action.
+    pub async fn cancel_requires_action(&mut self, reason: Option<&str>) -> StoreResult<Vec<ChatMessage>> {
+        self.ops().cancel_requires_action(reason.unwrap_or(TIMED_OUT_TOOL_RESULT)).await
+    }
+
+    /// `RequestCompaction`: `W/E0 → R0`, `E1 → R1`; sets the compaction marker,
+    /// clears the error and ownership, and starts a fresh history epoch
+    /// (`history_version = snapshot_version`, `generation_attempt = 0`).
+    ///
+    /// # Errors
+    /// Not allowed from busy or archived states.
+    pub async fn request_compaction(&mut self) -> StoreResult<()> {
+        self.ops().request_compaction().await
+    }
+
+    /// `ClearContext(boundary)`: `W/E0 → W`, inserting the caller-built
+    /// boundary rows and clearing error and compaction request.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty batch; not allowed from other states.
+    pub async fn clear_context(&mut self, messages: Vec<NewMessage>) -> StoreResult<Vec<ChatMessage>> {
+        self.ops().clear_context(messages).await
+    }
+
+    /// `ReconcileInvalidState`: `Invalid → E0/E1` (spec "Invalid states"):
+    /// unarchives, sets `error` with `last_error`, clears the deadline and
+    /// answers pending calls with "cancelled".
+    ///
+    /// # Errors
+    /// Not allowed unless the chat is invalid.
+    pub async fn reconcile_invalid_state(&mut self, last_error: Value) -> StoreResult<Vec<ChatMessage>> {
+        self.ops().reconcile_invalid_state(last_error).await
+    }
+}
+
+/// The transition implementations over one connection and chat; shared by
+/// [`ChatTx`] and the family-archive cascade.
+pub(crate) struct Ops<'a> {
+    pub(crate) conn: &'a mut PgConnection,
+    pub(crate) chat_id: Uuid,
+    pub(crate) config: &'a StoreConfig,
+    pub(crate) applied: &'a mut Vec<(Transition, ExecutionState, ExecutionState)>,
+}
+
+impl Ops<'_> {
+    async fn state(&mut self) -> StoreResult<(Chat, i64, ExecutionState)> {
+        let Some(chat) = queries::select_chat(self.conn, self.chat_id, "").await? else {
+            return Ok((placeholder_chat(self.chat_id), 0, ExecutionState::N));
+        };
+        let queued = queries::queue_len(self.conn, self.chat_id).await?;
+        let state = chat.execution_state(queued > 0);
+        Ok((chat, queued, state))
+    }
+
+    /// Reads the state and validates the transition against the matrix.
+    async fn enter(&mut self, transition: Transition) -> StoreResult<(Chat, i64, ExecutionState)> {
+        let (chat, queued, from) = self.state().await?;
+        if let Err(err) = matrix::check(transition, from) {
+            record_transition(transition, "rejected");
+            return Err(StateError::from(err).into());
+        }
+        Ok((chat, queued, from))
+    }
+
+    /// Classifies the result and checks the matrix lists it.
+    async fn land(&mut self, transition: Transition, from: ExecutionState) -> StoreResult<ExecutionState> {
+        let (_, _, to) = self.state().await?;
+        matrix::check_landing(transition, from, to).map_err(StateError::from)?;
+        self.applied.push((transition, from, to));
+        Ok(to)
+    }
+
+    fn reject(&self, transition: Transition, err: StateError) -> crate::error::StoreError {
+        record_transition(transition, "rejected");
+        err.into()
+    }
+
+    async fn insert(&mut self, message: &NewMessage) -> StoreResult<ChatMessage> {
+        Ok(queries::insert_message(self.conn, self.chat_id, message, None).await?)
+    }
+
+    /// Answers every outstanding tool call of active history with a
+    /// synthetic error result `reason`, one `tool` message per call.
+    async fn answer_outstanding(&mut self, reason: &str) -> StoreResult<Vec<ChatMessage>> {
+        let tail = queries::tail_contents(self.conn, self.chat_id).await?;
+        let outstanding = outstanding_tool_calls(tail.iter().map(Vec::as_slice));
+        let mut inserted = Vec::with_capacity(outstanding.len());
+        for call in &outstanding {
+            let message = NewMessage::tool(vec![MessagePart::synthetic_result(call, reason)]);
+            inserted.push(self.insert(&message).await?);
+        }
+        Ok(inserted)
+    }
+
+    async fn pending_calls(&mut self) -> StoreResult<Vec<ToolCallRef>> {
+        let tail = queries::tail_contents(self.conn, self.chat_id).await?;
+        Ok(outstanding_tool_calls(tail.iter().map(Vec::as_slice)))
+    }
+
+    /// Inserts a user message after answering outstanding calls; records the
+    /// model config and effort it carries on the chat.
+    async fn insert_user(
+        &mut self,
+        message: &NewMessage,
+        queued_message_id: Option<i64>,
+        reason: &str,
+    ) -> StoreResult<Vec<ChatMessage>> {
+        let mut inserted = self.answer_outstanding(reason).await?;
+        let mut message = message.clone();
+        message.role = Some(ChatRole::User);
+        inserted.push(queries::insert_message(self.conn, self.chat_id, &message, queued_message_id).await?);
+        if message.model_config_id.is_some() || message.reasoning_effort.is_some() {
+            let changes = ChatChanges {
+                last_model_config_id: message.model_config_id,
+                last_reasoning_effort: message.reasoning_effort.clone(),
+                ..ChatChanges::default()
+            };
+            queries::update_chat(self.conn, self.chat_id, &changes).await?;
+        }
+        Ok(inserted)
+    }
+
+    /// Pops the queue head into history. `None` when the queue is empty.
+    async fn promote_head(&mut self, reason: &str) -> StoreResult<Option<(QueuedMessage, Vec<ChatMessage>)>> {
+        let Some(head) = queries::pop_queue_head(self.conn, self.chat_id).await? else {
+            return Ok(None);
+        };
+        let inserted = self.insert_user(&queued_to_message(&head), Some(head.id), reason).await?;
+        Ok(Some((head, inserted)))
+    }
+
+    async fn change(&mut self, changes: ChatChanges) -> StoreResult<Chat> {
+        Ok(queries::update_chat(self.conn, self.chat_id, &changes).await?)
+    }
+
+    fn check_queue_room(&self, transition: Transition, queued: i64, max: i64) -> StoreResult<()> {
+        if queued >= max {
+            return Err(self.reject(transition, StateError::MessageQueueFull { max }));
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn set_archived(&mut self, archived: bool) -> StoreResult<()> {
+        let t = Transition::SetArchived { archived };
+        let (_, _, from) = self.enter(t).await?;
+        let mut changes = ChatChanges { archived: Some(archived), ..ChatChanges::default() };
+        if !archived && from == ExecutionState::XW {
+            changes.last_error = None;
+        }
+        self.change(changes).await?;
+        self.land(t, from).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn send_message(&mut self, input: SendMessageInput) -> StoreResult<SendMessageResult> {
+        use ExecutionState as S;
+        let t = Transition::SendMessage { busy_behavior: input.busy_behavior };
+        let (_, queued, from) = self.enter(t).await?;
+        let max = input.max_queue_size.unwrap_or(self.config.max_queued_messages);
+        let mut message = input.message;
+        message.role = Some(ChatRole::User);
+        let interrupt = input.busy_behavior == BusyBehavior::Interrupt;
+        let mut result = SendMessageResult::default();
+        match from {
+            S::W | S::E0 => {
+                result.inserted_messages = self.insert_user(&message, None, CANCELLED_TOOL_RESULT).await?;
+                self.change(running_clearing_error()).await?;
+            }
+            S::E1 => {
+                self.check_queue_room(t, queued, max)?;
+                result.queued_message = Some(queries::enqueue(self.conn, self.chat_id, &message, QueueEnd::Tail).await?);
+                if let Some((_, inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await? {
+                    result.inserted_messages = inserted;
+                }
+                self.change(running_clearing_error()).await?;
+            }
+            S::R0 | S::R1 | S::I0 | S::I1 | S::A0 | S::A1 => {
+                self.check_queue_room(t, queued, max)?;
+                let end = if interrupt { QueueEnd::Head } else { QueueEnd::Tail };
+                result.queued_message = Some(queries::enqueue(self.conn, self.chat_id, &message, end).await?);
+                if interrupt {
+                    match from {
+                        S::R0 | S::R1 => {
+                            self.change(status(ChatStatus::Interrupting)).await?;
+                        }
+                        S::A0 | S::A1 => {
+                            result.inserted_messages = self.answer_outstanding(INTERRUPTED_TOOL_RESULT).await?;
+                            self.change(running_clearing_deadline()).await?;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => unreachable!("the matrix admits no other state"),
+        }
+        self.land(t, from).await?;
+        Ok(result)
+    }
+
+    pub(crate) async fn edit_message(&mut self, input: EditMessageInput) -> StoreResult<EditMessageResult> {
+        let t = Transition::EditMessage;
+        let (_, _, from) = self.enter(t).await?;
+        let target = queries::message(self.conn, self.chat_id, input.message_id).await?;
+        let target = match target {
+            Some(m) if !m.deleted && m.visibility.client_visible() => m,
+            _ => return Err(self.reject(t, StateError::MessageNotFound { message_id: input.message_id })),
+        };
+        if target.role != ChatRole::User {
+            return Err(self.reject(t, StateError::EditedMessageNotUser { message_id: input.message_id }));
+        }
+        let deleted_queued_message_ids = queries::clear_queue(self.conn, self.chat_id).await?;
+        let deleted_message_ids = queries::soft_delete_from(self.conn, self.chat_id, target.id).await?;
+        let cancellation_messages = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
+        let mut replacement = input.replacement;
+        replacement.role = Some(ChatRole::User);
+        let mut inserted = self.insert_user(&replacement, None, CANCELLED_TOOL_RESULT).await?;
+        let replacement_message = inserted.pop().expect("insert_user returns the user row last");
+        let mut suffix_messages = Vec::with_capacity(input.suffix_messages.len());
+        for message in &input.suffix_messages {
+            suffix_messages.push(self.insert(message).await?);
+        }
+        self.change(ChatChanges { deadline_in_secs: Some(None), ..running_clearing_error() }).await?;
+        self.land(t, from).await?;
+        Ok(EditMessageResult {
+            replacement_message,
+            deleted_message_ids,
+            deleted_queued_message_ids,
+            cancellation_messages,
+            suffix_messages,
+        })
+    }
+
+    pub(crate) async fn delete_queued_message(&mut self, id: i64) -> StoreResult<QueuedMessage> {
+        let t = Transition::DeleteQueuedMessage;
+        let (_, _, from) = self.enter(t).await?;
+        let Some(deleted) = queries::delete_queued(self.conn, self.chat_id, id).await? else {
+            return Err(self.reject(t, StateError::QueuedMessageNotFound { queued_message_id: id }));
+        };
+        self.land(t, from).await?;
+        Ok(deleted)
+    }
+
+    pub(crate) async fn promote_queued_message(&mut self, id: i64) -> StoreResult<PromoteQueuedMessageResult> {
+        use ExecutionState as S;
+        let t = Transition::PromoteQueuedMessage;
+        let (_, _, from) = self.enter(t).await?;
+        let Some(queued) = queries::queued_message(self.conn, self.chat_id, id).await? else {
+            return Err(self.reject(t, StateError::QueuedMessageNotFound { queued_message_id: id }));
+        };
+        let mut result = PromoteQueuedMessageResult { queued_message: queued.clone(), inserted_message: None, cancellation_messages: vec![] };
+        match from {
+            S::E1 | S::A1 => {
+                queries::delete_queued(self.conn, self.chat_id, id).await?;
+                let mut inserted = self.insert_user(&queued_to_message(&queued), Some(queued.id), CANCELLED_TOOL_RESULT).await?;
+                result.inserted_message = inserted.pop();
+                result.cancellation_messages = inserted;
+                self.change(ChatChanges { deadline_in_secs: Some(None), ..running_clearing_error() }).await?;
+            }
+            S::R1 | S::I1 => {
+                if let Some(moved) = queries::move_to_queue_head(self.conn, self.chat_id, id).await? {
+                    result.queued_message = moved;
+                }
+                self.change(status(ChatStatus::Interrupting)).await?;
+            }
+            _ => unreachable!("the matrix admits no other state"),
+        }
+        self.land(t, from).await?;
+        Ok(result)
+    }
+
+    pub(crate) async fn interrupt(&mut self) -> StoreResult<Vec<ChatMessage>> {
+        use ExecutionState as S;
+        let t = Transition::Interrupt;
+        let (_, _, from) = self.enter(t).await?;
+        let mut cancellations = Vec::new();
+        match from {
+            S::R0 | S::R1 => {
+                self.change(status(ChatStatus::Interrupting)).await?;
+            }
+            S::A0 | S::A1 => {
+                cancellations = self.answer_outstanding(INTERRUPTED_TOOL_RESULT).await?;
+                self.change(running_clearing_deadline()).await?;
+            }
+            _ => unreachable!("the matrix admits no other state"),
+        }
+        self.land(t, from).await?;
+        Ok(cancellations)
+    }
+
+    pub(crate) async fn complete_requires_action(&mut self, input: CompleteRequiresActionInput) -> StoreResult<Vec<ChatMessage>> {
+        let t = Transition::CompleteRequiresAction;
+        let (_, _, from) = self.enter(t).await?;
+        let pending = self.pending_calls().await?;
+        if let Err(err) = validate_tool_results(&input.results, &pending) {
+            return Err(self.reject(t, err.into()));
+        }
+        let mut inserted = Vec::with_capacity(input.results.len() + input.suffix_messages.len());
+        // Results are stored in the order the calls were made, whatever order
+        // they were submitted in.
+        for call in &pending {
+            let result = input.results.iter().find(|r| r.tool_call_id == call.tool_call_id).expect("validated");
+            let value: Value = serde_json::from_str(&result.output).expect("validated");
+            let mut message = NewMessage::tool(vec![MessagePart::ToolResult {
+                tool_call_id: call.tool_call_id.clone(),
+                tool_name: call.tool_name.clone(),
+                result: value,
+                is_error: result.is_error,
+            }]);
+            message.created_by = input.created_by;
+            message.model_config_id = input.model_config_id;
+            inserted.push(self.insert(&message).await?);
+        }
+        for message in &input.suffix_messages {
+            inserted.push(self.insert(message).await?);
+        }
+        self.change(running_clearing_deadline()).await?;
+        self.land(t, from).await?;
+        Ok(inserted)
+    }
+
+    pub(crate) async fn acquire(&mut self, worker_id: Uuid, runner_id: Uuid) -> StoreResult<()> {
+        let t = Transition::Acquire;
+        let (_, _, from) = self.enter(t).await?;
+        self.change(ChatChanges { ownership: Some((Some(worker_id), Some(runner_id))), ..ChatChanges::default() }).await?;
+        queries::upsert_heartbeat(self.conn, self.chat_id, runner_id).await?;
+        self.land(t, from).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn abandon(&mut self) -> StoreResult<()> {
+        let t = Transition::Abandon;
+        let (chat, _, from) = self.enter(t).await?;
+        if chat.worker_id.is_none() {
+            let err = chatd_core::TransitionError::new(t, from, "chat is not owned");
+            return Err(self.reject(t, StateError::TransitionNotAllowed(err)));
+        }
+        self.change(ChatChanges { ownership: Some((None, None)), ..ChatChanges::default() }).await?;
+        if let Some(runner) = chat.runner_id {
+            queries::delete_heartbeat(self.conn, self.chat_id, runner).await?;
+        }
+        self.land(t, from).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn record_generation_attempt(&mut self) -> StoreResult<i64> {
+        let t = Transition::RecordGenerationAttempt;
+        let (_, _, from) = self.enter(t).await?;
+        let chat = self.change(ChatChanges { bump_generation_attempt: true, ..ChatChanges::default() }).await?;
+        self.land(t, from).await?;
+        Ok(chat.generation_attempt)
+    }
+
+    pub(crate) async fn record_retry_state(&mut self, payload: Value) -> StoreResult<Chat> {
+        let t = Transition::RecordRetryState;
+        let (_, _, from) = self.enter(t).await?;
+        let chat = self.change(ChatChanges { retry_state: Some(Some(payload)), ..ChatChanges::default() }).await?;
+        self.land(t, from).await?;
+        Ok(chat)
+    }
+
+    pub(crate) async fn commit_step(&mut self, messages: Vec<NewMessage>, consume_compaction_request: bool) -> StoreResult<Vec<ChatMessage>> {
+        let t = Transition::CommitStep;
+        let (_, _, from) = self.enter(t).await?;
+        if messages.is_empty() {
+            return Err(self.reject(t, StateError::InvalidInput { field: "messages", detail: "a step must insert at least one message".into() }));
+        }
+        let mut inserted = Vec::with_capacity(messages.len());
+        for message in &messages {
+            inserted.push(self.insert(message).await?);
+        }
+        if consume_compaction_request {
+            self.change(ChatChanges { compaction_requested: Some(false), ..ChatChanges::default() }).await?;
+        }
+        self.land(t, from).await?;
+        Ok(inserted)
+    }
+
+    pub(crate) async fn enter_requires_action(&mut self) -> StoreResult<DateTime<Utc>> {
+        let t = Transition::EnterRequiresAction;
+        let (_, _, from) = self.enter(t).await?;
+        let secs = self.config.requires_action_timeout.as_secs_f64();
+        let chat = self
+            .change(ChatChanges { status: Some(ChatStatus::RequiresAction), deadline_in_secs: Some(Some(secs)), ..ChatChanges::default() })
+            .await?;
+        self.land(t, from).await?;
+        Ok(chat.requires_action_deadline_at.expect("deadline was just set"))
+    }
+
+    pub(crate) async fn finish_interruption(&mut self, partial: Vec<NewMessage>) -> StoreResult<FinishInterruptionResult> {
+        let t = Transition::FinishInterruption;
+        let (_, _, from) = self.enter(t).await?;
+        let mut result = FinishInterruptionResult::default();
+        for message in &partial {
+            result.inserted_messages.push(self.insert(message).await?);
+        }
+        result.inserted_messages.extend(self.answer_outstanding(INTERRUPTED_TOOL_RESULT).await?);
+        if from == ExecutionState::I1 {
+            if let Some((_, mut inserted)) = self.promote_head(INTERRUPTED_TOOL_RESULT).await? {
+                result.promoted_message = inserted.pop();
+                result.inserted_messages.extend(inserted);
+            }
+            self.change(running_clearing_deadline()).await?;
+        } else {
+            self.change(ChatChanges { status: Some(ChatStatus::Waiting), deadline_in_secs: Some(None), ..ChatChanges::default() }).await?;
+        }
+        self.land(t, from).await?;
+        Ok(result)
+    }
+
+    pub(crate) async fn finish_turn(&mut self) -> StoreResult<FinishTurnResult> {
+        let t = Transition::FinishTurn;
+        let (_, _, from) = self.enter(t).await?;
+        let mut result = FinishTurnResult::default();
+        if from == ExecutionState::R1 {
+            if let Some((_, mut inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await? {
+                result.promoted_message = inserted.pop();
+                result.cancellation_messages = inserted;
+            }
+        } else {
+            self.change(status(ChatStatus::Waiting)).await?;
+        }
+        self.land(t, from).await?;
+        Ok(result)
+    }
+
+    pub(crate) async fn finish_error(&mut self, last_error: Value) -> StoreResult<()> {
+        let t = Transition::FinishError;
+        let (_, _, from) = self.enter(t).await?;
+        self.change(ChatChanges {
+            status: Some(ChatStatus::Error),
+            last_error: Some(Some(last_error)),
+            deadline_in_secs: Some(None),
+            ..ChatChanges::default()
+        })
+        .await?;
+        self.land(t, from).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn cancel_requires_action(&mut self, reason: &str) -> StoreResult<Vec<ChatMessage>> {
+        let t = Transition::CancelRequiresAction;
+        let (_, _, from) = self.enter(t).await?;
+        let cancellations = self.answer_outstanding(reason).await?;
+        self.change(running_clearing_deadline()).await?;
+        self.land(t, from).await?;
+        Ok(cancellations)
+    }
+
+    pub(crate) async fn request_compaction(&mut self) -> StoreResult<()> {
+        let t = Transition::RequestCompaction;
+        let (_, _, from) = self.enter(t).await?;
+        self.change(ChatChanges {
+            compaction_requested: Some(true),
+            ownership: Some((None, None)),
+            fresh_history_epoch: true,
+            ..running_clearing_error()
+        })
+        .await?;
+        self.land(t, from).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn clear_context(&mut self, messages: Vec<NewMessage>) -> StoreResult<Vec<ChatMessage>> {
+        let t = Transition::ClearContext;
+        let (_, _, from) = self.enter(t).await?;
+        if messages.is_empty() {
+            return Err(self.reject(t, StateError::InvalidInput { field: "messages", detail: "a context boundary needs at least one message".into() }));
+        }
+        let mut inserted = Vec::with_capacity(messages.len());
+        for message in &messages {
+            inserted.push(self.insert(message).await?);
+        }
+        self.change(ChatChanges {
+            status: Some(ChatStatus::Waiting),
+            last_error: Some(None),
+            compaction_requested: Some(false),
+            ..ChatChanges::default()
+        })
+        .await?;
+        self.land(t, from).await?;
+        Ok(inserted)
+    }
+
+    pub(crate) async fn reconcile_invalid_state(&mut self, last_error: Value) -> StoreResult<Vec<ChatMessage>> {
+        let t = Transition::ReconcileInvalidState;
+        let (_, _, from) = self.enter(t).await?;
+        let cancellations = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
+        self.change(ChatChanges {
+            archived: Some(false),
+            status: Some(ChatStatus::Error),
+            last_error: Some(Some(last_error)),
+            deadline_in_secs: Some(None),
+            ..ChatChanges::default()
+        })
+        .await?;
+        self.land(t, from).await?;
+        Ok(cancellations)
+    }
+}
+
+fn status(status: ChatStatus) -> ChatChanges {
+    ChatChanges { status: Some(status), ..ChatChanges::default() }
+}
+
+fn running_clearing_error() -> ChatChanges {
+    ChatChanges { status: Some(ChatStatus::Running), last_error: Some(None), ..ChatChanges::default() }
+}
+
+fn running_clearing_deadline() -> ChatChanges {
+    ChatChanges { status: Some(ChatStatus::Running), deadline_in_secs: Some(None), ..ChatChanges::default() }
+}
+
+fn queued_to_message(queued: &QueuedMessage) -> NewMessage {
+    NewMessage {
+        role: Some(ChatRole::User),
+        content: queued.content.0.clone(),
+        created_by: queued.created_by,
+        model_config_id: queued.model_config_id,
+        reasoning_effort: queued.reasoning_effort.clone(),
+        client_message_id: queued.client_message_id.clone(),
+        ..NewMessage::default()
+    }
+}
+
+/// Stand-in row for a missing chat: only its classification (`N`) is used.
+fn placeholder_chat(chat_id: Uuid) -> Chat {
+    let epoch = DateTime::<Utc>::UNIX_EPOCH;
+    let chat = Chat {
+        id: chat_id,
+        owner_id: Uuid::nil(),
+        parent_chat_id: None,
+        root_chat_id: None,
+        status: ChatStatus::Waiting,
+        archived: false,
+        worker_id: None,
+        runner_id: None,
+        last_error: None,
+        retry_state: None,
+        snapshot_version: 0,
+        history_version: 0,
+        queue_version: 0,
+        generation_attempt: 0,
+        retry_state_version: 0,
+        requires_action_deadline_at: None,
+        title: String::new(),
+        labels: Value::Null,
+        pin_order: 0,
+        last_model_config_id: None,
+        last_reasoning_effort: None,
+        dynamic_tools: Value::Null,
+        mcp_server_ids: vec![],
+        plan_mode: None,
+        compaction_requested_at: None,
+        created_at: epoch,
+        updated_at: epoch,
+    };
+    debug_assert_eq!(classify(None), ExecutionState::N);
+    chat
+}

@@ -1,0 +1,10 @@
+//! Integration tests of chatd-store against a real PostgreSQL (one fresh
+//! database per test). One test binary for the crate; modules by concern.
+
+mod common;
+mod concurrency;
+mod matrix;
+mod model;
+mod publication;
+mod transitions;
+mod triggers;

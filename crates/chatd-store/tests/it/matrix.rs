@@ -1,0 +1,208 @@
+//! The exhaustive matrix: every transition × every execution state (`N`, the
+//! 12 row states and `Invalid`). Allowed pairs land in the listed state with
+//! the documented effects and advance `snapshot_version` by exactly one;
+//! every other pair is rejected with the right error and changes nothing
+//! (row, messages, queue, heartbeats and `snapshot_version` untouched).
+
+use chatd_core::{BusyBehavior, ExecutionState, MessagePart, StateError, Transition, matrix};
+use chatd_store::{
+    CompleteRequiresActionInput, CreateChatInput, EditMessageInput, NewMessage, SendMessageInput, StoreError, ToolResultInput,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::common::{Harness, PENDING_CALL, user_text};
+
+/// Applies `transition` to chat `id` with ordinary inputs in one bundle.
+async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), StoreError> {
+    if transition == Transition::CreateChat {
+        return h
+            .store
+            .create_chat(CreateChatInput { id: Some(id), owner_id: h.owner, initial_messages: vec![user_text("hi")], ..CreateChatInput::default() })
+            .await
+            .map(|_| ());
+    }
+    let first_user: i64 = sqlx::query_scalar("SELECT coalesce(min(id), 1) FROM chat_messages WHERE chat_id = $1 AND role = 'user'")
+        .bind(id)
+        .fetch_one(h.pool())
+        .await
+        .expect("first user message");
+    let first_queued: i64 = sqlx::query_scalar("SELECT coalesce(min(id), 1000000) FROM chat_queued_messages WHERE chat_id = $1")
+        .bind(id)
+        .fetch_one(h.pool())
+        .await
+        .expect("first queued");
+    let mut tx = h.store.machine(id).begin().await?;
+    match transition {
+        Transition::CreateChat => unreachable!(),
+        Transition::SetArchived { archived } => tx.set_archived(archived).await?,
+        Transition::SendMessage { busy_behavior } => {
+            tx.send_message(SendMessageInput { message: user_text("new"), busy_behavior, max_queue_size: None }).await.map(|_| ())?
+        }
+        Transition::EditMessage => tx
+            .edit_message(EditMessageInput { message_id: first_user, replacement: user_text("edited"), suffix_messages: vec![] })
+            .await
+            .map(|_| ())?,
+        Transition::RequestCompaction => tx.request_compaction().await?,
+        Transition::ClearContext => {
+            let mut boundary = NewMessage::system("context cleared");
+            boundary.compressed = true;
+            boundary.visibility = chatd_core::Visibility::Model;
+            tx.clear_context(vec![boundary]).await.map(|_| ())?
+        }
+        Transition::DeleteQueuedMessage => tx.delete_queued_message(first_queued).await.map(|_| ())?,
+        Transition::PromoteQueuedMessage => tx.promote_queued_message(first_queued).await.map(|_| ())?,
+        Transition::Interrupt => tx.interrupt().await.map(|_| ())?,
+        Transition::CompleteRequiresAction => tx
+            .complete_requires_action(CompleteRequiresActionInput {
+                results: vec![ToolResultInput { tool_call_id: PENDING_CALL.into(), output: "{\"color\":\"red\"}".into(), is_error: false }],
+                ..CompleteRequiresActionInput::default()
+            })
+            .await
+            .map(|_| ())?,
+        Transition::Acquire => tx.acquire(Uuid::new_v4(), Uuid::new_v4()).await?,
+        Transition::Abandon => tx.abandon().await?,
+        Transition::RecordGenerationAttempt => tx.record_generation_attempt().await.map(|_| ())?,
+        Transition::RecordRetryState => tx.record_retry_state(json!({"attempt": 1, "delay_ms": 1000})).await.map(|_| ())?,
+        Transition::CommitStep => tx.commit_step(vec![NewMessage::assistant(vec![MessagePart::text("step")])], false).await.map(|_| ())?,
+        Transition::EnterRequiresAction => tx.enter_requires_action().await.map(|_| ())?,
+        Transition::FinishInterruption => {
+            tx.finish_interruption(vec![NewMessage::assistant(vec![MessagePart::text("partial")])]).await.map(|_| ())?
+        }
+        Transition::FinishTurn => tx.finish_turn().await.map(|_| ())?,
+        Transition::FinishError => tx.finish_error(json!({"message": "x", "kind": "generic", "retryable": false})).await?,
+        Transition::CancelRequiresAction => tx.cancel_requires_action(None).await.map(|_| ())?,
+        Transition::ReconcileInvalidState => {
+            tx.reconcile_invalid_state(json!({"message": "Chat is in an invalid state.", "kind": "invalid_state", "retryable": false}))
+                .await
+                .map(|_| ())?
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Checks one transition against every state.
+async fn check_transition(transition: Transition) {
+    let h = Harness::new().await;
+    for from in ExecutionState::ALL {
+        let id = h.chat_in(from).await;
+        let before = h.dump(id).await;
+        let version_before = if from == ExecutionState::N { 0 } else { h.snapshot_version(id).await };
+        let result = apply(&h, id, transition).await;
+        match matrix::allowed_targets(transition, from) {
+            Some(targets) => {
+                result.unwrap_or_else(|err| panic!("{transition} from {from} must be allowed, got {err}"));
+                let to = h.state(id).await;
+                // The builders leave at most one queued message, so a
+                // transition with two targets lands in the first (emptied) one.
+                assert_eq!(to, targets[0], "{transition} from {from} landed in {to}");
+                let chat = h.chat(id).await;
+                assert_eq!(chat.snapshot_version, version_before + 1, "{transition} from {from}: snapshot advances once");
+                check_effects(&h, id, transition, from, to, &chat).await;
+            }
+            None => {
+                let err = result.expect_err(&format!("{transition} from {from} must be rejected"));
+                let expected = match (from, &err) {
+                    (_, StoreError::Database(db)) if transition == Transition::CreateChat => {
+                        db.as_database_error().and_then(|e| e.code()).as_deref() == Some("23505")
+                    }
+                    (ExecutionState::N, StoreError::State(StateError::ChatNotFound)) => true,
+                    (ExecutionState::Invalid, StoreError::State(StateError::InvalidState(e))) => e.transition == transition,
+                    (_, StoreError::State(StateError::TransitionNotAllowed(e))) => e.transition == transition && e.from == from,
+                    _ => false,
+                };
+                assert!(expected, "{transition} from {from}: unexpected error {err:?}");
+                assert_eq!(h.dump(id).await, before, "{transition} from {from} was rejected but changed something");
+            }
+        }
+    }
+}
+
+/// The documented effects of an allowed transition.
+async fn check_effects(h: &Harness, id: Uuid, transition: Transition, from: ExecutionState, to: ExecutionState, chat: &chatd_store::Chat) {
+    use ExecutionState as S;
+    // Leaving error (except to archive) clears last_error.
+    if matches!(from, S::E0 | S::E1) && !to.is_archived() && !matches!(to, S::E0 | S::E1) {
+        assert_eq!(chat.last_error, None, "{transition} from {from} must clear last_error");
+    }
+    if matches!(to, S::E0 | S::E1) && from != S::Invalid && !from.is_archived() && !matches!(from, S::E0 | S::E1) {
+        assert!(chat.last_error.is_some(), "{transition} into {to} stores last_error");
+    }
+    // Leaving requires_action (other than by completing it) answers every
+    // pending call; nothing outside A* has unanswered calls in these
+    // fixtures.
+    if !matches!(to, S::A0 | S::A1) {
+        assert!(h.outstanding_calls(id).await.is_empty(), "{transition} from {from}: calls left unanswered");
+        assert_eq!(chat.requires_action_deadline_at, None, "{transition} from {from}: deadline must be cleared");
+    } else {
+        assert!(chat.requires_action_deadline_at.is_some(), "{transition} into {to}: deadline must be set");
+    }
+    // EditMessage is exempt: the pending calls sit in the suffix it
+    // truncates, so they leave active history with it.
+    if matches!(from, S::A0 | S::A1)
+        && !matches!(to, S::A0 | S::A1)
+        && !matches!(transition, Transition::CompleteRequiresAction | Transition::EditMessage)
+    {
+        let synthetic = h
+            .active_messages(id)
+            .await
+            .into_iter()
+            .flat_map(|m| m.content.0)
+            .any(|p| matches!(p, MessagePart::ToolResult { ref tool_call_id, is_error: true, .. } if tool_call_id == PENDING_CALL));
+        assert!(synthetic, "{transition} from {from}: a synthetic cancellation result is required");
+    }
+    // Ownership transitions keep the execution state.
+    if transition.is_ownership() {
+        assert_eq!(from, to);
+        let owned = chat.worker_id.is_some();
+        assert_eq!(owned, transition == Transition::Acquire, "{transition} ownership");
+    }
+    if transition == (Transition::SendMessage { busy_behavior: BusyBehavior::Interrupt }) && matches!(from, S::R0 | S::R1 | S::I0 | S::I1) {
+        let head = h.queue(id).await.into_iter().next().expect("queued");
+        assert_eq!(head.content.0, vec![MessagePart::text("new")], "an interrupting send goes to the queue head");
+    }
+}
+
+macro_rules! matrix_tests {
+    ($($name:ident => $transition:expr,)*) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                check_transition($transition).await;
+            }
+        )*
+    };
+}
+
+matrix_tests! {
+    matrix_create_chat => Transition::CreateChat,
+    matrix_set_archived_true => Transition::SetArchived { archived: true },
+    matrix_set_archived_false => Transition::SetArchived { archived: false },
+    matrix_send_message_queue => Transition::SendMessage { busy_behavior: BusyBehavior::Queue },
+    matrix_send_message_interrupt => Transition::SendMessage { busy_behavior: BusyBehavior::Interrupt },
+    matrix_edit_message => Transition::EditMessage,
+    matrix_request_compaction => Transition::RequestCompaction,
+    matrix_clear_context => Transition::ClearContext,
+    matrix_delete_queued_message => Transition::DeleteQueuedMessage,
+    matrix_promote_queued_message => Transition::PromoteQueuedMessage,
+    matrix_interrupt => Transition::Interrupt,
+    matrix_complete_requires_action => Transition::CompleteRequiresAction,
+    matrix_acquire => Transition::Acquire,
+    matrix_abandon => Transition::Abandon,
+    matrix_record_generation_attempt => Transition::RecordGenerationAttempt,
+    matrix_record_retry_state => Transition::RecordRetryState,
+    matrix_commit_step => Transition::CommitStep,
+    matrix_enter_requires_action => Transition::EnterRequiresAction,
+    matrix_finish_interruption => Transition::FinishInterruption,
+    matrix_finish_turn => Transition::FinishTurn,
+    matrix_finish_error => Transition::FinishError,
+    matrix_cancel_requires_action => Transition::CancelRequiresAction,
+    matrix_reconcile_invalid_state => Transition::ReconcileInvalidState,
+}
+
+#[test]
+fn matrix_tests_cover_every_transition() {
+    // 23 generated tests above, one per entry of Transition::ALL.
+    assert_eq!(Transition::ALL.len(), 23);
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command (README "Running the tests"; CI runs exactly this).
+#
+# Makes sure a PostgreSQL server is reachable at 127.0.0.1:5432 with trust
+# auth for the `postgres` user (installing it from Debian's packages and
+# starting it when it is missing), makes sure cargo-nextest is installed, then
+# runs every test of the workspace and the doc tests. Each test creates its
+# own database on that server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CHATD_TEST_DATABASE_URL="${CHATD_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+
+scripts/ensure-postgres.sh
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "== installing cargo-nextest"
+  cargo install --locked cargo-nextest
+fi
+
+echo "== cargo nextest run --workspace"
+cargo nextest run --workspace --no-fail-fast "$@"
+echo "== cargo test --doc --workspace"
+cargo test --doc --workspace
