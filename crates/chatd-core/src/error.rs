@@ -24,7 +24,11 @@ pub struct TransitionError {
 impl TransitionError {
     /// Builds a rejection.
     pub fn new(transition: Transition, from: ExecutionState, reason: impl Into<String>) -> Self {
-        Self { transition, from, reason: reason.into() }
+        Self {
+            transition,
+            from,
+            reason: reason.into(),
+        }
     }
 
     /// True when the rejection is because the chat is in an invalid state.

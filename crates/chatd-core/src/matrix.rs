@@ -45,7 +45,11 @@ pub struct Row {
 }
 
 const fn row(transition: Transition, from: ExecutionState, to: &'static [ExecutionState]) -> Row {
-    Row { transition, from, to }
+    Row {
+        transition,
+        from,
+        to,
+    }
 }
 
 /// Every legal `(transition, from) → to` of the execution-state diagram, the
@@ -165,7 +169,10 @@ pub const MATRIX: &[Row] = &[
 
 /// The states `transition` may land in from `from`, or `None` when the pair is
 /// not in the matrix (the transition must be rejected).
-pub fn allowed_targets(transition: Transition, from: ExecutionState) -> Option<&'static [ExecutionState]> {
+pub fn allowed_targets(
+    transition: Transition,
+    from: ExecutionState,
+) -> Option<&'static [ExecutionState]> {
     MATRIX
         .iter()
         .find(|row| row.transition == transition && row.from == from)
@@ -179,8 +186,12 @@ pub fn allowed_targets(transition: Transition, from: ExecutionState) -> Option<&
 /// pair is not in [`MATRIX`]. Its [`TransitionError::is_invalid_state`] is true
 /// when `from` is [`ExecutionState::Invalid`] and `is_not_found` when it is
 /// [`ExecutionState::N`], so callers can map those to their own sentinels.
-pub fn check(transition: Transition, from: ExecutionState) -> Result<&'static [ExecutionState], TransitionError> {
-    allowed_targets(transition, from).ok_or_else(|| TransitionError::new(transition, from, reason_for(transition, from)))
+pub fn check(
+    transition: Transition,
+    from: ExecutionState,
+) -> Result<&'static [ExecutionState], TransitionError> {
+    allowed_targets(transition, from)
+        .ok_or_else(|| TransitionError::new(transition, from, reason_for(transition, from)))
 }
 
 /// Validates that a transition that started in `from` may land in `to`.
@@ -189,7 +200,11 @@ pub fn check(transition: Transition, from: ExecutionState) -> Result<&'static [E
 /// A [`TransitionError`] when `to` is not one of the listed targets. A store
 /// that reaches this has a bug; it rolls back rather than commit an unlisted
 /// edge.
-pub fn check_landing(transition: Transition, from: ExecutionState, to: ExecutionState) -> Result<(), TransitionError> {
+pub fn check_landing(
+    transition: Transition,
+    from: ExecutionState,
+    to: ExecutionState,
+) -> Result<(), TransitionError> {
     let targets = check(transition, from)?;
     if targets.contains(&to) {
         Ok(())
@@ -206,7 +221,9 @@ fn reason_for(transition: Transition, from: ExecutionState) -> String {
     match from {
         N => "chat does not exist".to_owned(),
         Invalid => "chat is in an invalid execution state".to_owned(),
-        s if s.is_archived() && !matches!(transition, Transition::SetArchived { archived: false }) => {
+        s if s.is_archived()
+            && !matches!(transition, Transition::SetArchived { archived: false }) =>
+        {
             "chat is archived".to_owned()
         }
         _ => format!("{transition} is not allowed from {from}"),
@@ -235,14 +252,22 @@ mod tests {
     fn only_reconcile_and_ownership_leave_invalid() {
         for t in Transition::ALL {
             let allowed = allowed_targets(t, Invalid).is_some();
-            assert_eq!(allowed, t.is_ownership() || t == Transition::ReconcileInvalidState, "{t}");
+            assert_eq!(
+                allowed,
+                t.is_ownership() || t == Transition::ReconcileInvalidState,
+                "{t}"
+            );
         }
     }
 
     #[test]
     fn only_create_starts_from_n() {
         for t in Transition::ALL {
-            assert_eq!(allowed_targets(t, N).is_some(), t == Transition::CreateChat, "{t}");
+            assert_eq!(
+                allowed_targets(t, N).is_some(),
+                t == Transition::CreateChat,
+                "{t}"
+            );
         }
     }
 
@@ -251,7 +276,11 @@ mod tests {
         for from in [XW, XE0, XE1] {
             for t in Transition::ALL {
                 let expected = t.is_ownership() || t == archive(false);
-                assert_eq!(allowed_targets(t, from).is_some(), expected, "{t} from {from}");
+                assert_eq!(
+                    allowed_targets(t, from).is_some(),
+                    expected,
+                    "{t} from {from}"
+                );
             }
         }
     }
@@ -272,7 +301,10 @@ mod tests {
         assert_eq!(allowed_targets(send(Int), R0), Some(&[I1][..]));
         assert_eq!(allowed_targets(Transition::Interrupt, W), None);
         assert_eq!(allowed_targets(Transition::DeleteQueuedMessage, W), None);
-        assert_eq!(allowed_targets(Transition::FinishTurn, R1), Some(&[R0, R1][..]));
+        assert_eq!(
+            allowed_targets(Transition::FinishTurn, R1),
+            Some(&[R0, R1][..])
+        );
     }
 
     #[test]

@@ -42,9 +42,14 @@ impl ChatRole {
 
     /// Parses the database spelling.
     pub fn parse(s: &str) -> Option<Self> {
-        [ChatRole::System, ChatRole::User, ChatRole::Assistant, ChatRole::Tool]
-            .into_iter()
-            .find(|r| r.as_str() == s)
+        [
+            ChatRole::System,
+            ChatRole::User,
+            ChatRole::Assistant,
+            ChatRole::Tool,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
     }
 }
 
@@ -211,10 +216,15 @@ where
     for parts in history {
         for part in parts {
             match part {
-                MessagePart::ToolCall { tool_call_id, tool_name, .. } => {
-                    if !calls.iter().any(|c| &c.tool_call_id == tool_call_id) {
-                        calls.push(ToolCallRef { tool_call_id: tool_call_id.clone(), tool_name: tool_name.clone() });
-                    }
+                MessagePart::ToolCall {
+                    tool_call_id,
+                    tool_name,
+                    ..
+                } if !calls.iter().any(|c| &c.tool_call_id == tool_call_id) => {
+                    calls.push(ToolCallRef {
+                        tool_call_id: tool_call_id.clone(),
+                        tool_name: tool_name.clone(),
+                    });
                 }
                 MessagePart::ToolResult { tool_call_id, .. } => {
                     calls.retain(|c| &c.tool_call_id != tool_call_id);
@@ -231,16 +241,32 @@ mod tests {
     use super::*;
 
     fn call(id: &str) -> MessagePart {
-        MessagePart::ToolCall { tool_call_id: id.into(), tool_name: "t".into(), args: "{}".into() }
+        MessagePart::ToolCall {
+            tool_call_id: id.into(),
+            tool_name: "t".into(),
+            args: "{}".into(),
+        }
     }
 
     #[test]
     fn outstanding_calls_are_those_without_a_later_result() {
         let a = vec![MessagePart::text("hi"), call("1"), call("2")];
-        let b = vec![MessagePart::synthetic_result(&ToolCallRef { tool_call_id: "1".into(), tool_name: "t".into() }, "x")];
+        let b = vec![MessagePart::synthetic_result(
+            &ToolCallRef {
+                tool_call_id: "1".into(),
+                tool_name: "t".into(),
+            },
+            "x",
+        )];
         let history: Vec<&[MessagePart]> = vec![&a, &b];
         let out = outstanding_tool_calls(history);
-        assert_eq!(out, vec![ToolCallRef { tool_call_id: "2".into(), tool_name: "t".into() }]);
+        assert_eq!(
+            out,
+            vec![ToolCallRef {
+                tool_call_id: "2".into(),
+                tool_name: "t".into()
+            }]
+        );
     }
 
     #[test]
@@ -250,7 +276,8 @@ mod tests {
             serde_json::to_value(&part).unwrap(),
             serde_json::json!({"type": "tool-call", "tool_call_id": "c1", "tool_name": "t", "args": "{}"})
         );
-        let back: MessagePart = serde_json::from_value(serde_json::json!({"type":"text","text":"x"})).unwrap();
+        let back: MessagePart =
+            serde_json::from_value(serde_json::json!({"type":"text","text":"x"})).unwrap();
         assert_eq!(back, MessagePart::text("x"));
     }
 }

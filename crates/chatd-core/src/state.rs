@@ -73,6 +73,14 @@ impl FromStr for ChatStatus {
     }
 }
 
+impl TryFrom<String> for ChatStatus {
+    type Error = UnknownStatus;
+
+    fn try_from(value: String) -> Result<Self, UnknownStatus> {
+        value.parse()
+    }
+}
+
 /// A chat's execution state (`spec/chatd-architecture.md`, "Execution states").
 ///
 /// The first letters give the status (`W`aiting, `E`rror, `R`unning,
@@ -146,7 +154,10 @@ impl ExecutionState {
 
     /// Whether the chat is archived in this state (`XW`, `XE0`, `XE1`).
     pub fn is_archived(self) -> bool {
-        matches!(self, ExecutionState::XW | ExecutionState::XE0 | ExecutionState::XE1)
+        matches!(
+            self,
+            ExecutionState::XW | ExecutionState::XE0 | ExecutionState::XE1
+        )
     }
 
     /// The row values (`status`, `archived`, queue non-empty) that classify as
@@ -252,7 +263,13 @@ mod tests {
                     let state = classify(Some((status, archived, queued)));
                     if state == ExecutionState::Invalid {
                         assert!(
-                            (archived && matches!(status, ChatStatus::Running | ChatStatus::Interrupting | ChatStatus::RequiresAction))
+                            (archived
+                                && matches!(
+                                    status,
+                                    ChatStatus::Running
+                                        | ChatStatus::Interrupting
+                                        | ChatStatus::RequiresAction
+                                ))
                                 || (status == ChatStatus::Waiting && queued)
                         );
                     } else {
@@ -266,7 +283,10 @@ mod tests {
 
     #[test]
     fn runnable_states_are_exactly_the_busy_ones() {
-        let runnable: Vec<_> = ExecutionState::ALL.into_iter().filter(|s| s.is_runnable()).collect();
+        let runnable: Vec<_> = ExecutionState::ALL
+            .into_iter()
+            .filter(|s| s.is_runnable())
+            .collect();
         use ExecutionState::*;
         assert_eq!(runnable, vec![R0, R1, I0, I1, A0, A1]);
     }
@@ -277,13 +297,5 @@ mod tests {
             assert_eq!(status.as_str().parse::<ChatStatus>(), Ok(status));
         }
         assert!("paused".parse::<ChatStatus>().is_err());
-    }
-}
-
-impl TryFrom<String> for ChatStatus {
-    type Error = UnknownStatus;
-
-    fn try_from(value: String) -> Result<Self, UnknownStatus> {
-        value.parse()
     }
 }

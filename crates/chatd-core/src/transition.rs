@@ -94,8 +94,12 @@ impl Transition {
         Transition::CreateChat,
         Transition::SetArchived { archived: true },
         Transition::SetArchived { archived: false },
-        Transition::SendMessage { busy_behavior: BusyBehavior::Queue },
-        Transition::SendMessage { busy_behavior: BusyBehavior::Interrupt },
+        Transition::SendMessage {
+            busy_behavior: BusyBehavior::Queue,
+        },
+        Transition::SendMessage {
+            busy_behavior: BusyBehavior::Interrupt,
+        },
         Transition::EditMessage,
         Transition::RequestCompaction,
         Transition::ClearContext,

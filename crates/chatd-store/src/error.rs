@@ -30,10 +30,14 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Database(err) => match err {
-                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_) => {
-                    true
-                }
-                sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("40001" | "40P01" | "57P01" | "08006" | "08003")),
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Protocol(_) => true,
+                sqlx::Error::Database(db) => matches!(
+                    db.code().as_deref(),
+                    Some("40001" | "40P01" | "57P01" | "08006" | "08003")
+                ),
                 _ => false,
             },
             _ => false,

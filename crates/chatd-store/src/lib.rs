@@ -21,11 +21,15 @@ pub mod queries;
 pub mod transitions;
 
 pub use error::{StoreError, StoreResult};
-pub use machine::{ChatMachine, ChatTx, CreateChatInput, CreateChatResult, LockedChat, Store, StoreConfig, chat_update_payload, migrate};
+pub use machine::{
+    ChatMachine, ChatTx, CreateChatInput, CreateChatResult, LockedChat, Store, StoreConfig,
+    chat_update_payload, migrate,
+};
 pub use models::{Chat, ChatMessage, NewMessage, QueuedMessage, Usage};
 pub use transitions::{
-    CompleteRequiresActionInput, EditMessageInput, EditMessageResult, FinishInterruptionResult, FinishTurnResult,
-    PromoteQueuedMessageResult, SendMessageInput, SendMessageResult, ToolResultInput, validate_tool_results,
+    CompleteRequiresActionInput, EditMessageInput, EditMessageResult, FinishInterruptionResult,
+    FinishTurnResult, PromoteQueuedMessageResult, SendMessageInput, SendMessageResult,
+    ToolResultInput, validate_tool_results,
 };
 
 /// The embedded migrations (`crates/chatd-store/migrations`).

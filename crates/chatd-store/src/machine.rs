@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_core::{ChatStatus, ExecutionState, StateError, Transition, classify, matrix};
-use chatd_pubsub::{ChatUpdate, OWNERSHIP_CHANNEL, OwnershipHint, PublishBuffer, Publisher, chat_update_channel};
+use chatd_pubsub::{
+    ChatUpdate, OWNERSHIP_CHANNEL, OwnershipHint, PublishBuffer, Publisher, chat_update_channel,
+};
 use futures::future::BoxFuture;
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -61,7 +63,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Store")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -111,7 +115,11 @@ impl Store {
 
     /// A store with explicit tunables.
     pub fn with_config(pool: PgPool, publisher: Arc<dyn Publisher>, config: StoreConfig) -> Self {
-        Self { pool, publisher, config: Arc::new(config) }
+        Self {
+            pool,
+            publisher,
+            config: Arc::new(config),
+        }
     }
 
     /// The connection pool.
@@ -131,7 +139,10 @@ impl Store {
 
     /// A state-machine handle for one chat. Cheap; make one per request.
     pub fn machine(&self, chat_id: Uuid) -> ChatMachine {
-        ChatMachine { store: self.clone(), chat_id }
+        ChatMachine {
+            store: self.clone(),
+            chat_id,
+        }
     }
 
     /// Creates a chat with its initial history in one transaction
@@ -147,10 +158,18 @@ impl Store {
     pub async fn create_chat(&self, input: CreateChatInput) -> StoreResult<CreateChatResult> {
         let status = input.initial_status.unwrap_or(ChatStatus::Running);
         if !matches!(status, ChatStatus::Running | ChatStatus::Waiting) {
-            return Err(StateError::InvalidInput { field: "initial_status", detail: "must be running or waiting".into() }.into());
+            return Err(StateError::InvalidInput {
+                field: "initial_status",
+                detail: "must be running or waiting".into(),
+            }
+            .into());
         }
         if input.initial_messages.is_empty() {
-            return Err(StateError::InvalidInput { field: "initial_messages", detail: "must not be empty".into() }.into());
+            return Err(StateError::InvalidInput {
+                field: "initial_messages",
+                detail: "must not be empty".into(),
+            }
+            .into());
         }
         let id = input.id.unwrap_or_else(Uuid::new_v4);
         let mut tx = self.pool.begin().await?;
@@ -192,11 +211,15 @@ impl Store {
         let buffer = PublishBuffer::new(self.publisher.clone());
         let chat = enqueue_publications(&mut tx, id, &buffer, &self.config).await?;
         let to = chat.execution_state(false);
-        matrix::check_landing(Transition::CreateChat, ExecutionState::N, to).map_err(StateError::from)?;
+        matrix::check_landing(Transition::CreateChat, ExecutionState::N, to)
+            .map_err(StateError::from)?;
         tx.commit().await?;
         flush(&buffer);
         record_transition(Transition::CreateChat, "ok");
-        Ok(CreateChatResult { chat, initial_messages })
+        Ok(CreateChatResult {
+            chat,
+            initial_messages,
+        })
     }
 
     /// Archives or unarchives a root chat and every chat of its family in one
@@ -210,9 +233,15 @@ impl Store {
     /// `ChatNotFound`, `ChatNotRoot` (the chat has a parent),
     /// `InvalidState` when any member is invalid, `TransitionNotAllowed` when a
     /// member is busy.
-    pub async fn set_family_archived(&self, root_id: Uuid, archived: bool) -> StoreResult<Vec<Chat>> {
+    pub async fn set_family_archived(
+        &self,
+        root_id: Uuid,
+        archived: bool,
+    ) -> StoreResult<Vec<Chat>> {
         let mut tx = self.pool.begin().await?;
-        let root = queries::lock_and_bump(&mut tx, root_id).await?.ok_or(StateError::ChatNotFound)?;
+        let root = queries::lock_and_bump(&mut tx, root_id)
+            .await?
+            .ok_or(StateError::ChatNotFound)?;
         if root.parent_chat_id.is_some() {
             return Err(StateError::ChatNotRoot.into());
         }
@@ -228,13 +257,26 @@ impl Store {
         members.extend(children);
         for (i, member) in members.iter().enumerate() {
             if i > 0 {
-                queries::lock_and_bump(&mut tx, *member).await?.ok_or(StateError::ChatNotFound)?;
+                queries::lock_and_bump(&mut tx, *member)
+                    .await?
+                    .ok_or(StateError::ChatNotFound)?;
             }
-            let mut ops = crate::transitions::Ops { conn: &mut tx, chat_id: *member, config: &self.config, applied: &mut applied };
-            let chat = queries::select_chat(ops.conn, *member, "").await?.ok_or(StateError::ChatNotFound)?;
+            let mut ops = crate::transitions::Ops {
+                conn: &mut tx,
+                chat_id: *member,
+                config: &self.config,
+                applied: &mut applied,
+            };
+            let chat = queries::select_chat(ops.conn, *member, "")
+                .await?
+                .ok_or(StateError::ChatNotFound)?;
             let state = chat.execution_state(queries::queue_len(ops.conn, *member).await? > 0);
             if state == ExecutionState::Invalid {
-                let err = chatd_core::TransitionError::new(Transition::SetArchived { archived }, state, "family member is in an invalid execution state");
+                let err = chatd_core::TransitionError::new(
+                    Transition::SetArchived { archived },
+                    state,
+                    "family member is in an invalid execution state",
+                );
                 record_transition(Transition::SetArchived { archived }, "rejected");
                 return Err(StateError::InvalidState(err).into());
             }
@@ -282,7 +324,9 @@ impl ChatMachine {
     /// `ChatNotFound` when the chat does not exist; database errors.
     pub async fn begin(&self) -> StoreResult<ChatTx> {
         let mut tx = self.store.pool.begin().await?;
-        let chat = queries::lock_and_bump(&mut tx, self.chat_id).await?.ok_or(StateError::ChatNotFound)?;
+        let chat = queries::lock_and_bump(&mut tx, self.chat_id)
+            .await?
+            .ok_or(StateError::ChatNotFound)?;
         Ok(ChatTx {
             tx,
             chat_id: self.chat_id,
@@ -345,14 +389,20 @@ impl ChatMachine {
     /// `ChatNotFound`; database errors.
     pub async fn snapshot(&self) -> StoreResult<LockedChat> {
         let mut tx = self.store.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *tx).await?;
-        let chat = queries::select_chat(&mut tx, self.chat_id, "").await?.ok_or(StateError::ChatNotFound)?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let chat = queries::select_chat(&mut tx, self.chat_id, "")
+            .await?
+            .ok_or(StateError::ChatNotFound)?;
         Ok(LockedChat { tx, chat })
     }
 
     async fn lock_with(&self, clause: &str) -> StoreResult<LockedChat> {
         let mut tx = self.store.pool.begin().await?;
-        let chat = queries::select_chat(&mut tx, self.chat_id, clause).await?.ok_or(StateError::ChatNotFound)?;
+        let chat = queries::select_chat(&mut tx, self.chat_id, clause)
+            .await?
+            .ok_or(StateError::ChatNotFound)?;
         Ok(LockedChat { tx, chat })
     }
 }
@@ -448,7 +498,9 @@ impl ChatTx {
     /// `ChatNotFound` (deleted under us cannot happen while locked, but the
     /// row may be gone if the caller deleted it); database errors.
     pub async fn chat(&mut self) -> StoreResult<Chat> {
-        Ok(queries::select_chat(&mut self.tx, self.chat_id, "").await?.ok_or(StateError::ChatNotFound)?)
+        Ok(queries::select_chat(&mut self.tx, self.chat_id, "")
+            .await?
+            .ok_or(StateError::ChatNotFound)?)
     }
 
     /// The current execution state, read in this transaction.
@@ -474,7 +526,8 @@ impl ChatTx {
     /// Database errors (the bundle is rolled back and nothing is published).
     pub async fn commit(mut self) -> StoreResult<Chat> {
         let buffer = PublishBuffer::new(self.store.publisher.clone());
-        let chat = enqueue_publications(&mut self.tx, self.chat_id, &buffer, &self.store.config).await?;
+        let chat =
+            enqueue_publications(&mut self.tx, self.chat_id, &buffer, &self.store.config).await?;
         self.tx.commit().await?;
         flush(&buffer);
         for (transition, _, _) in &self.applied {
@@ -502,7 +555,8 @@ async fn enqueue_publications(
     config: &StoreConfig,
 ) -> StoreResult<Chat> {
     let (chat, queued, fresh) =
-        queries::publication_facts(conn, chat_id, config.heartbeat_stale_after.as_secs_f64()).await?;
+        queries::publication_facts(conn, chat_id, config.heartbeat_stale_after.as_secs_f64())
+            .await?;
     let update = chat_update_payload(&chat);
     let payload = serde_json::to_vec(&update).expect("ChatUpdate serializes");
     // A full in-memory buffer cannot fail before flush; errors here would be
@@ -513,7 +567,10 @@ async fn enqueue_publications(
     let runnable = classify(Some((chat.status, chat.archived, queued))).is_runnable();
     let owned = chat.worker_id.is_some() && chat.runner_id.is_some() && fresh;
     if runnable && !owned {
-        let hint = OwnershipHint { chat_id, snapshot_version: chat.snapshot_version };
+        let hint = OwnershipHint {
+            chat_id,
+            snapshot_version: chat.snapshot_version,
+        };
         let payload = serde_json::to_vec(&hint).expect("OwnershipHint serializes");
         if let Err(err) = buffer.publish(OWNERSHIP_CHANNEL, &payload) {
             tracing::warn!(%chat_id, error = %err, "buffering chat:ownership failed");

@@ -168,7 +168,10 @@ pub struct ChatMessage {
 impl ChatMessage {
     /// Usage, when the row carries any token counts.
     pub fn usage(&self) -> Option<Usage> {
-        if self.input_tokens.is_none() && self.output_tokens.is_none() && self.total_tokens.is_none() {
+        if self.input_tokens.is_none()
+            && self.output_tokens.is_none()
+            && self.total_tokens.is_none()
+        {
             return None;
         }
         Some(Usage {
@@ -239,7 +242,11 @@ pub struct NewMessage {
 impl NewMessage {
     /// A message with `role` and `content` and defaults elsewhere.
     pub fn new(role: ChatRole, content: Vec<MessagePart>) -> Self {
-        Self { role: Some(role), content, ..Self::default() }
+        Self {
+            role: Some(role),
+            content,
+            ..Self::default()
+        }
     }
 
     /// A user message.

@@ -4,8 +4,8 @@
 
 use chatd_core::{ChatStatus, MessagePart};
 use serde_json::Value;
-use sqlx::{AssertSqlSafe, PgConnection};
 use sqlx::types::Json;
+use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
 use crate::models::{Chat, ChatMessage, NewMessage, QueuedMessage};
@@ -28,11 +28,42 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
 
 /// Reads the chat row with the given row-lock clause (`""`, `"FOR UPDATE"`,
 /// `"FOR SHARE"`).
-pub async fn select_chat(conn: &mut PgConnection, chat_id: Uuid, lock: &str) -> sqlx::Result<Option<Chat>> {
-    sqlx::query_as::<_, Chat>(AssertSqlSafe(format!("SELECT * FROM chats WHERE id = $1 {lock}")))
-        .bind(chat_id)
-        .fetch_optional(conn)
-        .await
+pub async fn select_chat(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    lock: &str,
+) -> sqlx::Result<Option<Chat>> {
+    sqlx::query_as::<_, Chat>(AssertSqlSafe(format!(
+        "SELECT * FROM chats WHERE id = $1 {lock}"
+    )))
+    .bind(chat_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// A chat row with the length of its queue, read in one statement.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ChatWithQueue {
+    /// The row.
+    #[sqlx(flatten)]
+    pub chat: Chat,
+    /// Number of queued messages.
+    pub queue_len: i64,
+}
+
+/// The chat row and its queue length (no row lock clause: callers hold the
+/// lock already or read in a snapshot).
+pub async fn select_state(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Option<ChatWithQueue>> {
+    sqlx::query_as(
+        "SELECT c.*, (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queue_len
+         FROM chats c WHERE c.id = $1",
+    )
+    .bind(chat_id)
+    .fetch_optional(conn)
+    .await
 }
 
 /// Number of queued messages of the chat.
@@ -131,7 +162,10 @@ pub async fn enqueue(
 }
 
 /// Removes and returns the head of the chat's queue.
-pub async fn pop_queue_head(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<QueuedMessage>> {
+pub async fn pop_queue_head(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Option<QueuedMessage>> {
     sqlx::query_as(
         "DELETE FROM chat_queued_messages WHERE id = (
              SELECT id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id LIMIT 1)
@@ -143,7 +177,11 @@ pub async fn pop_queue_head(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Res
 }
 
 /// Removes one queued message of the chat.
-pub async fn delete_queued(conn: &mut PgConnection, chat_id: Uuid, id: i64) -> sqlx::Result<Option<QueuedMessage>> {
+pub async fn delete_queued(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<QueuedMessage>> {
     sqlx::query_as("DELETE FROM chat_queued_messages WHERE chat_id = $1 AND id = $2 RETURNING *")
         .bind(chat_id)
         .bind(id)
@@ -153,18 +191,23 @@ pub async fn delete_queued(conn: &mut PgConnection, chat_id: Uuid, id: i64) -> s
 
 /// Removes every queued message of the chat, returning their ids in order.
 pub async fn clear_queue(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<i64>> {
-    let mut ids: Vec<(i64, i64)> =
-        sqlx::query_as("DELETE FROM chat_queued_messages WHERE chat_id = $1 RETURNING id, position")
-            .bind(chat_id)
-            .fetch_all(conn)
-            .await?;
+    let mut ids: Vec<(i64, i64)> = sqlx::query_as(
+        "DELETE FROM chat_queued_messages WHERE chat_id = $1 RETURNING id, position",
+    )
+    .bind(chat_id)
+    .fetch_all(conn)
+    .await?;
     ids.sort_by_key(|(id, position)| (*position, *id));
     Ok(ids.into_iter().map(|(id, _)| id).collect())
 }
 
 /// Moves a queued message to the head of its chat's queue (no-op when it is
 /// already there).
-pub async fn move_to_queue_head(conn: &mut PgConnection, chat_id: Uuid, id: i64) -> sqlx::Result<Option<QueuedMessage>> {
+pub async fn move_to_queue_head(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<QueuedMessage>> {
     sqlx::query_as(
         "UPDATE chat_queued_messages q SET position = h.min_position - 1
          FROM (SELECT min(position) AS min_position FROM chat_queued_messages WHERE chat_id = $1) h
@@ -178,7 +221,11 @@ pub async fn move_to_queue_head(conn: &mut PgConnection, chat_id: Uuid, id: i64)
 }
 
 /// One queued message of the chat.
-pub async fn queued_message(conn: &mut PgConnection, chat_id: Uuid, id: i64) -> sqlx::Result<Option<QueuedMessage>> {
+pub async fn queued_message(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<QueuedMessage>> {
     sqlx::query_as("SELECT * FROM chat_queued_messages WHERE chat_id = $1 AND id = $2")
         .bind(chat_id)
         .bind(id)
@@ -187,7 +234,11 @@ pub async fn queued_message(conn: &mut PgConnection, chat_id: Uuid, id: i64) -> 
 }
 
 /// One message of the chat (deleted or not).
-pub async fn message(conn: &mut PgConnection, chat_id: Uuid, id: i64) -> sqlx::Result<Option<ChatMessage>> {
+pub async fn message(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<ChatMessage>> {
     sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 AND id = $2")
         .bind(chat_id)
         .bind(id)
@@ -198,7 +249,10 @@ pub async fn message(conn: &mut PgConnection, chat_id: Uuid, id: i64) -> sqlx::R
 /// Contents of the active messages from the latest user message on (the only
 /// place an unanswered tool call can be: every transition that inserts a user
 /// message answers the calls before it), in id order.
-pub async fn tail_contents(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<Vec<MessagePart>>> {
+pub async fn tail_contents(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Vec<Vec<MessagePart>>> {
     let rows: Vec<Json<Vec<MessagePart>>> = sqlx::query_scalar(
         "SELECT content FROM chat_messages
          WHERE chat_id = $1 AND NOT deleted AND id >= COALESCE(
@@ -212,7 +266,11 @@ pub async fn tail_contents(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
 }
 
 /// Soft-deletes the active messages with `id >= from_id`, returning their ids.
-pub async fn soft_delete_from(conn: &mut PgConnection, chat_id: Uuid, from_id: i64) -> sqlx::Result<Vec<i64>> {
+pub async fn soft_delete_from(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    from_id: i64,
+) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar(
         "UPDATE chat_messages SET deleted = true WHERE chat_id = $1 AND id >= $2 AND NOT deleted RETURNING id",
     )
@@ -255,7 +313,11 @@ pub struct ChatChanges {
 }
 
 /// Applies `changes` to the chat row and returns the new row.
-pub async fn update_chat(conn: &mut PgConnection, chat_id: Uuid, changes: &ChatChanges) -> sqlx::Result<Chat> {
+pub async fn update_chat(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    changes: &ChatChanges,
+) -> sqlx::Result<Chat> {
     let mut sets: Vec<String> = Vec::new();
     let mut n = 1;
     let mut next = || {
@@ -276,7 +338,10 @@ pub async fn update_chat(conn: &mut PgConnection, chat_id: Uuid, changes: &ChatC
     }
     if let Some(deadline) = changes.deadline_in_secs {
         match deadline {
-            Some(_) => sets.push(format!("requires_action_deadline_at = now() + make_interval(secs => {})", next())),
+            Some(_) => sets.push(format!(
+                "requires_action_deadline_at = now() + make_interval(secs => {})",
+                next()
+            )),
             None => sets.push("requires_action_deadline_at = NULL".to_owned()),
         }
     }
@@ -303,9 +368,14 @@ pub async fn update_chat(conn: &mut PgConnection, chat_id: Uuid, changes: &ChatC
         sets.push("generation_attempt = 0".to_owned());
     }
     if sets.is_empty() {
-        return select_chat(conn, chat_id, "").await?.ok_or(sqlx::Error::RowNotFound);
+        return select_chat(conn, chat_id, "")
+            .await?
+            .ok_or(sqlx::Error::RowNotFound);
     }
-    let sql = format!("UPDATE chats SET {} WHERE id = $1 RETURNING *", sets.join(", "));
+    let sql = format!(
+        "UPDATE chats SET {} WHERE id = $1 RETURNING *",
+        sets.join(", ")
+    );
     let mut query = sqlx::query_as::<_, Chat>(AssertSqlSafe(sql)).bind(chat_id);
     if let Some(status) = changes.status {
         query = query.bind(status.as_str());
@@ -336,7 +406,11 @@ pub async fn update_chat(conn: &mut PgConnection, chat_id: Uuid, changes: &ChatC
 
 /// Inserts or refreshes the heartbeat row of `(chat_id, runner_id)` at
 /// database time.
-pub async fn upsert_heartbeat(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
+pub async fn upsert_heartbeat(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    runner_id: Uuid,
+) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at) VALUES ($1, $2, now())
          ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at",
@@ -349,7 +423,11 @@ pub async fn upsert_heartbeat(conn: &mut PgConnection, chat_id: Uuid, runner_id:
 }
 
 /// Deletes the heartbeat row of `(chat_id, runner_id)`.
-pub async fn delete_heartbeat(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
+pub async fn delete_heartbeat(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    runner_id: Uuid,
+) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2")
         .bind(chat_id)
         .bind(runner_id)
@@ -366,16 +444,23 @@ pub async fn publication_facts(
     chat_id: Uuid,
     stale_after_secs: f64,
 ) -> sqlx::Result<(Chat, bool, bool)> {
-    let chat = select_chat(conn, chat_id, "").await?.ok_or(sqlx::Error::RowNotFound)?;
-    let (queued, fresh): (bool, bool) = sqlx::query_as(
-        "SELECT EXISTS (SELECT 1 FROM chat_queued_messages WHERE chat_id = $1),
-                EXISTS (SELECT 1 FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2
-                        AND heartbeat_at >= now() - make_interval(secs => $3))",
+    #[derive(sqlx::FromRow)]
+    struct Facts {
+        #[sqlx(flatten)]
+        chat: Chat,
+        queued: bool,
+        fresh: bool,
+    }
+    let facts: Facts = sqlx::query_as(
+        "SELECT c.*,
+                EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queued,
+                EXISTS (SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
+                        AND h.heartbeat_at >= now() - make_interval(secs => $2)) AS fresh
+         FROM chats c WHERE c.id = $1",
     )
     .bind(chat_id)
-    .bind(chat.runner_id)
     .bind(stale_after_secs)
     .fetch_one(conn)
     .await?;
-    Ok((chat, queued, fresh))
+    Ok((facts.chat, facts.queued, facts.fresh))
 }

@@ -13,9 +13,9 @@
 //! - leaving `error` (except to archive) clears `last_error`.
 
 use chatd_core::{
-    BusyBehavior, CANCELLED_TOOL_RESULT, ChatRole, ChatStatus, ExecutionState, INTERRUPTED_TOOL_RESULT, MessagePart,
-    StateError, TIMED_OUT_TOOL_RESULT, ToolCallRef, ToolResultError, ToolResultErrorKind, Transition, classify, matrix,
-    outstanding_tool_calls,
+    BusyBehavior, CANCELLED_TOOL_RESULT, ChatRole, ChatStatus, ExecutionState,
+    INTERRUPTED_TOOL_RESULT, MessagePart, StateError, TIMED_OUT_TOOL_RESULT, ToolCallRef,
+    ToolResultError, ToolResultErrorKind, Transition, classify, matrix, outstanding_tool_calls,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -135,26 +135,44 @@ pub struct FinishTurnResult {
 ///
 /// # Errors
 /// The first [`ToolResultError`] found.
-pub fn validate_tool_results(results: &[ToolResultInput], pending: &[ToolCallRef]) -> Result<(), ToolResultError> {
+pub fn validate_tool_results(
+    results: &[ToolResultInput],
+    pending: &[ToolCallRef],
+) -> Result<(), ToolResultError> {
     let mut seen = std::collections::HashSet::new();
     for result in results {
         if !seen.insert(result.tool_call_id.as_str()) {
-            return Err(ToolResultError { kind: ToolResultErrorKind::Duplicate, tool_call_id: result.tool_call_id.clone() });
+            return Err(ToolResultError {
+                kind: ToolResultErrorKind::Duplicate,
+                tool_call_id: result.tool_call_id.clone(),
+            });
         }
     }
     for result in results {
-        if !pending.iter().any(|p| p.tool_call_id == result.tool_call_id) {
-            return Err(ToolResultError { kind: ToolResultErrorKind::Unexpected, tool_call_id: result.tool_call_id.clone() });
+        if !pending
+            .iter()
+            .any(|p| p.tool_call_id == result.tool_call_id)
+        {
+            return Err(ToolResultError {
+                kind: ToolResultErrorKind::Unexpected,
+                tool_call_id: result.tool_call_id.clone(),
+            });
         }
     }
     for call in pending {
         if !seen.contains(call.tool_call_id.as_str()) {
-            return Err(ToolResultError { kind: ToolResultErrorKind::Missing, tool_call_id: call.tool_call_id.clone() });
+            return Err(ToolResultError {
+                kind: ToolResultErrorKind::Missing,
+                tool_call_id: call.tool_call_id.clone(),
+            });
         }
     }
     for result in results {
         if serde_json::from_str::<serde::de::IgnoredAny>(&result.output).is_err() {
-            return Err(ToolResultError { kind: ToolResultErrorKind::InvalidJson, tool_call_id: result.tool_call_id.clone() });
+            return Err(ToolResultError {
+                kind: ToolResultErrorKind::InvalidJson,
+                tool_call_id: result.tool_call_id.clone(),
+            });
         }
     }
     Ok(())
@@ -179,7 +197,10 @@ impl ChatTx {
     /// # Errors
     /// `MessageQueueFull` when the message would be queued and the queue is
     /// at its cap; not allowed from archived, invalid or missing chats.
-    pub async fn send_message(&mut self, input: SendMessageInput) -> StoreResult<SendMessageResult> {
+    pub async fn send_message(
+        &mut self,
+        input: SendMessageInput,
+    ) -> StoreResult<SendMessageResult> {
         self.ops().send_message(input).await
     }
 
@@ -192,7 +213,10 @@ impl ChatTx {
     /// `MessageNotFound` when `k` is not an active message of this chat,
     /// `EditedMessageNotUser` when it is not a user message; not allowed from
     /// archived/invalid states.
-    pub async fn edit_message(&mut self, input: EditMessageInput) -> StoreResult<EditMessageResult> {
+    pub async fn edit_message(
+        &mut self,
+        input: EditMessageInput,
+    ) -> StoreResult<EditMessageResult> {
         self.ops().edit_message(input).await
     }
 
@@ -201,7 +225,10 @@ impl ChatTx {
     /// # Errors
     /// Not allowed elsewhere (an empty queue); `QueuedMessageNotFound` when
     /// `qid` is not queued on this chat.
-    pub async fn delete_queued_message(&mut self, queued_message_id: i64) -> StoreResult<QueuedMessage> {
+    pub async fn delete_queued_message(
+        &mut self,
+        queued_message_id: i64,
+    ) -> StoreResult<QueuedMessage> {
         self.ops().delete_queued_message(queued_message_id).await
     }
 
@@ -211,7 +238,10 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed from other states; `QueuedMessageNotFound`.
-    pub async fn promote_queued_message(&mut self, queued_message_id: i64) -> StoreResult<PromoteQueuedMessageResult> {
+    pub async fn promote_queued_message(
+        &mut self,
+        queued_message_id: i64,
+    ) -> StoreResult<PromoteQueuedMessageResult> {
         self.ops().promote_queued_message(queued_message_id).await
     }
 
@@ -230,7 +260,10 @@ impl ChatTx {
     ///
     /// # Errors
     /// `ToolResult` validation errors; not allowed from other states.
-    pub async fn complete_requires_action(&mut self, input: CompleteRequiresActionInput) -> StoreResult<Vec<ChatMessage>> {
+    pub async fn complete_requires_action(
+        &mut self,
+        input: CompleteRequiresActionInput,
+    ) -> StoreResult<Vec<ChatMessage>> {
         self.ops().complete_requires_action(input).await
     }
 
@@ -276,8 +309,14 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running; `InvalidInput` for an empty step.
-    pub async fn commit_step(&mut self, messages: Vec<NewMessage>, consume_compaction_request: bool) -> StoreResult<Vec<ChatMessage>> {
-        self.ops().commit_step(messages, consume_compaction_request).await
+    pub async fn commit_step(
+        &mut self,
+        messages: Vec<NewMessage>,
+        consume_compaction_request: bool,
+    ) -> StoreResult<Vec<ChatMessage>> {
+        self.ops()
+            .commit_step(messages, consume_compaction_request)
+            .await
     }
 
     /// `EnterRequiresAction`: `R0/R1 → A0/A1` with
@@ -296,7 +335,10 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless interrupting.
-    pub async fn finish_interruption(&mut self, partial_messages: Vec<NewMessage>) -> StoreResult<FinishInterruptionResult> {
+    pub async fn finish_interruption(
+        &mut self,
+        partial_messages: Vec<NewMessage>,
+    ) -> StoreResult<FinishInterruptionResult> {
         self.ops().finish_interruption(partial_messages).await
     }
 
@@ -321,8 +363,13 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless requires_action.
-    pub async fn cancel_requires_action(&mut self, reason: Option<&str>) -> StoreResult<Vec<ChatMessage>> {
-        self.ops().cancel_requires_action(reason.unwrap_or(TIMED_OUT_TOOL_RESULT)).await
+    pub async fn cancel_requires_action(
+        &mut self,
+        reason: Option<&str>,
+    ) -> StoreResult<Vec<ChatMessage>> {
+        self.ops()
+            .cancel_requires_action(reason.unwrap_or(TIMED_OUT_TOOL_RESULT))
+            .await
     }
 
     /// `RequestCompaction`: `W/E0 → R0`, `E1 → R1`; sets the compaction marker,
@@ -340,7 +387,10 @@ impl ChatTx {
     ///
     /// # Errors
     /// `InvalidInput` for an empty batch; not allowed from other states.
-    pub async fn clear_context(&mut self, messages: Vec<NewMessage>) -> StoreResult<Vec<ChatMessage>> {
+    pub async fn clear_context(
+        &mut self,
+        messages: Vec<NewMessage>,
+    ) -> StoreResult<Vec<ChatMessage>> {
         self.ops().clear_context(messages).await
     }
 
@@ -350,7 +400,10 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless the chat is invalid.
-    pub async fn reconcile_invalid_state(&mut self, last_error: Value) -> StoreResult<Vec<ChatMessage>> {
+    pub async fn reconcile_invalid_state(
+        &mut self,
+        last_error: Value,
+    ) -> StoreResult<Vec<ChatMessage>> {
         self.ops().reconcile_invalid_state(last_error).await
     }
 }
@@ -366,12 +419,11 @@ pub(crate) struct Ops<'a> {
 
 impl Ops<'_> {
     async fn state(&mut self) -> StoreResult<(Chat, i64, ExecutionState)> {
-        let Some(chat) = queries::select_chat(self.conn, self.chat_id, "").await? else {
+        let Some(row) = queries::select_state(self.conn, self.chat_id).await? else {
             return Ok((placeholder_chat(self.chat_id), 0, ExecutionState::N));
         };
-        let queued = queries::queue_len(self.conn, self.chat_id).await?;
-        let state = chat.execution_state(queued > 0);
-        Ok((chat, queued, state))
+        let state = row.chat.execution_state(row.queue_len > 0);
+        Ok((row.chat, row.queue_len, state))
     }
 
     /// Reads the state and validates the transition against the matrix.
@@ -385,7 +437,11 @@ impl Ops<'_> {
     }
 
     /// Classifies the result and checks the matrix lists it.
-    async fn land(&mut self, transition: Transition, from: ExecutionState) -> StoreResult<ExecutionState> {
+    async fn land(
+        &mut self,
+        transition: Transition,
+        from: ExecutionState,
+    ) -> StoreResult<ExecutionState> {
         let (_, _, to) = self.state().await?;
         matrix::check_landing(transition, from, to).map_err(StateError::from)?;
         self.applied.push((transition, from, to));
@@ -430,7 +486,9 @@ impl Ops<'_> {
         let mut inserted = self.answer_outstanding(reason).await?;
         let mut message = message.clone();
         message.role = Some(ChatRole::User);
-        inserted.push(queries::insert_message(self.conn, self.chat_id, &message, queued_message_id).await?);
+        inserted.push(
+            queries::insert_message(self.conn, self.chat_id, &message, queued_message_id).await?,
+        );
         if message.model_config_id.is_some() || message.reasoning_effort.is_some() {
             let changes = ChatChanges {
                 last_model_config_id: message.model_config_id,
@@ -443,11 +501,16 @@ impl Ops<'_> {
     }
 
     /// Pops the queue head into history. `None` when the queue is empty.
-    async fn promote_head(&mut self, reason: &str) -> StoreResult<Option<(QueuedMessage, Vec<ChatMessage>)>> {
+    async fn promote_head(
+        &mut self,
+        reason: &str,
+    ) -> StoreResult<Option<(QueuedMessage, Vec<ChatMessage>)>> {
         let Some(head) = queries::pop_queue_head(self.conn, self.chat_id).await? else {
             return Ok(None);
         };
-        let inserted = self.insert_user(&queued_to_message(&head), Some(head.id), reason).await?;
+        let inserted = self
+            .insert_user(&queued_to_message(&head), Some(head.id), reason)
+            .await?;
         Ok(Some((head, inserted)))
     }
 
@@ -465,7 +528,10 @@ impl Ops<'_> {
     pub(crate) async fn set_archived(&mut self, archived: bool) -> StoreResult<()> {
         let t = Transition::SetArchived { archived };
         let (_, _, from) = self.enter(t).await?;
-        let mut changes = ChatChanges { archived: Some(archived), ..ChatChanges::default() };
+        let mut changes = ChatChanges {
+            archived: Some(archived),
+            ..ChatChanges::default()
+        };
         if !archived && from == ExecutionState::XW {
             changes.last_error = None;
         }
@@ -474,23 +540,34 @@ impl Ops<'_> {
         Ok(())
     }
 
-    pub(crate) async fn send_message(&mut self, input: SendMessageInput) -> StoreResult<SendMessageResult> {
+    pub(crate) async fn send_message(
+        &mut self,
+        input: SendMessageInput,
+    ) -> StoreResult<SendMessageResult> {
         use ExecutionState as S;
-        let t = Transition::SendMessage { busy_behavior: input.busy_behavior };
+        let t = Transition::SendMessage {
+            busy_behavior: input.busy_behavior,
+        };
         let (_, queued, from) = self.enter(t).await?;
-        let max = input.max_queue_size.unwrap_or(self.config.max_queued_messages);
+        let max = input
+            .max_queue_size
+            .unwrap_or(self.config.max_queued_messages);
         let mut message = input.message;
         message.role = Some(ChatRole::User);
         let interrupt = input.busy_behavior == BusyBehavior::Interrupt;
         let mut result = SendMessageResult::default();
         match from {
             S::W | S::E0 => {
-                result.inserted_messages = self.insert_user(&message, None, CANCELLED_TOOL_RESULT).await?;
+                result.inserted_messages = self
+                    .insert_user(&message, None, CANCELLED_TOOL_RESULT)
+                    .await?;
                 self.change(running_clearing_error()).await?;
             }
             S::E1 => {
                 self.check_queue_room(t, queued, max)?;
-                result.queued_message = Some(queries::enqueue(self.conn, self.chat_id, &message, QueueEnd::Tail).await?);
+                result.queued_message = Some(
+                    queries::enqueue(self.conn, self.chat_id, &message, QueueEnd::Tail).await?,
+                );
                 if let Some((_, inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await? {
                     result.inserted_messages = inserted;
                 }
@@ -498,15 +575,21 @@ impl Ops<'_> {
             }
             S::R0 | S::R1 | S::I0 | S::I1 | S::A0 | S::A1 => {
                 self.check_queue_room(t, queued, max)?;
-                let end = if interrupt { QueueEnd::Head } else { QueueEnd::Tail };
-                result.queued_message = Some(queries::enqueue(self.conn, self.chat_id, &message, end).await?);
+                let end = if interrupt {
+                    QueueEnd::Head
+                } else {
+                    QueueEnd::Tail
+                };
+                result.queued_message =
+                    Some(queries::enqueue(self.conn, self.chat_id, &message, end).await?);
                 if interrupt {
                     match from {
                         S::R0 | S::R1 => {
                             self.change(status(ChatStatus::Interrupting)).await?;
                         }
                         S::A0 | S::A1 => {
-                            result.inserted_messages = self.answer_outstanding(INTERRUPTED_TOOL_RESULT).await?;
+                            result.inserted_messages =
+                                self.answer_outstanding(INTERRUPTED_TOOL_RESULT).await?;
                             self.change(running_clearing_deadline()).await?;
                         }
                         _ => {}
@@ -519,29 +602,53 @@ impl Ops<'_> {
         Ok(result)
     }
 
-    pub(crate) async fn edit_message(&mut self, input: EditMessageInput) -> StoreResult<EditMessageResult> {
+    pub(crate) async fn edit_message(
+        &mut self,
+        input: EditMessageInput,
+    ) -> StoreResult<EditMessageResult> {
         let t = Transition::EditMessage;
         let (_, _, from) = self.enter(t).await?;
         let target = queries::message(self.conn, self.chat_id, input.message_id).await?;
         let target = match target {
             Some(m) if !m.deleted && m.visibility.client_visible() => m,
-            _ => return Err(self.reject(t, StateError::MessageNotFound { message_id: input.message_id })),
+            _ => {
+                return Err(self.reject(
+                    t,
+                    StateError::MessageNotFound {
+                        message_id: input.message_id,
+                    },
+                ));
+            }
         };
         if target.role != ChatRole::User {
-            return Err(self.reject(t, StateError::EditedMessageNotUser { message_id: input.message_id }));
+            return Err(self.reject(
+                t,
+                StateError::EditedMessageNotUser {
+                    message_id: input.message_id,
+                },
+            ));
         }
         let deleted_queued_message_ids = queries::clear_queue(self.conn, self.chat_id).await?;
-        let deleted_message_ids = queries::soft_delete_from(self.conn, self.chat_id, target.id).await?;
+        let deleted_message_ids =
+            queries::soft_delete_from(self.conn, self.chat_id, target.id).await?;
         let cancellation_messages = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
         let mut replacement = input.replacement;
         replacement.role = Some(ChatRole::User);
-        let mut inserted = self.insert_user(&replacement, None, CANCELLED_TOOL_RESULT).await?;
-        let replacement_message = inserted.pop().expect("insert_user returns the user row last");
+        let mut inserted = self
+            .insert_user(&replacement, None, CANCELLED_TOOL_RESULT)
+            .await?;
+        let replacement_message = inserted
+            .pop()
+            .expect("insert_user returns the user row last");
         let mut suffix_messages = Vec::with_capacity(input.suffix_messages.len());
         for message in &input.suffix_messages {
             suffix_messages.push(self.insert(message).await?);
         }
-        self.change(ChatChanges { deadline_in_secs: Some(None), ..running_clearing_error() }).await?;
+        self.change(ChatChanges {
+            deadline_in_secs: Some(None),
+            ..running_clearing_error()
+        })
+        .await?;
         self.land(t, from).await?;
         Ok(EditMessageResult {
             replacement_message,
@@ -556,30 +663,59 @@ impl Ops<'_> {
         let t = Transition::DeleteQueuedMessage;
         let (_, _, from) = self.enter(t).await?;
         let Some(deleted) = queries::delete_queued(self.conn, self.chat_id, id).await? else {
-            return Err(self.reject(t, StateError::QueuedMessageNotFound { queued_message_id: id }));
+            return Err(self.reject(
+                t,
+                StateError::QueuedMessageNotFound {
+                    queued_message_id: id,
+                },
+            ));
         };
         self.land(t, from).await?;
         Ok(deleted)
     }
 
-    pub(crate) async fn promote_queued_message(&mut self, id: i64) -> StoreResult<PromoteQueuedMessageResult> {
+    pub(crate) async fn promote_queued_message(
+        &mut self,
+        id: i64,
+    ) -> StoreResult<PromoteQueuedMessageResult> {
         use ExecutionState as S;
         let t = Transition::PromoteQueuedMessage;
         let (_, _, from) = self.enter(t).await?;
         let Some(queued) = queries::queued_message(self.conn, self.chat_id, id).await? else {
-            return Err(self.reject(t, StateError::QueuedMessageNotFound { queued_message_id: id }));
+            return Err(self.reject(
+                t,
+                StateError::QueuedMessageNotFound {
+                    queued_message_id: id,
+                },
+            ));
         };
-        let mut result = PromoteQueuedMessageResult { queued_message: queued.clone(), inserted_message: None, cancellation_messages: vec![] };
+        let mut result = PromoteQueuedMessageResult {
+            queued_message: queued.clone(),
+            inserted_message: None,
+            cancellation_messages: vec![],
+        };
         match from {
             S::E1 | S::A1 => {
                 queries::delete_queued(self.conn, self.chat_id, id).await?;
-                let mut inserted = self.insert_user(&queued_to_message(&queued), Some(queued.id), CANCELLED_TOOL_RESULT).await?;
+                let mut inserted = self
+                    .insert_user(
+                        &queued_to_message(&queued),
+                        Some(queued.id),
+                        CANCELLED_TOOL_RESULT,
+                    )
+                    .await?;
                 result.inserted_message = inserted.pop();
                 result.cancellation_messages = inserted;
-                self.change(ChatChanges { deadline_in_secs: Some(None), ..running_clearing_error() }).await?;
+                self.change(ChatChanges {
+                    deadline_in_secs: Some(None),
+                    ..running_clearing_error()
+                })
+                .await?;
             }
             S::R1 | S::I1 => {
-                if let Some(moved) = queries::move_to_queue_head(self.conn, self.chat_id, id).await? {
+                if let Some(moved) =
+                    queries::move_to_queue_head(self.conn, self.chat_id, id).await?
+                {
                     result.queued_message = moved;
                 }
                 self.change(status(ChatStatus::Interrupting)).await?;
@@ -609,7 +745,10 @@ impl Ops<'_> {
         Ok(cancellations)
     }
 
-    pub(crate) async fn complete_requires_action(&mut self, input: CompleteRequiresActionInput) -> StoreResult<Vec<ChatMessage>> {
+    pub(crate) async fn complete_requires_action(
+        &mut self,
+        input: CompleteRequiresActionInput,
+    ) -> StoreResult<Vec<ChatMessage>> {
         let t = Transition::CompleteRequiresAction;
         let (_, _, from) = self.enter(t).await?;
         let pending = self.pending_calls().await?;
@@ -620,7 +759,11 @@ impl Ops<'_> {
         // Results are stored in the order the calls were made, whatever order
         // they were submitted in.
         for call in &pending {
-            let result = input.results.iter().find(|r| r.tool_call_id == call.tool_call_id).expect("validated");
+            let result = input
+                .results
+                .iter()
+                .find(|r| r.tool_call_id == call.tool_call_id)
+                .expect("validated");
             let value: Value = serde_json::from_str(&result.output).expect("validated");
             let mut message = NewMessage::tool(vec![MessagePart::ToolResult {
                 tool_call_id: call.tool_call_id.clone(),
@@ -643,7 +786,11 @@ impl Ops<'_> {
     pub(crate) async fn acquire(&mut self, worker_id: Uuid, runner_id: Uuid) -> StoreResult<()> {
         let t = Transition::Acquire;
         let (_, _, from) = self.enter(t).await?;
-        self.change(ChatChanges { ownership: Some((Some(worker_id), Some(runner_id))), ..ChatChanges::default() }).await?;
+        self.change(ChatChanges {
+            ownership: Some((Some(worker_id), Some(runner_id))),
+            ..ChatChanges::default()
+        })
+        .await?;
         queries::upsert_heartbeat(self.conn, self.chat_id, runner_id).await?;
         self.land(t, from).await?;
         Ok(())
@@ -656,7 +803,11 @@ impl Ops<'_> {
             let err = chatd_core::TransitionError::new(t, from, "chat is not owned");
             return Err(self.reject(t, StateError::TransitionNotAllowed(err)));
         }
-        self.change(ChatChanges { ownership: Some((None, None)), ..ChatChanges::default() }).await?;
+        self.change(ChatChanges {
+            ownership: Some((None, None)),
+            ..ChatChanges::default()
+        })
+        .await?;
         if let Some(runner) = chat.runner_id {
             queries::delete_heartbeat(self.conn, self.chat_id, runner).await?;
         }
@@ -667,7 +818,12 @@ impl Ops<'_> {
     pub(crate) async fn record_generation_attempt(&mut self) -> StoreResult<i64> {
         let t = Transition::RecordGenerationAttempt;
         let (_, _, from) = self.enter(t).await?;
-        let chat = self.change(ChatChanges { bump_generation_attempt: true, ..ChatChanges::default() }).await?;
+        let chat = self
+            .change(ChatChanges {
+                bump_generation_attempt: true,
+                ..ChatChanges::default()
+            })
+            .await?;
         self.land(t, from).await?;
         Ok(chat.generation_attempt)
     }
@@ -675,23 +831,42 @@ impl Ops<'_> {
     pub(crate) async fn record_retry_state(&mut self, payload: Value) -> StoreResult<Chat> {
         let t = Transition::RecordRetryState;
         let (_, _, from) = self.enter(t).await?;
-        let chat = self.change(ChatChanges { retry_state: Some(Some(payload)), ..ChatChanges::default() }).await?;
+        let chat = self
+            .change(ChatChanges {
+                retry_state: Some(Some(payload)),
+                ..ChatChanges::default()
+            })
+            .await?;
         self.land(t, from).await?;
         Ok(chat)
     }
 
-    pub(crate) async fn commit_step(&mut self, messages: Vec<NewMessage>, consume_compaction_request: bool) -> StoreResult<Vec<ChatMessage>> {
+    pub(crate) async fn commit_step(
+        &mut self,
+        messages: Vec<NewMessage>,
+        consume_compaction_request: bool,
+    ) -> StoreResult<Vec<ChatMessage>> {
         let t = Transition::CommitStep;
         let (_, _, from) = self.enter(t).await?;
         if messages.is_empty() {
-            return Err(self.reject(t, StateError::InvalidInput { field: "messages", detail: "a step must insert at least one message".into() }));
+            return Err(self.reject(
+                t,
+                StateError::InvalidInput {
+                    field: "messages",
+                    detail: "a step must insert at least one message".into(),
+                },
+            ));
         }
         let mut inserted = Vec::with_capacity(messages.len());
         for message in &messages {
             inserted.push(self.insert(message).await?);
         }
         if consume_compaction_request {
-            self.change(ChatChanges { compaction_requested: Some(false), ..ChatChanges::default() }).await?;
+            self.change(ChatChanges {
+                compaction_requested: Some(false),
+                ..ChatChanges::default()
+            })
+            .await?;
         }
         self.land(t, from).await?;
         Ok(inserted)
@@ -702,20 +877,31 @@ impl Ops<'_> {
         let (_, _, from) = self.enter(t).await?;
         let secs = self.config.requires_action_timeout.as_secs_f64();
         let chat = self
-            .change(ChatChanges { status: Some(ChatStatus::RequiresAction), deadline_in_secs: Some(Some(secs)), ..ChatChanges::default() })
+            .change(ChatChanges {
+                status: Some(ChatStatus::RequiresAction),
+                deadline_in_secs: Some(Some(secs)),
+                ..ChatChanges::default()
+            })
             .await?;
         self.land(t, from).await?;
-        Ok(chat.requires_action_deadline_at.expect("deadline was just set"))
+        Ok(chat
+            .requires_action_deadline_at
+            .expect("deadline was just set"))
     }
 
-    pub(crate) async fn finish_interruption(&mut self, partial: Vec<NewMessage>) -> StoreResult<FinishInterruptionResult> {
+    pub(crate) async fn finish_interruption(
+        &mut self,
+        partial: Vec<NewMessage>,
+    ) -> StoreResult<FinishInterruptionResult> {
         let t = Transition::FinishInterruption;
         let (_, _, from) = self.enter(t).await?;
         let mut result = FinishInterruptionResult::default();
         for message in &partial {
             result.inserted_messages.push(self.insert(message).await?);
         }
-        result.inserted_messages.extend(self.answer_outstanding(INTERRUPTED_TOOL_RESULT).await?);
+        result
+            .inserted_messages
+            .extend(self.answer_outstanding(INTERRUPTED_TOOL_RESULT).await?);
         if from == ExecutionState::I1 {
             if let Some((_, mut inserted)) = self.promote_head(INTERRUPTED_TOOL_RESULT).await? {
                 result.promoted_message = inserted.pop();
@@ -723,7 +909,12 @@ impl Ops<'_> {
             }
             self.change(running_clearing_deadline()).await?;
         } else {
-            self.change(ChatChanges { status: Some(ChatStatus::Waiting), deadline_in_secs: Some(None), ..ChatChanges::default() }).await?;
+            self.change(ChatChanges {
+                status: Some(ChatStatus::Waiting),
+                deadline_in_secs: Some(None),
+                ..ChatChanges::default()
+            })
+            .await?;
         }
         self.land(t, from).await?;
         Ok(result)
@@ -759,7 +950,10 @@ impl Ops<'_> {
         Ok(())
     }
 
-    pub(crate) async fn cancel_requires_action(&mut self, reason: &str) -> StoreResult<Vec<ChatMessage>> {
+    pub(crate) async fn cancel_requires_action(
+        &mut self,
+        reason: &str,
+    ) -> StoreResult<Vec<ChatMessage>> {
         let t = Transition::CancelRequiresAction;
         let (_, _, from) = self.enter(t).await?;
         let cancellations = self.answer_outstanding(reason).await?;
@@ -782,11 +976,20 @@ impl Ops<'_> {
         Ok(())
     }
 
-    pub(crate) async fn clear_context(&mut self, messages: Vec<NewMessage>) -> StoreResult<Vec<ChatMessage>> {
+    pub(crate) async fn clear_context(
+        &mut self,
+        messages: Vec<NewMessage>,
+    ) -> StoreResult<Vec<ChatMessage>> {
         let t = Transition::ClearContext;
         let (_, _, from) = self.enter(t).await?;
         if messages.is_empty() {
-            return Err(self.reject(t, StateError::InvalidInput { field: "messages", detail: "a context boundary needs at least one message".into() }));
+            return Err(self.reject(
+                t,
+                StateError::InvalidInput {
+                    field: "messages",
+                    detail: "a context boundary needs at least one message".into(),
+                },
+            ));
         }
         let mut inserted = Vec::with_capacity(messages.len());
         for message in &messages {
@@ -803,7 +1006,10 @@ impl Ops<'_> {
         Ok(inserted)
     }
 
-    pub(crate) async fn reconcile_invalid_state(&mut self, last_error: Value) -> StoreResult<Vec<ChatMessage>> {
+    pub(crate) async fn reconcile_invalid_state(
+        &mut self,
+        last_error: Value,
+    ) -> StoreResult<Vec<ChatMessage>> {
         let t = Transition::ReconcileInvalidState;
         let (_, _, from) = self.enter(t).await?;
         let cancellations = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
@@ -821,15 +1027,26 @@ impl Ops<'_> {
 }
 
 fn status(status: ChatStatus) -> ChatChanges {
-    ChatChanges { status: Some(status), ..ChatChanges::default() }
+    ChatChanges {
+        status: Some(status),
+        ..ChatChanges::default()
+    }
 }
 
 fn running_clearing_error() -> ChatChanges {
-    ChatChanges { status: Some(ChatStatus::Running), last_error: Some(None), ..ChatChanges::default() }
+    ChatChanges {
+        status: Some(ChatStatus::Running),
+        last_error: Some(None),
+        ..ChatChanges::default()
+    }
 }
 
 fn running_clearing_deadline() -> ChatChanges {
-    ChatChanges { status: Some(ChatStatus::Running), deadline_in_secs: Some(None), ..ChatChanges::default() }
+    ChatChanges {
+        status: Some(ChatStatus::Running),
+        deadline_in_secs: Some(None),
+        ..ChatChanges::default()
+    }
 }
 
 fn queued_to_message(queued: &QueuedMessage) -> NewMessage {

@@ -37,17 +37,28 @@ impl TestDatabase {
     /// # Errors
     /// When the server is unreachable or a migration fails.
     pub async fn new(migrator: &Migrator) -> anyhow::Result<Self> {
-        let admin: PgConnectOptions = admin_url().parse().context("parsing the test database URL")?;
+        let admin: PgConnectOptions = admin_url()
+            .parse()
+            .context("parsing the test database URL")?;
         let template = ensure_template(&admin, migrator).await?;
         let name = format!("chatd_test_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = admin.connect().await.context("connecting to the test PostgreSQL server")?;
+        let mut conn = admin
+            .connect()
+            .await
+            .context("connecting to the test PostgreSQL server")?;
         let mut tries = 0;
         loop {
             let sql = format!("CREATE DATABASE \"{name}\" TEMPLATE \"{template}\"");
-            match sqlx::query(AssertSqlSafe(sql.clone())).execute(&mut conn).await {
+            match sqlx::query(AssertSqlSafe(sql.clone()))
+                .execute(&mut conn)
+                .await
+            {
                 Ok(_) => break,
                 // Another process may be creating from the same template at this instant.
-                Err(err) if tries < 50 && err.to_string().contains("is being accessed by other users") => {
+                Err(err)
+                    if tries < 50
+                        && err.to_string().contains("is being accessed by other users") =>
+                {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(20 * tries)).await;
                 }
@@ -57,7 +68,10 @@ impl TestDatabase {
         conn.close().await.ok();
         let options = admin.clone().database(&name);
         let url = options.to_url_lossy().to_string();
-        let pool = PgPoolOptions::new().max_connections(20).connect_with(options).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(20)
+            .connect_with(options)
+            .await?;
         Ok(Self { name, url, pool })
     }
 
@@ -86,15 +100,22 @@ impl Drop for TestDatabase {
         // would return its connections cannot run while this thread blocks.
         // `WITH (FORCE)` terminates the pool's connections instead.
         let handle = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
                 return;
             };
             rt.block_on(async move {
-                let Ok(admin) = admin_url().parse::<PgConnectOptions>() else { return };
+                let Ok(admin) = admin_url().parse::<PgConnectOptions>() else {
+                    return;
+                };
                 if let Ok(mut conn) = admin.connect().await {
-                    let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
-                        .execute(&mut conn)
-                        .await;
+                    let _ = sqlx::query(AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                    )))
+                    .execute(&mut conn)
+                    .await;
                 }
             });
         });
@@ -109,30 +130,60 @@ async fn ensure_template(admin: &PgConnectOptions, migrator: &Migrator) -> anyho
         m.checksum.hash(&mut hasher);
     }
     let template = format!("chatd_tmpl_{:016x}", hasher.finish());
-    let mut conn = admin.connect().await.context("connecting to the test PostgreSQL server")?;
-    sqlx::query("SELECT pg_advisory_lock(770013)").execute(&mut conn).await?;
+    let mut conn = admin
+        .connect()
+        .await
+        .context("connecting to the test PostgreSQL server")?;
+    sqlx::query("SELECT pg_advisory_lock(770013)")
+        .execute(&mut conn)
+        .await?;
     let result = async {
-        let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate")
-            .bind(&template)
-            .fetch_optional(&mut conn)
-            .await?;
+        let exists: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate")
+                .bind(&template)
+                .fetch_optional(&mut conn)
+                .await?;
         if exists.is_none() {
             let building = format!("{template}_build");
-            sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)"))).execute(&mut conn).await?;
-            sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{template}\" WITH (FORCE)"))).execute(&mut conn).await?;
-            sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{building}\""))).execute(&mut conn).await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)"
+            )))
+            .execute(&mut conn)
+            .await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS \"{template}\" WITH (FORCE)"
+            )))
+            .execute(&mut conn)
+            .await?;
+            sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{building}\"")))
+                .execute(&mut conn)
+                .await?;
             {
                 let mut db = admin.clone().database(&building).connect().await?;
-                migrator.run(&mut db).await.context("migrating the template database")?;
+                migrator
+                    .run(&mut db)
+                    .await
+                    .context("migrating the template database")?;
                 db.close().await?;
             }
-            sqlx::query(AssertSqlSafe(format!("ALTER DATABASE \"{building}\" RENAME TO \"{template}\""))).execute(&mut conn).await?;
-            sqlx::query(AssertSqlSafe(format!("ALTER DATABASE \"{template}\" WITH IS_TEMPLATE true"))).execute(&mut conn).await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "ALTER DATABASE \"{building}\" RENAME TO \"{template}\""
+            )))
+            .execute(&mut conn)
+            .await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "ALTER DATABASE \"{template}\" WITH IS_TEMPLATE true"
+            )))
+            .execute(&mut conn)
+            .await?;
         }
         anyhow::Ok(())
     }
     .await;
-    sqlx::query("SELECT pg_advisory_unlock(770013)").execute(&mut conn).await.ok();
+    sqlx::query("SELECT pg_advisory_unlock(770013)")
+        .execute(&mut conn)
+        .await
+        .ok();
     conn.close().await.ok();
     result?;
     Ok(template)

@@ -29,7 +29,9 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -40,10 +42,13 @@ async fn main() -> anyhow::Result<()> {
                 .connect(&postgres_url)
                 .await
                 .with_context(|| format!("connecting to {}", redact(&postgres_url)))?;
-            chatd_store::migrate(&pool).await.context("applying migrations")?;
-            let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
-                .fetch_one(&pool)
-                .await?;
+            chatd_store::migrate(&pool)
+                .await
+                .context("applying migrations")?;
+            let applied: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+                    .fetch_one(&pool)
+                    .await?;
             println!("migrations applied: {applied}");
         }
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use chatd_core::{BusyBehavior, ChatRole, ExecutionState, MessagePart};
 use chatd_pubsub::RecordingPublisher;
-use chatd_store::{CreateChatInput, NewMessage, SendMessageInput, Store, StoreConfig, MIGRATOR};
+use chatd_store::{CreateChatInput, MIGRATOR, NewMessage, SendMessageInput, Store, StoreConfig};
 use chatd_testkit::TestDatabase;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -44,7 +44,14 @@ impl Harness {
             .execute(db.pool())
             .await
             .expect("insert user");
-        Self { db, store, published, owner, worker: Uuid::new_v4(), runner: Uuid::new_v4() }
+        Self {
+            db,
+            store,
+            published,
+            owner,
+            worker: Uuid::new_v4(),
+            runner: Uuid::new_v4(),
+        }
     }
 
     pub fn pool(&self) -> &sqlx::PgPool {
@@ -76,7 +83,10 @@ impl Harness {
             return Uuid::new_v4();
         }
         let id = self.create().await;
-        self.apply(id, |tx| Box::pin(async move { tx.acquire(tx_worker(tx), tx_runner(tx)).await })).await;
+        self.apply(id, |tx| {
+            Box::pin(async move { tx.acquire(tx_worker(tx), tx_runner(tx)).await })
+        })
+        .await;
         let steps: &[Step] = match state {
             S::R0 => &[],
             S::R1 => &[Step::Queue],
@@ -116,17 +126,57 @@ impl Harness {
                 })
                 .await
             }
-            Step::FinishTurn => self.apply(id, |tx| Box::pin(async move { tx.finish_turn().await.map(|_| ()) })).await,
-            Step::FinishError => self.apply(id, |tx| Box::pin(async move { tx.finish_error(json!({"message": "boom", "kind": "generic", "retryable": false})).await })).await,
-            Step::Interrupt => self.apply(id, |tx| Box::pin(async move { tx.interrupt().await.map(|_| ()) })).await,
-            Step::CallTool => {
-                self.apply(id, |tx| Box::pin(async move { tx.commit_step(vec![tool_call_message(PENDING_CALL)], false).await.map(|_| ()) }))
-                    .await
+            Step::FinishTurn => {
+                self.apply(id, |tx| {
+                    Box::pin(async move { tx.finish_turn().await.map(|_| ()) })
+                })
+                .await
             }
-            Step::EnterAction => self.apply(id, |tx| Box::pin(async move { tx.enter_requires_action().await.map(|_| ()) })).await,
-            Step::Archive => self.apply(id, |tx| Box::pin(async move { tx.set_archived(true).await })).await,
+            Step::FinishError => {
+                self.apply(id, |tx| {
+                    Box::pin(async move {
+                        tx.finish_error(
+                            json!({"message": "boom", "kind": "generic", "retryable": false}),
+                        )
+                        .await
+                    })
+                })
+                .await
+            }
+            Step::Interrupt => {
+                self.apply(id, |tx| {
+                    Box::pin(async move { tx.interrupt().await.map(|_| ()) })
+                })
+                .await
+            }
+            Step::CallTool => {
+                self.apply(id, |tx| {
+                    Box::pin(async move {
+                        tx.commit_step(vec![tool_call_message(PENDING_CALL)], false)
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .await
+            }
+            Step::EnterAction => {
+                self.apply(id, |tx| {
+                    Box::pin(async move { tx.enter_requires_action().await.map(|_| ()) })
+                })
+                .await
+            }
+            Step::Archive => {
+                self.apply(id, |tx| {
+                    Box::pin(async move { tx.set_archived(true).await })
+                })
+                .await
+            }
             Step::CorruptArchived => {
-                sqlx::query("UPDATE chats SET archived = true WHERE id = $1").bind(id).execute(self.pool()).await.expect("corrupt");
+                sqlx::query("UPDATE chats SET archived = true WHERE id = $1")
+                    .bind(id)
+                    .execute(self.pool())
+                    .await
+                    .expect("corrupt");
             }
         }
     }
@@ -134,7 +184,9 @@ impl Harness {
     /// Applies `f` in one bundle and commits; panics on error.
     pub async fn apply<F>(&self, id: Uuid, f: F)
     where
-        F: for<'a> FnOnce(&'a mut chatd_store::ChatTx) -> futures::future::BoxFuture<'a, chatd_store::StoreResult<()>>,
+        F: for<'a> FnOnce(
+            &'a mut chatd_store::ChatTx,
+        ) -> futures::future::BoxFuture<'a, chatd_store::StoreResult<()>>,
     {
         self.store.machine(id).update(f).await.expect("transition");
     }
@@ -168,27 +220,45 @@ impl Harness {
     }
 
     pub async fn snapshot_version(&self, id: Uuid) -> i64 {
-        sqlx::query_scalar("SELECT snapshot_version FROM chats WHERE id = $1").bind(id).fetch_one(self.pool()).await.expect("snapshot")
+        sqlx::query_scalar("SELECT snapshot_version FROM chats WHERE id = $1")
+            .bind(id)
+            .fetch_one(self.pool())
+            .await
+            .expect("snapshot")
     }
 
     pub async fn chat(&self, id: Uuid) -> chatd_store::Chat {
-        sqlx::query_as("SELECT * FROM chats WHERE id = $1").bind(id).fetch_one(self.pool()).await.expect("chat")
+        sqlx::query_as("SELECT * FROM chats WHERE id = $1")
+            .bind(id)
+            .fetch_one(self.pool())
+            .await
+            .expect("chat")
     }
 
     pub async fn messages(&self, id: Uuid) -> Vec<chatd_store::ChatMessage> {
-        sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 ORDER BY id").bind(id).fetch_all(self.pool()).await.expect("messages")
-    }
-
-    pub async fn active_messages(&self, id: Uuid) -> Vec<chatd_store::ChatMessage> {
-        self.messages(id).await.into_iter().filter(|m| !m.deleted).collect()
-    }
-
-    pub async fn queue(&self, id: Uuid) -> Vec<chatd_store::QueuedMessage> {
-        sqlx::query_as("SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id")
+        sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 ORDER BY id")
             .bind(id)
             .fetch_all(self.pool())
             .await
-            .expect("queue")
+            .expect("messages")
+    }
+
+    pub async fn active_messages(&self, id: Uuid) -> Vec<chatd_store::ChatMessage> {
+        self.messages(id)
+            .await
+            .into_iter()
+            .filter(|m| !m.deleted)
+            .collect()
+    }
+
+    pub async fn queue(&self, id: Uuid) -> Vec<chatd_store::QueuedMessage> {
+        sqlx::query_as(
+            "SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await
+        .expect("queue")
     }
 
     /// Tool calls in active history without a result.

@@ -1,1 +1,681 @@
-//! Placeholder.
+//! Races against one chat from many tasks on a multi-thread runtime
+//! (`spec/chatd-architecture.md`, "Transitions": every bundle locks the chat
+//! row and advances `snapshot_version` exactly once). Each test lets the
+//! tasks actually overlap, then checks invariants of what was committed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chatd_core::{BusyBehavior, ChatStatus, ExecutionState, MessagePart, StateError};
+use chatd_pubsub::{ChatUpdate, chat_update_channel};
+use chatd_store::{
+    Chat, ChatMachine, EditMessageInput, NewMessage, SendMessageInput, StoreConfig, StoreError,
+    StoreResult,
+};
+use serde_json::json;
+use tokio::sync::Barrier;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use crate::common::{Harness, assistant_text, tool_call_message, user_text};
+
+/// Bound on any single wait in these tests; generous for a loaded CI box.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Joins every task of `tasks` within [`DEADLINE`], in completion order.
+async fn join_all<T: 'static>(mut tasks: JoinSet<T>) -> Vec<T> {
+    tokio::time::timeout(DEADLINE, async move {
+        let mut out = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            out.push(joined.expect("task panicked"));
+        }
+        out
+    })
+    .await
+    .expect("tasks finished before the deadline")
+}
+
+fn send(text: String, busy_behavior: BusyBehavior) -> SendMessageInput {
+    SendMessageInput {
+        message: user_text(&text),
+        busy_behavior,
+        max_queue_size: None,
+    }
+}
+
+/// The snapshot versions of the `chat:update:{id}` publications recorded
+/// since the last take, in publish order.
+fn published_snapshots(h: &Harness, id: Uuid) -> Vec<i64> {
+    let channel = chat_update_channel(id);
+    h.published
+        .take()
+        .into_iter()
+        .filter(|p| p.channel == channel)
+        .map(|p| {
+            ChatUpdate::from_payload(&p.payload)
+                .expect("ChatUpdate")
+                .snapshot_version
+        })
+        .collect()
+}
+
+// Serialization of bundles.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_updates_on_one_chat_get_distinct_consecutive_snapshot_versions() {
+    const N: usize = 40;
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let initial = h.snapshot_version(id).await;
+    h.published.take();
+
+    // Three kinds of bundle, all on the same row: a worker transition, an
+    // ownership change, and a bundle that applies no transition at all.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Kind {
+        RetryState,
+        Acquire,
+        Empty,
+    }
+    let barrier = Arc::new(Barrier::new(N));
+    let mut tasks = JoinSet::new();
+    for i in 0..N {
+        let machine = h.store.machine(id);
+        let barrier = barrier.clone();
+        tasks.spawn(async move {
+            let kind = [Kind::RetryState, Kind::Acquire, Kind::Empty][i % 3];
+            let runner = Uuid::new_v4();
+            barrier.wait().await;
+            let result: StoreResult<Chat> = match kind {
+                Kind::RetryState => machine
+                    .update(move |tx| {
+                        Box::pin(async move {
+                            tx.record_retry_state(json!({"task": i})).await.map(|_| ())
+                        })
+                    })
+                    .await
+                    .map(|((), chat)| chat),
+                Kind::Acquire => machine
+                    .update(move |tx| {
+                        Box::pin(async move { tx.acquire(Uuid::new_v4(), runner).await })
+                    })
+                    .await
+                    .map(|((), chat)| chat),
+                Kind::Empty => match machine.begin().await {
+                    Ok(tx) => tx.commit().await,
+                    Err(err) => Err(err),
+                },
+            };
+            (kind, i, runner, result)
+        });
+    }
+    let results = join_all(tasks).await;
+
+    let mut versions = Vec::new();
+    let mut last_retry: Option<(i64, usize)> = None;
+    let mut last_acquire: Option<(i64, Uuid)> = None;
+    for (kind, i, runner, result) in results {
+        let chat = result.unwrap_or_else(|err| panic!("{kind:?} #{i} failed: {err}"));
+        versions.push(chat.snapshot_version);
+        match kind {
+            Kind::RetryState => {
+                assert_eq!(chat.retry_state, Some(json!({"task": i})));
+                assert_eq!(chat.retry_state_version, chat.snapshot_version);
+                last_retry = last_retry.max(Some((chat.snapshot_version, i)));
+            }
+            Kind::Acquire => {
+                assert_eq!(chat.runner_id, Some(runner));
+                last_acquire = last_acquire.max(Some((chat.snapshot_version, runner)));
+            }
+            Kind::Empty => {}
+        }
+    }
+    versions.sort_unstable();
+    let expected: Vec<i64> = (initial + 1..=initial + N as i64).collect();
+    assert_eq!(versions, expected, "each bundle got its own version");
+
+    let chat = h.chat(id).await;
+    assert_eq!(chat.snapshot_version, initial + N as i64);
+    // The last writer of each field is the bundle with the highest version.
+    let (retry_version, retry_task) = last_retry.unwrap();
+    assert_eq!(chat.retry_state_version, retry_version);
+    assert_eq!(chat.retry_state, Some(json!({"task": retry_task})));
+    assert_eq!(chat.runner_id, Some(last_acquire.unwrap().1));
+    assert_eq!(chat.status, ChatStatus::Running);
+
+    let mut published = published_snapshots(&h, id);
+    published.sort_unstable();
+    assert_eq!(published, expected, "one chat:update per committed bundle");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_queue_sends_against_a_nearly_full_queue_admit_exactly_the_room_left() {
+    const SENDERS: usize = 30;
+    let h = Harness::with_config(StoreConfig {
+        max_queued_messages: 5,
+        ..StoreConfig::default()
+    })
+    .await;
+    let id = h.chat_in(ExecutionState::R1).await;
+    for n in 0..2 {
+        h.apply(id, move |tx| {
+            Box::pin(async move {
+                tx.send_message(send(format!("pre-queued {n}"), BusyBehavior::Queue))
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .await;
+    }
+    assert_eq!(h.queue(id).await.len(), 3);
+    let before = h.snapshot_version(id).await;
+
+    let barrier = Arc::new(Barrier::new(SENDERS));
+    let mut tasks = JoinSet::new();
+    for i in 0..SENDERS {
+        let machine = h.store.machine(id);
+        let barrier = barrier.clone();
+        tasks.spawn(async move {
+            barrier.wait().await;
+            machine
+                .update(move |tx| {
+                    Box::pin(async move {
+                        tx.send_message(send(format!("racer {i}"), BusyBehavior::Queue))
+                            .await
+                    })
+                })
+                .await
+        });
+    }
+    let mut admitted = Vec::new();
+    let mut full = 0;
+    for result in join_all(tasks).await {
+        match result {
+            Ok((sent, _)) => admitted.push(sent.queued_message.expect("queued").id),
+            Err(StoreError::State(StateError::MessageQueueFull { max: 5 })) => full += 1,
+            Err(other) => panic!("unexpected error: {other:?}"),
+        }
+    }
+    assert_eq!(admitted.len(), 2);
+    assert_eq!(full, SENDERS - 2);
+
+    let queue = h.queue(id).await;
+    assert_eq!(queue.len(), 5);
+    let ids: HashSet<i64> = queue.iter().map(|q| q.id).collect();
+    assert!(admitted.iter().all(|a| ids.contains(a)));
+    let positions: HashSet<i64> = queue.iter().map(|q| q.position).collect();
+    assert_eq!(positions.len(), 5);
+    // Rejected sends rolled back their bump.
+    let chat = h.chat(id).await;
+    assert_eq!(chat.snapshot_version, before + 2);
+    assert_eq!(chat.queue_version, before + 2);
+    assert_eq!(h.state(id).await, ExecutionState::R1);
+}
+
+// A mixed race of every user-facing and worker transition.
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RaceOp {
+    Interrupt,
+    SendQueue,
+    SendInterrupt,
+    Edit,
+    FinishTurn,
+    CommitStep,
+    CommitToolStep,
+    AwaitDynamicTool,
+    DeleteQueued,
+    Promote,
+    FinishInterruption,
+    FinishError,
+    CancelRequiresAction,
+}
+
+const RACE_OPS: [RaceOp; 13] = [
+    RaceOp::Interrupt,
+    RaceOp::SendQueue,
+    RaceOp::SendInterrupt,
+    RaceOp::Edit,
+    RaceOp::FinishTurn,
+    RaceOp::CommitStep,
+    RaceOp::CommitToolStep,
+    RaceOp::AwaitDynamicTool,
+    RaceOp::DeleteQueued,
+    RaceOp::Promote,
+    RaceOp::FinishInterruption,
+    RaceOp::FinishError,
+    RaceOp::CancelRequiresAction,
+];
+
+/// A server-side tool call answered in the same step, as a worker commits it.
+fn answered_tool_step(call_id: &str) -> Vec<NewMessage> {
+    vec![
+        NewMessage::assistant(vec![MessagePart::ToolCall {
+            tool_call_id: call_id.to_owned(),
+            tool_name: "server_tool".to_owned(),
+            args: "{}".to_owned(),
+        }]),
+        NewMessage::tool(vec![MessagePart::ToolResult {
+            tool_call_id: call_id.to_owned(),
+            tool_name: "server_tool".to_owned(),
+            result: json!({"ok": true}),
+            is_error: false,
+        }]),
+    ]
+}
+
+async fn run_race_op(
+    machine: ChatMachine,
+    op: RaceOp,
+    tag: String,
+    user_message: i64,
+    queued_message: i64,
+) -> StoreResult<()> {
+    let result = match op {
+        RaceOp::Interrupt => {
+            machine
+                .update(|tx| Box::pin(async move { tx.interrupt().await.map(|_| ()) }))
+                .await
+        }
+        RaceOp::SendQueue | RaceOp::SendInterrupt => {
+            let behavior = if op == RaceOp::SendQueue {
+                BusyBehavior::Queue
+            } else {
+                BusyBehavior::Interrupt
+            };
+            machine
+                .update(move |tx| {
+                    Box::pin(async move { tx.send_message(send(tag, behavior)).await.map(|_| ()) })
+                })
+                .await
+        }
+        RaceOp::Edit => {
+            machine
+                .update(move |tx| {
+                    Box::pin(async move {
+                        tx.edit_message(EditMessageInput {
+                            message_id: user_message,
+                            replacement: user_text(&tag),
+                            suffix_messages: vec![],
+                        })
+                        .await
+                        .map(|_| ())
+                    })
+                })
+                .await
+        }
+        RaceOp::FinishTurn => {
+            machine
+                .update(|tx| Box::pin(async move { tx.finish_turn().await.map(|_| ()) }))
+                .await
+        }
+        RaceOp::CommitStep => {
+            machine
+                .update(move |tx| {
+                    Box::pin(async move {
+                        tx.commit_step(vec![assistant_text(&tag)], false)
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .await
+        }
+        RaceOp::CommitToolStep => {
+            machine
+                .update(move |tx| {
+                    Box::pin(async move {
+                        tx.commit_step(answered_tool_step(&tag), false)
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .await
+        }
+        RaceOp::AwaitDynamicTool => {
+            // What a worker does when the model calls a client-side tool.
+            machine
+                .update(move |tx| {
+                    Box::pin(async move {
+                        tx.commit_step(vec![tool_call_message(&tag)], false).await?;
+                        tx.enter_requires_action().await.map(|_| ())
+                    })
+                })
+                .await
+        }
+        RaceOp::DeleteQueued => {
+            machine
+                .update(move |tx| {
+                    Box::pin(
+                        async move { tx.delete_queued_message(queued_message).await.map(|_| ()) },
+                    )
+                })
+                .await
+        }
+        RaceOp::Promote => {
+            machine
+                .update(move |tx| {
+                    Box::pin(
+                        async move { tx.promote_queued_message(queued_message).await.map(|_| ()) },
+                    )
+                })
+                .await
+        }
+        RaceOp::FinishInterruption => {
+            machine
+                .update(move |tx| {
+                    Box::pin(async move {
+                        tx.finish_interruption(vec![assistant_text(&tag)])
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .await
+        }
+        RaceOp::FinishError => {
+            machine
+                .update(move |tx| {
+                    Box::pin(async move { tx.finish_error(json!({"message": tag})).await })
+                })
+                .await
+        }
+        RaceOp::CancelRequiresAction => {
+            machine
+                .update(|tx| {
+                    Box::pin(async move { tx.cancel_requires_action(None).await.map(|_| ()) })
+                })
+                .await
+        }
+    };
+    result.map(|((), _)| ())
+}
+
+/// Every invariant a committed chat must satisfy, whatever raced before.
+async fn assert_chat_invariants(h: &Harness, id: Uuid, context: &str) -> ExecutionState {
+    let state = h.state(id).await;
+    assert!(
+        !matches!(state, ExecutionState::Invalid | ExecutionState::N),
+        "{context}: classified {state}"
+    );
+    let chat = h.chat(id).await;
+
+    let outstanding = h.outstanding_calls(id).await;
+    if matches!(state, ExecutionState::A0 | ExecutionState::A1) {
+        assert!(
+            !outstanding.is_empty(),
+            "{context}: {state} without a pending call"
+        );
+    } else {
+        assert_eq!(
+            outstanding,
+            vec![],
+            "{context}: unanswered calls in {state}"
+        );
+    }
+
+    let queue = h.queue(id).await;
+    let positions: HashSet<i64> = queue.iter().map(|q| q.position).collect();
+    assert_eq!(
+        positions.len(),
+        queue.len(),
+        "{context}: duplicate queue positions"
+    );
+
+    assert!(
+        chat.history_version <= chat.snapshot_version,
+        "{context}: {chat:?}"
+    );
+    assert!(
+        chat.queue_version <= chat.snapshot_version,
+        "{context}: {chat:?}"
+    );
+    assert!(
+        chat.retry_state_version <= chat.snapshot_version,
+        "{context}: {chat:?}"
+    );
+    let max_revision = h.messages(id).await.iter().map(|m| m.revision).max();
+    assert_eq!(
+        max_revision,
+        Some(chat.history_version),
+        "{context}: history_version is the latest message revision"
+    );
+    assert_eq!(
+        chat.requires_action_deadline_at.is_some(),
+        chat.status == ChatStatus::RequiresAction,
+        "{context}: deadline {:?} in {state}",
+        chat.requires_action_deadline_at
+    );
+    assert_eq!(
+        chat.last_error.is_some(),
+        chat.status == ChatStatus::Error,
+        "{context}: last_error {:?} in {state}",
+        chat.last_error
+    );
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
+    const ROUNDS: usize = 5;
+    const TASKS: usize = 26;
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R1).await;
+    let mut seen_states = HashSet::new();
+    let mut total_successes = 0;
+    // A fixed pseudo-random schedule (no rand dependency): reproducible.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+
+    for round in 0..ROUNDS {
+        let before = h.snapshot_version(id).await;
+        h.published.take();
+        let user_messages: Vec<i64> = h
+            .active_messages(id)
+            .await
+            .iter()
+            .filter(|m| m.role == chatd_core::ChatRole::User)
+            .map(|m| m.id)
+            .collect();
+        let queued: Vec<i64> = h.queue(id).await.iter().map(|q| q.id).collect();
+
+        let barrier = Arc::new(Barrier::new(TASKS));
+        let mut tasks = JoinSet::new();
+        for i in 0..TASKS {
+            let op = RACE_OPS[(next() % RACE_OPS.len() as u64) as usize];
+            let pick = next() as usize;
+            // Targets read before the race: they may be gone by the time the
+            // operation runs, which must be a clean domain error.
+            let user_message = user_messages
+                .get(pick % user_messages.len().max(1))
+                .copied()
+                .unwrap_or(i64::MAX);
+            let queued_message = queued
+                .get(pick % queued.len().max(1))
+                .copied()
+                .unwrap_or(i64::MAX);
+            let machine = h.store.machine(id);
+            let barrier = barrier.clone();
+            let tag = format!("r{round}-t{i}");
+            tasks.spawn(async move {
+                barrier.wait().await;
+                let result = run_race_op(machine, op, tag, user_message, queued_message).await;
+                (op, result)
+            });
+        }
+
+        let mut successes = 0;
+        for (op, result) in join_all(tasks).await {
+            match result {
+                Ok(()) => successes += 1,
+                Err(StoreError::State(err)) => match &err {
+                    StateError::TransitionNotAllowed(rejection) => assert!(
+                        !rejection.reason.contains("would land in"),
+                        "round {round}: {op:?} landed outside the matrix: {err}"
+                    ),
+                    StateError::MessageNotFound { .. }
+                    | StateError::QueuedMessageNotFound { .. }
+                    | StateError::MessageQueueFull { .. } => {}
+                    other => panic!("round {round}: {op:?} failed with {other:?}"),
+                },
+                Err(other) => {
+                    panic!("round {round}: {op:?} failed with a non-domain error: {other:?}")
+                }
+            }
+        }
+        total_successes += successes;
+
+        let context = format!("after round {round}");
+        seen_states.insert(assert_chat_invariants(&h, id, &context).await);
+        // Failed bundles rolled their bump back; each success advanced the
+        // version once and published once.
+        let after = h.snapshot_version(id).await;
+        assert_eq!(after, before + successes as i64, "{context}");
+        let mut published = published_snapshots(&h, id);
+        published.sort_unstable();
+        assert_eq!(
+            published,
+            (before + 1..=after).collect::<Vec<_>>(),
+            "{context}"
+        );
+    }
+    assert!(total_successes > 0, "the race committed nothing");
+}
+
+// Row locks.
+
+/// Polls until some backend of this database is waiting on a lock held by
+/// one of `holders` (`pg_blocking_pids`), or panics at the deadline. Returns
+/// the pids currently blocking it.
+async fn wait_until_blocked_by(h: &Harness, holders: &[i32]) -> Vec<i32> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let blocking: Option<Vec<i32>> = sqlx::query_scalar(
+            "SELECT pg_blocking_pids(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND pg_blocking_pids(pid) && $1::int[]
+             LIMIT 1",
+        )
+        .bind(holders)
+        .fetch_optional(h.pool())
+        .await
+        .expect("pg_stat_activity");
+        if let Some(blocking) = blocking {
+            return blocking;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no backend blocked by {holders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn backend_pid(conn: &mut sqlx::PgConnection) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(conn)
+        .await
+        .expect("pid")
+}
+
+/// Spawns a `RecordGenerationAttempt` bundle that reports whether `released`
+/// was already set when it committed.
+fn spawn_update(
+    machine: ChatMachine,
+    released: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(bool, StoreResult<(i64, Chat)>)> {
+    tokio::spawn(async move {
+        let result = machine
+            .update(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+            .await;
+        (released.load(Ordering::SeqCst), result)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn update_waits_until_the_lock_holder_releases_the_chat() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let snapshot = h.snapshot_version(id).await;
+    let machine = h.store.machine(id);
+
+    let mut locked = machine.lock().await.unwrap();
+    assert_eq!(locked.chat.snapshot_version, snapshot);
+    let holder = backend_pid(locked.conn()).await;
+    let released = Arc::new(AtomicBool::new(false));
+    let update = spawn_update(machine.clone(), released.clone());
+
+    assert_eq!(wait_until_blocked_by(&h, &[holder]).await, vec![holder]);
+    assert!(!update.is_finished());
+    // Plain reads are not blocked by the row lock.
+    let snap = tokio::time::timeout(DEADLINE, machine.snapshot())
+        .await
+        .expect("snapshot is not blocked")
+        .unwrap();
+    assert_eq!(snap.chat.snapshot_version, snapshot);
+    drop(snap);
+
+    released.store(true, Ordering::SeqCst);
+    locked.finish().await.unwrap();
+    let (after_release, result) = tokio::time::timeout(DEADLINE, update)
+        .await
+        .expect("update finished after release")
+        .unwrap();
+    assert!(
+        after_release,
+        "update committed before the lock was released"
+    );
+    let (attempt, chat) = result.unwrap();
+    assert_eq!(attempt, 1);
+    assert_eq!(chat.snapshot_version, snapshot + 1);
+    assert_eq!(h.snapshot_version(id).await, snapshot + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_lock_admits_concurrent_readers_and_holds_off_writers() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let snapshot = h.snapshot_version(id).await;
+    let machine = h.store.machine(id);
+
+    let mut first = machine.read_lock().await.unwrap();
+    let mut second = tokio::time::timeout(DEADLINE, machine.read_lock())
+        .await
+        .expect("a second reader is not blocked by the first")
+        .unwrap();
+    assert_eq!(first.chat, second.chat);
+    let first_pid = backend_pid(first.conn()).await;
+    let second_pid = backend_pid(second.conn()).await;
+
+    let released = Arc::new(AtomicBool::new(false));
+    let update = spawn_update(machine.clone(), released.clone());
+    let blocking = wait_until_blocked_by(&h, &[first_pid, second_pid]).await;
+    assert!(
+        blocking
+            .iter()
+            .all(|pid| *pid == first_pid || *pid == second_pid),
+        "{blocking:?}"
+    );
+
+    // Releasing one reader is not enough for the writer.
+    first.finish().await.unwrap();
+    assert_eq!(
+        wait_until_blocked_by(&h, &[second_pid]).await,
+        vec![second_pid]
+    );
+    assert!(!update.is_finished());
+    assert_eq!(h.snapshot_version(id).await, snapshot);
+
+    released.store(true, Ordering::SeqCst);
+    second.finish().await.unwrap();
+    let (after_release, result) = tokio::time::timeout(DEADLINE, update)
+        .await
+        .expect("update finished after release")
+        .unwrap();
+    assert!(after_release);
+    assert_eq!(result.unwrap().1.snapshot_version, snapshot + 1);
+}

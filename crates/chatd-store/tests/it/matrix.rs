@@ -6,7 +6,8 @@
 
 use chatd_core::{BusyBehavior, ExecutionState, MessagePart, StateError, Transition, matrix};
 use chatd_store::{
-    CompleteRequiresActionInput, CreateChatInput, EditMessageInput, NewMessage, SendMessageInput, StoreError, ToolResultInput,
+    CompleteRequiresActionInput, CreateChatInput, EditMessageInput, NewMessage, SendMessageInput,
+    StoreError, ToolResultInput,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -18,20 +19,29 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
     if transition == Transition::CreateChat {
         return h
             .store
-            .create_chat(CreateChatInput { id: Some(id), owner_id: h.owner, initial_messages: vec![user_text("hi")], ..CreateChatInput::default() })
+            .create_chat(CreateChatInput {
+                id: Some(id),
+                owner_id: h.owner,
+                initial_messages: vec![user_text("hi")],
+                ..CreateChatInput::default()
+            })
             .await
             .map(|_| ());
     }
-    let first_user: i64 = sqlx::query_scalar("SELECT coalesce(min(id), 1) FROM chat_messages WHERE chat_id = $1 AND role = 'user'")
-        .bind(id)
-        .fetch_one(h.pool())
-        .await
-        .expect("first user message");
-    let first_queued: i64 = sqlx::query_scalar("SELECT coalesce(min(id), 1000000) FROM chat_queued_messages WHERE chat_id = $1")
-        .bind(id)
-        .fetch_one(h.pool())
-        .await
-        .expect("first queued");
+    let first_user: i64 = sqlx::query_scalar(
+        "SELECT coalesce(min(id), 1) FROM chat_messages WHERE chat_id = $1 AND role = 'user'",
+    )
+    .bind(id)
+    .fetch_one(h.pool())
+    .await
+    .expect("first user message");
+    let first_queued: i64 = sqlx::query_scalar(
+        "SELECT coalesce(min(id), 1000000) FROM chat_queued_messages WHERE chat_id = $1",
+    )
+    .bind(id)
+    .fetch_one(h.pool())
+    .await
+    .expect("first queued");
     let mut tx = h.store.machine(id).begin().await?;
     match transition {
         Transition::CreateChat => unreachable!(),
@@ -88,17 +98,27 @@ async fn check_transition(transition: Transition) {
     for from in ExecutionState::ALL {
         let id = h.chat_in(from).await;
         let before = h.dump(id).await;
-        let version_before = if from == ExecutionState::N { 0 } else { h.snapshot_version(id).await };
+        let version_before = if from == ExecutionState::N {
+            0
+        } else {
+            h.snapshot_version(id).await
+        };
         let result = apply(&h, id, transition).await;
         match matrix::allowed_targets(transition, from) {
             Some(targets) => {
-                result.unwrap_or_else(|err| panic!("{transition} from {from} must be allowed, got {err}"));
+                result.unwrap_or_else(|err| {
+                    panic!("{transition} from {from} must be allowed, got {err}")
+                });
                 let to = h.state(id).await;
                 // The builders leave at most one queued message, so a
                 // transition with two targets lands in the first (emptied) one.
                 assert_eq!(to, targets[0], "{transition} from {from} landed in {to}");
                 let chat = h.chat(id).await;
-                assert_eq!(chat.snapshot_version, version_before + 1, "{transition} from {from}: snapshot advances once");
+                assert_eq!(
+                    chat.snapshot_version,
+                    version_before + 1,
+                    "{transition} from {from}: snapshot advances once"
+                );
                 check_effects(&h, id, transition, from, to, &chat).await;
             }
             None => {
@@ -108,41 +128,81 @@ async fn check_transition(transition: Transition) {
                         db.as_database_error().and_then(|e| e.code()).as_deref() == Some("23505")
                     }
                     (ExecutionState::N, StoreError::State(StateError::ChatNotFound)) => true,
-                    (ExecutionState::Invalid, StoreError::State(StateError::InvalidState(e))) => e.transition == transition,
-                    (_, StoreError::State(StateError::TransitionNotAllowed(e))) => e.transition == transition && e.from == from,
+                    (ExecutionState::Invalid, StoreError::State(StateError::InvalidState(e))) => {
+                        e.transition == transition
+                    }
+                    (_, StoreError::State(StateError::TransitionNotAllowed(e))) => {
+                        e.transition == transition && e.from == from
+                    }
                     _ => false,
                 };
-                assert!(expected, "{transition} from {from}: unexpected error {err:?}");
-                assert_eq!(h.dump(id).await, before, "{transition} from {from} was rejected but changed something");
+                assert!(
+                    expected,
+                    "{transition} from {from}: unexpected error {err:?}"
+                );
+                assert_eq!(
+                    h.dump(id).await,
+                    before,
+                    "{transition} from {from} was rejected but changed something"
+                );
             }
         }
     }
 }
 
 /// The documented effects of an allowed transition.
-async fn check_effects(h: &Harness, id: Uuid, transition: Transition, from: ExecutionState, to: ExecutionState, chat: &chatd_store::Chat) {
+async fn check_effects(
+    h: &Harness,
+    id: Uuid,
+    transition: Transition,
+    from: ExecutionState,
+    to: ExecutionState,
+    chat: &chatd_store::Chat,
+) {
     use ExecutionState as S;
     // Leaving error (except to archive) clears last_error.
     if matches!(from, S::E0 | S::E1) && !to.is_archived() && !matches!(to, S::E0 | S::E1) {
-        assert_eq!(chat.last_error, None, "{transition} from {from} must clear last_error");
+        assert_eq!(
+            chat.last_error, None,
+            "{transition} from {from} must clear last_error"
+        );
     }
-    if matches!(to, S::E0 | S::E1) && from != S::Invalid && !from.is_archived() && !matches!(from, S::E0 | S::E1) {
-        assert!(chat.last_error.is_some(), "{transition} into {to} stores last_error");
+    if matches!(to, S::E0 | S::E1)
+        && from != S::Invalid
+        && !from.is_archived()
+        && !matches!(from, S::E0 | S::E1)
+    {
+        assert!(
+            chat.last_error.is_some(),
+            "{transition} into {to} stores last_error"
+        );
     }
     // Leaving requires_action (other than by completing it) answers every
     // pending call; nothing outside A* has unanswered calls in these
     // fixtures.
     if !matches!(to, S::A0 | S::A1) {
-        assert!(h.outstanding_calls(id).await.is_empty(), "{transition} from {from}: calls left unanswered");
-        assert_eq!(chat.requires_action_deadline_at, None, "{transition} from {from}: deadline must be cleared");
+        assert!(
+            h.outstanding_calls(id).await.is_empty(),
+            "{transition} from {from}: calls left unanswered"
+        );
+        assert_eq!(
+            chat.requires_action_deadline_at, None,
+            "{transition} from {from}: deadline must be cleared"
+        );
     } else {
-        assert!(chat.requires_action_deadline_at.is_some(), "{transition} into {to}: deadline must be set");
+        assert!(
+            chat.requires_action_deadline_at.is_some(),
+            "{transition} into {to}: deadline must be set"
+        );
     }
     // EditMessage is exempt: the pending calls sit in the suffix it
     // truncates, so they leave active history with it.
     if matches!(from, S::A0 | S::A1)
         && !matches!(to, S::A0 | S::A1)
-        && !matches!(transition, Transition::CompleteRequiresAction | Transition::EditMessage)
+        && !matches!(
+            transition,
+            Transition::CompleteRequiresAction | Transition::EditMessage
+        )
     {
         let synthetic = h
             .active_messages(id)
@@ -150,17 +210,33 @@ async fn check_effects(h: &Harness, id: Uuid, transition: Transition, from: Exec
             .into_iter()
             .flat_map(|m| m.content.0)
             .any(|p| matches!(p, MessagePart::ToolResult { ref tool_call_id, is_error: true, .. } if tool_call_id == PENDING_CALL));
-        assert!(synthetic, "{transition} from {from}: a synthetic cancellation result is required");
+        assert!(
+            synthetic,
+            "{transition} from {from}: a synthetic cancellation result is required"
+        );
     }
     // Ownership transitions keep the execution state.
     if transition.is_ownership() {
         assert_eq!(from, to);
         let owned = chat.worker_id.is_some();
-        assert_eq!(owned, transition == Transition::Acquire, "{transition} ownership");
+        assert_eq!(
+            owned,
+            transition == Transition::Acquire,
+            "{transition} ownership"
+        );
     }
-    if transition == (Transition::SendMessage { busy_behavior: BusyBehavior::Interrupt }) && matches!(from, S::R0 | S::R1 | S::I0 | S::I1) {
+    if transition
+        == (Transition::SendMessage {
+            busy_behavior: BusyBehavior::Interrupt,
+        })
+        && matches!(from, S::R0 | S::R1 | S::I0 | S::I1)
+    {
         let head = h.queue(id).await.into_iter().next().expect("queued");
-        assert_eq!(head.content.0, vec![MessagePart::text("new")], "an interrupting send goes to the queue head");
+        assert_eq!(
+            head.content.0,
+            vec![MessagePart::text("new")],
+            "an interrupting send goes to the queue head"
+        );
     }
 }
 

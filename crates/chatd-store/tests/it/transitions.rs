@@ -1,1 +1,893 @@
-//! Placeholder.
+//! Behaviour of individual transitions beyond the matrix: where messages go,
+//! which rows are inserted, validation errors, and the miscellaneous rules.
+
+use chatd_core::{
+    BusyBehavior, ChatRole, ChatStatus, ExecutionState, INTERRUPTED_TOOL_RESULT, MessagePart,
+    StateError, TIMED_OUT_TOOL_RESULT, ToolResultErrorKind,
+};
+use chatd_store::{
+    CompleteRequiresActionInput, CreateChatInput, EditMessageInput, SendMessageInput, StoreConfig,
+    StoreError, ToolResultInput,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::common::{Harness, PENDING_CALL, assistant_text, tool_call_message, user_text};
+
+fn send(text: &str, busy_behavior: BusyBehavior) -> SendMessageInput {
+    SendMessageInput {
+        message: user_text(text),
+        busy_behavior,
+        max_queue_size: None,
+    }
+}
+
+fn text_of(parts: &[MessagePart]) -> String {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            MessagePart::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn state_error(err: StoreError) -> StateError {
+    match err {
+        StoreError::State(e) => e,
+        other => panic!("expected a state error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn create_chat_starts_at_snapshot_one_with_history_version_one() {
+    let h = Harness::new().await;
+    let id = h.create().await;
+    let chat = h.chat(id).await;
+    assert_eq!(
+        (
+            chat.snapshot_version,
+            chat.history_version,
+            chat.queue_version,
+            chat.generation_attempt
+        ),
+        (1, 1, 0, 0)
+    );
+    assert_eq!(chat.status, ChatStatus::Running);
+    assert_eq!(chat.title, "New Chat");
+    let messages = h.messages(id).await;
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].revision, 1);
+}
+
+#[tokio::test]
+async fn create_chat_rejects_empty_history_and_unknown_parent() {
+    let h = Harness::new().await;
+    let err = h
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: h.owner,
+            ..CreateChatInput::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        state_error(err),
+        StateError::InvalidInput {
+            field: "initial_messages",
+            ..
+        }
+    ));
+    let err = h
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: h.owner,
+            parent_chat_id: Some(Uuid::new_v4()),
+            initial_messages: vec![user_text("x")],
+            ..CreateChatInput::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(state_error(err), StateError::ChatNotFound);
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM chats")
+        .fetch_one(h.pool())
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
+}
+
+#[tokio::test]
+async fn create_child_chat_joins_the_parent_family() {
+    let h = Harness::new().await;
+    let root = h.create().await;
+    let child = h
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: h.owner,
+            parent_chat_id: Some(root),
+            initial_messages: vec![user_text("c")],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .chat;
+    let grandchild = h
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: h.owner,
+            parent_chat_id: Some(child.id),
+            initial_messages: vec![user_text("g")],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .chat;
+    assert_eq!(child.root_chat_id, Some(root));
+    assert_eq!(grandchild.root_chat_id, Some(root));
+    assert_eq!(grandchild.parent_chat_id, Some(child.id));
+}
+
+#[tokio::test]
+async fn send_message_interrupt_from_r0_queues_at_head_and_lands_i1() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R1).await;
+    let (result, _) = h
+        .store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.send_message(send("urgent", BusyBehavior::Interrupt))
+                    .await
+            })
+        })
+        .await
+        .unwrap();
+    assert!(result.inserted_messages.is_empty());
+    let queue = h.queue(id).await;
+    assert_eq!(queue.len(), 2);
+    assert_eq!(text_of(&queue[0].content.0), "urgent");
+    assert_eq!(Some(queue[0].id), result.queued_message.map(|q| q.id));
+    assert_eq!(h.state(id).await, ExecutionState::I1);
+}
+
+#[tokio::test]
+async fn send_message_queue_from_e1_appends_promotes_head_and_clears_error() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::E1).await;
+    assert!(h.chat(id).await.last_error.is_some());
+    let (result, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move { tx.send_message(send("third", BusyBehavior::Queue)).await })
+        })
+        .await
+        .unwrap();
+    assert_eq!(chat.last_error, None);
+    assert_eq!(chat.status, ChatStatus::Running);
+    // The old head ("queued") entered history with its queued id; "third" waits.
+    let promoted = result.inserted_messages.last().unwrap();
+    assert_eq!(text_of(&promoted.content.0), "queued");
+    assert!(promoted.queued_message_id.is_some());
+    let queue = h.queue(id).await;
+    assert_eq!(
+        queue
+            .iter()
+            .map(|q| text_of(&q.content.0))
+            .collect::<Vec<_>>(),
+        vec!["third"]
+    );
+    assert_eq!(h.state(id).await, ExecutionState::R1);
+}
+
+#[tokio::test]
+async fn send_message_interrupt_from_a1_answers_pending_calls_as_interrupted_and_lands_r1() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::A1).await;
+    let (result, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move { tx.send_message(send("stop", BusyBehavior::Interrupt)).await })
+        })
+        .await
+        .unwrap();
+    assert_eq!(result.inserted_messages.len(), 1);
+    match &result.inserted_messages[0].content.0[0] {
+        MessagePart::ToolResult {
+            tool_call_id,
+            result,
+            is_error,
+            ..
+        } => {
+            assert_eq!(tool_call_id, PENDING_CALL);
+            assert_eq!(result, &json!({"error": INTERRUPTED_TOOL_RESULT}));
+            assert!(is_error);
+        }
+        other => panic!("unexpected part {other:?}"),
+    }
+    assert_eq!(chat.requires_action_deadline_at, None);
+    let queue = h.queue(id).await;
+    assert_eq!(
+        text_of(&queue[0].content.0),
+        "stop",
+        "the interrupting message is next"
+    );
+    assert_eq!(h.state(id).await, ExecutionState::R1);
+}
+
+#[tokio::test]
+async fn send_message_into_a_full_queue_is_rejected_with_the_maximum() {
+    let h = Harness::with_config(StoreConfig {
+        max_queued_messages: 2,
+        ..StoreConfig::default()
+    })
+    .await;
+    let id = h.chat_in(ExecutionState::R1).await;
+    h.store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.send_message(send("2", BusyBehavior::Queue)).await }))
+        .await
+        .unwrap();
+    let before = h.dump(id).await;
+    let err = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.send_message(send("3", BusyBehavior::Queue)).await }))
+        .await
+        .unwrap_err();
+    assert_eq!(state_error(err), StateError::MessageQueueFull { max: 2 });
+    assert_eq!(h.dump(id).await, before);
+    // The per-call override wins over the store's cap.
+    h.store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.send_message(SendMessageInput {
+                    max_queue_size: Some(3),
+                    ..send("3", BusyBehavior::Queue)
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(h.queue(id).await.len(), 3);
+}
+
+#[tokio::test]
+async fn edit_message_soft_deletes_suffix_clears_queue_and_inserts_replacement() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R1).await;
+    h.apply(id, |tx| {
+        Box::pin(async move {
+            tx.commit_step(vec![assistant_text("answer")], false)
+                .await
+                .map(|_| ())
+        })
+    })
+    .await;
+    let original = h.messages(id).await;
+    let first_user = original[0].id;
+    let (result, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.edit_message(EditMessageInput {
+                    message_id: first_user,
+                    replacement: user_text("better question"),
+                    suffix_messages: vec![],
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        result.deleted_message_ids,
+        original.iter().map(|m| m.id).collect::<Vec<_>>()
+    );
+    assert_eq!(result.deleted_queued_message_ids.len(), 1);
+    assert!(h.queue(id).await.is_empty());
+    let active = h.active_messages(id).await;
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].id, result.replacement_message.id);
+    assert_eq!(text_of(&active[0].content.0), "better question");
+    assert_eq!(chat.history_version, chat.snapshot_version);
+    assert_eq!(chat.queue_version, chat.snapshot_version);
+    // Soft-deleted rows are kept, with the edit's revision.
+    for m in h.messages(id).await.into_iter().filter(|m| m.deleted) {
+        assert_eq!(m.revision, chat.snapshot_version);
+    }
+    assert_eq!(h.state(id).await, ExecutionState::R0);
+}
+
+#[tokio::test]
+async fn edit_message_rejects_non_user_unknown_and_deleted_messages() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    h.apply(id, |tx| {
+        Box::pin(async move {
+            tx.commit_step(vec![assistant_text("a")], false)
+                .await
+                .map(|_| ())
+        })
+    })
+    .await;
+    let messages = h.messages(id).await;
+    let (user_id, assistant_id) = (messages[0].id, messages[1].id);
+    let before = h.dump(id).await;
+    let edit = |message_id: i64| EditMessageInput {
+        message_id,
+        replacement: user_text("x"),
+        suffix_messages: vec![],
+    };
+    let err = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.edit_message(edit(assistant_id)).await }))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        state_error(err),
+        StateError::EditedMessageNotUser {
+            message_id: assistant_id
+        }
+    );
+    let err = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.edit_message(edit(987_654)).await }))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        state_error(err),
+        StateError::MessageNotFound {
+            message_id: 987_654
+        }
+    );
+    assert_eq!(h.dump(id).await, before);
+    h.store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.edit_message(edit(user_id)).await }))
+        .await
+        .unwrap();
+    let err = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.edit_message(edit(user_id)).await }))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        state_error(err),
+        StateError::MessageNotFound {
+            message_id: user_id
+        }
+    );
+}
+
+#[tokio::test]
+async fn edit_message_of_another_chat_is_not_found() {
+    let h = Harness::new().await;
+    let a = h.chat_in(ExecutionState::W).await;
+    let b = h.chat_in(ExecutionState::W).await;
+    let foreign = h.messages(b).await[0].id;
+    let err = h
+        .store
+        .machine(a)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.edit_message(EditMessageInput {
+                    message_id: foreign,
+                    replacement: user_text("x"),
+                    suffix_messages: vec![],
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        state_error(err),
+        StateError::MessageNotFound {
+            message_id: foreign
+        }
+    );
+}
+
+#[tokio::test]
+async fn delete_queued_message_unknown_id_is_not_found_and_empty_queue_is_not_allowed() {
+    let h = Harness::new().await;
+    let busy = h.chat_in(ExecutionState::R1).await;
+    let err = h
+        .store
+        .machine(busy)
+        .update(|tx| Box::pin(async move { tx.delete_queued_message(424_242).await }))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        state_error(err),
+        StateError::QueuedMessageNotFound {
+            queued_message_id: 424_242
+        }
+    );
+    let idle = h.chat_in(ExecutionState::R0).await;
+    let err = h
+        .store
+        .machine(idle)
+        .update(|tx| Box::pin(async move { tx.delete_queued_message(1).await }))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        state_error(err),
+        StateError::TransitionNotAllowed(_)
+    ));
+    // A queued message of another chat is not found either.
+    let other = h.queue(busy).await[0].id;
+    let third = h.chat_in(ExecutionState::R1).await;
+    let err = h
+        .store
+        .machine(third)
+        .update(|tx| Box::pin(async move { tx.delete_queued_message(other).await }))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        state_error(err),
+        StateError::QueuedMessageNotFound {
+            queued_message_id: other
+        }
+    );
+}
+
+#[tokio::test]
+async fn promote_queued_message_from_r1_moves_it_to_the_head_and_interrupts() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R1).await;
+    h.apply(id, |tx| {
+        Box::pin(async move {
+            tx.send_message(send("last", BusyBehavior::Queue))
+                .await
+                .map(|_| ())
+        })
+    })
+    .await;
+    let last = h.queue(id).await[1].id;
+    h.apply(id, |tx| {
+        Box::pin(async move { tx.promote_queued_message(last).await.map(|_| ()) })
+    })
+    .await;
+    let queue = h.queue(id).await;
+    assert_eq!(queue[0].id, last);
+    assert_eq!(queue.len(), 2);
+    assert_eq!(h.state(id).await, ExecutionState::I1);
+    // Finishing the interruption promotes exactly that message.
+    let (result, _) = h
+        .store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.finish_interruption(vec![assistant_text("partial ans")])
+                    .await
+            })
+        })
+        .await
+        .unwrap();
+    let promoted = result.promoted_message.unwrap();
+    assert_eq!(promoted.queued_message_id, Some(last));
+    assert_eq!(text_of(&promoted.content.0), "last");
+    assert_eq!(
+        text_of(&result.inserted_messages[0].content.0),
+        "partial ans"
+    );
+    assert_eq!(h.state(id).await, ExecutionState::R1);
+}
+
+#[tokio::test]
+async fn promote_from_a1_answers_pending_calls_and_inserts_the_message() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::A1).await;
+    let qid = h.queue(id).await[0].id;
+    let (result, _) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.promote_queued_message(qid).await }))
+        .await
+        .unwrap();
+    assert_eq!(result.cancellation_messages.len(), 1);
+    assert_eq!(
+        result.inserted_message.unwrap().queued_message_id,
+        Some(qid)
+    );
+    assert!(h.outstanding_calls(id).await.is_empty());
+    assert_eq!(h.state(id).await, ExecutionState::R0);
+}
+
+#[tokio::test]
+async fn complete_requires_action_validates_the_exact_set() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::A0).await;
+    let before = h.dump(id).await;
+    let ok = |id: &str| ToolResultInput {
+        tool_call_id: id.into(),
+        output: "{\"ok\":true}".into(),
+        is_error: false,
+    };
+    let cases = vec![
+        (
+            vec![ok(PENDING_CALL), ok(PENDING_CALL)],
+            ToolResultErrorKind::Duplicate,
+        ),
+        (
+            vec![ok(PENDING_CALL), ok("nope")],
+            ToolResultErrorKind::Unexpected,
+        ),
+        (vec![], ToolResultErrorKind::Missing),
+        (
+            vec![ToolResultInput {
+                output: "{not json".into(),
+                ..ok(PENDING_CALL)
+            }],
+            ToolResultErrorKind::InvalidJson,
+        ),
+    ];
+    for (results, kind) in cases {
+        let err = h
+            .store
+            .machine(id)
+            .update(|tx| {
+                Box::pin(async move {
+                    tx.complete_requires_action(CompleteRequiresActionInput {
+                        results,
+                        ..Default::default()
+                    })
+                    .await
+                })
+            })
+            .await
+            .unwrap_err();
+        match state_error(err) {
+            StateError::ToolResult(e) => assert_eq!(e.kind, kind),
+            other => panic!("expected {kind:?}, got {other:?}"),
+        }
+        assert_eq!(h.dump(id).await, before, "{kind:?} changed something");
+    }
+    let (inserted, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.complete_requires_action(CompleteRequiresActionInput {
+                    results: vec![ToolResultInput {
+                        tool_call_id: PENDING_CALL.into(),
+                        output: "\"blue\"".into(),
+                        is_error: false,
+                    }],
+                    ..Default::default()
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(inserted.len(), 1);
+    assert_eq!(inserted[0].role, ChatRole::Tool);
+    assert!(
+        matches!(&inserted[0].content.0[0], MessagePart::ToolResult { result, is_error: false, .. } if result == &json!("blue"))
+    );
+    assert_eq!(chat.requires_action_deadline_at, None);
+    assert_eq!(h.state(id).await, ExecutionState::R0);
+}
+
+#[tokio::test]
+async fn enter_requires_action_sets_the_deadline_from_database_time() {
+    let h = Harness::with_config(StoreConfig {
+        requires_action_timeout: std::time::Duration::from_secs(120),
+        ..StoreConfig::default()
+    })
+    .await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    h.apply(id, |tx| {
+        Box::pin(async move {
+            tx.commit_step(vec![tool_call_message("c9")], false)
+                .await
+                .map(|_| ())
+        })
+    })
+    .await;
+    let (deadline, _) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.enter_requires_action().await }))
+        .await
+        .unwrap();
+    let seconds: f64 =
+        sqlx::query_scalar("SELECT extract(epoch FROM $1::timestamptz - now())::float8")
+            .bind(deadline)
+            .fetch_one(h.pool())
+            .await
+            .unwrap();
+    assert!(
+        (115.0..=120.5).contains(&seconds),
+        "deadline is {seconds}s away"
+    );
+}
+
+#[tokio::test]
+async fn cancel_requires_action_answers_pending_calls_as_timed_out() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::A1).await;
+    let (cancellations, _) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.cancel_requires_action(None).await }))
+        .await
+        .unwrap();
+    assert_eq!(cancellations.len(), 1);
+    assert!(
+        matches!(&cancellations[0].content.0[0], MessagePart::ToolResult { result, is_error: true, .. } if result == &json!({"error": TIMED_OUT_TOOL_RESULT}))
+    );
+    assert_eq!(h.state(id).await, ExecutionState::R1);
+}
+
+#[tokio::test]
+async fn finish_interruption_keeps_partial_text_and_answers_unfinished_calls() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::I0).await;
+    let partial = chatd_store::NewMessage::assistant(vec![
+        MessagePart::text("I was say"),
+        MessagePart::ToolCall {
+            tool_call_id: "half".into(),
+            tool_name: "search".into(),
+            args: "{\"q\":".into(),
+        },
+    ]);
+    let (result, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.finish_interruption(vec![partial]).await }))
+        .await
+        .unwrap();
+    assert_eq!(result.inserted_messages.len(), 2);
+    assert_eq!(text_of(&result.inserted_messages[0].content.0), "I was say");
+    assert!(
+        matches!(&result.inserted_messages[1].content.0[0], MessagePart::ToolResult { tool_call_id, result, .. } if tool_call_id == "half" && result == &json!({"error": INTERRUPTED_TOOL_RESULT}))
+    );
+    assert_eq!(result.promoted_message, None);
+    assert_eq!(chat.status, ChatStatus::Waiting);
+}
+
+#[tokio::test]
+async fn finish_turn_from_r1_promotes_the_head_with_its_queued_id() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R1).await;
+    let qid = h.queue(id).await[0].id;
+    let (result, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.finish_turn().await }))
+        .await
+        .unwrap();
+    let promoted = result.promoted_message.unwrap();
+    assert_eq!(promoted.queued_message_id, Some(qid));
+    assert_eq!(promoted.role, ChatRole::User);
+    assert_eq!(chat.history_version, chat.snapshot_version);
+    assert_eq!(h.state(id).await, ExecutionState::R0);
+}
+
+#[tokio::test]
+async fn generation_attempts_count_up_and_reset_when_history_changes() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    for expected in 1..=3 {
+        let (attempt, _) = h
+            .store
+            .machine(id)
+            .update(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+            .await
+            .unwrap();
+        assert_eq!(attempt, expected);
+    }
+    let (chat, _) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.record_retry_state(json!({"attempt": 1})).await }))
+        .await
+        .unwrap();
+    assert_eq!(chat.retry_state_version, chat.snapshot_version);
+    h.apply(id, |tx| {
+        Box::pin(async move {
+            tx.commit_step(vec![assistant_text("x")], false)
+                .await
+                .map(|_| ())
+        })
+    })
+    .await;
+    let chat = h.chat(id).await;
+    assert_eq!(chat.generation_attempt, 0);
+    assert_eq!(chat.retry_state, None);
+    assert_eq!(chat.retry_state_version, chat.snapshot_version);
+}
+
+#[tokio::test]
+async fn request_compaction_hands_off_ownership_with_a_fresh_epoch() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::E0).await;
+    let (_, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.request_compaction().await }))
+        .await
+        .unwrap();
+    assert!(chat.compaction_requested_at.is_some());
+    assert_eq!((chat.worker_id, chat.runner_id), (None, None));
+    assert_eq!(chat.history_version, chat.snapshot_version);
+    assert_eq!(chat.last_error, None);
+    assert_eq!(h.state(id).await, ExecutionState::R0);
+    h.apply(id, |tx| {
+        Box::pin(async move {
+            tx.commit_step(vec![assistant_text("summary")], true)
+                .await
+                .map(|_| ())
+        })
+    })
+    .await;
+    assert_eq!(h.chat(id).await.compaction_requested_at, None);
+}
+
+#[tokio::test]
+async fn reconcile_invalid_state_unarchives_into_error() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::Invalid).await;
+    let err = json!({"message": "Chat is in an invalid state.", "kind": "invalid_state", "retryable": false});
+    let expected = err.clone();
+    let (_, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.reconcile_invalid_state(err).await }))
+        .await
+        .unwrap();
+    assert!(!chat.archived);
+    assert_eq!(chat.status, ChatStatus::Error);
+    assert_eq!(chat.last_error, Some(expected));
+    assert_eq!(h.state(id).await, ExecutionState::E0);
+}
+
+#[tokio::test]
+async fn abandon_of_an_unowned_chat_is_rejected() {
+    let h = Harness::new().await;
+    let id = h.create().await;
+    let err = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.abandon().await }))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(state_error(err), StateError::TransitionNotAllowed(e) if e.reason == "chat is not owned")
+    );
+}
+
+#[tokio::test]
+async fn acquire_writes_ownership_and_a_heartbeat() {
+    let h = Harness::new().await;
+    let id = h.create().await;
+    let (worker, runner) = (Uuid::new_v4(), Uuid::new_v4());
+    h.apply(id, move |tx| {
+        Box::pin(async move { tx.acquire(worker, runner).await })
+    })
+    .await;
+    let chat = h.chat(id).await;
+    assert_eq!(
+        (chat.worker_id, chat.runner_id),
+        (Some(worker), Some(runner))
+    );
+    let beats: i64 = sqlx::query_scalar("SELECT count(*) FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2 AND heartbeat_at > now() - interval '5 seconds'")
+        .bind(id)
+        .bind(runner)
+        .fetch_one(h.pool())
+        .await
+        .unwrap();
+    assert_eq!(beats, 1);
+    h.apply(id, |tx| Box::pin(async move { tx.abandon().await }))
+        .await;
+    let beats: i64 = sqlx::query_scalar("SELECT count(*) FROM chat_heartbeats WHERE chat_id = $1")
+        .bind(id)
+        .fetch_one(h.pool())
+        .await
+        .unwrap();
+    assert_eq!(beats, 0);
+}
+
+#[tokio::test]
+async fn a_bundle_of_transitions_commits_one_snapshot() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let before = h.snapshot_version(id).await;
+    let (_, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.record_generation_attempt().await?;
+                tx.commit_step(vec![assistant_text("done")], false).await?;
+                tx.finish_turn().await
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(chat.snapshot_version, before + 1);
+    assert_eq!(h.state(id).await, ExecutionState::W);
+}
+
+#[tokio::test]
+async fn an_error_inside_a_bundle_rolls_back_the_earlier_transitions() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let before = h.dump(id).await;
+    let err = h
+        .store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.commit_step(vec![assistant_text("x")], false).await?;
+                tx.finish_turn().await?;
+                tx.interrupt().await // W does not allow Interrupt.
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        state_error(err),
+        StateError::TransitionNotAllowed(_)
+    ));
+    assert_eq!(h.dump(id).await, before);
+}
+
+#[tokio::test]
+async fn family_archive_is_all_or_nothing_and_root_only() {
+    let h = Harness::new().await;
+    let root = h.chat_in(ExecutionState::W).await;
+    let child = h
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: h.owner,
+            parent_chat_id: Some(root),
+            initial_messages: vec![user_text("c")],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .chat
+        .id;
+    // The child is running: archiving the family fails and changes nothing.
+    let before = (h.dump(root).await, h.dump(child).await);
+    let err = h.store.set_family_archived(root, true).await.unwrap_err();
+    assert!(matches!(
+        state_error(err),
+        StateError::TransitionNotAllowed(_)
+    ));
+    assert_eq!((h.dump(root).await, h.dump(child).await), before);
+    let err = h.store.set_family_archived(child, true).await.unwrap_err();
+    assert_eq!(state_error(err), StateError::ChatNotRoot);
+    h.apply(child, |tx| {
+        Box::pin(async move { tx.finish_turn().await.map(|_| ()) })
+    })
+    .await;
+    let chats = h.store.set_family_archived(root, true).await.unwrap();
+    assert_eq!(
+        chats.iter().map(|c| c.id).collect::<Vec<_>>(),
+        vec![root, child]
+    );
+    assert!(chats.iter().all(|c| c.archived));
+    assert_eq!(h.state(child).await, ExecutionState::XW);
+    // Unarchive is idempotent per member: already-unarchived members are bumped only.
+    let chats = h.store.set_family_archived(root, false).await.unwrap();
+    assert!(chats.iter().all(|c| !c.archived));
+    let err = h
+        .store
+        .set_family_archived(Uuid::new_v4(), true)
+        .await
+        .unwrap_err();
+    assert_eq!(state_error(err), StateError::ChatNotFound);
+}

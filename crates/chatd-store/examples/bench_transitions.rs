@@ -1,0 +1,304 @@
+//! Benchmark: transitions per second through `ChatMachine` versus a raw-SQL
+//! baseline doing the same row-lock/update/insert work.
+//!
+//! Each chat runs `create`, then `--rounds` cycles of
+//! `send → record attempt → commit step → finish turn`, with `--clients`
+//! concurrent tasks sharing `--chats` chats, against one PostgreSQL. The
+//! store publishes through the real LISTEN/NOTIFY pubsub. The baseline runs
+//! the same statements a minimal implementation needs (lock and bump, insert
+//! the message, set the status) on the same schema, triggers included, with
+//! no validation, classification or publication.
+//!
+//! ```text
+//! cargo run --release -p chatd-store --example bench_transitions -- \
+//!     --chats 200 --clients 8 --rounds 5 [--postgres-url URL]
+//! ```
+//! Prints transitions/s for both and their ratio. It creates and drops its
+//! own database (`chatd_bench_<random>`) on the server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chatd_core::{BusyBehavior, MessagePart};
+use chatd_pubsub::PgPubsub;
+use chatd_store::{CreateChatInput, NewMessage, SendMessageInput, Store};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, ConnectOptions, PgPool};
+use uuid::Uuid;
+
+struct Args {
+    url: String,
+    chats: usize,
+    clients: usize,
+    rounds: usize,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        url: std::env::var("CHATD_TEST_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        chats: 200,
+        clients: 8,
+        rounds: 5,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--postgres-url" => args.url = value,
+            "--chats" => args.chats = value.parse().expect("--chats"),
+            "--clients" => args.clients = value.parse().expect("--clients"),
+            "--rounds" => args.rounds = value.parse().expect("--rounds"),
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    args
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args();
+    let admin: PgConnectOptions = args.url.parse()?;
+    let name = format!("chatd_bench_{}", Uuid::new_v4().simple());
+    let mut conn = admin.connect().await?;
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .execute(&mut conn)
+        .await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(args.clients as u32 + 4)
+        .connect_with(admin.clone().database(&name))
+        .await?;
+    chatd_store::migrate(&pool).await?;
+    let owner = Uuid::new_v4();
+    sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, 'bench', 'member')")
+        .bind(owner)
+        .execute(&pool)
+        .await?;
+
+    let transitions_per_chat = 1 + 4 * args.rounds;
+    let total = (args.chats * transitions_per_chat) as f64;
+    println!(
+        "bench_transitions: {} chats x (create + {} rounds x 4) = {} transitions, {} concurrent clients",
+        args.chats, args.rounds, total, args.clients
+    );
+
+    let pubsub = PgPubsub::connect(pool.clone()).await?;
+    let store = Store::new(pool.clone(), Arc::new(pubsub.clone()));
+    let ours = run(&args, {
+        let store = store.clone();
+        move |_| {
+            let store = store.clone();
+            async move { machine_chat(&store, owner, args_rounds()).await }
+        }
+    })
+    .await?;
+    let baseline = run(&args, {
+        let pool = pool.clone();
+        move |_| {
+            let pool = pool.clone();
+            async move { raw_chat(&pool, owner, args_rounds()).await }
+        }
+    })
+    .await?;
+    pubsub.close().await;
+    pool.close().await;
+    sqlx::query(AssertSqlSafe(format!(
+        "DROP DATABASE \"{name}\" WITH (FORCE)"
+    )))
+    .execute(&mut conn)
+    .await?;
+
+    let ours_tps = total / ours.as_secs_f64();
+    let base_tps = total / baseline.as_secs_f64();
+    println!(
+        "chatd ChatMachine : {ours_tps:>10.0} transitions/s  ({:.2} s)",
+        ours.as_secs_f64()
+    );
+    println!(
+        "raw SQL baseline  : {base_tps:>10.0} transitions/s  ({:.2} s)",
+        baseline.as_secs_f64()
+    );
+    println!("ratio (ours / baseline): {:.2}", ours_tps / base_tps);
+    Ok(())
+}
+
+static ROUNDS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+fn args_rounds() -> usize {
+    *ROUNDS.get_or_init(|| parse_args().rounds)
+}
+
+async fn run<F, Fut>(args: &Args, chat: F) -> anyhow::Result<Duration>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let chats = args.chats;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.clients {
+        let next = next.clone();
+        let chat = chat.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= chats {
+                    return anyhow::Ok(());
+                }
+                chat(i).await?;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(started.elapsed())
+}
+
+fn text(s: &str) -> Vec<MessagePart> {
+    vec![MessagePart::text(s)]
+}
+
+async fn machine_chat(store: &Store, owner: Uuid, rounds: usize) -> anyhow::Result<()> {
+    let created = store
+        .create_chat(CreateChatInput {
+            owner_id: owner,
+            initial_messages: vec![NewMessage::user(text("hello"))],
+            ..Default::default()
+        })
+        .await?;
+    let machine = store.machine(created.chat.id);
+    for round in 0..rounds {
+        if round > 0 {
+            machine
+                .update(|tx| {
+                    Box::pin(async move {
+                        tx.send_message(SendMessageInput {
+                            message: NewMessage::user(text("again")),
+                            busy_behavior: BusyBehavior::Queue,
+                            max_queue_size: None,
+                        })
+                        .await
+                    })
+                })
+                .await?;
+        }
+        machine
+            .update(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+            .await?;
+        machine
+            .update(|tx| {
+                Box::pin(async move {
+                    tx.commit_step(vec![NewMessage::assistant(text("answer"))], false)
+                        .await
+                })
+            })
+            .await?;
+        machine
+            .update(|tx| Box::pin(async move { tx.finish_turn().await }))
+            .await?;
+    }
+    // Keep the count at 1 + 4 x rounds: one more send closes the last round.
+    machine
+        .update(|tx| {
+            Box::pin(async move {
+                tx.send_message(SendMessageInput {
+                    message: NewMessage::user(text("bye")),
+                    busy_behavior: BusyBehavior::Queue,
+                    max_queue_size: None,
+                })
+                .await
+            })
+        })
+        .await?;
+    Ok(())
+}
+
+async fn raw_chat(pool: &PgPool, owner: Uuid, rounds: usize) -> anyhow::Result<()> {
+    let id = Uuid::new_v4();
+    let content = serde_json::to_value(text("hello"))?;
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO chats (id, owner_id, status, snapshot_version) VALUES ($1, $2, 'running', 1)",
+    )
+    .bind(id)
+    .bind(owner)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'user', $2)")
+        .bind(id)
+        .bind(&content)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    let bump = "UPDATE chats SET snapshot_version = snapshot_version + 1, updated_at = now() WHERE id = $1";
+    for round in 0..rounds {
+        if round > 0 {
+            raw_send(pool, id, &content, bump).await?;
+        }
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(bump).bind(id).execute(&mut *tx).await?;
+        sqlx::query("UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(bump).bind(id).execute(&mut *tx).await?;
+        sqlx::query(
+            "INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'assistant', $2)",
+        )
+        .bind(id)
+        .bind(&content)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(bump).bind(id).execute(&mut *tx).await?;
+        sqlx::query("UPDATE chats SET status = 'waiting' WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+    }
+    raw_send(pool, id, &content, bump).await?;
+    Ok(())
+}
+
+async fn raw_send(
+    pool: &PgPool,
+    id: Uuid,
+    content: &serde_json::Value,
+    bump: &'static str,
+) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(bump).bind(id).execute(&mut *tx).await?;
+    sqlx::query("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'user', $2)")
+        .bind(id)
+        .bind(content)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE chats SET status = 'running' WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
