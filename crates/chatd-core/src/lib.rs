@@ -16,6 +16,7 @@ pub mod error;
 pub mod matrix;
 pub mod message;
 pub mod state;
+pub mod stream;
 pub mod transition;
 
 pub use error::{StateError, ToolResultError, ToolResultErrorKind, TransitionError};
@@ -24,4 +25,5 @@ pub use message::{
     ToolCallRef, Visibility, outstanding_tool_calls,
 };
 pub use state::{ChatStatus, ExecutionState, classify};
+pub use stream::{Episode, PartDelta, StreamPart};
 pub use transition::{BusyBehavior, Transition};

@@ -1,0 +1,588 @@
+//! The message part buffer (`spec/chatd-architecture.md`, "Message part
+//! buffer").
+//!
+//! A replica-global, in-memory map from [`Episode`] to the parts streamed in
+//! it. Rules kept here:
+//! - `create_episode` works once per episode; `close_episode` is idempotent and
+//!   creates-and-closes a missing episode (create and close may race).
+//! - `add_part` assigns `seq` = 1, 2, 3, … (contiguous) and fails when the
+//!   episode is missing or closed, or when it would exceed the per-episode cap
+//!   (1 MiB by default) of JSON-serialised part size.
+//! - `subscribe` never fails: it waits for a missing episode to be created,
+//!   replays the buffered parts, follows new ones, and ends after the last
+//!   part of a closed episode. A subscriber that does not accept a part within
+//!   the slow-subscriber timeout (10 s) is dropped: its stream ends.
+//! - Closed episodes are garbage-collected once they have been closed for at
+//!   least the retention period (15 s) and have no subscribers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use chatd_core::{ChatRole, Episode, PartDelta, StreamPart};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Tunables; defaults are the spec's.
+#[derive(Debug, Clone)]
+pub struct PartBufferConfig {
+    /// Maximum JSON-serialised size of one episode's parts, in bytes (1 MiB).
+    pub max_episode_bytes: usize,
+    /// How long a closed episode is kept at least (15 s).
+    pub closed_retention: Duration,
+    /// How long a subscriber may take to accept a part (10 s).
+    pub slow_subscriber_timeout: Duration,
+    /// How often the garbage collector runs (1 s).
+    pub gc_interval: Duration,
+    /// Parts buffered per subscriber channel before sends wait (64).
+    pub subscriber_capacity: usize,
+}
+
+impl Default for PartBufferConfig {
+    fn default() -> Self {
+        Self {
+            max_episode_bytes: 1024 * 1024,
+            closed_retention: Duration::from_secs(15),
+            slow_subscriber_timeout: Duration::from_secs(10),
+            gc_interval: Duration::from_secs(1),
+            subscriber_capacity: 64,
+        }
+    }
+}
+
+/// The buffer's predefined errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartBufferError {
+    /// `create_episode` on an episode that exists (open or closed).
+    #[error("episode already exists")]
+    EpisodeExists,
+    /// `add_part`/`get_parts` on an episode that does not exist.
+    #[error("episode not found")]
+    EpisodeNotFound,
+    /// `add_part` on a closed episode.
+    #[error("episode is closed")]
+    EpisodeClosed,
+    /// `add_part` would exceed the per-episode cap.
+    #[error("episode is full ({max_bytes} bytes)")]
+    EpisodeFull {
+        /// The cap, in bytes.
+        max_bytes: usize,
+    },
+}
+
+struct EpisodeState {
+    parts: Vec<Arc<StreamPart>>,
+    bytes: usize,
+    closed_at: Option<Instant>,
+    subscribers: usize,
+    /// Signals "something changed" (a new part or the close) to followers.
+    changed: watch::Sender<()>,
+}
+
+impl EpisodeState {
+    fn new() -> Self {
+        Self { parts: Vec::new(), bytes: 0, closed_at: None, subscribers: 0, changed: watch::channel(()).0 }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    episodes: HashMap<Episode, EpisodeState>,
+    /// Subscribers waiting for an episode that does not exist yet.
+    pending: HashMap<Episode, watch::Sender<()>>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    config: PartBufferConfig,
+}
+
+/// The message part buffer; cheap to clone (one per replica). Dropping the
+/// last clone does not stop the garbage collector: call
+/// [`PartBuffer::shutdown`] or cancel the token given to
+/// [`PartBuffer::with_config`].
+#[derive(Clone)]
+pub struct PartBuffer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PartBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartBuffer").field("episodes", &self.lock().episodes.len()).finish()
+    }
+}
+
+impl PartBuffer {
+    /// A buffer with default tunables whose garbage collector runs until
+    /// `cancel` is cancelled. Must be called inside a tokio runtime.
+    pub fn new(cancel: CancellationToken) -> Self {
+        Self::with_config(PartBufferConfig::default(), cancel)
+    }
+
+    /// A buffer with explicit tunables.
+    pub fn with_config(config: PartBufferConfig, cancel: CancellationToken) -> Self {
+        let buffer = Self { inner: Arc::new(Inner { state: Mutex::new(State::default()), config }) };
+        let weak = Arc::downgrade(&buffer.inner);
+        let interval = buffer.inner.config.gc_interval;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                PartBuffer { inner }.collect_garbage();
+            }
+        });
+        buffer
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Creates an empty, open episode.
+    ///
+    /// # Errors
+    /// [`PartBufferError::EpisodeExists`] when it was created (or closed)
+    /// before.
+    pub fn create_episode(&self, episode: Episode) -> Result<(), PartBufferError> {
+        let mut state = self.lock();
+        if state.episodes.contains_key(&episode) {
+            return Err(PartBufferError::EpisodeExists);
+        }
+        state.episodes.insert(episode, EpisodeState::new());
+        if let Some(waiters) = state.pending.remove(&episode) {
+            let _ = waiters.send(());
+        }
+        Ok(())
+    }
+
+    /// Closes an episode: no part can be added afterwards and subscribers end
+    /// after its last part. Idempotent; a missing episode is created closed.
+    pub fn close_episode(&self, episode: Episode) {
+        let mut state = self.lock();
+        let created = !state.episodes.contains_key(&episode);
+        let entry = state.episodes.entry(episode).or_insert_with(EpisodeState::new);
+        if entry.closed_at.is_none() {
+            entry.closed_at = Some(Instant::now());
+            let _ = entry.changed.send(());
+        }
+        if created && let Some(waiters) = state.pending.remove(&episode) {
+            let _ = waiters.send(());
+        }
+    }
+
+    /// Appends a part to an open episode and returns its `seq` (1-based).
+    ///
+    /// # Errors
+    /// `EpisodeNotFound`, `EpisodeClosed`, or `EpisodeFull` when the part's
+    /// JSON size would take the episode over the cap. Callers treat every
+    /// error as "drop the part" (storing parts is best-effort).
+    pub fn add_part(&self, episode: Episode, role: ChatRole, part: PartDelta) -> Result<u64, PartBufferError> {
+        let max = self.inner.config.max_episode_bytes;
+        let mut state = self.lock();
+        let entry = state.episodes.get_mut(&episode).ok_or(PartBufferError::EpisodeNotFound)?;
+        if entry.closed_at.is_some() {
+            return Err(PartBufferError::EpisodeClosed);
+        }
+        let seq = entry.parts.len() as u64 + 1;
+        let part = StreamPart { seq, role, part };
+        let size = serde_json::to_vec(&part).map(|v| v.len()).unwrap_or(usize::MAX);
+        if entry.bytes.saturating_add(size) > max {
+            return Err(PartBufferError::EpisodeFull { max_bytes: max });
+        }
+        entry.bytes += size;
+        entry.parts.push(Arc::new(part));
+        let _ = entry.changed.send(());
+        Ok(seq)
+    }
+
+    /// The parts of an episode so far, in `seq` order.
+    ///
+    /// # Errors
+    /// `EpisodeNotFound`.
+    pub fn get_parts(&self, episode: Episode) -> Result<Vec<StreamPart>, PartBufferError> {
+        let state = self.lock();
+        let entry = state.episodes.get(&episode).ok_or(PartBufferError::EpisodeNotFound)?;
+        Ok(entry.parts.iter().map(|p| (**p).clone()).collect())
+    }
+
+    /// Whether the episode exists and is closed.
+    pub fn is_closed(&self, episode: Episode) -> bool {
+        self.lock().episodes.get(&episode).is_some_and(|e| e.closed_at.is_some())
+    }
+
+    /// Number of episodes held (open and closed).
+    pub fn episode_count(&self) -> usize {
+        self.lock().episodes.len()
+    }
+
+    /// Subscribes to an episode's parts: buffered ones first, then new ones as
+    /// they are added; the stream ends after the last part of a closed
+    /// episode, when the subscriber is too slow, or when it is dropped. Waits
+    /// for a missing episode to be created. Must be called inside a tokio
+    /// runtime.
+    pub fn subscribe(&self, episode: Episode) -> PartSubscription {
+        let (tx, rx) = mpsc::channel(self.inner.config.subscriber_capacity.max(1));
+        let buffer = self.clone();
+        tokio::spawn(async move { buffer.deliver(episode, tx).await });
+        PartSubscription { rx }
+    }
+
+    async fn deliver(self, episode: Episode, tx: mpsc::Sender<StreamPart>) {
+        // Wait for the episode to exist.
+        let mut changed = loop {
+            let waiter = {
+                let mut state = self.lock();
+                if let Some(entry) = state.episodes.get_mut(&episode) {
+                    entry.subscribers += 1;
+                    break entry.changed.subscribe();
+                }
+                state.pending.entry(episode).or_insert_with(|| watch::channel(()).0).subscribe()
+            };
+            let mut waiter = waiter;
+            tokio::select! {
+                _ = tx.closed() => {
+                    self.forget_pending(episode);
+                    return;
+                }
+                res = waiter.changed() => {
+                    if res.is_err() {
+                        // The pending sender was replaced or dropped; look again.
+                        continue;
+                    }
+                }
+            }
+        };
+        let _guard = SubscriberGuard { buffer: &self, episode };
+        let timeout = self.inner.config.slow_subscriber_timeout;
+        let mut next = 0usize;
+        loop {
+            changed.borrow_and_update();
+            let (batch, closed) = {
+                let state = self.lock();
+                let Some(entry) = state.episodes.get(&episode) else { return };
+                (entry.parts[next.min(entry.parts.len())..].to_vec(), entry.closed_at.is_some())
+            };
+            for part in batch {
+                match tx.send_timeout((*part).clone(), timeout).await {
+                    Ok(()) => next += 1,
+                    Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                        tracing::debug!(?episode, "dropping a slow part subscriber");
+                        return;
+                    }
+                    Err(mpsc::error::SendTimeoutError::Closed(_)) => return,
+                }
+            }
+            if closed {
+                // Everything up to the close has been delivered (the batch
+                // was read after the close was visible).
+                let done = {
+                    let state = self.lock();
+                    state.episodes.get(&episode).is_none_or(|e| next >= e.parts.len())
+                };
+                if done {
+                    return;
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = tx.closed() => return,
+                res = changed.changed() => {
+                    if res.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn forget_pending(&self, episode: Episode) {
+        let mut state = self.lock();
+        if let Some(sender) = state.pending.get(&episode)
+            && sender.receiver_count() <= 1
+        {
+            state.pending.remove(&episode);
+        }
+    }
+
+    /// Removes closed episodes older than the retention period that have no
+    /// subscribers. Runs on the garbage-collection timer; public for tests.
+    pub fn collect_garbage(&self) {
+        let retention = self.inner.config.closed_retention;
+        let now = Instant::now();
+        let mut state = self.lock();
+        state.episodes.retain(|_, e| match e.closed_at {
+            Some(at) => e.subscribers > 0 || now.duration_since(at) < retention,
+            None => true,
+        });
+    }
+
+    /// Stops nothing by itself; provided for symmetry with the cancellation
+    /// token: drops every episode (used on shutdown).
+    pub fn shutdown(&self) {
+        let mut state = self.lock();
+        state.episodes.clear();
+        state.pending.clear();
+    }
+}
+
+struct SubscriberGuard<'a> {
+    buffer: &'a PartBuffer,
+    episode: Episode,
+}
+
+impl Drop for SubscriberGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self.buffer.lock();
+        if let Some(entry) = state.episodes.get_mut(&self.episode) {
+            entry.subscribers = entry.subscribers.saturating_sub(1);
+        }
+    }
+}
+
+/// A subscription's stream of parts; dropping it unsubscribes.
+#[derive(Debug)]
+pub struct PartSubscription {
+    rx: mpsc::Receiver<StreamPart>,
+}
+
+impl PartSubscription {
+    /// The next part, or `None` when the stream ended (episode closed and
+    /// fully delivered, subscriber dropped as slow, or buffer shut down).
+    pub async fn recv(&mut self) -> Option<StreamPart> {
+        self.rx.recv().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn episode(attempt: i64) -> Episode {
+        Episode { chat_id: uuid::Uuid::from_u128(7), history_version: 3, generation_attempt: attempt }
+    }
+
+    fn text(s: &str) -> PartDelta {
+        PartDelta::Text { text: s.into() }
+    }
+
+    fn buffer(config: PartBufferConfig) -> PartBuffer {
+        PartBuffer::with_config(config, CancellationToken::new())
+    }
+
+    #[tokio::test]
+    async fn create_twice_fails_and_close_is_idempotent() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        assert_eq!(b.create_episode(episode(1)), Err(PartBufferError::EpisodeExists));
+        b.close_episode(episode(1));
+        b.close_episode(episode(1));
+        assert!(b.is_closed(episode(1)));
+        assert_eq!(b.create_episode(episode(1)), Err(PartBufferError::EpisodeExists));
+    }
+
+    #[tokio::test]
+    async fn closing_a_missing_episode_creates_it_closed() {
+        let b = buffer(PartBufferConfig::default());
+        b.close_episode(episode(2));
+        assert_eq!(b.get_parts(episode(2)), Ok(vec![]));
+        assert_eq!(b.add_part(episode(2), ChatRole::Assistant, text("x")), Err(PartBufferError::EpisodeClosed));
+        assert_eq!(b.create_episode(episode(2)), Err(PartBufferError::EpisodeExists));
+    }
+
+    #[tokio::test]
+    async fn parts_get_contiguous_seq_from_one() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        for expected in 1..=5 {
+            assert_eq!(b.add_part(episode(1), ChatRole::Assistant, text("a")), Ok(expected));
+        }
+        let seqs: Vec<u64> = b.get_parts(episode(1)).unwrap().iter().map(|p| p.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+        assert_eq!(b.add_part(episode(9), ChatRole::Assistant, text("a")), Err(PartBufferError::EpisodeNotFound));
+        assert_eq!(b.get_parts(episode(9)), Err(PartBufferError::EpisodeNotFound));
+    }
+
+    #[tokio::test]
+    async fn an_episode_is_capped_by_serialised_size() {
+        let b = buffer(PartBufferConfig { max_episode_bytes: 200, ..PartBufferConfig::default() });
+        b.create_episode(episode(1)).unwrap();
+        let chunk = "x".repeat(60);
+        let mut accepted = 0;
+        loop {
+            match b.add_part(episode(1), ChatRole::Assistant, text(&chunk)) {
+                Ok(_) => accepted += 1,
+                Err(err) => {
+                    assert_eq!(err, PartBufferError::EpisodeFull { max_bytes: 200 });
+                    break;
+                }
+            }
+        }
+        // Each part serialises to about 110 bytes: one fits, two do not.
+        assert_eq!(accepted, 1);
+        // A smaller part still fits after a rejected large one.
+        assert!(b.add_part(episode(1), ChatRole::Assistant, text("y")).is_ok());
+    }
+
+    #[tokio::test]
+    async fn subscribe_replays_then_follows_and_ends_after_close() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("a")).unwrap();
+        let mut sub = b.subscribe(episode(1));
+        assert_eq!(sub.recv().await.unwrap().seq, 1);
+        b.add_part(episode(1), ChatRole::Assistant, text("b")).unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("c")).unwrap();
+        b.close_episode(episode(1));
+        let rest: Vec<u64> = [sub.recv().await.unwrap().seq, sub.recv().await.unwrap().seq].to_vec();
+        assert_eq!(rest, vec![2, 3]);
+        assert_eq!(sub.recv().await, None);
+    }
+
+    #[tokio::test]
+    async fn subscribe_to_a_closed_episode_delivers_everything_then_ends() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        for s in ["a", "b", "c"] {
+            b.add_part(episode(1), ChatRole::Assistant, text(s)).unwrap();
+        }
+        b.close_episode(episode(1));
+        let mut sub = b.subscribe(episode(1));
+        let mut seqs = vec![];
+        while let Some(part) = sub.recv().await {
+            seqs.push(part.seq);
+        }
+        assert_eq!(seqs, vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn subscribe_waits_for_an_episode_that_does_not_exist_yet() {
+        let b = buffer(PartBufferConfig::default());
+        let mut sub = b.subscribe(episode(4));
+        let waiting = tokio::time::timeout(Duration::from_millis(50), sub.recv()).await;
+        assert!(waiting.is_err(), "nothing to deliver yet");
+        b.create_episode(episode(4)).unwrap();
+        b.add_part(episode(4), ChatRole::Assistant, text("late")).unwrap();
+        let part = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.unwrap().unwrap();
+        assert_eq!((part.seq, part.part), (1, text("late")));
+    }
+
+    #[tokio::test]
+    async fn subscribers_of_other_episodes_see_nothing() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        b.create_episode(episode(2)).unwrap();
+        let mut sub = b.subscribe(episode(2));
+        b.add_part(episode(1), ChatRole::Assistant, text("one")).unwrap();
+        b.add_part(episode(2), ChatRole::Assistant, text("two")).unwrap();
+        assert_eq!(sub.recv().await.unwrap().part, text("two"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_subscriber_is_dropped_after_the_timeout() {
+        let b = buffer(PartBufferConfig { subscriber_capacity: 1, ..PartBufferConfig::default() });
+        b.create_episode(episode(1)).unwrap();
+        let mut sub = b.subscribe(episode(1));
+        for _ in 0..3 {
+            b.add_part(episode(1), ChatRole::Assistant, text("p")).unwrap();
+        }
+        // Part 1 fills the channel; part 2 waits; after 10 s the subscriber
+        // is dropped.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(sub.recv().await.unwrap().seq, 1);
+        assert_eq!(sub.recv().await, None, "the stream ends instead of skipping parts");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_that_keeps_up_is_not_dropped() {
+        let b = buffer(PartBufferConfig { subscriber_capacity: 1, ..PartBufferConfig::default() });
+        b.create_episode(episode(1)).unwrap();
+        let mut sub = b.subscribe(episode(1));
+        for i in 1..=3u64 {
+            b.add_part(episode(1), ChatRole::Assistant, text("p")).unwrap();
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            assert_eq!(sub.recv().await.unwrap().seq, i);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closed_episodes_are_collected_after_retention_without_subscribers() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        b.create_episode(episode(2)).unwrap();
+        b.close_episode(episode(1));
+        tokio::time::sleep(Duration::from_secs(14)).await;
+        b.collect_garbage();
+        assert_eq!(b.episode_count(), 2, "kept for at least 15 s");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        b.collect_garbage();
+        assert_eq!(b.episode_count(), 1, "the closed one is gone, the open one stays");
+        assert_eq!(b.get_parts(episode(1)), Err(PartBufferError::EpisodeNotFound));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_episode_with_a_subscriber_is_kept() {
+        let b = buffer(PartBufferConfig { subscriber_capacity: 1, ..PartBufferConfig::default() });
+        b.create_episode(episode(1)).unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("a")).unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("b")).unwrap();
+        b.close_episode(episode(1));
+        let mut sub = b.subscribe(episode(1));
+        // The subscriber holds part 1 unread; the delivery task waits on part 2.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::advance(Duration::from_secs(12)).await;
+        b.collect_garbage();
+        assert_eq!(b.episode_count(), 1);
+        assert_eq!(sub.recv().await.unwrap().seq, 1);
+        assert_eq!(sub.recv().await.unwrap().seq, 2);
+        assert_eq!(sub.recv().await, None);
+        // The delivery task releases its subscription as it exits.
+        for _ in 0..100 {
+            b.collect_garbage();
+            if b.episode_count() == 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(b.episode_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn many_concurrent_subscribers_each_get_every_part_in_order() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        let subs: Vec<_> = (0..20).map(|_| b.subscribe(episode(1))).collect();
+        let writer = {
+            let b = b.clone();
+            tokio::spawn(async move {
+                for _ in 0..500 {
+                    b.add_part(episode(1), ChatRole::Assistant, text("z")).unwrap();
+                    tokio::task::yield_now().await;
+                }
+                b.close_episode(episode(1));
+            })
+        };
+        let mut readers = Vec::new();
+        for mut sub in subs {
+            readers.push(tokio::spawn(async move {
+                let mut expected = 1;
+                while let Some(part) = sub.recv().await {
+                    assert_eq!(part.seq, expected);
+                    expected += 1;
+                }
+                expected - 1
+            }));
+        }
+        writer.await.unwrap();
+        for reader in readers {
+            assert_eq!(reader.await.unwrap(), 500);
+        }
+    }
+}
