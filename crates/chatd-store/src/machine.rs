@@ -336,6 +336,27 @@ impl ChatMachine {
         })
     }
 
+    /// Like [`ChatMachine::begin`], but never waits for the row lock: returns
+    /// `None` when another transaction holds it (`FOR UPDATE SKIP LOCKED`) or
+    /// the chat does not exist. The acquisition loop uses it so that replicas
+    /// racing for the same chats do not queue behind each other.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn try_begin(&self) -> StoreResult<Option<ChatTx>> {
+        let mut tx = self.store.pool.begin().await?;
+        let Some(chat) = queries::lock_and_bump_skip_locked(&mut tx, self.chat_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(ChatTx {
+            tx,
+            chat_id: self.chat_id,
+            snapshot_version: chat.snapshot_version,
+            store: self.store.clone(),
+            applied: Vec::new(),
+        }))
+    }
+
     /// Runs `f` inside a transition bundle ([`ChatMachine::begin`]) and
     /// commits when it returns `Ok` (spec chatstate `ChatMachine.Update`).
     /// Returns `f`'s value and the committed chat row.

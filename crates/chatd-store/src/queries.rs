@@ -26,6 +26,50 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
     .await
 }
 
+/// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row is locked
+/// by another transaction or missing.
+pub async fn lock_and_bump_skip_locked(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Chat>> {
+    sqlx::query_as::<_, Chat>(
+        "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE SKIP LOCKED)
+         UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
+         FROM locked WHERE chats.id = locked.id
+         RETURNING chats.*",
+    )
+    .bind(chat_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Whether `(chat_id, runner_id)` has a heartbeat newer than
+/// `stale_after_secs` (database time).
+pub async fn heartbeat_is_fresh(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid, stale_after_secs: f64) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2
+                        AND heartbeat_at >= now() - make_interval(secs => $3))",
+    )
+    .bind(chat_id)
+    .bind(runner_id)
+    .bind(stale_after_secs)
+    .fetch_one(conn)
+    .await
+}
+
+/// The model's view of the history: active (not soft-deleted) system
+/// messages, then active messages from the latest compaction boundary (a
+/// `compressed` row) onward, in id order. User-only rows are included; the
+/// caller filters by visibility.
+pub async fn active_history(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
+    sqlx::query_as(
+        "SELECT * FROM chat_messages
+         WHERE chat_id = $1 AND NOT deleted AND (role = 'system' OR id >= COALESCE(
+             (SELECT max(id) FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND compressed), 0))
+         ORDER BY id",
+    )
+    .bind(chat_id)
+    .fetch_all(conn)
+    .await
+}
+
 /// Reads the chat row with the given row-lock clause (`""`, `"FOR UPDATE"`,
 /// `"FOR SHARE"`).
 pub async fn select_chat(

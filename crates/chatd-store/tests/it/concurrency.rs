@@ -8,13 +8,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use chatd_core::{BusyBehavior, ChatStatus, ExecutionState, MessagePart, StateError};
+use chatd_core::{
+    BusyBehavior, ChatStatus, ExecutionState, MessagePart, StateError, outstanding_tool_calls,
+};
 use chatd_pubsub::{ChatUpdate, chat_update_channel};
 use chatd_store::{
     Chat, ChatMachine, EditMessageInput, NewMessage, SendMessageInput, StoreConfig, StoreError,
     StoreResult,
 };
 use serde_json::json;
+use sqlx::types::Json;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 use uuid::Uuid;
@@ -455,14 +458,76 @@ async fn assert_chat_invariants(h: &Harness, id: Uuid, context: &str) -> Executi
     state
 }
 
+/// Reads consistent snapshots of the chat until `stop` is set (at least
+/// once) and checks the invariants that must hold in every committed state.
+/// Returns how many snapshots it checked, or the first violation.
+async fn observe(machine: ChatMachine, stop: Arc<AtomicBool>) -> Result<usize, String> {
+    let id = machine.chat_id();
+    let mut observed = 0;
+    loop {
+        let finished = stop.load(Ordering::SeqCst);
+        let mut snapshot = machine.snapshot().await.map_err(|e| e.to_string())?;
+        let state = snapshot
+            .execution_state()
+            .await
+            .map_err(|e| e.to_string())?;
+        let contents: Vec<Json<Vec<MessagePart>>> = sqlx::query_scalar(
+            "SELECT content FROM chat_messages WHERE chat_id = $1 AND NOT deleted ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(snapshot.conn())
+        .await
+        .map_err(|e| e.to_string())?;
+        let positions: Vec<i64> =
+            sqlx::query_scalar("SELECT position FROM chat_queued_messages WHERE chat_id = $1")
+                .bind(id)
+                .fetch_all(snapshot.conn())
+                .await
+                .map_err(|e| e.to_string())?;
+        let chat = snapshot.chat.clone();
+        snapshot.finish().await.map_err(|e| e.to_string())?;
+
+        let version = chat.snapshot_version;
+        let outstanding = outstanding_tool_calls(contents.iter().map(|c| c.0.as_slice()));
+        let awaiting = matches!(state, ExecutionState::A0 | ExecutionState::A1);
+        let distinct: HashSet<i64> = positions.iter().copied().collect();
+        if matches!(state, ExecutionState::Invalid | ExecutionState::N) {
+            return Err(format!("snapshot {version} classified {state}"));
+        }
+        if awaiting == outstanding.is_empty() {
+            return Err(format!(
+                "snapshot {version} in {state} with outstanding calls {outstanding:?}"
+            ));
+        }
+        if distinct.len() != positions.len() {
+            return Err(format!(
+                "snapshot {version}: duplicate positions {positions:?}"
+            ));
+        }
+        if chat.history_version > version
+            || chat.queue_version > version
+            || chat.retry_state_version > version
+        {
+            return Err(format!(
+                "snapshot {version}: a version ahead of it: {chat:?}"
+            ));
+        }
+        observed += 1;
+        if finished {
+            return Ok(observed);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
-    const ROUNDS: usize = 5;
+    const ROUNDS: usize = 8;
     const TASKS: usize = 26;
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R1).await;
-    let mut seen_states = HashSet::new();
-    let mut total_successes = 0;
+    let mut succeeded_ops = HashSet::new();
+    let mut observed = 0;
     // A fixed pseudo-random schedule (no rand dependency): reproducible.
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move || {
@@ -483,6 +548,10 @@ async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
             .map(|m| m.id)
             .collect();
         let queued: Vec<i64> = h.queue(id).await.iter().map(|q| q.id).collect();
+
+        // Watches committed states while the race runs.
+        let stop = Arc::new(AtomicBool::new(false));
+        let observer = tokio::spawn(observe(h.store.machine(id), stop.clone()));
 
         let barrier = Arc::new(Barrier::new(TASKS));
         let mut tasks = JoinSet::new();
@@ -512,7 +581,10 @@ async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
         let mut successes = 0;
         for (op, result) in join_all(tasks).await {
             match result {
-                Ok(()) => successes += 1,
+                Ok(()) => {
+                    successes += 1;
+                    succeeded_ops.insert(format!("{op:?}"));
+                }
                 Err(StoreError::State(err)) => match &err {
                     StateError::TransitionNotAllowed(rejection) => assert!(
                         !rejection.reason.contains("would land in"),
@@ -528,10 +600,15 @@ async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
                 }
             }
         }
-        total_successes += successes;
+        stop.store(true, Ordering::SeqCst);
+        observed += tokio::time::timeout(DEADLINE, observer)
+            .await
+            .expect("observer stopped")
+            .expect("observer panicked")
+            .unwrap_or_else(|violation| panic!("round {round}: {violation}"));
 
         let context = format!("after round {round}");
-        seen_states.insert(assert_chat_invariants(&h, id, &context).await);
+        assert_chat_invariants(&h, id, &context).await;
         // Failed bundles rolled their bump back; each success advanced the
         // version once and published once.
         let after = h.snapshot_version(id).await;
@@ -544,7 +621,13 @@ async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
             "{context}"
         );
     }
-    assert!(total_successes > 0, "the race committed nothing");
+    assert!(observed >= ROUNDS, "the observer saw {observed} snapshots");
+    // The schedule is fixed but the interleaving is not: require only that
+    // the race was more than one kind of operation winning.
+    assert!(
+        succeeded_ops.len() >= 3,
+        "too few kinds of operation succeeded: {succeeded_ops:?}"
+    );
 }
 
 // Row locks.

@@ -595,6 +595,42 @@ async fn pg_pubsub_delivers_the_committed_update_and_the_create_hint() {
         (update.worker_id, update.runner_id),
         (Some(worker), Some(runner))
     );
+
+    // A bundle that fails after changing the status publishes nothing: the
+    // next notification is the following successful bundle's, not a leak of
+    // the rolled-back "interrupting" row.
+    let err = store
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.interrupt().await?;
+                Err::<(), _>(StoreError::State(StateError::InvalidInput {
+                    field: "test",
+                    detail: "abort".into(),
+                }))
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        state_error(err),
+        StateError::InvalidInput { field: "test", .. }
+    ));
+    let ((), committed) = store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.record_generation_attempt().await.map(|_| ()) }))
+        .await
+        .unwrap();
+    let update = ChatUpdate::from_payload(&next_message(&mut updates).await).unwrap();
+    assert_eq!(update, expected_update(&committed));
+    assert_eq!(
+        (
+            update.snapshot_version,
+            update.status,
+            update.generation_attempt
+        ),
+        (3, ChatStatus::Running, 2)
+    );
     pubsub.close().await;
 }
 
@@ -670,4 +706,54 @@ async fn set_family_archived_with_a_running_child_changes_no_member_and_publishe
     assert_eq!(h.dump(idle).await, before[1]);
     assert_eq!(h.dump(root).await, before[0]);
     assert_eq!(h.published.take(), vec![]);
+}
+
+#[tokio::test]
+async fn set_family_archived_with_an_invalid_member_changes_nothing_and_publishes_nothing() {
+    let h = Harness::new().await;
+    let root = create_with(&h, None, ChatStatus::Waiting).await;
+    let child = create_with(&h, Some(root), ChatStatus::Running).await;
+    // Archived while running: outside the model, and already "archived".
+    sqlx::query("UPDATE chats SET archived = true WHERE id = $1")
+        .bind(child)
+        .execute(h.pool())
+        .await
+        .unwrap();
+    assert_eq!(h.state(child).await, ExecutionState::Invalid);
+    let before = [h.dump(root).await, h.dump(child).await];
+    h.published.take();
+
+    let err = h.store.set_family_archived(root, true).await.unwrap_err();
+    let StateError::InvalidState(rejection) = state_error(err) else {
+        panic!("expected InvalidState");
+    };
+    assert_eq!(rejection.from, ExecutionState::Invalid);
+    assert_eq!([h.dump(root).await, h.dump(child).await], before);
+    assert_eq!(h.published.take(), vec![]);
+}
+
+// Best effort after commit.
+
+#[tokio::test]
+async fn publish_failure_after_commit_keeps_the_commit_and_the_other_publications() {
+    let h = Harness::new().await;
+    let id = h.create().await;
+    h.published.take();
+    h.published.fail_channel(Some(&chat_update_channel(id)));
+    let chat = run(&h, id, record_attempt).await;
+    h.published.fail_channel(None);
+
+    assert_eq!(chat.snapshot_version, 2);
+    assert_eq!(h.chat(id).await, chat);
+    // The failed chat:update is dropped; the ownership hint still goes out.
+    let published = h.published.take();
+    assert_eq!(updates_for(&published, id), vec![]);
+    assert_eq!(
+        hints(&published),
+        vec![OwnershipHint {
+            chat_id: id,
+            snapshot_version: 2
+        }]
+    );
+    assert_eq!(published.len(), 1);
 }
