@@ -1,9 +1,29 @@
 //! The chat worker (`spec/chatd-architecture.md`, "Chat worker").
 //!
-//! So far: the [`part_buffer`] (spec "Message part buffer"), the replica-wide
-//! in-memory store of streaming parts that the generation task writes and the
-//! stream loop and the parts endpoint read.
+//! - [`part_buffer`]: the replica-wide store of streaming parts ("Message part
+//!   buffer").
+//! - The acquisition loop, the runner manager (main, database sync, heartbeat
+//!   and heartbeat cleanup loops), the chat runner event loop and its four
+//!   kinds of tasks, started together by [`Worker::start`].
+//! - [`providers`]: model and provider resolution, reasoning effort, cost.
+//!
+//! The runner's fence is `runner_id`: every task checks, under the chat row
+//! lock, that the row still names this worker, its runner and the history
+//! version and status it was spawned for; a task that finds otherwise exits
+//! without side effects.
 
+mod acquisition;
+pub mod config;
+mod context;
+pub mod fence;
+mod manager;
 pub mod part_buffer;
+pub mod providers;
+pub mod runner;
+mod tasks;
+mod worker;
 
+pub use config::WorkerConfig;
 pub use part_buffer::{PartBuffer, PartBufferConfig, PartBufferError, PartSubscription};
+pub use providers::{DefaultProviderFactory, ProviderFactory, ProviderRow};
+pub use worker::{Worker, WorkerDeps};

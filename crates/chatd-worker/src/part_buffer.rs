@@ -83,7 +83,13 @@ struct EpisodeState {
 
 impl EpisodeState {
     fn new() -> Self {
-        Self { parts: Vec::new(), bytes: 0, closed_at: None, subscribers: 0, changed: watch::channel(()).0 }
+        Self {
+            parts: Vec::new(),
+            bytes: 0,
+            closed_at: None,
+            subscribers: 0,
+            changed: watch::channel(()).0,
+        }
     }
 }
 
@@ -110,7 +116,9 @@ pub struct PartBuffer {
 
 impl std::fmt::Debug for PartBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PartBuffer").field("episodes", &self.lock().episodes.len()).finish()
+        f.debug_struct("PartBuffer")
+            .field("episodes", &self.lock().episodes.len())
+            .finish()
     }
 }
 
@@ -123,7 +131,12 @@ impl PartBuffer {
 
     /// A buffer with explicit tunables.
     pub fn with_config(config: PartBufferConfig, cancel: CancellationToken) -> Self {
-        let buffer = Self { inner: Arc::new(Inner { state: Mutex::new(State::default()), config }) };
+        let buffer = Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State::default()),
+                config,
+            }),
+        };
         let weak = Arc::downgrade(&buffer.inner);
         let interval = buffer.inner.config.gc_interval;
         tokio::spawn(async move {
@@ -143,7 +156,10 @@ impl PartBuffer {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock leaves plain data behind; keep going.
-        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Creates an empty, open episode.
@@ -168,7 +184,10 @@ impl PartBuffer {
     pub fn close_episode(&self, episode: Episode) {
         let mut state = self.lock();
         let created = !state.episodes.contains_key(&episode);
-        let entry = state.episodes.entry(episode).or_insert_with(EpisodeState::new);
+        let entry = state
+            .episodes
+            .entry(episode)
+            .or_insert_with(EpisodeState::new);
         if entry.closed_at.is_none() {
             entry.closed_at = Some(Instant::now());
             let _ = entry.changed.send(());
@@ -184,16 +203,26 @@ impl PartBuffer {
     /// `EpisodeNotFound`, `EpisodeClosed`, or `EpisodeFull` when the part's
     /// JSON size would take the episode over the cap. Callers treat every
     /// error as "drop the part" (storing parts is best-effort).
-    pub fn add_part(&self, episode: Episode, role: ChatRole, part: PartDelta) -> Result<u64, PartBufferError> {
+    pub fn add_part(
+        &self,
+        episode: Episode,
+        role: ChatRole,
+        part: PartDelta,
+    ) -> Result<u64, PartBufferError> {
         let max = self.inner.config.max_episode_bytes;
         let mut state = self.lock();
-        let entry = state.episodes.get_mut(&episode).ok_or(PartBufferError::EpisodeNotFound)?;
+        let entry = state
+            .episodes
+            .get_mut(&episode)
+            .ok_or(PartBufferError::EpisodeNotFound)?;
         if entry.closed_at.is_some() {
             return Err(PartBufferError::EpisodeClosed);
         }
         let seq = entry.parts.len() as u64 + 1;
         let part = StreamPart { seq, role, part };
-        let size = serde_json::to_vec(&part).map(|v| v.len()).unwrap_or(usize::MAX);
+        let size = serde_json::to_vec(&part)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
         if entry.bytes.saturating_add(size) > max {
             return Err(PartBufferError::EpisodeFull { max_bytes: max });
         }
@@ -209,13 +238,19 @@ impl PartBuffer {
     /// `EpisodeNotFound`.
     pub fn get_parts(&self, episode: Episode) -> Result<Vec<StreamPart>, PartBufferError> {
         let state = self.lock();
-        let entry = state.episodes.get(&episode).ok_or(PartBufferError::EpisodeNotFound)?;
+        let entry = state
+            .episodes
+            .get(&episode)
+            .ok_or(PartBufferError::EpisodeNotFound)?;
         Ok(entry.parts.iter().map(|p| (**p).clone()).collect())
     }
 
     /// Whether the episode exists and is closed.
     pub fn is_closed(&self, episode: Episode) -> bool {
-        self.lock().episodes.get(&episode).is_some_and(|e| e.closed_at.is_some())
+        self.lock()
+            .episodes
+            .get(&episode)
+            .is_some_and(|e| e.closed_at.is_some())
     }
 
     /// Number of episodes held (open and closed).
@@ -244,7 +279,11 @@ impl PartBuffer {
                     entry.subscribers += 1;
                     break entry.changed.subscribe();
                 }
-                state.pending.entry(episode).or_insert_with(|| watch::channel(()).0).subscribe()
+                state
+                    .pending
+                    .entry(episode)
+                    .or_insert_with(|| watch::channel(()).0)
+                    .subscribe()
             };
             let mut waiter = waiter;
             tokio::select! {
@@ -260,15 +299,23 @@ impl PartBuffer {
                 }
             }
         };
-        let _guard = SubscriberGuard { buffer: &self, episode };
+        let _guard = SubscriberGuard {
+            buffer: &self,
+            episode,
+        };
         let timeout = self.inner.config.slow_subscriber_timeout;
         let mut next = 0usize;
         loop {
             changed.borrow_and_update();
             let (batch, closed) = {
                 let state = self.lock();
-                let Some(entry) = state.episodes.get(&episode) else { return };
-                (entry.parts[next.min(entry.parts.len())..].to_vec(), entry.closed_at.is_some())
+                let Some(entry) = state.episodes.get(&episode) else {
+                    return;
+                };
+                (
+                    entry.parts[next.min(entry.parts.len())..].to_vec(),
+                    entry.closed_at.is_some(),
+                )
             };
             for part in batch {
                 match tx.send_timeout((*part).clone(), timeout).await {
@@ -285,7 +332,10 @@ impl PartBuffer {
                 // was read after the close was visible).
                 let done = {
                     let state = self.lock();
-                    state.episodes.get(&episode).is_none_or(|e| next >= e.parts.len())
+                    state
+                        .episodes
+                        .get(&episode)
+                        .is_none_or(|e| next >= e.parts.len())
                 };
                 if done {
                     return;
@@ -366,7 +416,11 @@ mod tests {
     use super::*;
 
     fn episode(attempt: i64) -> Episode {
-        Episode { chat_id: uuid::Uuid::from_u128(7), history_version: 3, generation_attempt: attempt }
+        Episode {
+            chat_id: uuid::Uuid::from_u128(7),
+            history_version: 3,
+            generation_attempt: attempt,
+        }
     }
 
     fn text(s: &str) -> PartDelta {
@@ -381,11 +435,17 @@ mod tests {
     async fn create_twice_fails_and_close_is_idempotent() {
         let b = buffer(PartBufferConfig::default());
         b.create_episode(episode(1)).unwrap();
-        assert_eq!(b.create_episode(episode(1)), Err(PartBufferError::EpisodeExists));
+        assert_eq!(
+            b.create_episode(episode(1)),
+            Err(PartBufferError::EpisodeExists)
+        );
         b.close_episode(episode(1));
         b.close_episode(episode(1));
         assert!(b.is_closed(episode(1)));
-        assert_eq!(b.create_episode(episode(1)), Err(PartBufferError::EpisodeExists));
+        assert_eq!(
+            b.create_episode(episode(1)),
+            Err(PartBufferError::EpisodeExists)
+        );
     }
 
     #[tokio::test]
@@ -393,8 +453,14 @@ mod tests {
         let b = buffer(PartBufferConfig::default());
         b.close_episode(episode(2));
         assert_eq!(b.get_parts(episode(2)), Ok(vec![]));
-        assert_eq!(b.add_part(episode(2), ChatRole::Assistant, text("x")), Err(PartBufferError::EpisodeClosed));
-        assert_eq!(b.create_episode(episode(2)), Err(PartBufferError::EpisodeExists));
+        assert_eq!(
+            b.add_part(episode(2), ChatRole::Assistant, text("x")),
+            Err(PartBufferError::EpisodeClosed)
+        );
+        assert_eq!(
+            b.create_episode(episode(2)),
+            Err(PartBufferError::EpisodeExists)
+        );
     }
 
     #[tokio::test]
@@ -402,17 +468,34 @@ mod tests {
         let b = buffer(PartBufferConfig::default());
         b.create_episode(episode(1)).unwrap();
         for expected in 1..=5 {
-            assert_eq!(b.add_part(episode(1), ChatRole::Assistant, text("a")), Ok(expected));
+            assert_eq!(
+                b.add_part(episode(1), ChatRole::Assistant, text("a")),
+                Ok(expected)
+            );
         }
-        let seqs: Vec<u64> = b.get_parts(episode(1)).unwrap().iter().map(|p| p.seq).collect();
+        let seqs: Vec<u64> = b
+            .get_parts(episode(1))
+            .unwrap()
+            .iter()
+            .map(|p| p.seq)
+            .collect();
         assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
-        assert_eq!(b.add_part(episode(9), ChatRole::Assistant, text("a")), Err(PartBufferError::EpisodeNotFound));
-        assert_eq!(b.get_parts(episode(9)), Err(PartBufferError::EpisodeNotFound));
+        assert_eq!(
+            b.add_part(episode(9), ChatRole::Assistant, text("a")),
+            Err(PartBufferError::EpisodeNotFound)
+        );
+        assert_eq!(
+            b.get_parts(episode(9)),
+            Err(PartBufferError::EpisodeNotFound)
+        );
     }
 
     #[tokio::test]
     async fn an_episode_is_capped_by_serialised_size() {
-        let b = buffer(PartBufferConfig { max_episode_bytes: 200, ..PartBufferConfig::default() });
+        let b = buffer(PartBufferConfig {
+            max_episode_bytes: 200,
+            ..PartBufferConfig::default()
+        });
         b.create_episode(episode(1)).unwrap();
         let chunk = "x".repeat(60);
         let mut accepted = 0;
@@ -428,20 +511,27 @@ mod tests {
         // Each part serialises to about 110 bytes: one fits, two do not.
         assert_eq!(accepted, 1);
         // A smaller part still fits after a rejected large one.
-        assert!(b.add_part(episode(1), ChatRole::Assistant, text("y")).is_ok());
+        assert!(
+            b.add_part(episode(1), ChatRole::Assistant, text("y"))
+                .is_ok()
+        );
     }
 
     #[tokio::test]
     async fn subscribe_replays_then_follows_and_ends_after_close() {
         let b = buffer(PartBufferConfig::default());
         b.create_episode(episode(1)).unwrap();
-        b.add_part(episode(1), ChatRole::Assistant, text("a")).unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("a"))
+            .unwrap();
         let mut sub = b.subscribe(episode(1));
         assert_eq!(sub.recv().await.unwrap().seq, 1);
-        b.add_part(episode(1), ChatRole::Assistant, text("b")).unwrap();
-        b.add_part(episode(1), ChatRole::Assistant, text("c")).unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("b"))
+            .unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("c"))
+            .unwrap();
         b.close_episode(episode(1));
-        let rest: Vec<u64> = [sub.recv().await.unwrap().seq, sub.recv().await.unwrap().seq].to_vec();
+        let rest: Vec<u64> =
+            [sub.recv().await.unwrap().seq, sub.recv().await.unwrap().seq].to_vec();
         assert_eq!(rest, vec![2, 3]);
         assert_eq!(sub.recv().await, None);
     }
@@ -451,7 +541,8 @@ mod tests {
         let b = buffer(PartBufferConfig::default());
         b.create_episode(episode(1)).unwrap();
         for s in ["a", "b", "c"] {
-            b.add_part(episode(1), ChatRole::Assistant, text(s)).unwrap();
+            b.add_part(episode(1), ChatRole::Assistant, text(s))
+                .unwrap();
         }
         b.close_episode(episode(1));
         let mut sub = b.subscribe(episode(1));
@@ -469,8 +560,12 @@ mod tests {
         let waiting = tokio::time::timeout(Duration::from_millis(50), sub.recv()).await;
         assert!(waiting.is_err(), "nothing to deliver yet");
         b.create_episode(episode(4)).unwrap();
-        b.add_part(episode(4), ChatRole::Assistant, text("late")).unwrap();
-        let part = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.unwrap().unwrap();
+        b.add_part(episode(4), ChatRole::Assistant, text("late"))
+            .unwrap();
+        let part = tokio::time::timeout(Duration::from_secs(5), sub.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((part.seq, part.part), (1, text("late")));
     }
 
@@ -480,33 +575,47 @@ mod tests {
         b.create_episode(episode(1)).unwrap();
         b.create_episode(episode(2)).unwrap();
         let mut sub = b.subscribe(episode(2));
-        b.add_part(episode(1), ChatRole::Assistant, text("one")).unwrap();
-        b.add_part(episode(2), ChatRole::Assistant, text("two")).unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("one"))
+            .unwrap();
+        b.add_part(episode(2), ChatRole::Assistant, text("two"))
+            .unwrap();
         assert_eq!(sub.recv().await.unwrap().part, text("two"));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_slow_subscriber_is_dropped_after_the_timeout() {
-        let b = buffer(PartBufferConfig { subscriber_capacity: 1, ..PartBufferConfig::default() });
+        let b = buffer(PartBufferConfig {
+            subscriber_capacity: 1,
+            ..PartBufferConfig::default()
+        });
         b.create_episode(episode(1)).unwrap();
         let mut sub = b.subscribe(episode(1));
         for _ in 0..3 {
-            b.add_part(episode(1), ChatRole::Assistant, text("p")).unwrap();
+            b.add_part(episode(1), ChatRole::Assistant, text("p"))
+                .unwrap();
         }
         // Part 1 fills the channel; part 2 waits; after 10 s the subscriber
         // is dropped.
         tokio::time::sleep(Duration::from_secs(11)).await;
         assert_eq!(sub.recv().await.unwrap().seq, 1);
-        assert_eq!(sub.recv().await, None, "the stream ends instead of skipping parts");
+        assert_eq!(
+            sub.recv().await,
+            None,
+            "the stream ends instead of skipping parts"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_subscriber_that_keeps_up_is_not_dropped() {
-        let b = buffer(PartBufferConfig { subscriber_capacity: 1, ..PartBufferConfig::default() });
+        let b = buffer(PartBufferConfig {
+            subscriber_capacity: 1,
+            ..PartBufferConfig::default()
+        });
         b.create_episode(episode(1)).unwrap();
         let mut sub = b.subscribe(episode(1));
         for i in 1..=3u64 {
-            b.add_part(episode(1), ChatRole::Assistant, text("p")).unwrap();
+            b.add_part(episode(1), ChatRole::Assistant, text("p"))
+                .unwrap();
             tokio::time::sleep(Duration::from_secs(9)).await;
             assert_eq!(sub.recv().await.unwrap().seq, i);
         }
@@ -523,16 +632,28 @@ mod tests {
         assert_eq!(b.episode_count(), 2, "kept for at least 15 s");
         tokio::time::sleep(Duration::from_secs(2)).await;
         b.collect_garbage();
-        assert_eq!(b.episode_count(), 1, "the closed one is gone, the open one stays");
-        assert_eq!(b.get_parts(episode(1)), Err(PartBufferError::EpisodeNotFound));
+        assert_eq!(
+            b.episode_count(),
+            1,
+            "the closed one is gone, the open one stays"
+        );
+        assert_eq!(
+            b.get_parts(episode(1)),
+            Err(PartBufferError::EpisodeNotFound)
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_closed_episode_with_a_subscriber_is_kept() {
-        let b = buffer(PartBufferConfig { subscriber_capacity: 1, ..PartBufferConfig::default() });
+        let b = buffer(PartBufferConfig {
+            subscriber_capacity: 1,
+            ..PartBufferConfig::default()
+        });
         b.create_episode(episode(1)).unwrap();
-        b.add_part(episode(1), ChatRole::Assistant, text("a")).unwrap();
-        b.add_part(episode(1), ChatRole::Assistant, text("b")).unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("a"))
+            .unwrap();
+        b.add_part(episode(1), ChatRole::Assistant, text("b"))
+            .unwrap();
         b.close_episode(episode(1));
         let mut sub = b.subscribe(episode(1));
         // The subscriber holds part 1 unread; the delivery task waits on part 2.
@@ -563,7 +684,8 @@ mod tests {
             let b = b.clone();
             tokio::spawn(async move {
                 for _ in 0..500 {
-                    b.add_part(episode(1), ChatRole::Assistant, text("z")).unwrap();
+                    b.add_part(episode(1), ChatRole::Assistant, text("z"))
+                        .unwrap();
                     tokio::task::yield_now().await;
                 }
                 b.close_episode(episode(1));

@@ -1,0 +1,109 @@
+//! The acquisition loop (`spec/chatd-architecture.md`, "Acquisition loop").
+//!
+//! Woken by its timer and by `chat:ownership` hints, it finds chats in a
+//! runnable state (`R*`, `I*`, `A*`) that no runner holds (no worker, or no
+//! fresh heartbeat for the current runner, by database time), claims each
+//! without waiting on rows other transactions hold (`SKIP LOCKED`), re-checks
+//! the conditions under the lock, applies `Acquire` with a fresh runner id and
+//! asks the runner manager to spawn a runner.
+
+use std::sync::Arc;
+
+use chatd_pubsub::OWNERSHIP_CHANNEL;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::context::WorkerContext;
+use crate::manager::ManagerHandle;
+use crate::runner::RunnerKey;
+
+pub(crate) struct AcquisitionLoop {
+    pub(crate) ctx: Arc<WorkerContext>,
+    pub(crate) manager: ManagerHandle,
+    pub(crate) wake: Arc<tokio::sync::Notify>,
+}
+
+impl AcquisitionLoop {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        let mut subscription = loop {
+            let attempt = tokio::select! {
+                _ = cancel.cancelled() => return,
+                s = self.ctx.pubsub.subscribe(OWNERSHIP_CHANNEL) => s,
+            };
+            match attempt {
+                Ok(s) => break s,
+                Err(err) => {
+                    tracing::warn!(error = %err, "subscribing to chat:ownership failed; retrying");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(self.ctx.config.infra_backoff.1) => {}
+                    }
+                }
+            }
+        };
+        let mut tick = tokio::time::interval(self.ctx.config.acquisition_interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+                _ = self.wake.notified() => {}
+                event = subscription.recv() => if event.is_none() { return },
+            }
+            // Keep passing while a full batch was claimed: there may be more.
+            loop {
+                match self.pass().await {
+                    Ok(claimed) if claimed as i64 >= self.ctx.config.acquisition_batch => continue,
+                    Ok(_) => break,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "acquisition pass failed");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One pass: returns how many chats this worker claimed.
+    pub(crate) async fn pass(&self) -> chatd_store::StoreResult<usize> {
+        let stale = self.ctx.config.lease_stale_after.as_secs_f64();
+        let candidates: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT c.id FROM chats c
+             WHERE c.status IN ('running', 'interrupting', 'requires_action') AND NOT c.archived
+               AND (c.worker_id IS NULL OR c.runner_id IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
+                      AND h.heartbeat_at >= now() - make_interval(secs => $1)))
+             ORDER BY c.updated_at
+             LIMIT $2",
+        )
+        .bind(stale)
+        .bind(self.ctx.config.acquisition_batch)
+        .fetch_all(self.ctx.store.pool())
+        .await?;
+        let mut claimed = 0;
+        for chat_id in candidates {
+            let Some(mut tx) = self.ctx.store.machine(chat_id).try_begin().await? else {
+                continue;
+            };
+            let chat = tx.chat().await?;
+            if !tx.execution_state().await?.is_runnable() {
+                continue;
+            }
+            if let Some(runner) = chat.runner_id
+                && chat.worker_id.is_some()
+                && chatd_store::queries::heartbeat_is_fresh(tx.conn(), chat_id, runner, stale)
+                    .await?
+            {
+                continue;
+            }
+            let runner_id = Uuid::new_v4();
+            tx.acquire(self.ctx.config.worker_id, runner_id).await?;
+            tx.commit().await?;
+            tracing::info!(%chat_id, %runner_id, previous_worker = ?chat.worker_id, "acquired chat");
+            self.manager.spawn(RunnerKey { chat_id, runner_id });
+            claimed += 1;
+        }
+        Ok(claimed)
+    }
+}

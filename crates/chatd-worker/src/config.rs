@@ -1,0 +1,84 @@
+//! Worker tunables (`spec/chatd-architecture.md`, "Chat worker"; DESIGN.md
+//! "Defaults"). Every interval is configurable; tests use small values.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+/// Tunables of one worker (one per replica).
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This worker's id: written as `chats.worker_id` on acquired chats and
+    /// used as the replica id in `replicas`. Regenerated on every start.
+    pub worker_id: Uuid,
+    /// Acquisition timer (30 s); `chat:ownership` hints wake it sooner.
+    pub acquisition_interval: Duration,
+    /// Chats claimed per acquisition pass at most (100).
+    pub acquisition_batch: i64,
+    /// Heartbeat upsert interval (9 s).
+    pub heartbeat_interval: Duration,
+    /// A heartbeat older than this is stale and its chat may be taken over
+    /// (30 s). Also: when this worker could not write heartbeats for this
+    /// long, it cancels its runners because their chats may have moved.
+    pub lease_stale_after: Duration,
+    /// Stale heartbeat rows are deleted this often (30 s).
+    pub heartbeat_cleanup_interval: Duration,
+    /// Database sync of all registered chats (5 s).
+    pub db_sync_interval: Duration,
+    /// Provider retries before `FinishError` (25).
+    pub max_generation_retries: i64,
+    /// Delay before the first retry (1 s); doubles per retry.
+    pub retry_initial_delay: Duration,
+    /// Cap of the retry delay (60 s).
+    pub retry_max_delay: Duration,
+    /// Model responses allowed after one user message before the turn ends
+    /// in error (50).
+    pub max_steps_per_turn: usize,
+    /// Backoff bounds for infrastructure (database) errors inside runner
+    /// tasks: from 100 ms to 5 s.
+    pub infra_backoff: (Duration, Duration),
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            worker_id: Uuid::new_v4(),
+            acquisition_interval: Duration::from_secs(30),
+            acquisition_batch: 100,
+            heartbeat_interval: Duration::from_secs(9),
+            lease_stale_after: Duration::from_secs(30),
+            heartbeat_cleanup_interval: Duration::from_secs(30),
+            db_sync_interval: Duration::from_secs(5),
+            max_generation_retries: 25,
+            retry_initial_delay: Duration::from_secs(1),
+            retry_max_delay: Duration::from_secs(60),
+            max_steps_per_turn: 50,
+            infra_backoff: (Duration::from_millis(100), Duration::from_secs(5)),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Delay before retry `n` (1-based): `min(initial × 2^(n-1), max)`
+    /// (API.md "Workers and replicas").
+    pub fn retry_delay(&self, n: i64) -> Duration {
+        let exp = n.saturating_sub(1).clamp(0, 30) as u32;
+        let delay = self
+            .retry_initial_delay
+            .saturating_mul(2u32.saturating_pow(exp));
+        delay.min(self.retry_max_delay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delay_doubles_from_the_initial_delay_up_to_the_cap() {
+        let config = WorkerConfig::default();
+        let delays: Vec<u64> = (1..=8).map(|n| config.retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, vec![1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(config.retry_delay(1000), Duration::from_secs(60));
+    }
+}

@@ -1,0 +1,105 @@
+//! Fences of runner tasks (`spec/chatd-architecture.md`, "Runner
+//! goroutines"): before every read and write a task locks the chat row and
+//! checks that the row still names its worker and runner and, where it
+//! applies, the history version and status it was spawned for. A mismatch is
+//! a stale task: it exits without side effects.
+
+use chatd_core::ChatStatus;
+use chatd_store::{Chat, ChatMachine, ChatTx, LockedChat, StoreError, StoreResult};
+use futures::future::BoxFuture;
+use uuid::Uuid;
+
+/// What a task expects the chat row to say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    /// This worker.
+    pub worker_id: Uuid,
+    /// The task's runner.
+    pub runner_id: Uuid,
+    /// The history version the task works on (`None`: any).
+    pub history_version: Option<i64>,
+    /// The status the task works in (`None`: any).
+    pub status: Option<ChatStatus>,
+}
+
+impl Fence {
+    /// Whether `chat` still matches.
+    pub fn holds(&self, chat: &Chat) -> bool {
+        chat.worker_id == Some(self.worker_id)
+            && chat.runner_id == Some(self.runner_id)
+            && self
+                .history_version
+                .is_none_or(|v| v == chat.history_version)
+            && self.status.is_none_or(|s| s == chat.status)
+    }
+}
+
+/// Why a fenced operation did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum FenceError {
+    /// The chat moved on (other runner, history or status) or was deleted:
+    /// the task must exit quietly.
+    #[error("stale task: the chat no longer matches its fence")]
+    Stale,
+    /// A store error; database failures are retried by the caller.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl FenceError {
+    /// Whether the caller should retry with backoff (infrastructure
+    /// failure) rather than exit.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            FenceError::Stale => false,
+            FenceError::Store(err) => !matches!(err, StoreError::State(_)),
+        }
+    }
+}
+
+fn map_missing(err: StoreError) -> FenceError {
+    match err {
+        StoreError::State(chatd_core::StateError::ChatNotFound) => FenceError::Stale,
+        other => FenceError::Store(other),
+    }
+}
+
+/// Opens a transition bundle on `machine` and checks `fence` under the row
+/// lock; runs `f` and commits only when it holds. Returns `f`'s value and the
+/// committed row.
+///
+/// # Errors
+/// `Stale` when the fence fails or the chat is gone (nothing committed);
+/// `Store` for transition rejections and database errors.
+pub async fn fenced_update<T, F>(
+    machine: &ChatMachine,
+    fence: &Fence,
+    f: F,
+) -> Result<(T, Chat), FenceError>
+where
+    F: for<'a> FnOnce(&'a mut ChatTx, &'a Chat) -> BoxFuture<'a, StoreResult<T>>,
+{
+    let mut tx = machine.begin().await.map_err(map_missing)?;
+    let chat = tx.chat().await.map_err(map_missing)?;
+    if !fence.holds(&chat) {
+        // Dropping the bundle rolls back the snapshot bump; nothing is published.
+        return Err(FenceError::Stale);
+    }
+    let value = f(&mut tx, &chat).await?;
+    let committed = tx.commit().await?;
+    Ok((value, committed))
+}
+
+/// Locks the chat row (`FOR UPDATE`, no snapshot bump) and checks `fence`;
+/// the returned lock keeps the row locked for consistent related reads until
+/// it is finished or dropped.
+///
+/// # Errors
+/// `Stale` when the fence fails or the chat is gone; database errors.
+pub async fn fenced_lock(machine: &ChatMachine, fence: &Fence) -> Result<LockedChat, FenceError> {
+    let locked = machine.lock().await.map_err(map_missing)?;
+    if !fence.holds(&locked.chat) {
+        return Err(FenceError::Stale);
+    }
+    Ok(locked)
+}

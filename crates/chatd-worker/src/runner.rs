@@ -1,0 +1,366 @@
+//! The chat runner (`spec/chatd-architecture.md`, "Chat runner", "Event
+//! processing", "Runner cleanup").
+//!
+//! One runner drives one chat for one `(worker_id, runner_id)` ownership. It
+//! is an event loop over one channel that performs no I/O itself: snapshots
+//! arrive from `chat:update:{chat_id}` notifications, from the runner
+//! manager's database sync, from tasks that just committed a transition (the
+//! fast path) and from the bootstrap read; side effects happen in the tasks it
+//! spawns and cancels (generation, interrupt, requires-action timeout,
+//! abandon). The bootstrap subscribes to the chat's channel *before* reading
+//! the chat, so an update committed in between is not missed.
+
+use std::sync::Arc;
+
+use chatd_core::ChatStatus;
+use chatd_pubsub::{ChatUpdate, PubsubEvent, chat_update_channel};
+use chatd_store::Chat;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::context::WorkerContext;
+use crate::fence::Fence;
+use crate::tasks;
+
+/// The fields of a chat row the runner decides on (spec "Event shape").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatSnapshot {
+    /// Owning worker.
+    pub worker_id: Option<Uuid>,
+    /// Owning runner.
+    pub runner_id: Option<Uuid>,
+    /// Snapshot version.
+    pub snapshot_version: i64,
+    /// History version.
+    pub history_version: i64,
+    /// Generation attempt.
+    pub generation_attempt: i64,
+    /// Archived marker.
+    pub archived: bool,
+    /// Status.
+    pub status: ChatStatus,
+}
+
+impl From<&Chat> for ChatSnapshot {
+    fn from(chat: &Chat) -> Self {
+        Self {
+            worker_id: chat.worker_id,
+            runner_id: chat.runner_id,
+            snapshot_version: chat.snapshot_version,
+            history_version: chat.history_version,
+            generation_attempt: chat.generation_attempt,
+            archived: chat.archived,
+            status: chat.status,
+        }
+    }
+}
+
+impl From<&ChatUpdate> for ChatSnapshot {
+    fn from(update: &ChatUpdate) -> Self {
+        Self {
+            worker_id: update.worker_id,
+            runner_id: update.runner_id,
+            snapshot_version: update.snapshot_version,
+            history_version: update.history_version,
+            generation_attempt: update.generation_attempt,
+            archived: update.archived,
+            status: update.status,
+        }
+    }
+}
+
+/// Input of a runner's loop.
+#[derive(Debug, Clone)]
+pub enum RunnerInput {
+    /// A (possibly stale, duplicated or reordered) view of the chat row.
+    Snapshot(ChatSnapshot),
+    /// The chat was deleted: clean up.
+    Deleted,
+    /// Notifications may have been lost: read the row again.
+    Refetch,
+}
+
+/// A request to the runner manager to clean a runner up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunnerKey {
+    /// The chat.
+    pub chat_id: Uuid,
+    /// The runner.
+    pub runner_id: Uuid,
+}
+
+/// Which kind of task a runner spawned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskKind {
+    /// Calls the model and executes tools (`running`).
+    Generation,
+    /// Commits the interrupted output (`interrupting`).
+    Interrupt,
+    /// Waits for the requires-action deadline (`requires_action`).
+    RequiresActionTimeout,
+    /// Releases the chat.
+    Abandon,
+}
+
+struct Task {
+    id: u64,
+    kind: TaskKind,
+    cancel: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Local {
+    snapshot_version: i64,
+    history_version: i64,
+    status: ChatStatus,
+    archived: bool,
+}
+
+/// The runner's state and loop.
+pub(crate) struct Runner {
+    key: RunnerKey,
+    ctx: Arc<WorkerContext>,
+    inputs: mpsc::UnboundedReceiver<RunnerInput>,
+    input_tx: mpsc::UnboundedSender<RunnerInput>,
+    cleanup: mpsc::UnboundedSender<RunnerKey>,
+    local: Option<Local>,
+    tasks: Vec<Task>,
+    active: Option<u64>,
+    next_task_id: u64,
+    cleanup_requested: bool,
+}
+
+impl Runner {
+    pub(crate) fn new(
+        key: RunnerKey,
+        ctx: Arc<WorkerContext>,
+        inputs: mpsc::UnboundedReceiver<RunnerInput>,
+        input_tx: mpsc::UnboundedSender<RunnerInput>,
+        cleanup: mpsc::UnboundedSender<RunnerKey>,
+    ) -> Self {
+        Self {
+            key,
+            ctx,
+            inputs,
+            input_tx,
+            cleanup,
+            local: None,
+            tasks: Vec::new(),
+            active: None,
+            next_task_id: 0,
+            cleanup_requested: false,
+        }
+    }
+
+    /// Runs until `cancel` fires (the manager's cleanup), then cancels every
+    /// task it spawned and unsubscribes (spec "Runner cleanup"). Does not wait
+    /// for the tasks.
+    pub(crate) async fn run(mut self, cancel: CancellationToken) {
+        let bootstrap_cancel = cancel.child_token();
+        tokio::spawn(bootstrap(
+            self.key,
+            self.ctx.clone(),
+            self.input_tx.clone(),
+            bootstrap_cancel.clone(),
+        ));
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                input = self.inputs.recv() => match input {
+                    Some(RunnerInput::Snapshot(snapshot)) => self.process(snapshot),
+                    Some(RunnerInput::Refetch) => {
+                        tokio::spawn(refetch(self.key, self.ctx.clone(), self.input_tx.clone()));
+                    }
+                    Some(RunnerInput::Deleted) => self.request_cleanup(),
+                    None => break,
+                },
+            }
+        }
+        bootstrap_cancel.cancel();
+        for task in self.tasks.drain(..) {
+            task.cancel.cancel();
+        }
+    }
+
+    fn request_cleanup(&mut self) {
+        if !self.cleanup_requested {
+            self.cleanup_requested = true;
+            let _ = self.cleanup.send(self.key);
+        }
+    }
+
+    /// One loop iteration (spec "Event processing", steps 1–10).
+    fn process(&mut self, event: ChatSnapshot) {
+        // 1. Stale or duplicate snapshot.
+        if let Some(local) = self.local
+            && event.snapshot_version <= local.snapshot_version
+        {
+            return;
+        }
+        let next = Local {
+            snapshot_version: event.snapshot_version,
+            history_version: event.history_version,
+            status: event.status,
+            archived: event.archived,
+        };
+        // 2. Someone else owns the chat now.
+        if event.worker_id != Some(self.ctx.config.worker_id)
+            || event.runner_id != Some(self.key.runner_id)
+        {
+            self.request_cleanup();
+            self.local = Some(next);
+            return;
+        }
+        // 3. Same work as before.
+        if let Some(local) = self.local
+            && local.history_version == event.history_version
+            && local.status == event.status
+            && local.archived == event.archived
+        {
+            self.local = Some(next);
+            return;
+        }
+        // 4. The work changed: cancel the active task without waiting.
+        if let Some(active) = self.active.take()
+            && let Some(task) = self.tasks.iter().find(|t| t.id == active)
+        {
+            tracing::debug!(chat_id = %self.key.chat_id, kind = ?task.kind, "cancelling the active task");
+            task.cancel.cancel();
+        }
+        // 5. Forget finished tasks.
+        self.tasks.retain(|t| !t.handle.is_finished());
+        // 6–10. Spawn the task the new state calls for.
+        let kind = if event.archived {
+            TaskKind::Abandon
+        } else {
+            match event.status {
+                ChatStatus::Running => TaskKind::Generation,
+                ChatStatus::Interrupting => TaskKind::Interrupt,
+                ChatStatus::RequiresAction => TaskKind::RequiresActionTimeout,
+                ChatStatus::Waiting | ChatStatus::Error => TaskKind::Abandon,
+            }
+        };
+        self.spawn(kind, event);
+        self.local = Some(next);
+    }
+
+    fn spawn(&mut self, kind: TaskKind, event: ChatSnapshot) {
+        self.next_task_id += 1;
+        let id = self.next_task_id;
+        let cancel = CancellationToken::new();
+        let fence = Fence {
+            worker_id: self.ctx.config.worker_id,
+            runner_id: self.key.runner_id,
+            history_version: (kind != TaskKind::Abandon).then_some(event.history_version),
+            status: (kind != TaskKind::Abandon).then_some(event.status),
+        };
+        let task = tasks::TaskContext {
+            chat_id: self.key.chat_id,
+            fence,
+            ctx: self.ctx.clone(),
+            cancel: cancel.clone(),
+            notify: self.input_tx.clone(),
+        };
+        tracing::debug!(chat_id = %self.key.chat_id, runner_id = %self.key.runner_id, ?kind, history_version = event.history_version, "spawning runner task");
+        let handle = tokio::spawn(tasks::run(kind, task));
+        self.tasks.push(Task {
+            id,
+            kind,
+            cancel,
+            handle,
+        });
+        self.active = Some(id);
+    }
+}
+
+/// Subscribes to `chat:update:{chat_id}`, then reads the chat, then forwards
+/// every notification as a snapshot. Reconnects of the pubsub turn into a
+/// re-read.
+async fn bootstrap(
+    key: RunnerKey,
+    ctx: Arc<WorkerContext>,
+    inputs: mpsc::UnboundedSender<RunnerInput>,
+    cancel: CancellationToken,
+) {
+    let channel = chat_update_channel(key.chat_id);
+    let mut subscription = loop {
+        let attempt = tokio::select! {
+            _ = cancel.cancelled() => return,
+            s = ctx.pubsub.subscribe(&channel) => s,
+        };
+        match attempt {
+            Ok(subscription) => break subscription,
+            Err(err) => {
+                tracing::warn!(chat_id = %key.chat_id, error = %err, "subscribing to chat updates failed; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(ctx.config.infra_backoff.0) => {}
+                }
+            }
+        }
+    };
+    // Subscribe first, then read: an update committed between the two is
+    // either in the read or delivered on the subscription.
+    tokio::spawn(refetch(key, ctx.clone(), inputs.clone()));
+    loop {
+        let event = tokio::select! {
+            _ = cancel.cancelled() => return,
+            e = subscription.recv() => e,
+        };
+        let input = match event {
+            Some(PubsubEvent::Message(payload)) => match ChatUpdate::from_payload(&payload) {
+                Ok(update) => RunnerInput::Snapshot(ChatSnapshot::from(&update)),
+                Err(err) => {
+                    tracing::warn!(chat_id = %key.chat_id, error = %err, "ignoring a malformed chat:update payload");
+                    continue;
+                }
+            },
+            Some(PubsubEvent::Reconnected) => RunnerInput::Refetch,
+            None => return,
+        };
+        if inputs.send(input).is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads the chat row once (retrying database errors with backoff) and
+/// forwards it.
+async fn refetch(
+    key: RunnerKey,
+    ctx: Arc<WorkerContext>,
+    inputs: mpsc::UnboundedSender<RunnerInput>,
+) {
+    let mut delay = ctx.config.infra_backoff.0;
+    loop {
+        let row: Result<Option<Chat>, _> = chatd_store::queries::select_chat(&mut *match ctx.store.pool().acquire().await {
+            Ok(conn) => conn,
+            Err(err) => {
+                tracing::warn!(chat_id = %key.chat_id, error = %err, "reading the chat failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(ctx.config.infra_backoff.1);
+                continue;
+            }
+        }, key.chat_id, "")
+        .await;
+        match row {
+            Ok(Some(chat)) => {
+                let _ = inputs.send(RunnerInput::Snapshot(ChatSnapshot::from(&chat)));
+                return;
+            }
+            Ok(None) => {
+                let _ = inputs.send(RunnerInput::Deleted);
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(chat_id = %key.chat_id, error = %err, "reading the chat failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(ctx.config.infra_backoff.1);
+            }
+        }
+    }
+}

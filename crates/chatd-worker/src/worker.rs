@@ -1,0 +1,160 @@
+//! The worker's public face: start it, trigger an acquisition pass, shut it
+//! down gracefully (abandon every chat so another replica resumes at once) or
+//! stop it abruptly (a crash, for tests).
+
+use std::sync::Arc;
+
+use chatd_pubsub::Pubsub;
+use chatd_store::Store;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::acquisition::AcquisitionLoop;
+use crate::config::WorkerConfig;
+use crate::context::{LocalLocks, WorkerContext};
+use crate::fence::{Fence, FenceError, fenced_update};
+use crate::manager::{ManagerHandle, RunnerManager, SHUTDOWN_GRACE};
+use crate::part_buffer::PartBuffer;
+use crate::providers::ProviderFactory;
+
+/// What a worker needs.
+pub struct WorkerDeps {
+    /// The store.
+    pub store: Store,
+    /// Pubsub for `chat:update` and `chat:ownership`.
+    pub pubsub: Arc<dyn Pubsub>,
+    /// This replica's part buffer (shared with the stream endpoints).
+    pub parts: PartBuffer,
+    /// Builds providers from provider rows.
+    pub providers: Arc<dyn ProviderFactory>,
+    /// Tunables.
+    pub config: WorkerConfig,
+}
+
+/// A running worker (spec "Chat worker"): acquisition loop, runner manager
+/// with its loops, and the runners.
+pub struct Worker {
+    ctx: Arc<WorkerContext>,
+    manager: ManagerHandle,
+    wake: Arc<tokio::sync::Notify>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+    runners_cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("worker_id", &self.ctx.config.worker_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Starts every loop. Must be called inside a tokio runtime.
+    pub fn start(deps: WorkerDeps) -> Self {
+        let ctx = Arc::new(WorkerContext {
+            store: deps.store,
+            pubsub: deps.pubsub,
+            parts: deps.parts,
+            providers: deps.providers,
+            config: deps.config,
+            local_locks: LocalLocks::default(),
+        });
+        let cancel = CancellationToken::new();
+        let runners_cancel = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let manager = RunnerManager::new(ctx.clone());
+        let handle = manager.handle();
+        manager.start(&tracker, cancel.clone(), runners_cancel.clone());
+        let wake = Arc::new(tokio::sync::Notify::new());
+        tracker.spawn(
+            AcquisitionLoop {
+                ctx: ctx.clone(),
+                manager: handle.clone(),
+                wake: wake.clone(),
+            }
+            .run(cancel.clone()),
+        );
+        tracing::info!(worker_id = %ctx.config.worker_id, "worker started");
+        Self {
+            ctx,
+            manager: handle,
+            wake,
+            tracker,
+            cancel,
+            runners_cancel,
+        }
+    }
+
+    /// This worker's id (`chats.worker_id` of the chats it owns).
+    pub fn worker_id(&self) -> Uuid {
+        self.ctx.config.worker_id
+    }
+
+    /// The part buffer this worker streams into.
+    pub fn parts(&self) -> &PartBuffer {
+        &self.ctx.parts
+    }
+
+    /// Wakes the acquisition loop now (as a `chat:ownership` hint would).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The `(chat_id, runner_id)` pairs of the runners registered now.
+    pub fn runners(&self) -> Vec<(Uuid, Uuid)> {
+        self.manager
+            .registry
+            .keys()
+            .into_iter()
+            .map(|k| (k.chat_id, k.runner_id))
+            .collect()
+    }
+
+    /// Graceful shutdown: stops acquiring, cancels every runner, abandons
+    /// every chat this worker still owns (each `Abandon` publishes
+    /// `chat:ownership`, so another replica acquires at once), then stops the
+    /// loops and waits up to 10 s for tasks to end.
+    pub async fn shutdown(self) {
+        let keys = self.manager.registry.keys();
+        self.runners_cancel.cancel();
+        for key in keys {
+            let fence = Fence {
+                worker_id: self.ctx.config.worker_id,
+                runner_id: key.runner_id,
+                history_version: None,
+                status: None,
+            };
+            let machine = self.ctx.store.machine(key.chat_id);
+            match fenced_update(&machine, &fence, |tx, _| {
+                Box::pin(async move { tx.abandon().await })
+            })
+            .await
+            {
+                Ok(_) | Err(FenceError::Stale) => {}
+                Err(err) => {
+                    tracing::warn!(chat_id = %key.chat_id, error = %err, "abandoning on shutdown failed")
+                }
+            }
+        }
+        self.cancel.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("worker loops did not stop within the grace period");
+        }
+        tracing::info!(worker_id = %self.ctx.config.worker_id, "worker stopped");
+    }
+
+    /// Stops everything at once without abandoning or cleaning up, as a crash
+    /// would: heartbeats stop and other replicas take the chats over once the
+    /// lease is stale. For tests.
+    pub fn crash(self) {
+        self.runners_cancel.cancel();
+        self.cancel.cancel();
+    }
+}

@@ -1,0 +1,234 @@
+//! Fixtures: a database with a provider and a default model pointing at a
+//! fake LLM, workers with short intervals, and polling helpers.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd_core::{BusyBehavior, ChatRole, ChatStatus, MessagePart};
+use chatd_pubsub::{PgPubsub, Pubsub};
+use chatd_store::{
+    Chat, ChatMessage, CreateChatInput, MIGRATOR, NewMessage, SendMessageInput, Store, StoreConfig,
+};
+use chatd_testkit::TestDatabase;
+use chatd_testkit::fake_llm::FakeLlm;
+use chatd_worker::{DefaultProviderFactory, PartBuffer, Worker, WorkerConfig, WorkerDeps};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub struct Env {
+    pub db: TestDatabase,
+    pub store: Store,
+    pub pubsub: PgPubsub,
+    pub llm: FakeLlm,
+    pub owner: Uuid,
+    pub model_config_id: Uuid,
+}
+
+/// Worker tunables for tests: everything in hundreds of milliseconds.
+pub fn fast_config() -> WorkerConfig {
+    WorkerConfig {
+        acquisition_interval: Duration::from_millis(200),
+        heartbeat_interval: Duration::from_millis(200),
+        lease_stale_after: Duration::from_millis(1500),
+        heartbeat_cleanup_interval: Duration::from_secs(1),
+        db_sync_interval: Duration::from_millis(300),
+        retry_initial_delay: Duration::from_millis(50),
+        retry_max_delay: Duration::from_millis(200),
+        infra_backoff: (Duration::from_millis(20), Duration::from_millis(500)),
+        ..WorkerConfig::default()
+    }
+}
+
+impl Env {
+    pub async fn new() -> Self {
+        let db = TestDatabase::new(&MIGRATOR).await.expect("database");
+        let pubsub = PgPubsub::connect(db.pool().clone()).await.expect("pubsub");
+        let config = StoreConfig {
+            heartbeat_stale_after: fast_config().lease_stale_after,
+            ..StoreConfig::default()
+        };
+        let store = Store::with_config(db.pool().clone(), Arc::new(pubsub.clone()), config);
+        let llm = FakeLlm::start().await.expect("fake llm");
+        let owner = Uuid::new_v4();
+        sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, 'alice', 'member')")
+            .bind(owner)
+            .execute(db.pool())
+            .await
+            .unwrap();
+        let provider = Uuid::new_v4();
+        sqlx::query("INSERT INTO chat_providers (id, provider, display_name, base_url) VALUES ($1, 'openai-compat', 'fake', $2)")
+            .bind(provider)
+            .bind(llm.base_url())
+            .execute(db.pool())
+            .await
+            .unwrap();
+        let model_config_id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO chat_model_configs (id, provider_id, model, context_limit, is_default, options)
+             VALUES ($1, $2, 'fake-model', 8192, true, '{\"input_price_micros_per_mtok\": 1000000, \"output_price_micros_per_mtok\": 2000000}')",
+        )
+        .bind(model_config_id)
+        .bind(provider)
+        .execute(db.pool())
+        .await
+        .unwrap();
+        Self {
+            db,
+            store,
+            pubsub,
+            llm,
+            owner,
+            model_config_id,
+        }
+    }
+
+    pub fn worker(&self) -> Worker {
+        self.worker_with(fast_config())
+    }
+
+    pub fn worker_with(&self, config: WorkerConfig) -> Worker {
+        Worker::start(WorkerDeps {
+            store: self.store.clone(),
+            pubsub: Arc::new(self.pubsub.clone()) as Arc<dyn Pubsub>,
+            parts: PartBuffer::new(CancellationToken::new()),
+            providers: Arc::new(DefaultProviderFactory),
+            config,
+        })
+    }
+
+    pub async fn create_chat(&self, text: &str) -> Uuid {
+        self.create_chat_with(text, None).await
+    }
+
+    pub async fn create_chat_with(
+        &self,
+        text: &str,
+        dynamic_tools: Option<serde_json::Value>,
+    ) -> Uuid {
+        self.store
+            .create_chat(CreateChatInput {
+                owner_id: self.owner,
+                initial_messages: vec![
+                    NewMessage::user(vec![MessagePart::text(text)]).created_by(self.owner),
+                ],
+                dynamic_tools,
+                ..CreateChatInput::default()
+            })
+            .await
+            .expect("create chat")
+            .chat
+            .id
+    }
+
+    pub async fn send(&self, chat_id: Uuid, text: &str, busy_behavior: BusyBehavior) {
+        let message = NewMessage::user(vec![MessagePart::text(text)]).created_by(self.owner);
+        self.store
+            .machine(chat_id)
+            .update(|tx| {
+                Box::pin(async move {
+                    tx.send_message(SendMessageInput {
+                        message,
+                        busy_behavior,
+                        max_queue_size: None,
+                    })
+                    .await
+                })
+            })
+            .await
+            .expect("send");
+    }
+
+    pub async fn chat(&self, chat_id: Uuid) -> Chat {
+        sqlx::query_as("SELECT * FROM chats WHERE id = $1")
+            .bind(chat_id)
+            .fetch_one(self.db.pool())
+            .await
+            .unwrap()
+    }
+
+    /// Polls the chat until `pred` holds (every 20 ms, up to `timeout`).
+    pub async fn wait_for(
+        &self,
+        chat_id: Uuid,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&Chat) -> bool,
+    ) -> Chat {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let chat = self.chat(chat_id).await;
+            if pred(&chat) {
+                return chat;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}; chat is {:?} (worker {:?}, hv {})",
+                    chat.status, chat.worker_id, chat.history_version
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn wait_status(&self, chat_id: Uuid, status: ChatStatus) -> Chat {
+        self.wait_for(
+            chat_id,
+            Duration::from_secs(20),
+            &format!("status {status}"),
+            |c| c.status == status && c.worker_id.is_none(),
+        )
+        .await
+    }
+
+    pub async fn active_messages(&self, chat_id: Uuid) -> Vec<ChatMessage> {
+        sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted ORDER BY id")
+            .bind(chat_id)
+            .fetch_all(self.db.pool())
+            .await
+            .unwrap()
+    }
+
+    pub async fn all_messages(&self, chat_id: Uuid) -> Vec<ChatMessage> {
+        sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 ORDER BY id")
+            .bind(chat_id)
+            .fetch_all(self.db.pool())
+            .await
+            .unwrap()
+    }
+}
+
+pub fn text_of(message: &ChatMessage) -> String {
+    message
+        .content
+        .0
+        .iter()
+        .filter_map(|p| match p {
+            MessagePart::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `(role, text)` of every active message.
+pub async fn transcript(env: &Env, chat_id: Uuid) -> Vec<(ChatRole, String)> {
+    env.active_messages(chat_id)
+        .await
+        .iter()
+        .map(|m| (m.role, text_of(m)))
+        .collect()
+}
+
+/// Shorthands for test configs.
+pub struct WorkerConfigExt;
+
+impl WorkerConfigExt {
+    /// [`fast_config`] with a retry budget.
+    pub fn with_retries(retries: i64) -> WorkerConfig {
+        WorkerConfig {
+            max_generation_retries: retries,
+            ..fast_config()
+        }
+    }
+}

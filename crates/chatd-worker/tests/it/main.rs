@@ -1,0 +1,7 @@
+//! Integration tests of the worker: real PostgreSQL, real HTTP to the fake
+//! OpenAI-compatible LLM server, real LISTEN/NOTIFY. One binary, modules by
+//! concern.
+
+mod common;
+mod replicas;
+mod turns;

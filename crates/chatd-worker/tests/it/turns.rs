@@ -1,0 +1,375 @@
+//! One worker: turns, queues, interrupts, edits, retries, dynamic tools.
+
+use std::time::Duration;
+
+use chatd_core::{BusyBehavior, ChatRole, ChatStatus, Episode, MessagePart, PartDelta};
+use chatd_store::{CompleteRequiresActionInput, EditMessageInput, NewMessage, ToolResultInput};
+use chatd_testkit::fake_llm::Script;
+use serde_json::json;
+
+use crate::common::{Env, text_of, transcript};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_streams_parts_commits_the_answer_with_usage_and_waits() {
+    let env = Env::new().await;
+    env.llm.push(
+        Script::text_in_parts("Hello from the fake model", 5, Duration::from_millis(10))
+            .usage(12, 5),
+    );
+    let worker = env.worker();
+    let chat_id = env.create_chat("hi").await;
+    let chat = env.wait_status(chat_id, ChatStatus::Waiting).await;
+
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(messages.len(), 2);
+    let answer = &messages[1];
+    assert_eq!(answer.role, ChatRole::Assistant);
+    assert_eq!(text_of(answer), "Hello from the fake model");
+    assert_eq!(
+        (answer.input_tokens, answer.output_tokens),
+        (Some(12), Some(5))
+    );
+    // 12 tokens at 1,000,000 micro-dollars per Mtok + 5 at 2,000,000 = 22 micro-dollars.
+    assert_eq!(answer.total_cost_micros, Some(22));
+    assert_eq!(answer.model_config_id, Some(env.model_config_id));
+    assert!(answer.runtime_ms.is_some());
+    assert_eq!(
+        chat.generation_attempt, 0,
+        "the committed answer started a new history version"
+    );
+
+    // The attempt streamed its parts into episode (history_version 1, attempt 1).
+    let parts = worker
+        .parts()
+        .get_parts(Episode {
+            chat_id,
+            history_version: 1,
+            generation_attempt: 1,
+        })
+        .expect("episode kept");
+    assert_eq!(
+        parts.iter().map(|p| p.seq).collect::<Vec<_>>(),
+        (1..=parts.len() as u64).collect::<Vec<_>>()
+    );
+    let streamed: String = parts
+        .iter()
+        .map(|p| match &p.part {
+            PartDelta::Text { text } => text.clone(),
+            _ => String::new(),
+        })
+        .collect();
+    assert_eq!(streamed, "Hello from the fake model");
+    // The request carried the history.
+    let request = &env.llm.requests()[0];
+    assert_eq!(request.last_user_text().as_deref(), Some("hi"));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_messages_run_in_order_one_turn_each() {
+    let env = Env::new().await;
+    env.llm.set_default_fn(|request| {
+        Script::text_in_parts(
+            &format!("re: {}", request.last_user_text().unwrap_or_default()),
+            3,
+            Duration::from_millis(30),
+        )
+    });
+    let worker = env.worker();
+    let chat_id = env.create_chat("one").await;
+    for text in ["two", "three", "four"] {
+        env.send(chat_id, text, BusyBehavior::Queue).await;
+    }
+    env.wait_for(chat_id, Duration::from_secs(20), "all turns", |c| {
+        c.status == ChatStatus::Waiting && c.worker_id.is_none()
+    })
+    .await;
+    let transcript = transcript(&env, chat_id).await;
+    let expected: Vec<(ChatRole, String)> = ["one", "two", "three", "four"]
+        .iter()
+        .flat_map(|t| {
+            [
+                (ChatRole::User, t.to_string()),
+                (ChatRole::Assistant, format!("re: {t}")),
+            ]
+        })
+        .collect();
+    assert_eq!(transcript, expected);
+    assert_eq!(env.llm.requests().len(), 4, "one model call per turn");
+    let promoted = env
+        .active_messages(chat_id)
+        .await
+        .iter()
+        .filter(|m| m.queued_message_id.is_some())
+        .count();
+    assert_eq!(promoted, 3);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_mid_stream_commits_the_partial_text() {
+    let env = Env::new().await;
+    let full = "one two three four five six seven eight nine ten eleven twelve";
+    env.llm
+        .push(Script::text_in_parts(full, 12, Duration::from_millis(150)));
+    let worker = env.worker();
+    let chat_id = env.create_chat("count").await;
+    // Wait until a few parts are in the buffer.
+    let episode = Episode {
+        chat_id,
+        history_version: 1,
+        generation_attempt: 1,
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while worker
+        .parts()
+        .get_parts(episode)
+        .map(|p| p.len())
+        .unwrap_or(0)
+        < 3
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no parts streamed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    env.store
+        .machine(chat_id)
+        .update(|tx| Box::pin(async move { tx.interrupt().await }))
+        .await
+        .unwrap();
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(messages.len(), 2);
+    let partial = text_of(&messages[1]);
+    assert!(
+        !partial.is_empty() && full.starts_with(&partial) && partial.len() < full.len(),
+        "partial answer {partial:?}"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupting_send_runs_the_new_message_next() {
+    let env = Env::new().await;
+    env.llm.push(Script::text_in_parts(
+        "a long answer that will be cut short",
+        10,
+        Duration::from_millis(200),
+    ));
+    env.llm.set_default(Script::text("short answer"));
+    let worker = env.worker();
+    let chat_id = env.create_chat("first").await;
+    env.llm
+        .wait_for_request(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    env.send(chat_id, "second", BusyBehavior::Interrupt).await;
+    env.wait_for(chat_id, Duration::from_secs(20), "second turn", |c| {
+        c.status == ChatStatus::Waiting && c.worker_id.is_none()
+    })
+    .await;
+    let transcript = transcript(&env, chat_id).await;
+    assert_eq!(transcript.len(), 4, "{transcript:?}");
+    assert_eq!(transcript[2], (ChatRole::User, "second".to_owned()));
+    assert_eq!(
+        transcript[3],
+        (ChatRole::Assistant, "short answer".to_owned())
+    );
+    assert!(transcript[1].1.len() < "a long answer that will be cut short".len());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit_during_generation_answers_the_new_history_and_the_stale_task_commits_nothing() {
+    let env = Env::new().await;
+    env.llm.push(Script::text_in_parts(
+        "STALE ANSWER",
+        6,
+        Duration::from_millis(300),
+    ));
+    env.llm.set_default_fn(|request| {
+        Script::text(format!(
+            "answer to {}",
+            request.last_user_text().unwrap_or_default()
+        ))
+    });
+    let worker = env.worker();
+    let chat_id = env.create_chat("original").await;
+    env.llm
+        .wait_for_request(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let first = env.active_messages(chat_id).await[0].id;
+    env.store
+        .machine(chat_id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.edit_message(EditMessageInput {
+                    message_id: first,
+                    replacement: NewMessage::user(vec![MessagePart::text("edited")]),
+                    suffix_messages: vec![],
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap();
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    // Give the stale stream time to finish: it must not commit.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let transcript = transcript(&env, chat_id).await;
+    assert_eq!(
+        transcript,
+        vec![
+            (ChatRole::User, "edited".to_owned()),
+            (ChatRole::Assistant, "answer to edited".to_owned())
+        ]
+    );
+    let stale = env
+        .all_messages(chat_id)
+        .await
+        .iter()
+        .filter(|m| text_of(m).contains("STALE"))
+        .count();
+    assert_eq!(stale, 0, "the stale generation committed nothing");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_provider_errors_are_retried_with_retry_state_then_succeed() {
+    let env = Env::new().await;
+    env.llm.push(Script::http_error(
+        503,
+        r#"{"error":{"message":"busy","type":"server_error"}}"#,
+    ));
+    env.llm.push(Script::http_error(
+        429,
+        r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
+    ));
+    env.llm.push(Script::text("finally"));
+    let worker = env.worker();
+    let chat_id = env.create_chat("hello").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    assert_eq!(text_of(&env.active_messages(chat_id).await[1]), "finally");
+    assert_eq!(env.llm.requests().len(), 3);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_retryable_error_ends_the_turn_in_error() {
+    let env = Env::new().await;
+    env.llm.push(Script::http_error(
+        400,
+        r#"{"error":{"message":"bad request","type":"invalid_request_error"}}"#,
+    ));
+    let worker = env.worker();
+    let chat_id = env.create_chat("hello").await;
+    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
+    let error = chat.last_error.expect("last_error");
+    assert_eq!(error["kind"], json!("invalid_request"));
+    assert_eq!(error["retryable"], json!(false));
+    assert_eq!(env.llm.requests().len(), 1);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_stop_at_the_limit() {
+    let env = Env::new().await;
+    env.llm
+        .set_default(Script::http_error(500, r#"{"error":{"message":"down"}}"#));
+    let config = crate::common::WorkerConfigExt::with_retries(2);
+    let worker = env.worker_with(config);
+    let chat_id = env.create_chat("hello").await;
+    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
+    assert_eq!(
+        env.llm.requests().len(),
+        3,
+        "the first attempt and two retries"
+    );
+    assert_eq!(chat.last_error.unwrap()["kind"], json!("generic"));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dynamic_tool_call_waits_for_the_client_and_continues_with_its_result() {
+    let env = Env::new().await;
+    env.llm
+        .push(Script::new().tool_call("call_1", "pick_color", r#"{"mood":"calm"}"#, 3));
+    env.llm.push(Script::text("You picked blue."));
+    let worker = env.worker();
+    let tools = json!([{"name": "pick_color", "description": "Ask the user for a color", "input_schema": {"type": "object"}}]);
+    let chat_id = env.create_chat_with("choose", Some(tools)).await;
+    let chat = env
+        .wait_for(chat_id, Duration::from_secs(20), "requires_action", |c| {
+            c.status == ChatStatus::RequiresAction
+        })
+        .await;
+    assert!(chat.requires_action_deadline_at.is_some());
+    let messages = env.active_messages(chat_id).await;
+    assert!(
+        matches!(&messages[1].content.0[..], [MessagePart::ToolCall { tool_call_id, args, .. }] if tool_call_id == "call_1" && args == r#"{"mood":"calm"}"#)
+    );
+    // The offered tool was in the request.
+    assert!(env.llm.requests()[0].body["tools"][0]["function"]["name"] == json!("pick_color"));
+    env.store
+        .machine(chat_id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.complete_requires_action(CompleteRequiresActionInput {
+                    results: vec![ToolResultInput {
+                        tool_call_id: "call_1".into(),
+                        output: r#"{"color":"blue"}"#.into(),
+                        is_error: false,
+                    }],
+                    ..Default::default()
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap();
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let transcript = transcript(&env, chat_id).await;
+    assert_eq!(
+        transcript.last().unwrap(),
+        &(ChatRole::Assistant, "You picked blue.".to_owned())
+    );
+    // The tool result went to the model as a role "tool" message.
+    let second = &env.llm.requests()[1];
+    let tool_message = second.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == json!("tool"))
+        .expect("tool message");
+    assert_eq!(tool_message["tool_call_id"], json!("call_1"));
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_requires_action_deadline_cancels_the_pending_call() {
+    let env = Env::new().await;
+    env.llm
+        .push(Script::new().tool_call("call_9", "pick_color", "{}", 1));
+    env.llm.push(Script::text("Timed out, moving on."));
+    let store = chatd_store::Store::with_config(
+        env.db.pool().clone(),
+        std::sync::Arc::new(env.pubsub.clone()),
+        chatd_store::StoreConfig {
+            requires_action_timeout: Duration::from_millis(500),
+            ..Default::default()
+        },
+    );
+    let env = Env { store, ..env };
+    let worker = env.worker();
+    let tools =
+        json!([{"name": "pick_color", "description": "", "input_schema": {"type": "object"}}]);
+    let chat_id = env.create_chat_with("choose", Some(tools)).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    let timed_out = messages.iter().flat_map(|m| m.content.0.iter()).any(|p| {
+        matches!(p, MessagePart::ToolResult { tool_call_id, result, is_error: true, .. } if tool_call_id == "call_9" && result == &json!({"error": chatd_core::TIMED_OUT_TOOL_RESULT}))
+    });
+    assert!(timed_out, "{messages:?}");
+    assert_eq!(text_of(messages.last().unwrap()), "Timed out, moving on.");
+    worker.shutdown().await;
+}
