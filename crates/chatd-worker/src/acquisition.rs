@@ -99,9 +99,9 @@ impl AcquisitionLoop {
             }
             let runner_id = Uuid::new_v4();
             tx.acquire(self.ctx.config.worker_id, runner_id).await?;
-            tx.commit().await?;
+            let acquired = tx.commit().await?;
             tracing::info!(%chat_id, %runner_id, previous_worker = ?chat.worker_id, "acquired chat");
-            self.manager.spawn(RunnerKey { chat_id, runner_id });
+            self.manager.spawn(RunnerKey { chat_id, runner_id }, acquired.snapshot_version);
             claimed += 1;
         }
         Ok(claimed)

@@ -66,15 +66,16 @@ impl Registry {
 /// The manager's inbound side, used by the acquisition loop and shutdown.
 #[derive(Clone)]
 pub(crate) struct ManagerHandle {
-    spawn: mpsc::UnboundedSender<RunnerKey>,
+    spawn: mpsc::UnboundedSender<(RunnerKey, i64)>,
     cleanup: mpsc::UnboundedSender<RunnerKey>,
     pub(crate) registry: Arc<Registry>,
 }
 
 impl ManagerHandle {
-    /// Asks the manager to spawn a runner for an acquired chat.
-    pub(crate) fn spawn(&self, key: RunnerKey) {
-        let _ = self.spawn.send(key);
+    /// Asks the manager to spawn a runner for a chat acquired in snapshot
+    /// `acquired_at`.
+    pub(crate) fn spawn(&self, key: RunnerKey, acquired_at: i64) {
+        let _ = self.spawn.send((key, acquired_at));
     }
 
     /// Asks the manager to clean a runner up.
@@ -87,7 +88,7 @@ impl ManagerHandle {
 pub(crate) struct RunnerManager {
     ctx: Arc<WorkerContext>,
     handle: ManagerHandle,
-    spawn_rx: mpsc::UnboundedReceiver<RunnerKey>,
+    spawn_rx: mpsc::UnboundedReceiver<(RunnerKey, i64)>,
     cleanup_rx: mpsc::UnboundedReceiver<RunnerKey>,
     done_tx: mpsc::UnboundedSender<RunnerKey>,
     done_rx: mpsc::UnboundedReceiver<RunnerKey>,
@@ -151,7 +152,7 @@ impl RunnerManager {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                Some(key) = self.spawn_rx.recv() => self.spawn_runner(key, &runners_cancel),
+                Some((key, acquired_at)) = self.spawn_rx.recv() => self.spawn_runner(key, acquired_at, &runners_cancel),
                 Some(key) = self.cleanup_rx.recv() => self.cleanup_runner(key),
                 Some(key) = self.done_rx.recv() => {
                     let mut runners = self.handle.registry.lock();
@@ -175,11 +176,12 @@ impl RunnerManager {
         }
     }
 
-    fn spawn_runner(&mut self, key: RunnerKey, runners_cancel: &CancellationToken) {
+    fn spawn_runner(&mut self, key: RunnerKey, acquired_at: i64, runners_cancel: &CancellationToken) {
         let (input_tx, input_rx) = mpsc::unbounded_channel();
         let cancel = runners_cancel.child_token();
         let runner = Runner::new(
             key,
+            acquired_at,
             self.ctx.clone(),
             input_rx,
             input_tx.clone(),

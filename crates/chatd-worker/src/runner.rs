@@ -127,6 +127,10 @@ pub(crate) struct Runner {
     input_tx: mpsc::UnboundedSender<RunnerInput>,
     cleanup: mpsc::UnboundedSender<RunnerKey>,
     local: Option<Local>,
+    /// Snapshot version of the `Acquire` that created this runner: older
+    /// events describe the chat before this runner existed (a notification
+    /// still in flight when the runner subscribed) and are ignored.
+    acquired_at: i64,
     tasks: Vec<Task>,
     active: Option<u64>,
     next_task_id: u64,
@@ -136,6 +140,7 @@ pub(crate) struct Runner {
 impl Runner {
     pub(crate) fn new(
         key: RunnerKey,
+        acquired_at: i64,
         ctx: Arc<WorkerContext>,
         inputs: mpsc::UnboundedReceiver<RunnerInput>,
         input_tx: mpsc::UnboundedSender<RunnerInput>,
@@ -148,6 +153,7 @@ impl Runner {
             input_tx,
             cleanup,
             local: None,
+            acquired_at,
             tasks: Vec::new(),
             active: None,
             next_task_id: 0,
@@ -195,10 +201,10 @@ impl Runner {
 
     /// One loop iteration (spec "Event processing", steps 1–10).
     fn process(&mut self, event: ChatSnapshot) {
-        // 1. Stale or duplicate snapshot.
-        if let Some(local) = self.local
-            && event.snapshot_version <= local.snapshot_version
-        {
+        // 1. Stale or duplicate snapshot. Before the first event, anything
+        // older than this runner's own Acquire is stale too.
+        let watermark = self.local.map_or(self.acquired_at - 1, |l| l.snapshot_version);
+        if event.snapshot_version <= watermark {
             return;
         }
         let next = Local {
@@ -361,6 +367,78 @@ async fn refetch(
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(ctx.config.infra_backoff.1);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::WorkerConfig;
+    use crate::context::LocalLocks;
+    use crate::part_buffer::PartBuffer;
+    use crate::providers::DefaultProviderFactory;
+
+    /// A runner whose context never touches a database unless a task runs.
+    fn runner(acquired_at: i64) -> (Runner, mpsc::UnboundedReceiver<RunnerKey>, Uuid) {
+        let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
+        let pubsub = chatd_pubsub::MemoryPubsub::new();
+        let config = WorkerConfig::default();
+        let worker_id = config.worker_id;
+        let ctx = Arc::new(WorkerContext {
+            store: chatd_store::Store::new(pool, Arc::new(pubsub.clone())),
+            pubsub: Arc::new(pubsub),
+            parts: PartBuffer::new(CancellationToken::new()),
+            providers: Arc::new(DefaultProviderFactory),
+            config,
+            local_locks: LocalLocks::default(),
+        });
+        let (input_tx, inputs) = mpsc::unbounded_channel();
+        let (cleanup, cleanup_rx) = mpsc::unbounded_channel();
+        let key = RunnerKey { chat_id: Uuid::new_v4(), runner_id: Uuid::new_v4() };
+        (Runner::new(key, acquired_at, ctx, inputs, input_tx, cleanup), cleanup_rx, worker_id)
+    }
+
+    fn snapshot(snapshot_version: i64, worker_id: Option<Uuid>, runner_id: Option<Uuid>, status: ChatStatus) -> ChatSnapshot {
+        ChatSnapshot { worker_id, runner_id, snapshot_version, history_version: 3, generation_attempt: 0, archived: false, status }
+    }
+
+    #[tokio::test]
+    async fn a_notification_older_than_the_acquire_does_not_clean_the_runner_up() {
+        // Regression: an Abandon notification of the previous runner, still in
+        // flight when this runner subscribed, used to make it clean itself up
+        // while the chat still named it, stalling the chat for a whole lease.
+        let (mut runner, mut cleanup, _) = runner(10);
+        runner.process(snapshot(9, None, None, ChatStatus::Waiting));
+        assert!(cleanup.try_recv().is_err(), "a stale event must be ignored");
+        assert!(runner.tasks.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_newer_event_naming_another_runner_requests_cleanup_once() {
+        let (mut runner, mut cleanup, worker_id) = runner(10);
+        let other = Some(Uuid::new_v4());
+        runner.process(snapshot(11, Some(worker_id), other, ChatStatus::Running));
+        runner.process(snapshot(12, Some(worker_id), other, ChatStatus::Running));
+        assert_eq!(cleanup.try_recv().ok(), Some(runner.key));
+        assert!(cleanup.try_recv().is_err(), "one request is enough");
+        assert!(runner.tasks.is_empty(), "no work for a chat we do not own");
+    }
+
+    #[tokio::test]
+    async fn duplicate_and_reordered_events_are_ignored_and_same_work_spawns_nothing() {
+        let (mut runner, mut cleanup, worker_id) = runner(10);
+        let ours = (Some(worker_id), Some(runner.key.runner_id));
+        runner.process(snapshot(10, ours.0, ours.1, ChatStatus::Waiting));
+        assert_eq!(runner.tasks.len(), 1, "waiting: the abandon task");
+        runner.process(snapshot(10, ours.0, ours.1, ChatStatus::Running));
+        runner.process(snapshot(9, ours.0, ours.1, ChatStatus::Running));
+        assert_eq!(runner.tasks.len(), 1, "duplicates and older events change nothing");
+        runner.process(snapshot(11, ours.0, ours.1, ChatStatus::Waiting));
+        assert_eq!(runner.tasks.len(), 1, "same history version and status: keep the task");
+        assert!(cleanup.try_recv().is_err());
+        for task in &runner.tasks {
+            task.cancel.cancel();
         }
     }
 }

@@ -1,23 +1,60 @@
 //! The `chatd` binary.
 //!
 //! Subcommands:
-//! - `chatd migrate --postgres-url URL`: applies the embedded migrations and
-//!   exits (API.md "Running a replica").
+//! - `chatd serve`: run a replica: the HTTP API on `--listen`, against
+//!   `--postgres-url` or an embedded PostgreSQL in `--data-dir` (API.md,
+//!   "Running a replica"; [`serve`], [`embedded_pg`]).
+//! - `chatd token create --user NAME [--admin]`: print a new API token
+//!   ([`token`]).
+//! - `chatd migrate --postgres-url URL`: apply the embedded migrations and
+//!   exit.
+//!
+//! Every flag has a `CHATD_*` environment fallback ([`config`]); logs go to
+//! standard error ([`logging`]).
+
+mod cluster;
+mod config;
+mod database;
+mod embedded_pg;
+mod logging;
+mod serve;
+mod shutdown;
+mod token;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use sqlx::postgres::PgPoolOptions;
 
+use crate::config::{LogFormat, ServeArgs};
+use crate::token::TokenCommand;
+
 /// chatd: durable, multi-replica LLM chat agents on PostgreSQL.
 #[derive(Debug, Parser)]
 #[command(name = "chatd", version, about)]
 struct Cli {
+    /// Log format on standard error. The filter comes from CHATD_LOG, else
+    /// RUST_LOG, else `info`.
+    #[arg(
+        long,
+        global = true,
+        env = "CHATD_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Human
+    )]
+    log_format: LogFormat,
+
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a replica: the HTTP API, with an embedded PostgreSQL unless
+    /// --postgres-url is given. Stops gracefully on SIGTERM or SIGINT.
+    Serve(Box<ServeArgs>),
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Apply the database migrations and exit.
     Migrate {
         /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/chatd.
@@ -27,41 +64,38 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Migrate { postgres_url } => {
-            let pool = PgPoolOptions::new()
-                .max_connections(2)
-                .connect(&postgres_url)
-                .await
-                .with_context(|| format!("connecting to {}", redact(&postgres_url)))?;
-            chatd_store::migrate(&pool)
-                .await
-                .context("applying migrations")?;
-            let applied: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
-                    .fetch_one(&pool)
-                    .await?;
-            println!("migrations applied: {applied}");
+    if let Err(err) = logging::init(cli.log_format) {
+        eprintln!("chatd: {err:#}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(*args).await,
+        Command::Token(command) => token::run(command).await,
+        Command::Migrate { postgres_url } => migrate(&postgres_url).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            std::process::ExitCode::FAILURE
         }
     }
-    Ok(())
 }
 
-/// Hides a password in a URL for logs.
-fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
+async fn migrate(postgres_url: &str) -> anyhow::Result<()> {
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(postgres_url)
+        .await
+        .with_context(|| format!("connecting to {}", database::redact(postgres_url)))?;
+    chatd_store::migrate(&pool)
+        .await
+        .context("applying migrations")?;
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(&pool)
+        .await?;
+    println!("migrations applied: {applied}");
+    Ok(())
 }

@@ -5,7 +5,7 @@
 //! `CancellationToken`:
 //!
 //! - the **notifier** (`notifier.rs`) runs `SELECT pg_notify($1, $2)` on the
-//!   caller's pool for every publication, one at a time in publish order.
+//!   dedicated connection for every publication, one at a time in publish order.
 //!   [`Publisher::publish`] only enqueues, so it never waits on I/O. Failed
 //!   notifications are retried a few times, then logged and dropped:
 //!   notifications are hints and receivers tolerate drops.
@@ -120,9 +120,11 @@ impl PgPubsub {
         Self::connect_with(pool, PgPubsubOptions::default()).await
     }
 
-    /// Publishes through `pool` and opens a dedicated listener connection to
-    /// the same database (same connect options, plus
-    /// `options.listener_application_name`). Must be called within a Tokio
+    /// Opens a dedicated publishing connection and a dedicated listener
+    /// connection to `pool`'s database (same connect options, plus
+    /// `application_name` `chatd-pubsub-notifier` and
+    /// `options.listener_application_name`); `pool` itself is not used for
+    /// pubsub traffic. Must be called within a Tokio
     /// runtime: it spawns the notifier and listener tasks.
     ///
     /// # Errors
@@ -161,7 +163,15 @@ impl PgPubsub {
         let listener_loop =
             ListenerLoop::new(listener_pool, Arc::clone(&hub), command_rx, &options);
         tracker.spawn(listener_loop.run(listener, cancel.clone()));
-        let notifier_loop = NotifierLoop::new(pool, notification_rx, options.publish_attempts);
+        // The notifier has a connection of its own, so that publications
+        // never wait behind a busy application pool (a starved NOTIFY would
+        // delay every hint by the pool's acquire timeout).
+        let notifier_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(options.connect_timeout)
+            .connect_lazy_with((*pool.connect_options()).clone().application_name("chatd-pubsub-notifier"));
+        let notifier_loop = NotifierLoop::new(notifier_pool, notification_rx, options.publish_attempts);
         tracker.spawn(notifier_loop.run(cancel.clone()));
 
         Ok(Self {

@@ -1,0 +1,324 @@
+//! Authentication and users (API.md "Authentication and authorization").
+//!
+//! - Tokens are `chatd_` followed by 32 random bytes in unpadded base64url
+//!   (256 bits of entropy). Only their SHA-256 is stored
+//!   (`api_keys.secret_hash`); the clear token is shown exactly once.
+//! - [`Caller`] is the authenticated user of a request: a missing, unknown or
+//!   expired token is `401`.
+//! - Roles are `admin` and `member`. Visibility and owner-only rules are in
+//!   [`crate::chats`]; admin-only routes call [`Caller::require_admin`].
+//! - [`bootstrap_admin`] and [`create_token`] serve the binary
+//!   (`CHATD_BOOTSTRAP_ADMIN_TOKEN`, `chatd token create`). Both are
+//!   idempotent and safe when several replicas run them at once: every write
+//!   is a single `INSERT ... ON CONFLICT` statement.
+
+use anyhow::Context as _;
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use sqlx::PgPool;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+
+/// Prefix of every generated token.
+pub const TOKEN_PREFIX: &str = "chatd_";
+
+/// Longest accepted token lifetime: ten years, in seconds.
+pub const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 366 * 24 * 3600;
+
+/// A user's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// May administer providers, models, MCP servers, users and replicas, and
+    /// see every chat.
+    Admin,
+    /// Sees and mutates only their own chats.
+    Member,
+}
+
+impl Role {
+    /// Database and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "admin" => Some(Role::Admin),
+            "member" => Some(Role::Member),
+            _ => None,
+        }
+    }
+}
+
+/// `User` (API.md "Authentication and authorization").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct User {
+    /// User id.
+    pub id: Uuid,
+    /// Unique user name.
+    pub username: String,
+    /// Role.
+    pub role: Role,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct UserRow {
+    id: Uuid,
+    username: String,
+    role: String,
+    created_at: DateTime<Utc>,
+}
+
+impl UserRow {
+    pub(crate) fn into_user(self) -> User {
+        User {
+            id: self.id,
+            username: self.username,
+            // The column's CHECK constraint admits only the two roles.
+            role: Role::parse(&self.role).unwrap_or(Role::Member),
+            created_at: self.created_at,
+        }
+    }
+}
+
+/// The authenticated user of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The user.
+    pub user: User,
+}
+
+impl Caller {
+    /// The caller's user id.
+    pub fn id(&self) -> Uuid {
+        self.user.id
+    }
+
+    /// Whether the caller is an admin.
+    pub fn is_admin(&self) -> bool {
+        self.user.role == Role::Admin
+    }
+
+    /// `Ok` for admins.
+    ///
+    /// # Errors
+    /// `403` for members.
+    pub fn require_admin(&self) -> ApiResult<()> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(ApiError::admin_only())
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let token = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token)
+            .ok_or_else(ApiError::unauthorized)?;
+        let row: Option<UserRow> = sqlx::query_as(
+            "SELECT u.id, u.username, u.role, u.created_at
+             FROM api_keys k JOIN users u ON u.id = k.user_id
+             WHERE k.secret_hash = $1 AND (k.expires_at IS NULL OR k.expires_at > now())",
+        )
+        .bind(hash_token(token))
+        .fetch_optional(state.store().pool())
+        .await?;
+        let user = row.ok_or_else(ApiError::unauthorized)?.into_user();
+        Ok(Caller { user })
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header value (scheme
+/// case-insensitive).
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A new random token: [`TOKEN_PREFIX`] + 32 random bytes, base64url.
+pub fn generate_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// SHA-256 of a token, as stored in `api_keys.secret_hash`.
+pub fn hash_token(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+/// Checks a user name: 1 to 64 characters, letters, digits, `.`, `_`, `-`,
+/// starting with a letter or digit.
+///
+/// # Errors
+/// A description of the rule that was broken.
+pub fn validate_username(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err("must be 1 to 64 characters of letters, digits, '.', '_' or '-', starting with a letter or digit".into())
+    }
+}
+
+/// Inserts a token row for `user_id` and returns its id. `lifetime_seconds`
+/// (when given) sets `expires_at = now() + lifetime` in database time.
+pub(crate) async fn insert_token(
+    conn: impl sqlx::PgExecutor<'_>,
+    user_id: Uuid,
+    name: &str,
+    token: &str,
+    lifetime_seconds: Option<i64>,
+) -> sqlx::Result<Uuid> {
+    let id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO api_keys (id, user_id, name, secret_hash, expires_at)
+         VALUES ($1, $2, $3, $4, CASE WHEN $5::bigint IS NULL THEN NULL ELSE now() + $5::bigint * interval '1 second' END)",
+    )
+    .bind(id)
+    .bind(user_id)
+    .bind(name)
+    .bind(hash_token(token))
+    .bind(lifetime_seconds)
+    .execute(conn)
+    .await?;
+    Ok(id)
+}
+
+/// Makes sure user `admin` exists with role `admin` and that `token`
+/// authenticates as it, without expiry (`CHATD_BOOTSTRAP_ADMIN_TOKEN`).
+/// Idempotent across restarts and safe when several replicas start at once.
+/// An existing `admin` user that is a member is promoted; a token hash
+/// already stored for another user is moved to `admin`.
+///
+/// # Errors
+/// An empty token; database errors.
+pub async fn bootstrap_admin(pool: &PgPool, token: &str) -> anyhow::Result<()> {
+    let token = token.trim();
+    anyhow::ensure!(!token.is_empty(), "the bootstrap admin token is empty");
+    let mut tx = pool.begin().await?;
+    let admin_id: Uuid = sqlx::query_scalar(
+        "INSERT INTO users (id, username, role) VALUES ($1, 'admin', 'admin')
+         ON CONFLICT (username) DO UPDATE SET role = 'admin'
+         RETURNING id",
+    )
+    .bind(Uuid::new_v4())
+    .fetch_one(&mut *tx)
+    .await
+    .context("creating the admin user")?;
+    sqlx::query(
+        "INSERT INTO api_keys (id, user_id, name, secret_hash) VALUES ($1, $2, 'bootstrap', $3)
+         ON CONFLICT (secret_hash) DO UPDATE SET user_id = EXCLUDED.user_id, expires_at = NULL",
+    )
+    .bind(Uuid::new_v4())
+    .bind(admin_id)
+    .bind(hash_token(token))
+    .execute(&mut *tx)
+    .await
+    .context("storing the bootstrap admin token")?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// `chatd token create --user NAME [--admin]`: creates user `username` when
+/// missing (role `admin` when `admin`, else `member`; an existing member is
+/// promoted when `admin` is set, never demoted) and returns a new clear token
+/// for it, without expiry. The token is stored hashed and cannot be shown
+/// again.
+///
+/// # Errors
+/// An invalid user name; database errors.
+pub async fn create_token(pool: &PgPool, username: &str, admin: bool) -> anyhow::Result<String> {
+    validate_username(username).map_err(|e| anyhow::anyhow!("invalid user name: {e}"))?;
+    let role = if admin { Role::Admin } else { Role::Member };
+    let mut tx = pool.begin().await?;
+    let user_id: Uuid = sqlx::query_scalar(
+        "INSERT INTO users (id, username, role) VALUES ($1, $2, $3)
+         ON CONFLICT (username) DO UPDATE
+             SET role = CASE WHEN EXCLUDED.role = 'admin' THEN 'admin' ELSE users.role END
+         RETURNING id",
+    )
+    .bind(Uuid::new_v4())
+    .bind(username)
+    .bind(role.as_str())
+    .fetch_one(&mut *tx)
+    .await
+    .context("creating the user")?;
+    let token = generate_token();
+    insert_token(&mut *tx, user_id, "cli", &token, None)
+        .await
+        .context("storing the token")?;
+    tx.commit().await?;
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_prefixed_random_and_long() {
+        let a = generate_token();
+        let b = generate_token();
+        assert_ne!(a, b);
+        assert!(a.starts_with(TOKEN_PREFIX));
+        assert_eq!(a.len(), TOKEN_PREFIX.len() + 43);
+        assert_eq!(hash_token(&a).len(), 32);
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    #[test]
+    fn usernames() {
+        assert!(validate_username("alice").is_ok());
+        assert!(validate_username("a.b-c_d").is_ok());
+        assert!(validate_username("").is_err());
+        assert!(validate_username("-x").is_err());
+        assert!(validate_username("a b").is_err());
+        assert!(validate_username(&"a".repeat(65)).is_err());
+    }
+}

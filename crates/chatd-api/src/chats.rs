@@ -1,0 +1,490 @@
+//! Chat collection and chat resource routes (API.md "Chat routes",
+//! "Listing and paging", "Details"; `spec/chatd-architecture.md` "HTTP
+//! endpoints": `POST /api/experimental/chats` and
+//! `PATCH /api/experimental/chats/{chat}`).
+//!
+//! Visibility: a member sees only their own chats; any other chat answers
+//! `404`, exactly as a chat that does not exist ([`visible_chat`]). Admins see
+//! every chat.
+//!
+//! Execution state changes go through the state machine only: `Create` for a
+//! new chat, `SetArchived` (the whole family from its root,
+//! [`chatd_store::Store::set_family_archived`]) for archiving. A metadata
+//! update (title, labels, pin order, plan mode) is not a transition: it runs
+//! under [`chatd_store::ChatMachine::lock`], so it neither advances
+//! `snapshot_version` nor publishes, but it does advance `updated_at`.
+//! Deleting is a hard delete of the chat and its descendants, allowed only
+//! when every one of them is idle (`W`, `E0`, `E1`, `XW`, `XE0`, `XE1`).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use chatd_core::{ExecutionState, StateError};
+use chatd_store::{CreateChatInput, NewMessage, StoreError};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, INVALID_STATE_MESSAGE};
+use crate::extract::{PathParams, QueryParams, double_option, read_json};
+use crate::objects::{Chat, ChatInputPart, DynamicTool, PlanMode, ReasoningEffort};
+use crate::openapi::{E400, E401, E403, E404, E409, E413};
+use crate::queries;
+use crate::validate;
+
+/// `CreateChatRequest`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateChatRequest {
+    /// The first user message; required and non-empty.
+    pub content: Vec<ChatInputPart>,
+    /// Title, at most 200 characters (default "New Chat").
+    #[serde(default)]
+    pub title: Option<String>,
+    /// An enabled model config; default: the enabled default config.
+    #[serde(default)]
+    pub model_config_id: Option<Uuid>,
+    /// Reasoning effort of the first message (extension: API.md lists it for
+    /// sends only).
+    #[serde(default)]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// System prompt, at most 10,000 characters; stored as the first
+    /// (system) message.
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// At most 50 labels; keys 1–64 characters without `:`, values at most
+    /// 256 characters.
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// At most 250 client-executed tools with unique names.
+    #[serde(default)]
+    pub dynamic_tools: Option<Vec<DynamicTool>>,
+    /// Existing MCP servers to offer the model (at most 100).
+    #[serde(default)]
+    pub mcp_server_ids: Option<Vec<Uuid>>,
+    /// Plan mode.
+    #[serde(default)]
+    pub plan_mode: Option<PlanMode>,
+    /// Parent chat (must be visible to the caller and not archived); the new
+    /// chat joins the parent's family.
+    #[serde(default)]
+    pub parent_chat_id: Option<Uuid>,
+}
+
+/// Body of `PATCH /chats/{chat}`: every field optional.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateChatRequest {
+    /// New title (1–200 characters).
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Archive (root chats only; the whole family) or unarchive.
+    #[serde(default)]
+    pub archived: Option<bool>,
+    /// Replaces every label.
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Pin order, `0..=2147483647` (0 = not pinned).
+    #[serde(default)]
+    pub pin_order: Option<i32>,
+    /// `"plan"`, or `null` to leave plan mode.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<PlanMode>)]
+    pub plan_mode: Option<Option<PlanMode>>,
+}
+
+/// Query of `GET /chats`.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct ListChatsParams {
+    /// Absent: unarchived chats only; `true`: archived only; `false`:
+    /// unarchived only.
+    archived: Option<bool>,
+    /// `key:value` (split at the first `:`); may repeat, all must match.
+    label: Option<Vec<String>>,
+    /// Case-insensitive substring of the title.
+    q: Option<String>,
+    /// Page size, 1..=100 (default 50).
+    #[param(minimum = 1, maximum = 100)]
+    limit: Option<i64>,
+    /// Id of the last chat of the previous page.
+    after_id: Option<Uuid>,
+    /// List another user's chats (admins only; `403` for members unless it
+    /// is their own id).
+    owner: Option<Uuid>,
+}
+
+/// Loads chat `id` if `caller` may see it.
+///
+/// # Errors
+/// `404` when the chat does not exist or belongs to someone else and the
+/// caller is a member.
+pub(crate) async fn visible_chat(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+) -> ApiResult<chatd_store::Chat> {
+    match queries::chat(state.store().pool(), id).await? {
+        Some(chat) if caller.is_admin() || chat.owner_id == caller.id() => Ok(chat),
+        _ => Err(ApiError::chat_not_found()),
+    }
+}
+
+/// `403` unless `caller` owns `chat` (owner-only mutations, even for admins).
+pub(crate) fn require_owner(caller: &Caller, chat: &chatd_store::Chat) -> ApiResult<()> {
+    if chat.owner_id == caller.id() {
+        Ok(())
+    } else {
+        Err(ApiError::owner_only())
+    }
+}
+
+/// Checks that `id` is an enabled model config.
+pub(crate) async fn check_model_config(
+    state: &AppState,
+    id: Option<Uuid>,
+    field: &str,
+) -> ApiResult<()> {
+    if let Some(id) = id
+        && !queries::model_config_enabled(state.store().pool(), id).await?
+    {
+        return Err(ApiError::invalid(field, "unknown or disabled model config"));
+    }
+    Ok(())
+}
+
+/// `GET /api/v2/chats`: the caller's chats (or `owner`'s, for admins),
+/// newest `updated_at` first, then by id descending.
+#[utoipa::path(
+    get,
+    path = "/api/v2/chats",
+    tag = "chats",
+    params(ListChatsParams),
+    responses(
+        (status = 200, description = "A page of chats, newest first", body = Vec<Chat>),
+        E400, E401, E403,
+    )
+)]
+pub async fn list_chats(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Vec<Chat>>> {
+    let query = QueryParams::parse(query.as_deref())?;
+    let archived = query.bool("archived")?.unwrap_or(false);
+    let limit = query.int_in("limit", 1, 100, 50)?;
+    let after_id = query.uuid("after_id")?;
+    let owner = query.uuid("owner")?;
+    let q = query.get("q").map(str::to_owned);
+    if q.as_deref()
+        .is_some_and(|q| q.chars().count() > validate::MAX_TITLE_CHARS)
+    {
+        return Err(ApiError::invalid_query(
+            "q",
+            "must be at most 200 characters",
+        ));
+    }
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    for label in query.all("label") {
+        let Some((k, v)) = label.split_once(':') else {
+            return Err(ApiError::invalid_query("label", "must be key:value"));
+        };
+        keys.push(k.to_owned());
+        values.push(v.to_owned());
+    }
+    let owner = match owner {
+        Some(owner) if owner != caller.id() => {
+            caller.require_admin()?;
+            owner
+        }
+        _ => caller.id(),
+    };
+    let pool = state.store().pool();
+    if let Some(after) = after_id
+        && !queries::chat_owned_by(pool, after, owner).await?
+    {
+        return Err(ApiError::invalid_query("after_id", "unknown chat"));
+    }
+    let chats = queries::list_chats(
+        pool,
+        &queries::ChatFilter {
+            owner,
+            archived,
+            q,
+            label_keys: keys,
+            label_values: values,
+            after_id,
+            limit,
+        },
+    )
+    .await?;
+    Ok(Json(chats.iter().map(Chat::from).collect()))
+}
+
+/// `POST /api/v2/chats`: `Create` (`N → R0`). The system prompt, if any,
+/// becomes the first message, the content the second.
+#[utoipa::path(
+    post,
+    path = "/api/v2/chats",
+    tag = "chats",
+    request_body = CreateChatRequest,
+    responses(
+        (status = 201, description = "Created; status running (R0)", body = Chat),
+        E400, E401, E413,
+    )
+)]
+pub async fn create_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<Chat>)> {
+    let req: CreateChatRequest = read_json(body, state.options().body_limit_bytes).await?;
+    let content = validate::message_content(&req.content, "content")?;
+    let title = req.title.as_deref().map(validate::title).transpose()?;
+    let system_prompt = match req.system_prompt.as_deref() {
+        Some(p) if p.chars().count() > validate::MAX_SYSTEM_PROMPT_CHARS => {
+            return Err(ApiError::invalid(
+                "system_prompt",
+                format!(
+                    "must be at most {} characters",
+                    validate::MAX_SYSTEM_PROMPT_CHARS
+                ),
+            ));
+        }
+        Some(p) if !p.trim().is_empty() => Some(p.to_owned()),
+        _ => None,
+    };
+    let labels = req.labels.unwrap_or_default();
+    validate::labels(&labels)?;
+    let tools = req.dynamic_tools.unwrap_or_default();
+    validate::dynamic_tools(&tools)?;
+    let mut mcp_server_ids = req.mcp_server_ids.unwrap_or_default();
+    if mcp_server_ids.len() > validate::MAX_MCP_SERVERS {
+        return Err(ApiError::invalid(
+            "mcp_server_ids",
+            format!("at most {} servers", validate::MAX_MCP_SERVERS),
+        ));
+    }
+    let known = queries::existing_mcp_servers(state.store().pool(), &mcp_server_ids).await?;
+    if let Some(i) = mcp_server_ids.iter().position(|id| !known.contains(id)) {
+        return Err(ApiError::invalid(
+            format!("mcp_server_ids[{i}]"),
+            "unknown MCP server",
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    mcp_server_ids.retain(|id| seen.insert(*id));
+    check_model_config(&state, req.model_config_id, "model_config_id").await?;
+    let model_config_id = match req.model_config_id {
+        Some(id) => Some(id),
+        None => queries::default_model_config(state.store().pool()).await?,
+    };
+    if let Some(parent) = req.parent_chat_id {
+        let parent = visible_chat(&state, &caller, parent)
+            .await
+            .map_err(|_| ApiError::invalid("parent_chat_id", "chat not found"))?;
+        if parent.archived {
+            return Err(ApiError::invalid(
+                "parent_chat_id",
+                "the parent chat is archived",
+            ));
+        }
+    }
+
+    let mut initial_messages = Vec::with_capacity(2);
+    if let Some(prompt) = system_prompt {
+        initial_messages.push(NewMessage::system(prompt));
+    }
+    let mut user = NewMessage::user(content).created_by(caller.id());
+    user.model_config_id = model_config_id;
+    user.reasoning_effort = req.reasoning_effort.map(|e| e.as_str().to_owned());
+    initial_messages.push(user);
+    let input = CreateChatInput {
+        owner_id: caller.id(),
+        parent_chat_id: req.parent_chat_id,
+        title: Some(title.unwrap_or_else(|| validate::DEFAULT_TITLE.to_owned())),
+        labels: Some(serde_json::to_value(&labels).expect("labels serialize")),
+        last_model_config_id: model_config_id,
+        last_reasoning_effort: req.reasoning_effort.map(|e| e.as_str().to_owned()),
+        dynamic_tools: Some(serde_json::to_value(&tools).expect("tools serialize")),
+        mcp_server_ids,
+        plan_mode: req.plan_mode.map(|p| p.as_str().to_owned()),
+        initial_messages,
+        ..CreateChatInput::default()
+    };
+    let created = match state.store().create_chat(input).await {
+        Ok(created) => created,
+        // The parent was deleted between the check and the insert.
+        Err(StoreError::State(StateError::ChatNotFound)) => {
+            return Err(ApiError::invalid("parent_chat_id", "chat not found"));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    Ok((StatusCode::CREATED, Json(Chat::from(&created.chat))))
+}
+
+/// `GET /api/v2/chats/{chat}`.
+#[utoipa::path(
+    get,
+    path = "/api/v2/chats/{chat}",
+    tag = "chats",
+    params(("chat" = Uuid, Path, description = "Chat id")),
+    responses((status = 200, description = "The chat", body = Chat), E400, E401, E404)
+)]
+pub async fn get_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Chat>> {
+    let id = params.uuid("chat")?;
+    let chat = visible_chat(&state, &caller, id).await?;
+    Ok(Json(Chat::from(&chat)))
+}
+
+/// `PATCH /api/v2/chats/{chat}`: metadata, and `SetArchived` for the
+/// `archived` field (spec "PATCH /api/experimental/chats/{chat}").
+///
+/// `archived: true` on an archived chat is `409`; on a child chat `400`; on
+/// a family with a busy member `409`. `archived: false` on a child whose
+/// root or parent is archived is `409`. On an archived chat only title, labels and pin
+/// order may change (plan mode: `400`). The archive transition is applied
+/// before the metadata so that a rejected transition changes nothing.
+#[utoipa::path(
+    patch,
+    path = "/api/v2/chats/{chat}",
+    tag = "chats",
+    params(("chat" = Uuid, Path, description = "Chat id")),
+    request_body = UpdateChatRequest,
+    responses((status = 200, description = "The updated chat", body = Chat), E400, E401, E404, E409, E413)
+)]
+pub async fn update_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+    body: Body,
+) -> ApiResult<Json<Chat>> {
+    let id = params.uuid("chat")?;
+    let chat = visible_chat(&state, &caller, id).await?;
+    let req: UpdateChatRequest = read_json(body, state.options().body_limit_bytes).await?;
+    let title = req.title.as_deref().map(validate::title).transpose()?;
+    if let Some(labels) = &req.labels {
+        validate::labels(labels)?;
+    }
+    if req.pin_order.is_some_and(|p| p < 0) {
+        return Err(ApiError::invalid("pin_order", "must not be negative"));
+    }
+    let stays_archived = req.archived.unwrap_or(chat.archived);
+    if stays_archived && req.plan_mode.is_some() {
+        return Err(ApiError::archived());
+    }
+
+    let store = state.store();
+    match req.archived {
+        Some(true) if chat.archived => {
+            return Err(ApiError::conflict("Chat is already archived."));
+        }
+        Some(true) => {
+            if chat.parent_chat_id.is_some() {
+                return Err(StateError::ChatNotRoot.into());
+            }
+            store.set_family_archived(id, true).await?;
+        }
+        Some(false) if chat.archived => match chat.root_chat_id.filter(|root| *root != id) {
+            Some(root) => {
+                let mut guarded = false;
+                for ancestor in [Some(root), chat.parent_chat_id].into_iter().flatten() {
+                    guarded |= queries::chat(store.pool(), ancestor)
+                        .await?
+                        .is_some_and(|r| r.archived);
+                }
+                if guarded {
+                    return Err(ApiError::conflict("The chat's root is archived.")
+                        .with_detail("Unarchive the root chat; that unarchives its family."));
+                }
+                store
+                    .machine(id)
+                    .update(|tx| Box::pin(async move { tx.set_archived(false).await }))
+                    .await?;
+            }
+            None => {
+                store.set_family_archived(id, false).await?;
+            }
+        },
+        _ => {}
+    }
+
+    let metadata_changes = title.is_some()
+        || req.labels.is_some()
+        || req.pin_order.is_some()
+        || req.plan_mode.is_some();
+    if !metadata_changes && req.archived.is_some() {
+        let chat = queries::chat(store.pool(), id)
+            .await?
+            .ok_or_else(ApiError::chat_not_found)?;
+        return Ok(Json(Chat::from(&chat)));
+    }
+    let changes = queries::MetadataChanges {
+        title,
+        labels: req
+            .labels
+            .map(|l| serde_json::to_value(l).expect("labels serialize")),
+        pin_order: req.pin_order,
+        plan_mode: req.plan_mode.map(|p| p.map(|p| p.as_str().to_owned())),
+    };
+    // Metadata is not execution state: lock the row without a snapshot bump.
+    let mut locked = store.machine(id).lock().await?;
+    let chat = queries::update_metadata(locked.conn(), id, &changes).await?;
+    locked.finish().await?;
+    Ok(Json(Chat::from(&chat)))
+}
+
+/// `DELETE /api/v2/chats/{chat}`: hard delete of the chat, its rows and its
+/// descendants (a root: the whole family). Every deleted chat must be in
+/// `W`, `E0`, `E1`, `XW`, `XE0` or `XE1`; otherwise `409` and nothing is
+/// deleted.
+#[utoipa::path(
+    delete,
+    path = "/api/v2/chats/{chat}",
+    tag = "chats",
+    params(("chat" = Uuid, Path, description = "Chat id")),
+    responses((status = 204, description = "Deleted"), E400, E401, E404, E409)
+)]
+pub async fn delete_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<StatusCode> {
+    let id = params.uuid("chat")?;
+    visible_chat(&state, &caller, id).await?;
+    let mut locked = state.store().machine(id).lock().await?;
+    let family = queries::lock_descendants(locked.conn(), id).await?;
+    for (member, status, archived, queued) in &family {
+        let status = status
+            .parse::<chatd_core::ChatStatus>()
+            .map_err(ApiError::internal)?;
+        let exec = chatd_core::classify(Some((status, *archived, *queued)));
+        use ExecutionState as S;
+        match exec {
+            S::W | S::E0 | S::E1 | S::XW | S::XE0 | S::XE1 => {}
+            S::Invalid => {
+                return Err(ApiError::conflict(INVALID_STATE_MESSAGE)
+                    .with_detail(format!("chat {member} is in an invalid state")));
+            }
+            busy => {
+                return Err(ApiError::conflict("Chat is busy.").with_detail(format!(
+                    "chat {member} is in execution state {busy}; interrupt it or wait until it is idle"
+                )));
+            }
+        }
+    }
+    queries::delete_chat(locked.conn(), id).await?;
+    locked.finish().await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,494 @@
+//! Input parsing that answers in the API.md error shape (API.md "Errors" and
+//! "Details": order of checks).
+//!
+//! axum's stock extractors answer `422`/`415` with plain-text bodies and read
+//! the body before the handler runs. Here:
+//! - [`PathParams`] only collects the raw path parameters; handlers parse them
+//!   ([`PathParams::uuid`], [`PathParams::id`]) after authentication, so that
+//!   `401` comes before `400`.
+//! - The body is taken as a raw [`Body`] and read by [`read_json`] after the
+//!   visibility check, so that `404` comes before `413` and `400`. The body is
+//!   parsed into a [`serde_json::Value`] first (malformed JSON, nesting deeper
+//!   than 128, numbers out of range → `400` naming `body`), then checked for
+//!   NUL characters, which PostgreSQL cannot store, then deserialized into the
+//!   request type with the failing field's path ([`serde_path_to_error`]).
+//! - [`QueryParams`] parses the query string (repeated keys allowed).
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::request::Parts;
+use futures::StreamExt as _;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::{ApiError, ApiResult};
+
+/// Reads at most `limit` bytes of `body` and deserializes it as JSON into `T`.
+///
+/// # Errors
+/// `413` when the body is larger than `limit` bytes; `400` with `validations`
+/// for malformed JSON, NUL characters, wrong types, unknown fields or enum
+/// values and out-of-range numbers.
+pub async fn read_json<T: DeserializeOwned>(body: Body, limit: usize) -> ApiResult<T> {
+    let bytes = read_body(body, limit).await?;
+    parse_json(&bytes)
+}
+
+/// Collects the body, failing with `413` as soon as it exceeds `limit` bytes.
+///
+/// # Errors
+/// `413` over the limit; `400` when the body cannot be read.
+pub async fn read_body(body: Body, limit: usize) -> ApiResult<Vec<u8>> {
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "Could not read the request body.",
+            )
+            .with_detail(e.to_string())
+        })?;
+        if bytes.len() + chunk.len() > limit {
+            return Err(ApiError::too_large(limit));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// Deserializes JSON `bytes` into `T` (see the module doc).
+///
+/// # Errors
+/// `400` with `validations` naming the field.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(axum::http::StatusCode::BAD_REQUEST, "Malformed JSON body.")
+            .with_validation("body", e.to_string())
+    })?;
+    if let Some(field) = find_nul(&value, String::new()) {
+        let field = if field.is_empty() {
+            "body".to_owned()
+        } else {
+            field
+        };
+        return Err(ApiError::invalid(
+            field,
+            "must not contain NUL (\\u0000) characters",
+        ));
+    }
+    serde_path_to_error::deserialize::<_, T>(StrictValue(value)).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        ApiError::invalid(field_of(&path, &message), message)
+    })
+}
+
+/// A deserializer over a parsed [`Value`] that is stricter than
+/// `serde_json`'s: a struct must be a JSON object (serde_json also accepts
+/// an array of the fields in order, which would let `[]` pass for a body
+/// whose fields are all optional).
+struct StrictValue(Value);
+
+impl<'de> serde::Deserializer<'de> for StrictValue {
+    type Error = serde::de::value::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Null => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(b),
+            Value::Number(n) => {
+                if let Some(u) = n.as_u64() {
+                    visitor.visit_u64(u)
+                } else if let Some(i) = n.as_i64() {
+                    visitor.visit_i64(i)
+                } else {
+                    visitor.visit_f64(n.as_f64().unwrap_or(f64::NAN))
+                }
+            }
+            Value::String(s) => visitor.visit_string(s),
+            Value::Array(items) => {
+                let len = items.len();
+                let mut seq =
+                    serde::de::value::SeqDeserializer::new(items.into_iter().map(StrictValue));
+                let value = visitor.visit_seq(&mut seq)?;
+                seq.end()
+                    .map_err(|_| serde::de::Error::invalid_length(len, &"fewer elements"))?;
+                Ok(value)
+            }
+            Value::Object(map) => {
+                let mut access = serde::de::value::MapDeserializer::new(
+                    map.into_iter().map(|(k, v)| (k, StrictValue(v))),
+                );
+                let value = visitor.visit_map(&mut access)?;
+                access.end()?;
+                Ok(value)
+            }
+        }
+    }
+
+    fn deserialize_option<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Null => visitor.visit_none(),
+            other => visitor.visit_some(StrictValue(other)),
+        }
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        match self.0 {
+            Value::Object(_) => self.deserialize_any(visitor),
+            other => Err(serde::de::Error::invalid_type(unexpected(&other), &visitor)),
+        }
+    }
+
+    fn deserialize_enum<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        use serde::de::IntoDeserializer as _;
+        match self.0 {
+            Value::String(s) => visitor.visit_enum(s.into_deserializer()),
+            other => Err(serde::de::Error::invalid_type(unexpected(&other), &visitor)),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf unit unit_struct seq tuple tuple_struct map identifier ignored_any
+    }
+}
+
+impl<'de> serde::de::IntoDeserializer<'de, serde::de::value::Error> for StrictValue {
+    type Deserializer = Self;
+
+    fn into_deserializer(self) -> Self {
+        self
+    }
+}
+
+fn unexpected(value: &Value) -> serde::de::Unexpected<'_> {
+    use serde::de::Unexpected;
+    match value {
+        Value::Null => Unexpected::Unit,
+        Value::Bool(b) => Unexpected::Bool(*b),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Unexpected::Unsigned(u),
+            (None, Some(i)) => Unexpected::Signed(i),
+            _ => Unexpected::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => Unexpected::Str(s),
+        Value::Array(_) => Unexpected::Seq,
+        Value::Object(_) => Unexpected::Map,
+    }
+}
+
+/// The field an error is about: the path, extended with the field named in a
+/// "missing field `x`" message (serde reports those at the parent's path).
+fn field_of(path: &str, message: &str) -> String {
+    let parent = if path == "." { "" } else { path };
+    if let Some(rest) = message.strip_prefix("missing field `")
+        && let Some(name) = rest.split('`').next()
+    {
+        return if parent.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{parent}.{name}")
+        };
+    }
+    if parent.is_empty() {
+        "body".to_owned()
+    } else {
+        parent.to_owned()
+    }
+}
+
+/// The path of the first string (or object key) containing NUL.
+fn find_nul(value: &Value, path: String) -> Option<String> {
+    match value {
+        Value::String(s) if s.contains('\0') => Some(path),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| find_nul(v, format!("{path}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let child = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            if k.contains('\0') {
+                Some(child)
+            } else {
+                find_nul(v, child)
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// The raw, percent-decoded path parameters of a request. Never rejects
+/// except for percent-encodings that are not UTF-8 (`400`).
+#[derive(Debug, Clone, Default)]
+pub struct PathParams(Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let raw = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid_path("path", e.body_text()))?;
+        Ok(Self(
+            raw.iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        ))
+    }
+}
+
+impl PathParams {
+    fn get(&self, name: &str) -> ApiResult<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .ok_or_else(|| ApiError::invalid_path(name, "missing"))
+    }
+
+    /// Parameter `name` as a UUID.
+    ///
+    /// # Errors
+    /// `400` naming `name` when it is not a UUID.
+    pub fn uuid(&self, name: &str) -> ApiResult<Uuid> {
+        parse_uuid(self.get(name)?).ok_or_else(|| ApiError::invalid_path(name, "must be a UUID"))
+    }
+
+    /// Parameter `name` as a positive 64-bit id (message and queued-message
+    /// ids).
+    ///
+    /// # Errors
+    /// `400` naming `name` when it is not an integer in `1..=2^63-1`.
+    pub fn id(&self, name: &str) -> ApiResult<i64> {
+        parse_id(self.get(name)?)
+            .ok_or_else(|| ApiError::invalid_path(name, "must be a positive 64-bit integer"))
+    }
+
+    /// Parameter `name` as given.
+    ///
+    /// # Errors
+    /// `400` when missing.
+    pub fn raw(&self, name: &str) -> ApiResult<&str> {
+        self.get(name)
+    }
+}
+
+/// Parses a UUID in its hyphenated (or simple) form; braces and URNs are
+/// rejected so that one id has one spelling.
+pub fn parse_uuid(s: &str) -> Option<Uuid> {
+    if s.len() != 36 && s.len() != 32 {
+        return None;
+    }
+    Uuid::try_parse(s).ok()
+}
+
+/// Parses a positive `i64` written in plain decimal digits.
+pub fn parse_id(s: &str) -> Option<i64> {
+    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse::<i64>().ok().filter(|v| *v > 0)
+}
+
+/// Parsed query string: every `key=value` pair in order.
+#[derive(Debug, Clone, Default)]
+pub struct QueryParams(Vec<(String, String)>);
+
+impl QueryParams {
+    /// Parses `query` (`None` is empty).
+    ///
+    /// # Errors
+    /// `400` when a key or value contains NUL.
+    pub fn parse(query: Option<&str>) -> ApiResult<Self> {
+        let pairs: Vec<(String, String)> =
+            url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+        if let Some((k, _)) = pairs
+            .iter()
+            .find(|(k, v)| k.contains('\0') || v.contains('\0'))
+        {
+            return Err(ApiError::invalid_query(
+                k.replace('\0', ""),
+                "must not contain NUL characters",
+            ));
+        }
+        Ok(Self(pairs))
+    }
+
+    /// The value of `name` (the last one when repeated).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of `name`, in order.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// `name` as an integer in `min..=max`, or `default` when absent.
+    ///
+    /// # Errors
+    /// `400` naming `name`.
+    pub fn int_in(&self, name: &str, min: i64, max: i64, default: i64) -> ApiResult<i64> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (min..=max).contains(n))
+                .ok_or_else(|| {
+                    ApiError::invalid_query(name, format!("must be an integer in {min}..={max}"))
+                }),
+        }
+    }
+
+    /// `name` as a positive id, if present.
+    ///
+    /// # Errors
+    /// `400` naming `name`.
+    pub fn id(&self, name: &str) -> ApiResult<Option<i64>> {
+        self.get(name)
+            .map(|v| {
+                parse_id(v).ok_or_else(|| {
+                    ApiError::invalid_query(name, "must be a positive 64-bit integer")
+                })
+            })
+            .transpose()
+    }
+
+    /// `name` as a UUID, if present.
+    ///
+    /// # Errors
+    /// `400` naming `name`.
+    pub fn uuid(&self, name: &str) -> ApiResult<Option<Uuid>> {
+        self.get(name)
+            .map(|v| parse_uuid(v).ok_or_else(|| ApiError::invalid_query(name, "must be a UUID")))
+            .transpose()
+    }
+
+    /// `name` as a boolean (`true`/`false`), if present.
+    ///
+    /// # Errors
+    /// `400` naming `name`.
+    pub fn bool(&self, name: &str) -> ApiResult<Option<bool>> {
+        self.get(name)
+            .map(|v| match v {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err(ApiError::invalid_query(name, "must be true or false")),
+            })
+            .transpose()
+    }
+}
+
+/// Deserializes a field that distinguishes "absent" (`None`) from `null`
+/// (`Some(None)`); use with `#[serde(default, deserialize_with = "...")]`.
+///
+/// # Errors
+/// The inner type's deserialization errors.
+pub fn double_option<'de, T, D>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    T: serde::Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Probe {
+        a: i32,
+        b: Option<Vec<Inner>>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        x: String,
+    }
+
+    fn field(body: &str) -> String {
+        let err = parse_json::<Probe>(body.as_bytes()).unwrap_err();
+        err.body().validations[0].field.clone()
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(field(r#"{"a": "x"}"#), "a");
+        assert_eq!(field(r#"{"b": []}"#), "a");
+        assert_eq!(field(r#"{"a": 99999999999}"#), "a");
+        assert_eq!(field(r#"{"a": 1, "b": [{"x": 1}]}"#), "b[0].x");
+        assert_eq!(field(r#"{"a": 1, "b": [{}]}"#), "b[0].x");
+        assert_eq!(field(r#"{"a": 1, "b": [{"x": "a\u0000"}]}"#), "b[0].x");
+        assert_eq!(field(r#"{"a": 1"#), "body");
+        assert_eq!(field(r#"[1]"#), "body");
+        assert_eq!(field(r#"[]"#), "body");
+        assert_eq!(field(r#"{"a": 1, "b": [[]]}"#), "b[0]");
+        assert_eq!(field(r#"{"a": 1.5}"#), "a");
+        assert_eq!(field(r#"{"a": 1, "c": 1}"#), "c");
+    }
+
+    #[test]
+    fn ids_are_positive_decimal() {
+        assert_eq!(parse_id("1"), Some(1));
+        assert_eq!(parse_id("9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            "0",
+            "-1",
+            "+1",
+            "1.0",
+            "9223372036854775808",
+            "99999999999999999999",
+            "",
+            "abc",
+        ] {
+            assert_eq!(parse_id(bad), None, "{bad}");
+        }
+    }
+}

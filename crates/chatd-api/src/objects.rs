@@ -1,0 +1,574 @@
+//! Wire objects (API.md "Objects"): `Chat`, `ChatMessage`,
+//! `ChatQueuedMessage`, `ChatError`, `DynamicTool`, `Usage`, the message and
+//! input parts, and the enums they use. Field names and shapes follow API.md
+//! exactly; conversions from the store's rows live here so that every route
+//! renders the same shape.
+
+use std::collections::BTreeMap;
+
+use chatd_core::MessagePart;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// `Chat.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatStatus {
+    /// Idle.
+    Waiting,
+    /// A worker is (or should be) generating.
+    Running,
+    /// The user asked to stop; the worker is finalising.
+    Interrupting,
+    /// Waiting for client-side tool results.
+    RequiresAction,
+    /// The last turn failed.
+    Error,
+}
+
+impl From<chatd_core::ChatStatus> for ChatStatus {
+    fn from(status: chatd_core::ChatStatus) -> Self {
+        use chatd_core::ChatStatus as S;
+        match status {
+            S::Waiting => ChatStatus::Waiting,
+            S::Running => ChatStatus::Running,
+            S::Interrupting => ChatStatus::Interrupting,
+            S::RequiresAction => ChatStatus::RequiresAction,
+            S::Error => ChatStatus::Error,
+        }
+    }
+}
+
+/// `Chat.plan_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanMode {
+    /// The agent plans instead of acting.
+    Plan,
+}
+
+impl PlanMode {
+    /// Database spelling.
+    pub fn as_str(self) -> &'static str {
+        "plan"
+    }
+}
+
+/// Reasoning effort a message may request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    /// No reasoning.
+    None,
+    /// Minimal.
+    Minimal,
+    /// Low.
+    Low,
+    /// Medium.
+    Medium,
+    /// High.
+    High,
+    /// Extra high.
+    Xhigh,
+    /// The model's maximum.
+    Max,
+}
+
+impl ReasoningEffort {
+    /// Database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::None => "none",
+            ReasoningEffort::Minimal => "minimal",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+            ReasoningEffort::Xhigh => "xhigh",
+            ReasoningEffort::Max => "max",
+        }
+    }
+}
+
+/// `busy_behavior` of a send.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BusyBehavior {
+    /// Append to the queue when busy (default).
+    #[default]
+    Queue,
+    /// Queue at the head and interrupt (or cancel a pending tool action).
+    Interrupt,
+}
+
+impl From<BusyBehavior> for chatd_core::BusyBehavior {
+    fn from(b: BusyBehavior) -> Self {
+        match b {
+            BusyBehavior::Queue => chatd_core::BusyBehavior::Queue,
+            BusyBehavior::Interrupt => chatd_core::BusyBehavior::Interrupt,
+        }
+    }
+}
+
+/// `ChatMessage.role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatRole {
+    /// System prompt.
+    System,
+    /// User turn.
+    User,
+    /// Model response.
+    Assistant,
+    /// Tool results.
+    Tool,
+}
+
+impl From<chatd_core::ChatRole> for ChatRole {
+    fn from(role: chatd_core::ChatRole) -> Self {
+        use chatd_core::ChatRole as R;
+        match role {
+            R::System => ChatRole::System,
+            R::User => ChatRole::User,
+            R::Assistant => ChatRole::Assistant,
+            R::Tool => ChatRole::Tool,
+        }
+    }
+}
+
+/// `ChatError.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatErrorKind {
+    /// Anything else.
+    Generic,
+    /// The provider rate-limited the request.
+    RateLimit,
+    /// The request timed out.
+    Timeout,
+    /// The provider is overloaded.
+    Overloaded,
+    /// Authentication with the provider failed.
+    Auth,
+    /// The provider rejected the request.
+    InvalidRequest,
+    /// The context is too long for the model.
+    ContextLength,
+    /// A usage quota is exhausted.
+    UsageLimit,
+    /// The chat was found in an invalid execution state.
+    InvalidState,
+}
+
+/// `ChatError`: the last error of a chat, as stored in `chats.last_error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChatError {
+    /// Human-readable message.
+    pub message: String,
+    /// More detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Classification.
+    pub kind: ChatErrorKind,
+    /// The provider that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Whether retrying may help.
+    pub retryable: bool,
+    /// The provider's HTTP status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<u16>,
+}
+
+/// `DynamicTool`: a tool the client executes (results come back through
+/// `POST /chats/{chat}/tool-results`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DynamicTool {
+    /// 1 to 64 characters of letters, digits, `_` and `-`; unique per chat.
+    pub name: String,
+    /// What the tool does (for the model).
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments; must be an object.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+}
+
+/// `Usage`, in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: i64,
+    /// Completion tokens.
+    pub output_tokens: i64,
+    /// Reasoning tokens (part of the output).
+    pub reasoning_tokens: i64,
+    /// Prompt tokens read from the provider's cache.
+    pub cache_read_tokens: i64,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_creation_tokens: i64,
+    /// Total tokens.
+    pub total_tokens: i64,
+}
+
+impl From<chatd_store::Usage> for Usage {
+    fn from(u: chatd_store::Usage) -> Self {
+        Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_creation_tokens: u.cache_creation_tokens,
+            total_tokens: u.total_tokens,
+        }
+    }
+}
+
+/// `ChatMessagePart` (tagged by `type`). Schema only: the server serializes
+/// the stored parts unchanged.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(tag = "type")]
+pub enum ChatMessagePart {
+    /// Plain text.
+    #[serde(rename = "text")]
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Model reasoning.
+    #[serde(rename = "reasoning")]
+    Reasoning {
+        /// The reasoning text.
+        text: String,
+    },
+    /// A tool call by the model.
+    #[serde(rename = "tool-call")]
+    ToolCall {
+        /// The provider's id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// JSON arguments, as a string.
+        args: String,
+    },
+    /// A tool's result.
+    #[serde(rename = "tool-result")]
+    ToolResult {
+        /// The call it answers.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// Any JSON value.
+        #[schema(value_type = Object)]
+        result: Value,
+        /// Whether the tool failed.
+        is_error: bool,
+    },
+    /// An uploaded file.
+    #[serde(rename = "file")]
+    File {
+        /// The file's id.
+        file_id: Uuid,
+        /// Its media type.
+        media_type: String,
+        /// Its name.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+}
+
+/// `ChatInputPart`: a part of a message in a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", try_from = "InputPartRepr")]
+pub enum ChatInputPart {
+    /// Plain text.
+    #[serde(rename = "text")]
+    Text {
+        /// The text (counts towards the 256 KiB per message).
+        text: String,
+    },
+    /// A reference to an uploaded file. This server has no file store yet, so
+    /// every `file_id` is unknown and answers `400`.
+    #[serde(rename = "file")]
+    File {
+        /// The file's id.
+        file_id: Uuid,
+    },
+}
+
+/// The accepted encoding of a [`ChatInputPart`]: a JSON object (never the
+/// array form serde's tagged enums would also take) with a known `type` and
+/// only that type's fields.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputPartRepr {
+    #[serde(rename = "type")]
+    kind: InputPartKind,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    file_id: Option<Uuid>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum InputPartKind {
+    Text,
+    File,
+}
+
+impl TryFrom<InputPartRepr> for ChatInputPart {
+    type Error = String;
+
+    fn try_from(repr: InputPartRepr) -> Result<Self, String> {
+        match (repr.kind, repr.text, repr.file_id) {
+            (InputPartKind::Text, Some(text), None) => Ok(ChatInputPart::Text { text }),
+            (InputPartKind::Text, None, _) => Err("missing field `text`".into()),
+            (InputPartKind::Text, Some(_), Some(_)) => {
+                Err("unknown field `file_id` in a text part".into())
+            }
+            (InputPartKind::File, None, Some(file_id)) => Ok(ChatInputPart::File { file_id }),
+            (InputPartKind::File, _, None) => Err("missing field `file_id`".into()),
+            (InputPartKind::File, Some(_), Some(_)) => {
+                Err("unknown field `text` in a file part".into())
+            }
+        }
+    }
+}
+
+/// `Chat`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Chat {
+    /// Chat id.
+    pub id: Uuid,
+    /// Owner.
+    pub owner_id: Uuid,
+    /// Parent chat of a sub-chat.
+    pub parent_chat_id: Option<Uuid>,
+    /// Root of the chat's family (`null` for a root).
+    pub root_chat_id: Option<Uuid>,
+    /// Title (at most 200 characters).
+    pub title: String,
+    /// Execution status.
+    pub status: ChatStatus,
+    /// Archived marker.
+    pub archived: bool,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Pin order (0 = not pinned).
+    pub pin_order: i32,
+    /// Model config of the latest message that chose one (`null` when no
+    /// config was ever chosen and there was no default).
+    pub last_model_config_id: Option<Uuid>,
+    /// Last error.
+    #[schema(value_type = Option<ChatError>)]
+    pub last_error: Option<Value>,
+    /// Advanced by every state-machine transaction.
+    pub snapshot_version: i64,
+    /// Snapshot in which message history last changed.
+    pub history_version: i64,
+    /// Snapshot in which the queue last changed.
+    pub queue_version: i64,
+    /// Snapshot in which the retry state last changed.
+    pub retry_state_version: i64,
+    /// Generation attempts under the current history version.
+    pub generation_attempt: i64,
+    /// Replica that owns the chat.
+    pub worker_id: Option<Uuid>,
+    /// Deadline of a pending client tool action.
+    pub requires_action_deadline_at: Option<DateTime<Utc>>,
+    /// Client-executed tools.
+    #[schema(value_type = Vec<DynamicTool>)]
+    pub dynamic_tools: Value,
+    /// MCP servers offered to the model.
+    pub mcp_server_ids: Vec<Uuid>,
+    /// Plan mode.
+    pub plan_mode: Option<PlanMode>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change (transitions and metadata updates).
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<&chatd_store::Chat> for Chat {
+    fn from(c: &chatd_store::Chat) -> Self {
+        let labels = c
+            .labels
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Chat {
+            id: c.id,
+            owner_id: c.owner_id,
+            parent_chat_id: c.parent_chat_id,
+            root_chat_id: c.root_chat_id,
+            title: c.title.clone(),
+            status: c.status.into(),
+            archived: c.archived,
+            labels,
+            pin_order: c.pin_order,
+            last_model_config_id: c.last_model_config_id,
+            last_error: c.last_error.clone(),
+            snapshot_version: c.snapshot_version,
+            history_version: c.history_version,
+            queue_version: c.queue_version,
+            retry_state_version: c.retry_state_version,
+            generation_attempt: c.generation_attempt,
+            worker_id: c.worker_id,
+            requires_action_deadline_at: c.requires_action_deadline_at,
+            dynamic_tools: c.dynamic_tools.clone(),
+            mcp_server_ids: c.mcp_server_ids.clone(),
+            plan_mode: c.plan_mode.as_deref().map(|_| PlanMode::Plan),
+            created_at: c.created_at,
+            updated_at: c.updated_at,
+        }
+    }
+}
+
+/// `ChatMessage`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatMessage {
+    /// Message id (ascending in insertion order).
+    pub id: i64,
+    /// Chat id.
+    pub chat_id: Uuid,
+    /// Role.
+    pub role: ChatRole,
+    /// Parts.
+    #[schema(value_type = Vec<ChatMessagePart>)]
+    pub content: Vec<MessagePart>,
+    /// Insertion time.
+    pub created_at: DateTime<Utc>,
+    /// Author of a user message.
+    pub created_by: Option<Uuid>,
+    /// Model config.
+    pub model_config_id: Option<Uuid>,
+    /// Snapshot version that last inserted or changed the row.
+    pub revision: i64,
+    /// The queued message this was promoted from.
+    pub queued_message_id: Option<i64>,
+    /// Token usage of an assistant message.
+    pub usage: Option<Usage>,
+    /// Cost in micro-dollars.
+    pub total_cost_micros: Option<i64>,
+    /// Generation time in milliseconds.
+    pub runtime_ms: Option<i64>,
+}
+
+impl From<&chatd_store::ChatMessage> for ChatMessage {
+    fn from(m: &chatd_store::ChatMessage) -> Self {
+        ChatMessage {
+            id: m.id,
+            chat_id: m.chat_id,
+            role: m.role.into(),
+            content: m.content.0.clone(),
+            created_at: m.created_at,
+            created_by: m.created_by,
+            model_config_id: m.model_config_id,
+            revision: m.revision,
+            queued_message_id: m.queued_message_id,
+            usage: m.usage().map(Into::into),
+            total_cost_micros: m.total_cost_micros,
+            runtime_ms: m.runtime_ms,
+        }
+    }
+}
+
+/// Whether a stored message may be shown to clients: not soft-deleted and
+/// not model-only.
+pub fn client_visible(m: &chatd_store::ChatMessage) -> bool {
+    !m.deleted && m.visibility.client_visible()
+}
+
+/// The client-visible rows of `rows`, in id order.
+pub fn visible_messages<'a>(
+    rows: impl IntoIterator<Item = &'a chatd_store::ChatMessage>,
+) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = rows
+        .into_iter()
+        .filter(|m| client_visible(m))
+        .map(ChatMessage::from)
+        .collect();
+    out.sort_by_key(|m| m.id);
+    out
+}
+
+/// `ChatQueuedMessage`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatQueuedMessage {
+    /// Queued message id.
+    pub id: i64,
+    /// Chat id.
+    pub chat_id: Uuid,
+    /// Parts.
+    #[schema(value_type = Vec<ChatMessagePart>)]
+    pub content: Vec<MessagePart>,
+    /// Queue time.
+    pub created_at: DateTime<Utc>,
+    /// Who queued it.
+    pub created_by: Option<Uuid>,
+    /// Model config requested with it.
+    pub model_config_id: Option<Uuid>,
+}
+
+impl From<&chatd_store::QueuedMessage> for ChatQueuedMessage {
+    fn from(q: &chatd_store::QueuedMessage) -> Self {
+        ChatQueuedMessage {
+            id: q.id,
+            chat_id: q.chat_id,
+            content: q.content.0.clone(),
+            created_at: q.created_at,
+            created_by: q.created_by,
+            model_config_id: q.model_config_id,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::parse_json;
+
+    #[test]
+    fn input_parts_reject_unknown_fields_and_types() {
+        let ok: Vec<ChatInputPart> = parse_json(br#"[{"type": "text", "text": "x"}]"#).unwrap();
+        assert_eq!(ok, vec![ChatInputPart::Text { text: "x".into() }]);
+        for bad in [
+            r#"[{"type": "text", "text": "x", "extra": 1}]"#,
+            r#"[{"type": "image"}]"#,
+            r#"[{"text": "x"}]"#,
+            r#"[["text", "x"]]"#,
+        ] {
+            let err = parse_json::<Vec<ChatInputPart>>(bad.as_bytes()).expect_err(bad);
+            assert_eq!(err.status(), axum::http::StatusCode::BAD_REQUEST, "{bad}");
+            assert!(
+                err.body().validations[0].field.starts_with("[0]"),
+                "{bad}: {:?}",
+                err.body()
+            );
+        }
+    }
+
+    #[test]
+    fn chat_errors_serialize_without_absent_fields() {
+        let e = ChatError {
+            message: "m".into(),
+            detail: None,
+            kind: ChatErrorKind::InvalidState,
+            provider: None,
+            retryable: false,
+            status_code: None,
+        };
+        assert_eq!(
+            serde_json::to_value(e).unwrap(),
+            serde_json::json!({"message": "m", "kind": "invalid_state", "retryable": false})
+        );
+    }
+}

@@ -1,0 +1,13 @@
+//! Integration tests of chatd-api: the real router served over HTTP on an
+//! ephemeral port, against a fresh PostgreSQL database per test. One test
+//! binary; modules by concern.
+
+mod admin;
+mod auth;
+mod bad_input;
+mod chats;
+mod common;
+mod isolation;
+mod messages;
+mod ops;
+mod transitions;

@@ -1,0 +1,174 @@
+//! `/healthz`, `/readyz`, `/metrics` and the OpenAPI document.
+
+use serde_json::Value;
+
+use crate::common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_and_readyz() {
+    let s = Server::start().await;
+    let health = s.call("GET", "/healthz", None, None).await;
+    assert_eq!(health.expect(200)["status"], "ok");
+    let ready = s.call("GET", "/readyz", None, None).await;
+    assert_eq!(ready.expect(200)["status"], "ready");
+    // A missing migration makes the replica not ready.
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = '\\x00'::bytea")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    s.call("GET", "/readyz", None, None).await.expect_error(503);
+    sqlx::query("DROP TABLE _sqlx_migrations")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    s.call("GET", "/readyz", None, None).await.expect_error(503);
+    s.call("GET", "/healthz", None, None).await.expect(200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_by_route_template_and_transitions() {
+    let s = Server::start().await;
+    let id = s.create_chat(&s.alice).await;
+    s.get(&chat_path(id, ""), &s.alice).await.expect(200);
+    s.get(&chat_path(id, ""), &s.bob).await.expect_error(404);
+    s.post_empty(&chat_path(id, "/interrupt"), &s.alice)
+        .await
+        .expect(200);
+    s.post_empty(&chat_path(id, "/interrupt"), &s.alice)
+        .await
+        .expect_error(409);
+    let resp = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = resp.text().await.unwrap();
+    for needle in [
+        r#"chatd_http_requests_total{method="GET",route="/api/v2/chats/{chat}",status="200"}"#,
+        r#"chatd_http_requests_total{method="GET",route="/api/v2/chats/{chat}",status="404"}"#,
+        r#"chatd_http_requests_total{method="POST",route="/api/v2/chats",status="201"}"#,
+        r#"chatd_http_request_duration_seconds_bucket{method="GET",route="/api/v2/chats/{chat}",status="200",le="0.005"}"#,
+        r#"chatd_transitions_total{transition="CreateChat",outcome="ok"}"#,
+        r#"chatd_transitions_total{transition="Interrupt",outcome="ok"}"#,
+        r#"chatd_transitions_total{transition="Interrupt",outcome="rejected"}"#,
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+    assert!(
+        !text.contains(&id.to_string()),
+        "raw paths must not become labels"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document_is_3_1_and_covers_every_route() {
+    let s = Server::start().await;
+    let doc = s.call("GET", "/api/v2/openapi.json", None, None).await;
+    let doc = doc.expect(200).clone();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let paths = doc["paths"].as_object().unwrap();
+    let expected: &[(&str, &[&str])] = &[
+        ("/healthz", &["get"]),
+        ("/readyz", &["get"]),
+        ("/metrics", &["get"]),
+        ("/api/v2/openapi.json", &["get"]),
+        ("/api/v2/users", &["post"]),
+        ("/api/v2/users/me", &["get"]),
+        ("/api/v2/users/{user}/tokens", &["post"]),
+        ("/api/v2/replicas", &["get"]),
+        ("/api/v2/chats", &["get", "post"]),
+        ("/api/v2/chats/{chat}", &["get", "patch", "delete"]),
+        ("/api/v2/chats/{chat}/messages", &["get", "post"]),
+        ("/api/v2/chats/{chat}/messages/{message}", &["patch"]),
+        ("/api/v2/chats/{chat}/queue/{queued}", &["delete"]),
+        ("/api/v2/chats/{chat}/queue/{queued}/promote", &["post"]),
+        ("/api/v2/chats/{chat}/interrupt", &["post"]),
+        ("/api/v2/chats/{chat}/tool-results", &["post"]),
+        ("/api/v2/chats/{chat}/reconcile-invalid", &["post"]),
+        ("/api/v2/chats/{chat}/compact", &["post"]),
+        ("/api/v2/chats/models", &["get"]),
+        ("/api/v2/chats/providers", &["get", "post"]),
+        ("/api/v2/chats/providers/{id}", &["patch", "delete"]),
+        ("/api/v2/chats/model-configs", &["get", "post"]),
+        ("/api/v2/chats/model-configs/{id}", &["patch", "delete"]),
+        ("/api/v2/chats/mcp-servers", &["get", "post"]),
+        ("/api/v2/chats/mcp-servers/{id}", &["patch", "delete"]),
+        ("/api/experimental/chats", &["get", "post"]),
+        ("/api/experimental/chats/{chat}/messages", &["get", "post"]),
+    ];
+    for (path, methods) in expected {
+        let item = paths
+            .get(*path)
+            .unwrap_or_else(|| panic!("missing path {path}"));
+        for m in *methods {
+            let op = &item[*m];
+            assert!(op.is_object(), "missing {m} {path}");
+            assert!(!op["responses"].as_object().unwrap().is_empty());
+            if path.starts_with("/api/v2/chats/{chat}") {
+                // Every chat-scoped route documents 401, 404 and the error body.
+                for status in ["401", "404"] {
+                    let body =
+                        &op["responses"][status]["content"]["application/json"]["schema"]["$ref"];
+                    assert_eq!(
+                        body, "#/components/schemas/ErrorBody",
+                        "{m} {path} {status}"
+                    );
+                }
+            }
+        }
+    }
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    for schema in [
+        "Chat",
+        "ChatMessage",
+        "ChatQueuedMessage",
+        "ChatError",
+        "DynamicTool",
+        "Usage",
+        "ChatMessagePart",
+        "ChatInputPart",
+        "CreateChatRequest",
+        "SendMessageRequest",
+        "SendMessageResponse",
+        "EditMessageResponse",
+        "MessagesPage",
+        "ErrorBody",
+        "Validation",
+        "Provider",
+        "ModelConfig",
+        "McpServer",
+        "User",
+        "TokenResponse",
+        "Replica",
+    ] {
+        assert!(schemas.contains_key(schema), "missing schema {schema}");
+    }
+    let chat_props = schemas["Chat"]["properties"].as_object().unwrap();
+    assert_eq!(chat_props.len(), 23);
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    assert_eq!(doc["security"], serde_json::json!([{"bearer": []}]));
+    assert_eq!(
+        paths["/healthz"]["get"]["security"],
+        serde_json::json!([{}])
+    );
+    // Operation ids are unique.
+    let mut ids = std::collections::HashSet::new();
+    for item in paths.values() {
+        for op in item.as_object().unwrap().values() {
+            if let Some(id) = op.get("operationId").and_then(Value::as_str) {
+                assert!(ids.insert(id.to_owned()), "duplicate operationId {id}");
+            }
+        }
+    }
+}

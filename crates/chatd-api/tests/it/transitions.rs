@@ -1,0 +1,601 @@
+//! The spec's per-endpoint tables of input → output states ("HTTP
+//! endpoints"), driven through HTTP from every row state: allowed pairs land
+//! where the table says, everything else answers the documented error and
+//! changes nothing.
+
+use chatd_core::ExecutionState::{self, *};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// What a table row sends: `(method, path, body)` for the chat, given its
+/// queue head (if any) and its first message id.
+type Request<'a> =
+    dyn Fn(uuid::Uuid, Option<i64>, i64) -> (&'static str, String, Option<Value>) + 'a;
+
+/// Runs `request` on a fresh chat in each state and checks the outcome:
+/// `Ok(to)` = 2xx and the chat lands in `to`; `Err(status)` = that error and
+/// no change at all.
+async fn table(
+    s: &Server,
+    name: &str,
+    expected: &[(ExecutionState, Result<ExecutionState, u16>)],
+    request: &Request<'_>,
+) {
+    for (from, outcome) in expected {
+        let id = s.chat_in(&s.alice, *from).await;
+        let head = s.queue_ids(id).await.first().copied();
+        let first = s.message_ids(id).await[0];
+        let (method, path, body) = request(id, head, first);
+        let before = s.dump().await;
+        let answer = s.call(method, &path, Some(&s.alice.token), body).await;
+        match outcome {
+            Ok(to) => {
+                assert!(
+                    (200..300).contains(&answer.status),
+                    "{name} from {from}: {} {}",
+                    answer.status,
+                    answer.text
+                );
+                assert_eq!(s.state(id).await, *to, "{name} from {from}");
+            }
+            Err(status) => {
+                answer.expect_error(*status);
+                assert_eq!(
+                    s.dump().await,
+                    before,
+                    "{name} from {from} changed something"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_message_queue_table() {
+    let s = Server::start().await;
+    let expected = [
+        (W, Ok(R0)),
+        (E0, Ok(R0)),
+        (E1, Ok(R1)),
+        (R0, Ok(R1)),
+        (R1, Ok(R1)),
+        (I0, Ok(I1)),
+        (I1, Ok(I1)),
+        (A0, Ok(A1)),
+        (A1, Ok(A1)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+        (XE1, Err(400)),
+        (Invalid, Err(409)),
+    ];
+    table(&s, "SendMessage(queue)", &expected, &|id, _, _| {
+        ("POST", chat_path(id, "/messages"), Some(text("next")))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_message_interrupt_table() {
+    let s = Server::start().await;
+    let expected = [
+        (W, Ok(R0)),
+        (E0, Ok(R0)),
+        (E1, Ok(R1)),
+        (R0, Ok(I1)),
+        (R1, Ok(I1)),
+        (I0, Ok(I1)),
+        (I1, Ok(I1)),
+        (A0, Ok(R1)),
+        (A1, Ok(R1)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+        (XE1, Err(400)),
+        (Invalid, Err(409)),
+    ];
+    table(&s, "SendMessage(interrupt)", &expected, &|id, _, _| {
+        (
+            "POST",
+            chat_path(id, "/messages"),
+            Some(
+                json!({"content": [{"type": "text", "text": "now"}], "busy_behavior": "interrupt"}),
+            ),
+        )
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_message_response_shapes() {
+    let s = Server::start().await;
+    // W: the message enters history.
+    let id = s.chat_in(&s.alice, W).await;
+    let answer = s
+        .post(&chat_path(id, "/messages"), &s.alice, text("again"))
+        .await;
+    let body = answer.expect(200);
+    assert_eq!(body["queued"], false);
+    assert_eq!(body["message"]["role"], "user");
+    assert_eq!(
+        body["message"]["content"],
+        json!([{"type": "text", "text": "again"}])
+    );
+    assert_eq!(uuid(&body["message"]["created_by"]), s.alice.id);
+    assert_eq!(body["message"]["queued_message_id"], Value::Null);
+    assert_eq!(body["message"]["usage"], Value::Null);
+    assert!(body["message"]["revision"].as_i64().unwrap() > 1);
+    assert!(body.get("queued_message").is_none());
+    assert_eq!(body["messages"], json!([body["message"].clone()]));
+    let keys: Vec<&String> = body["message"].as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 12, "{keys:?}");
+
+    // R0 with busy_behavior=interrupt: queued, and the chat is interrupting.
+    let id = s.chat_in(&s.alice, R0).await;
+    let answer = s
+        .post(
+            &chat_path(id, "/messages"),
+            &s.alice,
+            json!({"content": [{"type": "text", "text": "stop"}], "busy_behavior": "interrupt"}),
+        )
+        .await;
+    let body = answer.expect(200);
+    assert_eq!(body["queued"], true);
+    assert!(body.get("message").is_none());
+    assert_eq!(
+        body["queued_message"]["content"],
+        json!([{"type": "text", "text": "stop"}])
+    );
+    assert_eq!(uuid(&body["queued_message"]["chat_id"]), id);
+    assert_eq!(body["messages"], json!([]));
+    let chat = s.get(&chat_path(id, ""), &s.alice).await;
+    assert_eq!(chat.body["status"], "interrupting");
+
+    // A0 with interrupt: the pending call is answered first.
+    let id = s.chat_in(&s.alice, A0).await;
+    let answer = s
+        .post(
+            &chat_path(id, "/messages"),
+            &s.alice,
+            json!({"content": [{"type": "text", "text": "stop"}], "busy_behavior": "interrupt"}),
+        )
+        .await;
+    let body = answer.expect(200);
+    assert_eq!(body["queued"], true);
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["role"], "tool");
+    assert_eq!(messages[0]["content"][0]["tool_call_id"], PENDING_CALL);
+    assert_eq!(
+        messages[0]["content"][0]["result"],
+        json!({"error": "Tool execution interrupted by user"})
+    );
+
+    // E1: the new message is queued and the head is promoted into history.
+    let id = s.chat_in(&s.alice, E1).await;
+    let head = s.queue_ids(id).await[0];
+    let answer = s
+        .post(&chat_path(id, "/messages"), &s.alice, text("later"))
+        .await;
+    let body = answer.expect(200);
+    assert_eq!(body["queued"], true);
+    assert_eq!(body["messages"][0]["queued_message_id"], head);
+    assert_eq!(
+        body["messages"][0]["content"],
+        json!([{"type": "text", "text": "queued"}])
+    );
+    let chat = s.get(&chat_path(id, ""), &s.alice).await;
+    assert_eq!(chat.body["last_error"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_message_queue_cap_is_429_naming_the_maximum() {
+    let s = Server::start_with(chatd_api::ApiOptions {
+        max_queued_messages: 2,
+        ..Default::default()
+    })
+    .await;
+    let id = s.chat_in(&s.alice, R0).await;
+    for _ in 0..2 {
+        s.post(&chat_path(id, "/messages"), &s.alice, text("q"))
+            .await
+            .expect(200);
+    }
+    let before = s.dump().await;
+    let full = s
+        .post(&chat_path(id, "/messages"), &s.alice, text("q"))
+        .await;
+    full.expect_error(429);
+    assert!(
+        full.body["detail"].as_str().unwrap().contains('2'),
+        "{}",
+        full.text
+    );
+    assert_eq!(s.dump().await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit_message_table() {
+    let s = Server::start().await;
+    let expected = [
+        (W, Ok(R0)),
+        (E0, Ok(R0)),
+        (E1, Ok(R0)),
+        (R0, Ok(R0)),
+        (R1, Ok(R0)),
+        (I0, Ok(R0)),
+        (I1, Ok(R0)),
+        (A0, Ok(R0)),
+        (A1, Ok(R0)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+        (XE1, Err(400)),
+        (Invalid, Err(409)),
+    ];
+    table(&s, "EditMessage", &expected, &|id, _, first| {
+        (
+            "PATCH",
+            chat_path(id, &format!("/messages/{first}")),
+            Some(text("edited")),
+        )
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit_message_response_and_errors() {
+    let s = Server::start().await;
+    let id = s.chat_in(&s.alice, A1).await;
+    let ids = s.message_ids(id).await;
+    let answer = s
+        .patch(
+            &chat_path(id, &format!("/messages/{}", ids[0])),
+            &s.alice,
+            text("edited"),
+        )
+        .await;
+    let body = answer.expect(200);
+    assert_eq!(
+        body["message"]["content"],
+        json!([{"type": "text", "text": "edited"}])
+    );
+    assert_eq!(body["deleted_message_ids"], json!(ids));
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap(), &body["message"]);
+    assert!(s.queue_ids(id).await.is_empty(), "the queue is cleared");
+    // The edited message is gone: editing it again is 404.
+    s.patch(
+        &chat_path(id, &format!("/messages/{}", ids[0])),
+        &s.alice,
+        text("x"),
+    )
+    .await
+    .expect_error(404);
+    // Unknown message, and an assistant message.
+    s.patch(&chat_path(id, "/messages/999999"), &s.alice, text("x"))
+        .await
+        .expect_error(404);
+    let w = s.chat_in(&s.alice, W).await;
+    let assistant = s.message_ids(w).await[1];
+    let not_user = s
+        .patch(
+            &chat_path(w, &format!("/messages/{assistant}")),
+            &s.alice,
+            text("x"),
+        )
+        .await;
+    not_user.expect_error(400);
+    assert_eq!(not_user.message(), "Only user messages can be edited.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_queued_message_table() {
+    let s = Server::start().await;
+    // One queued message: the queue empties.
+    let expected = [
+        (E1, Ok(E0)),
+        (R1, Ok(R0)),
+        (I1, Ok(I0)),
+        (A1, Ok(A0)),
+        (XE1, Err(400)),
+        (W, Err(409)),
+        (E0, Err(409)),
+        (R0, Err(409)),
+        (I0, Err(409)),
+        (A0, Err(409)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+    ];
+    table(
+        &s,
+        "DeleteQueuedMessage(last)",
+        &expected,
+        &|id, head, _| {
+            let head = head.unwrap_or(1);
+            ("DELETE", chat_path(id, &format!("/queue/{head}")), None)
+        },
+    )
+    .await;
+    // Two queued messages: the queue stays non-empty.
+    for (from, to) in [(E1, E1), (R1, R1), (I1, I1), (A1, A1)] {
+        let id = s.two_queued(&s.alice, from).await;
+        let head = s.queue_ids(id).await[0];
+        let answer = s
+            .delete(&chat_path(id, &format!("/queue/{head}")), &s.alice)
+            .await;
+        answer.expect(204);
+        assert_eq!(s.state(id).await, to);
+        assert_eq!(s.queue_ids(id).await.len(), 1);
+    }
+    // Unknown id on a non-empty queue: 404; on an empty queue: 409.
+    let id = s.chat_in(&s.alice, R1).await;
+    s.delete(&chat_path(id, "/queue/999999"), &s.alice)
+        .await
+        .expect_error(404);
+    let id = s.chat_in(&s.alice, R0).await;
+    s.delete(&chat_path(id, "/queue/999999"), &s.alice)
+        .await
+        .expect_error(409);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promote_queued_message_table() {
+    let s = Server::start().await;
+    let expected = [
+        (E1, Ok(R0)),
+        (R1, Ok(I1)),
+        (I1, Ok(I1)),
+        (A1, Ok(R0)),
+        (XE1, Err(400)),
+        (W, Err(409)),
+        (E0, Err(409)),
+        (R0, Err(409)),
+        (I0, Err(409)),
+        (A0, Err(409)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+    ];
+    table(
+        &s,
+        "PromoteQueuedMessage(last)",
+        &expected,
+        &|id, head, _| {
+            let head = head.unwrap_or(1);
+            (
+                "POST",
+                chat_path(id, &format!("/queue/{head}/promote")),
+                None,
+            )
+        },
+    )
+    .await;
+    // With two queued messages, promoting the second one.
+    for (from, to) in [(E1, R1), (R1, I1), (I1, I1), (A1, R1)] {
+        let id = s.two_queued(&s.alice, from).await;
+        let second = s.queue_ids(id).await[1];
+        let answer = s
+            .post_empty(
+                &chat_path(id, &format!("/queue/{second}/promote")),
+                &s.alice,
+            )
+            .await;
+        assert_eq!(uuid(&answer.expect(200)["id"]), id);
+        assert_eq!(s.state(id).await, to, "promote from {from}");
+        if matches!(from, R1 | I1) {
+            assert_eq!(s.queue_ids(id).await[0], second, "moved to the head");
+        } else {
+            let page = s.get(&chat_path(id, "/messages"), &s.alice).await;
+            let last = page.body["messages"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()
+                .clone();
+            assert_eq!(last["queued_message_id"], second, "promoted into history");
+        }
+    }
+    let id = s.chat_in(&s.alice, R1).await;
+    s.post_empty(&chat_path(id, "/queue/999999/promote"), &s.alice)
+        .await
+        .expect_error(404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_table() {
+    let s = Server::start().await;
+    let expected = [
+        (R0, Ok(I0)),
+        (R1, Ok(I1)),
+        (A0, Ok(R0)),
+        (A1, Ok(R1)),
+        (W, Err(409)),
+        (E0, Err(409)),
+        (E1, Err(409)),
+        (I0, Err(409)),
+        (I1, Err(409)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+        (XE1, Err(400)),
+        (Invalid, Err(409)),
+    ];
+    table(&s, "Interrupt", &expected, &|id, _, _| {
+        ("POST", chat_path(id, "/interrupt"), None)
+    })
+    .await;
+    let id = s.chat_in(&s.alice, R0).await;
+    let answer = s.post_empty(&chat_path(id, "/interrupt"), &s.alice).await;
+    assert_eq!(answer.expect(200)["status"], "interrupting");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_results_table_and_validation() {
+    let s = Server::start().await;
+    let body = json!({"results": [{"tool_call_id": PENDING_CALL, "output": {"color": "red"}}]});
+    let expected = [
+        (A0, Ok(R0)),
+        (A1, Ok(R1)),
+        (W, Err(409)),
+        (E0, Err(409)),
+        (E1, Err(409)),
+        (R0, Err(409)),
+        (R1, Err(409)),
+        (I0, Err(409)),
+        (I1, Err(409)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+        (XE1, Err(400)),
+        (Invalid, Err(409)),
+    ];
+    table(&s, "CompleteRequiresAction", &expected, &|id, _, _| {
+        ("POST", chat_path(id, "/tool-results"), Some(body.clone()))
+    })
+    .await;
+    // The stored result.
+    let id = s.chat_in(&s.alice, A0).await;
+    let answer = s
+        .post(&chat_path(id, "/tool-results"), &s.alice, body.clone())
+        .await;
+    let chat = answer.expect(200);
+    assert_eq!(chat["status"], "running");
+    assert_eq!(chat["requires_action_deadline_at"], Value::Null);
+    let page = s.get(&chat_path(id, "/messages"), &s.alice).await;
+    let last = page.body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "tool");
+    assert_eq!(
+        last["content"],
+        json!([{"type": "tool-result", "tool_call_id": PENDING_CALL, "tool_name": TOOL, "result": {"color": "red"}, "is_error": false}])
+    );
+    // Validation errors name the tool call and change nothing.
+    let id = s.chat_in(&s.alice, A0).await;
+    let before = s.dump().await;
+    for (results, field, needle) in [
+        (json!([]), "results", PENDING_CALL),
+        (
+            json!([{"tool_call_id": "other", "output": 1}]),
+            "results[0].tool_call_id",
+            "other",
+        ),
+        (
+            json!([{"tool_call_id": PENDING_CALL, "output": 1}, {"tool_call_id": PENDING_CALL, "output": 2}]),
+            "results[0].tool_call_id",
+            PENDING_CALL,
+        ),
+    ] {
+        let answer = s
+            .post(
+                &chat_path(id, "/tool-results"),
+                &s.alice,
+                json!({"results": results}),
+            )
+            .await;
+        answer.expect_error(400);
+        assert_eq!(answer.fields(), vec![field.to_owned()], "{}", answer.text);
+        assert!(
+            answer.body["detail"].as_str().unwrap().contains(needle),
+            "{}",
+            answer.text
+        );
+    }
+    assert_eq!(s.dump().await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_invalid_lands_in_e0_or_e1_and_is_409_otherwise() {
+    let s = Server::start().await;
+    // Waiting with a queue: lands in E1.
+    let id = s.chat_in(&s.alice, Invalid).await;
+    let answer = s
+        .post_empty(&chat_path(id, "/reconcile-invalid"), &s.alice)
+        .await;
+    let chat = answer.expect(200);
+    assert_eq!(chat["status"], "error");
+    assert_eq!(
+        chat["last_error"]["message"],
+        "Chat is in an invalid state."
+    );
+    assert_eq!(chat["last_error"]["kind"], "invalid_state");
+    assert_eq!(chat["last_error"]["retryable"], false);
+    assert_eq!(s.state(id).await, E1);
+    // Archived while running: unarchived, lands in E0.
+    let id = s.archived_invalid(&s.alice).await;
+    let answer = s
+        .post_empty(&chat_path(id, "/reconcile-invalid"), &s.alice)
+        .await;
+    assert_eq!(answer.expect(200)["archived"], false);
+    assert_eq!(s.state(id).await, E0);
+    // Every valid state, archived ones included: 409, nothing changes.
+    for state in ROW_STATES.into_iter().filter(|s| *s != Invalid) {
+        let id = s.chat_in(&s.alice, state).await;
+        let before = s.dump().await;
+        s.post_empty(&chat_path(id, "/reconcile-invalid"), &s.alice)
+            .await
+            .expect_error(409);
+        assert_eq!(s.dump().await, before, "reconcile from {state}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_table_and_nothing_to_compact() {
+    let s = Server::start().await;
+    // W has a user message and a reply: two more replies make four.
+    let enough = |state| {
+        let s = &s;
+        async move {
+            let id = s.create_chat(&s.alice).await;
+            s.drive(id, R0).await;
+            s.step(id, Step::Reply).await;
+            s.step(id, Step::Reply).await;
+            s.step(id, Step::Reply).await;
+            match state {
+                W => s.step(id, Step::FinishTurn).await,
+                E0 => s.step(id, Step::FinishError).await,
+                E1 => {
+                    s.step(id, Step::Queue).await;
+                    s.step(id, Step::FinishError).await
+                }
+                XW => {
+                    s.step(id, Step::FinishTurn).await;
+                    s.step(id, Step::Archive).await
+                }
+                _ => {}
+            }
+            assert_eq!(s.state(id).await, state);
+            id
+        }
+    };
+    for (from, to) in [(W, R0), (E0, R0), (E1, R1)] {
+        let id = enough(from).await;
+        let answer = s.post_empty(&chat_path(id, "/compact"), &s.alice).await;
+        assert_eq!(answer.expect(200)["status"], "running");
+        assert_eq!(s.state(id).await, to, "compact from {from}");
+        let requested: Option<chrono::DateTime<chrono::Utc>> =
+            sqlx::query_scalar("SELECT compaction_requested_at FROM chats WHERE id = $1")
+                .bind(id)
+                .fetch_one(s.pool())
+                .await
+                .unwrap();
+        assert!(requested.is_some());
+    }
+    let archived = enough(XW).await;
+    s.post_empty(&chat_path(archived, "/compact"), &s.alice)
+        .await
+        .expect_error(400);
+    // Busy states: 409.
+    for from in [R0, R1, I0, I1, A0, A1] {
+        let id = s.chat_in(&s.alice, from).await;
+        let answer = s.post_empty(&chat_path(id, "/compact"), &s.alice).await;
+        answer.expect_error(409);
+        assert_eq!(s.state(id).await, from);
+    }
+    // Two visible messages only.
+    let id = s.chat_in(&s.alice, W).await;
+    let before = s.dump().await;
+    let answer = s.post_empty(&chat_path(id, "/compact"), &s.alice).await;
+    answer.expect_error(409);
+    assert_eq!(answer.message(), "Nothing to compact.");
+    assert_eq!(s.dump().await, before);
+}

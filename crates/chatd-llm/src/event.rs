@@ -1,0 +1,115 @@
+//! The events every provider stream yields, whatever the vendor's wire format.
+//!
+//! See the crate docs for the ordering invariants. Token counts are `i64`
+//! because they are stored in PostgreSQL `bigint` columns (API.md `Usage`).
+
+use serde::{Deserialize, Serialize};
+
+/// One event of a model response, in arrival order.
+///
+/// New variants may be added (Anthropic's thinking signatures, for example),
+/// so matches need a wildcard arm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamEvent {
+    /// The next piece of the assistant's text (never empty).
+    TextDelta(String),
+    /// The next piece of the model's reasoning ("thinking") text (never empty).
+    ReasoningDelta(String),
+    /// A tool call begins. `index` identifies the call within this response;
+    /// `id` is the provider's id, stored unchanged (a generated one only when
+    /// the provider sent none).
+    ToolCallStart {
+        /// Position of the call in this response (0-based, as the provider
+        /// numbers it).
+        index: usize,
+        /// The provider's tool call id.
+        id: String,
+        /// The tool's name as offered to the model.
+        name: String,
+    },
+    /// The next piece of a tool call's JSON arguments (never empty). The
+    /// concatenation of all pieces is the arguments string; it is not
+    /// guaranteed to be valid JSON (a response cut at the token limit).
+    ToolCallDelta {
+        /// The call this piece belongs to.
+        index: usize,
+        /// The piece.
+        args_delta: String,
+    },
+    /// No more argument pieces will come for this call.
+    ToolCallEnd {
+        /// The call that ended.
+        index: usize,
+    },
+    /// Token usage of the whole response, as the provider reported it.
+    Usage(Usage),
+    /// The response is complete. Always the last event of a successful stream.
+    Finish {
+        /// Why the model stopped.
+        reason: FinishReason,
+    },
+}
+
+/// Why the model stopped generating.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural stop (OpenAI `stop`, Anthropic `end_turn`/`stop_sequence`).
+    Stop,
+    /// The output token limit was reached; the text or the last tool call's
+    /// arguments may be cut off.
+    Length,
+    /// The model wants tool results. Some OpenAI-compatible servers report
+    /// `stop` even with tool calls: callers decide on the calls themselves.
+    ToolCalls,
+    /// The provider's content filter stopped the response.
+    ContentFilter,
+    /// A reason this crate does not know, as the provider spelled it.
+    Other(String),
+}
+
+impl FinishReason {
+    /// Maps an OpenAI `finish_reason` (or any other provider's spelling that
+    /// coincides) to a reason; unknown spellings become [`FinishReason::Other`].
+    pub fn from_openai(reason: &str) -> Self {
+        match reason {
+            "stop" => FinishReason::Stop,
+            "length" => FinishReason::Length,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
+            "content_filter" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+}
+
+/// Token usage of one model response (API.md `Usage`), in tokens.
+///
+/// The input side is split so that the parts add up and can be priced
+/// separately: `input_tokens + cache_read_tokens + cache_creation_tokens` is
+/// the whole prompt. `reasoning_tokens` is the part of `output_tokens` the
+/// model spent reasoning (already included in `output_tokens`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens billed at the normal input rate (cache reads and cache
+    /// writes excluded).
+    pub input_tokens: i64,
+    /// Completion tokens, reasoning included.
+    pub output_tokens: i64,
+    /// Of `output_tokens`, those spent on reasoning.
+    pub reasoning_tokens: i64,
+    /// Prompt tokens read from the provider's prompt cache.
+    pub cache_read_tokens: i64,
+    /// Prompt tokens written to the provider's prompt cache.
+    pub cache_creation_tokens: i64,
+    /// All tokens of the request and response, as the provider counts them
+    /// (computed from the parts when the provider does not say).
+    pub total_tokens: i64,
+}
+
+impl Usage {
+    /// The whole prompt: uncached input plus cache reads and writes.
+    pub fn prompt_tokens(&self) -> i64 {
+        self.input_tokens + self.cache_read_tokens + self.cache_creation_tokens
+    }
+}

@@ -1,0 +1,40 @@
+//! The provider layer of chatd: one thin streaming [`Provider`] trait that
+//! yields our own [`StreamEvent`]s, and the adapters that speak each vendor's
+//! wire format. No database, no agent framework.
+//!
+//! What this crate owns (DESIGN.md "Layout", `chatd-llm`; spec
+//! `chatd-architecture.md` "Generation goroutine" for how the worker uses it):
+//! - the request a worker builds from active history ([`ModelRequest`]),
+//! - the events a provider streams back ([`StreamEvent`]) and their
+//!   accumulation into a [`Response`] ([`ResponseBuilder`], [`collect`]),
+//! - errors classified into API.md's `ChatError` kinds ([`ProviderError`],
+//!   [`ErrorKind`]) with `retryable` set as API.md "Workers and replicas" lists,
+//! - [`OpenAiProvider`]: OpenAI Chat Completions, which also serves every
+//!   OpenAI-compatible server (llama.cpp, vLLM, OpenRouter, ...).
+//!
+//! Invariants every provider stream keeps (the worker and the tests rely on
+//! them):
+//! - a stream ends either with exactly one [`StreamEvent::Finish`] (the last
+//!   event) or with one `Err` item (the last item); nothing follows either;
+//! - [`StreamEvent::ToolCallStart`] comes once per call `index`, before any
+//!   [`StreamEvent::ToolCallDelta`] of that index, and
+//!   [`StreamEvent::ToolCallEnd`] once after its last delta;
+//! - [`StreamEvent::Usage`] comes at most once, just before `Finish`, and only
+//!   when the provider reported usage (unknown usage is not zero usage);
+//! - the events do not depend on how the network split the bytes.
+
+pub mod error;
+pub mod event;
+pub mod http;
+pub mod openai;
+pub mod provider;
+pub mod request;
+pub mod response;
+
+pub use error::{ErrorKind, ProviderError};
+pub use event::{FinishReason, StreamEvent, Usage};
+pub use http::HttpOptions;
+pub use openai::{MaxTokensParam, OpenAiProvider};
+pub use provider::{EventStream, Provider};
+pub use request::{ModelRequest, RequestMessage, ToolSpec};
+pub use response::{Response, ResponseBuilder, ToolCall, collect};

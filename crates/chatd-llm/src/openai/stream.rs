@@ -1,0 +1,405 @@
+//! Decoding an OpenAI Chat Completions SSE response into [`StreamEvent`]s.
+//!
+//! Bytes are split into events by `eventsource-stream`, which also buffers a
+//! UTF-8 sequence cut across network reads and a `\r\n` cut between reads, so
+//! the events never depend on how the bytes were chunked (a property test
+//! re-chunks every transcript to check it). Each `data:` payload is parsed as
+//! JSON, leniently:
+//! - unknown fields, `null`s and unknown `finish_reason`s are accepted;
+//! - tool calls are keyed by `index`: the id and name are taken from the
+//!   first chunk that has them and ignored when repeated (llama.cpp repeats
+//!   them in every chunk), arguments are concatenated; a call whose name
+//!   comes late is started once the name arrives; legacy `function_call`
+//!   twins are ignored;
+//! - reasoning comes from `reasoning_content` (DeepSeek, vLLM, llama.cpp) or
+//!   else `reasoning` (OpenRouter);
+//! - usage is taken from the last chunk that carries a non-empty `usage`
+//!   (the final `choices: []` chunk with `include_usage`); a server that
+//!   ignores `include_usage` yields no usage, not zero usage;
+//! - a later `finish_reason: null` never clears an earlier reason;
+//! - a `data: {"error": ...}` payload (or an `event: error`) ends the stream
+//!   with a classified error, and a `[DONE]` after it changes nothing.
+//!
+//! The stream ends at `data: [DONE]`. At end of input without `[DONE]` the
+//! response counts as complete only if a `finish_reason` arrived; otherwise
+//! it is a retryable `generic` error (a dropped connection, or llama.cpp's
+//! empty answer to an over-long prompt). An unterminated last event is
+//! discarded at end of input, as the SSE rules say.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use futures::{Stream, StreamExt as _};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{ErrorKind, ProviderError};
+use crate::event::{FinishReason, StreamEvent, Usage};
+use crate::provider::EventStream;
+
+/// Longest `data` payload quoted in an error's `detail`, in bytes.
+const MAX_QUOTED_PAYLOAD: usize = 1024;
+
+/// Decodes the body of a streaming Chat Completions response.
+///
+/// `bytes` is the body as it arrives, with transport errors already
+/// classified; `provider` names the provider in errors. The result follows
+/// the crate's stream invariants: it ends after `Finish` or after one `Err`.
+pub fn decode<S, B>(bytes: S, provider: String) -> EventStream
+where
+    S: Stream<Item = Result<B, ProviderError>> + Send + 'static,
+    B: AsRef<[u8]> + Send + 'static,
+{
+    let state = DecodeState {
+        events: Box::pin(eventsource_stream::EventStream::new(bytes)),
+        decoder: Decoder::new(provider),
+        pending: VecDeque::new(),
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(item) = state.pending.pop_front() {
+                return Some((item, state));
+            }
+            if state.decoder.done {
+                return None;
+            }
+            let outcome = match state.events.next().await {
+                Some(Ok(event)) => state.decoder.on_event(&event.event, &event.data),
+                Some(Err(err)) => Err(state.decoder.sse_error(err)),
+                None => state.decoder.on_end_of_input(),
+            };
+            match outcome {
+                Ok(events) => state.pending.extend(events.into_iter().map(Ok)),
+                Err(err) => {
+                    state.decoder.done = true;
+                    state.pending.push_back(Err(err));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+type SseEvents<S> = std::pin::Pin<Box<eventsource_stream::EventStream<S>>>;
+
+struct DecodeState<S> {
+    events: SseEvents<S>,
+    decoder: Decoder,
+    pending: VecDeque<Result<StreamEvent, ProviderError>>,
+}
+
+/// The parsing state of one response, fed one SSE event at a time.
+#[derive(Debug)]
+struct Decoder {
+    provider: String,
+    /// The chunks' `id` (`chatcmpl-...`), used to make generated tool call
+    /// ids unique.
+    response_id: Option<String>,
+    calls: BTreeMap<usize, CallState>,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    saw_event: bool,
+    done: bool,
+}
+
+#[derive(Debug, Default)]
+struct CallState {
+    id: Option<String>,
+    name: Option<String>,
+    started: bool,
+    /// Argument pieces that arrived before the name.
+    pending_args: String,
+}
+
+impl Decoder {
+    fn new(provider: String) -> Self {
+        Decoder {
+            provider,
+            response_id: None,
+            calls: BTreeMap::new(),
+            finish: None,
+            usage: None,
+            saw_event: false,
+            done: false,
+        }
+    }
+
+    fn on_event(&mut self, name: &str, data: &str) -> Result<Vec<StreamEvent>, ProviderError> {
+        self.saw_event = true;
+        match name {
+            "error" => {
+                let body = serde_json::from_str::<Value>(data)
+                    .unwrap_or_else(|_| Value::String(data.to_owned()));
+                Err(ProviderError::from_error_body(&body, &self.provider))
+            }
+            "message" if data.trim() == "[DONE]" => self.finish_response(),
+            "message" => self.on_chunk(data),
+            // Named events OpenAI does not send: not ours to interpret.
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn on_chunk(&mut self, data: &str) -> Result<Vec<StreamEvent>, ProviderError> {
+        let value: Value =
+            serde_json::from_str(data).map_err(|err| self.invalid_chunk(data, &err))?;
+        if value.get("error").is_some_and(|e| !e.is_null()) {
+            return Err(ProviderError::from_error_body(&value, &self.provider));
+        }
+        let chunk: Chunk =
+            serde_json::from_value(value).map_err(|err| self.invalid_chunk(data, &err))?;
+        if self.response_id.is_none() {
+            self.response_id = chunk.id.filter(|id| !id.is_empty());
+        }
+        if let Some(usage) = chunk.usage.and_then(WireUsage::into_usage) {
+            self.usage = Some(usage);
+        }
+        let mut out = Vec::new();
+        for choice in chunk.choices.unwrap_or_default() {
+            // Only the first choice is ours; `n > 1` is never requested.
+            if choice.index.unwrap_or(0) != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.delta {
+                self.on_delta(delta, &mut out);
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                self.finish
+                    .get_or_insert(FinishReason::from_openai(&reason));
+            }
+        }
+        Ok(out)
+    }
+
+    fn on_delta(&mut self, delta: Delta, out: &mut Vec<StreamEvent>) {
+        let reasoning = delta
+            .reasoning_content
+            .filter(|r| !r.is_empty())
+            .or(delta.reasoning);
+        if let Some(text) = reasoning.filter(|r| !r.is_empty()) {
+            out.push(StreamEvent::ReasoningDelta(text));
+        }
+        for text in [delta.content, delta.refusal].into_iter().flatten() {
+            if !text.is_empty() {
+                out.push(StreamEvent::TextDelta(text));
+            }
+        }
+        for (position, call) in delta.tool_calls.unwrap_or_default().into_iter().enumerate() {
+            let index = call.index.unwrap_or(position);
+            self.on_tool_call_delta(index, call, out);
+        }
+    }
+
+    fn on_tool_call_delta(
+        &mut self,
+        index: usize,
+        delta: ToolCallDelta,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        let response_id = self.response_id.clone();
+        let state = self.calls.entry(index).or_default();
+        let function = delta.function.unwrap_or_default();
+        if state.id.is_none() {
+            state.id = delta.id.filter(|id| !id.is_empty());
+        }
+        if state.name.is_none() {
+            state.name = function.name.filter(|name| !name.is_empty());
+        }
+        if let Some(args) = function.arguments {
+            state.pending_args.push_str(&args);
+        }
+        if !state.started
+            && let Some(name) = &state.name
+        {
+            state.started = true;
+            let id = state
+                .id
+                .get_or_insert_with(|| generated_call_id(response_id.as_deref(), index))
+                .clone();
+            out.push(StreamEvent::ToolCallStart {
+                index,
+                id,
+                name: name.clone(),
+            });
+        }
+        if state.started && !state.pending_args.is_empty() {
+            out.push(StreamEvent::ToolCallDelta {
+                index,
+                args_delta: std::mem::take(&mut state.pending_args),
+            });
+        }
+    }
+
+    /// The events that close a complete response: the end of every tool
+    /// call, the usage, the finish reason.
+    fn finish_response(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {
+        self.done = true;
+        let mut out = Vec::new();
+        for (index, call) in &self.calls {
+            if call.started {
+                out.push(StreamEvent::ToolCallEnd { index: *index });
+            } else if call.id.is_some() || !call.pending_args.is_empty() {
+                return Err(ProviderError::new(
+                    ErrorKind::Generic,
+                    format!("the provider sent tool call {index} without a name"),
+                    &self.provider,
+                ));
+            }
+        }
+        if let Some(usage) = self.usage {
+            out.push(StreamEvent::Usage(usage));
+        }
+        let reason = self.finish.clone().unwrap_or_else(|| {
+            if out
+                .iter()
+                .any(|e| matches!(e, StreamEvent::ToolCallEnd { .. }))
+            {
+                FinishReason::ToolCalls
+            } else {
+                FinishReason::Stop
+            }
+        });
+        out.push(StreamEvent::Finish { reason });
+        Ok(out)
+    }
+
+    fn on_end_of_input(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {
+        if self.finish.is_some() {
+            // Some servers omit `[DONE]`; the finish reason says the model
+            // was done.
+            return self.finish_response();
+        }
+        let message = if self.saw_event {
+            "the stream ended before the response was complete"
+        } else {
+            "the provider closed the stream without sending anything"
+        };
+        Err(ProviderError::new(
+            ErrorKind::Generic,
+            message,
+            &self.provider,
+        ))
+    }
+
+    fn sse_error(&self, err: eventsource_stream::EventStreamError<ProviderError>) -> ProviderError {
+        match err {
+            eventsource_stream::EventStreamError::Transport(err) => err,
+            other => ProviderError::new(
+                ErrorKind::Generic,
+                "the provider sent a malformed event stream",
+                &self.provider,
+            )
+            .with_detail(other.to_string()),
+        }
+    }
+
+    fn invalid_chunk(&self, data: &str, err: &serde_json::Error) -> ProviderError {
+        let mut quoted = data.to_owned();
+        if quoted.len() > MAX_QUOTED_PAYLOAD {
+            let mut end = MAX_QUOTED_PAYLOAD;
+            while !quoted.is_char_boundary(end) {
+                end -= 1;
+            }
+            quoted.truncate(end);
+        }
+        ProviderError::new(
+            ErrorKind::Generic,
+            format!("the provider sent an invalid stream chunk: {err}"),
+            &self.provider,
+        )
+        .with_detail(quoted)
+    }
+}
+
+/// An id for a tool call the provider sent without one: unique per response
+/// when the response has an id, and the same however the bytes were split.
+fn generated_call_id(response_id: Option<&str>, index: usize) -> String {
+    match response_id {
+        Some(id) => format!("call_{id}_{index}"),
+        None => format!("call_{}_{index}", uuid::Uuid::new_v4().simple()),
+    }
+}
+
+/// One `chat.completion.chunk`; every field optional.
+#[derive(Debug, Deserialize)]
+struct Chunk {
+    id: Option<String>,
+    choices: Option<Vec<Choice>>,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    index: Option<usize>,
+    delta: Option<Delta>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Delta {
+    content: Option<String>,
+    reasoning_content: Option<String>,
+    reasoning: Option<String>,
+    refusal: Option<String>,
+    tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ToolCallDelta {
+    index: Option<usize>,
+    id: Option<String>,
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct FunctionDelta {
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireUsage {
+    prompt_tokens: Option<i64>,
+    completion_tokens: Option<i64>,
+    total_tokens: Option<i64>,
+    prompt_tokens_details: Option<PromptTokensDetails>,
+    completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PromptTokensDetails {
+    cached_tokens: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionTokensDetails {
+    reasoning_tokens: Option<i64>,
+}
+
+impl WireUsage {
+    /// Our [`Usage`]; `None` for an object without any count (`{}`).
+    fn into_usage(self) -> Option<Usage> {
+        if self.prompt_tokens.is_none()
+            && self.completion_tokens.is_none()
+            && self.total_tokens.is_none()
+        {
+            return None;
+        }
+        let prompt = self.prompt_tokens.unwrap_or(0);
+        let output = self.completion_tokens.unwrap_or(0);
+        let cached = self
+            .prompt_tokens_details
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0)
+            .clamp(0, prompt.max(0));
+        Some(Usage {
+            input_tokens: prompt - cached,
+            output_tokens: output,
+            reasoning_tokens: self
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+            cache_read_tokens: cached,
+            cache_creation_tokens: 0,
+            total_tokens: self.total_tokens.unwrap_or(prompt + output),
+        })
+    }
+}

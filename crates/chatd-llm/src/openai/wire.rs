@@ -1,0 +1,184 @@
+//! The request body: [`ModelRequest`] projected onto OpenAI Chat Completions.
+//!
+//! Projection rules (API.md "Workers and replicas"; spec
+//! `durable-agent-loop.md` "Provider compatibility"):
+//! - system and user text become string `content` (text parts joined with a
+//!   newline); file parts become a short text placeholder;
+//! - assistant text becomes `content`, tool-call parts become `tool_calls`
+//!   with the `arguments` string unchanged (`{}` when empty); reasoning parts
+//!   are not sent;
+//! - every tool-result part becomes its own `role: "tool"` message with the
+//!   `tool_call_id` and the result's JSON serialized as a string;
+//! - a message left with nothing to send is omitted.
+//!
+//! Repairing history for strict providers (orphan results, missing results,
+//! merged roles) is the worker's provider projection, not done here.
+
+use chatd_core::{ChatRole, MessagePart};
+use serde_json::{Map, Value, json};
+
+use crate::request::{ModelRequest, RequestMessage, ToolSpec};
+
+/// Which request field carries the output token limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum MaxTokensParam {
+    /// `max_completion_tokens`: what api.openai.com expects (reasoning models
+    /// reject `max_tokens`).
+    #[default]
+    MaxCompletionTokens,
+    /// `max_tokens`: the legacy field older compatible servers understand.
+    MaxTokens,
+}
+
+/// The JSON body of a streaming Chat Completions request.
+pub fn request_body(request: &ModelRequest, max_tokens: MaxTokensParam) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(request.model.clone()));
+    body.insert("messages".into(), Value::Array(messages(&request.messages)));
+    body.insert("stream".into(), Value::Bool(true));
+    body.insert("stream_options".into(), json!({ "include_usage": true }));
+    if !request.tools.is_empty() {
+        body.insert(
+            "tools".into(),
+            Value::Array(request.tools.iter().map(tool).collect()),
+        );
+    }
+    if let Some(limit) = request.max_output_tokens {
+        let field = match max_tokens {
+            MaxTokensParam::MaxCompletionTokens => "max_completion_tokens",
+            MaxTokensParam::MaxTokens => "max_tokens",
+        };
+        body.insert(field.into(), Value::from(limit));
+    }
+    if let Some(temperature) = request.temperature {
+        // Via the shortest decimal form, so 0.7f32 is sent as 0.7 and not as
+        // 0.699999988079071.
+        let temperature = temperature
+            .to_string()
+            .parse::<f64>()
+            .unwrap_or(f64::from(temperature));
+        body.insert("temperature".into(), Value::from(temperature));
+    }
+    if let Some(effort) = &request.reasoning_effort {
+        body.insert("reasoning_effort".into(), Value::String(effort.clone()));
+    }
+    Value::Object(body)
+}
+
+/// The `messages` array for `history`.
+pub fn messages(history: &[RequestMessage]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(history.len());
+    for message in history {
+        match message.role {
+            ChatRole::System | ChatRole::User => {
+                // Results never belong in a user turn, but if history has
+                // them, OpenAI accepts them only as tool messages.
+                out.extend(tool_results(&message.parts));
+                let content = joined_text(&message.parts);
+                if !content.is_empty() {
+                    out.push(json!({ "role": message.role.as_str(), "content": content }));
+                }
+            }
+            ChatRole::Assistant => {
+                let content = joined_text(&message.parts);
+                let calls: Vec<Value> = message
+                    .parts
+                    .iter()
+                    .filter_map(|part| match part {
+                        MessagePart::ToolCall {
+                            tool_call_id,
+                            tool_name,
+                            args,
+                        } => Some(json!({
+                            "id": tool_call_id,
+                            "type": "function",
+                            "function": {
+                                "name": tool_name,
+                                "arguments": if args.trim().is_empty() { "{}" } else { args.as_str() },
+                            },
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                if calls.is_empty() {
+                    if !content.is_empty() {
+                        out.push(json!({ "role": "assistant", "content": content }));
+                    }
+                } else {
+                    let content = if content.is_empty() {
+                        Value::Null
+                    } else {
+                        Value::String(content)
+                    };
+                    out.push(
+                        json!({ "role": "assistant", "content": content, "tool_calls": calls }),
+                    );
+                }
+                out.extend(tool_results(&message.parts));
+            }
+            ChatRole::Tool => out.extend(tool_results(&message.parts)),
+        }
+    }
+    out
+}
+
+/// One `role: "tool"` message per tool-result part.
+fn tool_results(parts: &[MessagePart]) -> impl Iterator<Item = Value> + '_ {
+    parts.iter().filter_map(|part| match part {
+        MessagePart::ToolResult {
+            tool_call_id,
+            result,
+            ..
+        } => Some(json!({
+            "role": "tool",
+            "tool_call_id": tool_call_id,
+            "content": result.to_string(),
+        })),
+        _ => None,
+    })
+}
+
+/// Text and file placeholders of `parts`, joined with newlines; reasoning,
+/// tool calls and results are left out.
+fn joined_text(parts: &[MessagePart]) -> String {
+    parts
+        .iter()
+        .filter_map(|part| match part {
+            MessagePart::Text { text } => Some(text.clone()),
+            MessagePart::File {
+                file_id,
+                media_type,
+                name,
+            } => Some(file_placeholder(
+                &file_id.to_string(),
+                media_type,
+                name.as_deref(),
+            )),
+            _ => None,
+        })
+        .filter(|text| !text.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The text that stands in for an attached file the adapter cannot send.
+pub fn file_placeholder(file_id: &str, media_type: &str, name: Option<&str>) -> String {
+    let name = name.unwrap_or("unnamed");
+    let media_type = if media_type.is_empty() {
+        "unknown type"
+    } else {
+        media_type
+    };
+    format!("[Attached file {name} ({media_type}), id {file_id}, not shown to the model]")
+}
+
+fn tool(spec: &ToolSpec) -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.input_schema,
+        },
+    })
+}

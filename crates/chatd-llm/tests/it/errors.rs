@@ -1,0 +1,216 @@
+//! HTTP errors, transport failures and mid-stream errors are classified as
+//! API.md "Workers and replicas" says.
+
+use std::time::Duration;
+
+use chatd_llm::{ErrorKind, HttpOptions, OpenAiProvider, ProviderError, StreamEvent};
+use chatd_testkit::{FakeLlm, Script};
+use serde_json::json;
+
+use crate::support::{
+    ReplayServer, Reply, hello_request, own_fixtures, read_fixture, run, shared_fixtures,
+};
+
+async fn error_for(reply: Reply) -> ProviderError {
+    let server = ReplayServer::start(reply).await;
+    match run(&server.provider(), &hello_request()).await {
+        Err(err) => err,
+        Ok(items) => panic!("expected the request to fail, got {items:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_llamacpp_context_overflow_is_a_non_retryable_context_length_error() {
+    let dir = own_fixtures();
+    let reply = Reply::recorded(
+        std::fs::read(dir.join("llamacpp-error-context.headers")).unwrap(),
+        std::fs::read(dir.join("llamacpp-error-context.json")).unwrap(),
+    );
+    let err = error_for(reply).await;
+    assert_eq!(err.kind, ErrorKind::ContextLength);
+    assert!(!err.retryable);
+    assert_eq!(err.status_code, Some(400));
+    assert_eq!(err.provider, "replay");
+    assert!(
+        err.message
+            .starts_with("This model's maximum context length is 2048 tokens."),
+        "{}",
+        err.message
+    );
+    assert_eq!(
+        err.to_chat_error_json()["kind"],
+        json!("context_length"),
+        "the ChatError object carries the kind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_llamacpp_500_is_a_retryable_generic_error_with_the_servers_message() {
+    let dir = own_fixtures();
+    let reply = Reply::recorded(
+        std::fs::read(dir.join("llamacpp-error-invalid-role.headers")).unwrap(),
+        std::fs::read(dir.join("llamacpp-error-invalid-role.json")).unwrap(),
+    );
+    let err = error_for(reply).await;
+    assert_eq!(
+        (err.kind, err.retryable, err.status_code),
+        (ErrorKind::Generic, true, Some(500))
+    );
+    assert!(
+        err.message.starts_with("7 validation errors:"),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.detail
+            .as_deref()
+            .unwrap()
+            .contains("internal_server_error")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_error_bodies_are_classified() {
+    let Some(dir) = shared_fixtures() else { return };
+    let cases = [
+        (
+            "openai-error-http400.json",
+            400,
+            ErrorKind::InvalidRequest,
+            false,
+            "Unsupported parameter: 'max_tokens'",
+        ),
+        (
+            "openrouter-error-http429.json",
+            429,
+            ErrorKind::RateLimit,
+            true,
+            "Provider returned error",
+        ),
+        (
+            "anthropic-error-http429.json",
+            429,
+            ErrorKind::RateLimit,
+            true,
+            "Number of concurrent connections",
+        ),
+    ];
+    for (file, status, kind, retryable, message) in cases {
+        let body = std::fs::read(dir.join(file)).unwrap();
+        let err = error_for(Reply::status(status, body)).await;
+        assert_eq!(
+            (err.kind, err.retryable, err.status_code),
+            (kind, retryable, Some(status)),
+            "{file}"
+        );
+        assert!(err.message.starts_with(message), "{file}: {}", err.message);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_status_maps_to_the_api_kind_and_retry_policy() {
+    let llm = FakeLlm::start().await.unwrap();
+    let provider = OpenAiProvider::new(llm.base_url(), None, "fake").unwrap();
+    let openai = |code: &str, kind: &str| {
+        json!({"error": {"message": format!("{code} happened"), "type": kind, "param": null, "code": code}}).to_string()
+    };
+    let cases: Vec<(u16, String, ErrorKind, bool)> = vec![
+        (400, openai("invalid_value", "invalid_request_error"), ErrorKind::InvalidRequest, false),
+        (400, openai("context_length_exceeded", "invalid_request_error"), ErrorKind::ContextLength, false),
+        (
+            400,
+            json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096}})
+            .to_string(),
+            ErrorKind::ContextLength,
+            false,
+        ),
+        (401, openai("invalid_api_key", "invalid_request_error"), ErrorKind::Auth, false),
+        (403, "forbidden".into(), ErrorKind::Auth, false),
+        (404, openai("model_not_found", "invalid_request_error"), ErrorKind::InvalidRequest, false),
+        (408, String::new(), ErrorKind::Timeout, true),
+        (429, openai("rate_limit_exceeded", "requests"), ErrorKind::RateLimit, true),
+        (429, openai("insufficient_quota", "insufficient_quota"), ErrorKind::UsageLimit, false),
+        (500, openai("server_error", "server_error"), ErrorKind::Generic, true),
+        (502, "<html>Bad Gateway</html>".into(), ErrorKind::Generic, true),
+        (503, String::new(), ErrorKind::Generic, true),
+        (504, String::new(), ErrorKind::Generic, true),
+        (
+            529,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).to_string(),
+            ErrorKind::Overloaded,
+            true,
+        ),
+        (501, String::new(), ErrorKind::Generic, false),
+    ];
+    for (status, body, kind, retryable) in cases {
+        llm.push(Script::http_error(status, body.clone()));
+        let err = run(&provider, &hello_request())
+            .await
+            .expect_err("an error status");
+        assert_eq!(
+            (err.kind, err.retryable, err.status_code),
+            (kind, retryable, Some(status)),
+            "{status} {body}"
+        );
+        assert!(!err.message.is_empty());
+        assert_eq!(err.provider, "fake");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_refused_is_a_retryable_generic_error() {
+    // Bind then drop to get a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let provider =
+        OpenAiProvider::new(format!("http://127.0.0.1:{port}/v1"), None, "down").unwrap();
+    let err = run(&provider, &hello_request())
+        .await
+        .expect_err("nobody listens");
+    assert_eq!(
+        (err.kind, err.retryable, err.status_code),
+        (ErrorKind::Generic, true, None)
+    );
+    assert_eq!(err.message, "cannot connect to the provider");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_stream_fails_with_a_retryable_timeout_after_the_idle_timeout() {
+    let llm = FakeLlm::start().await.unwrap();
+    llm.push(Script::text("Hel").hang());
+    let options = HttpOptions {
+        idle_timeout: Duration::from_millis(300),
+        ..HttpOptions::default()
+    };
+    let provider = OpenAiProvider::with_options(llm.base_url(), None, "fake", options).unwrap();
+    let started = std::time::Instant::now();
+    let items = run(&provider, &hello_request()).await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(items[0], Ok(StreamEvent::TextDelta("Hel".into())));
+    let err = items.last().unwrap().clone().unwrap_err();
+    assert_eq!((err.kind, err.retryable), (ErrorKind::Timeout, true));
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(10),
+        "{elapsed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_object_mid_stream_ends_the_stream_with_that_error() {
+    let body = read_fixture("synthetic-error-midstream.sse").unwrap();
+    let server = ReplayServer::start(Reply::sse(body)).await;
+    let items = run(&server.provider(), &hello_request()).await.unwrap();
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items[0], Ok(StreamEvent::TextDelta("Partial".into())));
+    let err = items[1].clone().unwrap_err();
+    assert_eq!(
+        (err.kind, err.retryable, err.status_code),
+        (ErrorKind::RateLimit, true, None)
+    );
+    assert_eq!(err.message, "Rate limit reached for requests");
+    assert!(err.detail.unwrap().contains("rate_limit_exceeded"));
+}

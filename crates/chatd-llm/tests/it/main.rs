@@ -1,0 +1,10 @@
+//! Integration tests of chatd-llm (one binary): recorded transcripts over
+//! HTTP, re-chunking property tests, error classification, request building,
+//! and round trips against the testkit's fake LLM.
+
+mod errors;
+mod fake_llm;
+mod rechunk;
+mod request;
+mod support;
+mod transcripts;

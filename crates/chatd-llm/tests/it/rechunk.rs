@@ -1,0 +1,65 @@
+//! The decoded events do not depend on how the network split the bytes:
+//! every transcript re-chunked at random byte boundaries (inside multi-byte
+//! UTF-8 characters and between `\r` and `\n` included) decodes to the same
+//! items as the whole body at once.
+
+use proptest::prelude::*;
+
+use crate::support::{Items, decode_pieces, read_fixture};
+use crate::transcripts::{all, check};
+
+/// Every available transcript with its bytes.
+fn transcripts() -> Vec<(&'static str, Vec<u8>)> {
+    all()
+        .into_iter()
+        .filter_map(|e| read_fixture(e.file).map(|body| (e.file, body)))
+        .collect()
+}
+
+fn split_at(body: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for cut in cuts {
+        pieces.push(body[start..cut].to_vec());
+        start = cut;
+    }
+    pieces.push(body[start..].to_vec());
+    pieces
+}
+
+#[test]
+fn decoding_in_one_piece_matches_the_documented_content() {
+    // The reference the property compares against is itself right.
+    for expected in all() {
+        if let Some(body) = read_fixture(expected.file) {
+            check(&expected, &decode_pieces(vec![body]));
+        }
+    }
+}
+
+#[test]
+fn one_byte_pieces_decode_to_the_same_items() {
+    for (file, body) in transcripts() {
+        let whole: Items = decode_pieces(vec![body.clone()]);
+        let bytes: Vec<Vec<u8>> = body.iter().map(|b| vec![*b]).collect();
+        assert_eq!(decode_pieces(bytes), whole, "{file}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_rechunking_decodes_to_the_same_items(
+        cuts in proptest::collection::vec(any::<usize>(), 0..120),
+    ) {
+        for (file, body) in transcripts() {
+            let whole = decode_pieces(vec![body.clone()]);
+            let pieces = split_at(&body, &cuts);
+            prop_assert_eq!(decode_pieces(pieces), whole, "{}", file);
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Command-line flags of `chatd serve` and `chatd token`, each with its
+//! `CHATD_*` environment fallback (API.md, "Running a replica"), and the
+//! [`WorkerConfig`] they resolve to for the worker.
+//!
+//! Durations accept humantime syntax: `500ms`, `2s`, `5m`, `1h 30m`.
+//! The worker and stream flags are accepted and validated now and kept in
+//! [`WorkerConfig`]; nothing reads them until `chatd serve` runs the worker
+//! and the live-stream loop.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Where the database is: an explicit server, or the embedded cluster of a
+/// data directory.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL URL (e.g. postgres://postgres@127.0.0.1:5432/chatd). Without
+    /// it, chatd runs its own embedded PostgreSQL in --data-dir, using the
+    /// server binaries installed on the machine.
+    #[arg(
+        long,
+        env = "CHATD_POSTGRES_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub postgres_url: Option<String>,
+
+    /// Directory of the embedded PostgreSQL cluster (`postgres/`) and its log
+    /// (`postgres.log`). Unused with --postgres-url. Default:
+    /// ~/.local/share/chatd.
+    #[arg(long, env = "CHATD_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl DatabaseArgs {
+    /// `--data-dir`, or `$XDG_DATA_HOME/chatd`, or `~/.local/share/chatd`.
+    ///
+    /// # Errors
+    /// When no directory is given and `HOME` is unset.
+    pub fn data_dir(&self) -> anyhow::Result<PathBuf> {
+        if let Some(dir) = &self.data_dir {
+            return Ok(std::path::absolute(dir)?);
+        }
+        if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+            return Ok(PathBuf::from(xdg).join("chatd"));
+        }
+        let home = std::env::var_os("HOME")
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("HOME is not set: pass --data-dir"))?;
+        Ok(PathBuf::from(home).join(".local/share/chatd"))
+    }
+}
+
+/// Flags of `chatd serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on for HTTP (port 0 picks a free port; the actual
+    /// address is in the `listening on` log line).
+    #[arg(
+        long,
+        env = "CHATD_LISTEN",
+        default_value = "127.0.0.1:3000",
+        value_name = "ADDR"
+    )]
+    pub listen: SocketAddr,
+
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// TOML file declaring providers, model configs and MCP servers, applied
+    /// at startup.
+    #[arg(long, env = "CHATD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Where other replicas reach this one (its parts endpoint). Default:
+    /// `http://<the bound listen address>`.
+    #[arg(long, env = "CHATD_ADVERTISE_URL", value_name = "URL")]
+    pub advertise_url: Option<url::Url>,
+
+    /// Shared secret replicas authenticate to each other's parts endpoint
+    /// with. Default: generated on the first start and stored in the
+    /// database, so every replica of the cluster uses the same one.
+    #[arg(
+        long,
+        env = "CHATD_RELAY_SECRET",
+        value_name = "S",
+        hide_env_values = true
+    )]
+    pub relay_secret: Option<String>,
+
+    /// Serve the API but acquire no chats (reserved for the worker, which
+    /// `chatd serve` does not run yet: no replica acquires chats for now).
+    #[arg(long, env = "CHATD_NO_WORKER")]
+    pub no_worker: bool,
+
+    /// Maximum messages queued per chat; a send beyond it answers 429.
+    #[arg(
+        long,
+        env = "CHATD_MAX_QUEUED_MESSAGES",
+        default_value_t = 20,
+        value_name = "N",
+        value_parser = clap::value_parser!(i64).range(1..)
+    )]
+    pub max_queued_messages: i64,
+
+    /// How long a chat may wait in requires_action for client tool results
+    /// before they are cancelled.
+    #[arg(long, env = "CHATD_REQUIRES_ACTION_TIMEOUT", default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
+    pub requires_action_timeout: Duration,
+
+    /// A chat heartbeat (and a replica's `last_seen_at`) older than this is
+    /// stale: its chat may be taken over.
+    #[arg(long, env = "CHATD_LEASE_STALE_AFTER", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_stale_after: Duration,
+
+    /// How often heartbeats are written: this replica's `last_seen_at` now;
+    /// chat heartbeats once `chatd serve` runs the worker.
+    #[arg(long, env = "CHATD_HEARTBEAT_INTERVAL", default_value = "9s", value_parser = parse_duration, value_name = "DURATION")]
+    pub heartbeat_interval: Duration,
+
+    /// Worker: how often to look for runnable chats besides `chat:ownership`
+    /// wake-ups (reserved for the worker; not used by `chatd serve` yet).
+    #[arg(long, env = "CHATD_ACQUISITION_INTERVAL", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub acquisition_interval: Duration,
+
+    /// Stream: how often a watched chat is re-read without a notification
+    /// (reserved for the live-stream loop; not used yet).
+    #[arg(long, env = "CHATD_SYNC_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub sync_poll_interval: Duration,
+
+    /// Worker: retries of a failed provider request before the chat errors
+    /// (reserved for the worker; not used by `chatd serve` yet).
+    #[arg(
+        long,
+        env = "CHATD_MAX_GENERATION_RETRIES",
+        default_value_t = 25,
+        value_name = "N"
+    )]
+    pub max_generation_retries: u32,
+
+    /// Worker: delay before the first retry; doubles each retry (reserved for
+    /// the worker; not used by `chatd serve` yet).
+    #[arg(long, env = "CHATD_RETRY_INITIAL_DELAY", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub retry_initial_delay: Duration,
+
+    /// Worker: cap of the retry delay (reserved for the worker; not used by
+    /// `chatd serve` yet).
+    #[arg(long, env = "CHATD_RETRY_MAX_DELAY", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub retry_max_delay: Duration,
+
+    /// Maximum connections in this replica's PostgreSQL pool.
+    #[arg(
+        long,
+        env = "CHATD_MAX_DB_CONNECTIONS",
+        default_value_t = 16,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(2..)
+    )]
+    pub max_db_connections: u32,
+
+    /// How long a graceful shutdown waits for in-flight requests before
+    /// closing their connections.
+    #[arg(long, env = "CHATD_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_grace: Duration,
+}
+
+impl ServeArgs {
+    /// The worker settings, for the worker when it exists.
+    pub fn worker_config(&self) -> WorkerConfig {
+        WorkerConfig {
+            enabled: !self.no_worker,
+            acquisition_interval: self.acquisition_interval,
+            heartbeat_interval: self.heartbeat_interval,
+            lease_stale_after: self.lease_stale_after,
+            sync_poll_interval: self.sync_poll_interval,
+            max_generation_retries: self.max_generation_retries,
+            retry_initial_delay: self.retry_initial_delay,
+            retry_max_delay: self.retry_max_delay,
+        }
+    }
+}
+
+/// Settings of the worker and the stream loop, accepted on the command line
+/// now and consumed once `chatd serve` runs them (DESIGN.md, "Defaults from
+/// the spec").
+#[derive(Debug, Clone)]
+#[allow(dead_code)] // Read by the worker and the stream loop once they land.
+pub struct WorkerConfig {
+    /// Whether this replica acquires chats (`--no-worker` turns it off).
+    pub enabled: bool,
+    /// Acquisition timer besides `chat:ownership` wake-ups.
+    pub acquisition_interval: Duration,
+    /// Chat heartbeat period.
+    pub heartbeat_interval: Duration,
+    /// Heartbeat age after which a chat's lease is stale.
+    pub lease_stale_after: Duration,
+    /// Stream sync poller period.
+    pub sync_poll_interval: Duration,
+    /// Provider retries before a chat errors.
+    pub max_generation_retries: u32,
+    /// First retry delay; delay n is `min(initial × 2^(n-1), max)`.
+    pub retry_initial_delay: Duration,
+    /// Cap of the retry delay.
+    pub retry_max_delay: Duration,
+}
+
+/// Log output format (`--log-format`, `CHATD_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Parses `500ms`, `2s`, `5m` (humantime syntax).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 500ms, 2s, 5m)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_the_documented_forms() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+}

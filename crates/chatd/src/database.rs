@@ -1,0 +1,151 @@
+//! Opening the database a command works on: the server of `--postgres-url`,
+//! or the embedded cluster of `--data-dir` ([`crate::embedded_pg`]).
+
+use std::str::FromStr as _;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::config::DatabaseArgs;
+use crate::embedded_pg::{DataDirLock, EmbeddedPostgres};
+
+/// How long to keep trying to reach an explicit `--postgres-url` at startup.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Who opens the database, which decides what happens when another chatd
+/// process already runs the embedded cluster of the data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `chatd serve`: owns the embedded cluster for its lifetime; a data
+    /// directory held by another process is an error (after a short wait).
+    Server,
+    /// A short command (`chatd token create`): connects to the cluster of a
+    /// running server if there is one, otherwise starts the cluster and
+    /// stops it again when done.
+    Tool,
+}
+
+/// A connection pool, plus the embedded server behind it when there is one.
+#[derive(Debug)]
+pub struct Database {
+    /// The pool (of the `chatd` database when embedded).
+    pub pool: PgPool,
+    /// A human-readable description of where the database is, for logs.
+    pub location: String,
+    embedded: Option<(EmbeddedPostgres, Option<DataDirLock>)>,
+}
+
+impl Database {
+    /// Connects to `--postgres-url`, or starts (or attaches to) the embedded
+    /// cluster of the data directory, with a pool of at most
+    /// `max_connections`.
+    ///
+    /// # Errors
+    /// When the URL does not parse, the server stays unreachable for 30 s,
+    /// or the embedded cluster cannot be started (see
+    /// [`EmbeddedPostgres::start`]). An embedded server started here is
+    /// stopped again before the error is returned.
+    pub async fn open(
+        args: &DatabaseArgs,
+        role: Role,
+        max_connections: u32,
+    ) -> anyhow::Result<Self> {
+        let pool_options = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(10));
+        if let Some(url) = &args.postgres_url {
+            let options = PgConnectOptions::from_str(url)
+                .with_context(|| format!("parsing --postgres-url {}", redact(url)))?
+                .application_name("chatd");
+            let pool = connect_patiently(pool_options, options, &redact(url)).await?;
+            return Ok(Self {
+                pool,
+                location: redact(url),
+                embedded: None,
+            });
+        }
+        let data_dir = args.data_dir()?;
+        let (embedded, lock) = match role {
+            Role::Server => {
+                let lock = DataDirLock::acquire(&data_dir, Duration::from_secs(5)).await?;
+                (EmbeddedPostgres::start(&data_dir, &lock).await?, Some(lock))
+            }
+            Role::Tool => match DataDirLock::try_acquire(&data_dir)? {
+                Some(lock) => (EmbeddedPostgres::start(&data_dir, &lock).await?, Some(lock)),
+                None => {
+                    tracing::info!(
+                        data_dir = %data_dir.display(),
+                        "a chatd server runs on this data directory: using its PostgreSQL"
+                    );
+                    (
+                        EmbeddedPostgres::attach(&data_dir, Duration::from_secs(60)).await?,
+                        None,
+                    )
+                }
+            },
+        };
+        let location = format!(
+            "embedded PostgreSQL in {} (socket directory {})",
+            data_dir.display(),
+            embedded.socket_dir().display()
+        );
+        // On error `embedded` is dropped here, which stops the server.
+        let pool = pool_options
+            .connect_with(embedded.connect_options())
+            .await
+            .context("connecting to the embedded PostgreSQL")?;
+        Ok(Self {
+            pool,
+            location,
+            embedded: Some((embedded, lock)),
+        })
+    }
+
+    /// Closes the pool, then stops the embedded server if this process owns
+    /// it, then releases the data directory lock.
+    ///
+    /// # Errors
+    /// When the embedded server does not stop.
+    pub async fn close(self) -> anyhow::Result<()> {
+        self.pool.close().await;
+        if let Some((embedded, lock)) = self.embedded {
+            embedded.stop().await?;
+            drop(lock);
+        }
+        Ok(())
+    }
+}
+
+async fn connect_patiently(
+    pool_options: PgPoolOptions,
+    options: PgConnectOptions,
+    shown: &str,
+) -> anyhow::Result<PgPool> {
+    let deadline = Instant::now() + CONNECT_PATIENCE;
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match pool_options.clone().connect_with(options.clone()).await {
+            Ok(pool) => return Ok(pool),
+            Err(err) if Instant::now() + delay < deadline => {
+                tracing::warn!("connecting to {shown}: {err}; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(err) => return Err(err).with_context(|| format!("connecting to {shown}")),
+        }
+    }
+}
+
+/// Hides a password in a URL for logs.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}

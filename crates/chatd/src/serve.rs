@@ -1,0 +1,257 @@
+//! `chatd serve`: one replica of the service (API.md, "Running a replica").
+//!
+//! Startup, in order: install the signal handlers; open the database (the
+//! embedded cluster when no `--postgres-url`); apply migrations (sqlx's
+//! migrator holds an advisory lock, so replicas starting together are
+//! safe); bootstrap the admin token from `CHATD_BOOTSTRAP_ADMIN_TOKEN`;
+//! apply the `--config` file; settle the relay secret; connect the
+//! LISTEN/NOTIFY pubsub; bind the listener; register this replica; log
+//! `listening on http://ADDR` exactly once; serve.
+//!
+//! Shutdown on SIGTERM or SIGINT (or a failure after startup): stop
+//! accepting, let in-flight requests finish within `--shutdown-grace`, stop
+//! the heartbeat, delete this replica's row, close the pubsub and the pool,
+//! stop the embedded PostgreSQL. The process then exits with status 0. A
+//! signal during startup unwinds the steps taken so far the same way.
+
+use std::future::IntoFuture as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use chatd_pubsub::PgPubsub;
+use chatd_store::{Store, StoreConfig};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cluster::{self, Replica, ReplicaHeartbeat};
+use crate::config::ServeArgs;
+use crate::database::{Database, Role};
+use crate::shutdown::Signals;
+
+/// The environment variable holding the bootstrap admin token.
+pub const BOOTSTRAP_ADMIN_TOKEN_ENV: &str = "CHATD_BOOTSTRAP_ADMIN_TOKEN";
+
+/// Runs a replica until SIGTERM or SIGINT, then shuts it down gracefully.
+///
+/// # Errors
+/// When startup fails (database unreachable, migrations, config file,
+/// listener address in use, ...) or the embedded PostgreSQL does not stop.
+/// Everything started before the failure is stopped first.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let signals = Signals::install()?;
+    let worker = args.worker_config();
+    tracing::debug!(?worker, "worker settings (reserved for the worker)");
+
+    // Startup steps are not cancelled mid-way (dropping one half-way could
+    // orphan a PostgreSQL server or a replicas row); each is bounded, and a
+    // signal that arrived meanwhile is acted on right after it.
+    let database = Database::open(&args.database, Role::Server, args.max_db_connections).await?;
+    tracing::info!("database: {}", database.location);
+    let served = serve(&args, &database, &signals).await;
+    let closed = database.close().await;
+    match (served, closed) {
+        (Err(err), closed) => {
+            if let Err(close_err) = closed {
+                tracing::error!("{close_err:#}");
+            }
+            Err(err)
+        }
+        (Ok(()), closed) => {
+            closed?;
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// Everything between an open database and its closing.
+async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyhow::Result<()> {
+    if signals.shutdown.is_cancelled() {
+        return Ok(());
+    }
+    let started = start(args, database).await?;
+    if signals.shutdown.is_cancelled() {
+        started.replica.deregister(&database.pool).await.ok();
+        started.pubsub.close().await;
+        return Ok(());
+    }
+    let Started {
+        listener,
+        router,
+        pubsub,
+        replica,
+    } = started;
+    let pool = &database.pool;
+
+    let tasks = TaskTracker::new();
+    let stop_tasks = CancellationToken::new();
+    tasks.spawn(
+        ReplicaHeartbeat {
+            pool: pool.clone(),
+            replica: replica.clone(),
+            interval: args.heartbeat_interval,
+        }
+        .run(stop_tasks.clone()),
+    );
+    tasks.close();
+
+    let addr = listener.local_addr()?;
+    let shutdown = signals.shutdown.clone();
+    let mut server = tokio::spawn(
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .into_future(),
+    );
+    tracing::info!(replica_id = %replica.id, "listening on http://{addr}");
+
+    // Biased: once the shutdown token is cancelled the server task ends too,
+    // and that end must read as the graceful one, not as a failure.
+    let served = tokio::select! {
+        biased;
+        () = signals.shutdown.cancelled() => {
+            // Drain: axum stops accepting and waits for open connections.
+            tokio::select! {
+                result = &mut server => flatten(result),
+                () = tokio::time::sleep(args.shutdown_grace) => {
+                    tracing::warn!("in-flight requests still running after {:?}: closing them", args.shutdown_grace);
+                    server.abort();
+                    Ok(())
+                }
+                () = signals.force.cancelled() => {
+                    server.abort();
+                    Ok(())
+                }
+            }
+        }
+        result = &mut server => {
+            if signals.shutdown.is_cancelled() {
+                flatten(result)
+            } else {
+                // The server ended on its own: an error worth exiting for.
+                signals.shutdown.cancel();
+                flatten(result).and_then(|()| Err(anyhow::anyhow!("the HTTP server stopped unexpectedly")))
+            }
+        }
+    };
+
+    stop_tasks.cancel();
+    tasks.wait().await;
+    if let Err(err) = replica.deregister(pool).await {
+        tracing::warn!("{err:#}");
+    }
+    pubsub.close().await;
+    served
+}
+
+/// What [`start`] sets up.
+struct Started {
+    listener: TcpListener,
+    router: axum::Router,
+    pubsub: PgPubsub,
+    replica: Replica,
+}
+
+async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started> {
+    let pool = &database.pool;
+    chatd_store::migrate(pool)
+        .await
+        .context("applying migrations")?;
+    tracing::info!("migrations applied");
+
+    match std::env::var(BOOTSTRAP_ADMIN_TOKEN_ENV) {
+        Ok(token) if !token.is_empty() => {
+            chatd_api::bootstrap_admin(pool, &token)
+                .await
+                .context("bootstrapping the admin token")?;
+            tracing::info!("admin token from {BOOTSTRAP_ADMIN_TOKEN_ENV} is active");
+        }
+        _ => {}
+    }
+
+    if let Some(path) = &args.config {
+        let file = chatd_api::config_file::ConfigFile::load(path)?;
+        chatd_api::config_file::apply(pool, &file)
+            .await
+            .with_context(|| format!("applying the config file {}", path.display()))?;
+        tracing::info!(
+            file = %path.display(),
+            providers = file.providers.len(),
+            model_configs = file.model_configs.len(),
+            mcp_servers = file.mcp_servers.len(),
+            "config file applied"
+        );
+    }
+
+    let relay_secret = cluster::relay_secret(pool, args.relay_secret.clone()).await?;
+
+    let pubsub = PgPubsub::connect(pool.clone())
+        .await
+        .context("connecting the LISTEN/NOTIFY pubsub")?;
+    let store = Store::with_config(
+        pool.clone(),
+        Arc::new(pubsub.clone()),
+        StoreConfig {
+            requires_action_timeout: args.requires_action_timeout,
+            heartbeat_stale_after: args.lease_stale_after,
+            max_queued_messages: args.max_queued_messages,
+        },
+    );
+    let state = chatd_api::AppState::new(
+        store,
+        chatd_api::ApiOptions {
+            max_queued_messages: args.max_queued_messages,
+            relay_secret: Some(relay_secret),
+            ..chatd_api::ApiOptions::default()
+        },
+    );
+    let router = chatd_api::router(state);
+
+    let listener = match TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            pubsub.close().await;
+            return Err(err).with_context(|| format!("listening on {}", args.listen));
+        }
+    };
+    let addr = listener.local_addr()?;
+    let advertise_url = advertise_url(args, addr);
+    let replica = match Replica::register(pool, advertise_url).await {
+        Ok(replica) => replica,
+        Err(err) => {
+            pubsub.close().await;
+            return Err(err);
+        }
+    };
+    tracing::info!(replica_id = %replica.id, advertise_url = %replica.advertise_url, "replica registered");
+    Ok(Started {
+        listener,
+        router,
+        pubsub,
+        replica,
+    })
+}
+
+/// `--advertise-url`, else `http://<bound address>`.
+fn advertise_url(args: &ServeArgs, bound: SocketAddr) -> String {
+    if let Some(url) = &args.advertise_url {
+        return url.as_str().trim_end_matches('/').to_owned();
+    }
+    if bound.ip().is_unspecified() {
+        tracing::warn!(
+            "listening on {bound}, an address other replicas cannot connect to; set \
+             --advertise-url to this replica's reachable address"
+        );
+    }
+    format!("http://{bound}")
+}
+
+fn flatten(result: Result<std::io::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(err).context("serving HTTP"),
+        Err(err) if err.is_cancelled() => Ok(()),
+        Err(err) => Err(err).context("the HTTP server task failed"),
+    }
+}

@@ -1,0 +1,65 @@
+//! `chatd token create --user NAME [--admin]`: prints a new API token for a
+//! user, creating the user if missing (API.md, "Authentication").
+//!
+//! It works on the database of `--postgres-url`, or on the embedded cluster
+//! of `--data-dir`: the cluster of a running `chatd serve` when there is
+//! one, otherwise it starts the cluster and stops it again
+//! ([`crate::database::Role::Tool`]).
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use crate::config::DatabaseArgs;
+use crate::database::{Database, Role};
+
+/// `chatd token ...`
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create an API token for a user (creating the user if missing) and
+    /// print it on standard output. The token is shown only this once.
+    Create(CreateArgs),
+}
+
+/// Flags of `chatd token create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// User name (1 to 64 characters).
+    #[arg(long, value_name = "NAME")]
+    pub user: String,
+    /// Make the user an admin (creating it as one, or promoting an existing
+    /// member; never demotes).
+    #[arg(long)]
+    pub admin: bool,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+}
+
+/// Runs a `chatd token` command.
+///
+/// # Errors
+/// When the database cannot be opened or migrated, or the token cannot be
+/// created.
+pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
+    match command {
+        TokenCommand::Create(args) => {
+            let database = Database::open(&args.database, Role::Tool, 2).await?;
+            let created = async {
+                chatd_store::migrate(&database.pool)
+                    .await
+                    .context("applying migrations")?;
+                chatd_api::create_token(&database.pool, &args.user, args.admin)
+                    .await
+                    .with_context(|| format!("creating a token for {:?}", args.user))
+            }
+            .await;
+            let closed = database.close().await;
+            let token = created?;
+            println!("{token}");
+            if let Err(err) = closed {
+                // The token exists and was printed; only the cleanup failed.
+                tracing::warn!("{err:#}");
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! `chatd serve --postgres-url`: several replicas on one database share one
+//! relay secret, register themselves in `replicas`, refresh `last_seen_at`
+//! and remove their row on SIGTERM (API.md, "Running a replica", "Workers
+//! and replicas").
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chatd_testkit::TestDatabase;
+
+use serde_json::Value;
+
+use crate::support::{ADMIN_TOKEN, Chatd, http};
+
+async fn replica_urls(db: &TestDatabase) -> anyhow::Result<BTreeSet<String>> {
+    let urls: Vec<String> = sqlx::query_scalar("SELECT advertise_url FROM replicas")
+        .fetch_all(db.pool())
+        .await?;
+    Ok(urls.into_iter().collect())
+}
+
+/// `last_seen_at` of the replica at `url`, in seconds since the epoch.
+async fn last_seen(db: &TestDatabase, url: &str) -> anyhow::Result<f64> {
+    Ok(sqlx::query_scalar(
+        "SELECT extract(epoch FROM last_seen_at)::float8 FROM replicas WHERE advertise_url = $1",
+    )
+    .bind(url)
+    .fetch_one(db.pool())
+    .await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_one_database_share_the_relay_secret_and_deregister_on_sigterm()
+-> anyhow::Result<()> {
+    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
+    let args = ["--postgres-url", db.url(), "--heartbeat-interval", "200ms"];
+
+    // Both start at the same time, racing to generate the relay secret.
+    let (a, b) = tokio::join!(Chatd::start(&args), Chatd::start(&args));
+    let (mut a, mut b) = (a?, b?);
+
+    let secrets: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM cluster_settings WHERE key = 'relay_secret'")
+            .fetch_one(db.pool())
+            .await?;
+    assert_eq!(secrets, 1);
+    let secret: String =
+        sqlx::query_scalar("SELECT value FROM cluster_settings WHERE key = 'relay_secret'")
+            .fetch_one(db.pool())
+            .await?;
+    assert_eq!(secret.len(), 64, "256 bits, hex");
+    let generated = [&a, &b]
+        .iter()
+        .filter(|s| {
+            s.log()
+                .iter()
+                .any(|l| l.contains("relay secret: generated"))
+        })
+        .count();
+    let read = [&a, &b]
+        .iter()
+        .filter(|s| {
+            s.log()
+                .iter()
+                .any(|l| l.contains("relay secret: read from the database"))
+        })
+        .count();
+    assert_eq!(
+        (generated, read),
+        (1, 1),
+        "one replica generated it, the other read it"
+    );
+
+    assert_eq!(
+        replica_urls(&db).await?,
+        BTreeSet::from([a.url(), b.url()]),
+        "both replicas registered with their bound addresses"
+    );
+    for server in [&a, &b] {
+        let ready = http()
+            .get(format!("{}/readyz", server.url()))
+            .send()
+            .await?;
+        assert_eq!(ready.status(), 200);
+    }
+    // GET /api/v2/replicas lists both, each under the id its log names.
+    let listed: Vec<Value> = http()
+        .get(format!("{}/api/v2/replicas", b.url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    for server in [&a, &b] {
+        let entry = listed
+            .iter()
+            .find(|r| r["advertise_url"] == server.url().as_str())
+            .expect("listed");
+        let id = entry["id"].as_str().expect("id");
+        assert!(
+            server
+                .log()
+                .iter()
+                .any(|l| l.contains("listening on") && l.contains(id)),
+            "replica id {id} in the `listening on` line"
+        );
+    }
+
+    // last_seen_at advances with the heartbeat interval.
+    let before = last_seen(&db, &a.url()).await?;
+    let mut advanced = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if last_seen(&db, &a.url()).await? > before {
+            advanced = true;
+            break;
+        }
+    }
+    assert!(advanced, "last_seen_at was not refreshed");
+
+    let status = a.terminate().await?;
+    assert_eq!(status.code(), Some(0), "log:\n{}", a.log().join("\n"));
+    assert_eq!(replica_urls(&db).await?, BTreeSet::from([b.url()]));
+
+    // A restarted replica reads the same secret and gets a new id.
+    let mut c = Chatd::start(&args).await?;
+    assert!(
+        c.log()
+            .iter()
+            .any(|l| l.contains("relay secret: read from the database"))
+    );
+    let secret_after: String =
+        sqlx::query_scalar("SELECT value FROM cluster_settings WHERE key = 'relay_secret'")
+            .fetch_one(db.pool())
+            .await?;
+    assert_eq!(secret_after, secret);
+    assert_eq!(replica_urls(&db).await?, BTreeSet::from([b.url(), c.url()]));
+
+    for server in [&mut b, &mut c] {
+        let status = server.terminate().await?;
+        assert_eq!(status.code(), Some(0));
+    }
+    assert!(
+        replica_urls(&db).await?.is_empty(),
+        "every replica removed its row"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_relay_secret_is_used_and_not_stored() -> anyhow::Result<()> {
+    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
+    let mut server = Chatd::start(&[
+        "--postgres-url",
+        db.url(),
+        "--relay-secret",
+        "operator-chosen-secret",
+    ])
+    .await?;
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|l| l.contains("relay secret: from --relay-secret"))
+    );
+    assert!(
+        !server
+            .log()
+            .iter()
+            .any(|l| l.contains("operator-chosen-secret")),
+        "the secret is never logged"
+    );
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM cluster_settings")
+        .fetch_one(db.pool())
+        .await?;
+    assert_eq!(stored, 0);
+    assert_eq!(server.terminate().await?.code(), Some(0));
+    Ok(())
+}
