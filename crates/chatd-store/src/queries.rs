@@ -28,7 +28,10 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
 
 /// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row is locked
 /// by another transaction or missing.
-pub async fn lock_and_bump_skip_locked(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Chat>> {
+pub async fn lock_and_bump_skip_locked(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Option<Chat>> {
     sqlx::query_as::<_, Chat>(
         "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE SKIP LOCKED)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
@@ -42,7 +45,12 @@ pub async fn lock_and_bump_skip_locked(conn: &mut PgConnection, chat_id: Uuid) -
 
 /// Whether `(chat_id, runner_id)` has a heartbeat newer than
 /// `stale_after_secs` (database time).
-pub async fn heartbeat_is_fresh(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid, stale_after_secs: f64) -> sqlx::Result<bool> {
+pub async fn heartbeat_is_fresh(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    runner_id: Uuid,
+    stale_after_secs: f64,
+) -> sqlx::Result<bool> {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2
                         AND heartbeat_at >= now() - make_interval(secs => $3))",
@@ -58,7 +66,10 @@ pub async fn heartbeat_is_fresh(conn: &mut PgConnection, chat_id: Uuid, runner_i
 /// messages, then active messages from the latest compaction boundary (a
 /// `compressed` row) onward, in id order. User-only rows are included; the
 /// caller filters by visibility.
-pub async fn active_history(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
+pub async fn active_history(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Vec<ChatMessage>> {
     sqlx::query_as(
         "SELECT * FROM chat_messages
          WHERE chat_id = $1 AND NOT deleted AND (role = 'system' OR id >= COALESCE(

@@ -43,27 +43,55 @@ async fn main() -> anyhow::Result<()> {
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--turns" => turns = args.next().expect("--turns N").parse()?,
-            "--fast" => fast_levels = args.next().expect("--fast A,B").split(',').map(|n| n.parse().expect("number")).collect(),
-            "--slow" => slow_levels = args.next().expect("--slow A,B").split(',').map(|n| n.parse().expect("number")).collect(),
+            "--fast" => {
+                fast_levels = args
+                    .next()
+                    .expect("--fast A,B")
+                    .split(',')
+                    .map(|n| n.parse().expect("number"))
+                    .collect()
+            }
+            "--slow" => {
+                slow_levels = args
+                    .next()
+                    .expect("--slow A,B")
+                    .split(',')
+                    .map(|n| n.parse().expect("number"))
+                    .collect()
+            }
             other => anyhow::bail!("unknown flag {other}"),
         }
     }
     if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
     }
     let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(40).connect(db.url()).await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(40)
+        .connect(db.url())
+        .await?;
     let pubsub = PgPubsub::connect(pool.clone()).await?;
-    let store = Store::with_config(pool.clone(), Arc::new(pubsub.clone()), StoreConfig::default());
+    let store = Store::with_config(
+        pool.clone(),
+        Arc::new(pubsub.clone()),
+        StoreConfig::default(),
+    );
     let llm = FakeLlm::start().await?;
     let owner = Uuid::new_v4();
-    sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, 'bench', 'member')").bind(owner).execute(&pool).await?;
-    let provider = Uuid::new_v4();
-    sqlx::query("INSERT INTO chat_providers (id, provider, base_url) VALUES ($1, 'openai-compat', $2)")
-        .bind(provider)
-        .bind(llm.base_url())
+    sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, 'bench', 'member')")
+        .bind(owner)
         .execute(&pool)
         .await?;
+    let provider = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO chat_providers (id, provider, base_url) VALUES ($1, 'openai-compat', $2)",
+    )
+    .bind(provider)
+    .bind(llm.base_url())
+    .execute(&pool)
+    .await?;
     sqlx::query("INSERT INTO chat_model_configs (id, provider_id, model, context_limit, is_default) VALUES ($1, $2, 'fake', 8192, true)")
         .bind(Uuid::new_v4())
         .bind(provider)
@@ -74,12 +102,22 @@ async fn main() -> anyhow::Result<()> {
         pubsub: Arc::new(pubsub.clone()) as Arc<dyn Pubsub>,
         parts: PartBuffer::new(CancellationToken::new()),
         providers: Arc::new(DefaultProviderFactory),
-        config: WorkerConfig { acquisition_interval: Duration::from_secs(1), ..WorkerConfig::default() },
+        config: WorkerConfig {
+            acquisition_interval: Duration::from_secs(1),
+            ..WorkerConfig::default()
+        },
     });
-    let bench = Arc::new(Bench { store, pubsub: pubsub.clone(), owner });
+    let bench = Arc::new(Bench {
+        store,
+        pubsub: pubsub.clone(),
+        owner,
+    });
 
     println!("== fake LLM answering instantly; {turns} turns per chat");
-    println!("{:>6} {:>8} {:>10} {:>10} {:>10}", "chats", "turns", "turns/s", "p50 ms", "p99 ms");
+    println!(
+        "{:>6} {:>8} {:>10} {:>10} {:>10}",
+        "chats", "turns", "turns/s", "p50 ms", "p99 ms"
+    );
     llm.set_default(Script::text("ok").usage(10, 1));
     for concurrency in fast_levels.iter().copied() {
         let started = Instant::now();
@@ -105,8 +143,13 @@ async fn main() -> anyhow::Result<()> {
     }
 
     println!("\n== fake LLM streaming 50 parts over 1 s; one turn per chat, all chats at once");
-    println!("{:>6} {:>10} {:>10} {:>10} {:>14}", "chats", "p50 ms", "p99 ms", "max ms", "KiB per chat");
-    llm.set_default(Script::text_in_parts(&"word ".repeat(50), 50, Duration::from_millis(20)).usage(10, 50));
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>14}",
+        "chats", "p50 ms", "p99 ms", "max ms", "KiB per chat"
+    );
+    llm.set_default(
+        Script::text_in_parts(&"word ".repeat(50), 50, Duration::from_millis(20)).usage(10, 50),
+    );
     for level in slow_levels {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let base = rss_kib();
@@ -131,7 +174,10 @@ async fn main() -> anyhow::Result<()> {
         }
         sampler.abort();
         latencies.sort();
-        let per_chat = peak.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(base) as f64 / level as f64;
+        let per_chat = peak
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .saturating_sub(base) as f64
+            / level as f64;
         println!(
             "{:>6} {:>10.1} {:>10.1} {:>10.1} {:>14.1}",
             level,
@@ -155,20 +201,39 @@ impl Bench {
         let mut latencies = Vec::with_capacity(turns);
         for turn in 0..turns {
             let started = Instant::now();
-            let message = NewMessage::user(vec![MessagePart::text(format!("turn {turn}"))]).created_by(self.owner);
+            let message = NewMessage::user(vec![MessagePart::text(format!("turn {turn}"))])
+                .created_by(self.owner);
             if turn == 0 {
                 self.store
-                    .create_chat(CreateChatInput { id: Some(chat_id), owner_id: self.owner, initial_messages: vec![message], ..Default::default() })
+                    .create_chat(CreateChatInput {
+                        id: Some(chat_id),
+                        owner_id: self.owner,
+                        initial_messages: vec![message],
+                        ..Default::default()
+                    })
                     .await?;
             } else {
                 self.store
                     .machine(chat_id)
-                    .update(|tx| Box::pin(async move { tx.send_message(SendMessageInput { message, busy_behavior: BusyBehavior::Queue, max_queue_size: None }).await }))
+                    .update(|tx| {
+                        Box::pin(async move {
+                            tx.send_message(SendMessageInput {
+                                message,
+                                busy_behavior: BusyBehavior::Queue,
+                                max_queue_size: None,
+                            })
+                            .await
+                        })
+                    })
                     .await?;
             }
             loop {
-                let event = tokio::time::timeout(Duration::from_secs(60), updates.recv()).await?.ok_or_else(|| anyhow::anyhow!("pubsub closed"))?;
-                let PubsubEvent::Message(payload) = event else { continue };
+                let event = tokio::time::timeout(Duration::from_secs(60), updates.recv())
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("pubsub closed"))?;
+                let PubsubEvent::Message(payload) = event else {
+                    continue;
+                };
                 let update = ChatUpdate::from_payload(&payload)?;
                 if update.status == ChatStatus::Waiting {
                     break;
@@ -191,6 +256,11 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(0)
 }

@@ -101,7 +101,8 @@ impl AcquisitionLoop {
             tx.acquire(self.ctx.config.worker_id, runner_id).await?;
             let acquired = tx.commit().await?;
             tracing::info!(%chat_id, %runner_id, previous_worker = ?chat.worker_id, "acquired chat");
-            self.manager.spawn(RunnerKey { chat_id, runner_id }, acquired.snapshot_version);
+            self.manager
+                .spawn(RunnerKey { chat_id, runner_id }, acquired.snapshot_version);
             claimed += 1;
         }
         Ok(claimed)

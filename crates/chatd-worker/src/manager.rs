@@ -176,7 +176,12 @@ impl RunnerManager {
         }
     }
 
-    fn spawn_runner(&mut self, key: RunnerKey, acquired_at: i64, runners_cancel: &CancellationToken) {
+    fn spawn_runner(
+        &mut self,
+        key: RunnerKey,
+        acquired_at: i64,
+        runners_cancel: &CancellationToken,
+    ) {
         let (input_tx, input_rx) = mpsc::unbounded_channel();
         let cancel = runners_cancel.child_token();
         let runner = Runner::new(

@@ -203,7 +203,9 @@ impl Runner {
     fn process(&mut self, event: ChatSnapshot) {
         // 1. Stale or duplicate snapshot. Before the first event, anything
         // older than this runner's own Acquire is stale too.
-        let watermark = self.local.map_or(self.acquired_at - 1, |l| l.snapshot_version);
+        let watermark = self
+            .local
+            .map_or(self.acquired_at - 1, |l| l.snapshot_version);
         if event.snapshot_version <= watermark {
             return;
         }
@@ -381,7 +383,9 @@ mod tests {
 
     /// A runner whose context never touches a database unless a task runs.
     fn runner(acquired_at: i64) -> (Runner, mpsc::UnboundedReceiver<RunnerKey>, Uuid) {
-        let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+            .unwrap();
         let pubsub = chatd_pubsub::MemoryPubsub::new();
         let config = WorkerConfig::default();
         let worker_id = config.worker_id;
@@ -395,12 +399,32 @@ mod tests {
         });
         let (input_tx, inputs) = mpsc::unbounded_channel();
         let (cleanup, cleanup_rx) = mpsc::unbounded_channel();
-        let key = RunnerKey { chat_id: Uuid::new_v4(), runner_id: Uuid::new_v4() };
-        (Runner::new(key, acquired_at, ctx, inputs, input_tx, cleanup), cleanup_rx, worker_id)
+        let key = RunnerKey {
+            chat_id: Uuid::new_v4(),
+            runner_id: Uuid::new_v4(),
+        };
+        (
+            Runner::new(key, acquired_at, ctx, inputs, input_tx, cleanup),
+            cleanup_rx,
+            worker_id,
+        )
     }
 
-    fn snapshot(snapshot_version: i64, worker_id: Option<Uuid>, runner_id: Option<Uuid>, status: ChatStatus) -> ChatSnapshot {
-        ChatSnapshot { worker_id, runner_id, snapshot_version, history_version: 3, generation_attempt: 0, archived: false, status }
+    fn snapshot(
+        snapshot_version: i64,
+        worker_id: Option<Uuid>,
+        runner_id: Option<Uuid>,
+        status: ChatStatus,
+    ) -> ChatSnapshot {
+        ChatSnapshot {
+            worker_id,
+            runner_id,
+            snapshot_version,
+            history_version: 3,
+            generation_attempt: 0,
+            archived: false,
+            status,
+        }
     }
 
     #[tokio::test]
@@ -433,9 +457,17 @@ mod tests {
         assert_eq!(runner.tasks.len(), 1, "waiting: the abandon task");
         runner.process(snapshot(10, ours.0, ours.1, ChatStatus::Running));
         runner.process(snapshot(9, ours.0, ours.1, ChatStatus::Running));
-        assert_eq!(runner.tasks.len(), 1, "duplicates and older events change nothing");
+        assert_eq!(
+            runner.tasks.len(),
+            1,
+            "duplicates and older events change nothing"
+        );
         runner.process(snapshot(11, ours.0, ours.1, ChatStatus::Waiting));
-        assert_eq!(runner.tasks.len(), 1, "same history version and status: keep the task");
+        assert_eq!(
+            runner.tasks.len(),
+            1,
+            "same history version and status: keep the task"
+        );
         assert!(cleanup.try_recv().is_err());
         for task in &runner.tasks {
             task.cancel.cancel();

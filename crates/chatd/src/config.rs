@@ -3,9 +3,8 @@
 //! [`WorkerConfig`] they resolve to for the worker.
 //!
 //! Durations accept humantime syntax: `500ms`, `2s`, `5m`, `1h 30m`.
-//! The worker and stream flags are accepted and validated now and kept in
-//! [`WorkerConfig`]; nothing reads them until `chatd serve` runs the worker
-//! and the live-stream loop.
+//! The worker flags configure the chat worker `chatd serve` runs; the stream
+//! flag (`--sync-poll-interval`) is accepted for the live-stream loop.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -91,8 +90,7 @@ pub struct ServeArgs {
     )]
     pub relay_secret: Option<String>,
 
-    /// Serve the API but acquire no chats (reserved for the worker, which
-    /// `chatd serve` does not run yet: no replica acquires chats for now).
+    /// Serve the API but acquire no chats: this replica runs no worker.
     #[arg(long, env = "CHATD_NO_WORKER")]
     pub no_worker: bool,
 
@@ -116,13 +114,13 @@ pub struct ServeArgs {
     #[arg(long, env = "CHATD_LEASE_STALE_AFTER", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub lease_stale_after: Duration,
 
-    /// How often heartbeats are written: this replica's `last_seen_at` now;
-    /// chat heartbeats once `chatd serve` runs the worker.
+    /// How often heartbeats are written: the chat heartbeats of this
+    /// replica's runners, and its `last_seen_at`.
     #[arg(long, env = "CHATD_HEARTBEAT_INTERVAL", default_value = "9s", value_parser = parse_duration, value_name = "DURATION")]
     pub heartbeat_interval: Duration,
 
     /// Worker: how often to look for runnable chats besides `chat:ownership`
-    /// wake-ups (reserved for the worker; not used by `chatd serve` yet).
+    /// wake-ups.
     #[arg(long, env = "CHATD_ACQUISITION_INTERVAL", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub acquisition_interval: Duration,
 
@@ -131,8 +129,7 @@ pub struct ServeArgs {
     #[arg(long, env = "CHATD_SYNC_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub sync_poll_interval: Duration,
 
-    /// Worker: retries of a failed provider request before the chat errors
-    /// (reserved for the worker; not used by `chatd serve` yet).
+    /// Worker: retries of a failed provider request before the chat errors.
     #[arg(
         long,
         env = "CHATD_MAX_GENERATION_RETRIES",
@@ -141,13 +138,11 @@ pub struct ServeArgs {
     )]
     pub max_generation_retries: u32,
 
-    /// Worker: delay before the first retry; doubles each retry (reserved for
-    /// the worker; not used by `chatd serve` yet).
+    /// Worker: delay before the first retry; doubles each retry.
     #[arg(long, env = "CHATD_RETRY_INITIAL_DELAY", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub retry_initial_delay: Duration,
 
-    /// Worker: cap of the retry delay (reserved for the worker; not used by
-    /// `chatd serve` yet).
+    /// Worker: cap of the retry delay.
     #[arg(long, env = "CHATD_RETRY_MAX_DELAY", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub retry_max_delay: Duration,
 
@@ -168,7 +163,7 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The worker settings, for the worker when it exists.
+    /// The worker and stream settings.
     pub fn worker_config(&self) -> WorkerConfig {
         WorkerConfig {
             enabled: !self.no_worker,
@@ -183,11 +178,9 @@ impl ServeArgs {
     }
 }
 
-/// Settings of the worker and the stream loop, accepted on the command line
-/// now and consumed once `chatd serve` runs them (DESIGN.md, "Defaults from
-/// the spec").
+/// Settings of the worker and the stream loop (DESIGN.md, "Defaults from the
+/// spec"). `sync_poll_interval` is read by the live-stream loop once it lands.
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // Read by the worker and the stream loop once they land.
 pub struct WorkerConfig {
     /// Whether this replica acquires chats (`--no-worker` turns it off).
     pub enabled: bool,
@@ -197,7 +190,8 @@ pub struct WorkerConfig {
     pub heartbeat_interval: Duration,
     /// Heartbeat age after which a chat's lease is stale.
     pub lease_stale_after: Duration,
-    /// Stream sync poller period.
+    /// Stream sync poller period (read by the live-stream loop once it lands).
+    #[allow(dead_code)]
     pub sync_poll_interval: Duration,
     /// Provider retries before a chat errors.
     pub max_generation_retries: u32,

@@ -41,8 +41,6 @@ pub const BOOTSTRAP_ADMIN_TOKEN_ENV: &str = "CHATD_BOOTSTRAP_ADMIN_TOKEN";
 /// Everything started before the failure is stopped first.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let signals = Signals::install()?;
-    let worker = args.worker_config();
-    tracing::debug!(?worker, "worker settings (reserved for the worker)");
 
     // Startup steps are not cancelled mid-way (dropping one half-way could
     // orphan a PostgreSQL server or a replicas row); each is bounded, and a
@@ -82,8 +80,33 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
         router,
         pubsub,
         replica,
+        store,
+        parts,
     } = started;
     let pool = &database.pool;
+    let settings = args.worker_config();
+    // The replica id is the worker id it writes on the chats it owns.
+    let mut worker = settings.enabled.then(|| {
+        chatd_worker::Worker::start(chatd_worker::WorkerDeps {
+            store: store.clone(),
+            pubsub: Arc::new(pubsub.clone()),
+            parts: parts.clone(),
+            providers: Arc::new(chatd_worker::DefaultProviderFactory),
+            config: chatd_worker::WorkerConfig {
+                worker_id: replica.id,
+                acquisition_interval: settings.acquisition_interval,
+                heartbeat_interval: settings.heartbeat_interval,
+                lease_stale_after: settings.lease_stale_after,
+                max_generation_retries: i64::from(settings.max_generation_retries),
+                retry_initial_delay: settings.retry_initial_delay,
+                retry_max_delay: settings.retry_max_delay,
+                ..chatd_worker::WorkerConfig::default()
+            },
+        })
+    });
+    if worker.is_none() {
+        tracing::info!("--no-worker: this replica acquires no chats");
+    }
 
     let tasks = TaskTracker::new();
     let stop_tasks = CancellationToken::new();
@@ -111,6 +134,11 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
     let served = tokio::select! {
         biased;
         () = signals.shutdown.cancelled() => {
+            // Hand the chats over first: abandoning publishes chat:ownership so
+            // another replica resumes them at once, while requests drain.
+            if let Some(worker) = worker.take() {
+                worker.shutdown().await;
+            }
             // Drain: axum stops accepting and waits for open connections.
             tokio::select! {
                 result = &mut server => flatten(result),
@@ -136,6 +164,9 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
         }
     };
 
+    if let Some(worker) = worker.take() {
+        worker.shutdown().await;
+    }
     stop_tasks.cancel();
     tasks.wait().await;
     if let Err(err) = replica.deregister(pool).await {
@@ -151,6 +182,8 @@ struct Started {
     router: axum::Router,
     pubsub: PgPubsub,
     replica: Replica,
+    store: Store,
+    parts: chatd_worker::PartBuffer,
 }
 
 async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started> {
@@ -198,8 +231,9 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
             max_queued_messages: args.max_queued_messages,
         },
     );
+    let parts = chatd_worker::PartBuffer::new(CancellationToken::new());
     let state = chatd_api::AppState::new(
-        store,
+        store.clone(),
         chatd_api::ApiOptions {
             max_queued_messages: args.max_queued_messages,
             relay_secret: Some(relay_secret),
@@ -230,6 +264,8 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         router,
         pubsub,
         replica,
+        store,
+        parts,
     })
 }
 

@@ -170,8 +170,13 @@ impl PgPubsub {
             .max_connections(1)
             .min_connections(0)
             .acquire_timeout(options.connect_timeout)
-            .connect_lazy_with((*pool.connect_options()).clone().application_name("chatd-pubsub-notifier"));
-        let notifier_loop = NotifierLoop::new(notifier_pool, notification_rx, options.publish_attempts);
+            .connect_lazy_with(
+                (*pool.connect_options())
+                    .clone()
+                    .application_name("chatd-pubsub-notifier"),
+            );
+        let notifier_loop =
+            NotifierLoop::new(notifier_pool, notification_rx, options.publish_attempts);
         tracker.spawn(notifier_loop.run(cancel.clone()));
 
         Ok(Self {

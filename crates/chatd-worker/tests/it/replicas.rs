@@ -114,7 +114,11 @@ async fn a_crashed_workers_chat_is_taken_over_after_the_lease_goes_stale() {
 async fn graceful_shutdown_hands_a_running_chat_over_within_a_second() {
     let env = Env::new().await;
     env.llm.push(Script::new().then_text("slow").hang());
-    env.llm.set_default(Script::text_in_parts("resumed elsewhere", 3, Duration::from_millis(300)));
+    env.llm.set_default(Script::text_in_parts(
+        "resumed elsewhere",
+        3,
+        Duration::from_millis(300),
+    ));
     let a = env.worker();
     let chat_id = env.create_chat("hello").await;
     env.wait_for(chat_id, Duration::from_secs(10), "owned by a", |c| {

@@ -8,3 +8,4 @@ mod embedded;
 mod replicas;
 mod support;
 mod token;
+mod worker;

@@ -97,6 +97,11 @@ impl Chatd {
         })
     }
 
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     /// The base URL, `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
