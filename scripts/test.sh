@@ -18,7 +18,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-echo "== cargo nextest run --workspace"
-cargo nextest run --workspace --no-fail-fast "$@"
 echo "== cargo test --doc --workspace"
 cargo test --doc --workspace
+echo "== cargo nextest run --workspace"
+cargo nextest run --workspace --no-fail-fast "$@"
