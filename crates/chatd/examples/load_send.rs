@@ -270,6 +270,8 @@ impl Server {
                 "127.0.0.1:0",
                 "--max-queued-messages",
                 "1000000",
+                // No worker: the chats stay busy, so every send is queued.
+                "--no-worker",
             ])
             .env("CHATD_BOOTSTRAP_ADMIN_TOKEN", &token)
             .env("CHATD_LOG", "warn,chatd=info")
