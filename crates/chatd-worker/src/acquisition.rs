@@ -18,6 +18,20 @@ use crate::context::WorkerContext;
 use crate::manager::ManagerHandle;
 use crate::runner::RunnerKey;
 
+/// Retries of a pass that skipped locked rows before waiting for the timer.
+const LOCKED_RETRIES: u32 = 20;
+/// Delay between those retries.
+const LOCKED_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Pass {
+    /// Chats this worker acquired.
+    pub(crate) claimed: usize,
+    /// Candidates whose row another transaction held (`SKIP LOCKED`).
+    pub(crate) skipped_locked: usize,
+}
+
 pub(crate) struct AcquisitionLoop {
     pub(crate) ctx: Arc<WorkerContext>,
     pub(crate) manager: ManagerHandle,
@@ -51,10 +65,21 @@ impl AcquisitionLoop {
                 _ = self.wake.notified() => {}
                 event = subscription.recv() => if event.is_none() { return },
             }
-            // Keep passing while a full batch was claimed: there may be more.
+            // Keep passing while a full batch was claimed (there may be
+            // more), and retry soon when rows were locked by another
+            // transaction at the time (a send or a runner task): no further
+            // hint will come for them.
+            let mut locked_retries = 0;
             loop {
                 match self.pass().await {
-                    Ok(claimed) if claimed as i64 >= self.ctx.config.acquisition_batch => continue,
+                    Ok(pass) if pass.claimed as i64 >= self.ctx.config.acquisition_batch => continue,
+                    Ok(pass) if pass.skipped_locked > 0 && locked_retries < LOCKED_RETRIES => {
+                        locked_retries += 1;
+                        tokio::select! {
+                            _ = cancel.cancelled() => return,
+                            _ = tokio::time::sleep(LOCKED_RETRY_DELAY) => {}
+                        }
+                    }
                     Ok(_) => break,
                     Err(err) => {
                         tracing::warn!(error = %err, "acquisition pass failed");
@@ -65,8 +90,8 @@ impl AcquisitionLoop {
         }
     }
 
-    /// One pass: returns how many chats this worker claimed.
-    pub(crate) async fn pass(&self) -> chatd_store::StoreResult<usize> {
+    /// One pass over the candidates.
+    pub(crate) async fn pass(&self) -> chatd_store::StoreResult<Pass> {
         let stale = self.ctx.config.lease_stale_after.as_secs_f64();
         let candidates: Vec<Uuid> = sqlx::query_scalar(
             "SELECT c.id FROM chats c
@@ -81,9 +106,10 @@ impl AcquisitionLoop {
         .bind(self.ctx.config.acquisition_batch)
         .fetch_all(self.ctx.store.pool())
         .await?;
-        let mut claimed = 0;
+        let mut pass = Pass::default();
         for chat_id in candidates {
             let Some(mut tx) = self.ctx.store.machine(chat_id).try_begin().await? else {
+                pass.skipped_locked += 1;
                 continue;
             };
             let chat = tx.chat().await?;
@@ -103,8 +129,8 @@ impl AcquisitionLoop {
             tracing::info!(%chat_id, %runner_id, previous_worker = ?chat.worker_id, "acquired chat");
             self.manager
                 .spawn(RunnerKey { chat_id, runner_id }, acquired.snapshot_version);
-            claimed += 1;
+            pass.claimed += 1;
         }
-        Ok(claimed)
+        Ok(pass)
     }
 }
