@@ -127,6 +127,11 @@ pub enum MessagePart {
     Reasoning {
         /// The reasoning text.
         text: String,
+        /// The provider's signature of the reasoning (Anthropic thinking
+        /// blocks), stored byte-exact because it must be sent back verbatim;
+        /// absent for providers that sign nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
     },
     /// A tool call made by the model.
     #[serde(rename = "tool-call")]
@@ -171,6 +176,14 @@ impl MessagePart {
         MessagePart::Text { text: text.into() }
     }
 
+    /// A reasoning part without a signature.
+    pub fn reasoning(text: impl Into<String>) -> Self {
+        MessagePart::Reasoning {
+            text: text.into(),
+            signature: None,
+        }
+    }
+
     /// A synthetic error result for `call`: `{"error": message}` with
     /// `is_error: true` (API.md "Synthetic tool results").
     pub fn synthetic_result(call: &ToolCallRef, message: &str) -> Self {
@@ -186,7 +199,7 @@ impl MessagePart {
     /// arguments and serialized results), for size limits.
     pub fn text_len(&self) -> usize {
         match self {
-            MessagePart::Text { text } | MessagePart::Reasoning { text } => text.len(),
+            MessagePart::Text { text } | MessagePart::Reasoning { text, .. } => text.len(),
             MessagePart::ToolCall { args, .. } => args.len(),
             MessagePart::ToolResult { result, .. } => result.to_string().len(),
             MessagePart::File { name, .. } => name.as_ref().map_or(0, String::len),
@@ -279,5 +292,21 @@ mod tests {
         let back: MessagePart =
             serde_json::from_value(serde_json::json!({"type":"text","text":"x"})).unwrap();
         assert_eq!(back, MessagePart::text("x"));
+        // The signature is additive: absent on the wire when there is none,
+        // and rows written before it existed still parse.
+        assert_eq!(
+            serde_json::to_value(MessagePart::reasoning("r")).unwrap(),
+            serde_json::json!({"type": "reasoning", "text": "r"})
+        );
+        let signed = MessagePart::Reasoning {
+            text: "r".into(),
+            signature: Some("sig".into()),
+        };
+        let json = serde_json::to_value(&signed).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"type": "reasoning", "text": "r", "signature": "sig"})
+        );
+        assert_eq!(serde_json::from_value::<MessagePart>(json).unwrap(), signed);
     }
 }

@@ -5,10 +5,12 @@
 //! when the provider says the context is too long), 401/403 → `auth`,
 //! 408 → `timeout`, 429 → `rate_limit` (OpenAI's `insufficient_quota` →
 //! `usage_limit`, not retried), 529 and `overloaded_error` → `overloaded`,
-//! 500/502/503/504 and connection failures → `generic`; retried are 408, 429,
+//! 500/502/503/504 and connection failures → `generic`; an account out of
+//! credit (OpenAI `insufficient_quota`, Anthropic `billing_error` or "credit
+//! balance is too low", HTTP 402) → `usage_limit`; retried are 408, 429,
 //! 500, 502, 503, 504, 529, connection failures and timeouts. The same rules
-//! classify error objects that arrive inside a stream, so every adapter (OpenAI
-//! now, Anthropic later) shares [`ProviderError::from_http_status`] and
+//! classify error objects that arrive inside a stream, so every adapter
+//! (OpenAI, Anthropic) shares [`ProviderError::from_http_status`] and
 //! [`ProviderError::from_error_body`].
 
 use serde::{Deserialize, Serialize};
@@ -192,8 +194,10 @@ fn classify_status(status: u16, info: &ErrorInfo) -> (ErrorKind, bool) {
     }
     match status {
         401 | 403 => (ErrorKind::Auth, false),
+        402 => (ErrorKind::UsageLimit, false),
         408 => (ErrorKind::Timeout, true),
         429 if info.mentions(&["insufficient_quota"]) => (ErrorKind::UsageLimit, false),
+        400..=499 if info.says_out_of_credit() => (ErrorKind::UsageLimit, false),
         429 => (ErrorKind::RateLimit, true),
         529 => (ErrorKind::Overloaded, true),
         400..=499 if info.says_context_too_long() => (ErrorKind::ContextLength, false),
@@ -207,7 +211,7 @@ fn classify_status(status: u16, info: &ErrorInfo) -> (ErrorKind, bool) {
 fn classify_codes(info: &ErrorInfo) -> Option<(ErrorKind, bool)> {
     if info.says_context_too_long() {
         Some((ErrorKind::ContextLength, false))
-    } else if info.mentions(&["insufficient_quota"]) {
+    } else if info.mentions(&["insufficient_quota"]) || info.says_out_of_credit() {
         Some((ErrorKind::UsageLimit, false))
     } else if info.mentions(&["rate_limit"]) {
         Some((ErrorKind::RateLimit, true))
@@ -286,6 +290,13 @@ impl ErrorInfo {
         self.codes
             .iter()
             .any(|code| needles.iter().any(|n| code.contains(n)))
+    }
+
+    /// Whether the provider says the account is out of credit (Anthropic's
+    /// `billing_error`, or a 400 saying the credit balance is too low).
+    fn says_out_of_credit(&self) -> bool {
+        let message = self.message.as_deref().unwrap_or_default().to_lowercase();
+        self.mentions(&["billing_error"]) || message.contains("credit balance is too low")
     }
 
     /// Whether the provider says the prompt is too long: OpenAI's
@@ -379,6 +390,95 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_http_answers_classify_per_the_api() {
+        let anthropic = |kind: &str, message: &str| {
+            json!({"type": "error", "error": {"type": kind, "message": message}}).to_string()
+        };
+        let cases = [
+            (
+                400,
+                anthropic("invalid_request_error", "messages: roles must alternate"),
+                ErrorKind::InvalidRequest,
+                false,
+            ),
+            (
+                400,
+                anthropic(
+                    "invalid_request_error",
+                    "prompt is too long: 201000 tokens > 200000 maximum",
+                ),
+                ErrorKind::ContextLength,
+                false,
+            ),
+            (
+                400,
+                anthropic(
+                    "invalid_request_error",
+                    "Your credit balance is too low to access the Anthropic API.",
+                ),
+                ErrorKind::UsageLimit,
+                false,
+            ),
+            (
+                401,
+                anthropic("authentication_error", "invalid x-api-key"),
+                ErrorKind::Auth,
+                false,
+            ),
+            (
+                403,
+                anthropic("permission_error", "no"),
+                ErrorKind::Auth,
+                false,
+            ),
+            (
+                404,
+                anthropic("not_found_error", "model: nope"),
+                ErrorKind::InvalidRequest,
+                false,
+            ),
+            (
+                413,
+                anthropic("request_too_large", "too big"),
+                ErrorKind::InvalidRequest,
+                false,
+            ),
+            (
+                429,
+                anthropic("rate_limit_error", "slow down"),
+                ErrorKind::RateLimit,
+                true,
+            ),
+            (
+                500,
+                anthropic("api_error", "oops"),
+                ErrorKind::Generic,
+                true,
+            ),
+            (
+                503,
+                anthropic("overloaded_error", "Overloaded"),
+                ErrorKind::Overloaded,
+                true,
+            ),
+            (
+                529,
+                anthropic("overloaded_error", "Overloaded"),
+                ErrorKind::Overloaded,
+                true,
+            ),
+        ];
+        for (status, body, kind, retryable) in cases {
+            let err = ProviderError::from_http_status(status, &body, "anthropic");
+            assert_eq!(
+                (err.kind, err.retryable),
+                (kind, retryable),
+                "{status} {body}"
+            );
+        }
+    }
+
+    #[test]
     fn in_stream_errors_classify_by_type_code_or_numeric_status() {
         let cases = [
             (
@@ -412,6 +512,31 @@ mod tests {
                 false,
             ),
             (json!({"error": "plain"}), ErrorKind::Generic, true),
+            (
+                json!({"type": "error", "error": {"details": null, "type": "overloaded_error", "message": "Overloaded"}, "request_id": "req_1"}),
+                ErrorKind::Overloaded,
+                true,
+            ),
+            (
+                json!({"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}),
+                ErrorKind::Generic,
+                true,
+            ),
+            (
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}}),
+                ErrorKind::ContextLength,
+                false,
+            ),
+            (
+                json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}),
+                ErrorKind::Auth,
+                false,
+            ),
+            (
+                json!({"type": "error", "error": {"type": "billing_error", "message": "no"}}),
+                ErrorKind::UsageLimit,
+                false,
+            ),
         ];
         for (body, kind, retryable) in cases {
             let err = ProviderError::from_error_body(&body, "p");

@@ -16,6 +16,10 @@ pub enum StreamEvent {
     TextDelta(String),
     /// The next piece of the model's reasoning ("thinking") text (never empty).
     ReasoningDelta(String),
+    /// The provider's signature of the reasoning block that just ended
+    /// (Anthropic `signature_delta`), byte-exact; it must be sent back with
+    /// the reasoning text. A reasoning delta after it starts a new block.
+    ReasoningSignature(String),
     /// A tool call begins. `index` identifies the call within this response;
     /// `id` is the provider's id, stored unchanged (a generated one only when
     /// the provider sent none).
@@ -37,7 +41,9 @@ pub enum StreamEvent {
         /// The piece.
         args_delta: String,
     },
-    /// No more argument pieces will come for this call.
+    /// No more argument pieces will come for this call. A call that never
+    /// gets its end before [`StreamEvent::Finish`] was cut off (the response
+    /// hit the output token limit inside it): it must not be executed.
     ToolCallEnd {
         /// The call that ended.
         index: usize,
@@ -55,7 +61,8 @@ pub enum StreamEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
-    /// A natural stop (OpenAI `stop`, Anthropic `end_turn`/`stop_sequence`).
+    /// A natural stop (OpenAI `stop`, Anthropic `end_turn`/`stop_sequence`/
+    /// `pause_turn`).
     Stop,
     /// The output token limit was reached; the text or the last tool call's
     /// arguments may be cut off.
@@ -78,6 +85,18 @@ impl FinishReason {
             "length" => FinishReason::Length,
             "tool_calls" | "function_call" => FinishReason::ToolCalls,
             "content_filter" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+
+    /// Maps an Anthropic `stop_reason`; unknown spellings become
+    /// [`FinishReason::Other`].
+    pub fn from_anthropic(reason: &str) -> Self {
+        match reason {
+            "end_turn" | "stop_sequence" | "pause_turn" => FinishReason::Stop,
+            "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+            "tool_use" => FinishReason::ToolCalls,
+            "refusal" => FinishReason::ContentFilter,
             other => FinishReason::Other(other.to_owned()),
         }
     }

@@ -5,7 +5,12 @@
 
 use std::time::Duration;
 
+use futures::StreamExt as _;
+
 use crate::error::{ErrorKind, ProviderError};
+
+/// Longest error body read from a non-2xx answer, in bytes.
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// Timeouts of a provider's HTTP client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,4 +101,30 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Reads at most [`MAX_ERROR_BODY_BYTES`] of an error answer's body (lossy
+/// UTF-8).
+pub(crate) async fn read_error_body(response: reqwest::Response, provider: &str) -> String {
+    let status = response.status().as_u16();
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        match chunk {
+            Ok(chunk) => {
+                body.extend_from_slice(&chunk);
+                if body.len() >= MAX_ERROR_BODY_BYTES {
+                    body.truncate(MAX_ERROR_BODY_BYTES);
+                    break;
+                }
+            }
+            // The status decides the classification; a body cut short only
+            // loses detail.
+            Err(err) => {
+                tracing::debug!(provider, status, error = %err, "error body cut short");
+                break;
+            }
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
 }

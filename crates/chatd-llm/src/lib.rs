@@ -10,7 +10,11 @@
 //! - errors classified into API.md's `ChatError` kinds ([`ProviderError`],
 //!   [`ErrorKind`]) with `retryable` set as API.md "Workers and replicas" lists,
 //! - [`OpenAiProvider`]: OpenAI Chat Completions, which also serves every
-//!   OpenAI-compatible server (llama.cpp, vLLM, OpenRouter, ...).
+//!   OpenAI-compatible server (llama.cpp, vLLM, OpenRouter, ...),
+//! - [`AnthropicProvider`]: Anthropic Messages (tool use, extended thinking
+//!   with signatures, in-stream errors),
+//! - [`projection`]: the repaired copy of history each adapter sends (spec
+//!   `durable-agent-loop.md` "Provider compatibility").
 //!
 //! Invariants every provider stream keeps (the worker and the tests rely on
 //! them):
@@ -18,19 +22,24 @@
 //!   event) or with one `Err` item (the last item); nothing follows either;
 //! - [`StreamEvent::ToolCallStart`] comes once per call `index`, before any
 //!   [`StreamEvent::ToolCallDelta`] of that index, and
-//!   [`StreamEvent::ToolCallEnd`] once after its last delta;
+//!   [`StreamEvent::ToolCallEnd`] once after its last delta, except for a
+//!   call cut off by the output token limit, which never ends (it must not
+//!   run);
 //! - [`StreamEvent::Usage`] comes at most once, just before `Finish`, and only
 //!   when the provider reported usage (unknown usage is not zero usage);
 //! - the events do not depend on how the network split the bytes.
 
+pub mod anthropic;
 pub mod error;
 pub mod event;
 pub mod http;
 pub mod openai;
+pub mod projection;
 pub mod provider;
 pub mod request;
 pub mod response;
 
+pub use anthropic::AnthropicProvider;
 pub use error::{ErrorKind, ProviderError};
 pub use event::{FinishReason, StreamEvent, Usage};
 pub use http::HttpOptions;

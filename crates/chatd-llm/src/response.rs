@@ -72,7 +72,10 @@ pub struct ResponseBuilder {
 #[derive(Debug, Clone)]
 enum Segment {
     Text(String),
-    Reasoning(String),
+    Reasoning {
+        text: String,
+        signature: Option<String>,
+    },
     Call(usize),
 }
 
@@ -99,8 +102,24 @@ impl ResponseBuilder {
                 _ => self.segments.push(Segment::Text(delta.clone())),
             },
             StreamEvent::ReasoningDelta(delta) => match self.segments.last_mut() {
-                Some(Segment::Reasoning(text)) => text.push_str(delta),
-                _ => self.segments.push(Segment::Reasoning(delta.clone())),
+                Some(Segment::Reasoning {
+                    text,
+                    signature: None,
+                }) => text.push_str(delta),
+                _ => self.segments.push(Segment::Reasoning {
+                    text: delta.clone(),
+                    signature: None,
+                }),
+            },
+            StreamEvent::ReasoningSignature(sig) => match self.segments.last_mut() {
+                Some(Segment::Reasoning { signature, .. }) if signature.is_none() => {
+                    *signature = Some(sig.clone());
+                }
+                // A signed block with no text (its thinking was empty).
+                _ => self.segments.push(Segment::Reasoning {
+                    text: String::new(),
+                    signature: Some(sig.clone()),
+                }),
             },
             StreamEvent::ToolCallStart { index, id, name } => {
                 if !self.calls.contains_key(index) {
@@ -156,7 +175,7 @@ impl ResponseBuilder {
         self.segments
             .iter()
             .filter_map(|s| match s {
-                Segment::Reasoning(t) => Some(t.as_str()),
+                Segment::Reasoning { text, .. } => Some(text.as_str()),
                 _ => None,
             })
             .collect()
@@ -198,7 +217,10 @@ impl ResponseBuilder {
             .iter()
             .filter_map(|segment| match segment {
                 Segment::Text(text) => Some(MessagePart::Text { text: text.clone() }),
-                Segment::Reasoning(text) => Some(MessagePart::Reasoning { text: text.clone() }),
+                Segment::Reasoning { text, signature } => Some(MessagePart::Reasoning {
+                    text: text.clone(),
+                    signature: signature.clone(),
+                }),
                 Segment::Call(index) => self.calls.get(index).map(|s| MessagePart::ToolCall {
                     tool_call_id: s.call.id.clone(),
                     tool_name: s.call.name.clone(),
@@ -206,6 +228,11 @@ impl ResponseBuilder {
                 }),
             })
             .collect()
+    }
+
+    /// Whether the response may be finished: the finish reason arrived.
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some()
     }
 
     /// The complete response, or `None` when no [`StreamEvent::Finish`]
@@ -288,9 +315,7 @@ mod tests {
         assert_eq!(
             b.parts(),
             vec![
-                MessagePart::Reasoning {
-                    text: "thinking".into()
-                },
+                MessagePart::reasoning("thinking"),
                 MessagePart::text("Hello"),
                 MessagePart::ToolCall {
                     tool_call_id: "b".into(),

@@ -1,9 +1,18 @@
-//! A scripted, OpenAI-compatible streaming LLM server for tests.
+//! A scripted streaming LLM server for tests, speaking OpenAI Chat Completions
+//! and Anthropic Messages.
 //!
 //! [`FakeLlm::start`] binds `127.0.0.1:0` and answers
 //! `POST /v1/chat/completions` with Chat Completions SSE chunks
-//! (`chat.completion.chunk`, then `data: [DONE]`), whatever the request's
-//! `stream` flag says. Each request consumes the next queued [`Script`]
+//! (`chat.completion.chunk`, then `data: [DONE]`), and `POST /v1/messages`
+//! with Anthropic Messages SSE events (`message_start`, content blocks,
+//! `message_delta`, `message_stop`), whatever the request's `stream` flag
+//! says. Both paths play the same [`Script`]s from the same queue: the path
+//! picks the wire format (Anthropic mode: text and reasoning steps become
+//! `text`/`thinking` blocks, a thinking block ends with a `signature_delta`,
+//! tool calls become `tool_use` blocks with `input_json_delta`s, usage goes to
+//! `message_start`/`message_delta` with cached tokens as
+//! `cache_read_input_tokens`, OpenAI finish reasons are mapped to Anthropic
+//! stop reasons, and [`Script::stream_error`] is an `event: error`). Each request consumes the next queued [`Script`]
 //! ([`FakeLlm::push`]); when the queue is empty the default responder answers
 //! ([`FakeLlm::set_default`], [`FakeLlm::set_default_fn`]), and without one the
 //! server answers `400` with an `unscripted_request` error so that a test that
@@ -41,6 +50,17 @@ use tokio_util::sync::CancellationToken;
 
 /// The path the server answers on (below the base URL's host).
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
+/// The path of the Anthropic mode.
+pub const MESSAGES_PATH: &str = "/v1/messages";
+/// The signature the Anthropic mode sends at the end of a thinking block.
+pub const FAKE_THINKING_SIGNATURE: &str = "fake-signature-AAAA";
+
+/// The wire format of one response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    OpenAi,
+    Anthropic,
+}
 
 /// A running fake LLM server. Dropping it stops the server and ends every
 /// hanging response.
@@ -73,8 +93,9 @@ impl RecordedRequest {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The text of the last `user` message of a Chat Completions body (string
-    /// content, or the text parts of array content joined), if any.
+    /// The text of the last `user` message of a Chat Completions or Messages
+    /// body (string content, or the text parts of array content joined), if
+    /// any.
     pub fn last_user_text(&self) -> Option<String> {
         let messages = self.body.get("messages")?.as_array()?;
         let last = messages
@@ -150,6 +171,14 @@ pub enum Step {
     /// A raw `data:` payload, sent as is (a mid-stream error, a malformed
     /// chunk).
     RawData(String),
+    /// An error inside the stream: OpenAI `data: {"error": {...}}`,
+    /// Anthropic `event: error`.
+    StreamError {
+        /// The error's message.
+        message: String,
+        /// Its `type` (`server_error`, `overloaded_error`, ...).
+        error_type: String,
+    },
     /// Abort the response body here: no finish chunk, no `[DONE]`.
     Disconnect,
     /// Send nothing more until the client goes away.
@@ -259,11 +288,13 @@ impl Script {
         self.step(Step::RawData(data.into()))
     }
 
-    /// Sends an OpenAI-style error object inside the stream.
+    /// Sends an error object inside the stream (in the wire format of the
+    /// request's path).
     pub fn stream_error(self, message: &str, error_type: &str) -> Self {
-        self.raw_data(
-            json!({"error": {"message": message, "type": error_type, "code": null}}).to_string(),
-        )
+        self.step(Step::StreamError {
+            message: message.to_owned(),
+            error_type: error_type.to_owned(),
+        })
     }
 
     /// Aborts the body here.
@@ -461,7 +492,12 @@ async fn handle(
             .collect(),
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     };
-    let is_completion = method == Method::POST && request.path == CHAT_COMPLETIONS_PATH;
+    let mode = match request.path.as_str() {
+        CHAT_COMPLETIONS_PATH => Mode::OpenAi,
+        _ => Mode::Anthropic,
+    };
+    let is_completion = method == Method::POST
+        && (request.path == CHAT_COMPLETIONS_PATH || request.path == MESSAGES_PATH);
     let script = is_completion.then(|| {
         lock(&state.scripts).pop_front().or_else(|| {
             lock(&state.default)
@@ -491,7 +527,7 @@ async fn handle(
                 .to_string(),
             )
         }
-        Some(Some(script)) => play(state, shutdown, script, model),
+        Some(Some(script)) => play(state, shutdown, script, model, mode),
     }
 }
 
@@ -537,14 +573,23 @@ impl Drop for PlayGuard {
     }
 }
 
-fn play(state: Arc<State>, shutdown: CancellationToken, script: Script, model: String) -> Response {
+fn play(
+    state: Arc<State>,
+    shutdown: CancellationToken,
+    script: Script,
+    model: String,
+    mode: Mode,
+) -> Response {
     if let Some(Step::HttpError { status, body }) = script.steps.first() {
         state.responses.fetch_add(1, Ordering::SeqCst);
         return error_response(*status, body.clone());
     }
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    let id = format!("chatcmpl-fake-{}", NEXT_ID.fetch_add(1, Ordering::SeqCst));
-    let actions = actions(&script, &id, &model);
+    let n = NEXT_ID.fetch_add(1, Ordering::SeqCst);
+    let actions = match mode {
+        Mode::OpenAi => actions(&script, &format!("chatcmpl-fake-{n}"), &model),
+        Mode::Anthropic => anthropic_actions(&script, &format!("msg_fake_{n}"), &model),
+    };
     let guard = PlayGuard {
         state,
         finished: false,
@@ -645,6 +690,14 @@ fn actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
             Step::Finish(reason) => finish = Some(reason.clone()),
             Step::Delay(delay) => out.push(Action::Sleep(*delay)),
             Step::RawData(data) => out.push(Action::Send(format!("data: {data}\n\n"))),
+            Step::StreamError {
+                message,
+                error_type,
+            } => {
+                let error =
+                    json!({"error": {"message": message, "type": error_type, "code": null}});
+                out.push(Action::Send(format!("data: {error}\n\n")));
+            }
             // Only honoured as the first step (see `play`).
             Step::HttpError { .. } => {}
             Step::Disconnect => {
@@ -676,6 +729,179 @@ fn actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
         out.push(Action::Send(format!("data: {last}\n\n")));
     }
     out.push(Action::Send("data: [DONE]\n\n".to_owned()));
+    out
+}
+
+/// The body of `script` in Anthropic Messages format.
+fn anthropic_actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
+    fn event(name: &str, data: Value) -> Action {
+        Action::Send(format!("event: {name}\ndata: {data}\n\n"))
+    }
+    /// The block being streamed: text and thinking blocks close as soon as
+    /// another block starts; tool blocks stay open until the end so that
+    /// argument pieces may be interleaved by index.
+    #[derive(PartialEq)]
+    enum Open {
+        Text(usize),
+        Thinking(usize),
+    }
+    let usage = script.steps.iter().rev().find_map(|s| match s {
+        Step::Usage {
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+            ..
+        } => Some((*prompt_tokens, *completion_tokens, *cached_tokens)),
+        _ => None,
+    });
+    let (input, output, cached) = usage.unwrap_or((0, 0, 0));
+    let mut start_usage = json!({"input_tokens": input - cached, "output_tokens": 1});
+    if cached > 0 {
+        start_usage["cache_read_input_tokens"] = json!(cached);
+    }
+    let mut message = json!({"id": id, "type": "message", "role": "assistant",
+        "model": model, "content": [], "stop_reason": null, "stop_sequence": null});
+    // Like the OpenAI mode, a script without usage reports none.
+    if usage.is_some() {
+        message["usage"] = start_usage;
+    }
+    let mut out = vec![event(
+        "message_start",
+        json!({"type": "message_start", "message": message}),
+    )];
+    let mut next_block = 0usize;
+    let mut open: Option<Open> = None;
+    let mut tools: Vec<(usize, usize)> = Vec::new(); // (script index, block index)
+    let mut finish = None;
+    let close = |open: &mut Option<Open>, out: &mut Vec<Action>| match open.take() {
+        Some(Open::Thinking(block)) => {
+            out.push(event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": block,
+                        "delta": {"type": "signature_delta", "signature": FAKE_THINKING_SIGNATURE}}),
+                ));
+            out.push(event(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": block}),
+            ));
+        }
+        Some(Open::Text(block)) => out.push(event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": block}),
+        )),
+        None => {}
+    };
+    for step in &script.steps {
+        match step {
+            Step::Text(text) => {
+                let block = match open {
+                    Some(Open::Text(block)) => block,
+                    _ => {
+                        close(&mut open, &mut out);
+                        let block = next_block;
+                        next_block += 1;
+                        out.push(event(
+                            "content_block_start",
+                            json!({"type": "content_block_start", "index": block,
+                                "content_block": {"type": "text", "text": ""}}),
+                        ));
+                        open = Some(Open::Text(block));
+                        block
+                    }
+                };
+                out.push(event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": block,
+                        "delta": {"type": "text_delta", "text": text}}),
+                ));
+            }
+            Step::Reasoning(text) => {
+                let block = match open {
+                    Some(Open::Thinking(block)) => block,
+                    _ => {
+                        close(&mut open, &mut out);
+                        let block = next_block;
+                        next_block += 1;
+                        out.push(event(
+                            "content_block_start",
+                            json!({"type": "content_block_start", "index": block,
+                                "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+                        ));
+                        open = Some(Open::Thinking(block));
+                        block
+                    }
+                };
+                out.push(event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": block,
+                        "delta": {"type": "thinking_delta", "thinking": text}}),
+                ));
+            }
+            Step::ToolCallStart { index, id, name } => {
+                close(&mut open, &mut out);
+                let block = next_block;
+                next_block += 1;
+                tools.push((*index, block));
+                out.push(event(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": block,
+                        "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+                ));
+            }
+            Step::ToolCallArgs { index, args } => {
+                if let Some((_, block)) = tools.iter().find(|(i, _)| i == index) {
+                    out.push(event(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": block,
+                            "delta": {"type": "input_json_delta", "partial_json": args}}),
+                    ));
+                }
+            }
+            Step::Usage { .. } => {}
+            Step::Finish(reason) => finish = Some(reason.clone()),
+            Step::Delay(delay) => out.push(Action::Sleep(*delay)),
+            Step::RawData(data) => out.push(Action::Send(format!("data: {data}\n\n"))),
+            Step::StreamError {
+                message,
+                error_type,
+            } => out.push(event(
+                "error",
+                json!({"type": "error", "error": {"details": null, "type": error_type, "message": message},
+                    "request_id": "req_fake"}),
+            )),
+            Step::HttpError { .. } => {}
+            Step::Disconnect => {
+                out.push(Action::Sleep(Duration::from_millis(20)));
+                out.push(Action::Disconnect);
+                return out;
+            }
+            Step::Hang => {
+                out.push(Action::Hang);
+                return out;
+            }
+        }
+    }
+    close(&mut open, &mut out);
+    for (_, block) in &tools {
+        out.push(event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": block}),
+        ));
+    }
+    let reason = match finish.as_deref() {
+        None if !tools.is_empty() => "tool_use".to_owned(),
+        None | Some("stop") => "end_turn".to_owned(),
+        Some("length") => "max_tokens".to_owned(),
+        Some("tool_calls") => "tool_use".to_owned(),
+        Some(other) => other.to_owned(),
+    };
+    let mut delta =
+        json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": null}});
+    if usage.is_some() {
+        delta["usage"] = json!({"output_tokens": output});
+    }
+    out.push(event("message_delta", delta));
+    out.push(event("message_stop", json!({"type": "message_stop"})));
     out
 }
 

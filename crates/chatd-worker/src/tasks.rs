@@ -267,7 +267,7 @@ pub(crate) fn partial_messages(parts: &[StreamPart]) -> Vec<NewMessage> {
     }
     let mut content = Vec::new();
     if !reasoning.is_empty() {
-        content.push(MessagePart::Reasoning { text: reasoning });
+        content.push(MessagePart::reasoning(reasoning));
     }
     if !text.is_empty() {
         content.push(MessagePart::Text { text });
@@ -682,9 +682,7 @@ async fn commit_response(
 ) -> TaskResult<()> {
     let mut content = Vec::new();
     if !response.reasoning.is_empty() {
-        content.push(MessagePart::Reasoning {
-            text: response.reasoning.clone(),
-        });
+        content.push(MessagePart::reasoning(response.reasoning.clone()));
     }
     if !response.text.is_empty() || response.tool_calls.is_empty() {
         content.push(MessagePart::Text {
@@ -806,9 +804,7 @@ mod tests {
         assert_eq!(
             messages[0].content,
             vec![
-                MessagePart::Reasoning {
-                    text: "think".into()
-                },
+                MessagePart::reasoning("think"),
                 MessagePart::Text {
                     text: "Hello".into()
                 },

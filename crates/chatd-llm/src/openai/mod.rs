@@ -14,14 +14,11 @@ use futures::StreamExt as _;
 use futures::future::BoxFuture;
 
 use crate::error::ProviderError;
-use crate::http::{HttpOptions, build_client, transport_error};
+use crate::http::{HttpOptions, build_client, read_error_body, transport_error};
 use crate::provider::{EventStream, Provider};
 use crate::request::ModelRequest;
 
 pub use wire::MaxTokensParam;
-
-/// Longest error body read from a non-2xx answer, in bytes.
-const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// A provider that speaks OpenAI Chat Completions.
 #[derive(Debug, Clone)]
@@ -126,30 +123,4 @@ impl Provider for OpenAiProvider {
     ) -> BoxFuture<'a, Result<EventStream, ProviderError>> {
         Box::pin(self.start(request))
     }
-}
-
-/// Reads at most [`MAX_ERROR_BODY_BYTES`] of an error answer's body (lossy
-/// UTF-8).
-async fn read_error_body(response: reqwest::Response, provider: &str) -> String {
-    let status = response.status().as_u16();
-    let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        match chunk {
-            Ok(chunk) => {
-                body.extend_from_slice(&chunk);
-                if body.len() >= MAX_ERROR_BODY_BYTES {
-                    body.truncate(MAX_ERROR_BODY_BYTES);
-                    break;
-                }
-            }
-            // The status decides the classification; a body cut short only
-            // loses detail.
-            Err(err) => {
-                tracing::debug!(provider, status, error = %err, "error body cut short");
-                break;
-            }
-        }
-    }
-    String::from_utf8_lossy(&body).into_owned()
 }

@@ -1,7 +1,9 @@
 //! The request body: [`ModelRequest`] projected onto OpenAI Chat Completions.
 //!
-//! Projection rules (API.md "Workers and replicas"; spec
-//! `durable-agent-loop.md` "Provider compatibility"):
+//! The history is first repaired by [`crate::projection::project`] with
+//! [`Rules::openai`] (every call answered exactly once right after it, no
+//! orphans or duplicates, acceptable ids and arguments); then (API.md
+//! "Workers and replicas"):
 //! - system and user text become string `content` (text parts joined with a
 //!   newline); file parts become a short text placeholder;
 //! - assistant text becomes `content`, tool-call parts become `tool_calls`
@@ -10,14 +12,14 @@
 //! - every tool-result part becomes its own `role: "tool"` message with the
 //!   `tool_call_id` and the result's JSON serialized as a string;
 //! - a message left with nothing to send is omitted.
-//!
-//! Repairing history for strict providers (orphan results, missing results,
-//! merged roles) is the worker's provider projection, not done here.
 
 use chatd_core::{ChatRole, MessagePart};
 use serde_json::{Map, Value, json};
 
+use crate::projection::{Rules, project};
 use crate::request::{ModelRequest, RequestMessage, ToolSpec};
+
+pub use crate::projection::file_placeholder;
 
 /// Which request field carries the output token limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -34,7 +36,8 @@ pub enum MaxTokensParam {
 pub fn request_body(request: &ModelRequest, max_tokens: MaxTokensParam) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), Value::String(request.model.clone()));
-    body.insert("messages".into(), Value::Array(messages(&request.messages)));
+    let projected = project(&request.messages, Rules::openai());
+    body.insert("messages".into(), Value::Array(messages(&projected)));
     body.insert("stream".into(), Value::Bool(true));
     body.insert("stream_options".into(), json!({ "include_usage": true }));
     if !request.tools.is_empty() {
@@ -65,7 +68,7 @@ pub fn request_body(request: &ModelRequest, max_tokens: MaxTokensParam) -> Value
     Value::Object(body)
 }
 
-/// The `messages` array for `history`.
+/// The `messages` array for `history` as it is (callers project it first).
 pub fn messages(history: &[RequestMessage]) -> Vec<Value> {
     let mut out = Vec::with_capacity(history.len());
     for message in history {
@@ -159,17 +162,6 @@ fn joined_text(parts: &[MessagePart]) -> String {
         .filter(|text| !text.is_empty())
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// The text that stands in for an attached file the adapter cannot send.
-pub fn file_placeholder(file_id: &str, media_type: &str, name: Option<&str>) -> String {
-    let name = name.unwrap_or("unnamed");
-    let media_type = if media_type.is_empty() {
-        "unknown type"
-    } else {
-        media_type
-    };
-    format!("[Attached file {name} ({media_type}), id {file_id}, not shown to the model]")
 }
 
 fn tool(spec: &ToolSpec) -> Value {

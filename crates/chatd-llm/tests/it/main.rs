@@ -2,8 +2,10 @@
 //! HTTP, re-chunking property tests, error classification, request building,
 //! and round trips against the testkit's fake LLM.
 
+mod anthropic;
 mod errors;
 mod fake_llm;
+mod projection;
 mod rechunk;
 mod request;
 mod support;

@@ -26,9 +26,7 @@ fn history() -> Vec<RequestMessage> {
         RequestMessage {
             role: ChatRole::Assistant,
             parts: vec![
-                MessagePart::Reasoning {
-                    text: "Two cities: two calls.".into(),
-                },
+                MessagePart::reasoning("Two cities: two calls."),
                 MessagePart::text("Checking both."),
                 MessagePart::ToolCall {
                     tool_call_id: "call_1".into(),
@@ -61,9 +59,7 @@ fn history() -> Vec<RequestMessage> {
         },
         RequestMessage {
             role: ChatRole::Assistant,
-            parts: vec![MessagePart::Reasoning {
-                text: "only reasoning: nothing to send".into(),
-            }],
+            parts: vec![MessagePart::reasoning("only reasoning: nothing to send")],
         },
         RequestMessage::text(ChatRole::User, "Thanks!"),
     ]

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use chatd_llm::openai::stream::decode;
 use chatd_llm::{
-    ModelRequest, OpenAiProvider, Provider as _, ProviderError, RequestMessage, StreamEvent,
+    AnthropicProvider, ModelRequest, OpenAiProvider, Provider, ProviderError, RequestMessage,
+    StreamEvent,
 };
 use futures::StreamExt as _;
 use serde_json::Value;
@@ -62,10 +63,19 @@ pub fn hello_request() -> ModelRequest {
 /// Every item of a decoded stream, errors included.
 pub type Items = Vec<Result<StreamEvent, ProviderError>>;
 
-/// Decodes `pieces` (the body as split by the network) without HTTP.
+/// Decodes `pieces` (the body as split by the network) without HTTP, as
+/// an OpenAI Chat Completions stream.
 pub fn decode_pieces(pieces: Vec<Vec<u8>>) -> Items {
     let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, ProviderError>));
     futures::executor::block_on(decode(stream, "test".into()).collect())
+}
+
+/// Decodes `pieces` without HTTP, as an Anthropic Messages stream.
+pub fn decode_anthropic_pieces(pieces: Vec<Vec<u8>>) -> Items {
+    let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, ProviderError>));
+    futures::executor::block_on(
+        chatd_llm::anthropic::stream::decode(stream, "test".into()).collect(),
+    )
 }
 
 /// A recorded response to replay: the raw status line and headers, and the
@@ -166,6 +176,11 @@ impl ReplayServer {
     pub fn provider(&self) -> OpenAiProvider {
         OpenAiProvider::new(&self.base_url, Some("sk-test".into()), "replay").unwrap()
     }
+
+    /// An Anthropic provider pointed at this server.
+    pub fn anthropic(&self) -> AnthropicProvider {
+        AnthropicProvider::new(&self.base_url, Some("sk-ant-test".into()), "replay").unwrap()
+    }
 }
 
 async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
@@ -226,10 +241,7 @@ async fn write_reply(socket: &mut tokio::net::TcpStream, reply: &Reply) -> std::
 
 /// Streams `request` through `provider` and returns every item, or the
 /// error the request itself failed with.
-pub async fn run(
-    provider: &OpenAiProvider,
-    request: &ModelRequest,
-) -> Result<Items, ProviderError> {
+pub async fn run(provider: &dyn Provider, request: &ModelRequest) -> Result<Items, ProviderError> {
     let stream = provider.stream(request).await?;
     Ok(stream.collect().await)
 }

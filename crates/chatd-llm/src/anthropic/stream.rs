@@ -1,0 +1,469 @@
+//! Decoding an Anthropic Messages SSE response into [`StreamEvent`]s.
+//!
+//! Bytes are split into events by `eventsource-stream` (UTF-8 and `\r\n`
+//! split across reads are reassembled, so the events do not depend on the
+//! chunking; a property test re-chunks every transcript). Each `data:`
+//! payload is parsed as JSON and dispatched on its `type` (Anthropic's
+//! `event:` name always equals it; the name is used only when `type` is
+//! missing). Leniently:
+//! - unknown event types, unknown block types (`redacted_thinking`,
+//!   server tools, ...), unknown delta types (`citations_delta`) and unknown
+//!   fields are ignored; `ping` is ignored;
+//! - content blocks are keyed by `index`; a tool call's index is its block's
+//!   index. `input_json_delta` pieces are passed through unparsed (the first
+//!   is often `""`, which yields nothing); a `tool_use` block whose start
+//!   already carries a non-empty `input` and that gets no delta sends that
+//!   input as its arguments;
+//! - `thinking_delta`s are reasoning; the block's `signature_delta` is kept
+//!   byte-exact and emitted as [`StreamEvent::ReasoningSignature`] when the
+//!   block stops;
+//! - usage: `message_start` carries the input side (`input_tokens` is the
+//!   uncached part; `cache_read_input_tokens` and
+//!   `cache_creation_input_tokens` are separate) and a first `output_tokens`;
+//!   every `message_delta` usage is cumulative and replaces what it repeats.
+//!   A stream without any usage yields no usage, not zero usage;
+//! - an `error` event ends the stream with a classified error
+//!   ([`ProviderError::from_error_body`]: `overloaded_error` is a retryable
+//!   `overloaded`), whatever came before.
+//!
+//! The stream ends at `message_stop`. A `tool_use` block that never got its
+//! `content_block_stop` (the response hit `max_tokens` inside the JSON) gets
+//! no [`StreamEvent::ToolCallEnd`]: it is incomplete and must not run.
+//!
+//! End-of-input policy: an unterminated last event is discarded, as the SSE
+//! rules say. Without `message_stop`, the response counts as complete only if
+//! a `message_delta` with a `stop_reason` arrived (the official SDK fixtures
+//! end in an unterminated `message_stop`); otherwise it is a retryable
+//! `generic` error (a dropped connection).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use futures::{Stream, StreamExt as _};
+use serde_json::Value;
+
+use crate::error::{ErrorKind, ProviderError};
+use crate::event::{FinishReason, StreamEvent, Usage};
+use crate::provider::EventStream;
+
+/// Longest `data` payload quoted in an error's `detail`, in bytes.
+const MAX_QUOTED_PAYLOAD: usize = 1024;
+
+/// Decodes the body of a streaming Messages response.
+///
+/// `bytes` is the body as it arrives, with transport errors already
+/// classified; `provider` names the provider in errors. The result follows
+/// the crate's stream invariants: it ends after `Finish` or after one `Err`.
+pub fn decode<S, B>(bytes: S, provider: String) -> EventStream
+where
+    S: Stream<Item = Result<B, ProviderError>> + Send + 'static,
+    B: AsRef<[u8]> + Send + 'static,
+{
+    let state = DecodeState {
+        events: Box::pin(eventsource_stream::EventStream::new(bytes)),
+        decoder: Decoder::new(provider),
+        pending: VecDeque::new(),
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(item) = state.pending.pop_front() {
+                return Some((item, state));
+            }
+            if state.decoder.done {
+                return None;
+            }
+            let outcome = match state.events.next().await {
+                Some(Ok(event)) => state.decoder.on_event(&event.event, &event.data),
+                Some(Err(err)) => Err(state.decoder.sse_error(err)),
+                None => state.decoder.on_end_of_input(),
+            };
+            match outcome {
+                Ok(events) => state.pending.extend(events.into_iter().map(Ok)),
+                Err(err) => {
+                    state.decoder.done = true;
+                    state.pending.push_back(Err(err));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+type SseEvents<S> = std::pin::Pin<Box<eventsource_stream::EventStream<S>>>;
+
+struct DecodeState<S> {
+    events: SseEvents<S>,
+    decoder: Decoder,
+    pending: VecDeque<Result<StreamEvent, ProviderError>>,
+}
+
+/// The parsing state of one response.
+#[derive(Debug)]
+struct Decoder {
+    provider: String,
+    message_id: Option<String>,
+    blocks: BTreeMap<usize, Block>,
+    usage: WireUsage,
+    stop_reason: Option<String>,
+    saw_event: bool,
+    done: bool,
+}
+
+#[derive(Debug)]
+enum Block {
+    Text,
+    Thinking {
+        signature: String,
+    },
+    ToolUse {
+        /// `input` of the start event when it was a non-empty object.
+        start_input: Option<String>,
+        got_delta: bool,
+        ended: bool,
+    },
+    /// A block type this crate does not interpret.
+    Other,
+}
+
+/// Usage counts as reported so far; `None` fields were never reported.
+#[derive(Debug, Default, Clone, Copy)]
+struct WireUsage {
+    input: Option<i64>,
+    output: Option<i64>,
+    cache_read: Option<i64>,
+    cache_creation: Option<i64>,
+}
+
+impl WireUsage {
+    fn update(&mut self, usage: &Value) {
+        let get = |key: &str| usage.get(key).and_then(Value::as_i64);
+        if let Some(n) = get("input_tokens") {
+            self.input = Some(n);
+        }
+        if let Some(n) = get("output_tokens") {
+            self.output = Some(n);
+        }
+        if let Some(n) = get("cache_read_input_tokens") {
+            self.cache_read = Some(n);
+        }
+        if let Some(n) = get("cache_creation_input_tokens") {
+            self.cache_creation = Some(n);
+        }
+    }
+
+    fn into_usage(self) -> Option<Usage> {
+        if self.input.is_none() && self.output.is_none() {
+            return None;
+        }
+        let input = self.input.unwrap_or(0);
+        let output = self.output.unwrap_or(0);
+        let cache_read = self.cache_read.unwrap_or(0);
+        let cache_creation = self.cache_creation.unwrap_or(0);
+        Some(Usage {
+            input_tokens: input,
+            output_tokens: output,
+            reasoning_tokens: 0,
+            cache_read_tokens: cache_read,
+            cache_creation_tokens: cache_creation,
+            total_tokens: input + cache_read + cache_creation + output,
+        })
+    }
+}
+
+impl Decoder {
+    fn new(provider: String) -> Self {
+        Decoder {
+            provider,
+            message_id: None,
+            blocks: BTreeMap::new(),
+            usage: WireUsage::default(),
+            stop_reason: None,
+            saw_event: false,
+            done: false,
+        }
+    }
+
+    fn on_event(&mut self, name: &str, data: &str) -> Result<Vec<StreamEvent>, ProviderError> {
+        self.saw_event = true;
+        if data.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let value: Value = match serde_json::from_str(data) {
+            Ok(value) => value,
+            Err(_) if name == "error" => {
+                return Err(ProviderError::from_error_body(
+                    &Value::String(data.to_owned()),
+                    &self.provider,
+                ));
+            }
+            Err(err) => return Err(self.invalid_payload(data, &err)),
+        };
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(name)
+            .to_owned();
+        let mut out = Vec::new();
+        match kind.as_str() {
+            "message_start" => {
+                let message = value.get("message").unwrap_or(&Value::Null);
+                if let Some(id) = message.get("id").and_then(Value::as_str) {
+                    self.message_id = Some(id.to_owned());
+                }
+                if let Some(usage) = message.get("usage") {
+                    self.usage.update(usage);
+                }
+            }
+            "content_block_start" => {
+                let index = self.index(&value, data)?;
+                let block = value.get("content_block").unwrap_or(&Value::Null);
+                self.on_block_start(index, block, &mut out)?;
+            }
+            "content_block_delta" => {
+                let index = self.index(&value, data)?;
+                let delta = value.get("delta").unwrap_or(&Value::Null);
+                self.on_block_delta(index, delta, &mut out);
+            }
+            "content_block_stop" => {
+                let index = self.index(&value, data)?;
+                self.on_block_stop(index, &mut out);
+            }
+            "message_delta" => {
+                if let Some(reason) = value
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                    .filter(|r| !r.is_empty())
+                {
+                    self.stop_reason = Some(reason.to_owned());
+                }
+                if let Some(usage) = value.get("usage") {
+                    self.usage.update(usage);
+                }
+            }
+            "message_stop" => return Ok(self.finish_response()),
+            "error" => {
+                return Err(ProviderError::from_error_body(&value, &self.provider));
+            }
+            // `ping` and event types newer than this crate.
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    fn index(&self, value: &Value, data: &str) -> Result<usize, ProviderError> {
+        value
+            .get("index")
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok())
+            .ok_or_else(|| {
+                ProviderError::new(
+                    ErrorKind::Generic,
+                    "the provider sent a content block event without an index",
+                    &self.provider,
+                )
+                .with_detail(quote(data))
+            })
+    }
+
+    fn on_block_start(
+        &mut self,
+        index: usize,
+        block: &Value,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), ProviderError> {
+        if self.blocks.contains_key(&index) {
+            // A repeated start changes nothing.
+            return Ok(());
+        }
+        let text_field = |key: &str| {
+            block
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+        };
+        let state = match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(text) = text_field("text") {
+                    out.push(StreamEvent::TextDelta(text));
+                }
+                Block::Text
+            }
+            Some("thinking") => {
+                if let Some(text) = text_field("thinking") {
+                    out.push(StreamEvent::ReasoningDelta(text));
+                }
+                Block::Thinking {
+                    signature: text_field("signature").unwrap_or_default(),
+                }
+            }
+            Some("tool_use") => {
+                let Some(name) = text_field("name") else {
+                    return Err(ProviderError::new(
+                        ErrorKind::Generic,
+                        format!("the provider sent tool call {index} without a name"),
+                        &self.provider,
+                    ));
+                };
+                let id = text_field("id").unwrap_or_else(|| match &self.message_id {
+                    Some(message) => format!("toolu_{message}_{index}"),
+                    None => format!("toolu_{}_{index}", uuid::Uuid::new_v4().simple()),
+                });
+                out.push(StreamEvent::ToolCallStart { index, id, name });
+                let start_input = block
+                    .get("input")
+                    .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
+                    .map(Value::to_string);
+                Block::ToolUse {
+                    start_input,
+                    got_delta: false,
+                    ended: false,
+                }
+            }
+            _ => Block::Other,
+        };
+        self.blocks.insert(index, state);
+        Ok(())
+    }
+
+    fn on_block_delta(&mut self, index: usize, delta: &Value, out: &mut Vec<StreamEvent>) {
+        let field = |key: &str| {
+            delta
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+        };
+        let block = self.blocks.get_mut(&index);
+        match delta.get("type").and_then(Value::as_str) {
+            Some("text_delta") => {
+                if let Some(text) = field("text") {
+                    out.push(StreamEvent::TextDelta(text));
+                }
+            }
+            Some("thinking_delta") => {
+                if let Some(text) = field("thinking") {
+                    out.push(StreamEvent::ReasoningDelta(text));
+                }
+            }
+            Some("signature_delta") => {
+                if let (Some(Block::Thinking { signature }), Some(piece)) =
+                    (block, field("signature"))
+                {
+                    signature.push_str(&piece);
+                }
+            }
+            Some("input_json_delta") => {
+                if let Some(Block::ToolUse {
+                    got_delta,
+                    ended: false,
+                    ..
+                }) = block
+                    && let Some(piece) = field("partial_json")
+                {
+                    *got_delta = true;
+                    out.push(StreamEvent::ToolCallDelta {
+                        index,
+                        args_delta: piece,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_block_stop(&mut self, index: usize, out: &mut Vec<StreamEvent>) {
+        match self.blocks.get_mut(&index) {
+            Some(Block::Thinking { signature }) if !signature.is_empty() => {
+                out.push(StreamEvent::ReasoningSignature(std::mem::take(signature)));
+            }
+            Some(Block::ToolUse {
+                start_input,
+                got_delta,
+                ended,
+            }) if !*ended => {
+                if !*got_delta && let Some(input) = start_input.take() {
+                    out.push(StreamEvent::ToolCallDelta {
+                        index,
+                        args_delta: input,
+                    });
+                }
+                *ended = true;
+                out.push(StreamEvent::ToolCallEnd { index });
+            }
+            _ => {}
+        }
+    }
+
+    /// The events that close a complete response: usage and finish reason.
+    /// Tool calls without a stop stay unended: they were cut off.
+    fn finish_response(&mut self) -> Vec<StreamEvent> {
+        self.done = true;
+        let mut out = Vec::new();
+        if let Some(usage) = self.usage.into_usage() {
+            out.push(StreamEvent::Usage(usage));
+        }
+        let reason = match &self.stop_reason {
+            Some(reason) => FinishReason::from_anthropic(reason),
+            None if self
+                .blocks
+                .values()
+                .any(|b| matches!(b, Block::ToolUse { ended: true, .. })) =>
+            {
+                FinishReason::ToolCalls
+            }
+            None => FinishReason::Stop,
+        };
+        out.push(StreamEvent::Finish { reason });
+        out
+    }
+
+    fn on_end_of_input(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {
+        if self.stop_reason.is_some() {
+            return Ok(self.finish_response());
+        }
+        let message = if self.saw_event {
+            "the stream ended before the response was complete"
+        } else {
+            "the provider closed the stream without sending anything"
+        };
+        Err(ProviderError::new(
+            ErrorKind::Generic,
+            message,
+            &self.provider,
+        ))
+    }
+
+    fn sse_error(&self, err: eventsource_stream::EventStreamError<ProviderError>) -> ProviderError {
+        match err {
+            eventsource_stream::EventStreamError::Transport(err) => err,
+            other => ProviderError::new(
+                ErrorKind::Generic,
+                "the provider sent a malformed event stream",
+                &self.provider,
+            )
+            .with_detail(other.to_string()),
+        }
+    }
+
+    fn invalid_payload(&self, data: &str, err: &serde_json::Error) -> ProviderError {
+        ProviderError::new(
+            ErrorKind::Generic,
+            format!("the provider sent an invalid stream event: {err}"),
+            &self.provider,
+        )
+        .with_detail(quote(data))
+    }
+}
+
+fn quote(data: &str) -> String {
+    let mut quoted = data.to_owned();
+    if quoted.len() > MAX_QUOTED_PAYLOAD {
+        let mut end = MAX_QUOTED_PAYLOAD;
+        while !quoted.is_char_boundary(end) {
+            end -= 1;
+        }
+        quoted.truncate(end);
+    }
+    quoted
+}
