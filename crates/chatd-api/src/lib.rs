@@ -1,14 +1,16 @@
 //! HTTP API of chatd (`../shared/API.md`; behaviour per
 //! `spec/chatd-architecture.md` "HTTP endpoints" and "Core state machine").
 //!
-//! [`router`] serves every route of API.md except the three streaming ones
-//! (`/stream`, `/events`, `/stream/parts`):
+//! [`router`] serves every route of API.md:
 //! - `/healthz`, `/readyz`, `/metrics`, `/api/v2/openapi.json`
 //!   (unauthenticated; [`health`], [`openapi`]);
 //! - users, tokens and replicas ([`users`], [`auth`]);
 //! - chats, messages, queue and actions ([`chats`], [`messages`]), under
 //!   `/api/v2/chats` and, unchanged, `/api/experimental/chats`;
-//! - providers, model configs and MCP servers ([`admin`]).
+//! - providers, model configs and MCP servers ([`admin`]);
+//! - the live stream: `/stream` (WebSocket), `/events` (SSE) and the
+//!   replica-to-replica `/stream/parts` ([`stream`]), once the state has its
+//!   [`StreamDeps`] ([`AppState::with_stream`]).
 //!
 //! Every execution-state change goes through `chatd_store`'s
 //! `ChatMachine`; errors become the API.md error body through one type,
@@ -31,6 +33,7 @@ pub mod messages;
 pub mod objects;
 pub mod openapi;
 pub mod queries;
+pub mod stream;
 pub mod users;
 pub mod validate;
 
@@ -41,8 +44,9 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 pub use auth::{bootstrap_admin, create_token};
-pub use error::{ApiError, ErrorBody, Validation};
+pub use error::{ApiError, ApiResult, ErrorBody, Validation};
 pub use health::install_metrics_recorder;
+pub use stream::{StreamConfig, StreamDeps};
 
 /// Tunables of the HTTP API.
 #[derive(Debug, Clone)]
@@ -53,8 +57,9 @@ pub struct ApiOptions {
     /// Maximum request body in bytes (default 1 MiB); larger bodies answer
     /// `413`.
     pub body_limit_bytes: usize,
-    /// The cluster's shared relay secret, for the parts relay (not used by
-    /// the routes of this crate yet).
+    /// The cluster's shared relay secret: the parts endpoint accepts only
+    /// `Authorization: Bearer <relay secret>`, and the relay forwarder sends
+    /// it. `None`: the parts endpoint answers `401` to everyone.
     pub relay_secret: Option<String>,
 }
 
@@ -78,6 +83,7 @@ struct Inner {
     store: chatd_store::Store,
     options: ApiOptions,
     metrics: PrometheusHandle,
+    streams: Option<stream::StreamService>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -98,8 +104,40 @@ impl AppState {
                 store,
                 options,
                 metrics: install_metrics_recorder(),
+                streams: None,
             }),
         }
+    }
+
+    /// The same state with live streaming enabled: the `/stream`, `/events`
+    /// and `/stream/parts` routes answer instead of `503`. Starts this
+    /// replica's sync poller (it stops on `deps.shutdown`); must be called
+    /// inside a tokio runtime.
+    #[must_use]
+    pub fn with_stream(self, deps: StreamDeps) -> Self {
+        let streams = stream::StreamService::start(
+            self.inner.store.clone(),
+            self.inner.options.relay_secret.clone(),
+            deps,
+        );
+        Self {
+            inner: Arc::new(Inner {
+                store: self.inner.store.clone(),
+                options: self.inner.options.clone(),
+                metrics: self.inner.metrics.clone(),
+                streams: Some(streams),
+            }),
+        }
+    }
+
+    /// The live-stream service.
+    ///
+    /// # Errors
+    /// `503` when the state was built without [`AppState::with_stream`].
+    pub fn stream_service(&self) -> ApiResult<&stream::StreamService> {
+        self.inner.streams.as_ref().ok_or_else(|| {
+            ApiError::unavailable("Live streaming is not configured on this server.")
+        })
     }
 
     /// The store.
@@ -177,6 +215,9 @@ fn chat_routes() -> Router<AppState> {
             post(messages::reconcile_invalid),
         )
         .route("/{chat}/compact", post(messages::compact))
+        .route("/{chat}/stream", get(stream::stream_ws))
+        .route("/{chat}/events", get(stream::stream_sse))
+        .route("/{chat}/stream/parts", get(stream::parts::parts_endpoint))
 }
 
 /// The whole HTTP API (see the crate doc). Every route records request

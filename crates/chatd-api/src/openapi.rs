@@ -102,6 +102,9 @@ Every non-2xx response has the body ErrorBody.",
         crate::messages::submit_tool_results,
         crate::messages::reconcile_invalid,
         crate::messages::compact,
+        crate::stream::stream_ws,
+        crate::stream::stream_sse,
+        crate::stream::parts::parts_endpoint,
         crate::admin::list_models,
         crate::admin::list_providers,
         crate::admin::create_provider,
@@ -126,12 +129,21 @@ Every non-2xx response has the body ErrorBody.",
         crate::objects::ChatInputPart,
         crate::objects::DynamicTool,
         crate::objects::Usage,
+        crate::stream::event::ChatStreamEvent,
+        crate::stream::event::StreamPayload,
+        crate::stream::event::MessagePartPayload,
+        crate::stream::event::StatusPayload,
+        crate::stream::event::ActionRequired,
+        crate::stream::event::PendingToolCall,
+        crate::stream::event::RetryPayload,
+        crate::stream::event::EpisodeSelection,
     )),
     modifiers(&SecurityAddon, &ExperimentalMount),
     security(("bearer" = [])),
     tags(
         (name = "chats", description = "Chats (also under /api/experimental/chats)"),
         (name = "messages", description = "Messages, queue and actions of one chat"),
+        (name = "stream", description = "Live stream of a chat: WebSocket, Server-Sent Events, and the replica-to-replica parts relay"),
         (name = "admin", description = "Providers, model configs and MCP servers"),
         (name = "users", description = "Users, tokens and replicas"),
         (name = "health", description = "Health, readiness, metrics and this document"),
@@ -152,6 +164,17 @@ impl Modify for SecurityAddon {
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
                         "An API token (`chatd_...`): `Authorization: Bearer <token>`",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "relay_secret",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The cluster's shared relay secret (replica to replica only): `Authorization: Bearer <relay secret>`",
                     ))
                     .build(),
             ),

@@ -235,6 +235,35 @@ pub async fn visible_messages_since_boundary(
     .await
 }
 
+/// Rows of the chat changed after history version `since` (`revision >
+/// since`), soft-deleted and model-only ones included, in id order (stream
+/// loop message synchronisation).
+pub async fn messages_changed_since(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    since: i64,
+) -> sqlx::Result<Vec<ChatMessage>> {
+    sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 AND revision > $2 ORDER BY id")
+        .bind(chat_id)
+        .bind(since)
+        .fetch_all(conn)
+        .await
+}
+
+/// Every current client-visible message of the chat (not soft-deleted, not
+/// model-only), in id order (the stream loop's full refresh).
+pub async fn current_messages(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Vec<ChatMessage>> {
+    sqlx::query_as(
+        "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id",
+    )
+    .bind(chat_id)
+    .fetch_all(conn)
+    .await
+}
+
 // ---------------------------------------------------------------- send receipts
 
 /// The stored `(request hash, response)` of an earlier send with `key`.
@@ -307,6 +336,61 @@ pub(crate) async fn list_replicas(pool: &PgPool) -> sqlx::Result<Vec<Replica>> {
     )
     .fetch_all(pool)
     .await
+}
+
+/// The advertised URL of replica `id` (the parts endpoint's host), if it is
+/// registered.
+pub async fn replica_url(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT advertise_url FROM replicas WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
+// ---------------------------------------------------------------- sync poller
+
+#[derive(sqlx::FromRow)]
+struct VersionsRow {
+    id: Uuid,
+    snapshot_version: i64,
+    history_version: i64,
+    queue_version: i64,
+    retry_state_version: i64,
+    generation_attempt: i64,
+    status: String,
+    worker_id: Option<Uuid>,
+}
+
+/// The version columns of every chat among `ids` that exists, in one query
+/// (spec "Sync poller" → "Polling", verbatim). Rows with an unknown status
+/// are skipped.
+pub async fn chat_versions(
+    pool: &PgPool,
+    ids: &[Uuid],
+) -> sqlx::Result<Vec<crate::stream::ChatVersions>> {
+    let rows: Vec<VersionsRow> = sqlx::query_as(
+        "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
+         FROM chats
+         WHERE id = ANY($1::uuid[])",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(crate::stream::ChatVersions {
+                id: r.id,
+                snapshot_version: r.snapshot_version,
+                history_version: r.history_version,
+                queue_version: r.queue_version,
+                retry_state_version: r.retry_state_version,
+                generation_attempt: r.generation_attempt,
+                status: r.status.parse().ok()?,
+                worker_id: r.worker_id,
+            })
+        })
+        .collect())
 }
 
 // ---------------------------------------------------------------- providers

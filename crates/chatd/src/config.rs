@@ -4,7 +4,8 @@
 //!
 //! Durations accept humantime syntax: `500ms`, `2s`, `5m`, `1h 30m`.
 //! The worker flags configure the chat worker `chatd serve` runs; the stream
-//! flag (`--sync-poll-interval`) is accepted for the live-stream loop.
+//! flags (`--sync-poll-interval`, the hidden `--no-listen-notify`) configure
+//! the live-stream loops.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -124,10 +125,16 @@ pub struct ServeArgs {
     #[arg(long, env = "CHATD_ACQUISITION_INTERVAL", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub acquisition_interval: Duration,
 
-    /// Stream: how often a watched chat is re-read without a notification
-    /// (reserved for the live-stream loop; not used yet).
+    /// Stream: how often the sync poller re-reads every watched chat, so
+    /// streams converge even when notifications are lost.
     #[arg(long, env = "CHATD_SYNC_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub sync_poll_interval: Duration,
+
+    /// Testing aid: this replica's stream loops ignore LISTEN/NOTIFY and
+    /// converge through the sync poller alone (the worker still uses
+    /// notifications).
+    #[arg(long, env = "CHATD_NO_LISTEN_NOTIFY", hide = true)]
+    pub no_listen_notify: bool,
 
     /// Worker: retries of a failed provider request before the chat errors.
     #[arg(
@@ -179,7 +186,7 @@ impl ServeArgs {
 }
 
 /// Settings of the worker and the stream loop (DESIGN.md, "Defaults from the
-/// spec"). `sync_poll_interval` is read by the live-stream loop once it lands.
+/// spec").
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// Whether this replica acquires chats (`--no-worker` turns it off).
@@ -190,8 +197,7 @@ pub struct WorkerConfig {
     pub heartbeat_interval: Duration,
     /// Heartbeat age after which a chat's lease is stale.
     pub lease_stale_after: Duration,
-    /// Stream sync poller period (read by the live-stream loop once it lands).
-    #[allow(dead_code)]
+    /// Stream sync poller period.
     pub sync_poll_interval: Duration,
     /// Provider retries before a chat errors.
     pub max_generation_retries: u32,

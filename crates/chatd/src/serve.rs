@@ -5,11 +5,13 @@
 //! migrator holds an advisory lock, so replicas starting together are
 //! safe); bootstrap the admin token from `CHATD_BOOTSTRAP_ADMIN_TOKEN`;
 //! apply the `--config` file; settle the relay secret; connect the
-//! LISTEN/NOTIFY pubsub; bind the listener; register this replica; log
+//! LISTEN/NOTIFY pubsub; bind the listener; register this replica (its id is
+//! the worker id and the stream's replica id); build the API with live
+//! streaming over the part buffer the worker writes; log
 //! `listening on http://ADDR` exactly once; serve.
 //!
-//! Shutdown on SIGTERM or SIGINT (or a failure after startup): stop
-//! accepting, let in-flight requests finish within `--shutdown-grace`, stop
+//! Shutdown on SIGTERM or SIGINT (or a failure after startup): close the
+//! live streams (clients reconnect elsewhere), stop accepting, let in-flight requests finish within `--shutdown-grace`, stop
 //! the heartbeat, delete this replica's row, close the pubsub and the pool,
 //! stop the embedded PostgreSQL. The process then exits with status 0. A
 //! signal during startup unwinds the steps taken so far the same way.
@@ -71,6 +73,7 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
     }
     let started = start(args, database).await?;
     if signals.shutdown.is_cancelled() {
+        started.streams_shutdown.cancel();
         started.replica.deregister(&database.pool).await.ok();
         started.pubsub.close().await;
         return Ok(());
@@ -82,6 +85,7 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
         replica,
         store,
         parts,
+        streams_shutdown,
     } = started;
     let pool = &database.pool;
     let settings = args.worker_config();
@@ -134,6 +138,8 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
     let served = tokio::select! {
         biased;
         () = signals.shutdown.cancelled() => {
+            // Streams end at once: their clients reconnect to another replica.
+            streams_shutdown.cancel();
             // Hand the chats over first: abandoning publishes chat:ownership so
             // another replica resumes them at once, while requests drain.
             if let Some(worker) = worker.take() {
@@ -164,6 +170,7 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
         }
     };
 
+    streams_shutdown.cancel();
     if let Some(worker) = worker.take() {
         worker.shutdown().await;
     }
@@ -184,6 +191,9 @@ struct Started {
     replica: Replica,
     store: Store,
     parts: chatd_worker::PartBuffer,
+    /// Cancelled at shutdown: closes every live stream and stops the sync
+    /// poller.
+    streams_shutdown: CancellationToken,
 }
 
 async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started> {
@@ -232,15 +242,6 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         },
     );
     let parts = chatd_worker::PartBuffer::new(CancellationToken::new());
-    let state = chatd_api::AppState::new(
-        store.clone(),
-        chatd_api::ApiOptions {
-            max_queued_messages: args.max_queued_messages,
-            relay_secret: Some(relay_secret),
-            ..chatd_api::ApiOptions::default()
-        },
-    );
-    let router = chatd_api::router(state);
 
     let listener = match TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
@@ -259,6 +260,33 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         }
     };
     tracing::info!(replica_id = %replica.id, advertise_url = %replica.advertise_url, "replica registered");
+
+    let streams_shutdown = CancellationToken::new();
+    if args.no_listen_notify {
+        tracing::info!("--no-listen-notify: live streams converge through the sync poller only");
+    }
+    let state = chatd_api::AppState::new(
+        store.clone(),
+        chatd_api::ApiOptions {
+            max_queued_messages: args.max_queued_messages,
+            relay_secret: Some(relay_secret),
+            ..chatd_api::ApiOptions::default()
+        },
+    )
+    .with_stream(chatd_api::StreamDeps {
+        // The same buffer the worker writes: chats this replica owns are
+        // relayed from memory.
+        parts: parts.clone(),
+        replica_id: replica.id,
+        pubsub: (!args.no_listen_notify)
+            .then(|| Arc::new(pubsub.clone()) as Arc<dyn chatd_pubsub::Pubsub>),
+        config: chatd_api::StreamConfig {
+            sync_poll_interval: args.worker_config().sync_poll_interval,
+            ..chatd_api::StreamConfig::default()
+        },
+        shutdown: streams_shutdown.clone(),
+    });
+    let router = chatd_api::router(state);
     Ok(Started {
         listener,
         router,
@@ -266,6 +294,7 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         replica,
         store,
         parts,
+        streams_shutdown,
     })
 }
 

@@ -1,0 +1,109 @@
+//! The database side of one `Sync` (spec "Sync operation": "all database
+//! reads for that Sync must happen in the same read transaction").
+//!
+//! [`fetch`] opens one `REPEATABLE READ, READ ONLY` transaction
+//! ([`chatd_store::ChatMachine::snapshot`]), reads the chat row, asks the
+//! pure state what else to read ([`StreamState::reads`]), and reads it in
+//! the same transaction: changed messages (and, when they force a full
+//! refresh, every current message), the queue, and the pending tool calls.
+
+use chatd_core::{MessagePart, StateError, outstanding_tool_calls};
+use chatd_store::{Store, StoreError};
+
+use super::event::PendingToolCall;
+use super::state::{DbState, MessageRows, StreamState};
+use crate::queries;
+
+/// Why a fetch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The chat no longer exists (it was deleted).
+    #[error("the chat was deleted")]
+    ChatGone,
+    /// A database error (retried by the caller).
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// Any other store error.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for FetchError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::State(StateError::ChatNotFound) => FetchError::ChatGone,
+            StoreError::Database(db) => FetchError::Database(db),
+            other => FetchError::Store(other),
+        }
+    }
+}
+
+/// Reads what `state` needs for the chat's current row; `None` when the row
+/// is not newer than the local state (a no-op `Sync`).
+///
+/// # Errors
+/// [`FetchError::ChatGone`] when the chat was deleted; database errors.
+pub async fn fetch(store: &Store, state: &StreamState) -> Result<Option<DbState>, FetchError> {
+    let chat_id = state.chat_id();
+    let mut snapshot = store.machine(chat_id).snapshot().await?;
+    let chat = snapshot.chat.clone();
+    let Some(reads) = state.reads(&chat) else {
+        snapshot.finish().await?;
+        return Ok(None);
+    };
+    let messages = match reads.messages_since {
+        None => None,
+        Some(since) => {
+            let changed = queries::messages_changed_since(snapshot.conn(), chat_id, since).await?;
+            Some(if state.needs_history_reset(&changed) {
+                MessageRows::Reset(queries::current_messages(snapshot.conn(), chat_id).await?)
+            } else {
+                MessageRows::Changed(changed)
+            })
+        }
+    };
+    let queue = if reads.queue {
+        Some(chatd_store::queries::queue(snapshot.conn(), chat_id).await?)
+    } else {
+        None
+    };
+    let pending_tool_calls = if reads.pending_tool_calls {
+        let tail = chatd_store::queries::tail_contents(snapshot.conn(), chat_id).await?;
+        Some(pending_tool_calls(&tail))
+    } else {
+        None
+    };
+    snapshot.finish().await?;
+    Ok(Some(DbState {
+        chat,
+        messages,
+        queue,
+        pending_tool_calls,
+    }))
+}
+
+/// The tool calls of `tail` (active messages from the latest user message
+/// on, in id order) without a result, with their arguments, in call order.
+pub fn pending_tool_calls(tail: &[Vec<MessagePart>]) -> Vec<PendingToolCall> {
+    let outstanding = outstanding_tool_calls(tail.iter().map(Vec::as_slice));
+    outstanding
+        .into_iter()
+        .map(|call| {
+            let args = tail
+                .iter()
+                .flatten()
+                .find_map(|part| match part {
+                    MessagePart::ToolCall {
+                        tool_call_id, args, ..
+                    } if *tool_call_id == call.tool_call_id => Some(args.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            PendingToolCall {
+                tool_call_id: call.tool_call_id,
+                tool_name: call.tool_name,
+                args,
+            }
+        })
+        .collect()
+}

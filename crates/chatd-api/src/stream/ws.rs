@@ -1,0 +1,122 @@
+//! The WebSocket transport of the stream loop (API.md "Stream
+//! (WebSocket)").
+//!
+//! Three parts run per connection: the loop, which pushes events into a
+//! bounded queue; the writer, which sends them as text frames (JSON arrays of
+//! at most 256 events, everything that is ready batched into one frame) and
+//! pings every `ping_interval`; the reader, which watches for the client's
+//! close and for silence (no frame, not even a pong, for `idle_timeout`:
+//! the connection is dead). Whichever ends first decides the termination;
+//! the writer then closes with its code and reason (after delivering what
+//! was queued, when that is still useful).
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt as _, StreamExt as _};
+use tokio::sync::{mpsc, oneshot};
+
+use super::event::{ChatStreamEvent, frame};
+use super::session::{StreamLoop, Termination};
+use super::{MAX_EVENTS_PER_FRAME, StreamConfig};
+
+/// Serves one stream over `socket` until it terminates.
+pub async fn serve(socket: WebSocket, stream_loop: StreamLoop, config: StreamConfig) {
+    let chat_id = stream_loop.state.chat_id();
+    let (sink, stream) = socket.split();
+    let (tx, rx) = mpsc::channel(config.outbound_capacity.max(1));
+    let (end_tx, end_rx) = oneshot::channel();
+    let mut writer = tokio::spawn(writer(sink, rx, end_rx, config.clone()));
+    let mut writer_done = false;
+    let termination = tokio::select! {
+        t = stream_loop.run(tx) => t,
+        t = reader(stream, &config) => t,
+        _ = &mut writer => {
+            writer_done = true;
+            Termination::WriteFailed
+        }
+    };
+    tracing::debug!(%chat_id, reason = termination.label(), "stream (websocket) ended");
+    super::session::record_termination("websocket", &termination);
+    let _ = end_tx.send(termination);
+    if !writer_done {
+        // Bounded: every send of the writer has a timeout.
+        let _ = writer.await;
+    }
+}
+
+async fn reader(mut stream: SplitStream<WebSocket>, config: &StreamConfig) -> Termination {
+    loop {
+        match tokio::time::timeout(config.idle_timeout, stream.next()).await {
+            Err(_) => return Termination::DeadConnection,
+            Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => {
+                return Termination::ClientDisconnected;
+            }
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+async fn writer(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut rx: mpsc::Receiver<ChatStreamEvent>,
+    mut end: oneshot::Receiver<Termination>,
+    config: StreamConfig,
+) {
+    let mut ping = tokio::time::interval(config.ping_interval);
+    ping.tick().await;
+    let mut batch = Vec::with_capacity(MAX_EVENTS_PER_FRAME);
+    let termination = loop {
+        tokio::select! {
+            biased;
+            t = &mut end => break t.unwrap_or(Termination::ClientDisconnected),
+            n = rx.recv_many(&mut batch, MAX_EVENTS_PER_FRAME) => {
+                if n == 0 {
+                    // The loop ended; its cause follows.
+                    break (&mut end).await.unwrap_or(Termination::ClientDisconnected);
+                }
+                if !send(&mut sink, Message::text(frame(&batch)), &config).await {
+                    return;
+                }
+                batch.clear();
+            }
+            _ = ping.tick() => {
+                if !send(&mut sink, Message::Ping(Default::default()), &config).await {
+                    return;
+                }
+            }
+        }
+    };
+    if matches!(
+        termination,
+        Termination::ClientDisconnected | Termination::WriteFailed
+    ) {
+        return;
+    }
+    if termination.flushes() {
+        rx.close();
+        while rx.recv_many(&mut batch, MAX_EVENTS_PER_FRAME).await > 0 {
+            if !send(&mut sink, Message::text(frame(&batch)), &config).await {
+                return;
+            }
+            batch.clear();
+        }
+    }
+    let (code, reason) = termination.close();
+    let close = Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }));
+    send(&mut sink, close, &config).await;
+}
+
+/// Sends one message within the write timeout; false when it failed.
+async fn send(
+    sink: &mut SplitSink<WebSocket, Message>,
+    message: Message,
+    config: &StreamConfig,
+) -> bool {
+    matches!(
+        tokio::time::timeout(config.write_timeout, sink.send(message)).await,
+        Ok(Ok(()))
+    )
+}
