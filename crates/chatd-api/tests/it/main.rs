@@ -10,4 +10,6 @@ mod common;
 mod isolation;
 mod messages;
 mod ops;
+mod stream;
+mod stream_support;
 mod transitions;
