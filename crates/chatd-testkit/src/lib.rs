@@ -4,11 +4,17 @@
 //! a migrated template so that tests never share state and never pay for
 //! running migrations more than once per schema version.
 //!
-//! [`fake_llm::FakeLlm`] is a scripted OpenAI-compatible streaming server
-//! (also available as the `fake-llm` binary for end-to-end tests).
+//! [`fake_llm::FakeLlm`] is a scripted streaming LLM server speaking OpenAI
+//! Chat Completions and Anthropic Messages (also available as the `fake-llm`
+//! binary for end-to-end tests).
+//!
+//! [`mcp_fixture`] runs the `mcp-fixture` binary, a tiny MCP server (stdio or
+//! streamable HTTP) for tests of the MCP tool host.
 
 mod database;
 pub mod fake_llm;
+pub mod mcp_fixture;
 
 pub use database::{TestDatabase, admin_url};
 pub use fake_llm::{FakeLlm, RecordedRequest, Script, Step};
+pub use mcp_fixture::{McpHttpFixture, mcp_fixture_bin};
