@@ -6,6 +6,7 @@
 mod config_file;
 mod embedded;
 mod replicas;
+mod stream;
 mod support;
 mod token;
 mod worker;

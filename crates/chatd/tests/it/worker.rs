@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::support::{ADMIN_TOKEN, Chatd, http};
 
 /// A config file pointing the default model at `llm`.
-fn config_file(dir: &tempfile::TempDir, llm: &FakeLlm) -> anyhow::Result<String> {
+pub(crate) fn config_file(dir: &tempfile::TempDir, llm: &FakeLlm) -> anyhow::Result<String> {
     let path = dir.path().join("chatd.toml");
     std::fs::write(
         &path,
@@ -28,7 +28,11 @@ fn config_file(dir: &tempfile::TempDir, llm: &FakeLlm) -> anyhow::Result<String>
 }
 
 /// Fast worker settings for a replica on `db` configured by `config`.
-fn replica_args<'a>(db: &'a TestDatabase, config: &'a str, acquisition: &'a str) -> Vec<&'a str> {
+pub(crate) fn replica_args<'a>(
+    db: &'a TestDatabase,
+    config: &'a str,
+    acquisition: &'a str,
+) -> Vec<&'a str> {
     vec![
         "--postgres-url",
         db.url(),
@@ -45,7 +49,7 @@ fn replica_args<'a>(db: &'a TestDatabase, config: &'a str, acquisition: &'a str)
     ]
 }
 
-async fn create_chat(server: &Chatd, text: &str) -> anyhow::Result<Uuid> {
+pub(crate) async fn create_chat(server: &Chatd, text: &str) -> anyhow::Result<Uuid> {
     let response = http()
         .post(format!("{}/api/v2/chats", server.url()))
         .bearer_auth(ADMIN_TOKEN)
@@ -71,7 +75,7 @@ async fn chat_row(db: &TestDatabase, id: Uuid) -> anyhow::Result<(String, Option
     )
 }
 
-async fn wait_chat(
+pub(crate) async fn wait_chat(
     db: &TestDatabase,
     id: Uuid,
     timeout: Duration,
@@ -116,7 +120,7 @@ async fn assistant_texts(server: &Chatd, id: Uuid) -> anyhow::Result<Vec<String>
         .collect())
 }
 
-async fn replica_id(db: &TestDatabase, server: &Chatd) -> anyhow::Result<Uuid> {
+pub(crate) async fn replica_id(db: &TestDatabase, server: &Chatd) -> anyhow::Result<Uuid> {
     Ok(
         sqlx::query_scalar("SELECT id FROM replicas WHERE advertise_url = $1")
             .bind(server.url())
