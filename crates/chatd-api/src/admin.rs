@@ -565,6 +565,18 @@ pub(crate) fn validate_provider(
     Ok(())
 }
 
+/// An `openai-compat` provider has no default address: without `base_url`
+/// the worker would send its requests (and API key) to OpenAI.
+fn require_base_url(kind: ProviderKind, base_url: Option<&str>) -> ApiResult<()> {
+    if kind == ProviderKind::OpenaiCompat && base_url.is_none() {
+        return Err(ApiError::invalid(
+            "base_url",
+            "is required for an openai-compat provider",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a model config definition (the provider's existence is checked by
 /// the caller).
 pub(crate) fn validate_model_config(def: &queries::ModelConfigDef) -> ApiResult<()> {
@@ -619,6 +631,7 @@ pub async fn create_provider(
     let display_name = req.display_name.unwrap_or_default();
     let api_key = req.api_key.filter(|k| !k.is_empty());
     validate_provider(&display_name, req.base_url.as_deref(), api_key.as_deref())?;
+    require_base_url(req.provider, req.base_url.as_deref())?;
     let row = queries::insert_provider(
         state.store().pool(),
         &queries::ProviderDef {
@@ -673,6 +686,7 @@ pub async fn update_provider(
         def.base_url.as_deref(),
         def.api_key.as_deref(),
     )?;
+    require_base_url(def.provider, def.base_url.as_deref())?;
     let row = queries::update_provider(&mut tx, &def).await?;
     tx.commit().await?;
     Ok(Json(row.into()))
@@ -809,6 +823,13 @@ pub async fn update_model_config(
         return Err(ApiError::invalid(
             "is_default",
             "a disabled model config cannot be the default",
+        ));
+    }
+    if req.is_default == Some(false) && current.is_default && enabled {
+        // Exactly one enabled default exists at all times: it moves by
+        // setting is_default on another config, never by unsetting it here.
+        return Err(ApiError::conflict(
+            "A default model config is required: set is_default on another model config instead.",
         ));
     }
     validate_model_config(&def)?;

@@ -226,7 +226,9 @@ pub(crate) async fn insert_token(
 /// authenticates as it, without expiry (`CHATD_BOOTSTRAP_ADMIN_TOKEN`).
 /// Idempotent across restarts and safe when several replicas start at once.
 /// An existing `admin` user that is a member is promoted; a token hash
-/// already stored for another user is moved to `admin`.
+/// already stored for another user is moved to `admin`. Setting a different
+/// token rotates it: the previous bootstrap token is revoked (replicas of one
+/// cluster must therefore share the same value).
 ///
 /// # Errors
 /// An empty token; database errors.
@@ -253,6 +255,16 @@ pub async fn bootstrap_admin(pool: &PgPool, token: &str) -> anyhow::Result<()> {
     .execute(&mut *tx)
     .await
     .context("storing the bootstrap admin token")?;
+    // A rotated bootstrap token replaces the previous one: the old value
+    // stops authenticating as soon as a replica starts with the new one.
+    sqlx::query(
+        "DELETE FROM api_keys WHERE user_id = $1 AND name = 'bootstrap' AND secret_hash <> $2",
+    )
+    .bind(admin_id)
+    .bind(hash_token(token))
+    .execute(&mut *tx)
+    .await
+    .context("revoking the previous bootstrap admin token")?;
     tx.commit().await?;
     Ok(())
 }

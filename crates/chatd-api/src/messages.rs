@@ -146,7 +146,7 @@ pub struct ToolResult {
     /// The pending call it answers.
     pub tool_call_id: String,
     /// Any JSON value.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub output: Value,
     /// Whether the tool failed (default false).
     #[serde(default)]

@@ -262,7 +262,7 @@ pub enum ChatMessagePart {
         /// The tool's name.
         tool_name: String,
         /// Any JSON value.
-        #[schema(value_type = Object)]
+        #[schema(value_type = Value)]
         result: Value,
         /// Whether the tool failed.
         is_error: bool,

@@ -107,27 +107,27 @@ pub struct ServeArgs {
 
     /// How long a chat may wait in requires_action for client tool results
     /// before they are cancelled.
-    #[arg(long, env = "CHATD_REQUIRES_ACTION_TIMEOUT", default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CHATD_REQUIRES_ACTION_TIMEOUT", default_value = "5m", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub requires_action_timeout: Duration,
 
     /// A chat heartbeat (and a replica's `last_seen_at`) older than this is
     /// stale: its chat may be taken over.
-    #[arg(long, env = "CHATD_LEASE_STALE_AFTER", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CHATD_LEASE_STALE_AFTER", default_value = "30s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub lease_stale_after: Duration,
 
     /// How often heartbeats are written: the chat heartbeats of this
     /// replica's runners, and its `last_seen_at`.
-    #[arg(long, env = "CHATD_HEARTBEAT_INTERVAL", default_value = "9s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CHATD_HEARTBEAT_INTERVAL", default_value = "9s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub heartbeat_interval: Duration,
 
     /// Worker: how often to look for runnable chats besides `chat:ownership`
     /// wake-ups.
-    #[arg(long, env = "CHATD_ACQUISITION_INTERVAL", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CHATD_ACQUISITION_INTERVAL", default_value = "30s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub acquisition_interval: Duration,
 
     /// Stream: how often the sync poller re-reads every watched chat, so
     /// streams converge even when notifications are lost.
-    #[arg(long, env = "CHATD_SYNC_POLL_INTERVAL", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CHATD_SYNC_POLL_INTERVAL", default_value = "10s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub sync_poll_interval: Duration,
 
     /// Testing aid: this replica's stream loops ignore LISTEN/NOTIFY and
@@ -146,11 +146,11 @@ pub struct ServeArgs {
     pub max_generation_retries: u32,
 
     /// Worker: delay before the first retry; doubles each retry.
-    #[arg(long, env = "CHATD_RETRY_INITIAL_DELAY", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CHATD_RETRY_INITIAL_DELAY", default_value = "1s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub retry_initial_delay: Duration,
 
     /// Worker: cap of the retry delay.
-    #[arg(long, env = "CHATD_RETRY_MAX_DELAY", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CHATD_RETRY_MAX_DELAY", default_value = "60s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub retry_max_delay: Duration,
 
     /// Maximum connections in this replica's PostgreSQL pool.
@@ -217,6 +217,16 @@ pub enum LogFormat {
     Json,
 }
 
+/// Parses a duration that must be greater than zero (intervals, timeouts,
+/// delays): a zero interval would spin or panic a timer.
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Err("must be greater than zero (examples: 500ms, 2s, 5m)".to_owned());
+    }
+    Ok(duration)
+}
+
 /// Parses `500ms`, `2s`, `5m` (humantime syntax).
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 500ms, 2s, 5m)"))
@@ -225,6 +235,13 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intervals_reject_zero() {
+        assert!(parse_positive_duration("0s").is_err());
+        assert!(parse_positive_duration("0ms").is_err());
+        assert_eq!(parse_positive_duration("1ms"), Ok(Duration::from_millis(1)));
+    }
 
     #[test]
     fn durations_accept_the_documented_forms() {

@@ -484,19 +484,34 @@ impl Cluster {
             );
         }
         tracing::info!(pgdata = %self.pgdata.display(), "initialising the embedded PostgreSQL cluster");
-        let mut command = self.command("initdb");
-        command
-            .arg("--pgdata")
-            .arg(&self.pgdata)
-            .arg("--username")
-            .arg(SUPERUSER)
-            .args([
-                "--auth-local=trust",
-                "--auth-host=reject",
-                "--encoding=UTF8",
-                "--no-locale",
-            ]);
-        self.run_logged(command, "initdb")
+        // C.UTF-8 keeps code-point ordering and gives lower()/ILIKE Unicode
+        // case mapping (title search must match "École" for "école"); a
+        // machine without that locale falls back to plain C (ASCII case
+        // mapping only). initdb removes what it wrote when it fails.
+        let initdb = |locale: &str| {
+            let mut command = self.command("initdb");
+            command
+                .arg("--pgdata")
+                .arg(&self.pgdata)
+                .arg("--username")
+                .arg(SUPERUSER)
+                .args([
+                    "--auth-local=trust",
+                    "--auth-host=reject",
+                    "--encoding=UTF8",
+                    locale,
+                ]);
+            self.run_logged(command, "initdb")
+        };
+        match initdb("--locale=C.UTF-8") {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                tracing::warn!(
+                    "initdb with the C.UTF-8 locale failed ({err:#}); using the C locale"
+                );
+                initdb("--no-locale")
+            }
+        }
     }
 
     fn pg_ctl_start(&self, socket_dir: &Path) -> anyhow::Result<()> {

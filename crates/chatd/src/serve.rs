@@ -89,6 +89,13 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
     } = started;
     let pool = &database.pool;
     let settings = args.worker_config();
+    if settings.heartbeat_interval >= settings.lease_stale_after {
+        tracing::warn!(
+            heartbeat_interval = ?settings.heartbeat_interval,
+            lease_stale_after = ?settings.lease_stale_after,
+            "--heartbeat-interval is not shorter than --lease-stale-after: other replicas will take chats over while this one still runs them"
+        );
+    }
     // The replica id is the worker id it writes on the chats it owns.
     let mut worker = settings.enabled.then(|| {
         chatd_worker::Worker::start(chatd_worker::WorkerDeps {

@@ -74,6 +74,15 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
     let doc = s.call("GET", "/api/v2/openapi.json", None, None).await;
     let doc = doc.expect(200).clone();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    // "Any JSON value" fields must not be typed: tool outputs may be strings.
+    let schemas = &doc["components"]["schemas"];
+    assert!(
+        schemas["ToolResult"]["properties"]["output"]
+            .get("type")
+            .is_none(),
+        "{}",
+        schemas["ToolResult"]
+    );
     let paths = doc["paths"].as_object().unwrap();
     let expected: &[(&str, &[&str])] = &[
         ("/healthz", &["get"]),
