@@ -31,6 +31,11 @@
 //! Every request is recorded ([`FakeLlm::requests`], [`FakeLlm::wait_for_request`]),
 //! including those to other paths (answered `404`).
 //!
+//! Title requests (the worker's background "write a title" call, recognised
+//! by [`is_title_request`]) never take a queued script: they are answered by
+//! the title responder ([`FakeLlm::set_title_fn`]; by default the text
+//! [`DEFAULT_FAKE_TITLE`]), so that a test's queue is not consumed by them.
+//!
 //! The `fake-llm` binary of this crate serves the same thing as a separate
 //! process for end-to-end tests.
 
@@ -52,6 +57,24 @@ use tokio_util::sync::CancellationToken;
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 /// The path of the Anthropic mode.
 pub const MESSAGES_PATH: &str = "/v1/messages";
+/// The title the fake answers title requests with by default.
+pub const DEFAULT_FAKE_TITLE: &str = "A chat with the fake model";
+
+/// Whether `request` is a chat-title request: its system prompt (OpenAI's
+/// first `system` message or Anthropic's `system` parameter) asks for titles
+/// of chat conversations, as the worker's title prompt does.
+pub fn is_title_request(request: &RecordedRequest) -> bool {
+    const MARKER: &str = "titles for chat conversations";
+    let openai = request.body["messages"][0]["role"] == "system"
+        && request.body["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains(MARKER));
+    let anthropic = request.body["system"]
+        .as_str()
+        .is_some_and(|s| s.contains(MARKER));
+    openai || anthropic
+}
+
 /// The signature the Anthropic mode sends at the end of a thinking block.
 pub const FAKE_THINKING_SIGNATURE: &str = "fake-signature-AAAA";
 
@@ -332,6 +355,7 @@ type DefaultFn = dyn Fn(&RecordedRequest) -> Script + Send + Sync;
 struct State {
     scripts: Mutex<VecDeque<Script>>,
     default: Mutex<Option<Arc<DefaultFn>>>,
+    title: Mutex<Option<Arc<DefaultFn>>>,
     requests: Mutex<Vec<RecordedRequest>>,
     received: watch::Sender<usize>,
     responses: AtomicU64,
@@ -359,6 +383,7 @@ impl FakeLlm {
         let state = Arc::new(State {
             scripts: Mutex::new(VecDeque::new()),
             default: Mutex::new(None),
+            title: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             received: watch::channel(0).0,
             responses: AtomicU64::new(0),
@@ -415,6 +440,15 @@ impl FakeLlm {
         respond: impl Fn(&RecordedRequest) -> Script + Send + Sync + 'static,
     ) {
         *lock(&self.state.default) = Some(Arc::new(respond));
+    }
+
+    /// Answers title requests ([`is_title_request`]) with
+    /// `respond(request)` instead of [`DEFAULT_FAKE_TITLE`].
+    pub fn set_title_fn(
+        &self,
+        respond: impl Fn(&RecordedRequest) -> Script + Send + Sync + 'static,
+    ) {
+        *lock(&self.state.title) = Some(Arc::new(respond));
     }
 
     /// How many queued scripts have not been used yet.
@@ -499,6 +533,13 @@ async fn handle(
     let is_completion = method == Method::POST
         && (request.path == CHAT_COMPLETIONS_PATH || request.path == MESSAGES_PATH);
     let script = is_completion.then(|| {
+        if is_title_request(&request) {
+            let title = lock(&state.title).clone();
+            return Some(match title {
+                Some(respond) => respond(&request),
+                None => Script::text(DEFAULT_FAKE_TITLE),
+            });
+        }
         lock(&state.scripts).pop_front().or_else(|| {
             lock(&state.default)
                 .clone()

@@ -37,6 +37,19 @@ pub struct WorkerConfig {
     /// Backoff bounds for infrastructure (database) errors inside runner
     /// tasks: from 100 ms to 5 s.
     pub infra_backoff: (Duration, Duration),
+    /// Longest wait for an MCP session (process start or connection, plus
+    /// the handshake) (30 s).
+    pub mcp_connect_timeout: Duration,
+    /// Longest wait for one MCP server's tool list (30 s).
+    pub mcp_list_timeout: Duration,
+    /// Longest wait for one MCP tool call (120 s); a call that takes longer
+    /// is an `is_error` result for the model.
+    pub mcp_call_timeout: Duration,
+    /// Generate a title with the chat's model after its first answer while
+    /// the chat still has the default title (true).
+    pub generate_titles: bool,
+    /// Longest a title generation may take before it is given up (60 s).
+    pub title_timeout: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -54,11 +67,25 @@ impl Default for WorkerConfig {
             retry_max_delay: Duration::from_secs(60),
             max_steps_per_turn: 50,
             infra_backoff: (Duration::from_millis(100), Duration::from_secs(5)),
+            mcp_connect_timeout: Duration::from_secs(30),
+            mcp_list_timeout: Duration::from_secs(30),
+            mcp_call_timeout: Duration::from_secs(120),
+            generate_titles: true,
+            title_timeout: Duration::from_secs(60),
         }
     }
 }
 
 impl WorkerConfig {
+    /// The MCP host's options.
+    pub fn mcp_options(&self) -> chatd_tools::McpOptions {
+        chatd_tools::McpOptions {
+            connect_timeout: self.mcp_connect_timeout,
+            list_timeout: self.mcp_list_timeout,
+            call_timeout: self.mcp_call_timeout,
+        }
+    }
+
     /// Delay before retry `n` (1-based): `min(initial × 2^(n-1), max)`
     /// (API.md "Workers and replicas").
     pub fn retry_delay(&self, n: i64) -> Duration {

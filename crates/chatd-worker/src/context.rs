@@ -1,5 +1,6 @@
 //! What every worker component shares: the store, the pubsub, the part
-//! buffer, the provider factory, the tunables and the local locks.
+//! buffer, the provider factory, the MCP tool host, the tunables and the
+//! local locks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -7,6 +8,8 @@ use std::sync::{Arc, Mutex, Weak};
 use chatd_core::ChatStatus;
 use chatd_pubsub::Pubsub;
 use chatd_store::Store;
+use chatd_tools::McpHost;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::WorkerConfig;
@@ -19,8 +22,11 @@ pub(crate) struct WorkerContext {
     pub(crate) pubsub: Arc<dyn Pubsub>,
     pub(crate) parts: PartBuffer,
     pub(crate) providers: Arc<dyn ProviderFactory>,
+    pub(crate) mcp: McpHost,
     pub(crate) config: WorkerConfig,
     pub(crate) local_locks: LocalLocks,
+    /// Cancels best-effort background work (title generation) on shutdown.
+    pub(crate) background: CancellationToken,
 }
 
 /// In-memory locks scoped to `(chat_id, history_version, status)` (spec

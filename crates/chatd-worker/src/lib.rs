@@ -5,7 +5,9 @@
 //! - The acquisition loop, the runner manager (main, database sync, heartbeat
 //!   and heartbeat cleanup loops), the chat runner event loop and its four
 //!   kinds of tasks, started together by [`Worker::start`].
-//! - [`providers`]: model and provider resolution, reasoning effort, cost.
+//! - [`providers`]: model and provider resolution (OpenAI-compatible and
+//!   Anthropic), reasoning effort, cost, the chat's MCP servers.
+//! - [`title`]: the background title of a chat's first answer.
 //!
 //! The runner's fence is `runner_id`: every task checks, under the chat row
 //! lock, that the row still names this worker, its runner and the history
@@ -21,6 +23,7 @@ pub mod part_buffer;
 pub mod providers;
 pub mod runner;
 mod tasks;
+pub mod title;
 mod worker;
 
 pub use config::WorkerConfig;

@@ -394,8 +394,10 @@ mod tests {
             pubsub: Arc::new(pubsub),
             parts: PartBuffer::new(CancellationToken::new()),
             providers: Arc::new(DefaultProviderFactory),
+            mcp: chatd_tools::McpHost::new(config.mcp_options()),
             config,
             local_locks: LocalLocks::default(),
+            background: CancellationToken::new(),
         });
         let (input_tx, inputs) = mpsc::unbounded_channel();
         let (cleanup, cleanup_rx) = mpsc::unbounded_channel();

@@ -1,6 +1,16 @@
 //! The four kinds of runner tasks (`spec/chatd-architecture.md`, "Runner
 //! goroutines": generation, interrupt, dynamic tools timeout, abandon chat).
 //!
+//! The generation task ("Generation goroutine") plans the next step from the
+//! active history, lists the chat's MCP tools, streams one model call into
+//! the part buffer (retrying per DESIGN.md with `RecordRetryState`), runs the
+//! step's MCP calls in parallel while their results stream into the same
+//! episode, and commits the assistant message with every result in one
+//! `CommitStep`, followed in the same bundle by `EnterRequiresAction` when
+//! dynamic (client-side) calls are pending or `FinishTurn` when the model
+//! made no calls. Calls cut off at the output token limit and calls of
+//! unknown tools are answered with `is_error` results and never run.
+//!
 //! Every task is spawned with its intended history version and status (its
 //! [`Fence`]); it takes the local `(chat, history_version, status)` lock, and
 //! checks the fence under the chat row lock before every read and write. It
@@ -13,11 +23,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chatd_core::{
-    ChatRole, Episode, INTERRUPTED_TOOL_RESULT, MessagePart, PartDelta, StreamPart, ToolCallRef,
-    Visibility, outstanding_tool_calls,
+    ChatRole, Episode, INTERRUPTED_TOOL_RESULT, MessagePart, PartDelta, StreamPart, Visibility,
+    outstanding_tool_calls,
 };
-use chatd_llm::{ModelRequest, ProviderError, RequestMessage, StreamEvent, ToolSpec};
+use chatd_llm::{
+    FinishReason, ModelRequest, ProviderError, RequestMessage, ResponseBuilder, StreamEvent,
+    ToolSpec,
+};
 use chatd_store::{Chat, ChatMessage, NewMessage, Usage};
+use chatd_tools::{IdempotencyKey, McpServerConfig, McpToolset, ToolOutcome};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -26,7 +40,7 @@ use uuid::Uuid;
 
 use crate::context::WorkerContext;
 use crate::fence::{Fence, FenceError, fenced_lock, fenced_update};
-use crate::providers::{cost_micros, resolve_model, resolve_reasoning_effort};
+use crate::providers::{cost_micros, load_mcp_servers, resolve_model, resolve_reasoning_effort};
 use crate::runner::{ChatSnapshot, RunnerInput, TaskKind};
 
 /// Everything a task needs.
@@ -296,14 +310,24 @@ enum Plan {
     FinishTurn,
     /// Pending client-side calls: wait for their results.
     EnterRequiresAction,
-    /// Calls this worker cannot execute: answer them with errors.
-    AnswerUnknownTools(Vec<ToolCallRef>),
+    /// Calls without results that this worker answers itself (MCP calls are
+    /// run, anything else gets an error result); `then_requires_action` when
+    /// client-side calls are pending too.
+    AnswerOutstanding(Box<Outstanding>),
     /// The turn has used its step budget.
     StepLimit,
     /// No usable model.
     NoModel(String),
     /// Call the model.
     Call(Box<Call>),
+}
+
+struct Outstanding {
+    /// `(id, name, args)` in call order.
+    calls: Vec<(String, String, String)>,
+    mcp_servers: Vec<McpServerConfig>,
+    generation_attempt: i64,
+    then_requires_action: bool,
 }
 
 struct Call {
@@ -313,7 +337,11 @@ struct Call {
     context_limit: i64,
     options: Value,
     dynamic_tools: HashSet<String>,
+    mcp_servers: Vec<McpServerConfig>,
     compaction: bool,
+    /// Generate a title once this answer is committed (spec-free extra:
+    /// issue "Title"): no text answer yet and the default title.
+    wants_title: bool,
 }
 
 async fn generation(task: &TaskContext) -> TaskResult<()> {
@@ -325,7 +353,7 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
             plan(task, &machine).await
         })
         .await?;
-    let call = match plan {
+    let mut call = match plan {
         Plan::FinishTurn => {
             return task
                 .transition("finishing the turn", |tx, _| {
@@ -340,14 +368,8 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
                 })
                 .await;
         }
-        Plan::AnswerUnknownTools(calls) => {
-            let results = unknown_tool_results(&calls);
-            return task
-                .transition("answering unknown tool calls", move |tx, _| {
-                    let results = results.clone();
-                    Box::pin(async move { tx.commit_step(results, false).await.map(|_| ()) })
-                })
-                .await;
+        Plan::AnswerOutstanding(outstanding) => {
+            return answer_outstanding(task, *outstanding).await;
         }
         Plan::StepLimit => {
             let error = chat_error(
@@ -377,6 +399,28 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
         Plan::Call(call) => call,
     };
 
+    // MCP tools are listed once per step, outside any lock; a server that
+    // cannot be listed is left out of this step only.
+    let mcp = if call.compaction || call.mcp_servers.is_empty() {
+        McpToolset::default()
+    } else {
+        tokio::select! {
+            _ = task.cancel.cancelled() => return Err(Exit::Cancelled),
+            set = task.ctx.mcp.list_tools(&call.mcp_servers) => set,
+        }
+    };
+    for tool in &mcp.tools {
+        if call.dynamic_tools.contains(&tool.qualified_name) {
+            tracing::warn!(chat_id = %task.chat_id, tool = %tool.qualified_name, "MCP tool hidden by a dynamic tool of the same name");
+            continue;
+        }
+        call.request.tools.push(ToolSpec {
+            name: tool.qualified_name.clone(),
+            description: tool.description.clone(),
+            input_schema: tool.input_schema.clone(),
+        });
+    }
+
     loop {
         let attempt = task
             .transition("recording a generation attempt", |tx, _| {
@@ -385,7 +429,7 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
             .await?;
         if attempt > config.max_generation_retries + 1 {
             // The attempt budget is spent (earlier runners retried already).
-            let error = chat_error("generic", "Generation failed too many times.", false);
+            let error = chat_error("generic", "Generation failed too many times.", true);
             return task
                 .transition("ending the turn after too many attempts", move |tx, _| {
                     let error = error.clone();
@@ -409,13 +453,23 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
             }
             outcome = stream_response(task, &call, episode) => outcome,
         };
-        task.ctx.parts.close_episode(episode);
         match outcome {
             Ok(response) => {
                 let runtime_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-                return commit_response(task, &call, response, runtime_ms).await;
+                // Tool results stream into the same episode, so it stays open
+                // until they are all in.
+                let step = tokio::select! {
+                    _ = task.cancel.cancelled() => {
+                        task.ctx.parts.close_episode(episode);
+                        return Err(Exit::Cancelled);
+                    }
+                    step = run_tools(task, &call, &mcp, &response, episode) => step,
+                };
+                task.ctx.parts.close_episode(episode);
+                return commit_response(task, &call, response, step, runtime_ms).await;
             }
             Err(err) => {
+                task.ctx.parts.close_episode(episode);
                 if err.retryable && attempt <= config.max_generation_retries {
                     let delay = config.retry_delay(attempt);
                     let retrying_at =
@@ -458,6 +512,9 @@ async fn plan(task: &TaskContext, machine: &chatd_store::ChatMachine) -> Result<
     let model = resolve_model(locked.conn(), &chat, task.ctx.providers.as_ref())
         .await
         .map_err(|e| FenceError::Store(e.into()))?;
+    let mcp_servers = load_mcp_servers(locked.conn(), &chat.mcp_server_ids)
+        .await
+        .map_err(|e| FenceError::Store(e.into()))?;
     locked.finish().await?;
 
     let history: Vec<&ChatMessage> = history
@@ -476,11 +533,23 @@ async fn plan(task: &TaskContext, machine: &chatd_store::ChatMachine) -> Result<
             return Ok(Plan::FinishTurn);
         }
         if !outstanding.is_empty() {
-            let (client, unknown): (Vec<_>, Vec<_>) = outstanding
+            let (client, ours): (Vec<_>, Vec<_>) = outstanding
                 .into_iter()
                 .partition(|c| dynamic.contains(&c.tool_name));
-            if !unknown.is_empty() {
-                return Ok(Plan::AnswerUnknownTools(unknown));
+            if !ours.is_empty() {
+                let calls = ours
+                    .into_iter()
+                    .map(|c| {
+                        let args = call_args(since_user, &c.tool_call_id);
+                        (c.tool_call_id, c.tool_name, args)
+                    })
+                    .collect();
+                return Ok(Plan::AnswerOutstanding(Box::new(Outstanding {
+                    calls,
+                    mcp_servers,
+                    generation_attempt: chat.generation_attempt,
+                    then_requires_action: !client.is_empty(),
+                })));
             }
             if !client.is_empty() {
                 return Ok(Plan::EnterRequiresAction);
@@ -505,6 +574,17 @@ async fn plan(task: &TaskContext, machine: &chatd_store::ChatMachine) -> Result<
         Ok(model) => model,
         Err(message) => return Ok(Plan::NoModel(message)),
     };
+    let answered_before = history.iter().any(|m| {
+        m.role == ChatRole::Assistant
+            && m.content
+                .0
+                .iter()
+                .any(|p| matches!(p, MessagePart::Text { text } if !text.trim().is_empty()))
+    });
+    let wants_title = task.ctx.config.generate_titles
+        && !compaction
+        && !answered_before
+        && chat.title == DEFAULT_TITLE;
     let mut messages: Vec<RequestMessage> = history
         .iter()
         .map(|m| RequestMessage {
@@ -543,13 +623,32 @@ async fn plan(task: &TaskContext, machine: &chatd_store::ChatMachine) -> Result<
         context_limit: model.config.context_limit,
         options,
         dynamic_tools: dynamic,
+        mcp_servers: if compaction { Vec::new() } else { mcp_servers },
         compaction,
+        wants_title,
     })))
 }
+
+/// The title every chat starts with (API.md "Limits").
+const DEFAULT_TITLE: &str = "New Chat";
 
 const COMPACTION_PROMPT: &str = "Summarize the conversation so far for your own later use: the user's goals, \
 decisions made, facts established, open questions and the current state of any task. Be complete but concise; \
 answer with the summary only.";
+
+/// The stored arguments of call `id` in `messages` (empty when not found).
+fn call_args(messages: &[&ChatMessage], id: &str) -> String {
+    messages
+        .iter()
+        .flat_map(|m| m.content.0.iter())
+        .find_map(|p| match p {
+            MessagePart::ToolCall {
+                tool_call_id, args, ..
+            } if tool_call_id == id => Some(args.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
 
 /// Whether every tool result after the last assistant message is the
 /// synthetic "interrupted by user" result: the user stopped the turn.
@@ -591,18 +690,14 @@ fn dynamic_tool_specs(tools: &Value) -> Vec<ToolSpec> {
         .unwrap_or_default()
 }
 
-fn unknown_tool_results(calls: &[ToolCallRef]) -> Vec<NewMessage> {
-    calls
-        .iter()
-        .map(|call| {
-            NewMessage::tool(vec![MessagePart::ToolResult {
-                tool_call_id: call.tool_call_id.clone(),
-                tool_name: call.tool_name.clone(),
-                result: json!({"error": format!("Unknown tool: {}", call.tool_name)}),
-                is_error: true,
-            }])
-        })
-        .collect()
+/// A tool-result part in its own tool message.
+fn result_message(id: &str, name: &str, outcome: &ToolOutcome) -> NewMessage {
+    NewMessage::tool(vec![MessagePart::ToolResult {
+        tool_call_id: id.to_owned(),
+        tool_name: name.to_owned(),
+        result: outcome.result.clone(),
+        is_error: outcome.is_error,
+    }])
 }
 
 /// A `ChatError` JSON value (API.md "Objects").
@@ -610,53 +705,40 @@ fn chat_error(kind: &str, message: &str, retryable: bool) -> Value {
     json!({"message": message, "kind": kind, "retryable": retryable})
 }
 
-/// What one model call produced.
-#[derive(Debug, Default)]
-struct ModelResponse {
-    text: String,
-    reasoning: String,
-    /// `(id, name, args)` in index order.
-    tool_calls: Vec<(String, String, String)>,
-    usage: Option<chatd_llm::Usage>,
-}
-
 /// Streams one model call into the part buffer and accumulates it.
+///
+/// # Errors
+/// The provider's error, or a retryable `generic` one when the stream ended
+/// without finishing.
 async fn stream_response(
     task: &TaskContext,
     call: &Call,
     episode: Episode,
-) -> Result<ModelResponse, ProviderError> {
+) -> Result<ResponseBuilder, ProviderError> {
     let parts = &task.ctx.parts;
     let add = |part: PartDelta| {
         // Best effort: a full or closed episode drops the part.
         let _ = parts.add_part(episode, ChatRole::Assistant, part);
     };
     let mut stream = call.provider.stream(&call.request).await?;
-    let mut response = ModelResponse::default();
-    let mut by_index: HashMap<usize, usize> = HashMap::new();
+    let mut response = ResponseBuilder::new();
+    let mut calls: HashMap<usize, (String, String)> = HashMap::new();
     while let Some(event) = stream.next().await {
-        match event? {
-            StreamEvent::TextDelta(text) => {
-                response.text.push_str(&text);
-                add(PartDelta::Text { text });
-            }
-            StreamEvent::ReasoningDelta(text) => {
-                response.reasoning.push_str(&text);
-                add(PartDelta::Reasoning { text });
-            }
+        let event = event?;
+        response.push(&event);
+        match event {
+            StreamEvent::TextDelta(text) => add(PartDelta::Text { text }),
+            StreamEvent::ReasoningDelta(text) => add(PartDelta::Reasoning { text }),
             StreamEvent::ToolCallStart { index, id, name } => {
-                by_index.insert(index, response.tool_calls.len());
                 add(PartDelta::ToolCall {
                     tool_call_id: id.clone(),
                     tool_name: name.clone(),
                     args_delta: String::new(),
                 });
-                response.tool_calls.push((id, name, String::new()));
+                calls.insert(index, (id, name));
             }
             StreamEvent::ToolCallDelta { index, args_delta } => {
-                if let Some(&i) = by_index.get(&index) {
-                    let (id, name, args) = &mut response.tool_calls[i];
-                    args.push_str(&args_delta);
+                if let Some((id, name)) = calls.get(&index) {
                     add(PartDelta::ToolCall {
                         tool_call_id: id.clone(),
                         tool_name: name.clone(),
@@ -664,39 +746,189 @@ async fn stream_response(
                     });
                 }
             }
-            StreamEvent::Usage(usage) => response.usage = Some(usage),
+            StreamEvent::Finish { .. } => break,
             _ => {}
         }
+    }
+    if !response.is_finished() {
+        return Err(ProviderError::new(
+            chatd_llm::ErrorKind::Generic,
+            "the stream ended without a finish event",
+            call.provider.name(),
+        ));
     }
     Ok(response)
 }
 
-/// Commits one model response: the assistant message, results for calls this
-/// worker cannot run, and the next transition in the same bundle (finish the
-/// turn, or wait for client-side tool results).
+/// What a step's tool calls came to.
+#[derive(Default)]
+struct ToolStep {
+    /// Tool messages to commit with the assistant message, in call order.
+    results: Vec<NewMessage>,
+    /// Client-side (dynamic) calls are pending: enter requires-action.
+    waits_for_client: bool,
+}
+
+/// The text of the result of a call cut off at the output token limit.
+const CUT_OFF_CALL: &str = "The tool call was cut off at the output token limit: its arguments are incomplete and it was not run.";
+
+/// Runs this step's MCP calls in parallel (streaming each result into the
+/// episode as a `tool` part) and answers the calls nobody can run. Dynamic
+/// calls are left to the client.
+async fn run_tools(
+    task: &TaskContext,
+    call: &Call,
+    mcp: &McpToolset,
+    response: &ResponseBuilder,
+    episode: Episode,
+) -> ToolStep {
+    let unfinished: HashSet<String> = response
+        .unfinished_tool_calls()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let cut = response.finish_reason() == Some(&FinishReason::Length);
+    let stream_result = |id: &str, name: &str, outcome: &ToolOutcome| {
+        let _ = task.ctx.parts.add_part(
+            episode,
+            ChatRole::Tool,
+            PartDelta::ToolResult {
+                tool_call_id: id.to_owned(),
+                tool_name: name.to_owned(),
+                result: outcome.result.clone(),
+                is_error: outcome.is_error,
+            },
+        );
+    };
+    let calls = response.tool_calls();
+    let mut step = ToolStep::default();
+    let mut outcomes: Vec<Option<ToolOutcome>> = Vec::new();
+    let mut runs = Vec::new();
+    for (i, tool_call) in calls.iter().enumerate() {
+        let incomplete =
+            unfinished.contains(&tool_call.id) || (cut && tool_call.parsed_args().is_err());
+        if incomplete {
+            outcomes.push(Some(ToolOutcome::error(CUT_OFF_CALL)));
+        } else if call.dynamic_tools.contains(&tool_call.name) {
+            step.waits_for_client = true;
+            outcomes.push(None);
+        } else if let Some(tool) = mcp.get(&tool_call.name) {
+            outcomes.push(None);
+            let key = IdempotencyKey {
+                chat_id: task.chat_id,
+                history_version: episode.history_version,
+                generation_attempt: episode.generation_attempt,
+                tool_call_id: tool_call.id.clone(),
+            };
+            runs.push(async move {
+                let outcome = task
+                    .ctx
+                    .mcp
+                    .call(&tool.server, &tool.name, &tool_call.args, &key)
+                    .await;
+                stream_result(&tool_call.id, &tool_call.name, &outcome);
+                (i, outcome)
+            });
+        } else {
+            outcomes.push(Some(ToolOutcome::error(format!(
+                "Unknown tool: {}",
+                tool_call.name
+            ))));
+        }
+    }
+    for (tool_call, outcome) in calls.iter().zip(&outcomes) {
+        if let Some(outcome) = outcome {
+            stream_result(&tool_call.id, &tool_call.name, outcome);
+        }
+    }
+    for (i, outcome) in futures::future::join_all(runs).await {
+        outcomes[i] = Some(outcome);
+    }
+    for (tool_call, outcome) in calls.iter().zip(outcomes) {
+        if let Some(outcome) = outcome {
+            step.results
+                .push(result_message(&tool_call.id, &tool_call.name, &outcome));
+        }
+    }
+    step
+}
+
+/// Answers calls left without results by an earlier step (MCP calls run
+/// again, at least once; anything else gets an error result) and commits
+/// them, entering requires-action in the same bundle when client-side calls
+/// are pending too.
+async fn answer_outstanding(task: &TaskContext, outstanding: Outstanding) -> TaskResult<()> {
+    let history_version = task.fence.history_version.unwrap_or_default();
+    let needs_mcp = !outstanding.mcp_servers.is_empty();
+    let mcp = if needs_mcp {
+        tokio::select! {
+            _ = task.cancel.cancelled() => return Err(Exit::Cancelled),
+            set = task.ctx.mcp.list_tools(&outstanding.mcp_servers) => set,
+        }
+    } else {
+        McpToolset::default()
+    };
+    let runs = outstanding.calls.iter().map(|(id, name, args)| {
+        let mcp = &mcp;
+        async move {
+            let outcome = match mcp.get(name) {
+                Some(tool) => {
+                    let key = IdempotencyKey {
+                        chat_id: task.chat_id,
+                        history_version,
+                        generation_attempt: outstanding.generation_attempt,
+                        tool_call_id: id.clone(),
+                    };
+                    task.ctx
+                        .mcp
+                        .call(&tool.server, &tool.name, args, &key)
+                        .await
+                }
+                None => ToolOutcome::error(format!("Unknown tool: {name}")),
+            };
+            result_message(id, name, &outcome)
+        }
+    });
+    let results = tokio::select! {
+        _ = task.cancel.cancelled() => return Err(Exit::Cancelled),
+        results = futures::future::join_all(runs) => results,
+    };
+    let then_requires_action = outstanding.then_requires_action;
+    task.transition("answering outstanding tool calls", move |tx, _| {
+        let results = results.clone();
+        Box::pin(async move {
+            tx.commit_step(results, false).await?;
+            if then_requires_action {
+                tx.enter_requires_action().await?;
+            }
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// Commits one model response: the assistant message and the step's tool
+/// results in one `CommitStep`, and the next transition in the same bundle
+/// (finish the turn, or wait for client-side tool results). Then, for a
+/// chat's first answer, starts the title generation in the background.
 async fn commit_response(
     task: &TaskContext,
     call: &Call,
-    response: ModelResponse,
+    response: ResponseBuilder,
+    step: ToolStep,
     runtime_ms: i64,
 ) -> TaskResult<()> {
-    let mut content = Vec::new();
-    if !response.reasoning.is_empty() {
-        content.push(MessagePart::reasoning(response.reasoning.clone()));
+    let made_calls = !response.tool_calls().is_empty();
+    let text = response.text();
+    let mut content = response.parts();
+    if !content
+        .iter()
+        .any(|p| matches!(p, MessagePart::Text { .. } | MessagePart::ToolCall { .. }))
+    {
+        // An empty answer is still an answer.
+        content.push(MessagePart::text(""));
     }
-    if !response.text.is_empty() || response.tool_calls.is_empty() {
-        content.push(MessagePart::Text {
-            text: response.text.clone(),
-        });
-    }
-    for (tool_call_id, tool_name, args) in &response.tool_calls {
-        content.push(MessagePart::ToolCall {
-            tool_call_id: tool_call_id.clone(),
-            tool_name: tool_name.clone(),
-            args: args.clone(),
-        });
-    }
-    let usage = response.usage.map(|u| Usage {
+    let usage = response.usage().map(|u| Usage {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
         reasoning_tokens: u.reasoning_tokens,
@@ -707,8 +939,7 @@ async fn commit_response(
     let mut assistant = NewMessage::assistant(content);
     if call.compaction {
         assistant = NewMessage::user(vec![MessagePart::text(format!(
-            "[Summary of the earlier conversation]\n{}",
-            response.text
+            "[Summary of the earlier conversation]\n{text}"
         ))]);
         assistant.compressed = true;
         assistant.visibility = Visibility::Model;
@@ -717,29 +948,19 @@ async fn commit_response(
     assistant.usage = usage;
     assistant.context_limit = Some(call.context_limit);
     assistant.runtime_ms = Some(runtime_ms);
-    assistant.total_cost_micros =
-        usage.and_then(|u| cost_micros(&call.options, u.input_tokens, u.output_tokens));
+    assistant.total_cost_micros = response
+        .usage()
+        .and_then(|u| cost_micros(&call.options, &u));
 
-    let calls: Vec<ToolCallRef> = response
-        .tool_calls
-        .iter()
-        .map(|(id, name, _)| ToolCallRef {
-            tool_call_id: id.clone(),
-            tool_name: name.clone(),
-        })
-        .collect();
-    let (client, unknown): (Vec<_>, Vec<_>) = calls
-        .into_iter()
-        .partition(|c| call.dynamic_tools.contains(&c.tool_name));
-    let mut step = vec![assistant];
-    step.extend(unknown_tool_results(&unknown));
+    let mut messages = vec![assistant];
+    messages.extend(step.results);
     let compaction = call.compaction;
-    let waits_for_client = !client.is_empty();
-    let finishes = response.tool_calls.is_empty() || compaction;
+    let waits_for_client = step.waits_for_client && !compaction;
+    let finishes = !made_calls || compaction;
     task.transition("committing the model response", move |tx, _| {
-        let step = step.clone();
+        let messages = messages.clone();
         Box::pin(async move {
-            tx.commit_step(step, compaction).await?;
+            tx.commit_step(messages, compaction).await?;
             if waits_for_client {
                 tx.enter_requires_action().await?;
             } else if finishes {
@@ -748,7 +969,36 @@ async fn commit_response(
             Ok(())
         })
     })
-    .await
+    .await?;
+    if call.wants_title && finishes && !text.trim().is_empty() {
+        crate::title::spawn(
+            task.ctx.clone(),
+            task.chat_id,
+            call.provider.clone(),
+            call.request.model.clone(),
+            first_user_text(&call.request.messages),
+            text,
+        );
+    }
+    Ok(())
+}
+
+/// The text of the first user message of a request.
+fn first_user_text(messages: &[RequestMessage]) -> String {
+    messages
+        .iter()
+        .find(|m| m.role == ChatRole::User)
+        .map(|m| {
+            m.parts
+                .iter()
+                .filter_map(|p| match p {
+                    MessagePart::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -41,6 +41,8 @@ pub struct Worker {
     tracker: TaskTracker,
     cancel: CancellationToken,
     runners_cancel: CancellationToken,
+    acquisition_cancel: CancellationToken,
+    acquisition: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -54,13 +56,16 @@ impl std::fmt::Debug for Worker {
 impl Worker {
     /// Starts every loop. Must be called inside a tokio runtime.
     pub fn start(deps: WorkerDeps) -> Self {
+        let mcp = chatd_tools::McpHost::new(deps.config.mcp_options());
         let ctx = Arc::new(WorkerContext {
             store: deps.store,
             pubsub: deps.pubsub,
             parts: deps.parts,
             providers: deps.providers,
+            mcp,
             config: deps.config,
             local_locks: LocalLocks::default(),
+            background: CancellationToken::new(),
         });
         let cancel = CancellationToken::new();
         let runners_cancel = CancellationToken::new();
@@ -69,13 +74,14 @@ impl Worker {
         let handle = manager.handle();
         manager.start(&tracker, cancel.clone(), runners_cancel.clone());
         let wake = Arc::new(tokio::sync::Notify::new());
-        tracker.spawn(
+        let acquisition_cancel = CancellationToken::new();
+        let acquisition = tracker.spawn(
             AcquisitionLoop {
                 ctx: ctx.clone(),
                 manager: handle.clone(),
                 wake: wake.clone(),
             }
-            .run(cancel.clone()),
+            .run(acquisition_cancel.clone()),
         );
         tracing::info!(worker_id = %ctx.config.worker_id, "worker started");
         Self {
@@ -85,6 +91,8 @@ impl Worker {
             tracker,
             cancel,
             runners_cancel,
+            acquisition_cancel,
+            acquisition: Some(acquisition),
         }
     }
 
@@ -116,18 +124,48 @@ impl Worker {
     /// Graceful shutdown: stops acquiring, cancels every runner, abandons
     /// every chat this worker still owns (each `Abandon` publishes
     /// `chat:ownership`, so another replica acquires at once), then stops the
-    /// loops and waits up to 10 s for tasks to end.
-    pub async fn shutdown(self) {
-        let keys = self.manager.registry.keys();
+    /// loops, waits up to 10 s for tasks to end, and closes the MCP sessions
+    /// (stdio servers are stopped).
+    pub async fn shutdown(mut self) {
+        // Stop acquiring first and wait for a pass in flight to end: our own
+        // abandons below publish chat:ownership, which must not wake this
+        // worker into taking the chats back.
+        self.acquisition_cancel.cancel();
+        if let Some(acquisition) = self.acquisition.take() {
+            let _ = acquisition.await;
+        }
         self.runners_cancel.cancel();
-        for key in keys {
+        self.ctx.background.cancel();
+        // Abandon every chat the database says we own: that includes chats
+        // acquired just before the loop stopped whose runner may not be
+        // registered yet.
+        let owned: Vec<(Uuid, Option<Uuid>)> = match sqlx::query_as(
+            "SELECT id, runner_id FROM chats WHERE worker_id = $1",
+        )
+        .bind(self.ctx.config.worker_id)
+        .fetch_all(self.ctx.store.pool())
+        .await
+        {
+            Ok(rows) => rows,
+            Err(err) => {
+                tracing::warn!(error = %err, "listing owned chats on shutdown failed; abandoning the registered ones");
+                self.manager
+                    .registry
+                    .keys()
+                    .into_iter()
+                    .map(|k| (k.chat_id, Some(k.runner_id)))
+                    .collect()
+            }
+        };
+        for (chat_id, runner_id) in owned {
+            let Some(runner_id) = runner_id else { continue };
             let fence = Fence {
                 worker_id: self.ctx.config.worker_id,
-                runner_id: key.runner_id,
+                runner_id,
                 history_version: None,
                 status: None,
             };
-            let machine = self.ctx.store.machine(key.chat_id);
+            let machine = self.ctx.store.machine(chat_id);
             match fenced_update(&machine, &fence, |tx, _| {
                 Box::pin(async move { tx.abandon().await })
             })
@@ -135,7 +173,7 @@ impl Worker {
             {
                 Ok(_) | Err(FenceError::Stale) => {}
                 Err(err) => {
-                    tracing::warn!(chat_id = %key.chat_id, error = %err, "abandoning on shutdown failed")
+                    tracing::warn!(%chat_id, error = %err, "abandoning on shutdown failed")
                 }
             }
         }
@@ -147,6 +185,7 @@ impl Worker {
         {
             tracing::warn!("worker loops did not stop within the grace period");
         }
+        self.ctx.mcp.shutdown().await;
         tracing::info!(worker_id = %self.ctx.config.worker_id, "worker stopped");
     }
 
@@ -154,7 +193,9 @@ impl Worker {
     /// would: heartbeats stop and other replicas take the chats over once the
     /// lease is stale. For tests.
     pub fn crash(self) {
+        self.acquisition_cancel.cancel();
         self.runners_cancel.cancel();
+        self.ctx.background.cancel();
         self.cancel.cancel();
     }
 }

@@ -37,12 +37,25 @@ pub fn fast_config() -> WorkerConfig {
         retry_initial_delay: Duration::from_millis(50),
         retry_max_delay: Duration::from_millis(200),
         infra_backoff: (Duration::from_millis(20), Duration::from_millis(500)),
+        // Titles cost a model request; only the title tests want them.
+        generate_titles: false,
         ..WorkerConfig::default()
     }
 }
 
 impl Env {
+    /// A database whose default model is served by the fake LLM in OpenAI
+    /// mode (`openai-compat` provider).
     pub async fn new() -> Self {
+        Self::with_provider("openai-compat").await
+    }
+
+    /// The same with an Anthropic provider (the fake LLM's Anthropic mode).
+    pub async fn anthropic() -> Self {
+        Self::with_provider("anthropic").await
+    }
+
+    pub async fn with_provider(kind: &str) -> Self {
         let db = TestDatabase::new(&MIGRATOR).await.expect("database");
         let pubsub = PgPubsub::connect(db.pool().clone()).await.expect("pubsub");
         let config = StoreConfig {
@@ -58,8 +71,9 @@ impl Env {
             .await
             .unwrap();
         let provider = Uuid::new_v4();
-        sqlx::query("INSERT INTO chat_providers (id, provider, display_name, base_url) VALUES ($1, 'openai-compat', 'fake', $2)")
+        sqlx::query("INSERT INTO chat_providers (id, provider, display_name, base_url, api_key) VALUES ($1, $2, 'fake', $3, 'test-key')")
             .bind(provider)
+            .bind(kind)
             .bind(llm.base_url())
             .execute(db.pool())
             .await
@@ -120,6 +134,61 @@ impl Env {
             .expect("create chat")
             .chat
             .id
+    }
+
+    /// Creates a chat that may use the MCP servers `mcp_server_ids` (and
+    /// the dynamic tools `dynamic_tools`).
+    pub async fn create_chat_with_mcp(
+        &self,
+        text: &str,
+        mcp_server_ids: Vec<Uuid>,
+        dynamic_tools: Option<serde_json::Value>,
+    ) -> Uuid {
+        self.store
+            .create_chat(CreateChatInput {
+                owner_id: self.owner,
+                initial_messages: vec![
+                    NewMessage::user(vec![MessagePart::text(text)]).created_by(self.owner),
+                ],
+                dynamic_tools,
+                mcp_server_ids,
+                ..CreateChatInput::default()
+            })
+            .await
+            .expect("create chat")
+            .chat
+            .id
+    }
+
+    /// Registers an MCP server row; returns its id.
+    pub async fn add_mcp_server(&self, slug: &str, transport: McpRow) -> Uuid {
+        let id = Uuid::new_v4();
+        let (kind, command, url) = match transport {
+            McpRow::Stdio(command) => ("stdio", Some(command), None),
+            McpRow::Http(url) => ("streamable_http", None, Some(url)),
+        };
+        sqlx::query(
+            "INSERT INTO chat_mcp_servers (id, slug, transport, command, url) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(id)
+        .bind(slug)
+        .bind(kind)
+        .bind(command)
+        .bind(url)
+        .execute(self.db.pool())
+        .await
+        .unwrap();
+        id
+    }
+
+    /// Merges `options` into the default model config's options.
+    pub async fn set_model_options(&self, options: serde_json::Value) {
+        sqlx::query("UPDATE chat_model_configs SET options = options || $2 WHERE id = $1")
+            .bind(self.model_config_id)
+            .bind(options)
+            .execute(self.db.pool())
+            .await
+            .unwrap();
     }
 
     pub async fn send(&self, chat_id: Uuid, text: &str, busy_behavior: BusyBehavior) {
@@ -197,6 +266,22 @@ impl Env {
             .await
             .unwrap()
     }
+}
+
+/// How an MCP server row reaches its server.
+pub enum McpRow {
+    /// A command run over stdio.
+    Stdio(String),
+    /// A streamable HTTP endpoint.
+    Http(String),
+}
+
+/// The testkit's MCP fixture as a stdio command.
+pub fn fixture_command() -> String {
+    chatd_testkit::mcp_fixture_bin()
+        .expect("mcp-fixture")
+        .display()
+        .to_string()
 }
 
 pub fn text_of(message: &ChatMessage) -> String {

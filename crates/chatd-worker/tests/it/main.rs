@@ -2,6 +2,9 @@
 //! OpenAI-compatible LLM server, real LISTEN/NOTIFY. One binary, modules by
 //! concern.
 
+mod anthropic;
 mod common;
+mod mcp;
 mod replicas;
+mod titles;
 mod turns;

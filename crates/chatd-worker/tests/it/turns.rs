@@ -285,7 +285,13 @@ async fn retries_stop_at_the_limit() {
         3,
         "the first attempt and two retries"
     );
-    assert_eq!(chat.last_error.unwrap()["kind"], json!("generic"));
+    let error = chat.last_error.unwrap();
+    assert_eq!(error["kind"], json!("generic"));
+    assert_eq!(
+        error["retryable"],
+        json!(true),
+        "the last error was retryable; only the budget ran out"
+    );
     worker.shutdown().await;
 }
 
@@ -371,5 +377,39 @@ async fn the_requires_action_deadline_cancels_the_pending_call() {
     });
     assert!(timed_out, "{messages:?}");
     assert_eq!(text_of(messages.last().unwrap()), "Timed out, moving on.");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_during_requires_action_answers_the_pending_call_and_ends_the_turn() {
+    let env = Env::new().await;
+    env.llm
+        .push(Script::new().tool_call("call_5", "pick_color", "{}", 1));
+    let worker = env.worker();
+    let tools =
+        json!([{"name": "pick_color", "description": "", "input_schema": {"type": "object"}}]);
+    let chat_id = env.create_chat_with("choose", Some(tools)).await;
+    env.wait_for(chat_id, Duration::from_secs(20), "requires_action", |c| {
+        c.status == ChatStatus::RequiresAction
+    })
+    .await;
+    env.store
+        .machine(chat_id)
+        .update(|tx| Box::pin(async move { tx.interrupt().await }))
+        .await
+        .unwrap();
+    let chat = env.wait_status(chat_id, ChatStatus::Waiting).await;
+    assert_eq!(chat.requires_action_deadline_at, None);
+    let messages = env.active_messages(chat_id).await;
+    let interrupted = messages.iter().flat_map(|m| m.content.0.iter()).any(|p| {
+        matches!(p, MessagePart::ToolResult { tool_call_id, result, is_error: true, .. }
+            if tool_call_id == "call_5" && result == &json!({"error": chatd_core::INTERRUPTED_TOOL_RESULT}))
+    });
+    assert!(interrupted, "{messages:?}");
+    assert_eq!(
+        env.llm.requests().len(),
+        1,
+        "the user stopped the turn: no model call"
+    );
     worker.shutdown().await;
 }

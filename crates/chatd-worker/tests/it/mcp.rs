@@ -1,0 +1,289 @@
+//! MCP tools inside turns, against the testkit's `mcp-fixture` server process
+//! (stdio and streamable HTTP): the model's call runs, its result is committed
+//! with the call in one `CommitStep` and streamed into the episode, the next
+//! model request carries both; parallel calls commit together; tool errors
+//! are `is_error` results; a step with MCP and dynamic calls commits the MCP
+//! results, then waits for the client.
+
+use std::time::Duration;
+
+use chatd_core::{ChatRole, ChatStatus, Episode, MessagePart, PartDelta};
+use chatd_store::{CompleteRequiresActionInput, ToolResultInput};
+use chatd_testkit::McpHttpFixture;
+use chatd_testkit::fake_llm::Script;
+use serde_json::{Value, json};
+
+use crate::common::{Env, McpRow, fixture_command, text_of};
+
+fn results(messages: &[chatd_store::ChatMessage]) -> Vec<(String, Value, bool)> {
+    messages
+        .iter()
+        .flat_map(|m| m.content.0.iter())
+        .filter_map(|p| match p {
+            MessagePart::ToolResult {
+                tool_call_id,
+                result,
+                is_error,
+                ..
+            } => Some((tool_call_id.clone(), result.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_mcp_call_commits_with_its_call_in_one_step_and_goes_back_to_the_model() {
+    let env = Env::new().await;
+    let server = env
+        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
+        .await;
+    env.llm.push(Script::new().then_text("Adding.").tool_call(
+        "call_add",
+        "calc__add",
+        r#"{"a": 2, "b": 3}"#,
+        3,
+    ));
+    env.llm.push(Script::text("The sum is 5."));
+    let worker = env.worker();
+    let chat_id = env.create_chat_with_mcp("2+3?", vec![server], None).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+
+    let messages = env.active_messages(chat_id).await;
+    let roles: Vec<ChatRole> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        vec![
+            ChatRole::User,
+            ChatRole::Assistant,
+            ChatRole::Tool,
+            ChatRole::Assistant
+        ]
+    );
+    assert_eq!(
+        messages[1].revision, messages[2].revision,
+        "the call and its result were committed by one CommitStep"
+    );
+    assert_eq!(
+        results(&messages),
+        vec![("call_add".to_owned(), json!("5"), false)]
+    );
+    assert_eq!(text_of(&messages[3]), "The sum is 5.");
+
+    // The tools were offered as <slug>__<tool>.
+    let requests = env.llm.requests();
+    let offered: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(offered.contains(&"calc__add") && offered.contains(&"calc__whoami"));
+    // The next request carries the call and its result.
+    let sent = requests[1].body["messages"].as_array().unwrap();
+    assert_eq!(
+        sent[1]["tool_calls"][0]["function"]["name"],
+        json!("calc__add")
+    );
+    assert_eq!(
+        sent[2],
+        json!({"role": "tool", "tool_call_id": "call_add", "content": "\"5\""})
+    );
+    // The result streamed into the attempt's episode as a tool part.
+    let parts = worker
+        .parts()
+        .get_parts(Episode {
+            chat_id,
+            history_version: 1,
+            generation_attempt: 1,
+        })
+        .unwrap();
+    let streamed = parts
+        .iter()
+        .find(|p| matches!(p.part, PartDelta::ToolResult { .. }))
+        .expect("a streamed tool result");
+    assert_eq!(streamed.role, ChatRole::Tool);
+    assert_eq!(
+        streamed.part,
+        PartDelta::ToolResult {
+            tool_call_id: "call_add".into(),
+            tool_name: "calc__add".into(),
+            result: json!("5"),
+            is_error: false,
+        }
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_calls_commit_together_with_errors_as_results_and_the_idempotency_key() {
+    let env = Env::new().await;
+    let server = env
+        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
+        .await;
+    env.llm.push(
+        Script::new()
+            .tool_call("call_1", "calc__add", r#"{"a": 20, "b": 22}"#, 2)
+            .tool_call("call_2", "calc__fail", r#"{"message": "no luck"}"#, 1)
+            .tool_call("call_3", "calc__whoami", "{}", 1)
+            .tool_call("call_4", "nowhere__tool", "{}", 1),
+    );
+    env.llm.push(Script::text("Done."));
+    let worker = env.worker();
+    let chat_id = env.create_chat_with_mcp("go", vec![server], None).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    let step: Vec<&chatd_store::ChatMessage> = messages
+        .iter()
+        .filter(|m| m.revision == messages[1].revision)
+        .collect();
+    assert_eq!(step.len(), 5, "the assistant message and four results");
+    let results = results(&messages);
+    assert_eq!(results.len(), 4);
+    assert_eq!(results[0], ("call_1".to_owned(), json!("42"), false));
+    assert_eq!(
+        results[1],
+        ("call_2".to_owned(), json!({"error": "no luck"}), true)
+    );
+    let (id, who, is_error) = &results[2];
+    assert_eq!((id.as_str(), *is_error), ("call_3", false));
+    // (chat_id, history_version, generation_attempt, tool_call_id)
+    assert_eq!(
+        who["meta"]["chatd/idempotency_key"],
+        json!(format!("{chat_id}:1:1:call_3"))
+    );
+    assert_eq!(
+        results[3],
+        (
+            "call_4".to_owned(),
+            json!({"error": "Unknown tool: nowhere__tool"}),
+            true
+        )
+    );
+    assert_eq!(text_of(messages.last().unwrap()), "Done.");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamable_http_mcp_call_runs_inside_a_turn() {
+    let fixture = McpHttpFixture::start().await.unwrap();
+    let env = Env::anthropic().await;
+    let server = env.add_mcp_server("web", McpRow::Http(fixture.url())).await;
+    env.llm
+        .push(Script::new().tool_call("toolu_1", "web__add", r#"{"a": 1, "b": 2}"#, 2));
+    env.llm.push(Script::text("3."));
+    let worker = env.worker();
+    let chat_id = env.create_chat_with_mcp("1+2?", vec![server], None).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(messages[1].revision, messages[2].revision);
+    assert_eq!(
+        results(&messages),
+        vec![("toolu_1".to_owned(), json!("3"), false)]
+    );
+    // Anthropic's next request: tool_use in the assistant turn, tool_result
+    // first in the following user turn.
+    let second = &env.llm.requests()[1].body;
+    assert_eq!(
+        second["messages"][1]["content"][0]["name"],
+        json!("web__add")
+    );
+    assert_eq!(
+        second["messages"][2]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "3"})
+    );
+    assert_eq!(text_of(messages.last().unwrap()), "3.");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_and_dynamic_calls_in_one_step_commit_the_mcp_results_then_wait_for_the_client() {
+    let env = Env::new().await;
+    let server = env
+        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
+        .await;
+    env.llm.push(
+        Script::new()
+            .tool_call("call_mcp", "calc__add", r#"{"a": 1, "b": 1}"#, 1)
+            .tool_call("call_client", "pick_color", "{}", 1),
+    );
+    env.llm.push(Script::text("2 and blue."));
+    let worker = env.worker();
+    let tools =
+        json!([{"name": "pick_color", "description": "", "input_schema": {"type": "object"}}]);
+    let chat_id = env
+        .create_chat_with_mcp("go", vec![server], Some(tools))
+        .await;
+    let chat = env
+        .wait_for(chat_id, Duration::from_secs(20), "requires_action", |c| {
+            c.status == ChatStatus::RequiresAction
+        })
+        .await;
+    assert!(chat.requires_action_deadline_at.is_some());
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(messages.len(), 3, "assistant + the MCP result");
+    assert_eq!(messages[1].revision, messages[2].revision);
+    assert_eq!(
+        results(&messages),
+        vec![("call_mcp".to_owned(), json!("2"), false)]
+    );
+    env.store
+        .machine(chat_id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.complete_requires_action(CompleteRequiresActionInput {
+                    results: vec![ToolResultInput {
+                        tool_call_id: "call_client".into(),
+                        output: r#""blue""#.into(),
+                        is_error: false,
+                    }],
+                    ..Default::default()
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap();
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(text_of(messages.last().unwrap()), "2 and blue.");
+    let sent = env.llm.requests()[1].body["messages"].clone();
+    let tool_ids: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(tool_ids, vec!["call_mcp", "call_client"]);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_off_at_the_token_limit_is_answered_with_an_error_and_not_run() {
+    let env = Env::anthropic().await;
+    let server = env
+        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
+        .await;
+    // The fake closes every tool block; a length finish with invalid JSON is
+    // what a cut-off call looks like to the worker.
+    env.llm.push(
+        Script::new()
+            .tool_call("toolu_cut", "calc__add", r#"{"a": 1, "b"#, 1)
+            .finish("length"),
+    );
+    env.llm.push(Script::text("Sorry, retrying later."));
+    let worker = env.worker();
+    let chat_id = env.create_chat_with_mcp("go", vec![server], None).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].2);
+    assert!(
+        results[0].1["error"]
+            .as_str()
+            .unwrap()
+            .contains("cut off at the output token limit")
+    );
+    worker.shutdown().await;
+}
