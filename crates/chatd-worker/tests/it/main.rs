@@ -1,5 +1,6 @@
 //! Integration tests of the worker: real PostgreSQL, real HTTP to the fake
-//! OpenAI-compatible LLM server, real LISTEN/NOTIFY. One binary, modules by
+//! LLM server (OpenAI and Anthropic modes), real MCP server processes (the
+//! testkit's `mcp-fixture`), real LISTEN/NOTIFY. One binary, modules by
 //! concern.
 
 mod anthropic;

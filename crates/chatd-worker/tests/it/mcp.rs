@@ -287,3 +287,56 @@ async fn a_call_cut_off_at_the_token_limit_is_answered_with_an_error_and_not_run
     );
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_left_without_a_result_is_run_before_the_model_is_called_again() {
+    let env = Env::new().await;
+    let server = env
+        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
+        .await;
+    env.llm.push(Script::text("It was 7."));
+    let worker = env.worker();
+    // History as an older writer could have left it: a call, no result.
+    let chat_id = env
+        .store
+        .create_chat(chatd_store::CreateChatInput {
+            owner_id: env.owner,
+            mcp_server_ids: vec![server],
+            initial_messages: vec![
+                chatd_store::NewMessage::user(vec![MessagePart::text("3+4?")]),
+                chatd_store::NewMessage::assistant(vec![
+                    MessagePart::ToolCall {
+                        tool_call_id: "call_old".into(),
+                        tool_name: "calc__add".into(),
+                        args: r#"{"a": 3, "b": 4}"#.into(),
+                    },
+                    MessagePart::ToolCall {
+                        tool_call_id: "call_gone".into(),
+                        tool_name: "removed_tool".into(),
+                        args: "{}".into(),
+                    },
+                ]),
+            ],
+            ..chatd_store::CreateChatInput::default()
+        })
+        .await
+        .unwrap()
+        .chat
+        .id;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(
+        results(&messages),
+        vec![
+            ("call_old".to_owned(), json!("7"), false),
+            (
+                "call_gone".to_owned(),
+                json!({"error": "Unknown tool: removed_tool"}),
+                true
+            ),
+        ]
+    );
+    assert_eq!(text_of(messages.last().unwrap()), "It was 7.");
+    assert_eq!(env.llm.requests().len(), 1);
+    worker.shutdown().await;
+}
