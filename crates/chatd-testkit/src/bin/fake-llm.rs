@@ -6,7 +6,9 @@
 //! ```
 //!
 //! Prints `listening on http://ADDR` once it accepts connections (the base URL
-//! to configure is `http://ADDR/v1`) and serves until SIGINT or SIGTERM.
+//! to configure is `http://ADDR/v1`, for an `openai-compat` provider as for an
+//! `anthropic` one: `/v1/chat/completions` and `/v1/messages` both answer) and
+//! serves until SIGINT or SIGTERM.
 //! `echo` answers every request with `echo: <last user text>` in one chunk;
 //! `slow-parts:N:MS` streams the same text in N parts, MS milliseconds apart.
 //! Both report usage 10/5.
