@@ -133,6 +133,13 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
 
     let addr = listener.local_addr()?;
     let shutdown = signals.shutdown.clone();
+    // Stream frames and relayed parts are small and latency-bound: no Nagle
+    // delay on accepted connections.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY: {err}");
+        }
+    });
     let mut server = tokio::spawn(
         axum::serve(listener, router)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

@@ -298,7 +298,8 @@ impl Forwarder {
         };
         let connecting = tokio::time::timeout(
             self.deps.config.dial_timeout,
-            tokio_tungstenite::connect_async(request),
+            // Parts are small and latency-bound: no Nagle delay.
+            tokio_tungstenite::connect_async_with_config(request, None, true),
         );
         let mut socket = match connecting.await {
             Ok(Ok((socket, _))) => socket,

@@ -152,6 +152,13 @@ impl StreamLoop {
                 biased;
                 () = self.shutdown.cancelled() => return Termination::Shutdown,
                 () = out.closed() => return Termination::ClientDisconnected,
+                // Parts first: a burst of the current episode's parts is
+                // delivered before the hint that commits the message they
+                // preview (after which they would be stale and dropped).
+                part = self.relay.parts.recv() => match part {
+                    Some(part) => Input::Part(part),
+                    None => return Termination::InvariantViolation("the relay forwarder stopped".into()),
+                },
                 event = next_notification(&mut self.pubsub) => match event {
                     Some(PubsubEvent::Message(payload)) => match ChatUpdate::from_payload(&payload) {
                         Ok(update) => Input::Sync(Some(SyncHints::from(&update))),
@@ -170,10 +177,6 @@ impl StreamLoop {
                     }
                 },
                 hints = self.poller.next() => Input::Sync(Some(hints)),
-                part = self.relay.parts.recv() => match part {
-                    Some(part) => Input::Part(part),
-                    None => return Termination::InvariantViolation("the relay forwarder stopped".into()),
-                },
             };
             let result = match input {
                 Input::Sync(hints) => self.sync(hints, out).await,
