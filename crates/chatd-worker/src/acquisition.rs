@@ -72,7 +72,9 @@ impl AcquisitionLoop {
             let mut locked_retries = 0;
             loop {
                 match self.pass().await {
-                    Ok(pass) if pass.claimed as i64 >= self.ctx.config.acquisition_batch => continue,
+                    Ok(pass) if pass.claimed as i64 >= self.ctx.config.acquisition_batch => {
+                        continue;
+                    }
                     Ok(pass) if pass.skipped_locked > 0 && locked_retries < LOCKED_RETRIES => {
                         locked_retries += 1;
                         tokio::select! {
