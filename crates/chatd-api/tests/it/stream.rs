@@ -755,6 +755,25 @@ async fn streams_need_a_token_and_hide_other_members_chats() {
             .status(),
         400
     );
+    // The routes are in the OpenAPI document, under both mounts.
+    let doc: Value = env
+        .http
+        .get(format!("{}/api/v2/openapi.json", env.replica.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for base in ["/api/v2/chats", "/api/experimental/chats"] {
+        for route in ["/{chat}/stream", "/{chat}/events", "/{chat}/stream/parts"] {
+            assert!(
+                doc["paths"][format!("{base}{route}")]["get"].is_object(),
+                "{base}{route}"
+            );
+        }
+    }
+    assert!(doc["components"]["schemas"]["ChatStreamEvent"].is_object());
     // The experimental mount streams too.
     let mut ws = StreamClient::connect(
         &env.replica
