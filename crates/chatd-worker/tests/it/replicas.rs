@@ -152,3 +152,47 @@ async fn graceful_shutdown_hands_a_running_chat_over_within_a_second() {
     assert_eq!(text_of(&last), "resumed elsewhere");
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn graceful_shutdown_leaves_no_chat_owned_even_while_its_own_abandons_wake_acquisition() {
+    // Regression: each Abandon publishes chat:ownership, which used to wake
+    // the shutting-down worker's own acquisition loop into re-acquiring
+    // chats it then never abandoned (stuck until the lease expired).
+    let env = Env::new().await;
+    env.llm
+        .set_default(Script::new().then_text("working").hang());
+    for round in 0..3 {
+        let a = env.worker();
+        let mut chats = Vec::new();
+        for i in 0..12 {
+            chats.push(env.create_chat(&format!("round {round} chat {i}")).await);
+        }
+        for chat_id in &chats {
+            env.wait_for(*chat_id, Duration::from_secs(20), "owned by a", |c| {
+                c.worker_id == Some(a.worker_id())
+            })
+            .await;
+        }
+        let a_id = a.worker_id();
+        a.shutdown().await;
+        let still_owned: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM chats WHERE worker_id = $1")
+                .bind(a_id)
+                .fetch_one(env.db.pool())
+                .await
+                .unwrap();
+        assert_eq!(
+            still_owned, 0,
+            "round {round}: chats left owned by a stopped worker"
+        );
+        // Release the chats for the next round's worker: archive-free reset by
+        // interrupting them (they end in waiting once a worker finishes them).
+        for chat_id in &chats {
+            let _ = env
+                .store
+                .machine(*chat_id)
+                .update(|tx| Box::pin(async move { tx.interrupt().await }))
+                .await;
+        }
+    }
+}
