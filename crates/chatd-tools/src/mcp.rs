@@ -57,10 +57,9 @@ pub fn qualified_name(slug: &str, tool: &str) -> String {
 }
 
 /// Splits `<slug>__<tool>` at the first separator; `None` for a name
-/// without one. Slugs never contain `__`... but may contain `_`, so the
-/// first occurrence is the boundary only when slugs do not end in `_`; the
-/// worker therefore matches against its configured slugs instead when it
-/// can ([`McpToolset::get`]).
+/// without one. A slug may itself contain `__` (`^[a-z0-9][a-z0-9_-]*$`),
+/// so this is a guess for display and logs; the worker resolves names
+/// exactly against the listed tools instead ([`McpToolset::get`]).
 pub fn split_qualified_name(name: &str) -> Option<(&str, &str)> {
     name.split_once(NAME_SEPARATOR)
 }
