@@ -798,3 +798,50 @@ async fn without_stream_deps_the_stream_routes_answer_503() {
     let seen: HashSet<u16> = [answer.status].into_iter().collect();
     assert!(seen.contains(&503));
 }
+
+/// Polls `check` every 10 ms until it holds (at most 10 s).
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_releases_its_subscription_and_registration_and_closes_on_shutdown() {
+    let env = StreamEnv::start().await;
+    let chat = env.create_chat(&env.alice, chat_body("lifecycle")).await;
+    let channel = chatd_pubsub::chat_update_channel(chat);
+    let service = env.replica.state.stream_service().unwrap().clone();
+    let registry = service.poller_registry();
+
+    let mut ws = StreamClient::connect(
+        &env.replica.ws_url(&stream_path(chat, None)),
+        &env.alice.token,
+    )
+    .await;
+    ws.take(4).await;
+    assert_eq!(env.pubsub.subscriber_count(&channel), 1);
+    assert_eq!(registry.subscriber_count(chat), 1);
+    ws.close().await;
+    eventually("the stream let go of pubsub and the poller", || {
+        env.pubsub.subscriber_count(&channel) == 0 && registry.subscriber_count(chat) == 0
+    })
+    .await;
+
+    // Server shutdown closes open streams with 1001.
+    let mut ws = StreamClient::connect(
+        &env.replica.ws_url(&stream_path(chat, None)),
+        &env.alice.token,
+    )
+    .await;
+    ws.take(4).await;
+    env.replica.shutdown.cancel();
+    let close = ws.until_closed().await.expect("a close frame");
+    assert_eq!(u16::from(close.code), 1001);
+    eventually("released after shutdown", || {
+        env.pubsub.subscriber_count(&channel) == 0 && registry.subscriber_count(chat) == 0
+    })
+    .await;
+}

@@ -62,6 +62,7 @@ pub fn fast_worker_config(worker_id: Uuid) -> WorkerConfig {
 /// What a replica of [`StreamEnv`] is made of.
 pub struct Replica {
     pub id: Uuid,
+    pub state: AppState,
     pub base: String,
     pub parts: PartBuffer,
     pub shutdown: CancellationToken,
@@ -281,12 +282,13 @@ async fn start_replica(
         config,
         shutdown: shutdown.clone(),
     });
-    let app = chatd_api::router(state);
+    let app = chatd_api::router(state.clone());
     let task = tokio::spawn(async move {
         axum::serve(listener, app).await.expect("serve");
     });
     Replica {
         id,
+        state,
         base,
         parts,
         shutdown,
