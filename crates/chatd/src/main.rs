@@ -8,10 +8,14 @@
 //!   ([`token`]).
 //! - `chatd migrate --postgres-url URL`: apply the embedded migrations and
 //!   exit.
+//! - `chatd chat list|new|send|watch|interrupt`: a command-line client of a
+//!   running server (`--url`/`CHATD_URL`, `--token`/`CHATD_TOKEN`): start
+//!   chats and stream replies to the terminal ([`chat_cli`]).
 //!
 //! Every flag has a `CHATD_*` environment fallback ([`config`]); logs go to
-//! standard error ([`logging`]).
+//! standard error ([`logging`]), at `warn` by default for `chatd chat`.
 
+mod chat_cli;
 mod cluster;
 mod config;
 mod database;
@@ -61,12 +65,20 @@ enum Command {
         #[arg(long, env = "CHATD_POSTGRES_URL")]
         postgres_url: String,
     },
+    /// Talk to a running server: list chats, start one or send a message
+    /// and stream the reply, watch a chat live, interrupt it.
+    Chat(chat_cli::ChatArgs),
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Err(err) = logging::init(cli.log_format) {
+    // The client prints replies on the terminal: no INFO noise there.
+    let default_filter = match cli.command {
+        Command::Chat(_) => logging::CLIENT_FILTER,
+        _ => logging::DEFAULT_FILTER,
+    };
+    if let Err(err) = logging::init(cli.log_format, default_filter) {
         eprintln!("chatd: {err:#}");
         return std::process::ExitCode::FAILURE;
     }
@@ -74,6 +86,7 @@ async fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(*args).await,
         Command::Token(command) => token::run(command).await,
         Command::Migrate { postgres_url } => migrate(&postgres_url).await,
+        Command::Chat(args) => return chat_cli::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

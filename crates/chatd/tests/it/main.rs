@@ -1,8 +1,9 @@
 //! End-to-end tests of the `chatd` binary: `chatd serve` with the embedded
 //! PostgreSQL and with `--postgres-url`, several replicas on one database,
-//! and `chatd token create`. Every test starts real processes and bounds
-//! every wait; see `support.rs`.
+//! `chatd token create`, and the `chatd chat` client. Every test starts
+//! real processes and bounds every wait; see `support.rs`.
 
+mod cli;
 mod config_file;
 mod embedded;
 mod replicas;

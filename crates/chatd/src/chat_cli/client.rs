@@ -1,0 +1,299 @@
+//! The HTTP side of `chatd chat`: a small client for the chat routes of
+//! API.md ("Chat routes") and the stream's WebSocket upgrade, with error
+//! messages a terminal user can act on: the API error body's `message`,
+//! `detail` and `validations` for a non-2xx answer, and the server URL when
+//! it cannot be reached.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_tungstenite::tungstenite;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+
+/// A WebSocket connection to the chat stream.
+pub type StreamSocket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// How long one REST request may take, in seconds.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A client of one chatd server, authenticated with one API token.
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// The base URL without a trailing slash, e.g. `http://127.0.0.1:3000`.
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// The error body of every non-2xx answer (API.md "Errors").
+#[derive(Debug, Deserialize)]
+struct ApiErrorBody {
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    detail: Option<String>,
+    #[serde(default)]
+    validations: Vec<Validation>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Validation {
+    #[serde(default)]
+    field: String,
+    #[serde(default)]
+    detail: String,
+}
+
+/// The fields of a `Chat` the CLI reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Chat {
+    /// The chat id.
+    pub id: String,
+    /// Its title.
+    #[serde(default)]
+    pub title: String,
+    /// Its status.
+    pub status: String,
+    /// When it last changed (RFC 3339).
+    #[serde(default)]
+    pub updated_at: String,
+    /// Its persisted error, if any.
+    #[serde(default)]
+    pub last_error: Option<super::render::ChatError>,
+}
+
+/// The answer of `POST /chats/{chat}/messages`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SendResponse {
+    /// Whether the message was queued behind a busy chat.
+    pub queued: bool,
+    /// The committed user message, when not queued.
+    #[serde(default)]
+    pub message: Option<IdOnly>,
+    /// The queued message, when queued.
+    #[serde(default)]
+    pub queued_message: Option<IdOnly>,
+}
+
+/// An object of which only the integer `id` is read.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct IdOnly {
+    /// The id.
+    pub id: i64,
+}
+
+impl Client {
+    /// A client of the server at `url` (`http://` or `https://`).
+    ///
+    /// # Errors
+    /// When `url` does not parse or has another scheme.
+    pub fn new(url: &str, token: String) -> anyhow::Result<Self> {
+        let parsed = url::Url::parse(url).with_context(|| format!("invalid server URL {url:?}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            bail!("invalid server URL {url:?}: expected http:// or https://");
+        }
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self {
+            base: url.trim_end_matches('/').to_owned(),
+            token,
+            http,
+        })
+    }
+
+    /// Sends `method /api/v2{path}` with an optional JSON body and decodes
+    /// the 2xx answer as `T`.
+    ///
+    /// # Errors
+    /// The server is unreachable (the message names the URL), answered
+    /// non-2xx (the API error's message, detail and validations), or sent
+    /// a body that does not decode.
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<T> {
+        let url = format!("{}/api/v2{path}", self.base);
+        let mut request = self
+            .http
+            .request(method.clone(), &url)
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|err| self.transport(&err))?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|err| self.transport(&err))?;
+        if !status.is_success() {
+            return Err(api_error(status, &bytes, &format!("{method} {path}")));
+        }
+        serde_json::from_slice(&bytes)
+            .with_context(|| format!("decoding the answer of {method} {path}"))
+    }
+
+    /// `GET /chats/{chat}`.
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub async fn chat(&self, chat: &str) -> anyhow::Result<Chat> {
+        self.call(Method::GET, &format!("/chats/{chat}"), None)
+            .await
+    }
+
+    /// The id of the newest committed message of `chat` (0 when none), via
+    /// `GET /chats/{chat}/messages?limit=1`.
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub async fn newest_message_id(&self, chat: &str) -> anyhow::Result<i64> {
+        let page: Value = self
+            .call(
+                Method::GET,
+                &format!("/chats/{chat}/messages?limit=1"),
+                None,
+            )
+            .await?;
+        Ok(page["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["id"].as_i64())
+            .unwrap_or(0))
+    }
+
+    /// Opens `GET /chats/{chat}/stream?after_id=N` (WebSocket, the token in
+    /// the upgrade request's `Authorization` header).
+    ///
+    /// # Errors
+    /// The server is unreachable, refused the upgrade (the API error's
+    /// message), or the URL is `https://` (this build speaks plain `ws://`
+    /// only).
+    pub async fn stream(&self, chat: &str, after_id: i64) -> anyhow::Result<StreamSocket> {
+        let ws_base = if let Some(rest) = self.base.strip_prefix("http://") {
+            format!("ws://{rest}")
+        } else {
+            bail!(
+                "streaming from {} is not supported: this build opens plain ws:// streams \
+                 only (use an http:// URL, or --no-watch)",
+                self.base
+            );
+        };
+        let mut url = format!("{ws_base}/api/v2/chats/{chat}/stream");
+        if after_id > 0 {
+            url.push_str(&format!("?after_id={after_id}"));
+        }
+        let mut request = url.into_client_request()?;
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {}", self.token)
+                .parse()
+                .context("the token is not a valid header value")?,
+        );
+        match tokio::time::timeout(REQUEST_TIMEOUT, tokio_tungstenite::connect_async(request)).await
+        {
+            Err(_) => bail!(
+                "the chatd server at {} did not answer the stream upgrade within {}s",
+                self.base,
+                REQUEST_TIMEOUT.as_secs()
+            ),
+            Ok(Ok((socket, _))) => Ok(socket),
+            Ok(Err(tungstenite::Error::Http(response))) => {
+                let status = StatusCode::from_u16(response.status().as_u16())
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                let body = response.body().clone().unwrap_or_default();
+                Err(api_error(status, &body, "opening the stream"))
+            }
+            Ok(Err(err)) => Err(anyhow!(
+                "cannot reach the chatd server at {}: {err}",
+                self.base
+            )),
+        }
+    }
+
+    fn transport(&self, err: &reqwest::Error) -> anyhow::Error {
+        // reqwest's Display stops at "error sending request"; the source
+        // chain says why (connection refused, timed out, ...).
+        let mut cause = String::new();
+        let mut source = std::error::Error::source(err);
+        while let Some(s) = source {
+            cause = s.to_string();
+            source = s.source();
+        }
+        if err.is_timeout() {
+            anyhow!("the chatd server at {} did not answer in time", self.base)
+        } else if cause.is_empty() {
+            anyhow!("cannot reach the chatd server at {}: {err}", self.base)
+        } else {
+            anyhow!("cannot reach the chatd server at {}: {cause}", self.base)
+        }
+    }
+}
+
+/// The error for a non-2xx answer to `what`: `MESSAGE (HTTP STATUS)`, then
+/// the detail and each validation on its own line; a hint on `401`.
+fn api_error(status: StatusCode, body: &[u8], what: &str) -> anyhow::Error {
+    let mut text = match serde_json::from_slice::<ApiErrorBody>(body) {
+        Ok(error) if !error.message.is_empty() => {
+            let mut text = format!("{} (HTTP {status}, {what})", error.message);
+            if let Some(detail) = error.detail.filter(|d| !d.is_empty()) {
+                text.push_str(&format!("\n  {detail}"));
+            }
+            for v in error.validations {
+                text.push_str(&format!("\n  {}: {}", v.field, v.detail));
+            }
+            text
+        }
+        _ => {
+            let body = String::from_utf8_lossy(body);
+            let body = body.trim();
+            if body.is_empty() {
+                format!("HTTP {status} ({what})")
+            } else {
+                format!("HTTP {status} ({what}): {body}")
+            }
+        }
+    };
+    if status == StatusCode::UNAUTHORIZED {
+        text.push_str("\n  check the API token (--token or CHATD_TOKEN)");
+    }
+    anyhow!(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_errors_show_message_detail_and_validations() {
+        let body = br#"{"message":"Invalid request.","detail":"see below",
+            "validations":[{"field":"content","detail":"must not be empty"}]}"#;
+        let err = api_error(StatusCode::BAD_REQUEST, body, "POST /chats");
+        assert_eq!(
+            err.to_string(),
+            "Invalid request. (HTTP 400 Bad Request, POST /chats)\n  see below\n  content: must not be empty"
+        );
+        let err = api_error(StatusCode::UNAUTHORIZED, b"", "GET /chats");
+        assert_eq!(
+            err.to_string(),
+            "HTTP 401 Unauthorized (GET /chats)\n  check the API token (--token or CHATD_TOKEN)"
+        );
+    }
+
+    #[test]
+    fn only_http_urls_are_accepted() {
+        assert!(Client::new("http://127.0.0.1:3000/", "t".into()).is_ok());
+        assert_eq!(
+            Client::new("http://h:1/", "t".into()).unwrap().base,
+            "http://h:1"
+        );
+        assert!(Client::new("ftp://h", "t".into()).is_err());
+        assert!(Client::new("not a url", "t".into()).is_err());
+    }
+}

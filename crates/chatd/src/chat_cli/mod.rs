@@ -1,0 +1,398 @@
+//! `chatd chat ...`: a command-line client of a chatd server's chat API
+//! (API.md "Chat routes" and "Stream (WebSocket)").
+//!
+//! The server comes from `--url` / `CHATD_URL` (default
+//! `http://127.0.0.1:3000`), the API token from `--token` / `CHATD_TOKEN`
+//! (required). Subcommands: `list`, `new`, `send`, `watch`, `interrupt`.
+//!
+//! `new` and `send` stream the assistant's reply to standard output as it
+//! is generated and exit when the chat is idle again; `watch` prints the
+//! whole conversation and follows it live. Notices (the chat id, whether a
+//! message was queued, status changes, errors, retries, pending tool calls,
+//! reasoning) go to standard error, so standard output can be captured.
+//! What is printed, and how live parts and committed messages are
+//! de-duplicated, is [`render`]; the stream loop is [`follow`]; the HTTP
+//! calls and their error messages are [`client`].
+//!
+//! Exit codes: 0 done; 1 an error (the server's message on standard
+//! error), including a chat that ends in `error`; 2 bad usage;
+//! [`EXIT_REQUIRES_ACTION`] (3) when the chat waits for client-side tool
+//! results; [`EXIT_INTERRUPTED`] (130) when Ctrl-C stops a wait for a reply
+//! (the chat goes on).
+
+mod client;
+mod follow;
+mod render;
+
+use std::io::{IsTerminal as _, Read as _};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use reqwest::Method;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use self::client::{Client, SendResponse};
+use self::follow::{Until, follow};
+use self::render::{Mode, Renderer, Style};
+
+/// Exit code of a failure (and of a chat that ends in `error`).
+pub const EXIT_ERROR: u8 = 1;
+/// Exit code when the chat ends in `requires_action`.
+pub const EXIT_REQUIRES_ACTION: u8 = 3;
+/// Exit code when Ctrl-C stops a wait for a reply.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// `chatd chat`: the server, the token and the subcommand.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Base URL of the chatd server.
+    #[arg(
+        long,
+        global = true,
+        env = "CHATD_URL",
+        default_value = "http://127.0.0.1:3000"
+    )]
+    url: String,
+
+    /// API token (required; `chatd token create --user NAME` prints one).
+    #[arg(long, global = true, env = "CHATD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+
+    #[command(subcommand)]
+    command: ChatCommand,
+}
+
+/// The subcommands of `chatd chat`.
+#[derive(Debug, Subcommand)]
+enum ChatCommand {
+    /// List chats, newest first: id, status, updated_at, title.
+    List {
+        /// List archived chats instead.
+        #[arg(long)]
+        archived: bool,
+        /// Print the API's JSON array instead.
+        #[arg(long)]
+        json: bool,
+        /// How many chats (1..=100).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100))]
+        limit: u32,
+    },
+    /// Start a chat and stream the assistant's reply to standard output.
+    ///
+    /// The chat id is printed on standard error as `chat <id>`. Exits 0
+    /// when the reply is done, 1 when the chat ends in error, 3 when it
+    /// waits for client-side tool results.
+    New {
+        /// Model config id (default: the server's default model).
+        #[arg(long = "model", value_name = "MODEL_CONFIG_ID")]
+        model: Option<Uuid>,
+        /// System prompt.
+        #[arg(long = "system", value_name = "PROMPT")]
+        system: Option<String>,
+        /// Title (default: one the model writes).
+        #[arg(long)]
+        title: Option<String>,
+        /// Do not wait for the reply.
+        #[arg(long)]
+        no_watch: bool,
+        /// Also print the created chat as JSON on standard output (first
+        /// line; the reply, if watched, follows).
+        #[arg(long)]
+        json: bool,
+        /// The message; `-` or nothing reads it from standard input.
+        #[arg(value_name = "TEXT")]
+        text: Vec<String>,
+    },
+    /// Send a message to a chat and stream the reply.
+    ///
+    /// A busy chat queues the message (or, with --interrupt, interrupts the
+    /// running turn); the reply streamed is the one to this message.
+    Send {
+        /// The chat id.
+        chat: Uuid,
+        /// Interrupt the running turn instead of queueing behind it.
+        #[arg(long)]
+        interrupt: bool,
+        /// Do not wait for the reply.
+        #[arg(long)]
+        no_watch: bool,
+        /// The message; `-` or nothing reads it from standard input.
+        #[arg(value_name = "TEXT")]
+        text: Vec<String>,
+    },
+    /// Print a chat's messages and follow it live until Ctrl-C.
+    ///
+    /// Messages are role-prefixed on standard output (`user> `,
+    /// `assistant> `, `tool> `); status changes, errors, retries and
+    /// pending tool calls go to standard error. Reconnects by itself.
+    Watch {
+        /// The chat id.
+        chat: Uuid,
+        /// Only messages with a larger id.
+        #[arg(long, value_name = "N")]
+        after_id: Option<i64>,
+        /// Stop once the chat is idle (exit code as for `new`).
+        #[arg(long)]
+        once: bool,
+    },
+    /// Interrupt a chat's running turn; prints the new status.
+    Interrupt {
+        /// The chat id.
+        chat: Uuid,
+    },
+}
+
+/// Runs `chatd chat ...`; errors are printed on standard error.
+pub async fn run(args: ChatArgs) -> ExitCode {
+    match run_command(args).await {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("chatd: {err:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let token = args.token.filter(|t| !t.trim().is_empty()).context(
+        "no API token: pass --token or set CHATD_TOKEN \
+         (an admin can create one with `chatd token create --user NAME`)",
+    )?;
+    let client = Client::new(&args.url, token)?;
+    match args.command {
+        ChatCommand::List {
+            archived,
+            json,
+            limit,
+        } => list(&client, archived, json, limit).await,
+        ChatCommand::New {
+            model,
+            system,
+            title,
+            no_watch,
+            json,
+            text,
+        } => {
+            let text = message_text(&text)?;
+            let mut body = json!({"content": [{"type": "text", "text": text}]});
+            if let Some(model) = model {
+                body["model_config_id"] = json!(model);
+            }
+            if let Some(system) = system {
+                body["system_prompt"] = json!(system);
+            }
+            if let Some(title) = title {
+                body["title"] = json!(title);
+            }
+            let chat: Value = client.call(Method::POST, "/chats", Some(&body)).await?;
+            let id = chat["id"]
+                .as_str()
+                .context("the created chat has no id")?
+                .to_owned();
+            eprintln!("chat {id}");
+            if json {
+                println!("{chat}");
+            }
+            if no_watch {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let renderer = Renderer::new(
+                Mode::Reply {
+                    awaiting_queued: None,
+                },
+                style(false),
+            );
+            follow(&client, &id, 0, renderer, Until::Idle).await
+        }
+        ChatCommand::Send {
+            chat,
+            interrupt,
+            no_watch,
+            text,
+        } => send(&client, &chat.to_string(), interrupt, no_watch, &text).await,
+        ChatCommand::Watch {
+            chat,
+            after_id,
+            once,
+        } => {
+            let chat = chat.to_string();
+            // A clear 401/404 before the stream, whose upgrade errors are
+            // terser.
+            client.chat(&chat).await?;
+            let renderer = Renderer::new(Mode::Watch, style(true));
+            let until = if once { Until::Idle } else { Until::CtrlC };
+            follow(&client, &chat, after_id.unwrap_or(0), renderer, until).await
+        }
+        ChatCommand::Interrupt { chat } => {
+            let chat: client::Chat = client
+                .call(Method::POST, &format!("/chats/{chat}/interrupt"), None)
+                .await?;
+            println!("{}", chat.status);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `chatd chat list`.
+async fn list(client: &Client, archived: bool, json: bool, limit: u32) -> anyhow::Result<ExitCode> {
+    let mut path = format!("/chats?limit={limit}");
+    if archived {
+        path.push_str("&archived=true");
+    }
+    let chats: Value = client.call(Method::GET, &path, None).await?;
+    if json {
+        println!("{chats}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let chats: Vec<client::Chat> =
+        serde_json::from_value(chats).context("decoding the chat list")?;
+    print!("{}", format_chat_list(&chats));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line per chat: id, status (padded to the longest), `updated_at`
+/// to the second, title.
+fn format_chat_list(chats: &[client::Chat]) -> String {
+    let width = chats.iter().map(|c| c.status.len()).max().unwrap_or(0);
+    chats
+        .iter()
+        .map(|c| {
+            // `2025-01-02T03:04:05.123456Z` → `2025-01-02T03:04:05Z`.
+            let updated = match c.updated_at.split_once('.') {
+                Some((seconds, _)) => format!("{seconds}Z"),
+                None => c.updated_at.clone(),
+            };
+            format!("{}  {:<width$}  {updated}  {}\n", c.id, c.status, c.title)
+        })
+        .collect()
+}
+
+/// `chatd chat send`.
+async fn send(
+    client: &Client,
+    chat: &str,
+    interrupt: bool,
+    no_watch: bool,
+    text: &[String],
+) -> anyhow::Result<ExitCode> {
+    let text = message_text(text)?;
+    // A queued message's reply comes after the current turn's messages:
+    // follow from here, and print only what follows its promotion.
+    let before = if no_watch {
+        0
+    } else {
+        client.newest_message_id(chat).await?
+    };
+    let body = json!({
+        "content": [{"type": "text", "text": text}],
+        "busy_behavior": if interrupt { "interrupt" } else { "queue" },
+    });
+    let sent: SendResponse = client
+        .call(
+            Method::POST,
+            &format!("/chats/{chat}/messages"),
+            Some(&body),
+        )
+        .await?;
+    let (mode, after_id) = match (sent.queued, sent.queued_message, sent.message) {
+        (true, Some(queued), _) => {
+            if interrupt {
+                eprintln!(
+                    "queued (message {}); interrupting the running turn",
+                    queued.id
+                );
+            } else {
+                eprintln!("queued (message {}) behind the running turn", queued.id);
+            }
+            (
+                Mode::Reply {
+                    awaiting_queued: Some(queued.id),
+                },
+                before,
+            )
+        }
+        (_, _, Some(message)) => {
+            eprintln!("sent (message {})", message.id);
+            (
+                Mode::Reply {
+                    awaiting_queued: None,
+                },
+                message.id,
+            )
+        }
+        _ => bail!("the server's answer has neither a message nor a queued message"),
+    };
+    if no_watch {
+        return Ok(ExitCode::SUCCESS);
+    }
+    follow(
+        client,
+        chat,
+        after_id,
+        Renderer::new(mode, style(false)),
+        Until::Idle,
+    )
+    .await
+}
+
+/// The message text: `args` joined by spaces, or standard input when
+/// `args` is `-` or empty (and standard input is not a terminal).
+fn message_text(args: &[String]) -> anyhow::Result<String> {
+    let from_stdin = args.is_empty() || args == ["-"];
+    let text = if from_stdin {
+        if args.is_empty() && std::io::stdin().is_terminal() {
+            bail!("no message: give TEXT, or `-` to read it from standard input");
+        }
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the message from standard input")?;
+        text.trim_end_matches(['\n', '\r']).to_owned()
+    } else {
+        args.join(" ")
+    };
+    if text.trim().is_empty() {
+        bail!("the message is empty");
+    }
+    Ok(text)
+}
+
+/// The renderer's style for this terminal: reasoning dimmed when standard
+/// error is a terminal (and `NO_COLOR` is unset); lines tidied across the
+/// two streams in watch mode or when standard output is a terminal.
+fn style(watch: bool) -> Style {
+    Style {
+        color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        tidy_lines: watch || std::io::stdout().is_terminal(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chat_list_aligns_status_and_trims_fractional_seconds() {
+        let chats: Vec<client::Chat> = serde_json::from_value(json!([
+            {"id": "a", "title": "First", "status": "requires_action",
+             "updated_at": "2025-01-02T03:04:05.123456Z"},
+            {"id": "b", "title": "Second", "status": "waiting",
+             "updated_at": "2025-01-02T03:04:06Z"},
+        ]))
+        .unwrap();
+        assert_eq!(
+            format_chat_list(&chats),
+            "a  requires_action  2025-01-02T03:04:05Z  First\n\
+             b  waiting          2025-01-02T03:04:06Z  Second\n"
+        );
+    }
+
+    #[test]
+    fn message_text_joins_arguments_with_spaces() {
+        let args = ["hello".to_owned(), "there".to_owned()];
+        assert_eq!(message_text(&args).unwrap(), "hello there");
+        assert!(message_text(&["  ".to_owned()]).is_err());
+    }
+}

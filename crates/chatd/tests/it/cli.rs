@@ -1,0 +1,322 @@
+//! `chatd chat ...`, the command-line client, run as a process against a
+//! real `chatd serve` with the fake LLM: the reply streams to standard
+//! output as it is generated and exactly once, a send to a busy chat is
+//! queued and its own reply streamed, `interrupt` stops a slow reply that
+//! `watch --once` follows, `list` shows chats, and token and connection
+//! problems are clear errors.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use chatd_testkit::TestDatabase;
+use chatd_testkit::fake_llm::{FakeLlm, Script};
+use serde_json::Value;
+use tokio::io::AsyncReadExt as _;
+use tokio::process::{Child, Command};
+use uuid::Uuid;
+
+use crate::support::{ADMIN_TOKEN, Chatd, chatd_command, http};
+use crate::worker::{config_file, replica_args};
+
+/// How long one CLI command may take.
+const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A server with the fake LLM as its default model.
+struct Setup {
+    server: Chatd,
+    llm: FakeLlm,
+    _db: TestDatabase,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup() -> anyhow::Result<Setup> {
+    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
+    let llm = FakeLlm::start().await?;
+    let dir = tempfile::tempdir()?;
+    let config = config_file(&dir, &llm)?;
+    let server = Chatd::start(&replica_args(&db, &config, "500ms")).await?;
+    Ok(Setup {
+        server,
+        llm,
+        _db: db,
+        _dir: dir,
+    })
+}
+
+/// `chatd chat ARGS` against `url` with the admin token in `CHATD_TOKEN`
+/// and the client's default log level.
+fn cli(url: &str, args: &[&str]) -> Command {
+    let mut command = chatd_command();
+    command
+        .env_remove("CHATD_LOG")
+        .env("CHATD_URL", url)
+        .env("CHATD_TOKEN", ADMIN_TOKEN)
+        .arg("chat")
+        .args(args);
+    command
+}
+
+/// Runs `command` to completion: (exit code, stdout, stderr).
+async fn output(mut command: Command) -> anyhow::Result<(Option<i32>, String, String)> {
+    let output = tokio::time::timeout(CLI_TIMEOUT, command.output())
+        .await
+        .context("the CLI did not finish in time")??;
+    Ok((
+        output.status.code(),
+        String::from_utf8(output.stdout)?,
+        String::from_utf8(output.stderr)?,
+    ))
+}
+
+/// The id in the `chat <id>` line of standard error.
+fn chat_id(stderr: &str) -> anyhow::Result<Uuid> {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("chat "))
+        .with_context(|| format!("no `chat <id>` line in {stderr:?}"))?;
+    Ok(line.trim().parse()?)
+}
+
+async fn chat_status(server: &Chatd, chat: Uuid) -> anyhow::Result<String> {
+    let chat: Value = http()
+        .get(format!("{}/api/v2/chats/{chat}", server.url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(chat["status"].as_str().unwrap_or_default().to_owned())
+}
+
+async fn wait_status(server: &Chatd, chat: Uuid, want: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = chat_status(server, chat).await?;
+        if status == want {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "timed out waiting for {want}: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A spawned CLI whose standard output is read as it comes.
+struct Running {
+    child: Child,
+    stdout: String,
+}
+
+impl Running {
+    fn spawn(mut command: Command) -> anyhow::Result<Self> {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        Ok(Self {
+            child: command.spawn()?,
+            stdout: String::new(),
+        })
+    }
+
+    /// Reads standard output until it contains `text`.
+    async fn read_until(&mut self, text: &str) -> anyhow::Result<()> {
+        let stdout = self.child.stdout.as_mut().context("no stdout")?;
+        let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
+        let mut buf = [0u8; 1024];
+        while !self.stdout.contains(text) {
+            let n = tokio::time::timeout_at(deadline, stdout.read(&mut buf))
+                .await
+                .with_context(|| format!("no {text:?} on stdout: {:?}", self.stdout))??;
+            anyhow::ensure!(n > 0, "stdout closed before {text:?}: {:?}", self.stdout);
+            self.stdout.push_str(std::str::from_utf8(&buf[..n])?);
+        }
+        Ok(())
+    }
+
+    /// Waits for the exit: (code, all of stdout, stderr).
+    async fn finish(mut self) -> anyhow::Result<(Option<i32>, String, String)> {
+        let mut rest = String::new();
+        let mut stderr = String::new();
+        let mut out = self.child.stdout.take().context("no stdout")?;
+        let mut err = self.child.stderr.take().context("no stderr")?;
+        let (status, _, _) = tokio::time::timeout(CLI_TIMEOUT, async {
+            tokio::join!(
+                self.child.wait(),
+                out.read_to_string(&mut rest),
+                err.read_to_string(&mut stderr)
+            )
+        })
+        .await
+        .context("the CLI did not exit in time")?;
+        self.stdout.push_str(&rest);
+        Ok((status?.code(), self.stdout, stderr))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_new_streams_the_reply_as_it_arrives_once_and_prints_the_chat_id_on_stderr()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    // The second half comes only after a pause, so the first half must be
+    // on the terminal while the chat is still running.
+    setup.llm.push(
+        Script::new()
+            .then_text("Hello ")
+            .delay(Duration::from_millis(50))
+            .then_text("from ")
+            .delay(Duration::from_secs(2))
+            .then_text("the fake ")
+            .delay(Duration::from_millis(50))
+            .then_text("model."),
+    );
+    let url = setup.server.url();
+    let mut running = Running::spawn(cli(&url, &["new", "hello", "there"]))?;
+    running.read_until("Hello from ").await?;
+    assert_eq!(running.stdout, "Hello from ", "nothing else yet");
+    let (code, stdout, stderr) = running.finish().await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, "Hello from the fake model.\n");
+    let chat = chat_id(&stderr)?;
+    assert_eq!(stderr.trim(), format!("chat {chat}"), "no other noise");
+    assert_eq!(chat_status(&setup.server, chat).await?, "waiting");
+    let request = setup
+        .llm
+        .requests()
+        .into_iter()
+        .find(|r| !chatd_testkit::fake_llm::is_title_request(r))
+        .context("the model was asked")?;
+    assert_eq!(request.last_user_text().as_deref(), Some("hello there"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_send_to_a_busy_chat_queues_and_streams_the_reply_to_the_queued_message()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    setup.llm.push(Script::text_in_parts(
+        "first answer",
+        3,
+        Duration::from_millis(700),
+    ));
+    setup.llm.push(Script::text_in_parts(
+        "second answer",
+        3,
+        Duration::from_millis(50),
+    ));
+    let url = setup.server.url();
+    let (code, stdout, stderr) = output(cli(&url, &["new", "--no-watch", "first"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    let chat = chat_id(&stderr)?;
+    let id = chat.to_string();
+
+    let (code, stdout, stderr) = output(cli(&url, &["send", &id, "second"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert!(stderr.contains("queued"), "stderr: {stderr}");
+    assert_eq!(stdout, "second answer\n", "only the queued message's reply");
+    assert_eq!(chat_status(&setup.server, chat).await?, "waiting");
+
+    // An idle chat: the message is sent at once.
+    setup.llm.push(Script::text("third answer"));
+    let (code, stdout, stderr) = output(cli(&url, &["send", &id, "third"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert!(stderr.starts_with("sent (message "), "stderr: {stderr}");
+    assert_eq!(stdout, "third answer\n");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_interrupt_stops_a_slow_reply_that_watch_once_follows() -> anyhow::Result<()> {
+    let setup = setup().await?;
+    setup
+        .llm
+        .push(Script::new().then_text("slow beginning").hang());
+    let url = setup.server.url();
+    let (code, _, stderr) = output(cli(&url, &["new", "--no-watch", "hello"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let chat = chat_id(&stderr)?;
+    let id = chat.to_string();
+
+    let mut watch = Running::spawn(cli(&url, &["watch", "--once", &id]))?;
+    watch.read_until("assistant> slow beginning").await?;
+    assert_eq!(chat_status(&setup.server, chat).await?, "running");
+
+    let (code, stdout, stderr) = output(cli(&url, &["interrupt", &id])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let printed = stdout.trim();
+    assert!(
+        printed == "interrupting" || printed == "waiting",
+        "the new status: {stdout:?}"
+    );
+    wait_status(&setup.server, chat, "waiting").await?;
+
+    let (code, stdout, stderr) = watch.finish().await?;
+    assert_eq!(
+        code,
+        Some(0),
+        "watch --once ends when idle; stderr: {stderr}"
+    );
+    assert!(
+        stdout.starts_with("user> hello\nassistant> slow beginning"),
+        "stdout: {stdout:?}"
+    );
+    assert!(stderr.contains("[status: waiting]"), "stderr: {stderr}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_list_shows_chats_and_token_or_connection_problems_are_clear_errors()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    setup.llm.push(Script::text("listed"));
+    let url = setup.server.url();
+    let (code, _, stderr) = output(cli(&url, &["new", "--title", "Listed chat", "hello"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let chat = chat_id(&stderr)?;
+
+    let (code, stdout, stderr) = output(cli(&url, &["list"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(&chat.to_string()))
+        .with_context(|| format!("the chat is listed: {stdout:?}"))?;
+    let columns: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(columns[1], "waiting", "{line}");
+    assert!(line.ends_with("  Listed chat"), "{line}");
+
+    let (code, stdout, _) = output(cli(&url, &["list", "--json"])).await?;
+    assert_eq!(code, Some(0));
+    let chats: Vec<Value> = serde_json::from_str(&stdout)?;
+    assert!(chats.iter().any(|c| c["id"] == chat.to_string()));
+
+    // No token.
+    let mut command = cli(&url, &["list"]);
+    command.env_remove("CHATD_TOKEN");
+    let (code, stdout, stderr) = output(command).await?;
+    assert_eq!(code, Some(1));
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("no API token"), "stderr: {stderr}");
+    assert!(stderr.contains("CHATD_TOKEN"), "stderr: {stderr}");
+
+    // A wrong token, given by flag (it beats the environment).
+    let (code, _, stderr) = output(cli(&url, &["list", "--token", "not-a-valid-token"])).await?;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("HTTP 401"), "stderr: {stderr}");
+    assert!(stderr.contains("check the API token"), "stderr: {stderr}");
+
+    // No server at the URL: the URL is named.
+    let (code, _, stderr) = output(cli("http://127.0.0.1:9", &["list"])).await?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cannot reach the chatd server at http://127.0.0.1:9"),
+        "stderr: {stderr}"
+    );
+
+    // An unknown chat: the API's message.
+    let missing = Uuid::new_v4().to_string();
+    let (code, _, stderr) = output(cli(&url, &["send", &missing, "hi"])).await?;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("HTTP 404"), "stderr: {stderr}");
+    Ok(())
+}
