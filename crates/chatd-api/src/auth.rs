@@ -4,7 +4,13 @@
 //!   (256 bits of entropy). Only their SHA-256 is stored
 //!   (`api_keys.secret_hash`); the clear token is shown exactly once.
 //! - [`Caller`] is the authenticated user of a request: a missing, unknown or
-//!   expired token is `401`.
+//!   expired token is `401`. The token comes from `Authorization: Bearer
+//!   <token>`. Browsers cannot set that header on a WebSocket, so a
+//!   WebSocket upgrade request without an `Authorization` header may carry
+//!   it instead as an entry `chatd.bearer.<token>` of its
+//!   `Sec-WebSocket-Protocol` list ([`WS_BEARER_PROTOCOL_PREFIX`]); the
+//!   stream route then answers with the plain [`WS_PROTOCOL`] subprotocol,
+//!   never echoing the token. Tokens are never logged.
 //! - Roles are `admin` and `member`. Visibility and owner-only rules are in
 //!   [`crate::chats`]; admin-only routes call [`Caller::require_admin`].
 //! - [`bootstrap_admin`] and [`create_token`] serve the binary
@@ -14,7 +20,8 @@
 
 use anyhow::Context as _;
 use axum::extract::FromRequestParts;
-use axum::http::header::AUTHORIZATION;
+use axum::http::HeaderMap;
+use axum::http::header::{AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
 use axum::http::request::Parts;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
@@ -27,6 +34,14 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
+
+/// The WebSocket subprotocol a browser client offers (with
+/// [`WS_BEARER_PROTOCOL_PREFIX`]`<token>`) and the stream route selects.
+pub const WS_PROTOCOL: &str = "chatd";
+
+/// Prefix of the `Sec-WebSocket-Protocol` entry that carries the token of a
+/// WebSocket upgrade without an `Authorization` header.
+pub const WS_BEARER_PROTOCOL_PREFIX: &str = "chatd.bearer.";
 
 /// Prefix of every generated token.
 pub const TOKEN_PREFIX: &str = "chatd_";
@@ -134,12 +149,7 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let token = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token)
-            .ok_or_else(ApiError::unauthorized)?;
+        let token = request_token(&parts.headers).ok_or_else(ApiError::unauthorized)?;
         let row: Option<UserRow> = sqlx::query_as(
             "SELECT u.id, u.username, u.role, u.created_at
              FROM api_keys k JOIN users u ON u.id = k.user_id
@@ -151,6 +161,46 @@ impl FromRequestParts<AppState> for Caller {
         let user = row.ok_or_else(ApiError::unauthorized)?.into_user();
         Ok(Caller { user })
     }
+}
+
+/// The token of a request: from `Authorization` when the header is present
+/// (a malformed one is no token: no fallback), else, on a WebSocket upgrade
+/// only, from a `chatd.bearer.<token>` entry of `Sec-WebSocket-Protocol`.
+fn request_token(headers: &HeaderMap) -> Option<&str> {
+    if let Some(value) = headers.get(AUTHORIZATION) {
+        return value.to_str().ok().and_then(bearer_token);
+    }
+    if !is_websocket_upgrade(headers) {
+        return None;
+    }
+    headers
+        .get_all(SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(subprotocol_token)
+}
+
+/// Whether the request asks for a WebSocket upgrade (`Connection: upgrade`
+/// and `Upgrade: websocket`, both case-insensitive, in lists).
+fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    let has = |name, wanted: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|item| item.trim().eq_ignore_ascii_case(wanted))
+    };
+    has(CONNECTION, "upgrade") && has(UPGRADE, "websocket")
+}
+
+/// The token of the first `chatd.bearer.<token>` entry of a
+/// `Sec-WebSocket-Protocol` value (a comma-separated list).
+fn subprotocol_token(value: &str) -> Option<&str> {
+    value
+        .split(',')
+        .filter_map(|entry| entry.trim().strip_prefix(WS_BEARER_PROTOCOL_PREFIX))
+        .find(|token| !token.is_empty())
 }
 
 /// The token of an `Authorization: Bearer <token>` header value (scheme
@@ -322,6 +372,57 @@ mod tests {
         assert_eq!(bearer_token("Basic abc"), None);
         assert_eq!(bearer_token("Bearer "), None);
         assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    const UPGRADE_HEADERS: [(&str, &str); 2] = [
+        ("connection", "keep-alive, Upgrade"),
+        ("upgrade", "websocket"),
+    ];
+
+    #[test]
+    fn token_from_authorization_header() {
+        let h = headers(&[("authorization", "Bearer abc")]);
+        assert_eq!(request_token(&h), Some("abc"));
+    }
+
+    #[test]
+    fn token_from_websocket_subprotocol_on_upgrades_only() {
+        let mut pairs = UPGRADE_HEADERS.to_vec();
+        pairs.push(("sec-websocket-protocol", "chatd, chatd.bearer.chatd_x-Y_z"));
+        assert_eq!(request_token(&headers(&pairs)), Some("chatd_x-Y_z"));
+        // Repeated header lines count as one list.
+        let mut pairs = UPGRADE_HEADERS.to_vec();
+        pairs.push(("sec-websocket-protocol", "chatd"));
+        pairs.push(("sec-websocket-protocol", "chatd.bearer.tok"));
+        assert_eq!(request_token(&headers(&pairs)), Some("tok"));
+        // Not an upgrade: the subprotocol header is ignored.
+        let h = headers(&[("sec-websocket-protocol", "chatd, chatd.bearer.tok")]);
+        assert_eq!(request_token(&h), None);
+        // No token entry, or an empty one.
+        let mut pairs = UPGRADE_HEADERS.to_vec();
+        pairs.push(("sec-websocket-protocol", "chatd, chatd.bearer."));
+        assert_eq!(request_token(&headers(&pairs)), None);
+    }
+
+    #[test]
+    fn authorization_header_wins_over_the_subprotocol() {
+        let mut pairs = UPGRADE_HEADERS.to_vec();
+        pairs.push(("sec-websocket-protocol", "chatd.bearer.sub"));
+        pairs.push(("authorization", "Bearer header"));
+        assert_eq!(request_token(&headers(&pairs)), Some("header"));
+        // A malformed header does not fall back to the subprotocol.
+        let mut pairs = UPGRADE_HEADERS.to_vec();
+        pairs.push(("sec-websocket-protocol", "chatd.bearer.sub"));
+        pairs.push(("authorization", "Basic xyz"));
+        assert_eq!(request_token(&headers(&pairs)), None);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! [`router`] serves every route of API.md:
 //! - `/healthz`, `/readyz`, `/metrics`, `/api/v2/openapi.json`
 //!   (unauthenticated; [`health`], [`openapi`]);
+//! - the web UI: `/`, `/app.js`, `/app.css` (unauthenticated static files;
+//!   [`web`]);
 //! - users, tokens and replicas ([`users`], [`auth`]);
 //! - chats, messages, queue and actions ([`chats`], [`messages`]), under
 //!   `/api/v2/chats` and, unchanged, `/api/experimental/chats`;
@@ -36,6 +38,7 @@ pub mod queries;
 pub mod stream;
 pub mod users;
 pub mod validate;
+pub mod web;
 
 use std::sync::Arc;
 
@@ -226,6 +229,9 @@ fn chat_routes() -> Router<AppState> {
 pub fn router(state: AppState) -> Router {
     let chats = chat_routes();
     Router::new()
+        .route("/", get(web::index))
+        .route("/app.js", get(web::app_js))
+        .route("/app.css", get(web::app_css))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

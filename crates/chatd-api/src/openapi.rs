@@ -5,7 +5,10 @@
 //! Every chat route is also served under `/api/experimental/chats`; the
 //! document lists those copies too (operation ids suffixed
 //! `_experimental`). Every operation but the health, metrics and document
-//! routes requires the `bearer` security scheme.
+//! routes requires the `bearer` security scheme (which the WebSocket stream
+//! route also accepts as the `chatd.bearer.<token>` subprotocol). The web
+//! UI's static files (`/`, `/app.js`, `/app.css`) are not API operations
+//! and are not listed.
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoResponses, Modify, OpenApi};
@@ -163,7 +166,7 @@ impl Modify for SecurityAddon {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "An API token (`chatd_...`): `Authorization: Bearer <token>`",
+                        "An API token (`chatd_...`): `Authorization: Bearer <token>`. On the WebSocket stream route only, a client that cannot set headers (a browser) may instead offer the subprotocols `chatd, chatd.bearer.<token>`; the server selects `chatd`.",
                     ))
                     .build(),
             ),

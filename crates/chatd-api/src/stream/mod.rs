@@ -4,6 +4,9 @@
 //!
 //! Routes:
 //! - `GET /api/v2/chats/{chat}/stream?after_id=N`: WebSocket ([`ws`]);
+//!   authenticated like every user route, or, from browsers, with the
+//!   `chatd.bearer.<token>` subprotocol ([`crate::auth`]); it selects the
+//!   `chatd` subprotocol;
 //! - `GET /api/v2/chats/{chat}/events?after_id=N`: the same events as
 //!   Server-Sent Events, resumable with `Last-Event-ID` ([`sse`]);
 //! - `GET /api/v2/chats/{chat}/stream/parts`: the replica-to-replica parts
@@ -51,7 +54,7 @@ pub use session::Termination;
 pub use state::{ChatVersions, StreamState, SyncHints};
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::auth::{Caller, WS_PROTOCOL};
 use crate::chats::visible_chat;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{PathParams, QueryParams, parse_id};
@@ -262,6 +265,13 @@ pub(crate) fn upgrade_required(rejection: WebSocketUpgradeRejection) -> ApiError
 
 /// `GET /api/v2/chats/{chat}/stream?after_id=N`: the live stream over
 /// WebSocket (see the module doc and API.md "Stream (WebSocket)").
+///
+/// Authentication: `Authorization: Bearer <token>`, or, for clients that
+/// cannot set headers on a WebSocket (browsers), no `Authorization` header
+/// and the subprotocols `chatd, chatd.bearer.<token>` in
+/// `Sec-WebSocket-Protocol` (e.g. `new WebSocket(url, ["chatd",
+/// "chatd.bearer." + token])`). A client that offers `chatd` gets it back
+/// as the selected subprotocol; the token is never echoed.
 #[utoipa::path(
     get,
     path = "/api/v2/chats/{chat}/stream",
@@ -269,6 +279,7 @@ pub(crate) fn upgrade_required(rejection: WebSocketUpgradeRejection) -> ApiError
     params(
         ("chat" = Uuid, Path, description = "Chat id"),
         ("after_id" = Option<i64>, Query, description = "Messages with id <= after_id are known to the client and not sent"),
+        ("Sec-WebSocket-Protocol" = Option<String>, Header, description = "Browser authentication: `chatd, chatd.bearer.<token>` when there is no `Authorization` header (browsers cannot set it on a WebSocket). The response selects the `chatd` subprotocol."),
     ),
     responses(
         (status = 101, description = "WebSocket. The server sends text frames, each a JSON array of 1 to 256 `ChatStreamEvent`s: first the full state (messages with id > after_id, `queue_update`, `status`, then `error`/`action_required`/`retry` where they apply, `preview_reset`), then live events in the spec's order. The server pings; close codes: 1000 chat deleted, 1001 shutdown or dead connection, 1011 database failure or internal error, 1013 client too slow (reconnect with after_id)."),
@@ -292,6 +303,9 @@ pub async fn stream_ws(
     visible_chat(&state, &caller, chat_id).await?;
     let service = state.stream_service()?.clone();
     let ws = ws.map_err(upgrade_required)?;
+    // Browsers fail the handshake unless the server selects one of the
+    // subprotocols they offered; `chatd` is the one that is not the token.
+    let ws = ws.protocols([WS_PROTOCOL]);
     let stream_loop = service.open(chat_id, after_id).await?;
     let config = service.config.clone();
     Ok(ws.on_upgrade(move |socket| ws::serve(socket, stream_loop, config)))

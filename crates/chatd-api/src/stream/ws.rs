@@ -9,6 +9,11 @@
 //! the connection is dead). Whichever ends first decides the termination;
 //! the writer then closes with its code and reason (after delivering what
 //! was queued, when that is still useful).
+//!
+//! The handshake (in [`super::stream_ws`]) selects the `chatd` subprotocol
+//! when the client offers it: browsers send the token as a second
+//! subprotocol `chatd.bearer.<token>` ([`crate::auth`]) and accept the
+//! upgrade only if the server selects one they offered.
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures::stream::{SplitSink, SplitStream};

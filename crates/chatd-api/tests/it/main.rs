@@ -13,3 +13,4 @@ mod ops;
 mod stream;
 mod stream_support;
 mod transitions;
+mod web;
