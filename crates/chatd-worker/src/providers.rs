@@ -77,8 +77,18 @@ impl ProviderFactory for DefaultProviderFactory {
                     .base_url
                     .clone()
                     .unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+                // api.openai.com wants `max_completion_tokens` (its reasoning
+                // models reject `max_tokens`); compatible servers (llama.cpp,
+                // vLLM, Ollama, LiteLLM) all read `max_tokens`, and some
+                // silently ignore the newer field.
+                let param = if row.provider == "openai" {
+                    chatd_llm::MaxTokensParam::MaxCompletionTokens
+                } else {
+                    chatd_llm::MaxTokensParam::MaxTokens
+                };
                 let provider = chatd_llm::OpenAiProvider::new(base, row.api_key.clone(), name)
-                    .map_err(|e| e.message)?;
+                    .map_err(|e| e.message)?
+                    .max_tokens_param(param);
                 Ok(Arc::new(provider))
             }
             "anthropic" => {

@@ -413,3 +413,28 @@ async fn an_interrupt_during_requires_action_answers_the_pending_call_and_ends_t
     );
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_output_token_limit_is_max_tokens_for_compatible_servers_and_max_completion_tokens_for_openai()
+ {
+    for (kind, field, other) in [
+        ("openai-compat", "max_tokens", "max_completion_tokens"),
+        ("openai", "max_completion_tokens", "max_tokens"),
+    ] {
+        let env = Env::with_provider(kind).await;
+        env.set_model_options(json!({"max_output_tokens": 321}))
+            .await;
+        env.llm.push(Script::text("ok"));
+        let worker = env.worker();
+        let chat_id = env.create_chat("hi").await;
+        env.wait_status(chat_id, ChatStatus::Waiting).await;
+        let request = &env.llm.requests()[0];
+        assert_eq!(request.body[field], json!(321), "{kind}: {}", request.body);
+        assert!(
+            request.body.get(other).is_none(),
+            "{kind}: {}",
+            request.body
+        );
+        worker.shutdown().await;
+    }
+}
