@@ -137,6 +137,55 @@ impl RecordedRequest {
             _ => None,
         }
     }
+
+    /// The tool results that end the conversation of a Chat Completions or
+    /// Messages body, in order: the content of the trailing `role: "tool"`
+    /// messages (OpenAI), or the `tool_result` blocks of a last `user`
+    /// message (Anthropic; text blocks of a block's content joined). Empty
+    /// when the last message is not a tool result.
+    pub fn trailing_tool_results(&self) -> Vec<String> {
+        let Some(messages) = self.body.get("messages").and_then(Value::as_array) else {
+            return Vec::new();
+        };
+        let content_text = |content: &Value| match content {
+            Value::String(text) => text.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
+        let Some(last) = messages.last() else {
+            return Vec::new();
+        };
+        match role(last).as_deref() {
+            Some("tool") => {
+                let mut out: Vec<String> = messages
+                    .iter()
+                    .rev()
+                    .take_while(|m| role(m).as_deref() == Some("tool"))
+                    .map(|m| content_text(m.get("content").unwrap_or(&Value::Null)))
+                    .collect();
+                out.reverse();
+                out
+            }
+            Some("user") => last
+                .get("content")
+                .and_then(Value::as_array)
+                .map(|blocks| {
+                    blocks
+                        .iter()
+                        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                        .map(|b| content_text(b.get("content").unwrap_or(&Value::Null)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// One scripted response.

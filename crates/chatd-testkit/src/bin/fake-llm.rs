@@ -1,8 +1,8 @@
 //! The fake LLM as a separate process, for end-to-end tests that start real
-//! `chatd` replicas.
+//! `chatd` replicas (and the browser tests of `web/e2e`).
 //!
 //! ```text
-//! fake-llm [--listen 127.0.0.1:0] [--mode echo | slow-parts:N:MS]
+//! fake-llm [--listen 127.0.0.1:0] [--mode echo | slow-parts:N:MS | scripted[:N:MS]]
 //! ```
 //!
 //! Prints `listening on http://ADDR` once it accepts connections (the base URL
@@ -11,32 +11,117 @@
 //! serves until SIGINT or SIGTERM.
 //! `echo` answers every request with `echo: <last user text>` in one chunk;
 //! `slow-parts:N:MS` streams the same text in N parts, MS milliseconds apart.
-//! Both report usage 10/5.
+//!
+//! `scripted` lets a test drive the model through what it sends, looking at
+//! the end of the conversation in this order:
+//!
+//! - the last message is a tool result (OpenAI `role: "tool"` messages,
+//!   Anthropic `tool_result` blocks): `tool said: <result>` in one chunk, the
+//!   results of parallel calls joined with `; `, a result that is a JSON
+//!   string unquoted (`"sunny"` → `sunny`), any other JSON as sent;
+//! - the last user text is `call <tool_name> [<json args>]`: a call of that
+//!   tool with those arguments (`{}` when absent; sent as they are, even when
+//!   they are not valid JSON) and id `call_fake_<n>`, no text;
+//! - the last user text contains `slow` (any case): `echo: <text>` streamed
+//!   over about N × MS milliseconds (default `scripted:40:250`, 10 s) in at
+//!   most N parts, so that a test can queue, promote or interrupt meanwhile;
+//! - anything else: `echo: <text>` in 10 parts, 100 ms apart (about 1 s).
+//!
+//! Every mode reports usage 10/5. Title requests are answered with
+//! `A chat with the fake model` in every mode.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use chatd_testkit::fake_llm::{FakeLlm, Script};
+use chatd_testkit::fake_llm::{FakeLlm, RecordedRequest, Script};
+
+const USAGE: &str =
+    "usage: fake-llm [--listen ADDR] [--mode echo | slow-parts:N:MS | scripted[:N:MS]]";
 
 #[derive(Debug, Clone, Copy)]
 enum Mode {
     Echo,
-    SlowParts { parts: usize, delay: Duration },
+    SlowParts {
+        parts: usize,
+        delay: Duration,
+    },
+    Scripted {
+        slow_parts: usize,
+        slow_delay: Duration,
+    },
+}
+
+fn parse_parts_and_ms(rest: &str, mode: &str) -> anyhow::Result<(usize, Duration)> {
+    let (parts, ms) = rest
+        .split_once(':')
+        .with_context(|| format!("expected {mode}:N:MS"))?;
+    let parts: usize = parts.parse().with_context(|| format!("N in {mode}:N:MS"))?;
+    anyhow::ensure!(parts > 0, "N in {mode}:N:MS must be positive");
+    let ms: u64 = ms.parse().with_context(|| format!("MS in {mode}:N:MS"))?;
+    Ok((parts, Duration::from_millis(ms)))
 }
 
 fn parse_mode(text: &str) -> anyhow::Result<Mode> {
     if text == "echo" {
         return Ok(Mode::Echo);
     }
-    if let Some(rest) = text.strip_prefix("slow-parts:")
-        && let Some((parts, ms)) = rest.split_once(':')
-    {
-        return Ok(Mode::SlowParts {
-            parts: parts.parse().context("N in slow-parts:N:MS")?,
-            delay: Duration::from_millis(ms.parse().context("MS in slow-parts:N:MS")?),
+    if text == "scripted" {
+        return Ok(Mode::Scripted {
+            slow_parts: 40,
+            slow_delay: Duration::from_millis(250),
         });
     }
-    bail!("unknown mode {text:?} (expected echo or slow-parts:N:MS)")
+    if let Some(rest) = text.strip_prefix("scripted:") {
+        let (slow_parts, slow_delay) = parse_parts_and_ms(rest, "scripted")?;
+        return Ok(Mode::Scripted {
+            slow_parts,
+            slow_delay,
+        });
+    }
+    if let Some(rest) = text.strip_prefix("slow-parts:") {
+        let (parts, delay) = parse_parts_and_ms(rest, "slow-parts")?;
+        return Ok(Mode::SlowParts { parts, delay });
+    }
+    bail!("unknown mode {text:?} (expected echo, slow-parts:N:MS or scripted[:N:MS])")
+}
+
+/// The `scripted` mode's answer to `request` (see the module docs).
+fn scripted(request: &RecordedRequest, slow_parts: usize, slow_delay: Duration) -> Script {
+    static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+    let results = request.trailing_tool_results();
+    if !results.is_empty() {
+        let said: Vec<String> = results
+            .iter()
+            .map(|r| match serde_json::from_str::<serde_json::Value>(r) {
+                Ok(serde_json::Value::String(s)) => s,
+                _ => r.clone(),
+            })
+            .collect();
+        return Script::text(format!("tool said: {}", said.join("; "))).usage(10, 5);
+    }
+    let text = request.last_user_text().unwrap_or_default();
+    if let Some(call) = text.trim().strip_prefix("call ") {
+        let call = call.trim();
+        let (name, args) = call.split_once(char::is_whitespace).unwrap_or((call, ""));
+        let args = if args.trim().is_empty() {
+            "{}"
+        } else {
+            args.trim()
+        };
+        let id = format!("call_fake_{}", NEXT_CALL.fetch_add(1, Ordering::SeqCst));
+        return Script::new().tool_call(&id, name, args, 2).usage(10, 5);
+    }
+    let answer = format!("echo: {text}");
+    if text.to_lowercase().contains("slow") {
+        // Spread N × MS over the parts there are (fewer than N for a short
+        // text), so that a slow answer always lasts about as long.
+        let parts = slow_parts.min(answer.chars().count()).max(1);
+        let total = slow_delay * u32::try_from(slow_parts).unwrap_or(u32::MAX);
+        let delay = total / u32::try_from(parts).unwrap_or(u32::MAX);
+        return Script::text_in_parts(&answer, parts, delay).usage(10, 5);
+    }
+    Script::text_in_parts(&answer, 10, Duration::from_millis(100)).usage(10, 5)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -49,10 +134,19 @@ async fn main() -> anyhow::Result<()> {
             "--listen" => listen = args.next().context("--listen needs an address")?,
             "--mode" => mode = parse_mode(&args.next().context("--mode needs a value")?)?,
             "-h" | "--help" => {
-                println!("usage: fake-llm [--listen ADDR] [--mode echo|slow-parts:N:MS]");
+                println!("{USAGE}");
+                println!();
+                println!("  echo              echo: <last user text>, one chunk");
+                println!("  slow-parts:N:MS   the same in N parts, MS ms apart");
+                println!("  scripted[:N:MS]   the answer depends on the conversation's end:");
+                println!("                      tool result      -> tool said: <result>");
+                println!("                      call NAME [JSON] -> a call of tool NAME");
+                println!("                      text with 'slow' -> echo over about N x MS ms");
+                println!("                                          (default 40 x 250 ms)");
+                println!("                      anything else    -> echo in 10 parts over ~1 s");
                 return Ok(());
             }
-            other => bail!("unknown argument {other:?}"),
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
     let server = FakeLlm::start_on(listen.parse().context("--listen address")?).await?;
@@ -62,6 +156,10 @@ async fn main() -> anyhow::Result<()> {
             let text = format!("echo: {}", request.last_user_text().unwrap_or_default());
             Script::text_in_parts(&text, parts, delay).usage(10, 5)
         }
+        Mode::Scripted {
+            slow_parts,
+            slow_delay,
+        } => scripted(request, slow_parts, slow_delay),
     });
     println!("listening on http://{}", server.addr());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
