@@ -37,7 +37,7 @@ use crate::token::TokenCommand;
 #[command(name = "chatd", version, about)]
 struct Cli {
     /// Log format on standard error. The filter comes from CHATD_LOG, else
-    /// RUST_LOG, else `info`.
+    /// RUST_LOG, else `info` (`warn` for `chatd chat`).
     #[arg(
         long,
         global = true,

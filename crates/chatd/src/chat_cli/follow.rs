@@ -92,7 +92,7 @@ async fn follow_inner(
     loop {
         let after = renderer.last_message_id().max(after_id);
         let connect = tokio::select! {
-            () = ctrl_c.cancelled() => return Ok(interrupted(renderer, chat, until)?),
+            () = ctrl_c.cancelled() => return interrupted(renderer, chat, until),
             connect = client.stream(chat, after) => connect,
         };
         let end = match connect {
@@ -115,7 +115,7 @@ async fn follow_inner(
                     backoff.as_secs_f64()
                 );
                 tokio::select! {
-                    () = ctrl_c.cancelled() => return Ok(interrupted(renderer, chat, until)?),
+                    () = ctrl_c.cancelled() => return interrupted(renderer, chat, until),
                     () = tokio::time::sleep(backoff) => {}
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
