@@ -179,6 +179,7 @@ async function signIn(token) {
   if (!token) return;
   const me = await attempt(() => api('GET', '/users/me', undefined, { token }));
   if (!me) return;
+  clearToast();
   localStorage.setItem(TOKEN_KEY, token);
   app.token = token;
   app.me = me;
@@ -238,7 +239,18 @@ async function refreshChats() {
   const chats = await api('GET', `/chats${query}`, undefined, { quiet: true }).catch(() => null);
   if (!chats) return;
   app.chats = chats;
+  syncOpenChatTitle();
   renderChatList();
+}
+
+/** The list is where title changes (e.g. a generated title) show up. */
+function syncOpenChatTitle() {
+  const view = app.view;
+  const listed = view && view.chat && app.chats.find((c) => c.id === view.chatId);
+  if (listed && listed.title !== view.chat.title) {
+    view.chat.title = listed.title;
+    renderHeader(view);
+  }
 }
 
 function renderChatList() {
@@ -920,6 +932,8 @@ async function interruptChat(view) {
 async function setArchived(view, archived) {
   const chat = await attempt(() => api('PATCH', `/chats/${view.chatId}`, { archived }));
   if (!chat || view.closed) return;
+  // The chat leaves the list now shown (archived or not) at once.
+  app.chats = app.chats.filter((c) => c.id !== chat.id || c.archived === app.showArchived);
   applyChat(view, chat);
   refreshChats();
 }
@@ -962,8 +976,10 @@ function applyChat(view, chat) {
 
 function streamUrl(view) {
   const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  // after_id must be positive: with no cached message, ask for everything.
   const afterId = Math.max(0, ...view.messages.keys());
-  return `${scheme}//${location.host}${API}/chats/${view.chatId}/stream?after_id=${afterId}`;
+  const query = afterId > 0 ? `?after_id=${afterId}` : '';
+  return `${scheme}//${location.host}${API}/chats/${view.chatId}/stream${query}`;
 }
 
 function connect(view) {
