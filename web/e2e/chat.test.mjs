@@ -1,0 +1,63 @@
+// Sign-in, a new chat with a streamed reply, sign-out.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as h from './helpers.mjs';
+
+let browser;
+before(async () => {
+  browser = await h.launchBrowser();
+});
+after(async () => {
+  await browser?.close();
+});
+
+test('signs in with a token, creates a chat and streams the echo of its first message', { timeout: h.TEST_TIMEOUT }, async (t) => {
+  await h.withPage(browser, t, async (page) => {
+    await h.signIn(page);
+    const text = 'hello from the browser';
+    const reply = `echo: ${text}`;
+    const id = await h.createChat(page, text);
+    assert.match(id, /^[0-9a-f-]{36}$/);
+
+    // The reply streams in ~10 parts over ~1 s: the preview shows a part of
+    // it before the committed message replaces it.
+    await h.expectPartialPreview(page, reply);
+    await h.expectMessageTexts(page, 'assistant', [reply]);
+    await h.expectMessageTexts(page, 'user', [text]);
+    await h.expectStatus(page, 'waiting');
+    await h.expectSeenInOrder(page, 'chat-status', ['running', 'waiting']);
+    await h.byId(page, 'message-preview').waitFor({ state: 'hidden' });
+    await h.expectText(h.byId(page, 'connection'), 'live');
+    assert.equal(await h.byId(page, 'chat-view').getAttribute('data-chat-id'), id);
+
+    // The chat list shows it, waiting, with the title the fake model wrote.
+    await h.expectListStatus(page, id, 'waiting');
+    await h.expectText(h.chatItem(page, id).getByTestId('chat-title'), 'A chat with the fake model');
+  });
+});
+
+test('a second message in a waiting chat is answered and the status goes running then waiting', { timeout: h.TEST_TIMEOUT }, async (t) => {
+  await h.withPage(browser, t, async (page) => {
+    await h.signIn(page);
+    await h.createChat(page, 'one');
+    await h.expectMessageTexts(page, 'assistant', ['echo: one']);
+    await h.expectStatus(page, 'waiting');
+
+    await h.send(page, 'two');
+    await h.expectMessageTexts(page, 'user', ['one', 'two']);
+    await h.expectMessageTexts(page, 'assistant', ['echo: one', 'echo: two']);
+    await h.expectStatus(page, 'waiting');
+    await h.expectSeenInOrder(page, 'chat-status', ['running', 'waiting', 'running', 'waiting']);
+  });
+});
+
+test('signing out forgets the token and shows the sign-in form again', { timeout: h.TEST_TIMEOUT }, async (t) => {
+  await h.withPage(browser, t, async (page) => {
+    await h.signIn(page);
+    await h.byId(page, 'sign-out').click();
+    await h.byId(page, 'token-input').waitFor({ state: 'visible' });
+    await page.reload();
+    await h.byId(page, 'token-input').waitFor({ state: 'visible' });
+    assert.equal(await page.evaluate(() => localStorage.getItem('chatd.token')), null);
+  });
+});
