@@ -36,10 +36,15 @@ test('signs in with a token, creates a chat and streams the echo of its first me
   });
 });
 
-test('a second message in a waiting chat is answered and the status goes running then waiting', { timeout: h.TEST_TIMEOUT }, async (t) => {
+test('a chat on a chosen model: a second message is answered, the status goes running then waiting, usage adds up', { timeout: h.TEST_TIMEOUT }, async (t) => {
   await h.withPage(browser, t, async (page) => {
     await h.signIn(page);
-    await h.createChat(page, 'one');
+    const id = await h.createChat(page, 'one', { model: 'Fake model' });
+    const chat = await h.api('GET', `/api/v2/chats/${id}`);
+    const models = await h.api('GET', '/api/v2/chats/models');
+    const fake = models.find((m) => m.display_name === 'Fake model');
+    assert.ok(fake, JSON.stringify(models));
+    assert.equal(chat.last_model_config_id, fake.id);
     await h.expectMessageTexts(page, 'assistant', ['echo: one']);
     await h.expectStatus(page, 'waiting');
 
@@ -48,6 +53,10 @@ test('a second message in a waiting chat is answered and the status goes running
     await h.expectMessageTexts(page, 'assistant', ['echo: one', 'echo: two']);
     await h.expectStatus(page, 'waiting');
     await h.expectSeenInOrder(page, 'chat-status', ['running', 'waiting', 'running', 'waiting']);
+    // The fake reports 10 input and 5 output tokens per answer.
+    await h.until('usage of two answers (20 in, 10 out, 30 total)', () => h.textOf(h.byId(page, 'usage')), {
+      accept: (text) => /\b20\b/.test(text) && /\b10\b/.test(text) && /\b30\b/.test(text),
+    });
   });
 });
 

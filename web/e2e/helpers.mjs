@@ -229,11 +229,23 @@ export async function signIn(page, token = CHATD_TOKEN) {
 }
 
 /**
- * Starts a chat from the UI: `new-chat`, optional `new-chat-tools` JSON, the
+ * Starts a chat from the UI: `new-chat`, optional model (`new-chat-model`
+ * option whose label contains `model`), optional `new-chat-tools` JSON, the
  * first message, `send-queue`. Waits for the chat view and returns its id.
  */
-export async function createChat(page, text, { tools } = {}) {
+export async function createChat(page, text, { tools, model } = {}) {
   await byId(page, 'new-chat').click();
+  if (model !== undefined) {
+    // The option whose label contains `model` (the list loads from the server).
+    const select = byId(page, 'new-chat-model');
+    const value = await until(`a model option labelled ${JSON.stringify(model)}`, () =>
+      select.evaluate((el, wanted) => {
+        const option = [...el.options].find((o) => o.textContent.includes(wanted));
+        return option ? option.value : null;
+      }, model),
+    );
+    await select.selectOption(value);
+  }
   if (tools !== undefined) {
     await byId(page, 'new-chat-tools').fill(typeof tools === 'string' ? tools : JSON.stringify(tools));
   }

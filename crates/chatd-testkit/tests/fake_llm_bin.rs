@@ -98,10 +98,10 @@ struct Answer {
     elapsed: Duration,
 }
 
-/// POSTs `body` to the fake's Chat Completions path and collects the answer.
-async fn complete(addr: &str, body: &Value) -> Answer {
+/// POSTs `body` to the fake's Chat Completions path and returns the raw
+/// HTTP response.
+async fn complete_raw(addr: &str, body: &Value) -> String {
     let body = body.to_string();
-    let started = Instant::now();
     let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -116,6 +116,13 @@ async fn complete(addr: &str, body: &Value) -> Answer {
     .await
     .unwrap()
     .unwrap();
+    response
+}
+
+/// POSTs `body` to the fake's Chat Completions path and collects the answer.
+async fn complete(addr: &str, body: &Value) -> Answer {
+    let started = Instant::now();
+    let response = complete_raw(addr, body).await;
     assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
     assert!(response.contains("data: [DONE]"), "{response}");
     let mut answer = Answer {
@@ -152,7 +159,7 @@ fn user(text: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scripted_mode_echoes_in_ten_parts_and_streams_slow_messages_slowly() {
+async fn scripted_mode_echoes_in_ten_parts_fails_when_told_and_streams_slow_messages_slowly() {
     // Slow answers: about 4 × 100 ms in at most 4 parts (3 waits of 100 ms).
     let (mut child, addr) = spawn_fake_llm("scripted:4:100").await;
 
@@ -161,6 +168,14 @@ async fn scripted_mode_echoes_in_ten_parts_and_streams_slow_messages_slowly() {
     assert_eq!(answer.texts.concat(), "echo: hello there");
     assert_eq!(answer.finish.as_deref(), Some("stop"));
     assert!(answer.elapsed >= Duration::from_millis(850), "{answer:?}");
+
+    let answer = complete_raw(&addr, &user("please FAIL now")).await;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(
+        answer.contains(r#"fake LLM: told to fail by \"please FAIL now\""#),
+        "{answer}"
+    );
+    assert!(answer.contains("invalid_request_error"), "{answer}");
 
     let answer = complete(&addr, &user("a SLOW one")).await;
     assert_eq!(answer.texts.len(), 4, "{answer:?}");

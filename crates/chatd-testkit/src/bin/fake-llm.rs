@@ -22,6 +22,10 @@
 //! - the last user text is `call <tool_name> [<json args>]`: a call of that
 //!   tool with those arguments (`{}` when absent; sent as they are, even when
 //!   they are not valid JSON) and id `call_fake_<n>`, no text;
+//! - the last user text contains `fail` (any case): HTTP 400 with an OpenAI
+//!   `invalid_request_error` whose message is
+//!   `fake LLM: told to fail by "<text>"` (not retried: the turn ends in
+//!   `error`);
 //! - the last user text contains `slow` (any case): `echo: <text>` streamed
 //!   over about N × MS milliseconds (default `scripted:40:250`, 10 s) in at
 //!   most N parts, so that a test can queue, promote or interrupt meanwhile;
@@ -112,6 +116,14 @@ fn scripted(request: &RecordedRequest, slow_parts: usize, slow_delay: Duration) 
         let id = format!("call_fake_{}", NEXT_CALL.fetch_add(1, Ordering::SeqCst));
         return Script::new().tool_call(&id, name, args, 2).usage(10, 5);
     }
+    if text.to_lowercase().contains("fail") {
+        let body = serde_json::json!({"error": {
+            "message": format!("fake LLM: told to fail by {text:?}"),
+            "type": "invalid_request_error",
+            "code": null,
+        }});
+        return Script::http_error(400, body.to_string());
+    }
     let answer = format!("echo: {text}");
     if text.to_lowercase().contains("slow") {
         // Spread N × MS over the parts there are (fewer than N for a short
@@ -141,6 +153,9 @@ async fn main() -> anyhow::Result<()> {
                 println!("  scripted[:N:MS]   the answer depends on the conversation's end:");
                 println!("                      tool result      -> tool said: <result>");
                 println!("                      call NAME [JSON] -> a call of tool NAME");
+                println!(
+                    "                      text with 'fail' -> HTTP 400 invalid_request_error"
+                );
                 println!("                      text with 'slow' -> echo over about N x MS ms");
                 println!("                                          (default 40 x 250 ms)");
                 println!("                      anything else    -> echo in 10 parts over ~1 s");
