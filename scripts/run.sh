@@ -172,9 +172,13 @@ wait_http "http://$listen/readyz" 120 "${pids[-1]}" "$data_dir/chatd.log"
 say "ready after $(since)"
 
 export CHATD_URL=http://$listen CHATD_TOKEN=$token
-printf '\033[1muser>\033[0m %s\n\033[1massistant>\033[0m ' "$prompt"
-"$chatd" chat new "$prompt" || echo "(the chat did not end in waiting; see above)" >&2
-echo
+# Create the chat, then follow it: `watch` prints the conversation (user>,
+# assistant>) and streams the reply as the model generates it.
+chat_id=$("$chatd" chat new --no-watch --json --title "First chat" "$prompt" 2>/dev/null \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])') \
+  || die "could not create a chat; log: $data_dir/chatd.log"
+say "chat $chat_id"
+"$chatd" chat watch --once "$chat_id" || echo "(the turn did not end in waiting; see above)" >&2
 
 cat >&2 <<EOF
 

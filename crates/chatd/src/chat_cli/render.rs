@@ -379,6 +379,9 @@ pub struct Renderer {
     error_reported: bool,
     action_reported: bool,
     open: Option<OpenLine>,
+    /// An assistant text block is being printed: its role prefix is out,
+    /// and lines that follow a newline inside it get none.
+    in_text: bool,
     out: Vec<Output>,
 }
 
@@ -404,6 +407,7 @@ impl Renderer {
             error_reported: false,
             action_reported: false,
             open: None,
+            in_text: false,
             out: Vec::new(),
         }
     }
@@ -630,9 +634,8 @@ impl Renderer {
                 self.text(&text, true);
             }
         }
-        if self.open == Some(OpenLine::Text) {
-            self.close_line();
-        }
+        // Ends the text block even when its last line is complete.
+        self.close_line();
 
         for part in &message.content {
             if let Part::ToolCall {
@@ -715,7 +718,7 @@ impl Renderer {
             self.close_line();
         }
         let mut chunk = String::new();
-        if self.open != Some(OpenLine::Text) && self.mode == Mode::Watch {
+        if !self.in_text && self.mode == Mode::Watch {
             chunk.push_str(if first {
                 "assistant> "
             } else {
@@ -723,6 +726,7 @@ impl Renderer {
             });
         }
         chunk.push_str(text);
+        self.in_text = true;
         self.open = (!text.ends_with('\n')).then_some(OpenLine::Text);
         self.out.push(Output::Stdout(chunk));
     }
@@ -767,6 +771,7 @@ impl Renderer {
     }
 
     fn close_line(&mut self) {
+        self.in_text = false;
         match self.open.take() {
             Some(OpenLine::Text) => self.out.push(Output::Stdout("\n".to_owned())),
             Some(OpenLine::Reasoning) => self.out.push(Output::Stderr("\n".to_owned())),
@@ -976,6 +981,28 @@ mod tests {
             ],
         );
         assert_eq!((out.as_str(), err.as_str()), ("one two three\n", ""));
+    }
+
+    #[test]
+    fn watch_mode_prefixes_a_multi_line_reply_once() {
+        let mut r = watch();
+        let (out, _) = render(
+            &mut r,
+            &[
+                text_message(1, "user", "a haiku"),
+                part(2, 1, 1, "line one\n"),
+                part(2, 1, 2, "line two\nline"),
+                part(2, 1, 3, " three"),
+                text_message(2, "assistant", "line one\nline two\nline three"),
+                text_message(3, "user", "again\nplease"),
+                text_message(4, "assistant", "first\nsecond\n"),
+            ],
+        );
+        assert_eq!(
+            out,
+            "user> a haiku\nassistant> line one\nline two\nline three\n\
+             user> again\nplease\nassistant> first\nsecond\n"
+        );
     }
 
     #[test]
