@@ -866,13 +866,22 @@ function renderQueue(view) {
 
 function renderUsage(view) {
   const total = { input: 0, output: 0, total: 0 };
+  let unreported = 0;
   for (const m of view.messages.values()) {
-    if (!m.usage) continue;
+    if (!m.usage) {
+      // Some servers (llama.cpp's Python server) stream no usage at all.
+      if (m.role === 'assistant') unreported += 1;
+      continue;
+    }
     total.input += m.usage.input_tokens || 0;
     total.output += m.usage.output_tokens || 0;
     total.total += m.usage.total_tokens || 0;
   }
-  view.dom.usage.textContent = `Tokens: ${total.input} in / ${total.output} out / ${total.total} total`;
+  let text = `Tokens: ${total.input} in / ${total.output} out / ${total.total} total`;
+  if (unreported > 0) {
+    text += ` (${unreported} ${unreported === 1 ? 'reply' : 'replies'} without usage from the model server)`;
+  }
+  view.dom.usage.textContent = text;
 }
 
 /** Updates the deadline and retry countdowns (every second). */
