@@ -25,10 +25,19 @@ test('a failed turn shows the error banner; retry runs it again; a new message r
     await h.expectMessageTexts(page, 'user', ['please fail']);
 
     // Retry edits the last user message with its own content: the turn runs
-    // again (and fails again).
+    // again (and fails again, too fast for `running` to be on screen for
+    // sure: the server's history version tells that it ran).
+    const id = await h.byId(page, 'chat-view').getAttribute('data-chat-id');
+    const before = await h.api('GET', `/api/v2/chats/${id}`);
     await banner.getByTestId('retry-button').click();
-    await h.expectSeenInOrder(page, 'chat-status', ['running', 'error', 'running', 'error']);
+    await h.until('the server to have run the turn again', async () => {
+      const chat = await h.api('GET', `/api/v2/chats/${id}`);
+      return chat.history_version > before.history_version && chat.status === 'error';
+    });
     await h.expectStatus(page, 'error');
+    await h.until('the error banner again', () => h.textOf(banner), {
+      accept: (text) => text?.includes('fake LLM: told to fail by'),
+    });
     await h.expectMessageTexts(page, 'user', ['please fail']);
 
     await h.send(page, 'all good now');
