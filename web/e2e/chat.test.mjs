@@ -30,6 +30,18 @@ test('signs in with a token, creates a chat and streams the echo of its first me
     await h.expectText(h.byId(page, 'connection'), 'live');
     assert.equal(await h.byId(page, 'chat-view').getAttribute('data-chat-id'), id);
 
+    // The live view authenticates with the `chatd.bearer.<token>`
+    // subprotocol (browsers cannot set headers), never in the URL, and the
+    // server answers with `chatd`.
+    const sockets = await h.openedSockets(page);
+    const live = sockets.filter((s) => s.url.includes(`/api/v2/chats/${id}/stream`));
+    assert.ok(live.length >= 1, JSON.stringify(sockets));
+    for (const s of live) {
+      assert.ok(s.protocols.includes(`chatd.bearer.${h.CHATD_TOKEN}`), JSON.stringify(s.protocols));
+      assert.ok(!s.url.includes(h.CHATD_TOKEN), s.url);
+    }
+    assert.equal(live.at(-1).protocol, 'chatd');
+
     // The chat list shows it, waiting, with the title the fake model wrote.
     await h.expectListStatus(page, id, 'waiting');
     await h.expectText(h.chatItem(page, id).getByTestId('chat-title'), 'A chat with the fake model');

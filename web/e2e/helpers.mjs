@@ -89,6 +89,19 @@ const RECORDER = `(() => {
   };
   if (document.documentElement) start();
   else document.addEventListener('DOMContentLoaded', start);
+  // Every WebSocket the page opens: url, requested subprotocols, and the
+  // one the server chose (once open).
+  const sockets = [];
+  window.__e2eSockets = sockets;
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(url, protocols) {
+      super(url, protocols);
+      const entry = { url: String(url), protocols: [].concat(protocols ?? []), protocol: null };
+      sockets.push(entry);
+      this.addEventListener('open', () => { entry.protocol = this.protocol; });
+    }
+  };
 })();`;
 
 /**
@@ -197,6 +210,11 @@ export async function expectCount(locator, n, { timeout = WAIT } = {}) {
 export async function seenValues(page, testid) {
   const seen = await page.evaluate(() => window.__e2eSeen || {});
   return (seen[testid] || []).map((v) => (v == null ? null : v.trim()));
+}
+
+/** The WebSockets the page opened: `[{url, protocols, protocol}]` (see RECORDER). */
+export async function openedSockets(page) {
+  return page.evaluate(() => window.__e2eSockets || []);
 }
 
 /** Waits until the page has shown, for `testid`, the values of `sequence` in that order. */
