@@ -20,10 +20,11 @@
 //! - a `data: {"error": ...}` payload (or an `event: error`) ends the stream
 //!   with a classified error, and a `[DONE]` after it changes nothing.
 //!
-//! The stream ends at `data: [DONE]`. At end of input without `[DONE]` the
+//! The stream ends at `data: [DONE]`, or at end of input. Either way the
 //! response counts as complete only if a `finish_reason` arrived; otherwise
-//! it is a retryable `generic` error (a dropped connection, or llama.cpp's
-//! empty answer to an over-long prompt). An unterminated last event is
+//! it is a retryable `generic` error (a dropped connection, llama.cpp's
+//! empty answer to an over-long prompt, or llama-cpp-python's `[DONE]`
+//! after it aborted the generation for a newer request). An unterminated last event is
 //! discarded at end of input, as the SSE rules say.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -131,7 +132,7 @@ impl Decoder {
                     .unwrap_or_else(|_| Value::String(data.to_owned()));
                 Err(ProviderError::from_error_body(&body, &self.provider))
             }
-            "message" if data.trim() == "[DONE]" => self.finish_response(),
+            "message" if data.trim() == "[DONE]" => self.on_done(),
             "message" => self.on_chunk(data),
             // Named events OpenAI does not send: not ours to interpret.
             _ => Ok(Vec::new()),
@@ -259,6 +260,23 @@ impl Decoder {
         });
         out.push(StreamEvent::Finish { reason });
         Ok(out)
+    }
+
+    /// `data: [DONE]`: complete only with a finish reason. llama.cpp's
+    /// Python server aborts a running generation when another request
+    /// arrives and then sends `[DONE]` with no finish reason; taking that
+    /// as the end of the answer would commit a reply cut short (or empty)
+    /// as if the model had finished. It is a retryable `generic` error.
+    fn on_done(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {
+        if self.finish.is_some() {
+            return self.finish_response();
+        }
+        self.done = true;
+        Err(ProviderError::new(
+            ErrorKind::Generic,
+            "the stream ended ([DONE]) without a finish reason: the response was cut short",
+            &self.provider,
+        ))
     }
 
     fn on_end_of_input(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {

@@ -152,6 +152,15 @@ pub fn all() -> Vec<Expected> {
             },
         },
         Expected {
+            file: "llamacpp-python-aborted.sse",
+            outcome: Outcome::Failed {
+                text_before: "Once upon a time, there was a fox named Felix. Felix was a curious and adventurous fox who loved to explore the woods of his own home. He had a tail full of fur and a bushy nose that made him look like a fox.\n\nFelix lived in",
+                kind: ErrorKind::Generic,
+                retryable: true,
+                message: "the stream ended ([DONE]) without a finish reason: the response was cut short",
+            },
+        },
+        Expected {
             file: "synthetic-error-midstream.sse",
             outcome: Outcome::Failed {
                 text_before: "Partial",
