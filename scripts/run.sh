@@ -127,11 +127,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The server generates for one request at a time. By default a new request
+# aborts the running one (its stream then ends without a finish reason, which
+# chatd retries); with --interrupt_requests False requests wait their turn, so
+# concurrent chats and background titles queue instead of cutting each other.
 say "starting the model server on http://$model_listen (log: $llm_dir/model-server.log)"
 "$venv/bin/python" -m llama_cpp.server \
   --model "$gguf" --model_alias "$MODEL_ALIAS" \
   --host "${model_listen%:*}" --port "${model_listen##*:}" \
   --n_ctx 8192 --n_threads "$threads" \
+  --interrupt_requests False \
   > "$llm_dir/model-server.log" 2>&1 &
 pids+=($!)
 wait_http "http://$model_listen/v1/models" 120 "${pids[-1]}" "$llm_dir/model-server.log"
@@ -191,4 +196,14 @@ chatd is serving with the local model.
 Ctrl-C stops chatd and the model server.
 EOF
 if [ "${CHATD_RUN_EXIT:-0}" = 1 ]; then exit 0; fi
-wait "${pids[1]}"
+# Serve until either server stops (or Ctrl-C); then stop the other one.
+status=0
+wait -n "${pids[@]}" || status=$?
+if ! kill -0 "${pids[0]}" 2>/dev/null; then
+  tail -n 20 "$llm_dir/model-server.log" >&2
+  echo "run.sh: the model server stopped (status $status); stopping chatd. Log: $llm_dir/model-server.log" >&2
+elif ! kill -0 "${pids[1]}" 2>/dev/null; then
+  tail -n 20 "$data_dir/chatd.log" >&2
+  echo "run.sh: chatd stopped (status $status); stopping the model server. Log: $data_dir/chatd.log" >&2
+fi
+exit "$status"

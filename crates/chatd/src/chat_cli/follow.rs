@@ -212,7 +212,8 @@ async fn confirm_idle(
     idle: Idle,
 ) -> anyhow::Result<Option<ExitCode>> {
     let fetched = client.chat(chat).await.ok();
-    if let Some(current) = &fetched
+    if idle != Idle::Answered
+        && let Some(current) = &fetched
         && matches!(current.status.as_str(), "running" | "interrupting")
     {
         return Ok(None);
@@ -223,7 +224,7 @@ async fn confirm_idle(
         return Ok(Some(ExitCode::from(EXIT_ERROR)));
     }
     Ok(Some(match idle {
-        Idle::Waiting => ExitCode::SUCCESS,
+        Idle::Waiting | Idle::Answered => ExitCode::SUCCESS,
         Idle::Error { reported } => {
             if !reported {
                 let error = fetched

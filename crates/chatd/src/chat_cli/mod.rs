@@ -193,7 +193,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
                 .to_owned();
             eprintln!("chat {id}");
             if json {
-                println!("{chat}");
+                stdout(format!("{chat}\n"))?;
             }
             if no_watch {
                 return Ok(ExitCode::SUCCESS);
@@ -229,7 +229,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             let chat: client::Chat = client
                 .call(Method::POST, &format!("/chats/{chat}/interrupt"), None)
                 .await?;
-            println!("{}", chat.status);
+            stdout(format!("{}\n", chat.status))?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -243,12 +243,12 @@ async fn list(client: &Client, archived: bool, json: bool, limit: u32) -> anyhow
     }
     let chats: Value = client.call(Method::GET, &path, None).await?;
     if json {
-        println!("{chats}");
+        stdout(format!("{chats}\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     let chats: Vec<client::Chat> =
         serde_json::from_value(chats).context("decoding the chat list")?;
-    print!("{}", format_chat_list(&chats));
+    stdout(format_chat_list(&chats))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -296,7 +296,7 @@ async fn send(
             Some(&body),
         )
         .await?;
-    let (mode, after_id) = match (sent.queued, sent.queued_message, sent.message) {
+    let (mode, after_id, own) = match (sent.queued, sent.queued_message, sent.message) {
         (true, Some(queued), _) => {
             if interrupt {
                 eprintln!(
@@ -311,6 +311,7 @@ async fn send(
                     awaiting_queued: Some(queued.id),
                 },
                 before,
+                None,
             )
         }
         (_, _, Some(message)) => {
@@ -320,6 +321,7 @@ async fn send(
                     awaiting_queued: None,
                 },
                 message.id,
+                Some(message.id),
             )
         }
         _ => bail!("the server's answer has neither a message nor a queued message"),
@@ -327,14 +329,17 @@ async fn send(
     if no_watch {
         return Ok(ExitCode::SUCCESS);
     }
-    follow(
-        client,
-        chat,
-        after_id,
-        Renderer::new(mode, style(false)),
-        Until::Idle,
-    )
-    .await
+    let mut renderer = Renderer::new(mode, style(false));
+    if let Some(id) = own {
+        renderer = renderer.with_own_message(id);
+    }
+    follow(client, chat, after_id, renderer, Until::Idle).await
+}
+
+/// Writes `text` to standard output; a closed pipe (`| head`) is an error
+/// (reported once by `main`), never a panic as with `println!`.
+fn stdout(text: String) -> anyhow::Result<()> {
+    follow::write(vec![render::Output::Stdout(text)])
 }
 
 /// The message text: `args` joined by spaces, or standard input when

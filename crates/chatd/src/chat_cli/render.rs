@@ -322,6 +322,10 @@ pub struct Style {
 pub enum Idle {
     /// `waiting`: the turn is done.
     Waiting,
+    /// Reply mode: the turn that answered our message is over and a later
+    /// user message (queued by someone else) has started the next one; the
+    /// chat is busy again, but not with our reply.
+    Answered,
     /// `error`; `reported` says whether the error was already printed.
     Error {
         /// Whether an `error` event was rendered for this status.
@@ -367,6 +371,12 @@ pub struct Renderer {
     style: Style,
     /// Whether the reply we wait for has started (always in watch mode).
     gate_open: bool,
+    /// Reply mode: the id of the user message whose reply is printed, once
+    /// known (the message sent, the queued one once promoted, or for a new
+    /// chat the first user message seen).
+    own_user_id: Option<i64>,
+    /// Reply mode: a later user message was committed, so our turn is over.
+    turn_done: bool,
     /// Committed message id → revision printed.
     seen: HashMap<i64, i64>,
     /// The highest committed message id seen (the reconnect's `after_id`).
@@ -398,6 +408,8 @@ impl Renderer {
             mode,
             style,
             gate_open,
+            own_user_id: None,
+            turn_done: false,
             seen: HashMap::new(),
             last_message_id: 0,
             preview: None,
@@ -473,17 +485,33 @@ impl Renderer {
     /// Whether the reply the renderer waits for has started (its user
     /// message was committed); always true in watch mode.
     pub fn reply_started(&self) -> bool {
-        self.gate_open
+        self.gate_open || self.turn_done
+    }
+
+    /// Reply mode: the user message whose reply is printed is `id` (a
+    /// message that was sent directly, not queued; the follow then starts
+    /// after it). Later user messages end the reply.
+    pub fn with_own_message(mut self, id: i64) -> Self {
+        self.own_user_id = Some(id);
+        self
     }
 
     /// `Some` once the chat is idle (not `running`/`interrupting`) with an
     /// empty queue, as far as the stream has told; `None` before the
     /// first `status` or while busy.
     pub fn idle(&self) -> Option<Idle> {
-        if self.queue.as_ref().is_some_and(|q| !q.is_empty()) {
-            return None;
+        if self.turn_done {
+            return Some(Idle::Answered);
         }
+        let queue_pending = self.queue.as_ref().is_some_and(|q| !q.is_empty());
+        // A turn that stopped in error or for client tools ends our reply
+        // even with messages queued behind it: they are not ours.
+        let replying = matches!(self.mode, Mode::Reply { .. }) && self.gate_open;
         match self.status.as_deref()? {
+            // A queued message is about to run (it ends our reply when its
+            // user message arrives).
+            _ if queue_pending && !replying => None,
+            "waiting" if queue_pending => None,
             "waiting" => Some(Idle::Waiting),
             "error" => Some(Idle::Error {
                 reported: self.error_reported,
@@ -568,13 +596,26 @@ impl Renderer {
         }
         self.seen.insert(message.id, message.revision);
         self.last_message_id = self.last_message_id.max(message.id);
-        if let Mode::Reply {
-            awaiting_queued: Some(queued),
-        } = self.mode
+        if let Mode::Reply { awaiting_queued } = self.mode
             && message.role == "user"
-            && message.queued_message_id == Some(queued)
         {
-            self.gate_open = true;
+            if !self.gate_open {
+                if awaiting_queued.is_some() && message.queued_message_id == awaiting_queued {
+                    self.gate_open = true;
+                    self.own_user_id = Some(message.id);
+                }
+            } else {
+                match self.own_user_id {
+                    None => self.own_user_id = Some(message.id),
+                    Some(own) if message.id > own => {
+                        // The next turn started: ours is over.
+                        self.close_preview();
+                        self.gate_open = false;
+                        self.turn_done = true;
+                    }
+                    Some(_) => {}
+                }
+            }
         }
         match message.role.as_str() {
             "assistant" => self.on_assistant(message),
@@ -1174,6 +1215,64 @@ mod tests {
         assert!(r.reply_started());
         assert_eq!(split(&outs), ("second answer\n".into(), String::new()));
         assert_eq!(r.idle(), Some(Idle::Waiting));
+    }
+
+    #[test]
+    fn a_reply_ends_at_the_next_user_message_and_does_not_print_its_answer() {
+        // `send` to a busy chat, then someone queues behind us: our reply
+        // is printed, theirs is not, and we are done while the chat runs on.
+        let mut r = Renderer::new(
+            Mode::Reply {
+                awaiting_queued: Some(7),
+            },
+            Style::default(),
+        );
+        let promoted = |id: i64, queued: i64, text: &str| {
+            ev(json!({"type": "message", "chat_id": "c", "message": {
+                "id": id, "role": "user", "content": [{"type": "text", "text": text}],
+                "revision": 1, "queued_message_id": queued}}))
+        };
+        let mut outs = Vec::new();
+        for event in [
+            status("running"),
+            queue(&[7, 8]),
+            text_message(2, "assistant", "first answer"),
+            promoted(3, 7, "ours"),
+            queue(&[8]),
+            part(3, 1, 1, "our "),
+            part(3, 1, 2, "answer"),
+            text_message(4, "assistant", "our answer"),
+        ] {
+            outs.extend(r.apply(&event));
+        }
+        assert_eq!(r.idle(), None, "still running our turn");
+        for event in [
+            promoted(5, 8, "theirs"),
+            queue(&[]),
+            part(4, 1, 1, "their "),
+            text_message(6, "assistant", "their answer"),
+        ] {
+            outs.extend(r.apply(&event));
+        }
+        outs.extend(r.finish());
+        assert_eq!(split(&outs), ("our answer\n".into(), String::new()));
+        assert_eq!(r.idle(), Some(Idle::Answered));
+        assert!(r.reply_started());
+
+        // A message sent directly: the follow starts after it.
+        let mut r = reply().with_own_message(10);
+        let mut outs = Vec::new();
+        for event in [
+            status("running"),
+            text_message(11, "assistant", "mine"),
+            promoted(12, 9, "queued by another client"),
+            text_message(13, "assistant", "not mine"),
+        ] {
+            outs.extend(r.apply(&event));
+        }
+        outs.extend(r.finish());
+        assert_eq!(split(&outs), ("mine\n".into(), String::new()));
+        assert_eq!(r.idle(), Some(Idle::Answered));
     }
 
     #[test]
