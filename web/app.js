@@ -481,6 +481,7 @@ function setBusy(form, busy) {
 // Chat view: skeleton, then live updates
 
 async function openChat(chatId) {
+  clearToast(); // A failure shown for the previous view is stale here.
   const view = chatView(chatId);
   app.view = view;
   view.dom = buildChatDom(view);
@@ -489,6 +490,12 @@ async function openChat(chatId) {
   if (view.closed) return;
   if (!chat) {
     view.dom.title.textContent = 'Chat not available';
+    view.dom.status.textContent = 'unavailable';
+    view.dom.connection.textContent = '';
+    view.dom.interrupt.disabled = true;
+    view.dom.archive.replaceChildren();
+    const composer = view.dom.composer;
+    composer.input.disabled = composer.sendQueue.disabled = composer.sendInterrupt.disabled = true;
     return;
   }
   view.chat = chat;
@@ -586,9 +593,12 @@ function renderMessages(view) {
     const message = view.messages.get(id);
     let el = existing.get(id);
     existing.delete(id);
-    const stale = !el || Number(el.dataset.revision) !== message.revision;
+    // Archiving or unarchiving changes whether user messages can be edited.
+    const editable = String(!view.chat?.archived);
+    const stale = !el || Number(el.dataset.revision) !== message.revision || el.dataset.editable !== editable;
     if (stale && view.editing !== id) {
       const fresh = renderMessage(view, message);
+      fresh.dataset.editable = editable;
       if (el) el.replaceWith(fresh);
       el = fresh;
     }
@@ -877,8 +887,11 @@ function renderUsage(view) {
     total.output += m.usage.output_tokens || 0;
     total.total += m.usage.total_tokens || 0;
   }
+  const reported = [...view.messages.values()].some((m) => m.usage);
   let text = `Tokens: ${total.input} in / ${total.output} out / ${total.total} total`;
-  if (unreported > 0) {
+  if (!reported && unreported > 0) {
+    text = 'Tokens: not reported by the model server';
+  } else if (unreported > 0) {
     text += ` (${unreported} ${unreported === 1 ? 'reply' : 'replies'} without usage from the model server)`;
   }
   view.dom.usage.textContent = text;
@@ -993,7 +1006,16 @@ function streamUrl(view) {
 
 function connect(view) {
   if (view.closed) return;
-  const ws = new WebSocket(streamUrl(view), ['chatd', `chatd.bearer.${app.token}`]);
+  let ws;
+  try {
+    ws = new WebSocket(streamUrl(view), ['chatd', `chatd.bearer.${app.token}`]);
+  } catch (err) {
+    // A token with characters a subprotocol cannot carry (e.g. "/", "=",
+    // spaces) cannot authenticate the live view; retrying cannot help.
+    view.dom.connection.textContent = 'not live';
+    toast(`The live view cannot use this token (${err.message}). Use a token from "chatd token create" (letters, digits, "-" and "_").`);
+    return;
+  }
   const conn = { ws, open: false };
   view.conn = conn;
   ws.addEventListener('open', () => {
