@@ -720,6 +720,21 @@ async fn stream_response(
         // Best effort: a full or closed episode drops the part.
         let _ = parts.add_part(episode, ChatRole::Assistant, part);
     };
+    if let Some(at_least) = prompt_clearly_exceeds(&call.request, call.context_limit) {
+        // A server asked for more than its window may answer with nothing at
+        // all (llama.cpp closes the stream), which looks retryable; fail at
+        // once instead of retrying for minutes.
+        return Err(ProviderError::new(
+            chatd_llm::ErrorKind::ContextLength,
+            format!(
+                "the conversation needs at least {at_least} tokens, more than the model's \
+                 context of {} tokens",
+                call.context_limit
+            ),
+            call.provider.name(),
+        )
+        .with_retryable(false));
+    }
     let mut stream = call.provider.stream(&call.request).await?;
     let mut response = ResponseBuilder::new();
     let mut calls: HashMap<usize, (String, String)> = HashMap::new();
@@ -758,6 +773,26 @@ async fn stream_response(
         ));
     }
     Ok(response)
+}
+
+/// Bytes of serialized message content per token in
+/// [`prompt_clearly_exceeds`]'s lower bound. Real tokenizers average 3 to 5
+/// bytes per token on text and code; 8 keeps the bound below the true count
+/// for anything but pathological input.
+const MAX_BYTES_PER_TOKEN: usize = 8;
+
+/// `Some(tokens)`, a lower bound on the prompt's tokens, when that bound
+/// alone exceeds `context_limit` (tokens; `<= 0`: unknown, never exceeds).
+/// A prompt that passes may still be too long: the provider decides then.
+fn prompt_clearly_exceeds(request: &ModelRequest, context_limit: i64) -> Option<usize> {
+    let limit = usize::try_from(context_limit).ok().filter(|l| *l > 0)?;
+    let bytes: usize = request
+        .messages
+        .iter()
+        .map(|m| serde_json::to_string(&m.parts).map_or(0, |s| s.len()))
+        .sum();
+    let at_least = bytes / MAX_BYTES_PER_TOKEN;
+    (at_least > limit).then_some(at_least)
 }
 
 /// What a step's tool calls came to.
@@ -1003,6 +1038,32 @@ fn first_user_text(messages: &[RequestMessage]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_prompt_far_over_the_context_is_refused_before_the_call() {
+        let request = |text: &str| ModelRequest {
+            model: "m".into(),
+            messages: vec![RequestMessage {
+                role: ChatRole::User,
+                parts: vec![MessagePart::text(text)],
+            }],
+            tools: Vec::new(),
+            max_output_tokens: None,
+            temperature: None,
+            reasoning_effort: None,
+        };
+        // 250 KB of text against an 8192-token window: refused.
+        let huge = "word ".repeat(50_000);
+        let at_least = super::prompt_clearly_exceeds(&request(&huge), 8192).unwrap();
+        assert!((31_000..=31_300).contains(&at_least), "{at_least}");
+        // 40 KB (about 10k real tokens) is left to the provider to judge.
+        assert_eq!(
+            super::prompt_clearly_exceeds(&request(&"word ".repeat(8_000)), 8192),
+            None
+        );
+        // An unknown context never refuses.
+        assert_eq!(super::prompt_clearly_exceeds(&request(&huge), 0), None);
+    }
+
     use super::*;
 
     fn part(seq: u64, part: PartDelta) -> StreamPart {

@@ -438,3 +438,17 @@ async fn the_output_token_limit_is_max_tokens_for_compatible_servers_and_max_com
         worker.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_far_over_the_context_limit_fails_at_once_without_calling_the_model() {
+    // The model config's context is 8192 tokens; 200 KB of text is far over.
+    let env = Env::new().await;
+    let worker = env.worker();
+    let chat_id = env.create_chat(&"word ".repeat(40_000)).await;
+    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
+    let error = chat.last_error.expect("last_error");
+    assert_eq!(error["kind"], json!("context_length"), "{error}");
+    assert_eq!(error["retryable"], json!(false));
+    assert!(env.llm.requests().is_empty());
+    worker.shutdown().await;
+}
