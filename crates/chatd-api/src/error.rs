@@ -241,9 +241,20 @@ impl From<StateError> for ApiError {
     fn from(err: StateError) -> Self {
         match err {
             StateError::TransitionNotAllowed(e) => {
+                // Name the state in the API's terms (status, archived,
+                // queue) as well as the spec's shorthand.
+                let state = match e.from.components() {
+                    Some((status, archived, queued)) => format!(
+                        "while the chat's status is {}{}{} ",
+                        status.as_str(),
+                        if archived { ", archived" } else { "" },
+                        if queued { ", with queued messages" } else { "" },
+                    ),
+                    None => String::new(),
+                };
                 ApiError::conflict("The chat's current state does not allow this operation.")
                     .with_detail(format!(
-                        "{} is not allowed from execution state {}.",
+                        "{} is not allowed {state}(execution state {}).",
                         e.transition, e.from
                     ))
             }

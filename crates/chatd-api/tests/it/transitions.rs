@@ -599,3 +599,31 @@ async fn compact_table_and_nothing_to_compact() {
     assert_eq!(answer.message(), "Nothing to compact.");
     assert_eq!(s.dump().await, before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_transition_names_the_chat_state_in_api_terms() {
+    let s = Server::start().await;
+    let cases = [
+        (
+            W,
+            "Interrupt is not allowed while the chat's status is waiting (execution state W).",
+        ),
+        (
+            E1,
+            "Interrupt is not allowed while the chat's status is error, with queued messages \
+             (execution state E1).",
+        ),
+    ];
+    for (state, detail) in cases {
+        let id = s.chat_in(&s.alice, state).await;
+        let answer = s
+            .post(
+                &chat_path(id, "/interrupt"),
+                &s.alice,
+                serde_json::Value::Null,
+            )
+            .await;
+        let body = answer.expect_error(409);
+        assert_eq!(body["detail"], serde_json::json!(detail), "{body}");
+    }
+}
