@@ -49,6 +49,10 @@ struct Args {
     /// Runs per path.
     #[arg(long, default_value_t = 5)]
     runs: usize,
+    /// Print, for each chatd run, when the create answered and the stream
+    /// opened (ms since the create was sent).
+    #[arg(long)]
+    breakdown: bool,
     /// The prompt.
     #[arg(long, default_value = "Hello! In two sentences, what is PostgreSQL?")]
     prompt: String,
@@ -141,6 +145,7 @@ async fn chatd_ttft(http: &reqwest::Client, args: &Args) -> anyhow::Result<Durat
         .error_for_status()?
         .json()
         .await?;
+    let created = started.elapsed();
     let id = chat["id"].as_str().context("chat id")?.to_owned();
     let ws_url = format!(
         "{}/api/v2/chats/{id}/stream",
@@ -151,6 +156,7 @@ async fn chatd_ttft(http: &reqwest::Client, args: &Args) -> anyhow::Result<Durat
         .headers_mut()
         .insert("authorization", format!("Bearer {}", args.token).parse()?);
     let (mut socket, _) = tokio_tungstenite::connect_async(request).await?;
+    let connected = started.elapsed();
     let mut ttft = None;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     while let Ok(Some(frame)) = tokio::time::timeout_at(deadline, socket.next()).await {
@@ -166,6 +172,14 @@ async fn chatd_ttft(http: &reqwest::Client, args: &Args) -> anyhow::Result<Durat
                         && part["text"].as_str().is_some_and(|s| !s.is_empty())
                     {
                         ttft = Some(started.elapsed());
+                        if args.breakdown {
+                            eprintln!(
+                                "     chatd: created {:.1} ms, stream open {:.1} ms, first part {:.1} ms",
+                                ms(created),
+                                ms(connected),
+                                ms(started.elapsed())
+                            );
+                        }
                     }
                 }
                 // Wait for the turn to end so the next run starts idle.
