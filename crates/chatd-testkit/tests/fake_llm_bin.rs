@@ -9,22 +9,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, Buf
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_llm_binary_prints_its_address_and_streams_slow_parts_of_the_echo() {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fake-llm"))
-        .args(["--listen", "127.0.0.1:0", "--mode", "slow-parts:3:20"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("the binary announces its address")
-        .unwrap()
-        .unwrap();
-    let addr = line
-        .strip_prefix("listening on http://")
-        .expect(&line)
-        .to_owned();
+    let (mut child, addr) = spawn_fake_llm("slow-parts:3:20").await;
 
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"ping pong"}]}"#;
     let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
