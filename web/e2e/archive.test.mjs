@@ -1,18 +1,12 @@
 // Archiving a chat moves it to the archived list; unarchiving brings it back.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as h from './helpers.mjs';
 
-let browser;
-before(async () => {
-  browser = await h.launchBrowser();
-});
-after(async () => {
-  await browser?.close();
-});
+const browser = h.sharedBrowser();
 
 test('an archived chat leaves the chat list and is found under show-archived', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const id = await h.createChat(page, 'archive me');
     await h.expectMessageTexts(page, 'assistant', ['echo: archive me']);

@@ -1,18 +1,12 @@
 // Sign-in, a new chat with a streamed reply, sign-out.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as h from './helpers.mjs';
 
-let browser;
-before(async () => {
-  browser = await h.launchBrowser();
-});
-after(async () => {
-  await browser?.close();
-});
+const browser = h.sharedBrowser();
 
 test('signs in with a token, creates a chat and streams the echo of its first message', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const text = 'hello from the browser';
     const reply = `echo: ${text}`;
@@ -49,7 +43,7 @@ test('signs in with a token, creates a chat and streams the echo of its first me
 });
 
 test('a chat on a chosen model: a second message is answered, the status goes running then waiting, usage adds up', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const id = await h.createChat(page, 'one', { model: 'Fake model' });
     const chat = await h.api('GET', `/api/v2/chats/${id}`);
@@ -73,7 +67,7 @@ test('a chat on a chosen model: a second message is answered, the status goes ru
 });
 
 test('signing out forgets the token and shows the sign-in form again', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     await h.byId(page, 'sign-out').click();
     await h.byId(page, 'token-input').waitFor({ state: 'visible' });

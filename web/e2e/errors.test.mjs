@@ -1,20 +1,14 @@
 // Errors: a turn that fails (the fake answers HTTP 400 to messages with
 // `fail`), retrying it, recovering with a new message; the toast of a
 // request the server rejects.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as h from './helpers.mjs';
 
-let browser;
-before(async () => {
-  browser = await h.launchBrowser();
-});
-after(async () => {
-  await browser?.close();
-});
+const browser = h.sharedBrowser();
 
 test('a failed turn shows the error banner; retry runs it again; a new message recovers', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     await h.createChat(page, 'please fail');
     await h.expectStatus(page, 'error');
@@ -48,7 +42,7 @@ test('a failed turn shows the error banner; retry runs it again; a new message r
 });
 
 test('a request the server rejects shows its message in a toast', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const id = await h.createChat(page, 'slow, do not archive me yet');
     await h.expectStatus(page, 'running');

@@ -18,6 +18,7 @@
 import { mkdirSync, mkdtempSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { chromium } from 'playwright-core';
 
 export const CHATD_URL = requiredEnv('CHATD_URL').replace(/\/$/, '');
@@ -59,6 +60,21 @@ function requiredEnv(name) {
 /** Launches headless Chromium (one browser per test file). */
 export async function launchBrowser() {
   return chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+}
+
+/**
+ * Registers `before`/`after` hooks that launch one browser for the calling
+ * test file and close it at the end; returns a getter for it.
+ */
+export function sharedBrowser() {
+  let browser;
+  before(async () => {
+    browser = await launchBrowser();
+  });
+  after(async () => {
+    await browser?.close();
+  });
+  return () => browser;
 }
 
 // Records, in the page, every successive text of the elements the tests

@@ -1,15 +1,9 @@
 // Interrupting a reply, sending with interrupt, editing a user message.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as h from './helpers.mjs';
 
-let browser;
-before(async () => {
-  browser = await h.launchBrowser();
-});
-after(async () => {
-  await browser?.close();
-});
+const browser = h.sharedBrowser();
 
 /** Asserts `text` is a non-empty start of `full`, cut short. */
 function assertCutShort(text, full) {
@@ -20,7 +14,7 @@ function assertCutShort(text, full) {
 }
 
 test('interrupting a slow reply lands in waiting and keeps the text streamed so far', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const full = 'echo: slow reply please';
     await h.createChat(page, 'slow reply please');
@@ -44,7 +38,7 @@ test('interrupting a slow reply lands in waiting and keeps the text streamed so 
 });
 
 test('sending with interrupt cuts the slow reply short and answers the new message', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const full = 'echo: slow story';
     await h.createChat(page, 'slow story');
@@ -63,7 +57,7 @@ test('sending with interrupt cuts the slow reply short and answers the new messa
 });
 
 test('editing a user message drops the later messages and answers the edited text', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     await h.createChat(page, 'first question');
     await h.expectMessageTexts(page, 'assistant', ['echo: first question']);

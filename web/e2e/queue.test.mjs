@@ -1,19 +1,13 @@
 // The queue: sending while the chat is busy, deleting and promoting queued
 // messages. `slow` messages make the fake model answer over ~10 s.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as h from './helpers.mjs';
 
-let browser;
-before(async () => {
-  browser = await h.launchBrowser();
-});
-after(async () => {
-  await browser?.close();
-});
+const browser = h.sharedBrowser();
 
 test('a message queued while the chat is busy waits in the queue and is answered after the current reply', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     await h.createChat(page, 'slow first');
     await h.expectStatus(page, 'running');
@@ -33,7 +27,7 @@ test('a message queued while the chat is busy waits in the queue and is answered
 });
 
 test('queued messages can be deleted, and promoting one interrupts the reply and answers it next', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const full = 'echo: slow start';
     await h.createChat(page, 'slow start');

@@ -1,18 +1,12 @@
 // The live view survives a page reload (restart.test.mjs: a server restart).
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as h from './helpers.mjs';
 
-let browser;
-before(async () => {
-  browser = await h.launchBrowser();
-});
-after(async () => {
-  await browser?.close();
-});
+const browser = h.sharedBrowser();
 
 test('a reload restores the open chat with all its messages', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const id = await h.createChat(page, 'before the reload');
     await h.expectMessageTexts(page, 'assistant', ['echo: before the reload']);
@@ -37,7 +31,7 @@ test('a reload restores the open chat with all its messages', { timeout: h.TEST_
 });
 
 test('a reload in the middle of a streamed reply picks the live stream up again', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const full = 'echo: slow and steady';
     const id = await h.createChat(page, 'slow and steady');

@@ -2,23 +2,17 @@
 // in a loop that starts it again on the same port when it exits, and tells
 // the tests its pid in CHATD_PID_FILE. The runner runs this file last and
 // alone, since the restart breaks every other test's connection.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import * as h from './helpers.mjs';
 
-let browser;
-before(async () => {
-  browser = await h.launchBrowser();
-});
-after(async () => {
-  await browser?.close();
-});
+const browser = h.sharedBrowser();
 
 test('the connection indicator goes reconnecting then live across a server restart', { timeout: h.TEST_TIMEOUT }, async (t) => {
   if (!h.chatdPid()) {
     t.skip('CHATD_PID_FILE not set: the server is not restartable from the tests');
     return;
   }
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     await h.createChat(page, 'before the restart');
     await h.expectMessageTexts(page, 'assistant', ['echo: before the restart']);

@@ -1,16 +1,10 @@
 // A dynamic (client-side) tool: the model calls it, the user answers in the
 // action-required panel, the model answers with the result.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as h from './helpers.mjs';
 
-let browser;
-before(async () => {
-  browser = await h.launchBrowser();
-});
-after(async () => {
-  await browser?.close();
-});
+const browser = h.sharedBrowser();
 
 const TOOLS = [
   {
@@ -25,7 +19,7 @@ const TOOLS = [
 ];
 
 test('a dynamic tool call is answered from the action-required panel and the model uses the result', { timeout: h.TEST_TIMEOUT }, async (t) => {
-  await h.withPage(browser, t, async (page) => {
+  await h.withPage(browser(), t, async (page) => {
     await h.signIn(page);
     const id = await h.createChat(page, 'call get_weather {"city": "Lisbon"}', { tools: TOOLS });
     await h.expectStatus(page, 'requires_action');
