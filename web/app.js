@@ -876,6 +876,7 @@ function renderQueue(view) {
 
 function renderUsage(view) {
   const total = { input: 0, output: 0, total: 0 };
+  let reported = 0;
   let unreported = 0;
   for (const m of view.messages.values()) {
     if (!m.usage) {
@@ -883,13 +884,13 @@ function renderUsage(view) {
       if (m.role === 'assistant') unreported += 1;
       continue;
     }
+    reported += 1;
     total.input += m.usage.input_tokens || 0;
     total.output += m.usage.output_tokens || 0;
     total.total += m.usage.total_tokens || 0;
   }
-  const reported = [...view.messages.values()].some((m) => m.usage);
   let text = `Tokens: ${total.input} in / ${total.output} out / ${total.total} total`;
-  if (!reported && unreported > 0) {
+  if (reported === 0 && unreported > 0) {
     text = 'Tokens: not reported by the model server';
   } else if (unreported > 0) {
     text += ` (${unreported} ${unreported === 1 ? 'reply' : 'replies'} without usage from the model server)`;
