@@ -18,7 +18,9 @@
 //! `ChatMachine`; errors become the API.md error body through one type,
 //! [`ApiError`]. Inputs are parsed by hand-written extractors ([`extract`])
 //! so that the order of checks of API.md "Details" holds and every bad
-//! input is a `400`/`413` in the documented shape.
+//! input is a `400`/`413` in the documented shape. An answer given before
+//! the body was read waits until the rest of the body is read ([`drain`]),
+//! so that a client still uploading gets the status, not a reset.
 //!
 //! For the binary: [`bootstrap_admin`] (`CHATD_BOOTSTRAP_ADMIN_TOKEN`),
 //! [`create_token`] (`chatd token create`), [`config_file`] (`--config`) and
@@ -28,6 +30,7 @@ pub mod admin;
 pub mod auth;
 pub mod chats;
 pub mod config_file;
+pub mod drain;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -225,7 +228,8 @@ fn chat_routes() -> Router<AppState> {
 
 /// The whole HTTP API (see the crate doc). Every route records request
 /// metrics; unknown paths answer `404` and unsupported methods `405`, both in
-/// the API error shape.
+/// the API error shape; every answer reads what its handler left of the
+/// request body first ([`drain::drain_unread_body`]).
 pub fn router(state: AppState) -> Router {
     let chats = chat_routes();
     Router::new()
@@ -256,5 +260,6 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn(health::track_metrics))
         .method_not_allowed_fallback(health::method_not_allowed)
         .fallback(health::not_found)
+        .layer(axum::middleware::from_fn(drain::drain_unread_body))
         .with_state(state)
 }

@@ -604,3 +604,66 @@ async fn unknown_routes_and_methods_answer_in_the_error_shape() {
     .await
     .expect_error(405);
 }
+
+/// A request the server answers before reading its body (a `404` for a chat
+/// the caller cannot see, a `413` over the limit, a `401`) still gets its
+/// answer: the server reads and discards the rest of the body before it
+/// answers, so the client, still sending, never sees the connection reset
+/// instead of the status. Races the early answer against the upload, many
+/// times, over fresh connections and a kept-alive one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_answer_to_a_large_upload_reaches_the_client() {
+    let s = Server::start().await;
+    let bobs = s.chat_in(&s.bob, R0).await;
+    let path = chat_path(bobs, "/messages");
+    let over_limit = vec![b'x'; 1024 * 1024 + 1];
+    let four_mib = vec![b' '; 4 * 1024 * 1024];
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
+    for round in 0..25 {
+        for (token, body, status) in [
+            (Some(&s.alice.token), &over_limit, 404),
+            (Some(&s.admin.token), &over_limit, 413),
+            (Some(&s.admin.token), &four_mib, 413),
+            (None, &four_mib, 401),
+        ] {
+            for client in [&fresh, &s.http] {
+                let mut req = client
+                    .post(format!("{}{path}", s.base))
+                    .header("content-type", "application/json")
+                    .body(body.clone());
+                if let Some(token) = token {
+                    req = req.bearer_auth(token);
+                }
+                let resp = req.send().await.unwrap_or_else(|e| {
+                    panic!("round {round}: expected {status}, the request failed: {e:?}")
+                });
+                assert_eq!(resp.status().as_u16(), status, "round {round}");
+                let body: Value = resp.json().await.expect("error body");
+                assert!(body["message"].is_string(), "{body}");
+            }
+        }
+    }
+    // The kept-alive connection still serves a normal request afterwards.
+    s.get(&chat_path(bobs, ""), &s.bob).await.expect(200);
+
+    // A client that waits for `100 Continue` before sending its body gets
+    // the early answer without a `100 Continue`: the server does not ask
+    // for a body it is not going to use.
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut conn = tokio::net::TcpStream::connect(s.base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: chatd\r\ncontent-type: application/json\r\n\
+         content-length: 4194304\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).await.expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
+    assert!(!answer.contains("100 Continue"), "{answer}");
+}
