@@ -169,19 +169,22 @@ impl Client {
     }
 
     /// Opens `GET /chats/{chat}/stream?after_id=N` (WebSocket, the token in
-    /// the upgrade request's `Authorization` header).
+    /// the upgrade request's `Authorization` header): `ws://` for an
+    /// `http://` server URL, `wss://` for `https://`, trusting the system's
+    /// root certificates (or those in the file `SSL_CERT_FILE` names), as the
+    /// HTTP requests do.
     ///
     /// # Errors
-    /// The server is unreachable, refused the upgrade (the API error's
-    /// message), or the URL is `https://` (this build speaks plain `ws://`
-    /// only).
+    /// The server is unreachable, its certificate is not trusted, or it
+    /// refused the upgrade (the API error's message).
     pub async fn stream(&self, chat: &str, after_id: i64) -> anyhow::Result<StreamSocket> {
         let ws_base = if let Some(rest) = self.base.strip_prefix("http://") {
             format!("ws://{rest}")
+        } else if let Some(rest) = self.base.strip_prefix("https://") {
+            format!("wss://{rest}")
         } else {
             bail!(
-                "streaming from {} is not supported: this build opens plain ws:// streams \
-                 only (use an http:// URL, or --no-watch)",
+                "invalid server URL {:?}: expected http:// or https://",
                 self.base
             );
         };

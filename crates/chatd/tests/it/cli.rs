@@ -2,10 +2,13 @@
 //! real `chatd serve` with the fake LLM: the reply streams to standard
 //! output as it is generated and exactly once, a send to a busy chat is
 //! queued and its own reply streamed, `interrupt` stops a slow reply that
-//! `watch --once` follows, `list` shows chats, and token and connection
-//! problems are clear errors.
+//! `watch --once` follows, `list` shows chats, token and connection
+//! problems are clear errors, and an `https://` URL streams over `wss://`
+//! through a TLS-terminating proxy, checking its certificate.
 
+use std::net::SocketAddr;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -318,5 +321,88 @@ async fn chat_list_shows_chats_and_token_or_connection_problems_are_clear_errors
     let (code, _, stderr) = output(cli(&url, &["send", &missing, "hi"])).await?;
     assert_eq!(code, Some(1));
     assert!(stderr.contains("HTTP 404"), "stderr: {stderr}");
+    Ok(())
+}
+
+/// The test certificates: `ca.pem` (a test CA) signed `server.pem` for
+/// `localhost` and `127.0.0.1`, key `server.key`; valid until 2126.
+const TLS_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+
+/// A TLS-terminating proxy on `127.0.0.1` in front of `upstream` (as a
+/// deployment behind nginx or a load balancer), serving the test
+/// certificate. Returns its address; it runs until the test's runtime ends.
+async fn tls_proxy(upstream: SocketAddr) -> anyhow::Result<SocketAddr> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(format!("{TLS_FIXTURES}/server.pem"))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_file(format!("{TLS_FIXTURES}/server.key"))?;
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_url_streams_over_wss_and_an_untrusted_certificate_is_a_clear_error()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    let proxy = tls_proxy(setup.server.addr).await?;
+    let url = format!("https://localhost:{}", proxy.port());
+    setup.llm.push(
+        Script::new()
+            .then_text("Hello ")
+            .delay(Duration::from_millis(50))
+            .then_text("over ")
+            .delay(Duration::from_secs(1))
+            .then_text("TLS."),
+    );
+    let trusting = |args: &[&str]| {
+        let mut command = cli(&url, args);
+        command.env("SSL_CERT_FILE", format!("{TLS_FIXTURES}/ca.pem"));
+        command
+    };
+    // `new` posts over https and follows the reply over wss as it arrives.
+    let mut running = Running::spawn(trusting(&["new", "hello"]))?;
+    running.read_until("Hello over ").await?;
+    assert_eq!(running.stdout, "Hello over ", "streamed before the end");
+    let (code, stdout, stderr) = running.finish().await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, "Hello over TLS.\n");
+    let chat = chat_id(&stderr)?.to_string();
+    // `watch --once` replays the conversation over wss.
+    let (code, stdout, stderr) = output(trusting(&["watch", "--once", &chat])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert!(stdout.contains("Hello over TLS."), "stdout: {stdout}");
+
+    // Without the test CA the certificate is refused, and the error says so.
+    let mut untrusting = cli(&url, &["watch", "--once", &chat]);
+    untrusting.env_remove("SSL_CERT_FILE");
+    let (code, stdout, stderr) = output(untrusting).await?;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(&format!("cannot reach the chatd server at {url}")),
+        "stderr: {stderr}"
+    );
+    assert!(stderr.contains("certificate"), "stderr: {stderr}");
     Ok(())
 }
