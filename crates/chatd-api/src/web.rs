@@ -9,8 +9,9 @@
 //!
 //! Every answer carries `Cache-Control: no-cache` (a new binary serves new
 //! files at once) and a restrictive `Content-Security-Policy`: scripts,
-//! styles and fetches from this origin only, WebSockets to `ws:`/`wss:`, no
-//! inline script or style, no framing, no plugins. The UI never builds HTML
+//! styles, fetches and WebSockets to this origin only (CSP Level 3's
+//! `'self'` covers `ws:`/`wss:` to the page's own host), no inline script or
+//! style, no framing, no plugins. The UI never builds HTML
 //! from user or model text, and the policy makes an injection inert anyway.
 
 use axum::http::header::{self, HeaderName, HeaderValue};
@@ -26,7 +27,7 @@ pub const APP_CSS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../
 
 /// The `Content-Security-Policy` of every UI file.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
-style-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; font-src 'self'; \
+style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
 object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// `GET /`: the UI's HTML page.
