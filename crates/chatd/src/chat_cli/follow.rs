@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::sync::CancellationToken;
 
 use super::client::Client;
-use super::render::{Idle, Output, Renderer, StreamEvent};
+use super::render::{Idle, Output, Renderer, StreamEvent, tool_results_hint};
 use super::{EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REQUIRES_ACTION};
 
 /// First reconnect delay; doubles up to [`MAX_BACKOFF`].
@@ -237,9 +237,11 @@ async fn confirm_idle(
         }
         Idle::RequiresAction { reported } => {
             if !reported {
+                // The stream did not say which calls wait (`watch` lists
+                // them): a generic hint.
                 eprintln!(
-                    "action required: the chat waits for client-side tool results \
-                     (POST /api/v2/chats/{chat}/tool-results)"
+                    "action required: the chat waits for client-side tool results\n{}",
+                    tool_results_hint(chat, std::iter::empty())
                 );
             }
             ExitCode::from(EXIT_REQUIRES_ACTION)

@@ -3,16 +3,23 @@
 //!
 //! The server comes from `--url` / `CHATD_URL` (default
 //! `http://127.0.0.1:3000`), the API token from `--token` / `CHATD_TOKEN`
-//! (required). Subcommands: `list`, `new`, `send`, `watch`, `interrupt`.
+//! (required). Subcommands: `list`, `new`, `send`, `watch`, `interrupt`,
+//! `tool-results`.
 //!
 //! `new` and `send` stream the assistant's reply to standard output as it
 //! is generated and exit when the chat is idle again; `watch` prints the
-//! whole conversation and follows it live. Notices (the chat id, whether a
-//! message was queued, status changes, errors, retries, pending tool calls,
-//! reasoning) go to standard error, so standard output can be captured.
-//! What is printed, and how live parts and committed messages are
-//! de-duplicated, is [`render`]; the stream loop is [`follow`]; the HTTP
-//! calls and their error messages are [`client`].
+//! whole conversation and follows it live. Client-side ("dynamic") tools
+//! (API.md `DynamicTool`) are offered with `new --tools`; when the model
+//! calls one the chat stops in `requires_action`, the pending calls and the
+//! command that answers them are printed on standard error, and
+//! `tool-results` posts the outputs (`POST /chats/{chat}/tool-results`) and
+//! streams the model's continuation as `send` streams a reply.
+//!
+//! Notices (the chat id, whether a message was queued, status changes,
+//! errors, retries, pending tool calls, reasoning) go to standard error, so
+//! standard output can be captured. What is printed, and how live parts
+//! and committed messages are de-duplicated, is [`render`]; the stream loop
+//! is [`follow`]; the HTTP calls and their error messages are [`client`].
 //!
 //! Exit codes: 0 done; 1 an error (the server's message on standard
 //! error), including a chat that ends in `error`; 2 bad usage;
@@ -28,7 +35,7 @@ use std::io::{IsTerminal as _, Read as _};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use clap::{Args, Subcommand};
+use clap::{ArgGroup, Args, Subcommand};
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -94,6 +101,12 @@ enum ChatCommand {
         /// Title (default: one the model writes).
         #[arg(long)]
         title: Option<String>,
+        /// Client-side tools the model may call: a JSON array of
+        /// `{"name", "description", "input_schema"}` objects, inline or
+        /// `@FILE`. A call stops the chat in requires_action (exit 3) until
+        /// `chatd chat tool-results` answers it.
+        #[arg(long, value_name = "TOOLS", value_parser = parse_tools)]
+        tools: Option<Value>,
         /// Do not wait for the reply.
         #[arg(long)]
         no_watch: bool,
@@ -142,6 +155,39 @@ enum ChatCommand {
         /// The chat id.
         chat: Uuid,
     },
+    /// Answer the pending client-side tool calls of a chat in
+    /// requires_action, then stream the model's continuation.
+    ///
+    /// Give one --result or --error per pending call (`new`, `send` and
+    /// `watch` list them, with the command to run). OUTPUT is sent as JSON
+    /// when it parses as JSON (`{"temp":21}`, `42`, `"text"`), otherwise as
+    /// a JSON string. Exit codes as for `send`; 3 again when the model calls
+    /// another client-side tool.
+    #[command(group(
+        ArgGroup::new("outputs").required(true).multiple(true).args(["result", "error"])
+    ))]
+    ToolResults {
+        /// The chat id.
+        chat: Uuid,
+        /// A call's output (repeatable).
+        #[arg(long, value_name = "TOOL_CALL_ID=OUTPUT", value_parser = parse_tool_output)]
+        result: Vec<ToolOutput>,
+        /// A failed call's output, sent with `is_error: true` (repeatable).
+        #[arg(long, value_name = "TOOL_CALL_ID=OUTPUT", value_parser = parse_tool_output)]
+        error: Vec<ToolOutput>,
+        /// Do not wait for the continuation.
+        #[arg(long)]
+        no_watch: bool,
+    },
+}
+
+/// One `--result`/`--error` of `chatd chat tool-results`.
+#[derive(Debug, Clone, PartialEq)]
+struct ToolOutput {
+    /// The provider's id of the call it answers (non-empty).
+    tool_call_id: String,
+    /// The output: the argument's JSON, or the argument as a JSON string.
+    output: Value,
 }
 
 /// Runs `chatd chat ...`; errors are printed on standard error.
@@ -171,6 +217,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             model,
             system,
             title,
+            tools,
             no_watch,
             json,
             text,
@@ -185,6 +232,9 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             }
             if let Some(title) = title {
                 body["title"] = json!(title);
+            }
+            if let Some(tools) = tools {
+                body["dynamic_tools"] = tools;
             }
             let chat: Value = client.call(Method::POST, "/chats", Some(&body)).await?;
             let id = chat["id"]
@@ -203,6 +253,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
                     awaiting_queued: None,
                 },
                 style(false),
+                &id,
             );
             follow(&client, &id, 0, renderer, Until::Idle).await
         }
@@ -221,7 +272,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             // A clear 401/404 before the stream, whose upgrade errors are
             // terser.
             client.chat(&chat).await?;
-            let renderer = Renderer::new(Mode::Watch, style(true));
+            let renderer = Renderer::new(Mode::Watch, style(true), &chat);
             let until = if once { Until::Idle } else { Until::CtrlC };
             follow(&client, &chat, after_id.unwrap_or(0), renderer, until).await
         }
@@ -232,6 +283,12 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             stdout(format!("{}\n", chat.status))?;
             Ok(ExitCode::SUCCESS)
         }
+        ChatCommand::ToolResults {
+            chat,
+            result,
+            error,
+            no_watch,
+        } => tool_results(&client, &chat.to_string(), &result, &error, no_watch).await,
     }
 }
 
@@ -329,11 +386,117 @@ async fn send(
     if no_watch {
         return Ok(ExitCode::SUCCESS);
     }
-    let mut renderer = Renderer::new(mode, style(false));
+    let mut renderer = Renderer::new(mode, style(false), chat);
     if let Some(id) = own {
         renderer = renderer.with_own_message(id);
     }
     follow(client, chat, after_id, renderer, Until::Idle).await
+}
+
+/// `chatd chat tool-results`: posts `results` then `errors` (order does
+/// not matter: the server stores them in the order of the calls) and,
+/// unless `no_watch`, streams the continuation like [`send`].
+async fn tool_results(
+    client: &Client,
+    chat: &str,
+    results: &[ToolOutput],
+    errors: &[ToolOutput],
+    no_watch: bool,
+) -> anyhow::Result<ExitCode> {
+    // The continuation (the committed results, then the model's reply) is
+    // what follows the newest message now: earlier messages, the tool call
+    // included, are not printed again.
+    let before = if no_watch {
+        0
+    } else {
+        client.newest_message_id(chat).await?
+    };
+    let body = tool_results_body(results, errors);
+    let _: client::Chat = client
+        .call(
+            Method::POST,
+            &format!("/chats/{chat}/tool-results"),
+            Some(&body),
+        )
+        .await?;
+    eprintln!("sent {} tool result(s)", results.len() + errors.len());
+    if no_watch {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // No user message belongs to the continuation: a later one (a queued
+    // message promoted after it) starts the next turn and ends the reply.
+    let renderer = Renderer::new(
+        Mode::Reply {
+            awaiting_queued: None,
+        },
+        style(false),
+        chat,
+    )
+    .with_own_message(before);
+    follow(client, chat, before, renderer, Until::Idle).await
+}
+
+/// The body of `POST /chats/{chat}/tool-results`: `{results: [{tool_call_id,
+/// output, is_error}]}`, `results` with `is_error: false`, then `errors`
+/// with `is_error: true`.
+fn tool_results_body(results: &[ToolOutput], errors: &[ToolOutput]) -> Value {
+    let results: Vec<Value> = results
+        .iter()
+        .map(|r| (r, false))
+        .chain(errors.iter().map(|r| (r, true)))
+        .map(|(r, is_error)| {
+            json!({"tool_call_id": r.tool_call_id, "output": r.output, "is_error": is_error})
+        })
+        .collect();
+    json!({ "results": results })
+}
+
+/// Parses `TOOL_CALL_ID=OUTPUT` (split at the first `=`): OUTPUT as JSON
+/// when it parses, otherwise as a JSON string (an empty OUTPUT is `""`).
+///
+/// # Errors
+/// No `=`, or an empty (or blank) id; clap reports it as a usage error
+/// (exit 2) naming the option.
+fn parse_tool_output(arg: &str) -> Result<ToolOutput, String> {
+    let Some((id, output)) = arg.split_once('=') else {
+        return Err("expected TOOL_CALL_ID=OUTPUT (there is no `=`)".to_owned());
+    };
+    if id.trim().is_empty() {
+        return Err(
+            "expected TOOL_CALL_ID=OUTPUT (the tool call id before `=` is empty)".to_owned(),
+        );
+    }
+    let output = serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.to_owned()));
+    Ok(ToolOutput {
+        tool_call_id: id.to_owned(),
+        output,
+    })
+}
+
+/// Parses `--tools`: a JSON array given inline, or read from the file
+/// after `@`. Each tool's fields are checked by the server (`400` naming
+/// `dynamic_tools[i]...`).
+///
+/// # Errors
+/// The file cannot be read, the text is not JSON, or not an array; clap
+/// reports it as a usage error (exit 2) naming `--tools`.
+fn parse_tools(arg: &str) -> Result<Value, String> {
+    let (text, from) = match arg.strip_prefix('@') {
+        Some(path) => (
+            std::fs::read_to_string(path).map_err(|err| format!("cannot read {path}: {err}"))?,
+            format!(" in {path}"),
+        ),
+        None => (arg.to_owned(), String::new()),
+    };
+    let tools: Value =
+        serde_json::from_str(&text).map_err(|err| format!("invalid JSON{from}: {err}"))?;
+    if !tools.is_array() {
+        return Err(format!(
+            "expected a JSON array{from}, like [{{\"name\":\"get_weather\",\
+             \"description\":\"...\",\"input_schema\":{{\"type\":\"object\"}}}}]"
+        ));
+    }
+    Ok(tools)
 }
 
 /// Writes `text` to standard output; a closed pipe (`| head`) is an error
@@ -391,6 +554,92 @@ mod tests {
             format_chat_list(&chats),
             "a  requires_action  2025-01-02T03:04:05Z  First\n\
              b  waiting          2025-01-02T03:04:06Z  Second\n"
+        );
+    }
+
+    #[test]
+    fn a_tool_output_is_json_when_it_parses_and_a_string_otherwise() {
+        let parsed = |arg: &str| parse_tool_output(arg).unwrap();
+        assert_eq!(
+            parsed(r#"call_1={"temp":21}"#),
+            ToolOutput {
+                tool_call_id: "call_1".into(),
+                output: json!({"temp": 21}),
+            }
+        );
+        assert_eq!(parsed("c=42").output, json!(42));
+        assert_eq!(parsed(r#"c="quoted""#).output, json!("quoted"));
+        assert_eq!(
+            parsed("c=sunny, 21 degrees").output,
+            json!("sunny, 21 degrees")
+        );
+        assert_eq!(parsed("c=").output, json!(""));
+        // Split at the first `=`: the output may contain more.
+        assert_eq!(
+            parsed("c=a=b"),
+            ToolOutput {
+                tool_call_id: "c".into(),
+                output: json!("a=b"),
+            }
+        );
+    }
+
+    #[test]
+    fn a_tool_output_without_an_equals_sign_or_an_id_is_rejected() {
+        let err = parse_tool_output("call_1").unwrap_err();
+        assert!(err.contains("TOOL_CALL_ID=OUTPUT"), "{err}");
+        assert!(err.contains("there is no `=`"), "{err}");
+        let err = parse_tool_output("={}").unwrap_err();
+        assert!(
+            err.contains("the tool call id before `=` is empty"),
+            "{err}"
+        );
+        assert!(parse_tool_output("  =x").is_err());
+    }
+
+    #[test]
+    fn the_tool_results_body_marks_errors() {
+        let ok = parse_tool_output("a=1").unwrap();
+        let failed = parse_tool_output("b=no network").unwrap();
+        assert_eq!(
+            tool_results_body(&[ok], &[failed]),
+            json!({"results": [
+                {"tool_call_id": "a", "output": 1, "is_error": false},
+                {"tool_call_id": "b", "output": "no network", "is_error": true},
+            ]})
+        );
+    }
+
+    #[test]
+    fn tools_are_a_json_array_inline_or_from_a_file() {
+        let tools = r#"[{"name":"t","description":"d","input_schema":{"type":"object"}}]"#;
+        assert_eq!(
+            parse_tools(tools).unwrap(),
+            serde_json::from_str::<Value>(tools).unwrap()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tools.json");
+        std::fs::write(&path, tools).unwrap();
+        assert_eq!(
+            parse_tools(&format!("@{}", path.display())).unwrap(),
+            parse_tools(tools).unwrap()
+        );
+
+        let err = parse_tools("[{").unwrap_err();
+        assert!(err.starts_with("invalid JSON: "), "{err}");
+        let err = parse_tools(r#"{"name":"t"}"#).unwrap_err();
+        assert!(err.starts_with("expected a JSON array, like ["), "{err}");
+        std::fs::write(&path, "{}").unwrap();
+        let err = parse_tools(&format!("@{}", path.display())).unwrap_err();
+        assert!(
+            err.starts_with(&format!("expected a JSON array in {}", path.display())),
+            "{err}"
+        );
+        let missing = dir.path().join("missing.json");
+        let err = parse_tools(&format!("@{}", missing.display())).unwrap_err();
+        assert!(
+            err.starts_with(&format!("cannot read {}", missing.display())),
+            "{err}"
         );
     }
 

@@ -9,13 +9,16 @@
 //!   `tool> `), tool calls are `assistant> [tool call NAME ARGS (ID)]`;
 //!   status changes, queue changes, errors, retries and `action_required` are
 //!   bracketed notices on standard error.
-//! - [`Mode::Reply`] (`chatd chat new` / `send`): standard output receives
-//!   the assistant's text only, each assistant message ending with one
-//!   newline, so a script can capture the reply; tool calls and results,
-//!   errors, retries and `action_required` go to standard error.
+//! - [`Mode::Reply`] (`chatd chat new` / `send` / `tool-results`):
+//!   standard output receives the assistant's text only, each assistant
+//!   message ending with one newline, so a script can capture the reply;
+//!   tool calls and results, errors, retries and `action_required` go to
+//!   standard error.
 //!
 //! In both modes reasoning goes to standard error, prefixed `thinking> `
-//! and dimmed when [`Style::color`] is set.
+//! and dimmed when [`Style::color`] is set, and `action_required` lists the
+//! pending calls then the `chatd chat tool-results` command that answers
+//! them ([`describe_action_required`]).
 //!
 //! De-duplication (API.md "Stream" details; the stream's episode rules):
 //! - Live `message_part`s preview one episode `(history_version,
@@ -296,10 +299,11 @@ pub enum Output {
 pub enum Mode {
     /// `chatd chat watch`: the whole transcript, role-prefixed.
     Watch,
-    /// `chatd chat new` / `send`: only the assistant's reply on standard
-    /// output. With `Some(queued_id)`, nothing is printed until the user
-    /// message promoted from that queued message is committed (so the reply
-    /// to the turn already running is not mistaken for ours).
+    /// `chatd chat new` / `send` / `tool-results`: only the assistant's
+    /// reply on standard output. With `Some(queued_id)`, nothing is printed
+    /// until the user message promoted from that queued message is
+    /// committed (so the reply to the turn already running is not mistaken
+    /// for ours).
     Reply {
         /// The queued message whose answer is wanted.
         awaiting_queued: Option<i64>,
@@ -369,6 +373,8 @@ enum OpenLine {
 pub struct Renderer {
     mode: Mode,
     style: Style,
+    /// The chat id, for the `tool-results` hint.
+    chat: String,
     /// Whether the reply we wait for has started (always in watch mode).
     gate_open: bool,
     /// Reply mode: the id of the user message whose reply is printed, once
@@ -396,8 +402,8 @@ pub struct Renderer {
 }
 
 impl Renderer {
-    /// A renderer for `mode`.
-    pub fn new(mode: Mode, style: Style) -> Self {
+    /// A renderer for `mode`, of chat `chat` (its id).
+    pub fn new(mode: Mode, style: Style, chat: &str) -> Self {
         let gate_open = !matches!(
             mode,
             Mode::Reply {
@@ -407,6 +413,7 @@ impl Renderer {
         Self {
             mode,
             style,
+            chat: chat.to_owned(),
             gate_open,
             own_user_id: None,
             turn_done: false,
@@ -450,7 +457,7 @@ impl Renderer {
             }
             StreamEvent::ActionRequired { action_required } => {
                 self.action_reported = true;
-                self.notice(describe_action_required(action_required));
+                self.notice(describe_action_required(action_required, &self.chat));
             }
             StreamEvent::Retry { retry } => {
                 let why = retry
@@ -490,7 +497,8 @@ impl Renderer {
 
     /// Reply mode: the user message whose reply is printed is `id` (a
     /// message that was sent directly, not queued; the follow then starts
-    /// after it). Later user messages end the reply.
+    /// after it), or for a continuation after tool results the newest
+    /// message before it. Later user messages end the reply.
     pub fn with_own_message(mut self, id: i64) -> Self {
         self.own_user_id = Some(id);
         self
@@ -842,8 +850,10 @@ fn plain_text(parts: &[Part]) -> String {
     out
 }
 
-/// The `action_required` notice: the pending calls, one per line.
-pub fn describe_action_required(action: &ActionRequired) -> String {
+/// The `action_required` notice: the pending calls, one per line, then the
+/// command that answers them (`chatd chat tool-results CHAT --result
+/// ID=...`, one `--result` per call, ids shell-quoted when needed).
+pub fn describe_action_required(action: &ActionRequired, chat: &str) -> String {
     let mut text = format!(
         "action required: {} tool call(s) wait for results",
         action.tool_calls.len()
@@ -857,7 +867,46 @@ pub fn describe_action_required(action: &ActionRequired) -> String {
             call.tool_name, call.args, call.tool_call_id
         ));
     }
+    text.push('\n');
+    text.push_str(&tool_results_hint(
+        chat,
+        action.tool_calls.iter().map(|c| c.tool_call_id.as_str()),
+    ));
     text
+}
+
+/// `answer with: chatd chat tool-results CHAT --result ID=...` for each of
+/// `ids` (`TOOL_CALL_ID` when there are none), followed by how to report a
+/// failure.
+pub fn tool_results_hint<'a>(chat: &str, ids: impl Iterator<Item = &'a str>) -> String {
+    let mut command = format!("answer with: chatd chat tool-results {chat}");
+    let mut any = false;
+    for id in ids {
+        any = true;
+        command.push_str(&format!(" --result {}=...", shell_word(id)));
+    }
+    if !any {
+        command.push_str(" --result TOOL_CALL_ID=...");
+    }
+    command.push_str(
+        " (replace ... with the output, JSON or text; \
+         --error instead of --result for a failed call)",
+    );
+    command
+}
+
+/// `word` as one shell word: unchanged when it is made of characters no
+/// shell treats specially, else single-quoted.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.:,/+@%".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 #[cfg(test)]
@@ -935,11 +984,12 @@ mod tests {
                 awaiting_queued: None,
             },
             Style::default(),
+            "c",
         )
     }
 
     fn watch() -> Renderer {
-        Renderer::new(Mode::Watch, Style::default())
+        Renderer::new(Mode::Watch, Style::default(), "c")
     }
 
     #[test]
@@ -1184,6 +1234,7 @@ mod tests {
                 awaiting_queued: Some(7),
             },
             Style::default(),
+            "c",
         );
         let promoted = ev(json!({"type": "message", "chat_id": "c", "message": {
             "id": 3, "role": "user", "content": [{"type": "text", "text": "second"}],
@@ -1226,6 +1277,7 @@ mod tests {
                 awaiting_queued: Some(7),
             },
             Style::default(),
+            "c",
         );
         let promoted = |id: i64, queued: i64, text: &str| {
             ev(json!({"type": "message", "chat_id": "c", "message": {
@@ -1297,9 +1349,29 @@ mod tests {
             "args": "{\"q\":1}"}], "deadline_at": null}})));
         assert_eq!(
             split(&outs).1,
-            "action required: 1 tool call(s) wait for results\n  ask {\"q\":1} (c1)\n"
+            "action required: 1 tool call(s) wait for results\n  ask {\"q\":1} (c1)\n\
+             answer with: chatd chat tool-results c --result c1=... \
+             (replace ... with the output, JSON or text; \
+             --error instead of --result for a failed call)\n"
         );
         assert_eq!(r.idle(), Some(Idle::RequiresAction { reported: true }));
+    }
+
+    #[test]
+    fn the_tool_results_hint_has_one_result_per_call_and_quotes_odd_ids() {
+        let hint = tool_results_hint("CHAT", ["call_1", "toolu_01:x", "it's odd"].into_iter());
+        assert_eq!(
+            hint,
+            "answer with: chatd chat tool-results CHAT --result call_1=... \
+             --result toolu_01:x=... --result 'it'\\''s odd'=... \
+             (replace ... with the output, JSON or text; \
+             --error instead of --result for a failed call)"
+        );
+        assert!(
+            tool_results_hint("CHAT", std::iter::empty()).starts_with(
+                "answer with: chatd chat tool-results CHAT --result TOOL_CALL_ID=... "
+            )
+        );
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //! output as it is generated and exactly once, a send to a busy chat is
 //! queued and its own reply streamed, `interrupt` stops a slow reply that
 //! `watch --once` follows, `list` shows chats, token and connection
-//! problems are clear errors, and an `https://` URL streams over `wss://`
-//! through a TLS-terminating proxy, checking its certificate.
+//! problems are clear errors, an `https://` URL streams over `wss://`
+//! through a TLS-terminating proxy, checking its certificate, and a
+//! client-side tool offered with `new --tools` and called by the model
+//! exits 3 with the `tool-results` command to run, which streams the
+//! continuation; bad `--tools` and `--result` arguments are usage errors.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -13,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use chatd_testkit::TestDatabase;
-use chatd_testkit::fake_llm::{FakeLlm, Script};
-use serde_json::Value;
+use chatd_testkit::fake_llm::{FakeLlm, RecordedRequest, Script, is_title_request};
+use serde_json::{Value, json};
 use tokio::io::AsyncReadExt as _;
 use tokio::process::{Child, Command};
 use uuid::Uuid;
@@ -404,5 +407,187 @@ async fn an_https_url_streams_over_wss_and_an_untrusted_certificate_is_a_clear_e
         "stderr: {stderr}"
     );
     assert!(stderr.contains("certificate"), "stderr: {stderr}");
+    Ok(())
+}
+
+/// A client-side tool for `chatd chat new --tools`.
+const WEATHER_TOOLS: &str = r#"[{"name": "get_weather", "description": "The weather in a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]"#;
+
+/// The model's requests so far, title requests left out.
+fn model_requests(llm: &FakeLlm) -> Vec<RecordedRequest> {
+    llm.requests()
+        .into_iter()
+        .filter(|r| !is_title_request(r))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_with_tools_exits_3_naming_the_call_and_tool_results_streams_the_continuation()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    setup
+        .llm
+        .push(Script::new().tool_call("call_1", "get_weather", r#"{"city":"Paris"}"#, 2));
+    // The second half comes only after a pause, so the first half must be
+    // on the terminal while the chat is still running.
+    setup.llm.push(
+        Script::new()
+            .then_text("It is 21 ")
+            .delay(Duration::from_secs(1))
+            .then_text("degrees in Paris."),
+    );
+    let url = setup.server.url();
+    let (code, stdout, stderr) = output(cli(
+        &url,
+        &["new", "--tools", WEATHER_TOOLS, "weather in Paris?"],
+    ))
+    .await?;
+    assert_eq!(code, Some(3), "stderr: {stderr}");
+    assert_eq!(stdout, "", "the report and the hint go to stderr");
+    let chat = chat_id(&stderr)?;
+    assert!(
+        stderr.contains("action required: 1 tool call(s) wait for results"),
+        "stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains(r#"  get_weather {"city":"Paris"} (call_1)"#),
+        "stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "answer with: chatd chat tool-results {chat} --result call_1=... "
+        )),
+        "stderr: {stderr}"
+    );
+    assert_eq!(chat_status(&setup.server, chat).await?, "requires_action");
+    let requests = model_requests(&setup.llm);
+    assert_eq!(requests.len(), 1);
+    let offered: Vec<&Value> = requests[0].body["tools"]
+        .as_array()
+        .context("tools in the model's request")?
+        .iter()
+        .map(|t| &t["function"]["name"])
+        .collect();
+    assert!(offered.contains(&&json!("get_weather")), "{offered:?}");
+
+    // A result for a call that does not wait: the server's 400 names it,
+    // and the chat still waits.
+    let id = chat.to_string();
+    let (code, stdout, stderr) =
+        output(cli(&url, &["tool-results", &id, "--result", "call_9=1"])).await?;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("HTTP 400"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("results[0].tool_call_id"),
+        "stderr: {stderr}"
+    );
+    assert_eq!(chat_status(&setup.server, chat).await?, "requires_action");
+
+    let mut running = Running::spawn(cli(
+        &url,
+        &["tool-results", &id, "--result", r#"call_1={"temp":21}"#],
+    ))?;
+    running.read_until("It is 21 ").await?;
+    assert_eq!(running.stdout, "It is 21 ", "streamed as it arrives");
+    let (code, stdout, stderr) = running.finish().await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, "It is 21 degrees in Paris.\n");
+    // The continuation only: neither the question nor the tool call again.
+    assert_eq!(
+        stderr,
+        "sent 1 tool result(s)\n[tool result get_weather (call_1)] {\"temp\":21}\n"
+    );
+    assert_eq!(chat_status(&setup.server, chat).await?, "waiting");
+    let requests = model_requests(&setup.llm);
+    assert_eq!(requests.len(), 2);
+    let results = requests[1].trailing_tool_results();
+    assert_eq!(results.len(), 1, "{:?}", requests[1].body);
+    assert_eq!(
+        serde_json::from_str::<Value>(&results[0])?,
+        json!({"temp": 21})
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tools_or_results_exit_2_and_results_for_a_chat_that_does_not_wait_are_refused()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    let url = setup.server.url();
+    let chats = || async {
+        let (code, stdout, stderr) = output(cli(&url, &["list", "--json"])).await?;
+        anyhow::ensure!(code == Some(0), "stderr: {stderr}");
+        Ok::<_, anyhow::Error>(serde_json::from_str::<Vec<Value>>(&stdout)?.len())
+    };
+
+    // Not JSON, not an array, a file with no array: exit 2 naming
+    // `--tools`, before any request.
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("tools.json");
+    std::fs::write(&file, r#"{"name": "get_weather"}"#)?;
+    let from_file = format!("@{}", file.display());
+    for (tools, why) in [
+        ("[{", "invalid JSON"),
+        (r#"{"name": "get_weather"}"#, "expected a JSON array"),
+        (from_file.as_str(), "expected a JSON array in "),
+    ] {
+        let (code, stdout, stderr) = output(cli(&url, &["new", "--tools", tools, "hi"])).await?;
+        assert_eq!(code, Some(2), "{tools}: stderr: {stderr}");
+        assert_eq!(stdout, "");
+        assert!(stderr.contains("'--tools <TOOLS>'"), "stderr: {stderr}");
+        assert!(stderr.contains(why), "stderr: {stderr}");
+    }
+    assert_eq!(chats().await?, 0, "no chat was created");
+
+    // The server's validation of a tool: exit 1 with the field.
+    let bad_name =
+        r#"[{"name": "get weather", "description": "", "input_schema": {"type": "object"}}]"#;
+    let (code, _, stderr) = output(cli(&url, &["new", "--tools", bad_name, "hi"])).await?;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert!(stderr.contains("HTTP 400"), "stderr: {stderr}");
+    assert!(stderr.contains("dynamic_tools[0].name"), "stderr: {stderr}");
+    assert_eq!(chats().await?, 0, "no chat was created");
+
+    // A chat that does not wait for tool results.
+    setup.llm.push(Script::text("hello back"));
+    let (code, _, stderr) = output(cli(&url, &["new", "hi"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let chat = chat_id(&stderr)?;
+    let id = chat.to_string();
+
+    // A malformed `--result`, or none at all: exit 2.
+    for (result, why) in [
+        ("call_1", "there is no `=`"),
+        ("={}", "the tool call id before `=` is empty"),
+    ] {
+        let (code, stdout, stderr) =
+            output(cli(&url, &["tool-results", &id, "--result", result])).await?;
+        assert_eq!(code, Some(2), "{result}: stderr: {stderr}");
+        assert_eq!(stdout, "");
+        assert!(
+            stderr.contains("'--result <TOOL_CALL_ID=OUTPUT>'"),
+            "stderr: {stderr}"
+        );
+        assert!(stderr.contains(why), "stderr: {stderr}");
+    }
+    let (code, _, stderr) = output(cli(&url, &["tool-results", &id])).await?;
+    assert_eq!(code, Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("--result"), "stderr: {stderr}");
+
+    // The server refuses results for a chat that is not waiting for them.
+    let (code, stdout, stderr) = output(cli(
+        &url,
+        &["tool-results", &id, "--error", "call_1=failed"],
+    ))
+    .await?;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("The chat's current state does not allow this operation. (HTTP 409"),
+        "stderr: {stderr}"
+    );
+    assert_eq!(chat_status(&setup.server, chat).await?, "waiting");
     Ok(())
 }
