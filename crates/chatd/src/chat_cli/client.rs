@@ -3,16 +3,26 @@
 //! messages a terminal user can act on: the API error body's `message`,
 //! `detail` and `validations` for a non-2xx answer, and the server URL when
 //! it cannot be reached.
+//!
+//! An `https://` server is trusted by one policy for the REST calls and the
+//! `wss://` stream: rustls with the aws-lc-rs provider and the platform's
+//! certificate verifier (rustls-platform-verifier), which reqwest's `rustls`
+//! feature uses for the REST calls and [`Client::stream`] is given as its
+//! connector. On Linux that verifier trusts the system's roots, or the PEM
+//! file `SSL_CERT_FILE` names; on macOS and Windows the OS verifies.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use reqwest::{Method, StatusCode};
+use rustls::ClientConfig;
+use rustls_platform_verifier::BuilderVerifierExt as _;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::{Connector, tungstenite};
 
 /// A WebSocket connection to the chat stream.
 pub type StreamSocket =
@@ -28,6 +38,10 @@ pub struct Client {
     base: String,
     token: String,
     http: reqwest::Client,
+    /// The TLS configuration of the `wss://` stream, for an `https://`
+    /// server (`None` for `http://`). Built once, so the roots are loaded
+    /// once per command, not on every reconnect.
+    tls: Option<Arc<ClientConfig>>,
 }
 
 /// The error body of every non-2xx answer (API.md "Errors").
@@ -91,12 +105,16 @@ impl Client {
     /// A client of the server at `url` (`http://` or `https://`).
     ///
     /// # Errors
-    /// When `url` does not parse or has another scheme.
+    /// When `url` does not parse or has another scheme, or (`https://`) the
+    /// platform's verifier cannot be set up (on Linux: no root certificate
+    /// could be loaded).
     pub fn new(url: &str, token: String) -> anyhow::Result<Self> {
         let parsed = url::Url::parse(url).with_context(|| format!("invalid server URL {url:?}"))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            bail!("invalid server URL {url:?}: expected http:// or https://");
-        }
+        let tls = match parsed.scheme() {
+            "http" => None,
+            "https" => Some(Arc::new(tls_config()?)),
+            _ => bail!("invalid server URL {url:?}: expected http:// or https://"),
+        };
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
@@ -105,6 +123,7 @@ impl Client {
             base: url.trim_end_matches('/').to_owned(),
             token,
             http,
+            tls,
         })
     }
 
@@ -170,9 +189,10 @@ impl Client {
 
     /// Opens `GET /chats/{chat}/stream?after_id=N` (WebSocket, the token in
     /// the upgrade request's `Authorization` header): `ws://` for an
-    /// `http://` server URL, `wss://` for `https://`, trusting the system's
-    /// root certificates (or those in the file `SSL_CERT_FILE` names), as the
-    /// HTTP requests do.
+    /// `http://` server URL, `wss://` for `https://`. The certificate is
+    /// checked as for the REST calls, by the platform's verifier (the
+    /// configuration built in [`Client::new`]): on Linux against the
+    /// system's roots, or the PEM file `SSL_CERT_FILE` names.
     ///
     /// # Errors
     /// The server is unreachable, its certificate is not trusted, or it
@@ -199,8 +219,15 @@ impl Client {
                 .parse()
                 .context("the token is not a valid header value")?,
         );
-        match tokio::time::timeout(REQUEST_TIMEOUT, tokio_tungstenite::connect_async(request)).await
-        {
+        // `Plain` for ws://: a wss:// URL without our configuration fails
+        // rather than falling back to tokio-tungstenite's own roots.
+        let connector = match &self.tls {
+            Some(config) => Connector::Rustls(Arc::clone(config)),
+            None => Connector::Plain,
+        };
+        let connect =
+            tokio_tungstenite::connect_async_tls_with_config(request, None, false, Some(connector));
+        match tokio::time::timeout(REQUEST_TIMEOUT, connect).await {
             Err(_) => bail!(
                 "the chatd server at {} did not answer the stream upgrade within {}s",
                 self.base,
@@ -237,6 +264,23 @@ impl Client {
             anyhow!("cannot reach the chatd server at {}: {cause}", self.base)
         }
     }
+}
+
+/// The TLS configuration of `wss://` streams: what reqwest's `rustls`
+/// feature builds for the REST calls (the aws-lc-rs provider, TLS 1.2 and
+/// 1.3, the platform's verifier), without client certificates.
+///
+/// # Errors
+/// The platform's verifier cannot be set up (on Linux: no root certificate
+/// could be loaded).
+fn tls_config() -> anyhow::Result<ClientConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Ok(ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("setting up TLS")?
+        .with_platform_verifier()
+        .context("setting up the platform's certificate verifier")?
+        .with_no_client_auth())
 }
 
 /// The error for a non-2xx answer to `what`: `MESSAGE (HTTP STATUS)`, then
@@ -298,5 +342,64 @@ mod tests {
         );
         assert!(Client::new("ftp://h", "t".into()).is_err());
         assert!(Client::new("not a url", "t".into()).is_err());
+        // Only an https:// server needs the stream's TLS configuration.
+        assert!(Client::new("http://h:1", "t".into()).unwrap().tls.is_none());
+        assert!(
+            Client::new("https://h:1", "t".into())
+                .unwrap()
+                .tls
+                .is_some()
+        );
+    }
+
+    /// The test certificates of the `cli` integration tests: `server.pem`,
+    /// for `localhost`, is signed by a test CA that no system trusts.
+    const TLS_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+
+    /// The `cli` integration tests check an untrusted certificate through
+    /// the REST call that precedes every stream; this opens the stream
+    /// itself.
+    #[tokio::test]
+    async fn a_wss_stream_to_a_server_with_an_untrusted_certificate_fails_naming_the_certificate()
+    -> anyhow::Result<()> {
+        use tokio_rustls::rustls::ServerConfig;
+        use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = CertificateDer::pem_file_iter(format!("{TLS_FIXTURES}/server.pem"))?
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_file(format!("{TLS_FIXTURES}/server.key"))?;
+        let config = ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        // The server's side of the one handshake: whether it completed.
+        let (handshake_tx, handshake) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            if let Ok((tcp, _)) = listener.accept().await {
+                let _ = handshake_tx.send(acceptor.accept(tcp).await.map(|_| ()));
+            }
+        });
+
+        let url = format!("https://localhost:{port}");
+        let client = Client::new(&url, "t".into())?;
+        let Err(err) = client.stream("c", 0).await else {
+            panic!("the stream opened despite the untrusted certificate");
+        };
+        let text = format!("{err:#}");
+        assert!(
+            text.starts_with(&format!("cannot reach the chatd server at {url}: ")),
+            "{text}"
+        );
+        assert!(
+            text.contains("invalid peer certificate: UnknownIssuer"),
+            "{text}"
+        );
+        // The client aborted the TLS handshake: the refusal is the wss://
+        // connection's own, not a later failure.
+        let server = handshake.await?;
+        assert!(server.is_err(), "the server completed the handshake");
+        Ok(())
     }
 }

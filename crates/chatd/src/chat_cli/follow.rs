@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::sync::CancellationToken;
 
 use super::client::Client;
-use super::render::{Idle, Output, Renderer, StreamEvent, tool_results_hint};
+use super::render::{Idle, Output, Renderer, StreamEvent};
 use super::{EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REQUIRES_ACTION};
 
 /// First reconnect delay; doubles up to [`MAX_BACKOFF`].
@@ -241,7 +241,7 @@ async fn confirm_idle(
                 // them): a generic hint.
                 eprintln!(
                     "action required: the chat waits for client-side tool results\n{}",
-                    tool_results_hint(chat, std::iter::empty())
+                    renderer.generic_tool_results_hint()
                 );
             }
             ExitCode::from(EXIT_REQUIRES_ACTION)

@@ -33,6 +33,7 @@ mod render;
 
 use std::io::{IsTerminal as _, Read as _};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context as _, bail};
 use clap::{ArgGroup, Args, Subcommand};
@@ -51,16 +52,16 @@ pub const EXIT_REQUIRES_ACTION: u8 = 3;
 /// Exit code when Ctrl-C stops a wait for a reply.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
+/// The server URL when neither `--url` nor `CHATD_URL` gives one.
+const DEFAULT_URL: &str = "http://127.0.0.1:3000";
+/// The environment variable that gives the server URL.
+const URL_ENV: &str = "CHATD_URL";
+
 /// `chatd chat`: the server, the token and the subcommand.
 #[derive(Debug, Args)]
 pub struct ChatArgs {
     /// Base URL of the chatd server.
-    #[arg(
-        long,
-        global = true,
-        env = "CHATD_URL",
-        default_value = "http://127.0.0.1:3000"
-    )]
+    #[arg(long, global = true, env = URL_ENV, default_value = DEFAULT_URL)]
     url: String,
 
     /// API token (required; `chatd token create --user NAME` prints one).
@@ -161,18 +162,23 @@ enum ChatCommand {
     /// Give one --result or --error per pending call (`new`, `send` and
     /// `watch` list them, with the command to run). OUTPUT is sent as JSON
     /// when it parses as JSON (`{"temp":21}`, `42`, `"text"`), otherwise as
-    /// a JSON string. Exit codes as for `send`; 3 again when the model calls
-    /// another client-side tool.
+    /// a JSON string; an OUTPUT that starts with `{`, `[` or `"` must be
+    /// valid JSON (to send such text, give it as a JSON string). `@FILE`
+    /// reads OUTPUT from a file and `@-` from standard input (once), by the
+    /// same rule; `@@` stands for a literal leading `@`. Exit codes as for
+    /// `send`; 3 again when the model calls another client-side tool.
     #[command(group(
         ArgGroup::new("outputs").required(true).multiple(true).args(["result", "error"])
     ))]
     ToolResults {
         /// The chat id.
         chat: Uuid,
-        /// A call's output (repeatable).
+        /// A call's output: JSON or text, `@FILE`, `@-` for standard input
+        /// (repeatable).
         #[arg(long, value_name = "TOOL_CALL_ID=OUTPUT", value_parser = parse_tool_output)]
         result: Vec<ToolOutput>,
-        /// A failed call's output, sent with `is_error: true` (repeatable).
+        /// A failed call's output, sent with `is_error: true`; OUTPUT as for
+        /// --result (repeatable).
         #[arg(long, value_name = "TOOL_CALL_ID=OUTPUT", value_parser = parse_tool_output)]
         error: Vec<ToolOutput>,
         /// Do not wait for the continuation.
@@ -184,9 +190,11 @@ enum ChatCommand {
 /// One `--result`/`--error` of `chatd chat tool-results`.
 #[derive(Debug, Clone, PartialEq)]
 struct ToolOutput {
-    /// The provider's id of the call it answers (non-empty).
+    /// The provider's id of the call it answers (non-empty, without
+    /// surrounding whitespace).
     tool_call_id: String,
-    /// The output: the argument's JSON, or the argument as a JSON string.
+    /// The output: the JSON of the argument (or of the file it names), or
+    /// its text as a JSON string.
     output: Value,
 }
 
@@ -207,6 +215,8 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
          (an admin can create one with `chatd token create --user NAME`)",
     )?;
     let client = Client::new(&args.url, token)?;
+    let hint_url = hint_url(&args.url, std::env::var(URL_ENV).ok().as_deref());
+    let hint_url = hint_url.as_deref();
     match args.command {
         ChatCommand::List {
             archived,
@@ -254,6 +264,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
                 },
                 style(false),
                 &id,
+                hint_url,
             );
             follow(&client, &id, 0, renderer, Until::Idle).await
         }
@@ -262,7 +273,10 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             interrupt,
             no_watch,
             text,
-        } => send(&client, &chat.to_string(), interrupt, no_watch, &text).await,
+        } => {
+            let chat = chat.to_string();
+            send(&client, &chat, hint_url, interrupt, no_watch, &text).await
+        }
         ChatCommand::Watch {
             chat,
             after_id,
@@ -272,7 +286,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             // A clear 401/404 before the stream, whose upgrade errors are
             // terser.
             client.chat(&chat).await?;
-            let renderer = Renderer::new(Mode::Watch, style(true), &chat);
+            let renderer = Renderer::new(Mode::Watch, style(true), &chat, hint_url);
             let until = if once { Until::Idle } else { Until::CtrlC };
             follow(&client, &chat, after_id.unwrap_or(0), renderer, until).await
         }
@@ -288,8 +302,20 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             result,
             error,
             no_watch,
-        } => tool_results(&client, &chat.to_string(), &result, &error, no_watch).await,
+        } => {
+            let chat = chat.to_string();
+            tool_results(&client, &chat, hint_url, &result, &error, no_watch).await
+        }
     }
+}
+
+/// The `--url` the `tool-results` hint needs to reach the server at `url`
+/// when run in the same environment (`env_url`: the value of `CHATD_URL`):
+/// `None` when it would reach `url` without one, that is when `url` is
+/// what `CHATD_URL` says or, with no `CHATD_URL`, the default.
+fn hint_url(url: &str, env_url: Option<&str>) -> Option<String> {
+    let without_flag = env_url.filter(|u| !u.is_empty()).unwrap_or(DEFAULT_URL);
+    (url.trim_end_matches('/') != without_flag.trim_end_matches('/')).then(|| url.to_owned())
 }
 
 /// `chatd chat list`.
@@ -330,6 +356,7 @@ fn format_chat_list(chats: &[client::Chat]) -> String {
 async fn send(
     client: &Client,
     chat: &str,
+    hint_url: Option<&str>,
     interrupt: bool,
     no_watch: bool,
     text: &[String],
@@ -386,7 +413,7 @@ async fn send(
     if no_watch {
         return Ok(ExitCode::SUCCESS);
     }
-    let mut renderer = Renderer::new(mode, style(false), chat);
+    let mut renderer = Renderer::new(mode, style(false), chat, hint_url);
     if let Some(id) = own {
         renderer = renderer.with_own_message(id);
     }
@@ -399,6 +426,7 @@ async fn send(
 async fn tool_results(
     client: &Client,
     chat: &str,
+    hint_url: Option<&str>,
     results: &[ToolOutput],
     errors: &[ToolOutput],
     no_watch: bool,
@@ -431,6 +459,7 @@ async fn tool_results(
         },
         style(false),
         chat,
+        hint_url,
     )
     .with_own_message(before);
     follow(client, chat, before, renderer, Until::Idle).await
@@ -451,13 +480,33 @@ fn tool_results_body(results: &[ToolOutput], errors: &[ToolOutput]) -> Value {
     json!({ "results": results })
 }
 
-/// Parses `TOOL_CALL_ID=OUTPUT` (split at the first `=`): OUTPUT as JSON
-/// when it parses, otherwise as a JSON string (an empty OUTPUT is `""`).
+/// Parses `TOOL_CALL_ID=OUTPUT` (split at the first `=`); see
+/// [`tool_output`] for OUTPUT. `@-` reads standard input, at most once per
+/// command.
 ///
 /// # Errors
-/// No `=`, or an empty (or blank) id; clap reports it as a usage error
-/// (exit 2) naming the option.
+/// As [`parse_tool_output_with`]; clap reports it as a usage error (exit 2)
+/// naming the option.
 fn parse_tool_output(arg: &str) -> Result<ToolOutput, String> {
+    static STDIN_READ: AtomicBool = AtomicBool::new(false);
+    parse_tool_output_with(arg, || {
+        read_stdin_once(&STDIN_READ, || {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).map(|_| text)
+        })
+    })
+}
+
+/// [`parse_tool_output`] with `stdin` giving the text of `@-`.
+///
+/// # Errors
+/// No `=`; an empty id, or one with leading or trailing whitespace; an
+/// OUTPUT (or file) that starts like JSON but is not JSON; a file that
+/// cannot be read; `stdin` failing.
+fn parse_tool_output_with(
+    arg: &str,
+    stdin: impl FnOnce() -> Result<String, String>,
+) -> Result<ToolOutput, String> {
     let Some((id, output)) = arg.split_once('=') else {
         return Err("expected TOOL_CALL_ID=OUTPUT (there is no `=`)".to_owned());
     };
@@ -466,11 +515,71 @@ fn parse_tool_output(arg: &str) -> Result<ToolOutput, String> {
             "expected TOOL_CALL_ID=OUTPUT (the tool call id before `=` is empty)".to_owned(),
         );
     }
-    let output = serde_json::from_str(output).unwrap_or_else(|_| Value::String(output.to_owned()));
+    if id.trim() != id {
+        // The server matches ids byte for byte: a padded id would be
+        // refused as answering no pending call.
+        return Err(format!(
+            "the tool call id {id:?} has leading or trailing whitespace; \
+             ids are matched exactly, so it would answer no pending call"
+        ));
+    }
+    let output = match output.strip_prefix('@') {
+        Some(literal) if literal.starts_with('@') => Value::String(literal.to_owned()),
+        Some("-") => tool_output(&stdin()?, "standard input")?,
+        Some("") => {
+            return Err(
+                "`@` must be followed by a file name, or `-` for standard input \
+                 (write `@@` for a literal leading `@`)"
+                    .to_owned(),
+            );
+        }
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|err| format!("cannot read {path}: {err}"))?;
+            tool_output(&text, path)?
+        }
+        None => tool_output(output, "OUTPUT")?,
+    };
     Ok(ToolOutput {
         tool_call_id: id.to_owned(),
         output,
     })
+}
+
+/// A tool output's value: `text` as JSON when it parses, otherwise as a
+/// JSON string (`""` when empty). Text that starts like JSON (`{`, `[` or
+/// `"`, after leading whitespace) must parse: it is a mistyped object,
+/// array or string far more often than text meant verbatim.
+///
+/// # Errors
+/// `text` starts like JSON but is not JSON; the message names `source`
+/// (`OUTPUT`, the file, `standard input`) and the JSON error.
+fn tool_output(text: &str, source: &str) -> Result<Value, String> {
+    match serde_json::from_str(text) {
+        Ok(value) => Ok(value),
+        Err(err) => match text.trim_start().chars().next() {
+            Some(first @ ('{' | '[' | '"')) => Err(format!(
+                "{source} starts with `{first}` but is not valid JSON ({err}); \
+                 to send it as text, give it as a JSON string"
+            )),
+            _ => Ok(Value::String(text.to_owned())),
+        },
+    }
+}
+
+/// Reads standard input with `read` the first time `taken` is unset;
+/// afterwards an error, since standard input is consumed by the first read.
+///
+/// # Errors
+/// `@-` a second time, or `read` fails.
+fn read_stdin_once(
+    taken: &AtomicBool,
+    read: impl FnOnce() -> std::io::Result<String>,
+) -> Result<String, String> {
+    if taken.swap(true, Ordering::SeqCst) {
+        return Err("`@-` reads standard input, which can be read only once".to_owned());
+    }
+    read().map_err(|err| format!("cannot read standard input: {err}"))
 }
 
 /// Parses `--tools`: a JSON array given inline, or read from the file
@@ -595,6 +704,172 @@ mod tests {
             "{err}"
         );
         assert!(parse_tool_output("  =x").is_err());
+    }
+
+    #[test]
+    fn a_tool_call_id_with_surrounding_whitespace_is_rejected() {
+        for arg in [" call_1=x", "call_1 =x", "\tcall_1=x"] {
+            let err = parse_tool_output(arg).unwrap_err();
+            assert!(
+                err.contains("has leading or trailing whitespace"),
+                "{arg}: {err}"
+            );
+            assert!(err.contains("would answer no pending call"), "{err}");
+        }
+        // Inside the id it is the server's business.
+        assert_eq!(parse_tool_output("a b=1").unwrap().tool_call_id, "a b");
+    }
+
+    #[test]
+    fn an_output_that_starts_like_json_must_be_json() {
+        for (arg, first) in [
+            (r#"c={"temp":21"#, '{'),
+            ("c=[1,", '['),
+            (r#"c="unterminated"#, '"'),
+            ("c= {oops}", '{'),
+        ] {
+            let err = parse_tool_output(arg).unwrap_err();
+            assert!(
+                err.starts_with(&format!(
+                    "OUTPUT starts with `{first}` but is not valid JSON ("
+                )),
+                "{arg}: {err}"
+            );
+            // serde_json's message, with its position.
+            assert!(err.contains(" at line 1 column "), "{arg}: {err}");
+            assert!(err.ends_with("give it as a JSON string"), "{err}");
+        }
+        // As a JSON string, the same text is fine.
+        assert_eq!(
+            parse_tool_output(r#"c="{oops}""#).unwrap().output,
+            json!("{oops}")
+        );
+        // Anything else that is not JSON is text.
+        assert_eq!(
+            parse_tool_output("c=21 degrees").unwrap().output,
+            json!("21 degrees")
+        );
+        assert_eq!(
+            parse_tool_output("c=trueish").unwrap().output,
+            json!("trueish")
+        );
+    }
+
+    #[test]
+    fn an_output_at_file_is_read_from_the_file_by_the_same_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let json_file = file("out.json", "{\"temp\": 21}\n");
+        assert_eq!(
+            parse_tool_output(&format!("c=@{json_file}")).unwrap(),
+            ToolOutput {
+                tool_call_id: "c".into(),
+                output: json!({"temp": 21}),
+            }
+        );
+        // Text is sent unchanged, its final newline included.
+        let text_file = file("out.txt", "line 1\nline 2\n");
+        assert_eq!(
+            parse_tool_output(&format!("c=@{text_file}"))
+                .unwrap()
+                .output,
+            json!("line 1\nline 2\n")
+        );
+        let bad_file = file("bad.json", "[1, 2");
+        let err = parse_tool_output(&format!("c=@{bad_file}")).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "{bad_file} starts with `[` but is not valid JSON ("
+            )),
+            "{err}"
+        );
+        let missing = dir.path().join("missing.json").display().to_string();
+        let err = parse_tool_output(&format!("c=@{missing}")).unwrap_err();
+        assert!(
+            err.starts_with(&format!("cannot read {missing}: ")),
+            "{err}"
+        );
+        let err = parse_tool_output("c=@").unwrap_err();
+        assert!(err.contains("followed by a file name"), "{err}");
+    }
+
+    #[test]
+    fn a_double_at_sign_is_a_literal_at_sign() {
+        assert_eq!(
+            parse_tool_output("c=@@handle").unwrap().output,
+            json!("@handle")
+        );
+        assert_eq!(parse_tool_output("c=@@").unwrap().output, json!("@"));
+        assert_eq!(parse_tool_output("c=@@{").unwrap().output, json!("@{"));
+        // Only at the start: elsewhere `@` is plain text.
+        assert_eq!(parse_tool_output("c=a@b").unwrap().output, json!("a@b"));
+    }
+
+    #[test]
+    fn an_output_at_dash_is_read_from_standard_input_once() {
+        let stdin = |text: &'static str| move || Ok(text.to_owned());
+        assert_eq!(
+            parse_tool_output_with("c=@-", stdin("[1, 2]"))
+                .unwrap()
+                .output,
+            json!([1, 2])
+        );
+        assert_eq!(
+            parse_tool_output_with("c=@-", stdin("plain text\n"))
+                .unwrap()
+                .output,
+            json!("plain text\n")
+        );
+        let err = parse_tool_output_with("c=@-", stdin("{nope")).unwrap_err();
+        assert!(
+            err.starts_with("standard input starts with `{` but is not valid JSON ("),
+            "{err}"
+        );
+        // Only `@-` reads it.
+        let unused = || -> Result<String, String> { panic!("standard input was read") };
+        assert_eq!(
+            parse_tool_output_with("c=-", unused).unwrap().output,
+            json!("-")
+        );
+
+        let taken = AtomicBool::new(false);
+        assert_eq!(
+            read_stdin_once(&taken, || Ok("first".to_owned())).unwrap(),
+            "first"
+        );
+        let err = read_stdin_once(&taken, || Ok("second".to_owned())).unwrap_err();
+        assert!(err.contains("can be read only once"), "{err}");
+        let fresh = AtomicBool::new(false);
+        let err =
+            read_stdin_once(&fresh, || Err(std::io::ErrorKind::InvalidData.into())).unwrap_err();
+        assert!(err.starts_with("cannot read standard input: "), "{err}");
+    }
+
+    #[test]
+    fn the_hint_names_the_url_only_when_the_environment_would_not_reach_it() {
+        // The default, with no CHATD_URL: the hint reaches it as is.
+        assert_eq!(hint_url(DEFAULT_URL, None), None);
+        assert_eq!(hint_url("http://127.0.0.1:3000/", Some("")), None);
+        // CHATD_URL's server (given by the variable or also by --url).
+        assert_eq!(hint_url("https://h:8443", Some("https://h:8443/")), None);
+        // --url elsewhere than CHATD_URL or the default.
+        assert_eq!(
+            hint_url("https://h:8443", None).as_deref(),
+            Some("https://h:8443")
+        );
+        assert_eq!(
+            hint_url("https://h:8443", Some("http://other:1")).as_deref(),
+            Some("https://h:8443")
+        );
+        // --url naming the default while CHATD_URL names another server.
+        assert_eq!(
+            hint_url(DEFAULT_URL, Some("http://other:1")).as_deref(),
+            Some(DEFAULT_URL)
+        );
     }
 
     #[test]

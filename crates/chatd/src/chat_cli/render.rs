@@ -375,6 +375,8 @@ pub struct Renderer {
     style: Style,
     /// The chat id, for the `tool-results` hint.
     chat: String,
+    /// The `--url` of the `tool-results` hint, when it needs one.
+    hint_url: Option<String>,
     /// Whether the reply we wait for has started (always in watch mode).
     gate_open: bool,
     /// Reply mode: the id of the user message whose reply is printed, once
@@ -402,8 +404,10 @@ pub struct Renderer {
 }
 
 impl Renderer {
-    /// A renderer for `mode`, of chat `chat` (its id).
-    pub fn new(mode: Mode, style: Style, chat: &str) -> Self {
+    /// A renderer for `mode`, of chat `chat` (its id); the `tool-results`
+    /// hint names the server with `--url hint_url` when that is `Some` (the
+    /// server is not the one the hint would reach without it).
+    pub fn new(mode: Mode, style: Style, chat: &str, hint_url: Option<&str>) -> Self {
         let gate_open = !matches!(
             mode,
             Mode::Reply {
@@ -414,6 +418,7 @@ impl Renderer {
             mode,
             style,
             chat: chat.to_owned(),
+            hint_url: hint_url.map(str::to_owned),
             gate_open,
             own_user_id: None,
             turn_done: false,
@@ -457,7 +462,11 @@ impl Renderer {
             }
             StreamEvent::ActionRequired { action_required } => {
                 self.action_reported = true;
-                self.notice(describe_action_required(action_required, &self.chat));
+                self.notice(describe_action_required(
+                    action_required,
+                    &self.chat,
+                    self.hint_url.as_deref(),
+                ));
             }
             StreamEvent::Retry { retry } => {
                 let why = retry
@@ -481,6 +490,12 @@ impl Renderer {
             StreamEvent::Unknown => {}
         }
         std::mem::take(&mut self.out)
+    }
+
+    /// The `tool-results` hint when the stream did not say which calls
+    /// wait: `TOOL_CALL_ID` stands for each id.
+    pub fn generic_tool_results_hint(&self) -> String {
+        tool_results_hint(&self.chat, self.hint_url.as_deref(), std::iter::empty())
     }
 
     /// The highest committed message id seen: the `after_id` to reconnect
@@ -851,9 +866,10 @@ fn plain_text(parts: &[Part]) -> String {
 }
 
 /// The `action_required` notice: the pending calls, one per line, then the
-/// command that answers them (`chatd chat tool-results CHAT --result
-/// ID=...`, one `--result` per call, ids shell-quoted when needed).
-pub fn describe_action_required(action: &ActionRequired, chat: &str) -> String {
+/// command that answers them (`chatd chat tool-results CHAT [--url URL]
+/// --result ID=...`, one `--result` per call, ids shell-quoted when needed;
+/// see [`tool_results_hint`]).
+pub fn describe_action_required(action: &ActionRequired, chat: &str, url: Option<&str>) -> String {
     let mut text = format!(
         "action required: {} tool call(s) wait for results",
         action.tool_calls.len()
@@ -870,6 +886,7 @@ pub fn describe_action_required(action: &ActionRequired, chat: &str) -> String {
     text.push('\n');
     text.push_str(&tool_results_hint(
         chat,
+        url,
         action.tool_calls.iter().map(|c| c.tool_call_id.as_str()),
     ));
     text
@@ -877,9 +894,17 @@ pub fn describe_action_required(action: &ActionRequired, chat: &str) -> String {
 
 /// `answer with: chatd chat tool-results CHAT --result ID=...` for each of
 /// `ids` (`TOOL_CALL_ID` when there are none), followed by how to report a
-/// failure.
-pub fn tool_results_hint<'a>(chat: &str, ids: impl Iterator<Item = &'a str>) -> String {
+/// failure. `url`, when given, is added as `--url URL` (shell-quoted when
+/// needed); the token never is.
+pub fn tool_results_hint<'a>(
+    chat: &str,
+    url: Option<&str>,
+    ids: impl Iterator<Item = &'a str>,
+) -> String {
     let mut command = format!("answer with: chatd chat tool-results {chat}");
+    if let Some(url) = url {
+        command.push_str(&format!(" --url {}", shell_word(url)));
+    }
     let mut any = false;
     for id in ids {
         any = true;
@@ -985,11 +1010,12 @@ mod tests {
             },
             Style::default(),
             "c",
+            None,
         )
     }
 
     fn watch() -> Renderer {
-        Renderer::new(Mode::Watch, Style::default(), "c")
+        Renderer::new(Mode::Watch, Style::default(), "c", None)
     }
 
     #[test]
@@ -1235,6 +1261,7 @@ mod tests {
             },
             Style::default(),
             "c",
+            None,
         );
         let promoted = ev(json!({"type": "message", "chat_id": "c", "message": {
             "id": 3, "role": "user", "content": [{"type": "text", "text": "second"}],
@@ -1278,6 +1305,7 @@ mod tests {
             },
             Style::default(),
             "c",
+            None,
         );
         let promoted = |id: i64, queued: i64, text: &str| {
             ev(json!({"type": "message", "chat_id": "c", "message": {
@@ -1359,7 +1387,11 @@ mod tests {
 
     #[test]
     fn the_tool_results_hint_has_one_result_per_call_and_quotes_odd_ids() {
-        let hint = tool_results_hint("CHAT", ["call_1", "toolu_01:x", "it's odd"].into_iter());
+        let hint = tool_results_hint(
+            "CHAT",
+            None,
+            ["call_1", "toolu_01:x", "it's odd"].into_iter(),
+        );
         assert_eq!(
             hint,
             "answer with: chatd chat tool-results CHAT --result call_1=... \
@@ -1368,9 +1400,38 @@ mod tests {
              --error instead of --result for a failed call)"
         );
         assert!(
-            tool_results_hint("CHAT", std::iter::empty()).starts_with(
+            tool_results_hint("CHAT", None, std::iter::empty()).starts_with(
                 "answer with: chatd chat tool-results CHAT --result TOOL_CALL_ID=... "
             )
+        );
+    }
+
+    #[test]
+    fn the_tool_results_hint_names_the_server_when_given_a_url() {
+        assert!(
+            tool_results_hint(
+                "CHAT",
+                Some("https://chat.example:8443"),
+                ["c1"].into_iter()
+            )
+            .starts_with(
+                "answer with: chatd chat tool-results CHAT \
+                     --url https://chat.example:8443 --result c1=... "
+            )
+        );
+        assert!(
+            tool_results_hint("CHAT", Some("http://h/a b?x=1&y"), std::iter::empty()).starts_with(
+                "answer with: chatd chat tool-results CHAT \
+                 --url 'http://h/a b?x=1&y' --result TOOL_CALL_ID=... "
+            )
+        );
+        let r = Renderer::new(Mode::Watch, Style::default(), "c", Some("http://h:1"));
+        let hint = r.generic_tool_results_hint();
+        assert!(
+            hint.starts_with(
+                "answer with: chatd chat tool-results c --url http://h:1 --result TOOL_CALL_ID=... "
+            ),
+            "{hint}"
         );
     }
 

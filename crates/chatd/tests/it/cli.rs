@@ -4,10 +4,12 @@
 //! queued and its own reply streamed, `interrupt` stops a slow reply that
 //! `watch --once` follows, `list` shows chats, token and connection
 //! problems are clear errors, an `https://` URL streams over `wss://`
-//! through a TLS-terminating proxy, checking its certificate, and a
-//! client-side tool offered with `new --tools` and called by the model
-//! exits 3 with the `tool-results` command to run, which streams the
-//! continuation; bad `--tools` and `--result` arguments are usage errors.
+//! through a TLS-terminating proxy (an untrusted certificate fails the
+//! first REST call; the `wss://` connection's own check is a unit test of
+//! the client), and client-side tools offered with `new --tools` and called
+//! by the model exit 3 with the `tool-results` command to run, which sends
+//! results and errors and streams the continuation; bad `--tools`,
+//! `--result` and `--error` arguments are usage errors.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -365,7 +367,7 @@ async fn tls_proxy(upstream: SocketAddr) -> anyhow::Result<SocketAddr> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_https_url_streams_over_wss_and_an_untrusted_certificate_is_a_clear_error()
+async fn an_https_url_streams_over_wss_and_an_untrusted_certificate_fails_the_first_request_clearly()
 -> anyhow::Result<()> {
     let setup = setup().await?;
     let proxy = tls_proxy(setup.server.addr).await?;
@@ -397,6 +399,9 @@ async fn an_https_url_streams_over_wss_and_an_untrusted_certificate_is_a_clear_e
     assert!(stdout.contains("Hello over TLS."), "stdout: {stdout}");
 
     // Without the test CA the certificate is refused, and the error says so.
+    // `watch` first GETs the chat over https, so this is the REST call's
+    // refusal; the stream's, with the same verifier, is checked by
+    // `chat_cli::client`'s unit tests.
     let mut untrusting = cli(&url, &["watch", "--once", &chat]);
     untrusting.env_remove("SSL_CERT_FILE");
     let (code, stdout, stderr) = output(untrusting).await?;
@@ -423,12 +428,14 @@ fn model_requests(llm: &FakeLlm) -> Vec<RecordedRequest> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn new_with_tools_exits_3_naming_the_call_and_tool_results_streams_the_continuation()
+async fn new_with_tools_exits_3_naming_the_calls_and_tool_results_sends_results_and_errors_then_streams_the_continuation()
 -> anyhow::Result<()> {
     let setup = setup().await?;
-    setup
-        .llm
-        .push(Script::new().tool_call("call_1", "get_weather", r#"{"city":"Paris"}"#, 2));
+    setup.llm.push(
+        Script::new()
+            .tool_call("call_1", "get_weather", r#"{"city":"Paris"}"#, 2)
+            .tool_call("call_2", "get_weather", r#"{"city":"Oslo"}"#, 2),
+    );
     // The second half comes only after a pause, so the first half must be
     // on the terminal while the chat is still running.
     setup.llm.push(
@@ -447,7 +454,7 @@ async fn new_with_tools_exits_3_naming_the_call_and_tool_results_streams_the_con
     assert_eq!(stdout, "", "the report and the hint go to stderr");
     let chat = chat_id(&stderr)?;
     assert!(
-        stderr.contains("action required: 1 tool call(s) wait for results"),
+        stderr.contains("action required: 2 tool call(s) wait for results"),
         "stderr: {stderr}"
     );
     assert!(
@@ -455,8 +462,13 @@ async fn new_with_tools_exits_3_naming_the_call_and_tool_results_streams_the_con
         "stderr: {stderr}"
     );
     assert!(
+        stderr.contains(r#"  get_weather {"city":"Oslo"} (call_2)"#),
+        "stderr: {stderr}"
+    );
+    // CHATD_URL names the server: the hint needs no --url.
+    assert!(
         stderr.contains(&format!(
-            "answer with: chatd chat tool-results {chat} --result call_1=... "
+            "answer with: chatd chat tool-results {chat} --result call_1=... --result call_2=... "
         )),
         "stderr: {stderr}"
     );
@@ -471,9 +483,23 @@ async fn new_with_tools_exits_3_naming_the_call_and_tool_results_streams_the_con
         .collect();
     assert!(offered.contains(&&json!("get_weather")), "{offered:?}");
 
+    // A server given by --url alone: the hint names it (and never the
+    // token).
+    let id = chat.to_string();
+    let mut by_flag = cli(&url, &["watch", "--once", &id, "--url", &url]);
+    by_flag.env_remove("CHATD_URL");
+    let (code, _, stderr) = output(by_flag).await?;
+    assert_eq!(code, Some(3), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "answer with: chatd chat tool-results {chat} --url {url} --result call_1=... "
+        )),
+        "stderr: {stderr}"
+    );
+    assert!(!stderr.contains(ADMIN_TOKEN), "stderr: {stderr}");
+
     // A result for a call that does not wait: the server's 400 names it,
     // and the chat still waits.
-    let id = chat.to_string();
     let (code, stdout, stderr) =
         output(cli(&url, &["tool-results", &id, "--result", "call_9=1"])).await?;
     assert_eq!(code, Some(1), "stderr: {stderr}");
@@ -485,28 +511,53 @@ async fn new_with_tools_exits_3_naming_the_call_and_tool_results_streams_the_con
     );
     assert_eq!(chat_status(&setup.server, chat).await?, "requires_action");
 
+    // One result read from a file, one failed call.
+    let dir = tempfile::tempdir()?;
+    let paris = dir.path().join("paris.json");
+    std::fs::write(&paris, "{\"temp\": 21}\n")?;
+    let from_file = format!("call_1=@{}", paris.display());
     let mut running = Running::spawn(cli(
         &url,
-        &["tool-results", &id, "--result", r#"call_1={"temp":21}"#],
+        &[
+            "tool-results",
+            &id,
+            "--result",
+            &from_file,
+            "--error",
+            "call_2=no network",
+        ],
     ))?;
     running.read_until("It is 21 ").await?;
     assert_eq!(running.stdout, "It is 21 ", "streamed as it arrives");
     let (code, stdout, stderr) = running.finish().await?;
     assert_eq!(code, Some(0), "stderr: {stderr}");
     assert_eq!(stdout, "It is 21 degrees in Paris.\n");
-    // The continuation only: neither the question nor the tool call again.
+    // The continuation only: neither the question nor the tool calls
+    // again; the committed failure is marked as one.
     assert_eq!(
         stderr,
-        "sent 1 tool result(s)\n[tool result get_weather (call_1)] {\"temp\":21}\n"
+        "sent 2 tool result(s)\n\
+         [tool result get_weather (call_1)] {\"temp\":21}\n\
+         [tool result error get_weather (call_2)] no network\n"
     );
     assert_eq!(chat_status(&setup.server, chat).await?, "waiting");
     let requests = model_requests(&setup.llm);
     assert_eq!(requests.len(), 2);
-    let results = requests[1].trailing_tool_results();
-    assert_eq!(results.len(), 1, "{:?}", requests[1].body);
+    // The OpenAI-compatible projection sends each result as a `tool`
+    // message whose content is the output's JSON; it has no error flag,
+    // so the failure reaches the model as its output only.
+    let messages = requests[1].body["messages"]
+        .as_array()
+        .context("messages in the model's request")?;
+    let tool_messages: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
     assert_eq!(
-        serde_json::from_str::<Value>(&results[0])?,
-        json!({"temp": 21})
+        tool_messages,
+        [
+            &json!({"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\":21}"}),
+            &json!({"role": "tool", "tool_call_id": "call_2", "content": "\"no network\""}),
+        ],
+        "{:?}",
+        requests[1].body
     );
     Ok(())
 }
@@ -557,21 +608,49 @@ async fn bad_tools_or_results_exit_2_and_results_for_a_chat_that_does_not_wait_a
     let chat = chat_id(&stderr)?;
     let id = chat.to_string();
 
-    // A malformed `--result`, or none at all: exit 2.
-    for (result, why) in [
-        ("call_1", "there is no `=`"),
-        ("={}", "the tool call id before `=` is empty"),
+    // A malformed `--result` or `--error`, or none at all: exit 2 naming
+    // the option, before any request.
+    let missing = dir.path().join("missing.json");
+    let missing_file = format!("call_1=@{}", missing.display());
+    let cannot_read = format!("cannot read {}", missing.display());
+    for (flag, result, why) in [
+        ("--result", "call_1", "there is no `=`"),
+        ("--result", "={}", "the tool call id before `=` is empty"),
+        ("--error", " call_1=x", "has leading or trailing whitespace"),
+        (
+            "--result",
+            r#"call_1={"temp":21"#,
+            "OUTPUT starts with `{` but is not valid JSON (EOF while parsing an object",
+        ),
+        (
+            "--error",
+            "call_1=[oops]",
+            "OUTPUT starts with `[` but is not valid JSON",
+        ),
+        ("--result", &missing_file, &cannot_read),
     ] {
         let (code, stdout, stderr) =
-            output(cli(&url, &["tool-results", &id, "--result", result])).await?;
+            output(cli(&url, &["tool-results", &id, flag, result])).await?;
         assert_eq!(code, Some(2), "{result}: stderr: {stderr}");
         assert_eq!(stdout, "");
         assert!(
-            stderr.contains("'--result <TOOL_CALL_ID=OUTPUT>'"),
+            stderr.contains(&format!("'{flag} <TOOL_CALL_ID=OUTPUT>'")),
             "stderr: {stderr}"
         );
         assert!(stderr.contains(why), "stderr: {stderr}");
     }
+    // Standard input, read once, cannot answer two calls.
+    let (code, _, stderr) = output(cli(
+        &url,
+        &["tool-results", &id, "--result", "a=@-", "--error", "b=@-"],
+    ))
+    .await?;
+    assert_eq!(code, Some(2), "stderr: {stderr}");
+    assert!(
+        stderr.contains("'--error <TOOL_CALL_ID=OUTPUT>'"),
+        "stderr: {stderr}"
+    );
+    assert!(stderr.contains("can be read only once"), "stderr: {stderr}");
     let (code, _, stderr) = output(cli(&url, &["tool-results", &id])).await?;
     assert_eq!(code, Some(2), "stderr: {stderr}");
     assert!(stderr.contains("--result"), "stderr: {stderr}");
