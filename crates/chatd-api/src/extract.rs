@@ -35,11 +35,17 @@ pub async fn read_json<T: DeserializeOwned>(body: Body, limit: usize) -> ApiResu
     parse_json(&bytes)
 }
 
-/// Collects the body, failing with `413` as soon as it exceeds `limit` bytes.
+/// Collects the body, failing with `413` as soon as it exceeds `limit` bytes,
+/// or before reading anything when its declared length (`Content-Length`)
+/// does (so a client waiting for `100 Continue` is not asked for it).
 ///
 /// # Errors
 /// `413` over the limit; `400` when the body cannot be read.
 pub async fn read_body(body: Body, limit: usize) -> ApiResult<Vec<u8>> {
+    use axum::body::HttpBody as _;
+    if body.size_hint().lower() > limit as u64 {
+        return Err(ApiError::too_large(limit));
+    }
     let mut stream = body.into_data_stream();
     let mut bytes = Vec::new();
     while let Some(chunk) = stream.next().await {

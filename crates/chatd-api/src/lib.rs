@@ -19,8 +19,9 @@
 //! [`ApiError`]. Inputs are parsed by hand-written extractors ([`extract`])
 //! so that the order of checks of API.md "Details" holds and every bad
 //! input is a `400`/`413` in the documented shape. An answer given before
-//! the body was read waits until the rest of the body is read ([`drain`]),
-//! so that a client still uploading gets the status, not a reset.
+//! the body was read first reads and drops the rest of the body, within
+//! limits ([`drain`]), so that a client still uploading gets the status,
+//! not a reset.
 //!
 //! For the binary: [`bootstrap_admin`] (`CHATD_BOOTSTRAP_ADMIN_TOKEN`),
 //! [`create_token`] (`chatd token create`), [`config_file`] (`--config`) and
@@ -228,8 +229,8 @@ fn chat_routes() -> Router<AppState> {
 
 /// The whole HTTP API (see the crate doc). Every route records request
 /// metrics; unknown paths answer `404` and unsupported methods `405`, both in
-/// the API error shape; every answer reads what its handler left of the
-/// request body first ([`drain::drain_unread_body`]).
+/// the API error shape; an answer first reads and drops what its handler
+/// left of the request body, within limits ([`drain::drain_unread_body`]).
 pub fn router(state: AppState) -> Router {
     let chats = chat_routes();
     Router::new()
