@@ -8,7 +8,10 @@
 //! close and for silence (no frame, not even a pong, for `idle_timeout`:
 //! the connection is dead). Whichever ends first decides the termination;
 //! the writer then closes with its code and reason (after delivering what
-//! was queued, when that is still useful).
+//! was queued, when that is still useful), while the connection is still
+//! read until the client answers the close (at most
+//! [`CLOSE_REPLY_TIMEOUT`] after the close frame went out), so that the
+//! close frame is not lost to a reset.
 //!
 //! The handshake (in [`super::stream_ws`]) selects the `chatd` subprotocol
 //! when the client offers it: browsers send the token as a second
@@ -24,17 +27,21 @@ use super::event::{ChatStreamEvent, frame};
 use super::session::{StreamLoop, Termination};
 use super::{MAX_EVENTS_PER_FRAME, StreamConfig};
 
+/// How long the server waits for the client's answer to its close frame
+/// before it closes the connection anyway (1 s).
+pub const CLOSE_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Serves one stream over `socket` until it terminates.
 pub async fn serve(socket: WebSocket, stream_loop: StreamLoop, config: StreamConfig) {
     let chat_id = stream_loop.state.chat_id();
-    let (sink, stream) = socket.split();
+    let (sink, mut stream) = socket.split();
     let (tx, rx) = mpsc::channel(config.outbound_capacity.max(1));
     let (end_tx, end_rx) = oneshot::channel();
     let mut writer = tokio::spawn(writer(sink, rx, end_rx, config.clone()));
     let mut writer_done = false;
     let termination = tokio::select! {
         t = stream_loop.run(tx) => t,
-        t = reader(stream, &config) => t,
+        t = reader(&mut stream, &config) => t,
         _ = &mut writer => {
             writer_done = true;
             Termination::WriteFailed
@@ -42,14 +49,36 @@ pub async fn serve(socket: WebSocket, stream_loop: StreamLoop, config: StreamCon
     };
     tracing::debug!(%chat_id, reason = termination.label(), "stream (websocket) ended");
     super::session::record_termination("websocket", &termination);
+    let client_gone = matches!(termination, Termination::ClientDisconnected);
     let _ = end_tx.send(termination);
     if !writer_done {
-        // Bounded: every send of the writer has a timeout.
-        let _ = writer.await;
+        if client_gone {
+            // Bounded: every send of the writer has a timeout.
+            let _ = writer.await;
+        } else {
+            // The close handshake (RFC 6455 section 5.5.1): keep reading
+            // while the writer sends what is left and its close frame, until
+            // the client answers the close. Closing the socket with unread
+            // client frames (pongs) in it would make the kernel send a reset,
+            // and the client would lose the close frame, and with it the
+            // reason it needs to reconnect, before reading it.
+            let reply = until_close(&mut stream);
+            tokio::pin!(reply);
+            tokio::select! {
+                _ = &mut reply => {
+                    // The client closed or went away first; bounded: every
+                    // send of the writer has a timeout.
+                    let _ = writer.await;
+                }
+                _ = &mut writer => {
+                    let _ = tokio::time::timeout(CLOSE_REPLY_TIMEOUT, reply).await;
+                }
+            }
+        }
     }
 }
 
-async fn reader(mut stream: SplitStream<WebSocket>, config: &StreamConfig) -> Termination {
+async fn reader(stream: &mut SplitStream<WebSocket>, config: &StreamConfig) -> Termination {
     loop {
         match tokio::time::timeout(config.idle_timeout, stream.next()).await {
             Err(_) => return Termination::DeadConnection,
@@ -57,6 +86,16 @@ async fn reader(mut stream: SplitStream<WebSocket>, config: &StreamConfig) -> Te
                 return Termination::ClientDisconnected;
             }
             Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+/// Reads and drops the client's frames until its close frame, the end of
+/// the connection or an error.
+async fn until_close(stream: &mut SplitStream<WebSocket>) {
+    while let Some(Ok(message)) = stream.next().await {
+        if matches!(message, Message::Close(_)) {
+            break;
         }
     }
 }
