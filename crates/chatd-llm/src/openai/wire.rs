@@ -125,20 +125,36 @@ pub fn messages(history: &[RequestMessage]) -> Vec<Value> {
     out
 }
 
-/// One `role: "tool"` message per tool-result part.
+/// One `role: "tool"` message per tool-result part, its content as in
+/// [`tool_content`].
 fn tool_results(parts: &[MessagePart]) -> impl Iterator<Item = Value> + '_ {
     parts.iter().filter_map(|part| match part {
         MessagePart::ToolResult {
             tool_call_id,
             result,
+            is_error,
             ..
         } => Some(json!({
             "role": "tool",
             "tool_call_id": tool_call_id,
-            "content": result.to_string(),
+            "content": tool_content(result, *is_error),
         })),
         _ => None,
     })
+}
+
+/// The `content` of a `role: "tool"` message: the result as JSON text.
+/// Chat Completions has no error flag for tool results (Anthropic's
+/// `is_error` has no counterpart), so a failed call's result is sent as
+/// `{"error": result}`, unless it already is an object with an `error`
+/// field (the synthetic results of API.md "Synthetic tool results"), so
+/// that the model can tell a failure from an output.
+fn tool_content(result: &Value, is_error: bool) -> String {
+    if is_error && result.get("error").is_none() {
+        json!({ "error": result }).to_string()
+    } else {
+        result.to_string()
+    }
 }
 
 /// Text and file placeholders of `parts`, joined with newlines; reasoning,
@@ -173,4 +189,27 @@ fn tool(spec: &ToolSpec) -> Value {
             "parameters": spec.input_schema,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_calls_result_says_error_and_an_output_is_sent_as_is() {
+        assert_eq!(tool_content(&json!({"temp": 21}), false), r#"{"temp":21}"#);
+        assert_eq!(tool_content(&json!("no network"), false), r#""no network""#);
+        assert_eq!(
+            tool_content(&json!("no network"), true),
+            r#"{"error":"no network"}"#
+        );
+        assert_eq!(
+            tool_content(&json!({"code": 503}), true),
+            r#"{"error":{"code":503}}"#
+        );
+        assert_eq!(
+            tool_content(&json!({"error": "Tool execution cancelled"}), true),
+            r#"{"error":"Tool execution cancelled"}"#
+        );
+    }
 }

@@ -356,7 +356,7 @@ proptest! {
 
         // Every result the history holds for a call it holds reaches the
         // provider unchanged (as long as the call id was acceptable).
-        let mut answered: HashMap<String, Value> = HashMap::new();
+        let mut answered: HashMap<String, (Value, bool)> = HashMap::new();
         let mut called: HashSet<String> = HashSet::new();
         for message in &history {
             for part in &message.parts {
@@ -364,18 +364,23 @@ proptest! {
                     MessagePart::ToolCall { tool_call_id, .. } if message.role == ChatRole::Assistant => {
                         called.insert(tool_call_id.clone());
                     }
-                    MessagePart::ToolResult { tool_call_id, result, .. } if called.contains(tool_call_id) => {
-                        answered.entry(tool_call_id.clone()).or_insert(result.clone());
+                    MessagePart::ToolResult { tool_call_id, result, is_error, .. } if called.contains(tool_call_id) => {
+                        answered.entry(tool_call_id.clone()).or_insert((result.clone(), *is_error));
                     }
                     _ => {}
                 }
             }
         }
-        for (id, result) in answered.into_iter().filter(|(id, _)| id_ok(id)) {
+        for (id, (result, is_error)) in answered.into_iter().filter(|(id, _)| id_ok(id)) {
             let sent = openai["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool" && m["tool_call_id"] == json!(id));
             prop_assert!(sent.is_some(), "result of {} lost", id);
             let sent = sent.unwrap();
-            let expected = result.to_string();
+            // A failed call's result says so (Chat Completions has no error flag).
+            let expected = if is_error && result.get("error").is_none() {
+                json!({"error": result}).to_string()
+            } else {
+                result.to_string()
+            };
             prop_assert_eq!(sent["content"].as_str(), Some(expected.as_str()));
         }
     }

@@ -554,7 +554,7 @@ async fn new_with_tools_exits_3_naming_the_calls_and_tool_results_sends_results_
         tool_messages,
         [
             &json!({"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\":21}"}),
-            &json!({"role": "tool", "tool_call_id": "call_2", "content": "\"no network\""}),
+            &json!({"role": "tool", "tool_call_id": "call_2", "content": r#"{"error":"no network"}"#}),
         ],
         "{:?}",
         requests[1].body
