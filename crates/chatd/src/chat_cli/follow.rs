@@ -7,7 +7,10 @@
 //! "Idle" is the renderer's view (status `waiting`, `error` or
 //! `requires_action`, empty queue), confirmed with `GET /chats/{chat}`
 //! so that a status read before a later transition cannot end the wait
-//! early.
+//! early. An `error` or `requires_action` status waits up to
+//! [`REPORT_GRACE`] for the `error`/`action_required` event that follows
+//! it (in the same frame or the next), so the error or the pending calls
+//! are named.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -30,6 +33,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(8);
 const PING_INTERVAL: Duration = Duration::from_secs(15);
 /// Silence (not even a pong) after which the connection counts as dropped.
 const SILENCE_LIMIT: Duration = Duration::from_secs(45);
+/// How long an idle `error`/`requires_action` status waits for the event
+/// that names the error or the pending calls before the chat is reported
+/// without it.
+const REPORT_GRACE: Duration = Duration::from_millis(500);
 
 /// When [`follow`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,11 +145,24 @@ async fn read(
     ping.tick().await;
     let mut last_heard = Instant::now();
     let mut delivered = false;
+    // Set while the chat is idle in `error`/`requires_action` but the event
+    // that says which error or which calls has not been rendered yet: it
+    // follows the status (API.md "Stream"), possibly in the next frame.
+    let mut report_deadline: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             () = ctrl_c.cancelled() => {
                 let _ = sink.send(WsMessage::Close(None)).await;
                 return Ok(End::Exit(interrupted(renderer, chat, until)?));
+            }
+            () = sleep_until_some(report_deadline) => {
+                // The report did not come: confirm and say it generically.
+                report_deadline = None;
+                if let Some(idle) = renderer.idle()
+                    && let Some(code) = confirm_idle(client, chat, renderer, idle).await?
+                {
+                    return Ok(End::Exit(code));
+                }
             }
             _ = ping.tick() => {
                 if last_heard.elapsed() > SILENCE_LIMIT {
@@ -158,11 +178,26 @@ async fn read(
                         for event in decode(text.as_str()) {
                             write(renderer.apply(&event))?;
                         }
-                        if until == Until::Idle
-                            && let Some(idle) = renderer.idle()
-                            && let Some(code) = confirm_idle(client, chat, renderer, idle).await?
-                        {
-                            return Ok(End::Exit(code));
+                        if until == Until::Idle {
+                            match renderer.idle() {
+                                Some(
+                                    Idle::Error { reported: false }
+                                    | Idle::RequiresAction { reported: false },
+                                ) => {
+                                    report_deadline.get_or_insert_with(|| {
+                                        tokio::time::Instant::now() + REPORT_GRACE
+                                    });
+                                }
+                                Some(idle) => {
+                                    report_deadline = None;
+                                    if let Some(code) =
+                                        confirm_idle(client, chat, renderer, idle).await?
+                                    {
+                                        return Ok(End::Exit(code));
+                                    }
+                                }
+                                None => report_deadline = None,
+                            }
                         }
                     }
                     Some(Ok(WsMessage::Close(frame))) => {
@@ -177,6 +212,14 @@ async fn read(
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `deadline`; never returns without one.
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -670,3 +670,71 @@ async fn bad_tools_or_results_exit_2_and_results_for_a_chat_that_does_not_wait_a
     assert_eq!(chat_status(&setup.server, chat).await?, "waiting");
     Ok(())
 }
+
+/// A stand-in server for one chat in `requires_action` whose stream sends
+/// the `status` in one frame and the `action_required` event that names the
+/// calls `gap` later in another, as the real server may when the writer
+/// batches what happens to be ready. Returns its URL.
+async fn split_report_server(chat: Uuid, gap: Duration) -> anyhow::Result<String> {
+    use axum::extract::ws::{Message, WebSocketUpgrade};
+    use axum::routing::get;
+    let chat_json = json!({
+        "id": chat, "title": "Split", "status": "requires_action",
+        "updated_at": "2026-01-01T00:00:00Z", "last_error": null,
+    });
+    let status = json!([{"type": "status", "chat_id": chat,
+        "status": {"status": "requires_action", "history_version": 1}}]);
+    let action = json!([{"type": "action_required", "chat_id": chat,
+        "action_required": {"tool_calls": [{"tool_call_id": "call_7",
+            "tool_name": "get_weather", "args": "{\"city\":\"Rome\"}"}],
+        "deadline_at": "2099-01-01T00:00:00Z"}}]);
+    let app = axum::Router::new()
+        .route(
+            "/api/v2/chats/{chat}",
+            get(move || {
+                let chat_json = chat_json.clone();
+                async move { axum::Json(chat_json) }
+            }),
+        )
+        .route(
+            "/api/v2/chats/{chat}/stream",
+            get(move |ws: WebSocketUpgrade| {
+                let (status, action) = (status.to_string(), action.to_string());
+                async move {
+                    ws.on_upgrade(move |mut socket| async move {
+                        let _ = socket.send(Message::text(status)).await;
+                        tokio::time::sleep(gap).await;
+                        let _ = socket.send(Message::text(action)).await;
+                        while let Some(Ok(_)) = socket.recv().await {}
+                    })
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(format!("http://{addr}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_once_names_the_pending_calls_that_come_a_frame_after_the_status()
+-> anyhow::Result<()> {
+    let chat = Uuid::new_v4();
+    let url = split_report_server(chat, Duration::from_millis(150)).await?;
+    let (code, stdout, stderr) = output(cli(&url, &["watch", "--once", &chat.to_string()])).await?;
+    assert_eq!(code, Some(3), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(r#"get_weather {"city":"Rome"} (call_7)"#),
+        "the calls are named: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("tool-results {chat}")) && stderr.contains("--result call_7=..."),
+        "the hint names the call: {stderr}"
+    );
+    assert!(
+        !stderr.contains("TOOL_CALL_ID"),
+        "not the generic hint: {stderr}"
+    );
+    Ok(())
+}
