@@ -258,14 +258,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             if no_watch {
                 return Ok(ExitCode::SUCCESS);
             }
-            let renderer = Renderer::new(
-                Mode::Reply {
-                    awaiting_queued: None,
-                },
-                style(false),
-                &id,
-                hint_url,
-            );
+            let renderer = reply_renderer(None, &id, hint_url);
             follow(&client, &id, 0, renderer, Until::Idle).await
         }
         ChatCommand::Send {
@@ -380,7 +373,7 @@ async fn send(
             Some(&body),
         )
         .await?;
-    let (mode, after_id, own) = match (sent.queued, sent.queued_message, sent.message) {
+    let (awaiting_queued, after_id, own) = match (sent.queued, sent.queued_message, sent.message) {
         (true, Some(queued), _) => {
             if interrupt {
                 eprintln!(
@@ -390,30 +383,18 @@ async fn send(
             } else {
                 eprintln!("queued (message {}) behind the running turn", queued.id);
             }
-            (
-                Mode::Reply {
-                    awaiting_queued: Some(queued.id),
-                },
-                before,
-                None,
-            )
+            (Some(queued.id), before, None)
         }
         (_, _, Some(message)) => {
             eprintln!("sent (message {})", message.id);
-            (
-                Mode::Reply {
-                    awaiting_queued: None,
-                },
-                message.id,
-                Some(message.id),
-            )
+            (None, message.id, Some(message.id))
         }
         _ => bail!("the server's answer has neither a message nor a queued message"),
     };
     if no_watch {
         return Ok(ExitCode::SUCCESS);
     }
-    let mut renderer = Renderer::new(mode, style(false), chat, hint_url);
+    let mut renderer = reply_renderer(awaiting_queued, chat, hint_url);
     if let Some(id) = own {
         renderer = renderer.with_own_message(id);
     }
@@ -453,15 +434,7 @@ async fn tool_results(
     }
     // No user message belongs to the continuation: a later one (a queued
     // message promoted after it) starts the next turn and ends the reply.
-    let renderer = Renderer::new(
-        Mode::Reply {
-            awaiting_queued: None,
-        },
-        style(false),
-        chat,
-        hint_url,
-    )
-    .with_own_message(before);
+    let renderer = reply_renderer(None, chat, hint_url).with_own_message(before);
     follow(client, chat, before, renderer, Until::Idle).await
 }
 
@@ -644,6 +617,17 @@ fn style(watch: bool) -> Style {
         color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
         tidy_lines: watch || std::io::stdout().is_terminal(),
     }
+}
+
+/// The renderer of `new`, `send` and `tool-results`: the reply (to queued
+/// message `awaiting_queued`, when it was queued) on standard output.
+fn reply_renderer(awaiting_queued: Option<i64>, chat: &str, hint_url: Option<&str>) -> Renderer {
+    Renderer::new(
+        Mode::Reply { awaiting_queued },
+        style(false),
+        chat,
+        hint_url,
+    )
 }
 
 #[cfg(test)]

@@ -1004,14 +1004,12 @@ mod tests {
     }
 
     fn reply() -> Renderer {
-        Renderer::new(
-            Mode::Reply {
-                awaiting_queued: None,
-            },
-            Style::default(),
-            "c",
-            None,
-        )
+        reply_to_queued(None)
+    }
+
+    /// Reply mode waiting for queued message `awaiting_queued`, if any.
+    fn reply_to_queued(awaiting_queued: Option<i64>) -> Renderer {
+        Renderer::new(Mode::Reply { awaiting_queued }, Style::default(), "c", None)
     }
 
     fn watch() -> Renderer {
@@ -1255,14 +1253,7 @@ mod tests {
 
     #[test]
     fn a_queued_reply_prints_nothing_until_its_user_message_is_promoted() {
-        let mut r = Renderer::new(
-            Mode::Reply {
-                awaiting_queued: Some(7),
-            },
-            Style::default(),
-            "c",
-            None,
-        );
+        let mut r = reply_to_queued(Some(7));
         let promoted = ev(json!({"type": "message", "chat_id": "c", "message": {
             "id": 3, "role": "user", "content": [{"type": "text", "text": "second"}],
             "revision": 1, "queued_message_id": 7}}));
@@ -1299,14 +1290,7 @@ mod tests {
     fn a_reply_ends_at_the_next_user_message_and_does_not_print_its_answer() {
         // `send` to a busy chat, then someone queues behind us: our reply
         // is printed, theirs is not, and we are done while the chat runs on.
-        let mut r = Renderer::new(
-            Mode::Reply {
-                awaiting_queued: Some(7),
-            },
-            Style::default(),
-            "c",
-            None,
-        );
+        let mut r = reply_to_queued(Some(7));
         let promoted = |id: i64, queued: i64, text: &str| {
             ev(json!({"type": "message", "chat_id": "c", "message": {
                 "id": id, "role": "user", "content": [{"type": "text", "text": text}],
