@@ -786,13 +786,28 @@ const MAX_BYTES_PER_TOKEN: usize = 8;
 /// A prompt that passes may still be too long: the provider decides then.
 fn prompt_clearly_exceeds(request: &ModelRequest, context_limit: i64) -> Option<usize> {
     let limit = usize::try_from(context_limit).ok().filter(|l| *l > 0)?;
-    let bytes: usize = request
-        .messages
-        .iter()
-        .map(|m| serde_json::to_string(&m.parts).map_or(0, |s| s.len()))
-        .sum();
-    let at_least = bytes / MAX_BYTES_PER_TOKEN;
+    // Counted as it is written: the provider serializes the prompt again,
+    // so this one is not kept.
+    let mut bytes = ByteCount(0);
+    for message in &request.messages {
+        let _ = serde_json::to_writer(&mut bytes, &message.parts);
+    }
+    let at_least = bytes.0 / MAX_BYTES_PER_TOKEN;
     (at_least > limit).then_some(at_least)
+}
+
+/// An [`std::io::Write`] that only counts the bytes written to it.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What a step's tool calls came to.
@@ -1038,6 +1053,8 @@ fn first_user_text(messages: &[RequestMessage]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn only_a_prompt_far_over_the_context_is_refused_before_the_call() {
         let request = |text: &str| ModelRequest {
@@ -1063,8 +1080,6 @@ mod tests {
         // An unknown context never refuses.
         assert_eq!(super::prompt_clearly_exceeds(&request(&huge), 0), None);
     }
-
-    use super::*;
 
     fn part(seq: u64, part: PartDelta) -> StreamPart {
         StreamPart {
