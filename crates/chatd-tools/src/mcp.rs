@@ -10,7 +10,9 @@
 //!   then the row's `env`; nothing else leaks, the database URL and relay
 //!   secret included). Its stderr is read line by line into `tracing`
 //!   (target `chatd_tools::mcp::stderr`, field `server`) and the last
-//!   [`STDERR_TAIL_LINES`] lines are kept for error messages. The child is
+//!   [`STDERR_TAIL_LINES`] lines are kept for error messages; an error from a
+//!   server that died waits up to [`STDERR_SETTLE`] for the rest of its
+//!   stderr, so its last words are in the message. The child is
 //!   killed when its session is dropped and on [`McpHost::shutdown`].
 //! - **streamable HTTP**: the row's `headers` go with every request.
 //! - **listing** ([`McpHost::list_tools`]) runs for all servers in parallel,
@@ -44,6 +46,11 @@ use uuid::Uuid;
 
 /// Lines of a stdio server's stderr kept for error messages.
 pub const STDERR_TAIL_LINES: usize = 20;
+/// How long an error message waits for a dead stdio server's stderr to be
+/// read to its end, so that its last words are in the message. A child that
+/// exits closes the pipe at once; the bound only matters when a grandchild
+/// keeps it open.
+pub const STDERR_SETTLE: Duration = Duration::from_secs(1);
 /// The separator between a server's slug and its tool's name.
 pub const NAME_SEPARATOR: &str = "__";
 /// The `_meta` key carrying the idempotency key as one string.
@@ -282,13 +289,44 @@ enum SessionError {
 struct Session {
     config: McpServerConfig,
     service: RunningService<RoleClient, ()>,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr: StderrTail,
 }
 
-impl Session {
-    fn stderr_tail(&self) -> String {
-        let tail = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
-        tail.iter().cloned().collect::<Vec<_>>().join("\n")
+/// The last [`STDERR_TAIL_LINES`] lines of a stdio server's stderr, filled
+/// by [`forward_stderr`], and whether the pipe reached its end (the child
+/// exited). An HTTP server has none: empty and already ended.
+#[derive(Clone)]
+struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    ended: tokio::sync::watch::Receiver<bool>,
+}
+
+impl StderrTail {
+    /// A tail and the sender [`forward_stderr`] marks the end with.
+    fn new() -> (Self, tokio::sync::watch::Sender<bool>) {
+        let (ended_tx, ended) = tokio::sync::watch::channel(false);
+        let tail = Self {
+            lines: Arc::new(Mutex::new(VecDeque::new())),
+            ended,
+        };
+        (tail, ended_tx)
+    }
+
+    /// The lines read so far, joined with newlines.
+    fn now(&self) -> String {
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+
+    /// The lines once the pipe has ended, or after `wait` at most: for a
+    /// server that just died, whose last lines may still be in the pipe when
+    /// the transport reports the failure.
+    async fn settled(&self, wait: Duration) -> String {
+        let mut ended = self.ended.clone();
+        // An error means the sender is gone: the forwarder stopped (or never
+        // ran), so nothing more will arrive either way.
+        let _ = tokio::time::timeout(wait, ended.wait_for(|ended| *ended)).await;
+        self.now()
     }
 }
 
@@ -374,7 +412,7 @@ impl McpHost {
                 Ok(Err(err)) if attempt == 0 && is_dead_session(&err) => {
                     self.invalidate(server.id, &session).await;
                 }
-                Ok(Err(err)) => return Err(describe(&err, &session)),
+                Ok(Err(err)) => return Err(describe(&err, &session).await),
             }
         }
         Err("the session died twice".into())
@@ -438,7 +476,7 @@ impl McpHost {
                     tracing::info!(server = %server.slug, error = %err, "MCP session died; reconnecting once");
                     self.invalidate(server.id, &session).await;
                 }
-                Ok(Err(err)) => return ToolOutcome::error(describe(&err, &session)),
+                Ok(Err(err)) => return ToolOutcome::error(describe(&err, &session).await),
             }
         }
         ToolOutcome::error(format!(
@@ -520,7 +558,7 @@ impl McpHost {
     }
 
     async fn connect(&self, server: &McpServerConfig) -> Result<Session, SessionError> {
-        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let (stderr, stderr_ended) = StderrTail::new();
         let service = match &server.transport {
             McpTransport::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
@@ -539,19 +577,20 @@ impl McpHost {
                     tokio::spawn(forward_stderr(
                         server.slug.clone(),
                         child_stderr,
-                        stderr.clone(),
+                        stderr.lines.clone(),
+                        stderr_ended,
                     ));
                 }
-                ().serve(process).await.map_err(|e| {
-                    let tail = stderr
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .iter()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join("\n");
-                    SessionError::Initialize(with_tail(e.to_string(), &tail))
-                })?
+                match ().serve(process).await {
+                    Ok(service) => service,
+                    Err(e) => {
+                        // A server that fails at start usually says why on
+                        // stderr and exits; the handshake can fail (broken
+                        // pipe) before those lines were read.
+                        let tail = stderr.settled(STDERR_SETTLE).await;
+                        return Err(SessionError::Initialize(with_tail(e.to_string(), &tail)));
+                    }
+                }
             }
             McpTransport::StreamableHttp { url, headers } => {
                 let mut custom = HashMap::new();
@@ -602,11 +641,15 @@ async fn close(session: Arc<Session>) {
     }
 }
 
+/// Reads a child's stderr into `tracing` and `tail` until the pipe ends,
+/// then marks the end on `ended`.
 async fn forward_stderr(
     slug: String,
     stderr: tokio::process::ChildStderr,
     tail: Arc<Mutex<VecDeque<String>>>,
+    ended: tokio::sync::watch::Sender<bool>,
 ) {
+    let _mark_end_when_done = MarkEnd(ended);
     let mut lines = tokio::io::BufReader::new(stderr).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         tracing::info!(target: "chatd_tools::mcp::stderr", server = %slug, "{line}");
@@ -615,6 +658,16 @@ async fn forward_stderr(
             tail.pop_front();
         }
         tail.push_back(line);
+    }
+}
+
+/// Marks the end of a stderr pipe when dropped, also when the forwarder
+/// task is cancelled.
+struct MarkEnd(tokio::sync::watch::Sender<bool>);
+
+impl Drop for MarkEnd {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
     }
 }
 
@@ -628,10 +681,18 @@ fn is_dead_session(err: &ServiceError) -> bool {
     )
 }
 
-fn describe(err: &ServiceError, session: &Session) -> String {
+/// The error message for a failed request: the error and the server's last
+/// stderr lines. When the session died, waits (at most [`STDERR_SETTLE`])
+/// for the dead child's stderr to be read to its end.
+async fn describe(err: &ServiceError, session: &Session) -> String {
+    let tail = if is_dead_session(err) {
+        session.stderr.settled(STDERR_SETTLE).await
+    } else {
+        session.stderr.now()
+    };
     with_tail(
         format!("MCP server {} failed: {err}", session.config.slug),
-        &session.stderr_tail(),
+        &tail,
     )
 }
 
@@ -653,6 +714,34 @@ fn valid_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_settled_tail_holds_the_lines_written_until_the_pipe_ended() {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "echo first >&2; sleep 0.3; echo last words >&2"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tail, ended) = StderrTail::new();
+        tokio::spawn(forward_stderr(
+            "s".into(),
+            child.stderr.take().unwrap(),
+            tail.lines.clone(),
+            ended,
+        ));
+        assert!(!tail.now().contains("last words"), "{}", tail.now());
+        assert_eq!(tail.settled(STDERR_SETTLE).await, "first\nlast words");
+        child.wait().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_tail_without_a_forwarder_settles_at_once() {
+        let (tail, ended) = StderrTail::new();
+        drop(ended);
+        let started = std::time::Instant::now();
+        assert_eq!(tail.settled(Duration::from_secs(30)).await, "");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
 
     #[test]
     fn the_idempotency_key_is_one_string_and_its_parts() {
