@@ -281,7 +281,7 @@ async fn a_server_that_cannot_start_is_left_out_of_the_listing_with_its_stderr()
     // were read from its stderr: the error waits for the end of the pipe.
     // Without that wait one run in six failed here.
     for round in 0..20 {
-        let set = host.list_tools(&[broken.clone()]).await;
+        let set = host.list_tools(std::slice::from_ref(&broken)).await;
         assert_eq!(set.errors.len(), 1, "round {round}: {:?}", set.errors);
         assert!(
             set.errors[0].1.contains("bad config: no token"),
