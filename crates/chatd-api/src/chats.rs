@@ -4,7 +4,7 @@
 //! `PATCH /api/experimental/chats/{chat}`).
 //!
 //! Visibility: a member sees only their own chats; any other chat answers
-//! `404`, exactly as a chat that does not exist ([`visible_chat`]). Admins see
+//! `404`, exactly as a chat that does not exist (`visible_chat`). Admins see
 //! every chat.
 //!
 //! Execution state changes go through the state machine only: `Create` for a

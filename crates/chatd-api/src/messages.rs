@@ -4,7 +4,7 @@
 //! `DELETE .../queue/{queuedMessage}`, `POST .../promote`, `POST
 //! .../interrupt`, `POST .../tool-results`, and "Invalid states").
 //!
-//! Every mutation here is one state-machine bundle: [`begin`] locks the chat
+//! Every mutation here is one state-machine bundle: `begin` locks the chat
 //! row and advances `snapshot_version`, the handler re-checks what must be
 //! checked under the lock (archived → `400`, message or queued message not
 //! found → `404`), applies exactly one transition (which rejects a state it

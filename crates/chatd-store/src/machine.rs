@@ -238,7 +238,100 @@ impl Store {
         root_id: Uuid,
         archived: bool,
     ) -> StoreResult<Vec<Chat>> {
+        let chats = self.family_archived(root_id, archived, None).await?;
+        Ok(chats.expect("an unguarded family archive always applies"))
+    }
+
+    /// Root chats the auto-archive loop may archive (spec "Auto-archive
+    /// loop"): not archived, and every member of the family idle (`waiting`
+    /// or `error` with an empty queue) with no transition for `idle_for`
+    /// (`updated_at`, database time). The longest idle first, at most
+    /// `limit`. A hint only: [`Store::auto_archive_family`] checks again
+    /// under the row locks.
+    pub async fn auto_archive_candidates(
+        &self,
+        idle_for: Duration,
+        limit: i64,
+    ) -> StoreResult<Vec<Uuid>> {
+        Ok(sqlx::query_scalar(
+            "SELECT r.id FROM chats r
+             WHERE r.parent_chat_id IS NULL AND NOT r.archived
+               AND r.updated_at < now() - make_interval(secs => $1)
+               AND NOT EXISTS (
+                 SELECT 1 FROM chats m
+                 WHERE (m.id = r.id OR m.root_chat_id = r.id)
+                   AND (m.status NOT IN ('waiting', 'error')
+                        OR m.updated_at >= now() - make_interval(secs => $1)
+                        OR EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = m.id)))
+             ORDER BY r.updated_at, r.id
+             LIMIT $2",
+        )
+        .bind(idle_for.as_secs_f64())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Archives a root chat's family if, under the row locks, it is still
+    /// unused (spec "Auto-archive loop"): the root exists, is a root and is
+    /// not archived, and every member is `waiting` or `error` with an empty
+    /// queue and has had no transition for `idle_for` (database time). Then
+    /// it is exactly [`Store::set_family_archived`]`(root_id, true)`: one
+    /// transaction, snapshot bumps, publications after the commit.
+    ///
+    /// Returns the archived members (root first), or `None` when the family
+    /// no longer qualifies; nothing changes then. A message sent at the same
+    /// moment either commits first (the family is no longer idle and stays)
+    /// or finds the chat archived (`400`).
+    ///
+    /// # Errors
+    /// Database errors only.
+    pub async fn auto_archive_family(
+        &self,
+        root_id: Uuid,
+        idle_for: Duration,
+    ) -> StoreResult<Option<Vec<Chat>>> {
+        self.family_archived(root_id, true, Some(idle_for)).await
+    }
+
+    /// [`Store::set_family_archived`], optionally guarded by
+    /// [`Store::auto_archive_family`]'s idleness check (`None` from it when
+    /// the guard fails).
+    async fn family_archived(
+        &self,
+        root_id: Uuid,
+        archived: bool,
+        idle_for: Option<Duration>,
+    ) -> StoreResult<Option<Vec<Chat>>> {
         let mut tx = self.pool.begin().await?;
+        if let Some(idle_for) = idle_for {
+            // Lock the family in the order the archive below bumps it (root,
+            // then children by creation) and read `updated_at` before the
+            // bumps overwrite it.
+            let root: Option<(Option<Uuid>, bool, bool)> = sqlx::query_as(
+                "SELECT parent_chat_id, archived,
+                        updated_at < now() - make_interval(secs => $2)
+                 FROM chats WHERE id = $1 FOR UPDATE",
+            )
+            .bind(root_id)
+            .bind(idle_for.as_secs_f64())
+            .fetch_optional(&mut *tx)
+            .await?;
+            if !matches!(root, Some((None, false, true))) {
+                return Ok(None);
+            }
+            let children_idle: Vec<bool> = sqlx::query_scalar(
+                "SELECT updated_at < now() - make_interval(secs => $2) FROM chats
+                 WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id FOR UPDATE",
+            )
+            .bind(root_id)
+            .bind(idle_for.as_secs_f64())
+            .fetch_all(&mut *tx)
+            .await?;
+            if children_idle.contains(&false) {
+                return Ok(None);
+            }
+        }
         let root = queries::lock_and_bump(&mut tx, root_id)
             .await?
             .ok_or(StateError::ChatNotFound)?;
@@ -271,6 +364,9 @@ impl Store {
                 .await?
                 .ok_or(StateError::ChatNotFound)?;
             let state = chat.execution_state(queries::queue_len(ops.conn, *member).await? > 0);
+            if idle_for.is_some() && !matches!(state, ExecutionState::W | ExecutionState::E0) {
+                return Ok(None);
+            }
             if state == ExecutionState::Invalid {
                 let err = chatd_core::TransitionError::new(
                     Transition::SetArchived { archived },
@@ -293,7 +389,7 @@ impl Store {
         for (transition, _, _) in &applied {
             record_transition(*transition, "ok");
         }
-        Ok(chats)
+        Ok(Some(chats))
     }
 }
 

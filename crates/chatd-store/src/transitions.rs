@@ -3,9 +3,9 @@
 //! endpoint tables; `spec/chatstate-package.md`, the `Tx` methods).
 //!
 //! Each method follows one shape: read the chat row and queue cardinality
-//! under the lock ([`Ops::enter`]), reject with the matrix's error when the
+//! under the lock (`Ops::enter`), reject with the matrix's error when the
 //! pair is not listed (nothing written), perform the writes, then classify the
-//! result and check that the matrix lists the landing state ([`Ops::land`]).
+//! result and check that the matrix lists the landing state (`Ops::land`).
 //! The three miscellaneous rules are kept here:
 //! - leaving `requires_action` other than by `CompleteRequiresAction` answers
 //!   every pending tool call with a synthetic result;

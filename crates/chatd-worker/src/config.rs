@@ -50,6 +50,14 @@ pub struct WorkerConfig {
     pub generate_titles: bool,
     /// Longest a title generation may take before it is given up (60 s).
     pub title_timeout: Duration,
+    /// Auto-archive loop (spec "Auto-archive loop"): a root chat whose whole
+    /// family has been idle (`waiting` or `error`, empty queue, no
+    /// transition) this long is archived. `None` turns the loop off
+    /// (90 days).
+    pub auto_archive_after: Option<Duration>,
+    /// How often the auto-archive loop looks for such chats (1 h; the first
+    /// pass runs at start).
+    pub auto_archive_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -72,6 +80,8 @@ impl Default for WorkerConfig {
             mcp_call_timeout: Duration::from_secs(120),
             generate_titles: true,
             title_timeout: Duration::from_secs(60),
+            auto_archive_after: Some(Duration::from_secs(90 * 24 * 60 * 60)),
+            auto_archive_interval: Duration::from_secs(60 * 60),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! - [`providers`]: model and provider resolution (OpenAI-compatible and
 //!   Anthropic), reasoning effort, cost, the chat's MCP servers.
 //! - [`title`]: the background title of a chat's first answer.
+//! - [`archive`]: the auto-archive loop of old, unused chats.
 //!
 //! The runner's fence is `runner_id`: every task checks, under the chat row
 //! lock, that the row still names this worker, its runner and the history
@@ -15,6 +16,7 @@
 //! without side effects.
 
 mod acquisition;
+pub mod archive;
 pub mod config;
 mod context;
 pub mod fence;
@@ -26,6 +28,7 @@ mod tasks;
 pub mod title;
 mod worker;
 
+pub use archive::auto_archive_pass;
 pub use config::WorkerConfig;
 pub use part_buffer::{PartBuffer, PartBufferConfig, PartBufferError, PartSubscription};
 pub use providers::{DefaultProviderFactory, ProviderFactory, ProviderRow};

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::acquisition::AcquisitionLoop;
+use crate::archive::AutoArchiveLoop;
 use crate::config::WorkerConfig;
 use crate::context::{LocalLocks, WorkerContext};
 use crate::fence::{Fence, FenceError, fenced_update};
@@ -33,7 +34,7 @@ pub struct WorkerDeps {
 }
 
 /// A running worker (spec "Chat worker"): acquisition loop, runner manager
-/// with its loops, and the runners.
+/// with its loops, the runners, and the auto-archive loop.
 pub struct Worker {
     ctx: Arc<WorkerContext>,
     manager: ManagerHandle,
@@ -83,6 +84,7 @@ impl Worker {
             }
             .run(acquisition_cancel.clone()),
         );
+        tracker.spawn(AutoArchiveLoop { ctx: ctx.clone() }.run(cancel.clone()));
         tracing::info!(worker_id = %ctx.config.worker_id, "worker started");
         Self {
             ctx,

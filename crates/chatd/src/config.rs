@@ -153,6 +153,18 @@ pub struct ServeArgs {
     #[arg(long, env = "CHATD_RETRY_MAX_DELAY", default_value = "60s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub retry_max_delay: Duration,
 
+    /// Worker: archive a root chat once its whole family has been idle
+    /// (waiting or error, nothing queued, no change) this long; `off` or `0`
+    /// never archives. Archived chats leave the default chat list and can
+    /// be unarchived unchanged.
+    #[arg(long, env = "CHATD_AUTO_ARCHIVE_AFTER", default_value = "90days", value_parser = parse_optional_duration, value_name = "DURATION|off")]
+    pub auto_archive_after: OptionalDuration,
+
+    /// Worker: how often to look for chats to auto-archive (the first look
+    /// is at start).
+    #[arg(long, env = "CHATD_AUTO_ARCHIVE_INTERVAL", default_value = "1h", value_parser = parse_positive_duration, value_name = "DURATION")]
+    pub auto_archive_interval: Duration,
+
     /// Maximum connections in this replica's PostgreSQL pool.
     #[arg(
         long,
@@ -181,6 +193,8 @@ impl ServeArgs {
             max_generation_retries: self.max_generation_retries,
             retry_initial_delay: self.retry_initial_delay,
             retry_max_delay: self.retry_max_delay,
+            auto_archive_after: self.auto_archive_after.0,
+            auto_archive_interval: self.auto_archive_interval,
         }
     }
 }
@@ -205,7 +219,16 @@ pub struct WorkerConfig {
     pub retry_initial_delay: Duration,
     /// Cap of the retry delay.
     pub retry_max_delay: Duration,
+    /// Idle time after which a chat family is auto-archived; `None`: never.
+    pub auto_archive_after: Option<Duration>,
+    /// Auto-archive loop period.
+    pub auto_archive_interval: Duration,
 }
+
+/// A duration, or none (`off`, `0`): a clap value type, since clap reads
+/// `Option<T>` as an optional flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalDuration(pub Option<Duration>);
 
 /// Log output format (`--log-format`, `CHATD_LOG_FORMAT`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -227,6 +250,15 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// Parses a duration, or `off`/`0` for none.
+fn parse_optional_duration(text: &str) -> Result<OptionalDuration, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(OptionalDuration(None));
+    }
+    let duration = parse_duration(text).map_err(|err| format!("{err}; or `off` to turn it off"))?;
+    Ok(OptionalDuration((!duration.is_zero()).then_some(duration)))
+}
+
 /// Parses `500ms`, `2s`, `5m` (humantime syntax).
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|err| format!("{err} (examples: 500ms, 2s, 5m)"))
@@ -241,6 +273,19 @@ mod tests {
         assert!(parse_positive_duration("0s").is_err());
         assert!(parse_positive_duration("0ms").is_err());
         assert_eq!(parse_positive_duration("1ms"), Ok(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn auto_archive_after_accepts_a_duration_or_off() {
+        assert_eq!(
+            parse_optional_duration("90days"),
+            Ok(OptionalDuration(Some(Duration::from_secs(90 * 86_400))))
+        );
+        assert_eq!(parse_optional_duration("off"), Ok(OptionalDuration(None)));
+        assert_eq!(parse_optional_duration("OFF"), Ok(OptionalDuration(None)));
+        assert_eq!(parse_optional_duration("0s"), Ok(OptionalDuration(None)));
+        let err = parse_optional_duration("soon").unwrap_err();
+        assert!(err.contains("off"), "{err}");
     }
 
     #[test]

@@ -111,6 +111,8 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
                 max_generation_retries: i64::from(settings.max_generation_retries),
                 retry_initial_delay: settings.retry_initial_delay,
                 retry_max_delay: settings.retry_max_delay,
+                auto_archive_after: settings.auto_archive_after,
+                auto_archive_interval: settings.auto_archive_interval,
                 ..chatd_worker::WorkerConfig::default()
             },
         })

@@ -4,6 +4,7 @@
 //! concern.
 
 mod anthropic;
+mod archive;
 mod common;
 mod mcp;
 mod replicas;

@@ -19,7 +19,7 @@
 //! errors, retries, pending tool calls, reasoning) go to standard error, so
 //! standard output can be captured. What is printed, and how live parts
 //! and committed messages are de-duplicated, is [`render`]; the stream loop
-//! is [`follow`]; the HTTP calls and their error messages are [`client`].
+//! is [`follow`](mod@follow); the HTTP calls and their error messages are [`client`].
 //!
 //! Exit codes: 0 done; 1 an error (the server's message on standard
 //! error), including a chat that ends in `error`; 2 bad usage;
