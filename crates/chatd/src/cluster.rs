@@ -114,26 +114,63 @@ pub struct ReplicaHeartbeat {
     pub replica: Replica,
     /// Time between refreshes (`--heartbeat-interval`).
     pub interval: Duration,
+    /// Rows of other replicas not refreshed for this long, and owning no
+    /// chat, are deleted (`--prune-replicas-after`); `None` keeps them.
+    pub prune_after: Option<Duration>,
 }
+
+/// How often a replica prunes the rows of dead replicas (its first pass is
+/// right after it registered).
+pub const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 
 impl ReplicaHeartbeat {
     /// Runs until `cancel`. A failed refresh is logged and retried at the
     /// next tick: the row only goes stale, which is what other replicas
-    /// should see while this one cannot reach the database.
+    /// should see while this one cannot reach the database. Every
+    /// [`PRUNE_INTERVAL`] (and at start) it also runs [`prune_replicas`].
     pub async fn run(self, cancel: CancellationToken) {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await; // the first tick is immediate; we just registered
+        let mut prune_ticker = tokio::time::interval(PRUNE_INTERVAL.min(self.interval * 10));
+        prune_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
-                _ = ticker.tick() => {}
-            }
-            if let Err(err) = self.replica.upsert(&self.pool).await {
-                tracing::warn!(replica_id = %self.replica.id, "refreshing this replica's last_seen_at: {err}");
+                _ = ticker.tick() => {
+                    if let Err(err) = self.replica.upsert(&self.pool).await {
+                        tracing::warn!(replica_id = %self.replica.id, "refreshing this replica's last_seen_at: {err}");
+                    }
+                }
+                _ = prune_ticker.tick(), if self.prune_after.is_some() => {
+                    let prune_after = self.prune_after.unwrap_or_default();
+                    match prune_replicas(&self.pool, self.replica.id, prune_after).await {
+                        Ok(0) => {}
+                        Ok(pruned) => tracing::info!(pruned, ?prune_after, "removed the rows of replicas gone silent"),
+                        Err(err) => tracing::warn!("pruning dead replicas: {err}"),
+                    }
+                }
             }
         }
     }
+}
+
+/// Deletes the `replicas` rows, other than `keep`'s, whose `last_seen_at`
+/// is older than `prune_after` (database time) and that own no chat (no
+/// `chats.worker_id` names them: their address may still be needed to
+/// relay, and their lease must expire first). Returns how many it deleted.
+/// A replica that was only cut off from the database re-inserts its row on
+/// its next refresh.
+///
+/// # Errors
+/// On database errors.
+pub async fn prune_replicas(pool: &PgPool, keep: Uuid, prune_after: Duration) -> sqlx::Result<u64> {
+    Ok(sqlx::query(PRUNE_REPLICAS)
+        .bind(keep)
+        .bind(prune_after.as_secs_f64())
+        .execute(pool)
+        .await?
+        .rows_affected())
 }
 
 const INSERT_SETTING_IF_ABSENT: &str =
@@ -142,3 +179,6 @@ const SELECT_SETTING: &str = "SELECT value FROM cluster_settings WHERE key = $1"
 const UPSERT_REPLICA: &str = "INSERT INTO replicas (id, advertise_url) VALUES ($1, $2) \
      ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), advertise_url = EXCLUDED.advertise_url";
 const DELETE_REPLICA: &str = "DELETE FROM replicas WHERE id = $1";
+const PRUNE_REPLICAS: &str = "DELETE FROM replicas r WHERE r.id <> $1 \
+     AND r.last_seen_at < now() - make_interval(secs => $2) \
+     AND NOT EXISTS (SELECT 1 FROM chats c WHERE c.worker_id = r.id)";

@@ -120,6 +120,13 @@ pub struct ServeArgs {
     #[arg(long, env = "CHATD_HEARTBEAT_INTERVAL", default_value = "9s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub heartbeat_interval: Duration,
 
+    /// Delete the `replicas` row of another replica that has not refreshed
+    /// its `last_seen_at` for this long and owns no chat (it crashed, or
+    /// was killed); `off` keeps such rows. A graceful stop removes its own
+    /// row at once.
+    #[arg(long, env = "CHATD_PRUNE_REPLICAS_AFTER", default_value = "1h", value_parser = parse_optional_duration, value_name = "DURATION|off")]
+    pub prune_replicas_after: OptionalDuration,
+
     /// Worker: how often to look for runnable chats besides `chat:ownership`
     /// wake-ups.
     #[arg(long, env = "CHATD_ACQUISITION_INTERVAL", default_value = "30s", value_parser = parse_positive_duration, value_name = "DURATION")]

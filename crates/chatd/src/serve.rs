@@ -128,6 +128,7 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
             pool: pool.clone(),
             replica: replica.clone(),
             interval: args.heartbeat_interval,
+            prune_after: args.prune_replicas_after.0,
         }
         .run(stop_tasks.clone()),
     );

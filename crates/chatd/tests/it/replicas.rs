@@ -179,3 +179,127 @@ async fn an_explicit_relay_secret_is_used_and_not_stored() -> anyhow::Result<()>
     assert_eq!(server.terminate().await?.code(), Some(0));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_replicas_gone_silent_are_pruned_unless_they_still_own_a_chat() -> anyhow::Result<()>
+{
+    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
+    let insert = |url: &'static str, minutes_ago: i32| {
+        let pool = db.pool().clone();
+        async move {
+            let id = uuid::Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO replicas (id, advertise_url, last_seen_at)
+                 VALUES ($1, $2, now() - make_interval(mins => $3))",
+            )
+            .bind(id)
+            .bind(url)
+            .bind(minutes_ago)
+            .execute(&pool)
+            .await?;
+            anyhow::Ok(id)
+        }
+    };
+    insert("http://crashed.invalid", 120).await?;
+    let owner = insert("http://crashed-owner.invalid", 120).await?;
+    insert("http://quiet.invalid", 30).await?;
+    // A chat the second crashed replica still owns: its lease must expire
+    // and another replica take the chat before its row may go.
+    let user = uuid::Uuid::new_v4();
+    sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, 'bob', 'member')")
+        .bind(user)
+        .execute(db.pool())
+        .await?;
+    sqlx::query(
+        "INSERT INTO chats (id, owner_id, root_chat_id, status, worker_id, runner_id)
+         VALUES ($1, $2, $1, 'running', $3, $4)",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(user)
+    .bind(owner)
+    .bind(uuid::Uuid::new_v4())
+    .execute(db.pool())
+    .await?;
+
+    let mut server = Chatd::start(&[
+        "--postgres-url",
+        db.url(),
+        "--no-worker",
+        "--heartbeat-interval",
+        "100ms",
+    ])
+    .await?;
+    let expected = BTreeSet::from([
+        "http://crashed-owner.invalid".to_owned(),
+        "http://quiet.invalid".to_owned(),
+        server.url(),
+    ]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while replica_urls(&db).await? != expected {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the crashed replica's row is still there: {:?}",
+            replica_urls(&db).await?
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A live replica taken for dead (its row aged as if it had been cut off
+    // from the database) gets its row back with its next refresh, whoever
+    // pruned it meanwhile.
+    let mut other = Chatd::start(&[
+        "--postgres-url",
+        db.url(),
+        "--no-worker",
+        "--heartbeat-interval",
+        "100ms",
+    ])
+    .await?;
+    for _ in 0..5 {
+        sqlx::query("UPDATE replicas SET last_seen_at = now() - interval '2 hours' WHERE advertise_url = $1")
+            .bind(server.url())
+            .execute(db.pool())
+            .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let age: Option<f64> = sqlx::query_scalar(
+            "SELECT extract(epoch FROM now() - last_seen_at)::float8 FROM replicas WHERE advertise_url = $1",
+        )
+        .bind(server.url())
+        .fetch_optional(db.pool())
+        .await?;
+        if age.is_some_and(|age| age < 5.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the live replica's row did not come back: {age:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(other.terminate().await?.success());
+    assert!(server.terminate().await?.success());
+
+    // `off` keeps every row.
+    insert("http://crashed-again.invalid", 120).await?;
+    let mut server = Chatd::start(&[
+        "--postgres-url",
+        db.url(),
+        "--no-worker",
+        "--heartbeat-interval",
+        "100ms",
+        "--prune-replicas-after",
+        "off",
+    ])
+    .await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        replica_urls(&db)
+            .await?
+            .contains("http://crashed-again.invalid")
+    );
+    assert!(server.terminate().await?.success());
+    Ok(())
+}
