@@ -26,7 +26,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::models::{Chat, ChatMessage, NewMessage};
 use crate::queries;
 
@@ -243,20 +243,30 @@ impl Store {
     }
 
     /// Root chats the auto-archive loop may archive (spec "Auto-archive
-    /// loop"): not archived, and every member of the family idle (`waiting`
-    /// or `error` with an empty queue) with no transition for `idle_for`
-    /// (`updated_at`, database time). The longest idle first, at most
-    /// `limit`. A hint only: [`Store::auto_archive_family`] checks again
-    /// under the row locks.
+    /// loop"): not archived, not pinned (`pin_order` 0), and every member of
+    /// the family idle (`waiting` or `error`, nothing queued) with no change
+    /// (`updated_at`: every transition and every metadata edit bumps it) for
+    /// `idle_for` (database time). Children may already be archived.
+    ///
+    /// Ordered by the root's `(updated_at, id)`, at most `limit`, after the
+    /// keyset `after` (the last row of the previous page) when given; each
+    /// row is `(root id, root updated_at)`. A hint only:
+    /// [`Store::auto_archive_family`] checks again under the row locks.
+    ///
+    /// # Errors
+    /// Database errors only.
     pub async fn auto_archive_candidates(
         &self,
         idle_for: Duration,
         limit: i64,
-    ) -> StoreResult<Vec<Uuid>> {
-        Ok(sqlx::query_scalar(
-            "SELECT r.id FROM chats r
-             WHERE r.parent_chat_id IS NULL AND NOT r.archived
+        after: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
+    ) -> StoreResult<Vec<(Uuid, chrono::DateTime<chrono::Utc>)>> {
+        let (after_at, after_id) = after.unzip();
+        Ok(sqlx::query_as(
+            "SELECT r.id, r.updated_at FROM chats r
+             WHERE r.parent_chat_id IS NULL AND NOT r.archived AND r.pin_order = 0
                AND r.updated_at < now() - make_interval(secs => $1)
+               AND ($3::timestamptz IS NULL OR (r.updated_at, r.id) > ($3, $4))
                AND NOT EXISTS (
                  SELECT 1 FROM chats m
                  WHERE (m.id = r.id OR m.root_chat_id = r.id)
@@ -268,21 +278,29 @@ impl Store {
         )
         .bind(idle_for.as_secs_f64())
         .bind(limit)
+        .bind(after_at)
+        .bind(after_id)
         .fetch_all(&self.pool)
         .await?)
     }
 
     /// Archives a root chat's family if, under the row locks, it is still
-    /// unused (spec "Auto-archive loop"): the root exists, is a root and is
-    /// not archived, and every member is `waiting` or `error` with an empty
-    /// queue and has had no transition for `idle_for` (database time). Then
-    /// it is exactly [`Store::set_family_archived`]`(root_id, true)`: one
-    /// transaction, snapshot bumps, publications after the commit.
+    /// unused (spec "Auto-archive loop"): the root exists, is a root, is not
+    /// archived or pinned, and every member is `waiting` or `error` with an
+    /// empty queue (children may be archived already) and has had no change
+    /// for `idle_for` (database time). Then it is exactly
+    /// [`Store::set_family_archived`]`(root_id, true)`: one transaction,
+    /// snapshot bumps, publications after the commit.
+    ///
+    /// It never waits for a lock: a family with a row locked by another
+    /// transaction is in use, and is left alone (`NOWAIT`). So it cannot
+    /// deadlock with a user's request, and two replicas never archive the
+    /// same family twice.
     ///
     /// Returns the archived members (root first), or `None` when the family
-    /// no longer qualifies; nothing changes then. A message sent at the same
-    /// moment either commits first (the family is no longer idle and stays)
-    /// or finds the chat archived (`400`).
+    /// no longer qualifies or is in use; nothing changes then. A message sent
+    /// at the same moment either commits first (the family stays) or finds
+    /// the chat archived (`400`).
     ///
     /// # Errors
     /// Database errors only.
@@ -291,7 +309,14 @@ impl Store {
         root_id: Uuid,
         idle_for: Duration,
     ) -> StoreResult<Option<Vec<Chat>>> {
-        self.family_archived(root_id, true, Some(idle_for)).await
+        match self.family_archived(root_id, true, Some(idle_for)).await {
+            Err(StoreError::Database(sqlx::Error::Database(err)))
+                if err.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+            {
+                Ok(None)
+            }
+            other => other,
+        }
     }
 
     /// [`Store::set_family_archived`], optionally guarded by
@@ -308,21 +333,22 @@ impl Store {
             // Lock the family in the order the archive below bumps it (root,
             // then children by creation) and read `updated_at` before the
             // bumps overwrite it.
-            let root: Option<(Option<Uuid>, bool, bool)> = sqlx::query_as(
-                "SELECT parent_chat_id, archived,
+            let root: Option<(Option<Uuid>, bool, i32, bool)> = sqlx::query_as(
+                "SELECT parent_chat_id, archived, pin_order,
                         updated_at < now() - make_interval(secs => $2)
-                 FROM chats WHERE id = $1 FOR UPDATE",
+                 FROM chats WHERE id = $1 FOR UPDATE NOWAIT",
             )
             .bind(root_id)
             .bind(idle_for.as_secs_f64())
             .fetch_optional(&mut *tx)
             .await?;
-            if !matches!(root, Some((None, false, true))) {
+            if !matches!(root, Some((None, false, 0, true))) {
                 return Ok(None);
             }
             let children_idle: Vec<bool> = sqlx::query_scalar(
                 "SELECT updated_at < now() - make_interval(secs => $2) FROM chats
-                 WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id FOR UPDATE",
+                 WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id
+                 FOR UPDATE NOWAIT",
             )
             .bind(root_id)
             .bind(idle_for.as_secs_f64())
@@ -364,7 +390,17 @@ impl Store {
                 .await?
                 .ok_or(StateError::ChatNotFound)?;
             let state = chat.execution_state(queries::queue_len(ops.conn, *member).await? > 0);
-            if idle_for.is_some() && !matches!(state, ExecutionState::W | ExecutionState::E0) {
+            // Idle: the root is not archived (checked above); a child may
+            // be, when an earlier repair unarchived only its root.
+            if idle_for.is_some()
+                && !matches!(
+                    state,
+                    ExecutionState::W
+                        | ExecutionState::E0
+                        | ExecutionState::XW
+                        | ExecutionState::XE0
+                )
+            {
                 return Ok(None);
             }
             if state == ExecutionState::Invalid {
@@ -392,6 +428,9 @@ impl Store {
         Ok(Some(chats))
     }
 }
+
+/// PostgreSQL's `lock_not_available` (a `NOWAIT` lock was held elsewhere).
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// A chat-scoped state-machine handle (spec chatstate `ChatMachine`).
 #[derive(Debug, Clone)]

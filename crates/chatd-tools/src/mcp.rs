@@ -650,8 +650,18 @@ async fn forward_stderr(
     ended: tokio::sync::watch::Sender<bool>,
 ) {
     let _mark_end_when_done = MarkEnd(ended);
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        // Bytes, not `lines()`: a line that is not UTF-8 must not end the
+        // reading (the child would then get SIGPIPE on its next write).
+        match reader.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let line = text.trim_end_matches(['\n', '\r']).to_owned();
         tracing::info!(target: "chatd_tools::mcp::stderr", server = %slug, "{line}");
         let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
         if tail.len() == STDERR_TAIL_LINES {
@@ -718,7 +728,10 @@ mod tests {
     #[tokio::test]
     async fn a_settled_tail_holds_the_lines_written_until_the_pipe_ended() {
         let mut child = tokio::process::Command::new("sh")
-            .args(["-c", "echo first >&2; sleep 0.3; echo last words >&2"])
+            .args([
+                "-c",
+                "echo first >&2; printf 'bad \\377 byte\\n' >&2; sleep 0.3; echo last words >&2",
+            ])
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -730,7 +743,11 @@ mod tests {
             ended,
         ));
         assert!(!tail.now().contains("last words"), "{}", tail.now());
-        assert_eq!(tail.settled(STDERR_SETTLE).await, "first\nlast words");
+        // A generous bound: this is about the content, not the timing.
+        assert_eq!(
+            tail.settled(Duration::from_secs(10)).await,
+            "first\nbad \u{fffd} byte\nlast words"
+        );
         child.wait().await.unwrap();
     }
 

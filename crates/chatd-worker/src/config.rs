@@ -50,9 +50,9 @@ pub struct WorkerConfig {
     pub generate_titles: bool,
     /// Longest a title generation may take before it is given up (60 s).
     pub title_timeout: Duration,
-    /// Auto-archive loop (spec "Auto-archive loop"): a root chat whose whole
-    /// family has been idle (`waiting` or `error`, empty queue, no
-    /// transition) this long is archived. `None` turns the loop off
+    /// Auto-archive loop (spec "Auto-archive loop"): a root chat, not
+    /// pinned, whose whole family has been idle (`waiting` or `error`, empty
+    /// queue, no change to `updated_at`) this long is archived. `None` turns the loop off
     /// (90 days).
     pub auto_archive_after: Option<Duration>,
     /// How often the auto-archive loop looks for such chats (1 h; the first

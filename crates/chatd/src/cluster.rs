@@ -132,7 +132,8 @@ impl ReplicaHeartbeat {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await; // the first tick is immediate; we just registered
-        let mut prune_ticker = tokio::time::interval(PRUNE_INTERVAL.min(self.interval * 10));
+        let mut prune_ticker =
+            tokio::time::interval(PRUNE_INTERVAL.min(self.interval.saturating_mul(10)));
         prune_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -156,9 +157,11 @@ impl ReplicaHeartbeat {
 }
 
 /// Deletes the `replicas` rows, other than `keep`'s, whose `last_seen_at`
-/// is older than `prune_after` (database time) and that own no chat (no
-/// `chats.worker_id` names them: their address may still be needed to
-/// relay, and their lease must expire first). Returns how many it deleted.
+/// is older than `prune_after` (database time) and that own no runnable
+/// chat (`running`, `interrupting` or `requires_action` with their
+/// `worker_id`: its lease must expire and another replica take it first,
+/// and its parts may still be relayed). A chat left idle with a dead
+/// replica's `worker_id` does not keep the row. Returns how many it deleted.
 /// A replica that was only cut off from the database re-inserts its row on
 /// its next refresh.
 ///
@@ -181,4 +184,5 @@ const UPSERT_REPLICA: &str = "INSERT INTO replicas (id, advertise_url) VALUES ($
 const DELETE_REPLICA: &str = "DELETE FROM replicas WHERE id = $1";
 const PRUNE_REPLICAS: &str = "DELETE FROM replicas r WHERE r.id <> $1 \
      AND r.last_seen_at < now() - make_interval(secs => $2) \
-     AND NOT EXISTS (SELECT 1 FROM chats c WHERE c.worker_id = r.id)";
+     AND NOT EXISTS (SELECT 1 FROM chats c WHERE c.worker_id = r.id \
+                     AND c.status IN ('running', 'interrupting', 'requires_action'))";

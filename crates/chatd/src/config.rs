@@ -121,8 +121,8 @@ pub struct ServeArgs {
     pub heartbeat_interval: Duration,
 
     /// Delete the `replicas` row of another replica that has not refreshed
-    /// its `last_seen_at` for this long and owns no chat (it crashed, or
-    /// was killed); `off` keeps such rows. A graceful stop removes its own
+    /// its `last_seen_at` for this long and owns no running chat (it
+    /// crashed, or was killed); `off` keeps such rows. A graceful stop removes its own
     /// row at once.
     #[arg(long, env = "CHATD_PRUNE_REPLICAS_AFTER", default_value = "1h", value_parser = parse_optional_duration, value_name = "DURATION|off")]
     pub prune_replicas_after: OptionalDuration,
@@ -160,10 +160,10 @@ pub struct ServeArgs {
     #[arg(long, env = "CHATD_RETRY_MAX_DELAY", default_value = "60s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub retry_max_delay: Duration,
 
-    /// Worker: archive a root chat once its whole family has been idle
-    /// (waiting or error, nothing queued, no change) this long; `off` or `0`
-    /// never archives. Archived chats leave the default chat list and can
-    /// be unarchived unchanged.
+    /// Worker: archive a root chat, unless pinned, once its whole family
+    /// has been idle (waiting or error, nothing queued, no change) this
+    /// long; `off` or `0` never archives. Archived chats leave the default
+    /// chat list; unarchiving brings their messages and settings back.
     #[arg(long, env = "CHATD_AUTO_ARCHIVE_AFTER", default_value = "90days", value_parser = parse_optional_duration, value_name = "DURATION|off")]
     pub auto_archive_after: OptionalDuration,
 

@@ -91,6 +91,21 @@ async fn the_loop_archives_families_idle_for_the_configured_time_and_nothing_els
     let family_child = idle_chat(&env, Some(family)).await;
     let mixed = idle_chat(&env, None).await;
     let mixed_child = idle_chat(&env, Some(mixed)).await;
+    let pinned = idle_chat(&env, None).await;
+    sqlx::query("UPDATE chats SET pin_order = 1 WHERE id = $1")
+        .bind(pinned)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    // A family whose child is archived and root is not (a repair of an
+    // invalid chat unarchives only that chat): archived like any other.
+    let repaired = idle_chat(&env, None).await;
+    let repaired_child = idle_chat(&env, Some(repaired)).await;
+    sqlx::query("UPDATE chats SET archived = true WHERE id = $1")
+        .bind(repaired_child)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
     env.wait_status(answered, ChatStatus::Waiting).await;
     env.wait_status(failed, ChatStatus::Error).await;
     env.wait_for(
@@ -109,6 +124,9 @@ async fn the_loop_archives_families_idle_for_the_configured_time_and_nothing_els
         family,
         family_child,
         mixed,
+        pinned,
+        repaired,
+        repaired_child,
     ] {
         age(&env, chat).await;
     }
@@ -117,6 +135,7 @@ async fn the_loop_archives_families_idle_for_the_configured_time_and_nothing_els
         (failed, "the failed chat"),
         (family, "the idle family's root"),
         (family_child, "the idle family's child"),
+        (repaired, "the root of a family with an archived child"),
     ] {
         env.wait_for(chat, Duration::from_secs(10), what, |c| c.archived)
             .await;
@@ -141,6 +160,7 @@ async fn the_loop_archives_families_idle_for_the_configured_time_and_nothing_els
         (waiting_for_tool, "waits for a tool result"),
         (mixed, "its child changed within the idle time"),
         (mixed_child, "a child goes with its root"),
+        (pinned, "is pinned"),
     ] {
         assert!(!env.chat(chat).await.archived, "archived a chat that {why}");
     }

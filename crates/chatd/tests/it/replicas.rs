@@ -211,12 +211,23 @@ async fn rows_of_replicas_gone_silent_are_pruned_unless_they_still_own_a_chat() 
         .execute(db.pool())
         .await?;
     sqlx::query(
-        "INSERT INTO chats (id, owner_id, root_chat_id, status, worker_id, runner_id)
-         VALUES ($1, $2, $1, 'running', $3, $4)",
+        "INSERT INTO chats (id, owner_id, status, worker_id, runner_id)
+         VALUES (gen_random_uuid(), $1, 'running', $2, $3)",
     )
-    .bind(uuid::Uuid::new_v4())
     .bind(user)
     .bind(owner)
+    .bind(uuid::Uuid::new_v4())
+    .execute(db.pool())
+    .await?;
+    // A chat left idle with a crashed replica's worker_id (it died between
+    // the end of a turn and the abandon) does not keep that row.
+    let idle_owner = insert("http://crashed-idle-owner.invalid", 120).await?;
+    sqlx::query(
+        "INSERT INTO chats (id, owner_id, status, worker_id, runner_id)
+         VALUES (gen_random_uuid(), $1, 'waiting', $2, $3)",
+    )
+    .bind(user)
+    .bind(idle_owner)
     .bind(uuid::Uuid::new_v4())
     .execute(db.pool())
     .await?;
