@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_core::{BusyBehavior, ChatStatus, MessagePart};
-use chatd_store::{CreateChatInput, NewMessage, SendMessageInput};
+use chatd_store::{CreateChatInput, NewMessage};
 use chatd_testkit::fake_llm::Script;
 use chatd_worker::{WorkerConfig, auto_archive_pass};
 use serde_json::json;
@@ -49,25 +49,6 @@ async fn age(env: &Env, chat_id: Uuid) {
         .execute(env.db.pool())
         .await
         .unwrap();
-}
-
-async fn send(env: &Env, chat_id: Uuid) -> Result<(), String> {
-    let message = NewMessage::user(vec![MessagePart::text("still here")]).created_by(env.owner);
-    env.store
-        .machine(chat_id)
-        .update(|tx| {
-            Box::pin(async move {
-                tx.send_message(SendMessageInput {
-                    message,
-                    busy_behavior: BusyBehavior::Queue,
-                    max_queue_size: None,
-                })
-                .await
-            })
-        })
-        .await
-        .map(|_| ())
-        .map_err(|err| err.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,7 +196,7 @@ async fn a_message_sent_while_the_loop_archives_either_lands_or_finds_the_chat_a
                 let env = &env;
                 async move {
                     barrier.wait().await;
-                    send(env, chat).await
+                    env.try_send(chat, "still here", BusyBehavior::Queue).await
                 }
             }
         );

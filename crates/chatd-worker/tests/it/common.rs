@@ -192,6 +192,18 @@ impl Env {
     }
 
     pub async fn send(&self, chat_id: Uuid, text: &str, busy_behavior: BusyBehavior) {
+        self.try_send(chat_id, text, busy_behavior)
+            .await
+            .expect("send");
+    }
+
+    /// [`Env::send`] that returns the store's refusal as its message.
+    pub async fn try_send(
+        &self,
+        chat_id: Uuid,
+        text: &str,
+        busy_behavior: BusyBehavior,
+    ) -> Result<(), String> {
         let message = NewMessage::user(vec![MessagePart::text(text)]).created_by(self.owner);
         self.store
             .machine(chat_id)
@@ -206,7 +218,8 @@ impl Env {
                 })
             })
             .await
-            .expect("send");
+            .map(|_| ())
+            .map_err(|err| err.to_string())
     }
 
     pub async fn chat(&self, chat_id: Uuid) -> Chat {

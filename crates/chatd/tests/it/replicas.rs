@@ -210,27 +210,25 @@ async fn rows_of_replicas_gone_silent_are_pruned_unless_they_still_own_a_chat() 
         .bind(user)
         .execute(db.pool())
         .await?;
-    sqlx::query(
-        "INSERT INTO chats (id, owner_id, status, worker_id, runner_id)
-         VALUES (gen_random_uuid(), $1, 'running', $2, $3)",
-    )
-    .bind(user)
-    .bind(owner)
-    .bind(uuid::Uuid::new_v4())
-    .execute(db.pool())
-    .await?;
+    let owned_chat = |status: &'static str, worker: uuid::Uuid| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query(
+                "INSERT INTO chats (id, owner_id, status, worker_id, runner_id)
+                 VALUES (gen_random_uuid(), $1, $2, $3, gen_random_uuid())",
+            )
+            .bind(user)
+            .bind(status)
+            .bind(worker)
+            .execute(&pool)
+            .await
+        }
+    };
+    owned_chat("running", owner).await?;
     // A chat left idle with a crashed replica's worker_id (it died between
     // the end of a turn and the abandon) does not keep that row.
     let idle_owner = insert("http://crashed-idle-owner.invalid", 120).await?;
-    sqlx::query(
-        "INSERT INTO chats (id, owner_id, status, worker_id, runner_id)
-         VALUES (gen_random_uuid(), $1, 'waiting', $2, $3)",
-    )
-    .bind(user)
-    .bind(idle_owner)
-    .bind(uuid::Uuid::new_v4())
-    .execute(db.pool())
-    .await?;
+    owned_chat("waiting", idle_owner).await?;
 
     let mut server = Chatd::start(&[
         "--postgres-url",
