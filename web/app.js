@@ -1,26 +1,55 @@
-// chatd web UI: one ES module, no build step, no dependencies.
+// chatd web UI: plain ES modules, no build step, no framework. Model text
+// is rendered as Markdown by ./markdown.js (marked, DOMPurify and
+// highlight.js, vendored under ./vendor); everything else is built with the
+// `h` helper below, whose strings always become text nodes.
 //
 // What this file owns:
 // - sign-in with an API token (localStorage `chatd.token`, checked with
 //   GET /api/v2/users/me) and sign-out;
-// - the chat list (polled from GET /api/v2/chats, archived toggle);
-// - the new-chat composer (model select, dynamic tools JSON) at `#/`;
+// - the sidebar: chats polled from GET /api/v2/chats (search with `q=`,
+//   archived toggle), relative dates, rename (PATCH title), delete (DELETE,
+//   after a confirmation); at phone width it is a drawer behind a menu
+//   button;
+// - the new-chat form at `#/`: the first message, its model, and an
+//   "Advanced" section with a system prompt and dynamic tools JSON;
 // - the chat view at `#/chats/<id>`: the live stream over the WebSocket
 //   (`chatd.bearer.<token>` subprotocol, reconnect with backoff and
-//   `?after_id=`), messages, the live preview, queue, action-required form,
-//   error and retry banners, usage, archive, edit, interrupt;
-// - toasts for failed requests.
+//   `?after_id=`), messages (assistant text as Markdown, long user texts
+//   collapsed), the live preview (re-rendered at most once per animation
+//   frame), interrupted and cut-short answers marked, queue,
+//   action-required form, error and retry banners, usage, archive, edit,
+//   stop;
+// - the composer: Enter sends, Shift+Enter is a new line (never while an
+//   IME composes), a model picker on every message (remembered per chat),
+//   long pastes collapsed into blocks;
+// - toasts for failed requests, and a polite live region that announces
+//   what the assistant is doing.
 //
 // Wire contract: ../../shared/API.md. Test selectors (`data-testid`):
-// web/README.md. All user and model text goes through textContent (the `h`
-// helper), never innerHTML.
+// web/README.md. User text is always plain text (textContent), never HTML.
+
+import { renderMarkdownInto } from './markdown.js';
 
 const TOKEN_KEY = 'chatd.token';
+const MODEL_KEY = 'chatd.model.'; // + chat id: the model picked last in that chat
+const INTERRUPTED_KEY = 'chatd.interrupted.'; // + chat id (sessionStorage): ids of answers cut by an interrupt
 const API = '/api/v2';
 const LIST_POLL_MS = 4000;
+const SEARCH_DEBOUNCE_MS = 250;
 const BACKOFF_INITIAL_MS = 500;
 const BACKOFF_MAX_MS = 10000;
 const TOAST_MS = 6000;
+/** A text longer than this (lines or characters) is shown collapsed. */
+const LONG_LINES = 20;
+const LONG_CHARS = 2000;
+const PHONE_QUERY = '(max-width: 720px)';
+
+/** What a finish reason says under an answer (absent or null: nothing). */
+const FINISH_MARKS = {
+  length: "cut short: the model's output/context limit was reached",
+  content_filter: "cut short: the provider's content filter stopped the answer",
+  interrupted: 'interrupted',
+};
 
 // ---------------------------------------------------------------------------
 // State
@@ -30,9 +59,13 @@ const app = {
   me: null,
   chats: [],
   showArchived: false,
-  models: null,
+  query: '', // the sidebar search (`q=`)
+  listSeq: 0, // the newest list request; older answers are dropped
+  renaming: null, // id of the chat whose title is being edited in the list
+  models: null, // a promise of GET /chats/models
+  modelsResolved: null, // its answer, once there
   listTimer: null,
-  view: null, // the open chat's state (newChatView() or chatView())
+  view: null, // the open view's state (openNewChat() or chatView())
 };
 
 /** Fresh state of an open chat. */
@@ -43,15 +76,22 @@ function chatView(chatId) {
     messages: new Map(), // id -> ChatMessage
     preview: null, // {hv, ga, seq, role, parts: [...]}
     finishedEpisodes: new Set(), // "hv:ga" whose preview a commit replaced
+    lastEpisode: null, // {hv, ga} of the newest part seen
     historyVersion: 0,
     queue: [],
     actionRequired: null,
     error: null,
-    retry: null,
+    retry: null, // the retry event's payload, plus `episode` (lastEpisode when it came)
     editing: null, // message id being edited
+    atBottom: true, // the reader is at the end of the conversation (kept there)
+    interruptArmed: false, // an interrupt is under way: the next new answer was cut by it
+    interruptedIds: loadInterrupted(chatId),
+    usageText: null, // the last usage label with numbers in it
+    announced: null, // the last status announced in the live region
     conn: null, // {ws, open}
     backoff: 0,
     reconnectTimer: null,
+    previewFrame: null,
     closed: false,
     dom: null,
   };
@@ -93,6 +133,47 @@ const $ = (id) => document.getElementById(id);
 function byTestId(root, testid) {
   return root.querySelector(`[data-testid="${testid}"]`);
 }
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+const ICONS = {
+  menu: ['M4 6h16', 'M4 12h16', 'M4 18h16'],
+  pencil: ['M4 20h4L19 9l-4-4L4 16z', 'M13.5 6.5l4 4'],
+  trash: ['M4 7h16', 'M9 7V4h6v3', 'M6 7l1 13h10l1-13'],
+  stop: ['M7 7h10v10H7z'],
+  send: ['M5 12h14', 'M13 6l6 6-6 6'],
+};
+
+/** A decorative inline SVG icon (the control carries the label). */
+function icon(name) {
+  const svg = document.createElementNS(SVG_NS, 'svg');
+  svg.setAttribute('viewBox', '0 0 24 24');
+  svg.setAttribute('aria-hidden', 'true');
+  svg.setAttribute('focusable', 'false');
+  svg.setAttribute('class', `icon icon-${name}`);
+  for (const d of ICONS[name]) {
+    const path = document.createElementNS(SVG_NS, 'path');
+    path.setAttribute('d', d);
+    svg.append(path);
+  }
+  return svg;
+}
+
+/** Whether `text` is long enough to be shown collapsed. */
+function isLong(text) {
+  if (text.length > LONG_CHARS) return true;
+  let lines = 1;
+  for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) {
+    lines += 1;
+    if (lines > LONG_LINES) return true;
+  }
+  return false;
+}
+
+function countLines(text) {
+  return text.split('\n').length;
+}
+
+const numberFormat = new Intl.NumberFormat();
 
 // ---------------------------------------------------------------------------
 // HTTP
@@ -154,7 +235,7 @@ async function attempt(fn) {
 }
 
 // ---------------------------------------------------------------------------
-// Toast: one at a time, the newest wins.
+// Toast (one at a time, the newest wins) and the live region.
 
 let toastTimer = null;
 
@@ -169,6 +250,12 @@ function toast(message) {
 
 function clearToast() {
   $('toasts').replaceChildren();
+}
+
+/** Tells screen readers (politely) what the assistant is doing. */
+function announce(text) {
+  const region = $('live-status');
+  if (region.textContent !== text) region.textContent = text;
 }
 
 // ---------------------------------------------------------------------------
@@ -192,11 +279,17 @@ function signOut() {
   app.me = null;
   app.chats = [];
   app.models = null;
+  app.modelsResolved = null;
+  app.query = '';
+  app.renaming = null;
   clearInterval(app.listTimer);
   closeView();
+  setSidebarOpen(false);
+  $('chat-search').value = '';
   $('chat-list').replaceChildren();
   $('main').replaceChildren();
   $('who').hidden = true;
+  $('menu-toggle').hidden = true;
   $('app-view').hidden = true;
   $('signin-view').hidden = false;
   $('token-input').value = '';
@@ -207,6 +300,7 @@ function showSignedIn() {
   $('signin-view').hidden = true;
   $('app-view').hidden = false;
   $('who').hidden = false;
+  $('menu-toggle').hidden = false;
   $('username').textContent = app.me.username;
   refreshChats();
   clearInterval(app.listTimer);
@@ -231,13 +325,41 @@ async function restoreSession() {
 }
 
 // ---------------------------------------------------------------------------
+// Sidebar: a column on wide screens, a drawer behind the menu button on
+// phones.
+
+const phone = window.matchMedia(PHONE_QUERY);
+
+function setSidebarOpen(open) {
+  const layout = $('app-view');
+  const wasOpen = layout.classList.contains('sidebar-open');
+  layout.classList.toggle('sidebar-open', open);
+  $('menu-toggle').setAttribute('aria-expanded', String(open));
+  $('menu-toggle').setAttribute('aria-label', open ? 'Hide chats' : 'Show chats');
+  $('sidebar-backdrop').hidden = !open;
+  // While the drawer covers the page on a phone, the page behind is inert.
+  $('main').inert = open && phone.matches;
+  if (open && !wasOpen && phone.matches) $('chat-search').focus();
+  if (!open && wasOpen && phone.matches && $('sidebar').contains(document.activeElement)) {
+    $('menu-toggle').focus();
+  }
+}
+
+function toggleSidebar() {
+  setSidebarOpen(!$('app-view').classList.contains('sidebar-open'));
+}
+
+// ---------------------------------------------------------------------------
 // Chat list
 
 async function refreshChats() {
   if (!app.token) return;
-  const query = app.showArchived ? '?archived=true&limit=100' : '?limit=100';
-  const chats = await api('GET', `/chats${query}`, undefined, { quiet: true }).catch(() => null);
-  if (!chats) return;
+  const params = new URLSearchParams({ limit: '100' });
+  if (app.showArchived) params.set('archived', 'true');
+  if (app.query) params.set('q', app.query);
+  const seq = ++app.listSeq;
+  const chats = await api('GET', `/chats?${params}`, undefined, { quiet: true }).catch(() => null);
+  if (!chats || seq !== app.listSeq) return;
   app.chats = chats;
   syncOpenChatTitle();
   renderChatList();
@@ -253,29 +375,84 @@ function syncOpenChatTitle() {
   }
 }
 
+const relativeFormat = new Intl.RelativeTimeFormat(undefined, { numeric: 'auto' });
+
+/**
+ * `iso` relative to now: "now", "5 minutes ago", "3 hours ago",
+ * "yesterday", a weekday within the week, else the date.
+ */
+function formatRelative(iso, now = new Date()) {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return '';
+  const seconds = Math.round((now - date) / 1000);
+  if (seconds < 60) return relativeFormat.format(0, 'second');
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return relativeFormat.format(-minutes, 'minute');
+  const startOfDay = (d) => new Date(d.getFullYear(), d.getMonth(), d.getDate()).getTime();
+  const days = Math.round((startOfDay(now) - startOfDay(date)) / 86400000);
+  if (days === 0) return relativeFormat.format(-Math.floor(minutes / 60), 'hour');
+  if (days === 1) return relativeFormat.format(-1, 'day');
+  if (days < 7) return date.toLocaleDateString(undefined, { weekday: 'long' });
+  const sameYear = date.getFullYear() === now.getFullYear();
+  return date.toLocaleDateString(undefined, sameYear ? { day: 'numeric', month: 'short' } : { day: 'numeric', month: 'short', year: 'numeric' });
+}
+
 function renderChatList() {
+  if (app.renaming) return; // the list is re-rendered when the rename ends
+  const list = $('chat-list');
   const openId = app.view && app.view.chatId;
+  const existing = new Map([...list.children].filter((el) => el.dataset.chatId).map((el) => [el.dataset.chatId, el]));
+  const focused = list.contains(document.activeElement) ? document.activeElement : null;
+  const focusedItem = focused && focused.closest('[data-chat-id]');
+  const focusedKey = focused && (focused.dataset.testid || (focused.classList.contains('chat-link') ? 'chat-link' : null));
   const items = app.chats.map((chat) => {
     const status = openId === chat.id && app.view.chat ? app.view.chat.status : chat.status;
-    return h(
-      'li',
-      { testid: 'chat-item', dataset: { chatId: chat.id }, class: 'chat-item' },
-      h(
-        'a',
-        {
-          href: `#/chats/${chat.id}`,
-          class: 'chat-link',
-          'aria-current': openId === chat.id ? 'page' : null,
-        },
-        h('span', { class: 'chat-title', testid: 'chat-title' }, chat.title || 'Untitled'),
-        statusBadge(status, 'status-badge'),
-      ),
-    );
+    const date = formatRelative(chat.updated_at);
+    const key = JSON.stringify([chat.title, status, date, chat.archived, openId === chat.id]);
+    const old = existing.get(chat.id);
+    if (old && old.dataset.key === key) return old;
+    const item = chatListItem(chat, status, date, openId === chat.id);
+    item.dataset.key = key;
+    return item;
   });
   if (items.length === 0) {
-    items.push(h('li', { class: 'empty' }, app.showArchived ? 'No archived chats.' : 'No chats yet.'));
+    let text = app.showArchived ? 'No archived chats.' : 'No chats yet.';
+    if (app.query) text = `No ${app.showArchived ? 'archived ' : ''}chats match “${app.query}”.`;
+    items.push(h('li', { class: 'empty', testid: 'chat-list-empty' }, text));
   }
-  $('chat-list').replaceChildren(...items);
+  const same = items.length === list.children.length && items.every((el, i) => list.children[i] === el);
+  if (!same) list.replaceChildren(...items);
+  // A re-rendered item keeps the keyboard focus where it was.
+  if (focusedItem && focusedKey && !list.contains(focused)) {
+    const again = list.querySelector(`[data-chat-id="${CSS.escape(focusedItem.dataset.chatId)}"]`);
+    const target = again && (focusedKey === 'chat-link' ? again.querySelector('.chat-link') : byTestId(again, focusedKey));
+    if (target) target.focus();
+  }
+}
+
+function chatListItem(chat, status, date, open) {
+  const title = chat.title || 'Untitled';
+  return h(
+    'li',
+    { testid: 'chat-item', dataset: { chatId: chat.id }, class: 'chat-item' },
+    h(
+      'a',
+      { href: `#/chats/${chat.id}`, class: 'chat-link', 'aria-current': open ? 'page' : null },
+      h('span', { class: 'chat-title', testid: 'chat-title' }, title),
+      h(
+        'span',
+        { class: 'chat-sub' },
+        h('time', { class: 'chat-date', testid: 'chat-date', datetime: chat.updated_at, title: new Date(chat.updated_at).toLocaleString() }, date),
+        statusBadge(status, 'status-badge'),
+      ),
+    ),
+    h(
+      'span',
+      { class: 'chat-actions' },
+      h('button', { type: 'button', class: 'btn btn-icon', testid: 'chat-rename', 'aria-label': `Rename chat “${title}”`, title: 'Rename', onclick: () => startRename(chat.id) }, icon('pencil')),
+      h('button', { type: 'button', class: 'btn btn-icon btn-danger-quiet', testid: 'chat-delete', 'aria-label': `Delete chat “${title}”`, title: 'Delete', onclick: () => deleteChat(chat.id) }, icon('trash')),
+    ),
+  );
 }
 
 function statusBadge(status, testid) {
@@ -294,13 +471,131 @@ function updateListStatus(chatId, status) {
   }
 }
 
+/** Replaces the item's title with a field: Enter (or leaving it) saves, Escape cancels. */
+function startRename(chatId) {
+  const chat = app.chats.find((c) => c.id === chatId);
+  const item = $('chat-list').querySelector(`[data-chat-id="${CSS.escape(chatId)}"]`);
+  if (!chat || !item) return;
+  if (app.renaming) return;
+  app.renaming = chatId;
+  item.dataset.key = ''; // render it afresh when the rename ends
+  const input = h('input', {
+    type: 'text',
+    class: 'rename-input',
+    testid: 'chat-rename-input',
+    value: chat.title || '',
+    maxlength: 200,
+    'aria-label': 'Chat title',
+  });
+  let done = false;
+  const finish = async (save) => {
+    if (done) return;
+    done = true;
+    const title = input.value.trim();
+    if (save && title && title !== chat.title) {
+      input.disabled = true;
+      const updated = await attempt(() => api('PATCH', `/chats/${chatId}`, { title }));
+      if (updated) {
+        Object.assign(chat, updated);
+        if (app.view && app.view.chatId === chatId && app.view.chat) {
+          app.view.chat.title = updated.title;
+          renderHeader(app.view);
+        }
+      }
+    }
+    app.renaming = null;
+    const hadFocus = item.contains(document.activeElement);
+    renderChatList();
+    if (hadFocus) {
+      const again = $('chat-list').querySelector(`[data-chat-id="${CSS.escape(chatId)}"]`);
+      const button = again && byTestId(again, 'chat-rename');
+      if (button) button.focus();
+    }
+    refreshChats();
+  };
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.isComposing) {
+      e.preventDefault();
+      finish(true);
+    } else if (e.key === 'Escape') {
+      e.preventDefault();
+      e.stopPropagation();
+      finish(false);
+    }
+  });
+  input.addEventListener('blur', () => finish(true));
+  item.classList.add('renaming');
+  item.replaceChildren(h('form', { class: 'rename-form', onsubmit: (e) => e.preventDefault() }, input));
+  input.focus();
+  input.select();
+}
+
+/** Deletes a chat after a confirmation; the server's refusal (a busy chat) shows as a toast. */
+async function deleteChat(chatId) {
+  const chat = app.chats.find((c) => c.id === chatId);
+  if (!chat) return;
+  const title = chat.title || 'Untitled';
+  const ok = await confirmDialog({
+    title: 'Delete this chat?',
+    message: `“${title}” and all its messages will be deleted for good. Only idle or archived chats can be deleted.`,
+    confirm: 'Delete',
+  });
+  if (!ok) return;
+  const deleted = await attempt(() => api('DELETE', `/chats/${chatId}`).then(() => true));
+  if (!deleted) return;
+  localStorage.removeItem(MODEL_KEY + chatId);
+  sessionStorage.removeItem(INTERRUPTED_KEY + chatId);
+  const index = app.chats.findIndex((c) => c.id === chatId);
+  app.chats = app.chats.filter((c) => c.id !== chatId);
+  if (app.view && app.view.chatId === chatId) {
+    closeView();
+    location.hash = '#/';
+  }
+  renderChatList();
+  // Keep the keyboard where the deleted item was.
+  const links = $('chat-list').querySelectorAll('.chat-link');
+  const next = links[Math.min(index, links.length - 1)];
+  if (next) next.focus();
+  else $('chat-search').focus();
+  refreshChats();
+}
+
+/**
+ * A modal confirmation (`confirm-dialog`); resolves to true when the user
+ * confirms, false on Cancel or Escape.
+ */
+function confirmDialog({ title, message, confirm }) {
+  const dialog = $('confirm-dialog');
+  const returnTo = document.activeElement;
+  $('confirm-title').textContent = title;
+  $('confirm-message').textContent = message;
+  $('confirm-ok').textContent = confirm;
+  return new Promise((resolve) => {
+    const close = (result) => {
+      dialog.removeEventListener('close', onClose);
+      $('confirm-ok').onclick = null;
+      $('confirm-cancel').onclick = null;
+      if (dialog.open) dialog.close();
+      if (returnTo && returnTo.isConnected) returnTo.focus();
+      resolve(result);
+    };
+    const onClose = () => close(false);
+    dialog.addEventListener('close', onClose);
+    $('confirm-ok').onclick = () => close(true);
+    $('confirm-cancel').onclick = () => close(false);
+    dialog.showModal();
+    $('confirm-cancel').focus();
+  });
+}
+
 // ---------------------------------------------------------------------------
-// Routing: `#/` (new chat composer) and `#/chats/<id>`.
+// Routing: `#/` (new chat form) and `#/chats/<id>`.
 
 function route() {
   if (!app.me) return;
   const match = location.hash.match(/^#\/chats\/([0-9a-fA-F-]{36})$/);
   const chatId = match ? match[1].toLowerCase() : null;
+  setSidebarOpen(false);
   if (app.view && app.view.chatId === chatId && chatId) return;
   closeView();
   if (chatId) openChat(chatId);
@@ -314,7 +609,61 @@ function closeView() {
   if (!view) return;
   view.closed = true;
   clearTimeout(view.reconnectTimer);
+  if (view.previewFrame) cancelAnimationFrame(view.previewFrame);
   if (view.conn) view.conn.ws.close(1000, 'leaving');
+}
+
+// ---------------------------------------------------------------------------
+// Models: GET /chats/models once per sign-in; the last pick of each chat is
+// remembered in localStorage.
+
+function loadModels() {
+  if (!app.models) {
+    app.models = api('GET', '/chats/models', undefined, { quiet: true }).then(
+      (models) => {
+        app.modelsResolved = models;
+        return models;
+      },
+      () => {
+        app.models = null; // try again next time
+        return [];
+      },
+    );
+  }
+  return app.models;
+}
+
+function modelLabel(m) {
+  return (m.display_name || m.model) + (m.is_default ? ' (default)' : '');
+}
+
+/**
+ * Fills a model `select`: "Server default" for a new chat; for a chat,
+ * its remembered pick or else the model it last used.
+ */
+async function fillModelSelect(select, chat) {
+  const models = await loadModels();
+  const options = models.map((m) => h('option', { value: m.id }, modelLabel(m)));
+  if (!chat) {
+    select.replaceChildren(h('option', { value: '' }, 'Server default'), ...options);
+    return;
+  }
+  const known = (id) => id && models.some((m) => m.id === id);
+  const remembered = localStorage.getItem(MODEL_KEY + chat.id);
+  const current = known(remembered) ? remembered : chat.last_model_config_id;
+  if (known(current)) {
+    select.replaceChildren(...options);
+    select.value = current;
+  } else {
+    // The chat's model is not offered (disabled or removed): leave it to the server.
+    select.replaceChildren(h('option', { value: '' }, 'Current model'), ...options);
+    select.value = '';
+  }
+}
+
+function modelName(id, models) {
+  const m = id && models && models.find((x) => x.id === id);
+  return m ? m.display_name || m.model : null;
 }
 
 // ---------------------------------------------------------------------------
@@ -331,37 +680,43 @@ function openNewChat() {
     'aria-describedby': 'new-chat-tools-help',
   });
   const toolsError = h('p', { class: 'field-error', id: 'new-chat-tools-error', testid: 'new-chat-tools-error', role: 'alert', hidden: true });
-  const model = h('select', { id: 'new-chat-model', testid: 'new-chat-model' }, h('option', { value: '' }, 'Server default'));
-  const composer = buildComposer({ newChat: true });
-  const form = h(
-    'section',
-    { class: 'new-chat', 'aria-label': 'New chat' },
-    h('h2', {}, 'New chat'),
+  const systemPrompt = h('textarea', {
+    id: 'new-chat-system-prompt',
+    testid: 'new-chat-system-prompt',
+    rows: 3,
+    maxlength: 10000,
+    placeholder: 'e.g. You are a concise assistant. Answer in English.',
+    'aria-describedby': 'new-chat-system-prompt-help',
+  });
+  const advanced = h(
+    'details',
+    { class: 'advanced', testid: 'advanced' },
+    h('summary', { testid: 'advanced-toggle' }, 'Advanced'),
     h(
       'div',
-      { class: 'new-chat-options' },
-      h('label', { for: 'new-chat-model' }, 'Model'),
-      model,
+      { class: 'advanced-fields' },
+      h('label', { for: 'new-chat-system-prompt' }, 'System prompt (optional)'),
+      systemPrompt,
+      h('p', { class: 'hint', id: 'new-chat-system-prompt-help' }, 'Instructions the model reads before the conversation; at most 10,000 characters.'),
       h('label', { for: 'new-chat-tools' }, 'Dynamic tools (optional JSON array)'),
       tools,
       h('p', { class: 'hint', id: 'new-chat-tools-help' }, 'Tools the model may call; you answer each call in the chat.'),
       toolsError,
     ),
+  );
+  const composer = buildComposer({ newChat: true });
+  const form = h(
+    'section',
+    { class: 'new-chat', 'aria-labelledby': 'new-chat-heading' },
+    h('h1', { class: 'new-chat-heading', id: 'new-chat-heading' }, 'New chat'),
+    h('p', { class: 'hint' }, 'Ask anything. Pick a model below; the Advanced section has a system prompt and dynamic tools.'),
     composer.root,
+    advanced,
   );
   $('main').replaceChildren(form);
   composer.input.focus();
-  loadModels(model);
-}
-
-async function loadModels(select) {
-  if (!app.models) {
-    app.models = await api('GET', '/chats/models', undefined, { quiet: true }).catch(() => []);
-  }
-  for (const m of app.models) {
-    const label = (m.display_name || m.model) + (m.is_default ? ' (default)' : '');
-    select.append(h('option', { value: m.id }, label));
-  }
+  fillModelSelect(composer.model, null);
+  announce('');
 }
 
 /**
@@ -396,7 +751,7 @@ function parseTools(text) {
   return tools.map((t) => ({ name: t.name, description: t.description || '', input_schema: t.input_schema }));
 }
 
-async function createChat(text) {
+async function createChat(text, model) {
   const toolsField = $('new-chat-tools');
   const toolsError = $('new-chat-tools-error');
   let tools;
@@ -408,14 +763,18 @@ async function createChat(text) {
     toolsError.textContent = err.message;
     toolsError.hidden = false;
     toolsField.setAttribute('aria-invalid', 'true');
+    byTestId(document, 'advanced').open = true;
+    toolsField.focus();
     return false;
   }
   const body = { content: [{ type: 'text', text }] };
-  const model = $('new-chat-model').value;
   if (model) body.model_config_id = model;
   if (tools) body.dynamic_tools = tools;
+  const systemPrompt = $('new-chat-system-prompt').value;
+  if (systemPrompt.trim()) body.system_prompt = systemPrompt;
   const chat = await attempt(() => api('POST', '/chats', body));
   if (!chat) return false;
+  if (model) localStorage.setItem(MODEL_KEY + chat.id, model);
   if (app.showArchived) {
     app.showArchived = false;
     $('show-archived').checked = false;
@@ -430,50 +789,184 @@ async function createChat(text) {
 // Composer (shared by the new-chat form and the chat view)
 
 function buildComposer({ newChat }) {
+  const modelId = newChat ? 'new-chat-model' : 'composer-model';
   const input = h('textarea', {
     id: 'composer-input',
     testid: 'composer-input',
-    rows: 3,
-    placeholder: newChat ? 'Write the first message…' : 'Write a message… (Ctrl+Enter sends)',
+    rows: 2,
+    placeholder: newChat ? 'Write the first message…' : 'Write a message…',
     'aria-label': 'Message',
+    'aria-describedby': 'composer-hint',
   });
-  const sendQueue = h('button', { type: 'submit', class: 'btn btn-primary', testid: 'send-queue' }, newChat ? 'Start chat' : 'Send');
+  const model = h('select', { id: modelId, testid: modelId, class: 'model-select' });
+  const pastes = h('div', { class: 'pasted-blocks', testid: 'pasted-blocks' });
+  const sendQueue = h(
+    'button',
+    { type: 'submit', class: 'btn btn-primary', testid: 'send-queue' },
+    newChat ? 'Start chat' : 'Send',
+  );
   const sendInterrupt = newChat
     ? null
     : h('button', {
         type: 'button',
         class: 'btn',
         testid: 'send-interrupt',
-        title: 'Interrupt the running turn and send now',
-      }, 'Send now (interrupt)');
-  const root = h('form', { class: 'composer', 'aria-label': 'Composer' }, input, h('div', { class: 'composer-actions' }, sendInterrupt, sendQueue));
+        title: 'Stop the running reply and send this now',
+        hidden: true,
+      }, 'Send now');
+  const stop = newChat
+    ? null
+    : h('button', {
+        type: 'button',
+        class: 'btn btn-stop',
+        testid: 'interrupt',
+        disabled: true,
+        hidden: true,
+        'aria-label': 'Stop the reply',
+      }, icon('stop'), h('span', { class: 'stop-label' }, 'Stop'));
+  const root = h(
+    'form',
+    { class: 'composer', 'aria-label': 'Composer' },
+    pastes,
+    input,
+    h(
+      'div',
+      { class: 'composer-bar' },
+      h('span', { class: 'model-field' }, h('label', { for: modelId }, 'Model'), model),
+      h('span', { class: 'composer-hint', id: 'composer-hint' }, 'Enter sends · Shift+Enter: new line'),
+      h('span', { class: 'composer-actions' }, stop, sendInterrupt, sendQueue),
+    ),
+  );
+  const composer = { root, input, model, sendQueue, sendInterrupt, stop, pastes, pasted: [], sending: false };
+
+  /** The message: pasted blocks (in order), then what was typed. */
+  const messageText = () => [...composer.pasted.map((p) => p.text), input.value].filter((t) => t.trim()).join('\n\n');
   const submit = async (behavior) => {
-    const text = input.value;
+    if (composer.sending) return;
+    const text = messageText();
     if (!text.trim()) {
       input.focus();
       return;
     }
+    composer.sending = true;
     setBusy(root, true);
-    const ok = newChat ? await createChat(text) : await sendMessage(text, behavior);
+    const ok = newChat ? await createChat(text, model.value) : await sendMessage(text, behavior, model.value);
+    composer.sending = false;
     setBusy(root, false);
-    if (ok) input.value = '';
+    if (app.view && app.view.chat) renderHeader(app.view);
+    if (ok) {
+      input.value = '';
+      composer.pasted = [];
+      renderPastes(composer);
+      autoGrow(input);
+    }
   };
+  composer.submit = submit;
   root.addEventListener('submit', (e) => {
     e.preventDefault();
     submit('queue');
   });
   if (sendInterrupt) sendInterrupt.addEventListener('click', () => submit('interrupt'));
+  if (stop) stop.addEventListener('click', () => app.view && app.view.chat && interruptChat(app.view));
   input.addEventListener('keydown', (e) => {
-    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
-      e.preventDefault();
-      submit('queue');
+    // Enter sends; Shift+Enter (or Alt+Enter) is a new line; an Enter that
+    // ends an IME composition is the IME's.
+    if (e.key !== 'Enter' || e.isComposing || e.keyCode === 229) return;
+    if (e.shiftKey || e.altKey) return;
+    e.preventDefault();
+    submit('queue');
+  });
+  input.addEventListener('input', () => autoGrow(input));
+  input.addEventListener('paste', (e) => {
+    const text = e.clipboardData && e.clipboardData.getData('text/plain');
+    if (!text || !isLong(text)) return;
+    e.preventDefault();
+    composer.pasted.push({ id: crypto.randomUUID(), text, open: false });
+    renderPastes(composer);
+  });
+  model.addEventListener('change', () => {
+    const view = app.view;
+    if (!newChat && view && view.chatId) {
+      if (model.value) localStorage.setItem(MODEL_KEY + view.chatId, model.value);
+      else localStorage.removeItem(MODEL_KEY + view.chatId);
     }
   });
-  return { root, input, sendQueue, sendInterrupt };
+  return composer;
+}
+
+/** Grows the textarea with its text, up to the CSS max-height. */
+function autoGrow(input) {
+  input.style.height = 'auto';
+  input.style.height = `${input.scrollHeight + 2}px`;
+}
+
+/** The collapsed blocks of long pastes above the composer's textarea. */
+function renderPastes(composer) {
+  const blocks = composer.pasted.map((paste, i) => {
+    const textId = `pasted-text-${paste.id}`;
+    const lines = countLines(paste.text);
+    const toggle = h('button', {
+      type: 'button',
+      class: 'btn btn-small btn-quiet',
+      testid: 'pasted-toggle',
+      'aria-expanded': String(paste.open),
+      'aria-controls': textId,
+      onclick: () => {
+        paste.open = !paste.open;
+        renderPastes(composer);
+      },
+    }, paste.open ? 'Collapse' : 'Show all');
+    const edit = h('button', {
+      type: 'button',
+      class: 'btn btn-small btn-quiet',
+      testid: 'pasted-edit',
+      title: 'Move the pasted text into the message field',
+      onclick: () => {
+        composer.pasted = composer.pasted.filter((p) => p !== paste);
+        const input = composer.input;
+        input.value = input.value ? `${paste.text}\n\n${input.value}` : paste.text;
+        renderPastes(composer);
+        autoGrow(input);
+        input.focus();
+      },
+    }, 'Edit as text');
+    const remove = h('button', {
+      type: 'button',
+      class: 'btn btn-small btn-quiet',
+      testid: 'pasted-remove',
+      'aria-label': `Remove pasted text ${i + 1}`,
+      onclick: () => {
+        composer.pasted = composer.pasted.filter((p) => p !== paste);
+        renderPastes(composer);
+        composer.input.focus();
+      },
+    }, 'Remove');
+    return h(
+      'div',
+      { class: `pasted-block${paste.open ? '' : ' collapsed'}`, testid: 'pasted-block', role: 'group', 'aria-label': `Pasted text ${i + 1}` },
+      h(
+        'div',
+        { class: 'pasted-head' },
+        h('strong', {}, 'Pasted text'),
+        h('span', { class: 'pasted-size', testid: 'pasted-size' }, `${numberFormat.format(lines)} lines · ${numberFormat.format(paste.text.length)} characters`),
+        h('span', { class: 'pasted-actions' }, toggle, edit, remove),
+      ),
+      h('pre', { class: 'pasted-text', id: textId, testid: 'pasted-text' }, paste.text),
+    );
+  });
+  composer.pastes.replaceChildren(...blocks);
 }
 
 function setBusy(form, busy) {
-  for (const button of form.querySelectorAll('button')) button.disabled = busy;
+  for (const button of form.querySelectorAll('button')) {
+    if (busy) {
+      button.dataset.wasDisabled = String(button.disabled);
+      button.disabled = true;
+    } else if (button.dataset.wasDisabled !== undefined) {
+      button.disabled = button.dataset.wasDisabled === 'true';
+      delete button.dataset.wasDisabled;
+    }
+  }
   form.setAttribute('aria-busy', String(busy));
 }
 
@@ -482,6 +975,7 @@ function setBusy(form, busy) {
 
 async function openChat(chatId) {
   clearToast(); // A failure shown for the previous view is stale here.
+  announce('');
   const view = chatView(chatId);
   app.view = view;
   view.dom = buildChatDom(view);
@@ -492,55 +986,65 @@ async function openChat(chatId) {
     view.dom.title.textContent = 'Chat not available';
     view.dom.status.textContent = 'unavailable';
     view.dom.connection.textContent = '';
-    view.dom.interrupt.disabled = true;
     view.dom.archive.replaceChildren();
     const composer = view.dom.composer;
     composer.input.disabled = composer.sendQueue.disabled = composer.sendInterrupt.disabled = true;
+    composer.model.disabled = true;
     return;
   }
   view.chat = chat;
   view.historyVersion = chat.history_version;
   view.error = chat.status === 'error' ? chat.last_error : null;
+  view.announced = chat.status;
   render(view);
+  fillModelSelect(view.dom.composer.model, chat);
+  loadModels().then(() => {
+    if (!view.closed) rerenderMessages(view);
+  });
   connect(view);
 }
 
 function buildChatDom(view) {
-  const title = h('h2', { class: 'chat-heading' }, 'Loading…');
+  const title = h('h1', { class: 'chat-heading', id: 'chat-heading' }, 'Loading…');
   const status = h('span', { class: 'status-badge', testid: 'chat-status' }, '…');
   const connection = h('span', { class: 'connection', testid: 'connection', role: 'status', 'aria-label': 'Connection' }, 'reconnecting');
   const usage = h('span', { class: 'usage', testid: 'usage', title: 'Token usage: input / output / total' });
-  const interrupt = h('button', { type: 'button', class: 'btn btn-warn', testid: 'interrupt', disabled: true, onclick: () => interruptChat(view) }, 'Interrupt');
   const archive = h('span', { class: 'archive-slot' });
   const banners = h('div', { class: 'banners' });
-  const messages = h('div', { class: 'messages', testid: 'messages', role: 'log', 'aria-label': 'Messages', 'aria-live': 'polite' });
+  const messages = h('div', { class: 'messages', testid: 'messages', role: 'log', 'aria-label': 'Messages' });
   const previewSlot = h('div', { class: 'preview-slot' });
-  const scroller = h('div', { class: 'scroller' }, messages, previewSlot);
+  const scroller = h('div', { class: 'scroller', tabindex: '-1' }, h('div', { class: 'thread' }, messages, previewSlot));
+  // Follow the conversation while the reader is at its end: through new
+  // messages, the growing preview, and the composer growing or shrinking.
+  scroller.addEventListener('scroll', () => {
+    view.atBottom = isScrolledToBottom(scroller);
+  });
+  new ResizeObserver(() => {
+    if (view.atBottom) scrollToBottom(view);
+  }).observe(scroller);
   const action = h('div', { class: 'action-slot' });
   const queue = h('section', { class: 'queue', testid: 'queue', 'aria-label': 'Queued messages', hidden: true });
   const composer = buildComposer({ newChat: false });
   const root = h(
     'section',
-    { class: 'chat', testid: 'chat-view', dataset: { chatId: view.chatId } },
+    { class: 'chat', testid: 'chat-view', dataset: { chatId: view.chatId }, 'aria-labelledby': 'chat-heading' },
     h(
       'header',
       { class: 'chat-header' },
       h('div', { class: 'chat-header-main' }, title, status, connection),
-      h('div', { class: 'chat-header-tools' }, usage, interrupt, archive),
+      h('div', { class: 'chat-header-tools' }, usage, archive),
     ),
     banners,
     scroller,
-    action,
-    queue,
-    composer.root,
+    h('div', { class: 'dock' }, action, queue, composer.root),
   );
-  return { root, title, status, connection, usage, interrupt, archive, banners, messages, previewSlot, scroller, action, queue, composer, actionKey: null };
+  return { root, title, status, connection, usage, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null };
 }
 
-/** Re-renders every part of the chat view from `view`. */
+/** Re-renders every part of the chat view from `view` (the preview at the next frame). */
 function render(view) {
   if (view.closed || !view.chat) return;
-  const stick = isScrolledToBottom(view.dom.scroller);
+  const stick = view.atBottom;
   renderHeader(view);
   renderBanners(view);
   renderMessages(view);
@@ -548,11 +1052,15 @@ function render(view) {
   renderActionRequired(view);
   renderQueue(view);
   renderUsage(view);
-  if (stick) view.dom.scroller.scrollTop = view.dom.scroller.scrollHeight;
+  if (stick) scrollToBottom(view);
 }
 
 function isScrolledToBottom(el) {
   return el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+}
+
+function scrollToBottom(view) {
+  view.dom.scroller.scrollTop = view.dom.scroller.scrollHeight;
 }
 
 function renderHeader(view) {
@@ -560,7 +1068,6 @@ function renderHeader(view) {
   dom.title.textContent = chat.title || 'Untitled';
   dom.status.textContent = chat.status;
   dom.status.className = `status-badge status-${chat.status}`;
-  dom.interrupt.disabled = chat.status !== 'running' || chat.archived;
   const archiveButton = chat.archived
     ? h('button', { type: 'button', class: 'btn', testid: 'unarchive', onclick: () => setArchived(view, false) }, 'Unarchive')
     : h('button', { type: 'button', class: 'btn btn-quiet', testid: 'archive', onclick: () => setArchived(view, true) }, 'Archive');
@@ -568,12 +1075,28 @@ function renderHeader(view) {
     dom.archive.replaceChildren(archiveButton);
   }
   const composer = dom.composer;
-  composer.input.disabled = chat.archived;
-  composer.input.placeholder = chat.archived ? 'This chat is archived.' : 'Write a message… (Ctrl+Enter sends)';
+  const working = chat.status === 'running' || chat.status === 'interrupting';
   const busy = chat.status !== 'waiting' && chat.status !== 'error';
+  composer.input.disabled = chat.archived;
+  composer.model.disabled = chat.archived;
+  composer.input.placeholder = chat.archived
+    ? 'This chat is archived.'
+    : busy
+      ? 'Write a message… (it waits in the queue until the reply is done)'
+      : 'Write a message…';
   composer.sendQueue.textContent = busy ? 'Queue' : 'Send';
-  composer.sendQueue.disabled = chat.archived;
-  composer.sendInterrupt.disabled = chat.archived;
+  composer.sendInterrupt.hidden = !busy || chat.archived;
+  // The stop button: shown while the agent works (running, retrying,
+  // interrupting), usable while it runs.
+  composer.stop.hidden = !working || chat.archived;
+  const stopping = chat.status === 'interrupting';
+  composer.stop.querySelector('.stop-label').textContent = stopping ? 'Stopping…' : 'Stop';
+  composer.stop.setAttribute('aria-label', stopping ? 'Stopping the reply' : 'Stop the reply');
+  if (!composer.sending) {
+    composer.sendQueue.disabled = chat.archived;
+    composer.sendInterrupt.disabled = chat.archived;
+    composer.stop.disabled = chat.status !== 'running' || chat.archived;
+  }
 }
 
 function setConnection(view, live) {
@@ -583,23 +1106,43 @@ function setConnection(view, live) {
 
 // --- messages --------------------------------------------------------------
 
+/** Forces every message to render again (e.g. once the model names are known). */
+function rerenderMessages(view) {
+  for (const el of view.dom.messages.children) el.dataset.key = '';
+  render(view);
+}
+
+function finishReasonOf(view, message) {
+  if (message.role !== 'assistant') return null;
+  if (message.finish_reason) return message.finish_reason;
+  // The server does not say (older servers): the UI knows when it watched
+  // the answer being interrupted.
+  return view.interruptedIds.has(message.id) ? 'interrupted' : null;
+}
+
 function renderMessages(view) {
   const container = view.dom.messages;
   const existing = new Map();
   for (const el of container.children) existing.set(Number(el.dataset.messageId), el);
   const ids = [...view.messages.keys()].sort((a, b) => a - b);
+  const editable = !view.chat?.archived;
   let previous = null;
   for (const id of ids) {
     const message = view.messages.get(id);
     let el = existing.get(id);
     existing.delete(id);
-    // Archiving or unarchiving changes whether user messages can be edited.
-    const editable = String(!view.chat?.archived);
-    const stale = !el || Number(el.dataset.revision) !== message.revision || el.dataset.editable !== editable;
-    if (stale && view.editing !== id) {
+    // Archiving changes whether user messages can be edited; an interrupt
+    // seen by the UI adds a mark.
+    const key = `${message.revision}:${editable}:${finishReasonOf(view, message)}`;
+    if ((!el || el.dataset.key !== key) && view.editing !== id) {
       const fresh = renderMessage(view, message);
-      fresh.dataset.editable = editable;
-      if (el) el.replaceWith(fresh);
+      fresh.dataset.key = key;
+      if (el) {
+        // Keep a long text expanded when the message renders again.
+        const wasOpen = byTestId(el, 'message-expand')?.getAttribute('aria-expanded') === 'true';
+        if (wasOpen) setCollapsed(fresh, false);
+        el.replaceWith(fresh);
+      }
       el = fresh;
     }
     const expectedPosition = previous ? previous.nextSibling : container.firstChild;
@@ -609,20 +1152,38 @@ function renderMessages(view) {
   for (const el of existing.values()) el.remove();
 }
 
+function textOf(parts) {
+  return parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
+}
+
 function renderMessage(view, message) {
-  const text = message.content.filter((p) => p.type === 'text').map((p) => p.text).join('');
+  const text = textOf(message.content);
   const canEdit = message.role === 'user' && !view.chat.archived;
+  const models = app.modelsResolved;
+  const model = message.role === 'assistant' ? modelName(message.model_config_id, models) : null;
   const header = h(
     'header',
     { class: 'message-meta' },
     h('span', { class: 'role' }, roleLabel(message.role)),
-    h('time', { datetime: message.created_at, title: message.created_at }, formatTime(message.created_at)),
+    model ? h('span', { class: 'message-model', testid: 'message-model' }, model) : null,
+    h('time', { datetime: message.created_at, title: new Date(message.created_at).toLocaleString() }, formatTime(message.created_at)),
     message.usage ? h('span', { class: 'message-usage' }, `${message.usage.total_tokens} tokens`) : null,
     canEdit
       ? h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'edit-message', 'aria-label': 'Edit message', onclick: () => startEdit(view, message.id) }, 'Edit')
       : null,
   );
-  return h(
+  let body;
+  if (message.role === 'assistant') {
+    body = h('div', { class: 'message-text markdown', testid: 'message-text' });
+    renderMarkdownInto(body, text);
+  } else {
+    body = h('div', { class: 'message-text plain', testid: 'message-text' }, text);
+  }
+  const reason = finishReasonOf(view, message);
+  const mark = reason && FINISH_MARKS[reason]
+    ? h('p', { class: `finish-mark finish-${reason}`, testid: 'finish-mark', dataset: { finishReason: reason } }, FINISH_MARKS[reason])
+    : null;
+  const article = h(
     'article',
     {
       class: `message message-${message.role}`,
@@ -631,9 +1192,41 @@ function renderMessage(view, message) {
     },
     header,
     message.content.filter((p) => p.type === 'reasoning').map(renderReasoning),
-    h('div', { class: 'message-text', testid: 'message-text' }, text),
+    message.role === 'user' && isLong(text) ? collapsible(body, text) : body,
     message.content.filter((p) => p.type !== 'text' && p.type !== 'reasoning').map(renderPart),
+    mark,
   );
+  return article;
+}
+
+/** A long text, collapsed to its first lines, with "Show all". */
+function collapsible(body, text) {
+  const id = `text-${crypto.randomUUID()}`;
+  body.id = id;
+  const toggle = h('button', {
+    type: 'button',
+    class: 'btn btn-small btn-quiet expand',
+    testid: 'message-expand',
+    'aria-controls': id,
+    'aria-expanded': 'false',
+  }, 'Show all');
+  const wrap = h(
+    'div',
+    { class: 'collapsible collapsed', testid: 'collapsible' },
+    body,
+    h('div', { class: 'collapsible-bar' }, h('span', { class: 'collapsible-size' }, `${numberFormat.format(countLines(text))} lines · ${numberFormat.format(text.length)} characters`), toggle),
+  );
+  toggle.addEventListener('click', () => setCollapsed(wrap, !wrap.classList.contains('collapsed')));
+  return wrap;
+}
+
+function setCollapsed(root, collapsed) {
+  const wrap = root.classList.contains('collapsible') ? root : root.querySelector('.collapsible');
+  if (!wrap) return;
+  wrap.classList.toggle('collapsed', collapsed);
+  const toggle = byTestId(wrap, 'message-expand');
+  toggle.setAttribute('aria-expanded', String(!collapsed));
+  toggle.textContent = collapsed ? 'Show all' : 'Show less';
 }
 
 function roleLabel(role) {
@@ -685,13 +1278,21 @@ function startEdit(view, id) {
   const el = view.dom.messages.querySelector(`[data-message-id="${id}"]`);
   if (!message || !el) return;
   view.editing = id;
-  const original = message.content.filter((p) => p.type === 'text').map((p) => p.text).join('');
+  const original = textOf(message.content);
   const input = h('textarea', { testid: 'edit-input', rows: 3, 'aria-label': 'Edit message', value: original });
   const save = h('button', { type: 'button', class: 'btn btn-primary btn-small', testid: 'edit-save', onclick: () => saveEdit(view, id, input.value) }, 'Save and rerun');
   const cancel = h('button', { type: 'button', class: 'btn btn-small', testid: 'edit-cancel', onclick: () => cancelEdit(view) }, 'Cancel');
   const editor = h('div', { class: 'editor' }, input, h('div', { class: 'editor-actions' }, cancel, save));
-  byTestId(el, 'message-text').hidden = true;
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape') {
+      e.preventDefault();
+      cancelEdit(view);
+    }
+  });
+  const body = byTestId(el, 'collapsible') || byTestId(el, 'message-text');
+  body.hidden = true;
   el.append(editor);
+  autoGrow(input);
   input.focus();
 }
 
@@ -699,13 +1300,15 @@ function cancelEdit(view) {
   const id = view.editing;
   view.editing = null;
   const el = view.dom.messages.querySelector(`[data-message-id="${id}"]`);
-  if (el) el.dataset.revision = '-1'; // force a clean re-render
+  if (el) el.dataset.key = ''; // force a clean re-render
   render(view);
 }
 
 async function saveEdit(view, id, text) {
   if (!text.trim()) return;
   const body = { content: [{ type: 'text', text }] };
+  const model = view.dom.composer.model.value;
+  if (model) body.model_config_id = model;
   const result = await attempt(() => api('PATCH', `/chats/${view.chatId}/messages/${id}`, body));
   if (!result || view.closed) return;
   applyEditResult(view, result);
@@ -727,7 +1330,10 @@ async function retryTurn(view) {
   const content = lastUser.content
     .filter((p) => p.type === 'text' || p.type === 'file')
     .map((p) => (p.type === 'text' ? { type: 'text', text: p.text } : { type: 'file', file_id: p.file_id }));
-  const result = await attempt(() => api('PATCH', `/chats/${view.chatId}/messages/${lastUser.id}`, { content }));
+  const body = { content };
+  const model = view.dom.composer.model.value;
+  if (model) body.model_config_id = model;
+  const result = await attempt(() => api('PATCH', `/chats/${view.chatId}/messages/${lastUser.id}`, body));
   if (!result || view.closed) return;
   applyEditResult(view, result);
   render(view);
@@ -735,24 +1341,67 @@ async function retryTurn(view) {
 
 // --- live preview ----------------------------------------------------------
 
+/**
+ * Shows the in-progress answer. Removing it is immediate (the committed
+ * message replaces it in the same render); updating it waits for the next
+ * animation frame, so that a fast stream re-renders its Markdown at most
+ * once per frame.
+ */
 function renderPreview(view) {
-  const slot = view.dom.previewSlot;
   const preview = view.preview;
   if (!preview || preview.parts.length === 0) {
-    slot.replaceChildren();
+    if (view.previewFrame) cancelAnimationFrame(view.previewFrame);
+    view.previewFrame = null;
+    view.dom.previewSlot.replaceChildren();
+    view.dom.previewEl = null;
+    view.dom.previewKey = null;
     return;
   }
-  const text = preview.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
-  slot.replaceChildren(
-    h(
+  if (view.previewFrame) return;
+  view.previewFrame = requestAnimationFrame(() => {
+    view.previewFrame = null;
+    if (view.closed || !view.preview) return;
+    const stick = view.atBottom;
+    drawPreview(view);
+    if (stick) scrollToBottom(view);
+  });
+}
+
+function drawPreview(view) {
+  const preview = view.preview;
+  const dom = view.dom;
+  const stopping = view.chat.status === 'interrupting';
+  const key = JSON.stringify([preview.parts, stopping]);
+  if (key === dom.previewKey) return;
+  dom.previewKey = key;
+  if (!dom.previewEl) {
+    const body = h('div', { class: 'message-text markdown preview-text' });
+    const extras = h('div', { class: 'preview-extras' });
+    const reasoning = h('div', { class: 'preview-reasoning' });
+    const typing = h('span', { class: 'typing' });
+    const role = h('span', { class: 'role' });
+    dom.previewEl = h(
       'article',
-      { class: 'message message-assistant message-preview', testid: 'message-preview', 'aria-busy': 'true' },
-      h('header', { class: 'message-meta' }, h('span', { class: 'role' }, roleLabel(preview.role)), h('span', { class: 'typing' }, 'writing…')),
-      preview.parts.filter((p) => p.type === 'reasoning').map(renderReasoning),
-      h('div', { class: 'message-text preview-text' }, text),
-      preview.parts.filter((p) => p.type === 'tool-call').map(renderPart),
-    ),
-  );
+      { class: 'message message-assistant message-preview', testid: 'message-preview', 'aria-busy': 'true', 'aria-label': 'Answer being written' },
+      h('header', { class: 'message-meta' }, role, typing),
+      reasoning,
+      body,
+      extras,
+    );
+    dom.previewEl.parts = { body, extras, reasoning, typing, role };
+    dom.previewSlot.replaceChildren(dom.previewEl);
+  }
+  const { body, extras, reasoning, typing, role } = dom.previewEl.parts;
+  role.textContent = roleLabel(preview.role);
+  typing.textContent = stopping ? 'stopping…' : 'writing…';
+  const reasoningParts = preview.parts.filter((p) => p.type === 'reasoning');
+  reasoning.replaceChildren(...reasoningParts.map(renderReasoning));
+  const text = textOf(preview.parts);
+  if (body.dataset.text !== text) {
+    renderMarkdownInto(body, text);
+    body.dataset.text = text;
+  }
+  extras.replaceChildren(...preview.parts.filter((p) => p.type === 'tool-call' || p.type === 'tool-result').map(renderPart));
 }
 
 // --- action required -------------------------------------------------------
@@ -784,7 +1433,7 @@ function renderActionRequired(view) {
   const panel = h(
     'form',
     { class: 'action-required', testid: 'action-required', 'aria-label': 'Tool calls waiting for results' },
-    h('h3', {}, 'The assistant is waiting for tool results'),
+    h('h2', {}, 'The assistant is waiting for tool results'),
     deadline,
     forms,
     submit,
@@ -838,7 +1487,9 @@ function renderBanners(view) {
       ),
     );
   }
-  if (view.retry) {
+  // Only while the chat runs: a retry state left behind by an interrupt
+  // (or sent with the state of a chat that no longer runs) is stale.
+  if (view.retry && view.chat.status === 'running') {
     const r = view.retry;
     banners.push(
       h(
@@ -862,7 +1513,7 @@ function renderQueue(view) {
     h(
       'li',
       { class: 'queued', testid: 'queued-message', dataset: { queuedId: String(q.id) } },
-      h('span', { class: 'queued-text' }, q.content.filter((p) => p.type === 'text').map((p) => p.text).join('') || '(no text)'),
+      h('span', { class: 'queued-text' }, textOf(q.content) || '(no text)'),
       h(
         'span',
         { class: 'queued-actions' },
@@ -871,9 +1522,14 @@ function renderQueue(view) {
       ),
     ),
   );
-  panel.replaceChildren(h('h3', {}, `Queued (${view.queue.length})`), h('ol', { class: 'queue-list' }, items));
+  panel.replaceChildren(h('h2', {}, `Queued (${view.queue.length})`), h('ol', { class: 'queue-list' }, items));
 }
 
+/**
+ * The chat's token usage (the sum over its answers). Until an answer
+ * reports usage it keeps the last figures it showed (a running reply has
+ * none yet), or shows a dash.
+ */
 function renderUsage(view) {
   const total = { input: 0, output: 0, total: 0 };
   let reported = 0;
@@ -889,11 +1545,17 @@ function renderUsage(view) {
     total.output += m.usage.output_tokens || 0;
     total.total += m.usage.total_tokens || 0;
   }
-  let text = `Tokens: ${total.input} in / ${total.output} out / ${total.total} total`;
-  if (reported === 0 && unreported > 0) {
+  let text;
+  if (reported === 0 && unreported === 0) {
+    text = view.usageText || 'Tokens: –';
+  } else if (reported === 0) {
     text = 'Tokens: not reported by the model server';
-  } else if (unreported > 0) {
-    text += ` (${unreported} ${unreported === 1 ? 'reply' : 'replies'} without usage from the model server)`;
+  } else {
+    text = `Tokens: ${total.input} in / ${total.output} out / ${total.total} total`;
+    if (unreported > 0) {
+      text += ` (${unreported} ${unreported === 1 ? 'reply' : 'replies'} without usage from the model server)`;
+    }
+    view.usageText = text;
   }
   view.dom.usage.textContent = text;
 }
@@ -932,10 +1594,12 @@ function formatTime(iso) {
 // ---------------------------------------------------------------------------
 // Chat actions
 
-async function sendMessage(text, busyBehavior) {
+async function sendMessage(text, busyBehavior, model) {
   const view = app.view;
   if (!view || !view.chatId) return false;
   const body = { content: [{ type: 'text', text }], busy_behavior: busyBehavior };
+  if (model) body.model_config_id = model;
+  if (busyBehavior === 'interrupt' && view.chat && view.chat.status === 'running') armInterrupt(view);
   const result = await attempt(() => api('POST', `/chats/${view.chatId}/messages`, body));
   if (!result || view.closed) return Boolean(result);
   for (const message of result.messages || []) upsertMessage(view, message);
@@ -948,6 +1612,7 @@ async function sendMessage(text, busyBehavior) {
 }
 
 async function interruptChat(view) {
+  if (view.chat.status === 'running') armInterrupt(view);
   const chat = await attempt(() => api('POST', `/chats/${view.chatId}/interrupt`));
   if (chat && !view.closed) applyChat(view, chat);
 }
@@ -962,6 +1627,7 @@ async function setArchived(view, archived) {
 }
 
 async function promoteQueued(view, id) {
+  if (view.chat.status === 'running') armInterrupt(view);
   const chat = await attempt(() => api('POST', `/chats/${view.chatId}/queue/${id}/promote`));
   if (chat && !view.closed) applyChat(view, chat);
 }
@@ -992,6 +1658,31 @@ function applyChat(view, chat) {
   if (listed) Object.assign(listed, chat);
   renderChatList();
   render(view);
+}
+
+// --- interrupted answers -----------------------------------------------------
+
+function loadInterrupted(chatId) {
+  try {
+    return new Set(JSON.parse(sessionStorage.getItem(INTERRUPTED_KEY + chatId) || '[]'));
+  } catch {
+    return new Set();
+  }
+}
+
+/** From now until the turn ends, the next new answer is the one the interrupt cut. */
+function armInterrupt(view) {
+  view.interruptArmed = true;
+}
+
+function markInterrupted(view, id) {
+  view.interruptedIds.add(id);
+  const ids = [...view.interruptedIds].slice(-200);
+  try {
+    sessionStorage.setItem(INTERRUPTED_KEY + view.chatId, JSON.stringify(ids));
+  } catch {
+    // Storage full or unavailable: the mark lasts as long as the page.
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -1077,15 +1768,20 @@ function onFrame(view, data) {
     console.warn('unparsable stream frame');
     return;
   }
+  const frame = { retry: false };
   for (const event of Array.isArray(events) ? events : [events]) {
     if (event.chat_id && event.chat_id !== view.chatId) continue;
-    applyEvent(view, event);
+    applyEvent(view, event, frame);
   }
   render(view);
+  announceStatus(view);
 }
 
-/** Applies one ChatStreamEvent to the view state (API.md "Stream"). */
-function applyEvent(view, event) {
+/**
+ * Applies one ChatStreamEvent to the view state (API.md "Stream").
+ * `frame.retry` tells whether a `retry` came earlier in the same frame.
+ */
+function applyEvent(view, event, frame) {
   switch (event.type) {
     case 'message':
       upsertMessage(view, event.message);
@@ -1098,6 +1794,7 @@ function applyEvent(view, event) {
       break;
     case 'error':
       view.error = event.error;
+      view.retry = null;
       break;
     case 'queue_update':
       view.queue = event.queued_messages;
@@ -1106,14 +1803,23 @@ function applyEvent(view, event) {
       view.actionRequired = event.action_required;
       break;
     case 'retry':
-      view.retry = event.retry;
+      // A retry state means something only while the chat runs (the
+      // server keeps the last one after an interrupt).
+      if (view.chat && view.chat.status === 'running') {
+        view.retry = { ...event.retry, episode: view.lastEpisode };
+        frame.retry = true;
+      }
       break;
     case 'preview_reset':
       view.preview = null;
+      // A new attempt (or a new turn) has started, unless the reset came
+      // with the retry, from the same database read.
+      if (!frame.retry) view.retry = null;
       break;
     case 'history_reset':
       view.messages.clear();
       view.editing = null;
+      view.retry = null;
       break;
     default:
       console.warn('unknown stream event', event.type);
@@ -1124,6 +1830,12 @@ function applyEvent(view, event) {
 function upsertMessage(view, message) {
   const known = view.messages.get(message.id);
   if (known && known.revision > message.revision) return;
+  if (!known && view.interruptArmed) {
+    if (message.role === 'assistant') markInterrupted(view, message.id);
+    // The message sent with the interrupt (or promoted) comes after the
+    // cut answer: what follows is the next turn's.
+    if (message.role === 'user') view.interruptArmed = false;
+  }
   view.messages.set(message.id, message);
   if (message.role === 'assistant' || message.role === 'tool') {
     // The committed message replaces the preview that built it.
@@ -1135,15 +1847,41 @@ function upsertMessage(view, message) {
 
 function applyStatus(view, status, historyVersion) {
   if (!view.chat) return;
+  const previous = view.chat.status;
   view.chat.status = status;
+  const newTurn = typeof historyVersion === 'number' && historyVersion > view.historyVersion;
   if (typeof historyVersion === 'number') view.historyVersion = Math.max(view.historyVersion, historyVersion);
   if (status !== 'error') view.error = null;
   if (status !== 'requires_action') view.actionRequired = null;
+  if (status === 'interrupting' && previous !== 'interrupting') armInterrupt(view);
+  if (status !== 'running' && status !== 'interrupting') view.interruptArmed = false;
+  // The retry banner goes with any change of status or turn.
+  if (status !== previous || newTurn) view.retry = null;
   if (status !== 'running') {
-    view.retry = null;
     if (status !== 'interrupting') view.preview = null;
   }
   updateListStatus(view.chatId, status);
+}
+
+/** Says in the live region what changed (not every streamed word). */
+function announceStatus(view) {
+  if (!view.chat || view.closed) return;
+  let state = view.chat.status;
+  if (state === 'running' && view.retry) state = `retry:${view.retry.attempt}`;
+  else if (state === 'running' && view.preview) state = 'writing';
+  if (state === view.announced) return;
+  const before = view.announced;
+  view.announced = state;
+  let text;
+  if (state.startsWith('retry:')) text = `The model request failed; retry ${view.retry.attempt} is scheduled.`;
+  else if (state === 'writing') text = 'The assistant is writing…';
+  else if (state === 'running') text = 'The assistant is working…';
+  else if (state === 'interrupting') text = 'Stopping the reply…';
+  else if (state === 'requires_action') text = 'The assistant is waiting for tool results.';
+  else if (state === 'error') text = `The reply failed: ${(view.error && view.error.message) || 'error'}.`;
+  else if (state === 'waiting') text = before === 'interrupting' ? 'The reply was stopped.' : 'The reply is complete.';
+  else text = `Status: ${state}.`;
+  announce(text);
 }
 
 /**
@@ -1162,7 +1900,11 @@ function applyPart(view, part) {
   }
   if (seq <= preview.seq) return;
   preview.seq = seq;
-  if (view.retry && Date.now() >= new Date(view.retry.retrying_at).getTime()) view.retry = null;
+  const last = view.lastEpisode;
+  if (!last || hv > last.hv || (hv === last.hv && ga > last.ga)) view.lastEpisode = { hv, ga };
+  // A part of an attempt newer than the one that failed: the retry is under way.
+  const failed = view.retry && view.retry.episode;
+  if (view.retry && (!failed || hv > failed.hv || (hv === failed.hv && ga > failed.ga))) view.retry = null;
   mergeDelta(preview.parts, part.part);
 }
 
@@ -1193,11 +1935,20 @@ function start() {
     signIn($('token-input').value);
   });
   $('sign-out').addEventListener('click', signOut);
+  $('menu-toggle').addEventListener('click', toggleSidebar);
+  $('sidebar-backdrop').addEventListener('click', () => setSidebarOpen(false));
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && $('app-view').classList.contains('sidebar-open') && !$('confirm-dialog').open) {
+      setSidebarOpen(false);
+    }
+  });
+  phone.addEventListener('change', () => setSidebarOpen(false));
   $('new-chat').addEventListener('click', () => {
     if (location.hash === '#/' || location.hash === '') {
       closeView();
       openNewChat();
       renderChatList();
+      setSidebarOpen(false);
     } else {
       location.hash = '#/';
     }
@@ -1205,6 +1956,24 @@ function start() {
   $('show-archived').addEventListener('change', (e) => {
     app.showArchived = e.target.checked;
     refreshChats();
+  });
+  let searchTimer = null;
+  $('chat-search').addEventListener('input', (e) => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => {
+      app.query = e.target.value.trim();
+      refreshChats();
+    }, SEARCH_DEBOUNCE_MS);
+  });
+  $('chat-search').addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && e.target.value) {
+      e.preventDefault();
+      e.stopPropagation();
+      e.target.value = '';
+      clearTimeout(searchTimer);
+      app.query = '';
+      refreshChats();
+    }
   });
   window.addEventListener('hashchange', route);
   setInterval(() => updateCountdowns(app.view), 1000);

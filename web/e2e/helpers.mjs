@@ -254,11 +254,16 @@ function isSubsequence(wanted, values) {
 
 export const byId = (page, testid) => page.getByTestId(testid);
 
-/** Opens the UI and signs in with CHATD_TOKEN; waits for the chat list. */
+/**
+ * Opens the UI and signs in with CHATD_TOKEN; waits for the chat list (at
+ * phone width, where the list is behind the menu button, for that button).
+ */
 export async function signIn(page, token = CHATD_TOKEN) {
   await page.goto(CHATD_URL + '/');
   await byId(page, 'token-input').fill(token);
   await byId(page, 'sign-in').click();
+  await byId(page, 'username').waitFor({ state: 'visible' });
+  if (await byId(page, 'menu-toggle').isVisible()) return;
   await byId(page, 'chat-list').waitFor({ state: 'visible' });
 }
 
@@ -268,6 +273,7 @@ export async function signIn(page, token = CHATD_TOKEN) {
  * first message, `send-queue`. Waits for the chat view and returns its id.
  */
 export async function createChat(page, text, { tools, model } = {}) {
+  await openSidebar(page);
   await byId(page, 'new-chat').click();
   if (model !== undefined) {
     // The option whose label contains `model` (the list loads from the server).
@@ -281,6 +287,7 @@ export async function createChat(page, text, { tools, model } = {}) {
     await select.selectOption(value);
   }
   if (tools !== undefined) {
+    await openAdvanced(page);
     await byId(page, 'new-chat-tools').fill(typeof tools === 'string' ? tools : JSON.stringify(tools));
   }
   await byId(page, 'composer-input').fill(text);
@@ -294,6 +301,21 @@ export async function createChat(page, text, { tools, model } = {}) {
     },
     { timeout: WAIT },
   );
+}
+
+/** At phone width, opens the sidebar (behind the menu button) when it is closed. */
+export async function openSidebar(page) {
+  const toggle = byId(page, 'menu-toggle');
+  if ((await toggle.isVisible()) && (await toggle.getAttribute('aria-expanded')) !== 'true') {
+    await toggle.click();
+    await byId(page, 'chat-list').waitFor({ state: 'visible' });
+  }
+}
+
+/** Opens the new-chat form's "Advanced" section (system prompt, dynamic tools) when it is closed. */
+export async function openAdvanced(page) {
+  const advanced = byId(page, 'advanced');
+  if (!(await advanced.evaluate((el) => el.open))) await byId(page, 'advanced-toggle').click();
 }
 
 /** Types `text` into the composer and clicks `button` (send-queue or send-interrupt). */

@@ -4,8 +4,9 @@
 //! [`router`] serves every route of API.md:
 //! - `/healthz`, `/readyz`, `/metrics`, `/api/v2/openapi.json`
 //!   (unauthenticated; [`health`], [`openapi`]);
-//! - the web UI: `/`, `/app.js`, `/app.css` (unauthenticated static files;
-//!   [`web`]);
+//! - the web UI: `/`, `/app.js`, `/markdown.js`, `/app.css` and the
+//!   vendored libraries under `/vendor/` (unauthenticated static files;
+//!   [`web::ASSETS`]);
 //! - users, tokens and replicas ([`users`], [`auth`]);
 //! - chats, messages, queue and actions ([`chats`], [`messages`]), under
 //!   `/api/v2/chats` and, unchanged, `/api/experimental/chats`;
@@ -234,9 +235,7 @@ fn chat_routes() -> Router<AppState> {
 pub fn router(state: AppState) -> Router {
     let chats = chat_routes();
     Router::new()
-        .route("/", get(web::index))
-        .route("/app.js", get(web::app_js))
-        .route("/app.css", get(web::app_css))
+        .merge(web::routes())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

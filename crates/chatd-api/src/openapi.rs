@@ -7,7 +7,7 @@
 //! `_experimental`). Every operation but the health, metrics and document
 //! routes requires the `bearer` security scheme (which the WebSocket stream
 //! route also accepts as the `chatd.bearer.<token>` subprotocol). The web
-//! UI's static files (`/`, `/app.js`, `/app.css`) are not API operations
+//! UI's static files (`/`, `/app.js`, ..., see `crate::web`) are not API operations
 //! and are not listed.
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};

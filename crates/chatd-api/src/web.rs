@@ -1,56 +1,181 @@
 //! The web UI (API.md "Base paths and discovery": `GET /`).
 //!
-//! Three static files from the repository's `web/` directory, embedded in
-//! the binary at build time: `GET /` (`index.html`), `GET /app.js` and
-//! `GET /app.css`. They hold no data, so they need no token; the UI signs in
-//! with an API token it keeps in the browser and talks to the same API as
-//! every other client (the live view authenticates its WebSocket with the
+//! Static files from the repository's `web/` directory, embedded in the
+//! binary at build time ([`ASSETS`]): the UI's own files (`GET /` serves
+//! `index.html`, then `/app.js`, `/markdown.js`, `/app.css`) and the
+//! third-party libraries vendored under `web/vendor/<name>-<version>/`
+//! (Markdown, sanitiser, syntax highlighting; `web/README.md` says which and
+//! why). They hold no data, so they need no token; the UI signs in with an
+//! API token it keeps in the browser and talks to the same API as every
+//! other client (the live view authenticates its WebSocket with the
 //! `chatd.bearer.<token>` subprotocol, see [`crate::auth`]).
 //!
-//! Every answer carries `Cache-Control: no-cache` (a new binary serves new
-//! files at once) and a restrictive `Content-Security-Policy`: scripts,
-//! styles, fetches and WebSockets to this origin only (CSP Level 3's
-//! `'self'` covers `ws:`/`wss:` to the page's own host), no inline script or
-//! style, no framing, no plugins. The UI never builds HTML
-//! from user or model text, and the policy makes an injection inert anyway.
+//! Caching ([`Caching`]): the UI's own files are `no-cache` (a new binary
+//! serves new files at once) with an `ETag`, so that a reload revalidates
+//! them with `If-None-Match` and gets `304 Not Modified`; vendored files
+//! are cached for a year as `immutable`, since their path names their
+//! version. Every answer carries a restrictive `Content-Security-Policy`:
+//! scripts, styles, fetches and WebSockets to this origin only (CSP Level
+//! 3's `'self'` covers `ws:`/`wss:` to the page's own host), no inline
+//! script or style, no framing, no plugins. The UI builds HTML only from
+//! model text rendered as Markdown and sanitised (DOMPurify, links limited
+//! to `http`, `https` and `mailto`), and the policy makes an injection
+//! inert anyway.
 
-use axum::http::header::{self, HeaderName, HeaderValue};
+use axum::Router;
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use sha2::{Digest as _, Sha256};
 
-/// `web/index.html`.
-pub const INDEX_HTML: &str =
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../web/index.html"));
-/// `web/app.js`.
-pub const APP_JS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../web/app.js"));
-/// `web/app.css`.
-pub const APP_CSS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../web/app.css"));
+/// How browsers may cache an [`Asset`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caching {
+    /// `Cache-Control: no-cache`: revalidate on every use (`ETag`).
+    Revalidate,
+    /// `Cache-Control: public, max-age=31536000, immutable`: a file whose
+    /// path changes with its content (a vendored library's version).
+    Immutable,
+}
+
+impl Caching {
+    fn header(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            Self::Revalidate => "no-cache",
+            Self::Immutable => "public, max-age=31536000, immutable",
+        })
+    }
+}
+
+/// One embedded file of the UI.
+#[derive(Debug, Clone, Copy)]
+pub struct Asset {
+    /// The URL path it is served at (`/app.js`).
+    pub path: &'static str,
+    /// Its path under the repository's `web/` directory (`app.js`).
+    pub file: &'static str,
+    /// Its `Content-Type`.
+    pub content_type: &'static str,
+    /// Its content.
+    pub body: &'static str,
+    /// How browsers may cache it.
+    pub caching: Caching,
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+
+/// An [`Asset`] of `web/$file`, served at `$path`.
+macro_rules! asset {
+    ($path:literal, $file:literal, $content_type:expr, $caching:expr) => {
+        Asset {
+            path: $path,
+            file: $file,
+            content_type: $content_type,
+            body: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../web/", $file)),
+            caching: $caching,
+        }
+    };
+}
+
+/// Every file the UI serves. `web/vendor/vendor.mjs` writes the vendored
+/// ones; a test checks that every `.js` and `.css` file under `web/` is
+/// listed here.
+pub const ASSETS: &[Asset] = &[
+    asset!("/", "index.html", HTML, Caching::Revalidate),
+    asset!("/app.js", "app.js", JS, Caching::Revalidate),
+    asset!("/markdown.js", "markdown.js", JS, Caching::Revalidate),
+    asset!("/app.css", "app.css", CSS, Caching::Revalidate),
+    asset!(
+        "/vendor/marked-18.2.1/marked.esm.js",
+        "vendor/marked-18.2.1/marked.esm.js",
+        JS,
+        Caching::Immutable
+    ),
+    asset!(
+        "/vendor/dompurify-3.5.0/purify.min.js",
+        "vendor/dompurify-3.5.0/purify.min.js",
+        JS,
+        Caching::Immutable
+    ),
+    asset!(
+        "/vendor/highlight.js-11.12.0/highlight.min.js",
+        "vendor/highlight.js-11.12.0/highlight.min.js",
+        JS,
+        Caching::Immutable
+    ),
+    asset!(
+        "/vendor/highlight.js-11.12.0/a11y-light.min.css",
+        "vendor/highlight.js-11.12.0/a11y-light.min.css",
+        CSS,
+        Caching::Immutable
+    ),
+    asset!(
+        "/vendor/highlight.js-11.12.0/a11y-dark.min.css",
+        "vendor/highlight.js-11.12.0/a11y-dark.min.css",
+        CSS,
+        Caching::Immutable
+    ),
+];
 
 /// The `Content-Security-Policy` of every UI file.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
 style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
 object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-/// `GET /`: the UI's HTML page.
-pub async fn index() -> Response {
-    asset("text/html; charset=utf-8", INDEX_HTML)
+/// The `ETag` of `body`: a strong validator, the first 128 bits of its
+/// SHA-256 in hex, quoted.
+pub fn etag(body: &str) -> String {
+    let digest = Sha256::digest(body.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("\"{hex}\"")
 }
 
-/// `GET /app.js`: the UI's script (an ES module).
-pub async fn app_js() -> Response {
-    asset("text/javascript; charset=utf-8", APP_JS)
+/// The routes of every [`Asset`] (`GET` and `HEAD`; no token). Computes
+/// the `ETag`s once, here.
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let mut router = Router::new();
+    for asset in ASSETS {
+        let tag = HeaderValue::from_str(&etag(asset.body)).expect("a hex ETag is a valid header");
+        router = router.route(
+            asset.path,
+            get(move |method: Method, headers: HeaderMap| {
+                let tag = tag.clone();
+                async move { serve(asset, tag, &method, &headers) }
+            }),
+        );
+    }
+    router
 }
 
-/// `GET /app.css`: the UI's style sheet.
-pub async fn app_css() -> Response {
-    asset("text/css; charset=utf-8", APP_CSS)
-}
-
-/// A `200` with `body`, its content type and the UI's security and caching
-/// headers.
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    let headers: [(HeaderName, HeaderValue); 6] = [
-        (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+/// `asset` with its content type and the UI's security and caching headers:
+/// `200` with the body, or `304` without when `If-None-Match` names its
+/// `ETag` (or is `*`).
+fn serve(
+    asset: &'static Asset,
+    tag: HeaderValue,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response {
+    let fresh = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().trim_start_matches("W/"))
+        .any(|v| v == "*" || v.as_bytes() == tag.as_bytes());
+    let response_headers: [(HeaderName, HeaderValue); 7] = [
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(asset.content_type),
+        ),
+        (header::CACHE_CONTROL, asset.caching.header()),
+        (header::ETAG, tag),
         (
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CONTENT_SECURITY_POLICY),
@@ -65,5 +190,8 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         ),
         (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
     ];
-    (headers, body).into_response()
+    if fresh && (method == Method::GET || method == Method::HEAD) {
+        return (StatusCode::NOT_MODIFIED, response_headers).into_response();
+    }
+    (response_headers, asset.body).into_response()
 }

@@ -1,7 +1,14 @@
-//! The web UI's server side: the static files at `/`, `/app.js` and
-//! `/app.css` (no auth, content types, caching and CSP headers), and the
-//! WebSocket authentication browsers use, the `chatd.bearer.<token>`
-//! subprotocol, answered with the `chatd` subprotocol.
+//! The web UI's server side: the static files at `/`, `/app.js`,
+//! `/markdown.js`, `/app.css` and the vendored libraries under `/vendor/`
+//! (no auth, content types, caching, `ETag`s and CSP headers; every file
+//! the UI loads is embedded), and the WebSocket authentication browsers
+//! use, the `chatd.bearer.<token>` subprotocol, answered with the `chatd`
+//! subprotocol.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use chatd_api::web::{ASSETS, Caching};
 
 use futures::StreamExt as _;
 use serde_json::Value;
@@ -80,6 +87,174 @@ async fn the_script_and_style_sheet_are_served_with_their_content_types() {
     assert_eq!(resp.status(), 404);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["message"], "No such route.");
+}
+
+#[tokio::test]
+async fn every_asset_is_served_with_its_caching_and_a_reload_revalidates_with_304() {
+    let s = Server::start().await;
+    for asset in ASSETS {
+        let resp = get_public(&s, asset.path).await;
+        assert_eq!(resp.status(), 200, "{}", asset.path);
+        assert_eq!(
+            header(&resp, "content-type"),
+            asset.content_type,
+            "{}",
+            asset.path
+        );
+        let cache = header(&resp, "cache-control").to_owned();
+        match asset.caching {
+            Caching::Revalidate => assert_eq!(cache, "no-cache", "{}", asset.path),
+            Caching::Immutable => {
+                assert!(asset.path.starts_with("/vendor/"), "{}", asset.path);
+                assert_eq!(
+                    cache, "public, max-age=31536000, immutable",
+                    "{}",
+                    asset.path
+                );
+            }
+        }
+        assert!(
+            header(&resp, "content-security-policy").contains("script-src 'self'"),
+            "{}",
+            asset.path
+        );
+        assert_eq!(header(&resp, "x-content-type-options"), "nosniff");
+        let etag = header(&resp, "etag").to_owned();
+        assert!(
+            etag.starts_with('"') && etag.ends_with('"') && etag.len() == 34,
+            "{etag}"
+        );
+        let body = resp.text().await.unwrap();
+        assert_eq!(body, asset.body, "{}", asset.path);
+
+        // The same ETag (also in a list, or weak) is 304 without a body;
+        // another is 200.
+        for validator in [etag.clone(), format!("\"x\", W/{etag}"), "*".to_owned()] {
+            let resp = s
+                .http
+                .get(format!("{}{}", s.base, asset.path))
+                .header("if-none-match", &validator)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 304, "{} with {validator}", asset.path);
+            assert_eq!(header(&resp, "etag"), etag);
+            assert_eq!(header(&resp, "cache-control"), cache);
+            assert!(resp.text().await.unwrap().is_empty());
+        }
+        let resp = s
+            .http
+            .get(format!("{}{}", s.base, asset.path))
+            .header("if-none-match", "\"something else\"")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{}", asset.path);
+    }
+    // A path that is not an asset is still the API's 404.
+    let resp = get_public(&s, "/vendor/marked-0.0.0/marked.esm.js").await;
+    assert_eq!(resp.status(), 404);
+}
+
+/// The repository's `web/` directory.
+fn web_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web")
+}
+
+/// Every file under `dir` (relative to `web/`), but the browser tests and
+/// installed packages.
+fn files_under(dir: &Path, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        if path.is_dir() {
+            if name != "e2e" && name != "node_modules" {
+                files_under(&path, out);
+            }
+        } else {
+            let relative = path.strip_prefix(web_dir()).unwrap();
+            out.insert(relative.to_str().unwrap().replace('\\', "/"));
+        }
+    }
+}
+
+/// The strings between `open` and the next `close` in `text`.
+fn quoted_after<'a>(text: &'a str, open: &str, close: char) -> Vec<&'a str> {
+    text.match_indices(open)
+        .filter_map(|(at, _)| {
+            let rest = &text[at + open.len()..];
+            rest.find(close).map(|end| &rest[..end])
+        })
+        .collect()
+}
+
+#[test]
+fn every_script_and_style_sheet_under_web_is_embedded_and_every_reference_resolves() {
+    let mut files = BTreeSet::new();
+    files_under(&web_dir(), &mut files);
+    let served: BTreeSet<&str> = ASSETS.iter().map(|a| a.file).collect();
+    for file in &files {
+        let browser_file = file.ends_with(".css")
+            || file.ends_with(".html")
+            || (file.ends_with(".js") && !file.starts_with("vendor/vendor."));
+        if browser_file {
+            assert!(
+                served.contains(file.as_str()),
+                "web/{file} is not in chatd_api::web::ASSETS"
+            );
+        }
+    }
+    for asset in ASSETS {
+        assert!(
+            files.contains(asset.file),
+            "ASSETS lists a missing web/{}",
+            asset.file
+        );
+        // Vendored files live in a directory named with their version.
+        if let Some(rest) = asset.file.strip_prefix("vendor/") {
+            let dir = rest.split('/').next().unwrap();
+            assert!(
+                dir.rsplit_once('-')
+                    .is_some_and(|(_, v)| v.split('.').count() == 3),
+                "{dir} is not <name>-<x.y.z>"
+            );
+            assert!(
+                files.contains(&format!("vendor/{dir}/LICENSE")),
+                "web/vendor/{dir} has no LICENSE"
+            );
+        }
+    }
+    // What the page, the scripts and the style sheets load is served.
+    let paths: BTreeSet<&str> = ASSETS.iter().map(|a| a.path).collect();
+    for asset in ASSETS.iter().filter(|a| !a.path.starts_with("/vendor/")) {
+        let mut references: Vec<String> = Vec::new();
+        if asset.file.ends_with(".html") {
+            for r in quoted_after(asset.body, "src=\"", '"')
+                .into_iter()
+                .chain(quoted_after(asset.body, "href=\"/", '"').into_iter())
+            {
+                references.push(if r.starts_with('/') {
+                    r.to_owned()
+                } else {
+                    format!("/{r}")
+                });
+            }
+        } else if asset.file.ends_with(".js") {
+            for r in quoted_after(asset.body, "from './", '\'')
+                .into_iter()
+                .chain(quoted_after(asset.body, "import './", '\''))
+            {
+                references.push(format!("/{r}"));
+            }
+        }
+        for r in references {
+            assert!(
+                paths.contains(r.as_str()),
+                "{} loads {r}, which is not served",
+                asset.file
+            );
+        }
+    }
 }
 
 /// Opens `/stream` with the browser's subprotocols and no `Authorization`

@@ -26,10 +26,18 @@
 //!   `invalid_request_error` whose message is
 //!   `fake LLM: told to fail by "<text>"` (not retried: the turn ends in
 //!   `error`);
+//! - the last user text contains `overloaded` (any case): HTTP 503 with an
+//!   OpenAI `server_error` whose message is `fake LLM: overloaded`, every
+//!   time (retried with backoff until the retries run out, so that a test
+//!   can watch the retry banner and interrupt the retries);
 //! - the last user text contains `slow` (any case): `echo: <text>` streamed
 //!   over about N × MS milliseconds (default `scripted:40:250`, 10 s) in at
 //!   most N parts, so that a test can queue, promote or interrupt meanwhile;
 //! - anything else: `echo: <text>` in 10 parts, 100 ms apart (about 1 s).
+//!
+//! An echo ends with the finish reason `stop`, or `length` when the text
+//! contains `truncate` (the provider's output limit cut the answer short),
+//! or `content_filter` when it contains `filtered` (any case).
 //!
 //! Every mode reports usage 10/5. Title requests are answered with
 //! `A chat with the fake model` in every mode.
@@ -124,16 +132,34 @@ fn scripted(request: &RecordedRequest, slow_parts: usize, slow_delay: Duration) 
         }});
         return Script::http_error(400, body.to_string());
     }
+    let lower = text.to_lowercase();
+    if lower.contains("overloaded") {
+        let body = serde_json::json!({"error": {
+            "message": "fake LLM: overloaded",
+            "type": "server_error",
+            "code": null,
+        }});
+        return Script::http_error(503, body.to_string());
+    }
     let answer = format!("echo: {text}");
-    if text.to_lowercase().contains("slow") {
+    let script = if lower.contains("slow") {
         // Spread N × MS over the parts there are (fewer than N for a short
         // text), so that a slow answer always lasts about as long.
         let parts = slow_parts.min(answer.chars().count()).max(1);
         let total = slow_delay * u32::try_from(slow_parts).unwrap_or(u32::MAX);
         let delay = total / u32::try_from(parts).unwrap_or(u32::MAX);
-        return Script::text_in_parts(&answer, parts, delay).usage(10, 5);
-    }
-    Script::text_in_parts(&answer, 10, Duration::from_millis(100)).usage(10, 5)
+        Script::text_in_parts(&answer, parts, delay)
+    } else {
+        Script::text_in_parts(&answer, 10, Duration::from_millis(100))
+    };
+    let script = if lower.contains("truncate") {
+        script.finish("length")
+    } else if lower.contains("filtered") {
+        script.finish("content_filter")
+    } else {
+        script
+    };
+    script.usage(10, 5)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -156,9 +182,14 @@ async fn main() -> anyhow::Result<()> {
                 println!(
                     "                      text with 'fail' -> HTTP 400 invalid_request_error"
                 );
+                println!(
+                    "                      text with 'overloaded' -> HTTP 503 server_error, always"
+                );
                 println!("                      text with 'slow' -> echo over about N x MS ms");
                 println!("                                          (default 40 x 250 ms)");
                 println!("                      anything else    -> echo in 10 parts over ~1 s");
+                println!("                    an echo finishes with 'length' when the text has");
+                println!("                    'truncate', 'content_filter' when it has 'filtered'");
                 return Ok(());
             }
             other => bail!("unknown argument {other:?}\n{USAGE}"),
