@@ -91,7 +91,9 @@ function chatView(chatId) {
     conn: null, // {ws, open}
     backoff: 0,
     reconnectTimer: null,
-    previewFrame: null,
+    previewFrame: null, // the requested animation frame of the preview
+    previewDrawnAt: 0, // when the preview was last drawn (frame time, ms)
+    previewCost: 0, // how long that took (ms)
     closed: false,
     dom: null,
   };
@@ -491,6 +493,7 @@ function startRename(chatId) {
   const finish = async (save) => {
     if (done) return;
     done = true;
+    const hadFocus = document.activeElement === input;
     const title = input.value.trim();
     if (save && title && title !== chat.title) {
       input.disabled = true;
@@ -504,7 +507,6 @@ function startRename(chatId) {
       }
     }
     app.renaming = null;
-    const hadFocus = item.contains(document.activeElement);
     renderChatList();
     if (hadFocus) {
       const again = $('chat-list').querySelector(`[data-chat-id="${CSS.escape(chatId)}"]`);
@@ -850,13 +852,16 @@ function buildComposer({ newChat }) {
     }
     composer.sending = true;
     setBusy(root, true);
+    const typed = input.value;
+    const pasted = composer.pasted;
     const ok = newChat ? await createChat(text, model.value) : await sendMessage(text, behavior, model.value);
     composer.sending = false;
     setBusy(root, false);
     if (app.view && app.view.chat) renderHeader(app.view);
     if (ok) {
-      input.value = '';
-      composer.pasted = [];
+      // Drop what was sent; keep what was typed or pasted meanwhile.
+      if (input.value.startsWith(typed)) input.value = input.value.slice(typed.length).trimStart();
+      composer.pasted = composer.pasted.filter((p) => !pasted.includes(p));
       renderPastes(composer);
       autoGrow(input);
     }
@@ -1345,7 +1350,8 @@ async function retryTurn(view) {
  * Shows the in-progress answer. Removing it is immediate (the committed
  * message replaces it in the same render); updating it waits for the next
  * animation frame, so that a fast stream re-renders its Markdown at most
- * once per frame.
+ * once per frame (and a long answer, whose rendering takes longer, less
+ * often).
  */
 function renderPreview(view) {
   const preview = view.preview;
@@ -1358,13 +1364,23 @@ function renderPreview(view) {
     return;
   }
   if (view.previewFrame) return;
-  view.previewFrame = requestAnimationFrame(() => {
+  const frame = (now) => {
     view.previewFrame = null;
     if (view.closed || !view.preview) return;
+    // A long answer costs more to render: leave the page at least three
+    // times as long as the last rendering took before the next one.
+    if (now - (view.previewDrawnAt || 0) < 3 * (view.previewCost || 0)) {
+      view.previewFrame = requestAnimationFrame(frame);
+      return;
+    }
     const stick = view.atBottom;
+    const started = performance.now();
     drawPreview(view);
+    view.previewCost = performance.now() - started;
+    view.previewDrawnAt = now;
     if (stick) scrollToBottom(view);
-  });
+  };
+  view.previewFrame = requestAnimationFrame(frame);
 }
 
 function drawPreview(view) {
@@ -1536,8 +1552,9 @@ function renderUsage(view) {
   let unreported = 0;
   for (const m of view.messages.values()) {
     if (!m.usage) {
-      // Some servers (llama.cpp's Python server) stream no usage at all.
-      if (m.role === 'assistant') unreported += 1;
+      // Some servers (llama.cpp's Python server) stream no usage at all; an
+      // answer cut by an interrupt has none either.
+      if (m.role === 'assistant' && finishReasonOf(view, m) !== 'interrupted') unreported += 1;
       continue;
     }
     reported += 1;

@@ -79,7 +79,9 @@ const PURIFY_OPTIONS = {
   ALLOWED_TAGS,
   ALLOWED_ATTR,
   ALLOW_DATA_ATTR: false,
-  ALLOWED_URI_REGEXP: SAFE_LINK,
+  // No ALLOWED_URI_REGEXP: DOMPurify checks every attribute that is not
+  // URI-safe against it (it would drop `align="right"`); the hook above
+  // keeps only http, https and mailto links.
   RETURN_DOM_FRAGMENT: true,
 };
 

@@ -13,7 +13,9 @@
 //   E2E_TIMEOUT_SCALE   optional factor for every deadline (slow machines)
 // The fake LLM runs in `--mode scripted` (crates/chatd-testkit/src/bin/fake-llm.rs):
 // `echo: <text>` in ~1 s, `slow` messages over ~10 s, `call NAME JSON` calls a
-// tool, a tool result is answered `tool said: <result>`.
+// tool, a tool result is answered `tool said: <result>`, `fail` is a 400,
+// `overloaded` a 503 every time; an echo of a text with `truncate` finishes
+// with `length`, with `filtered` with `content_filter`.
 
 import { mkdirSync, mkdtempSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -83,7 +85,7 @@ export function sharedBrowser() {
 // `window.__e2eSeen[testid]` is the list of distinct successive values of
 // the first element with that testid (`null` while there is none).
 const RECORDER = `(() => {
-  const watched = ['chat-status', 'message-preview', 'connection', 'queue'];
+  const watched = ['chat-status', 'message-preview', 'connection', 'queue', 'live-status', 'usage', 'retry-banner'];
   const seen = {};
   window.__e2eSeen = seen;
   const read = (id) => {
@@ -120,14 +122,19 @@ const RECORDER = `(() => {
   };
 })();`;
 
+/** Browser context options of a phone (an iPhone 12's viewport, touch). */
+export const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true };
+
 /**
- * Runs `body(page, context)` in a fresh browser context. When it throws,
- * saves `screenshot.png`, `page.html` and `browser.log` (console, page
- * errors, failed requests, WebSocket traffic) under the artifacts directory
- * and rethrows.
+ * Runs `body(page, context)` in a fresh browser context (1280x900, unless
+ * `options` says otherwise: any of Playwright's `newContext` options, e.g.
+ * PHONE, `colorScheme`, `permissions`). When it throws, saves
+ * `screenshot.png`, `page.html` and `browser.log` (console, page errors,
+ * failed requests, WebSocket traffic) under the artifacts directory and
+ * rethrows.
  */
-export async function withPage(browser, t, body) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+export async function withPage(browser, t, body, options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, ...options });
   await context.addInitScript(RECORDER);
   context.setDefaultTimeout(WAIT);
   const page = await context.newPage();
@@ -341,6 +348,28 @@ export async function messageTexts(page, role) {
   return texts;
 }
 
+/**
+ * The texts of the open chat's messages with `role` as rendered
+ * (`innerText`: line breaks and paragraphs of Markdown kept), trimmed.
+ */
+export async function renderedTexts(page, role) {
+  return messages(page, role).evaluateAll((els) =>
+    els.map((el) => {
+      const t = el.querySelector('[data-testid="message-text"]');
+      return (t ? t.innerText : '').trim();
+    }),
+  );
+}
+
+/** Waits until the open chat's messages with `role` are rendered as exactly these texts. */
+export async function expectRenderedTexts(page, role, expected, { timeout = WAIT } = {}) {
+  return until(
+    `${role} messages rendered as ${JSON.stringify(expected)}`,
+    () => renderedTexts(page, role),
+    { accept: (texts) => JSON.stringify(texts) === JSON.stringify(expected), timeout },
+  );
+}
+
 /** Waits until the open chat's messages with `role` have exactly these texts. */
 export async function expectMessageTexts(page, role, expected, { timeout = WAIT } = {}) {
   return until(
@@ -388,6 +417,26 @@ export async function expectQueue(page, expected, { timeout = WAIT } = {}) {
 /** The `queued-message` of the queue panel whose text contains `text`. */
 export function queuedMessage(page, text) {
   return byId(page, 'queue').getByTestId('queued-message').filter({ hasText: text });
+}
+
+/** The chat's messages, from the API (ascending by id). */
+export async function apiMessages(id) {
+  return (await api('GET', `/api/v2/chats/${id}/messages?limit=200`)).messages;
+}
+
+/** Waits until the chat's status, from the API, is `status`; returns the chat. */
+export async function expectApiStatus(id, status, { timeout = WAIT } = {}) {
+  return until(`chat ${id} to be ${status} on the server`, () => api('GET', `/api/v2/chats/${id}`), {
+    accept: (chat) => chat.status === status,
+    timeout,
+  });
+}
+
+/** Creates a chat through the API (no browser) and waits for its first answer; returns it. */
+export async function apiChat(text, { title } = {}) {
+  const chat = await api('POST', '/api/v2/chats', { content: [{ type: 'text', text }], ...(title ? { title } : {}) });
+  await expectApiStatus(chat.id, 'waiting', { timeout: SLOW_WAIT });
+  return chat;
 }
 
 /** The `chat-item` of chat `id` in the chat list. */

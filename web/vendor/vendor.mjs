@@ -44,7 +44,7 @@ const FILES = {
   '@highlightjs/cdn-assets': {
     dir: 'highlight.js',
     files: [
-      // The "common" build: the core and its ~37 common languages, one ES module.
+      // The "common" build: the core and its 36 common languages, one ES module.
       // The a11y themes are designed for WCAG AA contrast.
       ['es/highlight.min.js', 'highlight.min.js'],
       ['styles/a11y-light.min.css', 'a11y-light.min.css'],

@@ -231,7 +231,7 @@ fn every_script_and_style_sheet_under_web_is_embedded_and_every_reference_resolv
         if asset.file.ends_with(".html") {
             for r in quoted_after(asset.body, "src=\"", '"')
                 .into_iter()
-                .chain(quoted_after(asset.body, "href=\"/", '"').into_iter())
+                .chain(quoted_after(asset.body, "href=\"/", '"'))
             {
                 references.push(if r.starts_with('/') {
                     r.to_owned()
