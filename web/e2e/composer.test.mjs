@@ -174,3 +174,44 @@ test('the model picker applies to every message and is remembered per chat', { t
     await h.until('the new chat\'s own model', () => h.byId(page, 'composer-model').inputValue(), { accept: (v) => v === fakeModelId });
   });
 });
+
+test('the "Advanced" section is collapsed; its system prompt and tools go with the new chat, and bad tools JSON opens it with the error', { timeout: h.TEST_TIMEOUT }, async (t) => {
+  await h.withPage(browser(), t, async (page) => {
+    await h.signIn(page);
+    await h.openSidebar(page);
+    await h.byId(page, 'new-chat').click();
+    const advanced = h.byId(page, 'advanced');
+    assert.equal(await advanced.evaluate((el) => el.open), false, 'collapsed at first');
+    assert.equal(await h.byId(page, 'new-chat-tools').isVisible(), false);
+
+    // Bad tools: nothing is created, the section opens on the error.
+    await h.openAdvanced(page);
+    await h.byId(page, 'new-chat-tools').fill('[{"name": "x"}]');
+    await advanced.locator('summary').click();
+    assert.equal(await advanced.evaluate((el) => el.open), false);
+    let posts = 0;
+    page.on('request', (r) => {
+      if (r.method() === 'POST' && r.url().endsWith('/api/v2/chats')) posts += 1;
+    });
+    await h.byId(page, 'composer-input').fill('with bad tools');
+    await h.byId(page, 'composer-input').press('Enter');
+    await h.expectText(h.byId(page, 'new-chat-tools-error'), 'Tool 1 needs an "input_schema" object.');
+    assert.equal(await advanced.evaluate((el) => el.open), true);
+    assert.equal(await page.evaluate(() => document.activeElement?.dataset.testid), 'new-chat-tools');
+    assert.equal(posts, 0);
+
+    // Fixed, with a system prompt: both are sent.
+    const tools = [{ name: 'lookup', description: 'Looks up a word', input_schema: { type: 'object' } }];
+    await h.byId(page, 'new-chat-tools').fill(JSON.stringify(tools));
+    await h.byId(page, 'new-chat-system-prompt').fill('Answer in French.');
+    const request = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/api/v2/chats'));
+    await h.byId(page, 'send-queue').click();
+    const body = (await request).postDataJSON();
+    assert.equal(body.system_prompt, 'Answer in French.');
+    assert.deepEqual(body.dynamic_tools, tools);
+    await h.byId(page, 'chat-view').waitFor();
+    const id = await h.byId(page, 'chat-view').getAttribute('data-chat-id');
+    assert.deepEqual((await h.api('GET', `/api/v2/chats/${id}`)).dynamic_tools, tools);
+    await h.expectStatus(page, 'waiting');
+  });
+});

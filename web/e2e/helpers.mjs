@@ -432,11 +432,17 @@ export async function expectApiStatus(id, status, { timeout = WAIT } = {}) {
   });
 }
 
-/** Creates a chat through the API (no browser) and waits for its first answer; returns it. */
-export async function apiChat(text, { title } = {}) {
-  const chat = await api('POST', '/api/v2/chats', { content: [{ type: 'text', text }], ...(title ? { title } : {}) });
+/**
+ * Creates a chat through the API (no browser) and waits for its first
+ * answer and for the title the server generates after it (which changes
+ * `title` and `updated_at`); returns the chat as it is then.
+ */
+export async function apiChat(text) {
+  const chat = await api('POST', '/api/v2/chats', { content: [{ type: 'text', text }] });
   await expectApiStatus(chat.id, 'waiting', { timeout: SLOW_WAIT });
-  return chat;
+  return until(`chat ${chat.id} to get its generated title`, () => api('GET', `/api/v2/chats/${chat.id}`), {
+    accept: (c) => c.title !== 'New Chat',
+  });
 }
 
 /** The `chat-item` of chat `id` in the chat list. */
