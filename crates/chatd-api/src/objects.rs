@@ -460,6 +460,41 @@ pub struct ChatMessage {
     pub total_cost_micros: Option<i64>,
     /// Generation time in milliseconds.
     pub runtime_ms: Option<i64>,
+    /// Why an assistant message ended: `stop` (complete), `length` (cut off
+    /// at the output token limit or the context window), `tool_calls`,
+    /// `content_filter` (withheld by the provider) or `interrupted` (the
+    /// user interrupted it; the text is what was generated until then).
+    /// `null` when unknown and on every other role.
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// `ChatMessage.finish_reason`: why an assistant message ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model ended its answer by itself.
+    Stop,
+    /// Cut off at the output token limit or the context window: incomplete.
+    Length,
+    /// The model stopped to call tools.
+    ToolCalls,
+    /// The provider withheld the rest: incomplete.
+    ContentFilter,
+    /// The user interrupted the answer: incomplete.
+    Interrupted,
+}
+
+impl From<chatd_core::FinishReason> for FinishReason {
+    fn from(reason: chatd_core::FinishReason) -> Self {
+        use chatd_core::FinishReason as F;
+        match reason {
+            F::Stop => FinishReason::Stop,
+            F::Length => FinishReason::Length,
+            F::ToolCalls => FinishReason::ToolCalls,
+            F::ContentFilter => FinishReason::ContentFilter,
+            F::Interrupted => FinishReason::Interrupted,
+        }
+    }
 }
 
 impl From<&chatd_store::ChatMessage> for ChatMessage {
@@ -477,6 +512,7 @@ impl From<&chatd_store::ChatMessage> for ChatMessage {
             usage: m.usage().map(Into::into),
             total_cost_micros: m.total_cost_micros,
             runtime_ms: m.runtime_ms,
+            finish_reason: m.finish_reason.map(Into::into),
         }
     }
 }

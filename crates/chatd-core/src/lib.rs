@@ -21,8 +21,8 @@ pub mod transition;
 
 pub use error::{StateError, ToolResultError, ToolResultErrorKind, TransitionError};
 pub use message::{
-    CANCELLED_TOOL_RESULT, ChatRole, INTERRUPTED_TOOL_RESULT, MessagePart, TIMED_OUT_TOOL_RESULT,
-    ToolCallRef, Visibility, outstanding_tool_calls,
+    CANCELLED_TOOL_RESULT, ChatRole, FinishReason, INTERRUPTED_TOOL_RESULT, MessagePart,
+    TIMED_OUT_TOOL_RESULT, ToolCallRef, Visibility, outstanding_tool_calls,
 };
 pub use state::{ChatStatus, ExecutionState, classify};
 pub use stream::{Episode, PartDelta, StreamPart};

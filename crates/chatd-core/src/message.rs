@@ -53,7 +53,8 @@ impl ChatRole {
     }
 }
 
-/// Error returned when a string is not a known role or visibility.
+/// Error returned when a string is not a known role, visibility or finish
+/// reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown value {0:?}")]
 pub struct UnknownValue(pub String);
@@ -71,6 +72,74 @@ impl TryFrom<String> for Visibility {
 
     fn try_from(value: String) -> Result<Self, Self::Error> {
         Visibility::parse(&value).ok_or(UnknownValue(value))
+    }
+}
+
+/// `chat_messages.finish_reason` and `ChatMessage.finish_reason` on the wire:
+/// why an assistant message ended. Set on assistant messages only; `None`
+/// (null) when unknown (a provider reason chatd does not know, or a row
+/// written before the column existed) and on every other role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model ended its answer by itself (OpenAI `stop`, Anthropic
+    /// `end_turn`/`stop_sequence`).
+    Stop,
+    /// The answer was cut off at the output token limit or the context
+    /// window (OpenAI `length`, Anthropic `max_tokens`): it is incomplete.
+    Length,
+    /// The model stopped to call tools.
+    ToolCalls,
+    /// The provider withheld the rest (OpenAI `content_filter`, Anthropic
+    /// `refusal`): it is incomplete.
+    ContentFilter,
+    /// The user interrupted the answer; the message holds what was
+    /// generated until then (`FinishInterruption`'s partial message).
+    Interrupted,
+}
+
+impl FinishReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [FinishReason; 5] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::ToolCalls,
+        FinishReason::ContentFilter,
+        FinishReason::Interrupted,
+    ];
+
+    /// Database and wire spelling (`stop`, `length`, `tool_calls`,
+    /// `content_filter`, `interrupted`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Interrupted => "interrupted",
+        }
+    }
+
+    /// Parses the database spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether the answer is incomplete: cut off (`length`), withheld
+    /// (`content_filter`) or interrupted.
+    pub fn cut_short(self) -> bool {
+        matches!(
+            self,
+            FinishReason::Length | FinishReason::ContentFilter | FinishReason::Interrupted
+        )
+    }
+}
+
+impl TryFrom<String> for FinishReason {
+    type Error = UnknownValue;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        FinishReason::parse(&value).ok_or(UnknownValue(value))
     }
 }
 
@@ -259,6 +328,33 @@ mod tests {
             tool_name: "t".into(),
             args: "{}".into(),
         }
+    }
+
+    #[test]
+    fn finish_reasons_round_trip_their_database_and_wire_spelling() {
+        for reason in FinishReason::ALL {
+            assert_eq!(FinishReason::parse(reason.as_str()), Some(reason));
+            assert_eq!(
+                serde_json::to_value(reason).unwrap(),
+                Value::String(reason.as_str().into())
+            );
+        }
+        assert_eq!(
+            FinishReason::try_from("max_tokens".to_owned()),
+            Err(UnknownValue("max_tokens".into()))
+        );
+        let cut: Vec<_> = FinishReason::ALL
+            .into_iter()
+            .filter(|r| r.cut_short())
+            .collect();
+        assert_eq!(
+            cut,
+            [
+                FinishReason::Length,
+                FinishReason::ContentFilter,
+                FinishReason::Interrupted
+            ]
+        );
     }
 
     #[test]

@@ -55,39 +55,106 @@ pub fn build_client(
         })
 }
 
-/// Classifies a transport failure: timeouts → retryable `timeout`;
-/// connection failures and broken bodies → retryable `generic`; a request
-/// that cannot be built → non-retryable `invalid_request`.
-pub fn transport_error(err: &reqwest::Error, provider: &str) -> ProviderError {
+/// Classifies a transport failure of a request to `provider` (its display
+/// name) at `base_url` (the provider's base URL, named in the message):
+///
+/// - the server cannot be reached at all (connection refused, the host name
+///   does not resolve, no connection within the connect timeout, any other
+///   failure to connect): a retryable error whose message says which
+///   provider and address are down and why, in words a user understands
+///   (`Cannot reach the model server "local" at http://127.0.0.1:8081/v1:
+///   connection refused.`); `timeout` for a connect timeout, else `generic`;
+/// - other timeouts (no answer or no next piece within the idle timeout):
+///   retryable `timeout`;
+/// - broken connections and bodies: retryable `generic`;
+/// - a request that cannot be built: non-retryable `invalid_request`.
+///
+/// `detail` carries the error and its sources.
+pub fn transport_error(err: &reqwest::Error, provider: &str, base_url: &str) -> ProviderError {
     let chain = error_chain(err);
+    let server = format!("the model server {provider:?} at {base_url}");
+    if err.is_connect() {
+        let (kind, why) = connect_failure(err, &chain);
+        return ProviderError::new(kind, format!("Cannot reach {server}: {why}."), provider)
+            .with_detail(chain);
+    }
     if err.is_timeout() {
         ProviderError::new(
             ErrorKind::Timeout,
-            "the provider did not answer in time",
+            format!("{} did not answer in time.", capitalize(&server)),
             provider,
         )
         .with_detail(chain)
     } else if err.is_builder() {
         ProviderError::new(
             ErrorKind::InvalidRequest,
-            "the request to the provider is invalid",
-            provider,
-        )
-        .with_detail(chain)
-    } else if err.is_connect() {
-        ProviderError::new(
-            ErrorKind::Generic,
-            "cannot connect to the provider",
+            format!("The request to {server} is invalid."),
             provider,
         )
         .with_detail(chain)
     } else {
         ProviderError::new(
             ErrorKind::Generic,
-            "the connection to the provider failed",
+            format!("The connection to {server} failed."),
             provider,
         )
         .with_detail(chain)
+    }
+}
+
+/// Why a connection could not be made, from the error's sources: the kind
+/// (`timeout` for a connect timeout, else `generic`) and a phrase.
+fn connect_failure(err: &reqwest::Error, chain: &str) -> (ErrorKind, String) {
+    use std::io::ErrorKind as Io;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    let mut io_kind = None;
+    let mut innermost = String::new();
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            io_kind.get_or_insert(io.kind());
+        }
+        innermost = cause.to_string();
+        source = cause.source();
+    }
+    if err.is_timeout() || io_kind == Some(Io::TimedOut) {
+        return (
+            ErrorKind::Timeout,
+            "no connection within the connect timeout".to_owned(),
+        );
+    }
+    let why = match io_kind {
+        Some(Io::ConnectionRefused) => "connection refused".to_owned(),
+        Some(Io::ConnectionReset) => "the connection was reset".to_owned(),
+        Some(Io::HostUnreachable) => "the host is unreachable".to_owned(),
+        Some(Io::NetworkUnreachable) => "the network is unreachable".to_owned(),
+        Some(Io::AddrNotAvailable) => "the address is not available".to_owned(),
+        _ if chain.contains("dns error") => "its host name could not be resolved".to_owned(),
+        _ if innermost.is_empty() => "the connection failed".to_owned(),
+        _ => innermost,
+    };
+    (ErrorKind::Generic, why)
+}
+
+/// `base_url` as shown in messages: without credentials (`user:password@`)
+/// or query, and without a trailing `/`; unchanged when it does not parse.
+pub(crate) fn display_base_url(base_url: &str) -> String {
+    match reqwest::Url::parse(base_url) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            url.as_str().trim_end_matches('/').to_owned()
+        }
+        Err(_) => base_url.trim_end_matches('/').to_owned(),
+    }
+}
+
+fn capitalize(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 

@@ -25,7 +25,7 @@ pub use machine::{
     ChatMachine, ChatTx, CreateChatInput, CreateChatResult, LockedChat, Store, StoreConfig,
     chat_update_payload, migrate,
 };
-pub use models::{Chat, ChatMessage, NewMessage, QueuedMessage, Usage};
+pub use models::{Chat, ChatMessage, FinishReasonColumn, NewMessage, QueuedMessage, Usage};
 pub use transitions::{
     CompleteRequiresActionInput, EditMessageInput, EditMessageResult, FinishInterruptionResult,
     FinishTurnResult, PromoteQueuedMessageResult, SendMessageInput, SendMessageResult,

@@ -5,7 +5,10 @@
 //! materialised message a transition inserts (spec chatstate `Message`: the
 //! machine never reshapes it except to attach the chat id).
 
-use chatd_core::{ChatRole, ChatStatus, ExecutionState, MessagePart, Visibility, classify};
+use chatd_core::message::UnknownValue;
+use chatd_core::{
+    ChatRole, ChatStatus, ExecutionState, FinishReason, MessagePart, Visibility, classify,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -155,6 +158,10 @@ pub struct ChatMessage {
     pub total_cost_micros: Option<i64>,
     /// Generation time in milliseconds.
     pub runtime_ms: Option<i64>,
+    /// Why an assistant message ended (`None`: unknown, or not an assistant
+    /// message); migration `0003_message_finish_reason`.
+    #[sqlx(try_from = "FinishReasonColumn")]
+    pub finish_reason: Option<FinishReason>,
     /// The provider's response id.
     pub provider_response_id: Option<String>,
     /// The queued message this was promoted from.
@@ -182,6 +189,21 @@ impl ChatMessage {
             cache_creation_tokens: self.cache_creation_tokens.unwrap_or(0),
             total_tokens: self.total_tokens.unwrap_or(0),
         })
+    }
+}
+
+/// `chat_messages.finish_reason` as read (nullable text), decoded into
+/// `Option<`[`FinishReason`]`>` by [`ChatMessage`]'s `FromRow`; a spelling
+/// the column's check constraint would refuse is a decode error.
+#[derive(Debug, sqlx::Type)]
+#[sqlx(transparent)]
+pub struct FinishReasonColumn(Option<String>);
+
+impl TryFrom<FinishReasonColumn> for Option<FinishReason> {
+    type Error = UnknownValue;
+
+    fn try_from(column: FinishReasonColumn) -> Result<Self, Self::Error> {
+        column.0.map(FinishReason::try_from).transpose()
     }
 }
 
@@ -233,6 +255,8 @@ pub struct NewMessage {
     pub total_cost_micros: Option<i64>,
     /// Generation time in milliseconds.
     pub runtime_ms: Option<i64>,
+    /// Why an assistant message ended (assistant messages only).
+    pub finish_reason: Option<FinishReason>,
     /// Provider response id.
     pub provider_response_id: Option<String>,
     /// Client idempotency key.

@@ -2,7 +2,7 @@
 //! [`crate::transitions`] compose these; nothing else writes execution-state
 //! tables.
 
-use chatd_core::{ChatStatus, MessagePart};
+use chatd_core::{ChatStatus, FinishReason, MessagePart};
 use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, PgConnection};
@@ -151,8 +151,8 @@ pub async fn insert_message(
         "INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by, model_config_id,
              reasoning_effort, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens,
              cache_creation_tokens, total_tokens, context_limit, total_cost_micros, runtime_ms,
-             provider_response_id, queued_message_id, client_message_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+             provider_response_id, queued_message_id, client_message_id, finish_reason)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
          RETURNING *",
     )
     .bind(chat_id)
@@ -175,6 +175,7 @@ pub async fn insert_message(
     .bind(&message.provider_response_id)
     .bind(queued_message_id)
     .bind(&message.client_message_id)
+    .bind(message.finish_reason.map(FinishReason::as_str))
     .fetch_one(conn)
     .await
 }

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chatd_core::{
-    ChatRole, Episode, INTERRUPTED_TOOL_RESULT, MessagePart, PartDelta, StreamPart, Visibility,
-    outstanding_tool_calls,
+    ChatRole, Episode, FinishReason as MessageFinishReason, INTERRUPTED_TOOL_RESULT, MessagePart,
+    PartDelta, StreamPart, Visibility, outstanding_tool_calls,
 };
 use chatd_llm::{
     FinishReason, ModelRequest, ProviderError, RequestMessage, ResponseBuilder, StreamEvent,
@@ -295,10 +295,24 @@ pub(crate) fn partial_messages(parts: &[StreamPart]) -> Vec<NewMessage> {
     }
     let mut messages = Vec::new();
     if !content.is_empty() {
-        messages.push(NewMessage::assistant(content));
+        let mut assistant = NewMessage::assistant(content);
+        assistant.finish_reason = Some(MessageFinishReason::Interrupted);
+        messages.push(assistant);
     }
     messages.extend(results);
     messages
+}
+
+/// The stored finish reason of an assistant message for the provider's
+/// reason; a reason chatd does not know (`Other`) is stored as unknown.
+fn message_finish_reason(reason: &FinishReason) -> Option<MessageFinishReason> {
+    match reason {
+        FinishReason::Stop => Some(MessageFinishReason::Stop),
+        FinishReason::Length => Some(MessageFinishReason::Length),
+        FinishReason::ToolCalls => Some(MessageFinishReason::ToolCalls),
+        FinishReason::ContentFilter => Some(MessageFinishReason::ContentFilter),
+        FinishReason::Other(_) => None,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -995,6 +1009,9 @@ async fn commit_response(
         assistant.visibility = Visibility::Model;
     }
     assistant.model_config_id = Some(call.model_config_id);
+    if !call.compaction {
+        assistant.finish_reason = response.finish_reason().and_then(message_finish_reason);
+    }
     assistant.usage = usage;
     assistant.context_limit = Some(call.context_limit);
     assistant.runtime_ms = Some(runtime_ms);
@@ -1141,6 +1158,30 @@ mod tests {
                 },
             ]
         );
+        assert_eq!(
+            messages[0].finish_reason,
+            Some(MessageFinishReason::Interrupted)
+        );
         assert!(partial_messages(&[]).is_empty());
+    }
+
+    #[test]
+    fn provider_finish_reasons_map_to_stored_ones_and_unknown_ones_to_none() {
+        let cases = [
+            (FinishReason::Stop, Some(MessageFinishReason::Stop)),
+            (FinishReason::Length, Some(MessageFinishReason::Length)),
+            (
+                FinishReason::ToolCalls,
+                Some(MessageFinishReason::ToolCalls),
+            ),
+            (
+                FinishReason::ContentFilter,
+                Some(MessageFinishReason::ContentFilter),
+            ),
+            (FinishReason::Other("eos".into()), None),
+        ];
+        for (provider, stored) in cases {
+            assert_eq!(message_finish_reason(&provider), stored, "{provider:?}");
+        }
     }
 }

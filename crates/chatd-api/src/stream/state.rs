@@ -568,6 +568,7 @@ mod tests {
             context_limit: None,
             total_cost_micros: None,
             runtime_ms: None,
+            finish_reason: None,
             provider_response_id: None,
             queued_message_id: None,
             client_message_id: None,

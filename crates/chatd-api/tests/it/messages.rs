@@ -35,6 +35,7 @@ async fn message_pages_are_ascending_with_cursors_and_hide_model_only_and_delete
             });
             m.total_cost_micros = Some(42);
             m.runtime_ms = Some(1234);
+            m.finish_reason = Some(chatd_core::FinishReason::Length);
         }
         step.push(m);
     }
@@ -107,6 +108,10 @@ async fn message_pages_are_ascending_with_cursors_and_hide_model_only_and_delete
     assert_eq!(with_usage["total_cost_micros"], 42);
     assert_eq!(with_usage["runtime_ms"], 1234);
     assert_eq!(with_usage["role"], "assistant");
+    // The finish reason: "length" marks an answer cut short; unknown is null.
+    assert_eq!(with_usage["finish_reason"], "length");
+    assert_eq!(default.body["messages"][2]["finish_reason"], Value::Null);
+    assert_eq!(default.body["messages"][0]["finish_reason"], Value::Null);
 
     // Soft-deleted rows (an edit) disappear.
     s.patch(

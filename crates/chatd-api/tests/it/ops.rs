@@ -1,6 +1,6 @@
 //! `/healthz`, `/readyz`, `/metrics` and the OpenAPI document.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common::*;
 
@@ -82,6 +82,15 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
             .is_none(),
         "{}",
         schemas["ToolResult"]
+    );
+    // ChatMessage.finish_reason: nullable, one of the documented values.
+    let finish = &schemas["ChatMessage"]["properties"]["finish_reason"];
+    assert!(finish.to_string().contains("FinishReason"), "{finish}");
+    assert_eq!(
+        schemas["FinishReason"]["enum"],
+        json!(["stop", "length", "tool_calls", "content_filter", "interrupted"]),
+        "{}",
+        schemas["FinishReason"]
     );
     let paths = doc["paths"].as_object().unwrap();
     let expected: &[(&str, &[&str])] = &[

@@ -123,11 +123,12 @@ async fn send_message_response_shapes() {
     assert_eq!(uuid(&body["message"]["created_by"]), s.alice.id);
     assert_eq!(body["message"]["queued_message_id"], Value::Null);
     assert_eq!(body["message"]["usage"], Value::Null);
+    assert_eq!(body["message"]["finish_reason"], Value::Null);
     assert!(body["message"]["revision"].as_i64().unwrap() > 1);
     assert!(body.get("queued_message").is_none());
     assert_eq!(body["messages"], json!([body["message"].clone()]));
     let keys: Vec<&String> = body["message"].as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 12, "{keys:?}");
+    assert_eq!(keys.len(), 13, "{keys:?}");
 
     // R0 with busy_behavior=interrupt: queued, and the chat is interrupting.
     let id = s.chat_in(&s.alice, R0).await;

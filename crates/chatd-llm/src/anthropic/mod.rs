@@ -14,7 +14,7 @@ use futures::StreamExt as _;
 use futures::future::BoxFuture;
 
 use crate::error::ProviderError;
-use crate::http::{HttpOptions, build_client, read_error_body, transport_error};
+use crate::http::{HttpOptions, build_client, display_base_url, read_error_body, transport_error};
 use crate::provider::{EventStream, Provider};
 use crate::request::ModelRequest;
 
@@ -28,6 +28,8 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com/v1";
 pub struct AnthropicProvider {
     client: reqwest::Client,
     endpoint: String,
+    /// The base URL as shown in error messages ([`display_base_url`]).
+    shown_url: String,
     api_key: Option<String>,
     name: String,
 }
@@ -63,6 +65,7 @@ impl AnthropicProvider {
         Ok(AnthropicProvider {
             client,
             endpoint: format!("{}/messages", base_url.trim_end_matches('/')),
+            shown_url: display_base_url(&base_url),
             api_key: api_key.filter(|k| !k.is_empty()),
             name,
         })
@@ -88,7 +91,7 @@ impl AnthropicProvider {
         let response = builder
             .send()
             .await
-            .map_err(|err| transport_error(&err, &self.name))?;
+            .map_err(|err| transport_error(&err, &self.name, &self.shown_url))?;
         let status = response.status();
         if !status.is_success() {
             let body = read_error_body(response, &self.name).await;
@@ -99,9 +102,10 @@ impl AnthropicProvider {
             ));
         }
         let name = self.name.clone();
+        let shown_url = self.shown_url.clone();
         let bytes = response
             .bytes_stream()
-            .map(move |chunk| chunk.map_err(|err| transport_error(&err, &name)));
+            .map(move |chunk| chunk.map_err(|err| transport_error(&err, &name, &shown_url)));
         Ok(stream::decode(bytes, self.name.clone()))
     }
 }

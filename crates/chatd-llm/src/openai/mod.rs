@@ -14,7 +14,7 @@ use futures::StreamExt as _;
 use futures::future::BoxFuture;
 
 use crate::error::ProviderError;
-use crate::http::{HttpOptions, build_client, read_error_body, transport_error};
+use crate::http::{HttpOptions, build_client, display_base_url, read_error_body, transport_error};
 use crate::provider::{EventStream, Provider};
 use crate::request::ModelRequest;
 
@@ -25,6 +25,8 @@ pub use wire::MaxTokensParam;
 pub struct OpenAiProvider {
     client: reqwest::Client,
     endpoint: String,
+    /// The base URL as shown in error messages ([`display_base_url`]).
+    shown_url: String,
     api_key: Option<String>,
     name: String,
     max_tokens_param: MaxTokensParam,
@@ -61,6 +63,7 @@ impl OpenAiProvider {
         Ok(OpenAiProvider {
             client,
             endpoint: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            shown_url: display_base_url(&base_url),
             api_key: api_key.filter(|k| !k.is_empty()),
             name,
             max_tokens_param: MaxTokensParam::default(),
@@ -94,7 +97,7 @@ impl OpenAiProvider {
         let response = builder
             .send()
             .await
-            .map_err(|err| transport_error(&err, &self.name))?;
+            .map_err(|err| transport_error(&err, &self.name, &self.shown_url))?;
         let status = response.status();
         if !status.is_success() {
             let body = read_error_body(response, &self.name).await;
@@ -105,9 +108,10 @@ impl OpenAiProvider {
             ));
         }
         let name = self.name.clone();
+        let shown_url = self.shown_url.clone();
         let bytes = response
             .bytes_stream()
-            .map(move |chunk| chunk.map_err(|err| transport_error(&err, &name)));
+            .map(move |chunk| chunk.map_err(|err| transport_error(&err, &name, &shown_url)));
         Ok(stream::decode(bytes, self.name.clone()))
     }
 }

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use chatd_llm::{ErrorKind, HttpOptions, OpenAiProvider, ProviderError, StreamEvent};
+use chatd_llm::{
+    AnthropicProvider, ErrorKind, HttpOptions, OpenAiProvider, ProviderError, StreamEvent,
+};
 use chatd_testkit::{FakeLlm, Script};
 use serde_json::json;
 
@@ -158,16 +160,20 @@ async fn every_status_maps_to_the_api_kind_and_retry_policy() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_refused_is_a_retryable_generic_error() {
-    // Bind then drop to get a port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A loopback port nobody listens on (bound, then dropped).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_refused_is_a_retryable_generic_error_naming_the_provider_and_address() {
+    let port = closed_port();
     let provider =
-        OpenAiProvider::new(format!("http://127.0.0.1:{port}/v1"), None, "down").unwrap();
+        OpenAiProvider::new(format!("http://127.0.0.1:{port}/v1/"), None, "local").unwrap();
     let err = run(&provider, &hello_request())
         .await
         .expect_err("nobody listens");
@@ -175,7 +181,96 @@ async fn connection_refused_is_a_retryable_generic_error() {
         (err.kind, err.retryable, err.status_code),
         (ErrorKind::Generic, true, None)
     );
-    assert_eq!(err.message, "cannot connect to the provider");
+    assert_eq!(
+        err.message,
+        format!(
+            "Cannot reach the model server \"local\" at http://127.0.0.1:{port}/v1: connection refused."
+        )
+    );
+    assert_eq!(err.provider, "local");
+    let detail = err.detail.expect("the error chain is the detail");
+    assert!(detail.contains("127.0.0.1"), "{detail}");
+    // The Anthropic adapter says the same.
+    let anthropic = AnthropicProvider::new(
+        format!("http://127.0.0.1:{port}/v1"),
+        Some("key".into()),
+        "claude",
+    )
+    .unwrap();
+    let err = run(&anthropic, &hello_request())
+        .await
+        .expect_err("nobody listens");
+    assert_eq!(
+        (err.kind, err.retryable, err.message),
+        (
+            ErrorKind::Generic,
+            true,
+            format!(
+                "Cannot reach the model server \"claude\" at http://127.0.0.1:{port}/v1: connection refused."
+            )
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unresolvable_host_is_a_retryable_error_saying_the_name_does_not_resolve() {
+    // `.invalid` never resolves (RFC 6761); the credentials in the URL are
+    // not shown.
+    let provider = OpenAiProvider::new(
+        "http://user:secret@chatd-test-host.invalid:8081/v1?x=1",
+        None,
+        "remote",
+    )
+    .unwrap();
+    let err = run(&provider, &hello_request())
+        .await
+        .expect_err("no such host");
+    assert_eq!((err.kind, err.retryable), (ErrorKind::Generic, true));
+    assert_eq!(
+        err.message,
+        "Cannot reach the model server \"remote\" at http://chatd-test-host.invalid:8081/v1: its host name could not be resolved."
+    );
+    assert!(!err.message.contains("secret"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_timeout_is_a_retryable_timeout_naming_the_provider_and_address() {
+    // A listener whose accept queue is full and never drained: the kernel
+    // drops further SYNs, so the next connection attempt never completes.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        // Each filler either completes (into the queue) or stalls; both
+        // keep the queue full. Bounded by the timeout.
+        fillers.push(tokio::spawn(tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::net::TcpStream::connect(addr),
+        )));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let options = HttpOptions {
+        connect_timeout: Duration::from_millis(500),
+        ..HttpOptions::default()
+    };
+    let provider =
+        OpenAiProvider::with_options(format!("http://{addr}/v1"), None, "slow", options).unwrap();
+    let err = run(&provider, &hello_request())
+        .await
+        .expect_err("the connection never completes");
+    assert_eq!((err.kind, err.retryable), (ErrorKind::Timeout, true));
+    assert_eq!(
+        err.message,
+        format!(
+            "Cannot reach the model server \"slow\" at http://{addr}/v1: no connection within the connect timeout."
+        )
+    );
+    for filler in fillers {
+        filler.abort();
+    }
+    drop(listener);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

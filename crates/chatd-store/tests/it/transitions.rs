@@ -2,8 +2,8 @@
 //! which rows are inserted, validation errors, and the miscellaneous rules.
 
 use chatd_core::{
-    BusyBehavior, ChatRole, ChatStatus, ExecutionState, INTERRUPTED_TOOL_RESULT, MessagePart,
-    StateError, TIMED_OUT_TOOL_RESULT, ToolResultErrorKind,
+    BusyBehavior, ChatRole, ChatStatus, ExecutionState, FinishReason, INTERRUPTED_TOOL_RESULT,
+    MessagePart, StateError, TIMED_OUT_TOOL_RESULT, ToolResultErrorKind,
 };
 use chatd_store::{
     CompleteRequiresActionInput, CreateChatInput, EditMessageInput, SendMessageInput, StoreConfig,
@@ -634,7 +634,7 @@ async fn cancel_requires_action_answers_pending_calls_as_timed_out() {
 async fn finish_interruption_keeps_partial_text_and_answers_unfinished_calls() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::I0).await;
-    let partial = chatd_store::NewMessage::assistant(vec![
+    let mut partial = chatd_store::NewMessage::assistant(vec![
         MessagePart::text("I was say"),
         MessagePart::ToolCall {
             tool_call_id: "half".into(),
@@ -642,6 +642,7 @@ async fn finish_interruption_keeps_partial_text_and_answers_unfinished_calls() {
             args: "{\"q\":".into(),
         },
     ]);
+    partial.finish_reason = Some(FinishReason::Interrupted);
     let (result, chat) = h
         .store
         .machine(id)
@@ -650,11 +651,65 @@ async fn finish_interruption_keeps_partial_text_and_answers_unfinished_calls() {
         .unwrap();
     assert_eq!(result.inserted_messages.len(), 2);
     assert_eq!(text_of(&result.inserted_messages[0].content.0), "I was say");
+    assert_eq!(
+        result.inserted_messages[0].finish_reason,
+        Some(FinishReason::Interrupted)
+    );
     assert!(
         matches!(&result.inserted_messages[1].content.0[0], MessagePart::ToolResult { tool_call_id, result, .. } if tool_call_id == "half" && result == &json!({"error": INTERRUPTED_TOOL_RESULT}))
     );
+    assert_eq!(
+        result.inserted_messages[1].finish_reason, None,
+        "the synthetic tool result has none"
+    );
     assert_eq!(result.promoted_message, None);
     assert_eq!(chat.status, ChatStatus::Waiting);
+}
+
+#[tokio::test]
+async fn finish_reasons_are_stored_with_the_message_and_unknown_spellings_refused() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let messages: Vec<_> = FinishReason::ALL
+        .into_iter()
+        .map(|reason| {
+            let mut m = assistant_text(reason.as_str());
+            m.finish_reason = Some(reason);
+            m
+        })
+        .chain([assistant_text("unknown")])
+        .collect();
+    h.apply(id, move |tx| {
+        Box::pin(async move { tx.commit_step(messages, false).await.map(|_| ()) })
+    })
+    .await;
+    let stored: Vec<_> = h
+        .active_messages(id)
+        .await
+        .into_iter()
+        .filter(|m| m.role == ChatRole::Assistant)
+        .map(|m| (text_of(&m.content.0), m.finish_reason))
+        .collect();
+    let expected: Vec<_> = FinishReason::ALL
+        .into_iter()
+        .map(|r| (r.as_str().to_owned(), Some(r)))
+        .chain([("unknown".to_owned(), None)])
+        .collect();
+    assert_eq!(stored, expected);
+    // The column's check refuses any other spelling, so every stored value
+    // decodes.
+    let refused =
+        sqlx::query("UPDATE chat_messages SET finish_reason = 'max_tokens' WHERE chat_id = $1")
+            .bind(id)
+            .execute(h.pool())
+            .await
+            .expect_err("check constraint");
+    assert!(
+        refused
+            .to_string()
+            .contains("chat_messages_finish_reason_check"),
+        "{refused}"
+    );
 }
 
 #[tokio::test]

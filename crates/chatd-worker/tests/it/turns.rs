@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use chatd_core::{BusyBehavior, ChatRole, ChatStatus, Episode, MessagePart, PartDelta};
+use chatd_core::{
+    BusyBehavior, ChatRole, ChatStatus, Episode, FinishReason, MessagePart, PartDelta,
+};
 use chatd_store::{CompleteRequiresActionInput, EditMessageInput, NewMessage, ToolResultInput};
 use chatd_testkit::fake_llm::Script;
 use serde_json::json;
@@ -33,6 +35,8 @@ async fn a_turn_streams_parts_commits_the_answer_with_usage_and_waits() {
     assert_eq!(answer.total_cost_micros, Some(22));
     assert_eq!(answer.model_config_id, Some(env.model_config_id));
     assert!(answer.runtime_ms.is_some());
+    assert_eq!(answer.finish_reason, Some(FinishReason::Stop));
+    assert_eq!(messages[0].finish_reason, None, "a user message has none");
     assert_eq!(
         chat.generation_attempt, 0,
         "the committed answer started a new history version"
@@ -143,6 +147,53 @@ async fn interrupt_mid_stream_commits_the_partial_text() {
     assert!(
         !partial.is_empty() && full.starts_with(&partial) && partial.len() < full.len(),
         "partial answer {partial:?}"
+    );
+    assert_eq!(
+        messages[1].finish_reason,
+        Some(FinishReason::Interrupted),
+        "the partial answer is marked interrupted"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cut_off_at_the_token_limit_is_stored_with_finish_reason_length() {
+    let env = Env::new().await;
+    env.llm
+        .push(Script::text("The answer begins and then").finish("length"));
+    env.llm
+        .push(Script::text("A complete answer.").finish("content_filter"));
+    env.llm.push(Script::text("Odd.").finish("eos_token"));
+    let worker = env.worker();
+    let chat_id = env.create_chat("explain").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    env.send(chat_id, "again", BusyBehavior::Queue).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    env.send(chat_id, "once more", BusyBehavior::Queue).await;
+    env.wait_for(chat_id, Duration::from_secs(20), "three answers", |c| {
+        c.status == ChatStatus::Waiting && c.worker_id.is_none()
+    })
+    .await;
+    let messages = env.active_messages(chat_id).await;
+    let answers: Vec<_> = messages
+        .iter()
+        .filter(|m| m.role == ChatRole::Assistant)
+        .map(|m| (text_of(m), m.finish_reason))
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            (
+                "The answer begins and then".to_owned(),
+                Some(FinishReason::Length)
+            ),
+            (
+                "A complete answer.".to_owned(),
+                Some(FinishReason::ContentFilter)
+            ),
+            // A reason chatd does not know is stored as unknown.
+            ("Odd.".to_owned(), None),
+        ]
     );
     worker.shutdown().await;
 }
@@ -314,6 +365,7 @@ async fn a_dynamic_tool_call_waits_for_the_client_and_continues_with_its_result(
     assert!(
         matches!(&messages[1].content.0[..], [MessagePart::ToolCall { tool_call_id, args, .. }] if tool_call_id == "call_1" && args == r#"{"mood":"calm"}"#)
     );
+    assert_eq!(messages[1].finish_reason, Some(FinishReason::ToolCalls));
     // The offered tool was in the request.
     assert!(env.llm.requests()[0].body["tools"][0]["function"]["name"] == json!("pick_color"));
     env.store

@@ -194,6 +194,25 @@ pub struct Message {
     /// The queued message this user message was promoted from.
     #[serde(default)]
     pub queued_message_id: Option<i64>,
+    /// Why an assistant message ended (`stop`, `length`, `tool_calls`,
+    /// `content_filter`, `interrupted`; `None` when unknown).
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// The notice printed after an assistant message that did not end by
+/// itself, for its `finish_reason`; `None` for a complete answer.
+pub fn cut_short_notice(finish_reason: Option<&str>) -> Option<&'static str> {
+    match finish_reason? {
+        "length" => {
+            Some("[answer cut short: the output token limit or the context window was reached]")
+        }
+        "content_filter" => {
+            Some("[answer cut short: the provider withheld the rest (content filter)]")
+        }
+        "interrupted" => Some("[answer interrupted]"),
+        _ => None,
+    }
 }
 
 /// Payload of `status`.
@@ -700,6 +719,9 @@ impl Renderer {
         }
         // Ends the text block even when its last line is complete.
         self.close_line();
+        if let Some(notice) = cut_short_notice(message.finish_reason.as_deref()) {
+            self.notice(notice.to_owned());
+        }
 
         for part in &message.content {
             if let Part::ToolCall {
@@ -1033,6 +1055,40 @@ mod tests {
         assert_eq!(split(&outs), ("Hello\n".into(), String::new()));
         assert_eq!(r.idle(), Some(Idle::Waiting));
         assert_eq!(r.last_message_id(), 2);
+    }
+
+    #[test]
+    fn an_answer_cut_short_is_followed_by_a_notice_on_stderr_and_a_complete_one_is_not() {
+        let cut = |reason: &str| {
+            ev(json!({"type": "message", "chat_id": "c", "message": {
+                "id": 2, "chat_id": "c", "role": "assistant",
+                "content": [{"type": "text", "text": "The answer beg"}],
+                "revision": 1, "queued_message_id": null, "finish_reason": reason}}))
+        };
+        for (reason, notice) in [
+            (
+                "length",
+                "[answer cut short: the output token limit or the context window was reached]\n",
+            ),
+            (
+                "content_filter",
+                "[answer cut short: the provider withheld the rest (content filter)]\n",
+            ),
+            ("interrupted", "[answer interrupted]\n"),
+            ("stop", ""),
+        ] {
+            let mut r = reply();
+            let (out, err) = render(&mut r, &[status("running"), cut(reason), status("waiting")]);
+            assert_eq!(
+                (out.as_str(), err.as_str()),
+                ("The answer beg\n", notice),
+                "{reason}"
+            );
+        }
+        let mut r = watch();
+        let (out, err) = render(&mut r, &[cut("length"), status("waiting")]);
+        assert!(out.contains("The answer beg"), "{out}");
+        assert!(err.contains("[answer cut short"), "{err}");
     }
 
     #[test]
