@@ -88,7 +88,13 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
     assert!(finish.to_string().contains("FinishReason"), "{finish}");
     assert_eq!(
         schemas["FinishReason"]["enum"],
-        json!(["stop", "length", "tool_calls", "content_filter", "interrupted"]),
+        json!([
+            "stop",
+            "length",
+            "tool_calls",
+            "content_filter",
+            "interrupted"
+        ]),
         "{}",
         schemas["FinishReason"]
     );
