@@ -31,7 +31,7 @@
 #   CHATD_DATA_DIR      data directory (default ~/.local/share/chatd)
 #   CHATD_LISTEN        chatd's address (default 127.0.0.1:3000)
 #   CHATD_MODEL_LISTEN  the model server's address (default 127.0.0.1:8081)
-#   CHATD_MODEL_THREADS threads for the model (default: all cores)
+#   CHATD_MODEL_THREADS threads for the model (default: all cores but one)
 #   CHATD_MODEL_GGUF    a GGUF weights file to serve instead of SmolLM2-135M
 #   CHATD_RUN_EXIT=1    exit after the first reply instead of serving on
 #                       (for scripts and timing)
@@ -54,7 +54,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 data_dir=${CHATD_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/chatd}
 listen=${CHATD_LISTEN:-127.0.0.1:3000}
 model_listen=${CHATD_MODEL_LISTEN:-127.0.0.1:8081}
-threads=${CHATD_MODEL_THREADS:-$(nproc)}
+# One core is left to chatd, PostgreSQL and everything else: ggml's threads
+# spin while they wait for each other, and on an oversubscribed machine that
+# collapses generation (README "The model build", figures).
+threads=${CHATD_MODEL_THREADS:-$(($(nproc) > 1 ? $(nproc) - 1 : 1))}
 message=${1:-}
 llm_dir=$data_dir/llm
 chatd=$root/target/release/chatd
@@ -325,7 +328,8 @@ completion_ok() {
     | python3 -c 'import json, sys; r = json.load(sys.stdin); sys.exit(0 if r["choices"][0]["message"] is not None else 1)'
 }
 wait_until 120 "a completion from the model server" "$model_log" completion_ok
-note "the model server answered a completion ($(grep -oE 'load_backend: loaded CPU backend from [^ ]*' "$model_log" | sed 's/.*from //; s#.*/##' | head -n 1)); $(elapsed "$model_started")"
+variant=$(grep -o 'libggml-cpu-[a-z0-9._]*\.so' "/proc/${pids[-1]}/maps" 2>/dev/null | sort -u | head -n 1 || true)
+note "the model server answered a completion (CPU backend ${variant:-unknown}, $threads threads); $(elapsed "$model_started")"
 
 # --- chatd ---------------------------------------------------------------------
 token_file=$data_dir/admin-token
