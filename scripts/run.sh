@@ -105,7 +105,7 @@ trap 'exit 130' INT TERM
 # What to tell the user when the model server stopped with `status`.
 model_server_advice() {
   case "$1" in
-    132) echo "it was killed by SIGILL (an instruction this CPU does not have): the CPU variant ggml chose does not run here. Its log names the variant (load_backend); delete $server_dir to rebuild, and report the CPU (lscpu) if it happens again." ;;
+    132) echo "it was killed by SIGILL (an instruction this CPU does not have): the CPU variant ggml chose (the best-scoring libggml-cpu-*.so in $server_dir/bin) does not run here; delete $server_dir to rebuild, and report the CPU (lscpu) if it happens again." ;;
     137) echo "it was killed (SIGKILL; out of memory?)." ;;
     *)
       if grep -qiE 'failed to load model|error loading model|invalid magic|gguf_init' "$model_log" 2>/dev/null; then
