@@ -181,8 +181,11 @@ impl Visibility {
 }
 
 /// One part of a message's content (API.md `ChatMessagePart`, tagged by
-/// `type`).
+/// `type`): stored in `chat_messages.content` and `chat_queued_messages.content`
+/// and sent on the wire unchanged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = ChatMessagePart))]
 #[serde(tag = "type")]
 pub enum MessagePart {
     /// Plain text.
@@ -220,9 +223,11 @@ pub enum MessagePart {
         /// The tool's name.
         tool_name: String,
         /// Any JSON value.
+        #[cfg_attr(feature = "openapi", schema(value_type = Value))]
         result: Value,
         /// Whether the tool failed.
         #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(required = true))]
         is_error: bool,
     },
     /// A reference to an uploaded file.
@@ -232,6 +237,7 @@ pub enum MessagePart {
         file_id: Uuid,
         /// Its media type.
         #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(required = true))]
         media_type: String,
         /// Its display name.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -152,6 +152,22 @@ impl ExecutionState {
         )
     }
 
+    /// The states `DELETE /chats/{chat}` may remove a chat in: the idle ones,
+    /// archived or not, whatever the queue holds (`W`, `E0`, `E1`, `XW`,
+    /// `XE0`, `XE1`; spec "HTTP endpoints"). A busy chat must be interrupted
+    /// first and an invalid one reconciled.
+    pub fn is_deletable(self) -> bool {
+        matches!(
+            self,
+            ExecutionState::W
+                | ExecutionState::E0
+                | ExecutionState::E1
+                | ExecutionState::XW
+                | ExecutionState::XE0
+                | ExecutionState::XE1
+        )
+    }
+
     /// Whether the chat is archived in this state (`XW`, `XE0`, `XE1`).
     pub fn is_archived(self) -> bool {
         matches!(
@@ -289,6 +305,17 @@ mod tests {
             .collect();
         use ExecutionState::*;
         assert_eq!(runnable, vec![R0, R1, I0, I1, A0, A1]);
+    }
+
+    #[test]
+    fn deletable_states_are_the_idle_ones() {
+        use ExecutionState::*;
+        let deletable: Vec<_> = ExecutionState::ALL
+            .into_iter()
+            .filter(|s| s.is_deletable())
+            .collect();
+        assert_eq!(deletable, vec![W, E0, E1, XW, XE0, XE1]);
+        assert!(deletable.iter().all(|s| !s.is_runnable()));
     }
 
     #[test]
