@@ -32,46 +32,15 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{PathParams, double_option, read_json};
-use crate::objects::ReasoningEffort;
 use crate::openapi::{E400, E401, E403, E404, E409, E413};
-use crate::queries;
 use crate::validate;
+use chatd_store::queries::locks::{self, AdvisoryLock};
+use chatd_store::queries::mcp_servers::{self, McpServerDef};
+use chatd_store::queries::model_configs::{self, ModelConfigDef};
+use chatd_store::queries::providers::{self, ProviderDef};
+use chatd_store::{McpServerRow, ModelConfigRow, ProviderRow};
 
-/// Kind of LLM provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum ProviderKind {
-    /// OpenAI Chat Completions.
-    #[serde(rename = "openai")]
-    Openai,
-    /// Any OpenAI-compatible server.
-    #[serde(rename = "openai-compat")]
-    OpenaiCompat,
-    /// Anthropic Messages.
-    #[serde(rename = "anthropic")]
-    Anthropic,
-}
-
-impl ProviderKind {
-    /// Database and wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Openai => "openai",
-            ProviderKind::OpenaiCompat => "openai-compat",
-            ProviderKind::Anthropic => "anthropic",
-        }
-    }
-
-    /// Parses the database spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            ProviderKind::Openai,
-            ProviderKind::OpenaiCompat,
-            ProviderKind::Anthropic,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
-    }
-}
+pub use chatd_core::{McpTransport, ModelOptions, ProviderKind, ReasoningEffortOptions};
 
 /// A provider as returned by the API (`api_key` is never returned).
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -95,11 +64,11 @@ pub struct Provider {
     pub updated_at: DateTime<Utc>,
 }
 
-impl From<queries::ProviderRow> for Provider {
-    fn from(r: queries::ProviderRow) -> Self {
+impl From<ProviderRow> for Provider {
+    fn from(r: ProviderRow) -> Self {
         Provider {
             id: r.id,
-            provider: ProviderKind::parse(&r.provider).unwrap_or(ProviderKind::OpenaiCompat),
+            provider: r.provider,
             display_name: r.display_name,
             base_url: r.base_url,
             has_api_key: r.api_key.as_deref().is_some_and(|k| !k.is_empty()),
@@ -154,82 +123,6 @@ pub struct UpdateProviderRequest {
     pub enabled: Option<bool>,
 }
 
-/// `options.reasoning_effort` of a model config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReasoningEffortOptions {
-    /// Effort used when a message does not ask for one.
-    pub default: ReasoningEffort,
-    /// Highest effort a message may ask for.
-    pub max: ReasoningEffort,
-}
-
-/// `options` of a model config.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ModelOptions {
-    /// Reasoning effort bounds (`default` ≤ `max`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning_effort: Option<ReasoningEffortOptions>,
-    /// Output token cap, 1..=10,000,000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_output_tokens: Option<i64>,
-    /// Sampling temperature, 0..=2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
-    /// Price of a million input tokens, in micro-dollars (≥ 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_price_micros_per_mtok: Option<i64>,
-    /// Price of a million output tokens, in micro-dollars (≥ 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_price_micros_per_mtok: Option<i64>,
-}
-
-impl ModelOptions {
-    /// Checks the ranges.
-    ///
-    /// # Errors
-    /// `400` naming `options.<field>`.
-    pub fn validate(&self) -> ApiResult<()> {
-        if let Some(r) = self.reasoning_effort
-            && r.default > r.max
-        {
-            return Err(ApiError::invalid(
-                "options.reasoning_effort",
-                "default must not exceed max",
-            ));
-        }
-        if self
-            .max_output_tokens
-            .is_some_and(|t| !(1..=10_000_000).contains(&t))
-        {
-            return Err(ApiError::invalid(
-                "options.max_output_tokens",
-                "must be in 1..=10000000",
-            ));
-        }
-        if self
-            .temperature
-            .is_some_and(|t| !t.is_finite() || !(0.0..=2.0).contains(&t))
-        {
-            return Err(ApiError::invalid("options.temperature", "must be in 0..=2"));
-        }
-        if self.input_price_micros_per_mtok.is_some_and(|p| p < 0) {
-            return Err(ApiError::invalid(
-                "options.input_price_micros_per_mtok",
-                "must not be negative",
-            ));
-        }
-        if self.output_price_micros_per_mtok.is_some_and(|p| p < 0) {
-            return Err(ApiError::invalid(
-                "options.output_price_micros_per_mtok",
-                "must not be negative",
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// `ModelConfig`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ModelConfig {
@@ -257,8 +150,8 @@ pub struct ModelConfig {
     pub updated_at: DateTime<Utc>,
 }
 
-impl From<queries::ModelConfigRow> for ModelConfig {
-    fn from(r: queries::ModelConfigRow) -> Self {
+impl From<ModelConfigRow> for ModelConfig {
+    fn from(r: ModelConfigRow) -> Self {
         ModelConfig {
             id: r.id,
             provider_id: r.provider_id,
@@ -268,7 +161,7 @@ impl From<queries::ModelConfigRow> for ModelConfig {
             compression_threshold: r.compression_threshold,
             is_default: r.is_default,
             enabled: r.enabled,
-            options: serde_json::from_value(r.options).unwrap_or_default(),
+            options: r.options,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -332,26 +225,6 @@ pub struct UpdateModelConfigRequest {
     pub options: Option<ModelOptions>,
 }
 
-/// Transport of an MCP server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum McpTransport {
-    /// A local process speaking MCP on stdin/stdout (`command`, `args`, `env`).
-    Stdio,
-    /// MCP over streamable HTTP (`url`, `headers`).
-    StreamableHttp,
-}
-
-impl McpTransport {
-    /// Database and wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            McpTransport::Stdio => "stdio",
-            McpTransport::StreamableHttp => "streamable_http",
-        }
-    }
-}
-
 /// `McpServer`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct McpServer {
@@ -384,21 +257,17 @@ pub struct McpServer {
 }
 
 impl McpServer {
-    fn from_row(r: queries::McpServerRow, with_secrets: bool) -> Self {
+    fn from_row(r: McpServerRow, with_secrets: bool) -> Self {
         McpServer {
             id: r.id,
             slug: r.slug,
             display_name: r.display_name,
-            transport: if r.transport == "stdio" {
-                McpTransport::Stdio
-            } else {
-                McpTransport::StreamableHttp
-            },
+            transport: r.transport,
             command: r.command,
-            args: serde_json::from_value(r.args).unwrap_or_default(),
-            env: with_secrets.then(|| serde_json::from_value(r.env).unwrap_or_default()),
+            args: r.args,
+            env: with_secrets.then_some(r.env),
             url: r.url,
-            headers: with_secrets.then(|| serde_json::from_value(r.headers).unwrap_or_default()),
+            headers: with_secrets.then_some(r.headers),
             enabled: r.enabled,
             created_at: r.created_at,
             updated_at: r.updated_at,
@@ -496,7 +365,7 @@ pub fn validate_slug(slug: &str) -> Result<(), String> {
 ///
 /// # Errors
 /// `400` naming the field.
-pub(crate) fn validate_mcp(def: &queries::McpServerDef) -> ApiResult<()> {
+pub(crate) fn validate_mcp(def: &McpServerDef) -> ApiResult<()> {
     validate_slug(&def.slug).map_err(|e| ApiError::invalid("slug", e))?;
     validate::name(&def.display_name, "display_name")?;
     match def.transport {
@@ -579,7 +448,7 @@ fn require_base_url(kind: ProviderKind, base_url: Option<&str>) -> ApiResult<()>
 
 /// Checks a model config definition (the provider's existence is checked by
 /// the caller).
-pub(crate) fn validate_model_config(def: &queries::ModelConfigDef) -> ApiResult<()> {
+pub(crate) fn validate_model_config(def: &ModelConfigDef) -> ApiResult<()> {
     if def.model.trim().is_empty() || def.model.chars().count() > 256 {
         return Err(ApiError::invalid("model", "must be 1 to 256 characters"));
     }
@@ -599,7 +468,9 @@ pub(crate) fn validate_model_config(def: &queries::ModelConfigDef) -> ApiResult<
             "a disabled model config cannot be the default",
         ));
     }
-    def.options.validate()
+    def.options
+        .validate()
+        .map_err(|e| ApiError::invalid(e.field, e.detail))
 }
 
 /// `GET /api/v2/chats/providers`.
@@ -611,7 +482,7 @@ pub async fn list_providers(
     State(state): State<AppState>,
     _caller: Caller,
 ) -> ApiResult<Json<Vec<Provider>>> {
-    let rows = queries::list_providers(state.store().pool()).await?;
+    let rows = providers::list(state.store().pool()).await?;
     Ok(Json(rows.into_iter().map(Provider::from).collect()))
 }
 
@@ -632,9 +503,9 @@ pub async fn create_provider(
     let api_key = req.api_key.filter(|k| !k.is_empty());
     validate_provider(&display_name, req.base_url.as_deref(), api_key.as_deref())?;
     require_base_url(req.provider, req.base_url.as_deref())?;
-    let row = queries::insert_provider(
+    let row = providers::upsert(
         state.store().pool(),
-        &queries::ProviderDef {
+        &ProviderDef {
             id: Uuid::new_v4(),
             provider: req.provider,
             display_name,
@@ -664,15 +535,12 @@ pub async fn update_provider(
     caller.require_admin()?;
     let req: UpdateProviderRequest = read_json(body, state.options().body_limit_bytes).await?;
     let mut tx = state.store().pool().begin().await?;
-    let current = queries::provider_for_update(&mut tx, id)
+    let current = providers::select_for_update(&mut tx, id)
         .await?
         .ok_or_else(|| ApiError::not_found("Provider not found."))?;
-    let def = queries::ProviderDef {
+    let def = ProviderDef {
         id,
-        provider: req
-            .provider
-            .or_else(|| ProviderKind::parse(&current.provider))
-            .unwrap_or(ProviderKind::OpenaiCompat),
+        provider: req.provider.unwrap_or(current.provider),
         display_name: req.display_name.unwrap_or(current.display_name),
         base_url: req.base_url.unwrap_or(current.base_url),
         api_key: req
@@ -687,7 +555,7 @@ pub async fn update_provider(
         def.api_key.as_deref(),
     )?;
     require_base_url(def.provider, def.base_url.as_deref())?;
-    let row = queries::update_provider(&mut tx, &def).await?;
+    let row = providers::upsert(&mut *tx, &def).await?;
     tx.commit().await?;
     Ok(Json(row.into()))
 }
@@ -707,11 +575,11 @@ pub async fn delete_provider(
     let id = params.uuid("id")?;
     caller.require_admin()?;
     let mut tx = state.store().pool().begin().await?;
-    queries::lock_model_configs(&mut tx).await?;
-    if !queries::delete_provider(&mut tx, id).await? {
+    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+    if !providers::delete(&mut *tx, id).await? {
         return Err(ApiError::not_found("Provider not found."));
     }
-    queries::ensure_default_model_config(&mut tx).await?;
+    model_configs::ensure_default(&mut tx).await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -725,7 +593,7 @@ pub async fn list_model_configs(
     State(state): State<AppState>,
     _caller: Caller,
 ) -> ApiResult<Json<Vec<ModelConfig>>> {
-    let rows = queries::list_model_configs(state.store().pool(), false).await?;
+    let rows = model_configs::list(state.store().pool(), false).await?;
     Ok(Json(rows.into_iter().map(ModelConfig::from).collect()))
 }
 
@@ -739,7 +607,7 @@ pub async fn list_models(
     State(state): State<AppState>,
     _caller: Caller,
 ) -> ApiResult<Json<Vec<ModelConfig>>> {
-    let rows = queries::list_model_configs(state.store().pool(), true).await?;
+    let rows = model_configs::list(state.store().pool(), true).await?;
     Ok(Json(rows.into_iter().map(ModelConfig::from).collect()))
 }
 
@@ -756,7 +624,7 @@ pub async fn create_model_config(
 ) -> ApiResult<(StatusCode, Json<ModelConfig>)> {
     caller.require_admin()?;
     let req: CreateModelConfigRequest = read_json(body, state.options().body_limit_bytes).await?;
-    let def = queries::ModelConfigDef {
+    let def = ModelConfigDef {
         id: Uuid::new_v4(),
         provider_id: req.provider_id,
         model: req.model,
@@ -769,13 +637,15 @@ pub async fn create_model_config(
     };
     validate_model_config(&def)?;
     let mut tx = state.store().pool().begin().await?;
-    queries::lock_model_configs(&mut tx).await?;
-    if !queries::provider_exists(&mut tx, def.provider_id).await? {
+    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+    if !providers::exists(&mut *tx, def.provider_id).await? {
         return Err(ApiError::invalid("provider_id", "unknown provider"));
     }
-    let row = queries::upsert_model_config(&mut tx, &def).await?;
-    queries::ensure_default_model_config(&mut tx).await?;
-    let row = queries::model_config(&mut tx, row.id).await?.unwrap_or(row);
+    let row = model_configs::upsert(&mut tx, &def).await?;
+    model_configs::ensure_default(&mut tx).await?;
+    let row = model_configs::select(&mut *tx, row.id)
+        .await?
+        .unwrap_or(row);
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(row.into())))
 }
@@ -797,12 +667,12 @@ pub async fn update_model_config(
     caller.require_admin()?;
     let req: UpdateModelConfigRequest = read_json(body, state.options().body_limit_bytes).await?;
     let mut tx = state.store().pool().begin().await?;
-    queries::lock_model_configs(&mut tx).await?;
-    let current = queries::model_config(&mut tx, id)
+    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+    let current = model_configs::select(&mut *tx, id)
         .await?
         .ok_or_else(|| ApiError::not_found("Model config not found."))?;
     let enabled = req.enabled.unwrap_or(current.enabled);
-    let def = queries::ModelConfigDef {
+    let def = ModelConfigDef {
         id,
         provider_id: req.provider_id.unwrap_or(current.provider_id),
         model: req.model.unwrap_or(current.model),
@@ -814,10 +684,7 @@ pub async fn update_model_config(
         // Disabling the default unsets it (another config takes over).
         is_default: req.is_default.unwrap_or(current.is_default) && enabled,
         enabled,
-        options: match req.options {
-            Some(options) => options,
-            None => serde_json::from_value(current.options).unwrap_or_default(),
-        },
+        options: req.options.unwrap_or(current.options),
     };
     if req.is_default == Some(true) && !enabled {
         return Err(ApiError::invalid(
@@ -833,12 +700,12 @@ pub async fn update_model_config(
         ));
     }
     validate_model_config(&def)?;
-    if !queries::provider_exists(&mut tx, def.provider_id).await? {
+    if !providers::exists(&mut *tx, def.provider_id).await? {
         return Err(ApiError::invalid("provider_id", "unknown provider"));
     }
-    queries::upsert_model_config(&mut tx, &def).await?;
-    queries::ensure_default_model_config(&mut tx).await?;
-    let row = queries::model_config(&mut tx, id)
+    model_configs::upsert(&mut tx, &def).await?;
+    model_configs::ensure_default(&mut tx).await?;
+    let row = model_configs::select(&mut *tx, id)
         .await?
         .ok_or_else(|| ApiError::not_found("Model config not found."))?;
     tx.commit().await?;
@@ -859,11 +726,11 @@ pub async fn delete_model_config(
     let id = params.uuid("id")?;
     caller.require_admin()?;
     let mut tx = state.store().pool().begin().await?;
-    queries::lock_model_configs(&mut tx).await?;
-    if !queries::delete_model_config(&mut tx, id).await? {
+    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+    if !model_configs::delete(&mut *tx, id).await? {
         return Err(ApiError::not_found("Model config not found."));
     }
-    queries::ensure_default_model_config(&mut tx).await?;
+    model_configs::ensure_default(&mut tx).await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -877,7 +744,7 @@ pub async fn list_mcp_servers(
     State(state): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Json<Vec<McpServer>>> {
-    let rows = queries::list_mcp_servers(state.store().pool()).await?;
+    let rows = mcp_servers::list(state.store().pool()).await?;
     Ok(Json(
         rows.into_iter()
             .map(|r| McpServer::from_row(r, caller.is_admin()))
@@ -898,7 +765,7 @@ pub async fn create_mcp_server(
 ) -> ApiResult<(StatusCode, Json<McpServer>)> {
     caller.require_admin()?;
     let req: CreateMcpServerRequest = read_json(body, state.options().body_limit_bytes).await?;
-    let def = queries::McpServerDef {
+    let def = McpServerDef {
         id: Uuid::new_v4(),
         slug: req.slug,
         display_name: req.display_name.unwrap_or_default(),
@@ -911,7 +778,7 @@ pub async fn create_mcp_server(
         enabled: req.enabled.unwrap_or(true),
     };
     validate_mcp(&def)?;
-    let row = queries::insert_mcp_server(state.store().pool(), &def)
+    let row = mcp_servers::insert(state.store().pool(), &def)
         .await
         .map_err(slug_conflict)?;
     Ok((StatusCode::CREATED, Json(McpServer::from_row(row, true))))
@@ -934,34 +801,23 @@ pub async fn update_mcp_server(
     caller.require_admin()?;
     let req: UpdateMcpServerRequest = read_json(body, state.options().body_limit_bytes).await?;
     let mut tx = state.store().pool().begin().await?;
-    let current = queries::mcp_server_for_update(&mut tx, id)
+    let current = mcp_servers::select_for_update(&mut tx, id)
         .await?
         .ok_or_else(|| ApiError::not_found("MCP server not found."))?;
-    let current_transport = if current.transport == "stdio" {
-        McpTransport::Stdio
-    } else {
-        McpTransport::StreamableHttp
-    };
-    let def = queries::McpServerDef {
+    let def = McpServerDef {
         id,
         slug: req.slug.unwrap_or(current.slug),
         display_name: req.display_name.unwrap_or(current.display_name),
-        transport: req.transport.unwrap_or(current_transport),
+        transport: req.transport.unwrap_or(current.transport),
         command: req.command.unwrap_or(current.command),
-        args: req
-            .args
-            .unwrap_or_else(|| serde_json::from_value(current.args).unwrap_or_default()),
-        env: req
-            .env
-            .unwrap_or_else(|| serde_json::from_value(current.env).unwrap_or_default()),
+        args: req.args.unwrap_or(current.args),
+        env: req.env.unwrap_or(current.env),
         url: req.url.unwrap_or(current.url),
-        headers: req
-            .headers
-            .unwrap_or_else(|| serde_json::from_value(current.headers).unwrap_or_default()),
+        headers: req.headers.unwrap_or(current.headers),
         enabled: req.enabled.unwrap_or(current.enabled),
     };
     validate_mcp(&def)?;
-    let row = queries::update_mcp_server(&mut tx, &def)
+    let row = mcp_servers::update(&mut *tx, &def)
         .await
         .map_err(slug_conflict)?;
     tx.commit().await?;
@@ -981,7 +837,7 @@ pub async fn delete_mcp_server(
 ) -> ApiResult<StatusCode> {
     let id = params.uuid("id")?;
     caller.require_admin()?;
-    if !queries::delete_mcp_server(state.store().pool(), id).await? {
+    if !mcp_servers::delete(state.store().pool(), id).await? {
         return Err(ApiError::not_found("MCP server not found."));
     }
     Ok(StatusCode::NO_CONTENT)

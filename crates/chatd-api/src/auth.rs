@@ -16,7 +16,8 @@
 //! - [`bootstrap_admin`] and [`create_token`] serve the binary
 //!   (`CHATD_BOOTSTRAP_ADMIN_TOKEN`, `chatd token create`). Both are
 //!   idempotent and safe when several replicas run them at once: every write
-//!   is a single `INSERT ... ON CONFLICT` statement.
+//!   is a single `INSERT ... ON CONFLICT` statement
+//!   ([`chatd_store::queries::users`], [`chatd_store::queries::tokens`]).
 
 use anyhow::Context as _;
 use axum::extract::FromRequestParts;
@@ -24,6 +25,8 @@ use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
 use axum::http::request::Parts;
 use base64::Engine as _;
+use chatd_store::queries::users::UserRow;
+use chatd_store::queries::{tokens, users};
 use chrono::{DateTime, Utc};
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
@@ -31,6 +34,8 @@ use sha2::{Digest as _, Sha256};
 use sqlx::PgPool;
 use utoipa::ToSchema;
 use uuid::Uuid;
+
+pub use chatd_core::Role;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
@@ -49,35 +54,6 @@ pub const TOKEN_PREFIX: &str = "chatd_";
 /// Longest accepted token lifetime: ten years, in seconds.
 pub const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 366 * 24 * 3600;
 
-/// A user's role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// May administer providers, models, MCP servers, users and replicas, and
-    /// see every chat.
-    Admin,
-    /// Sees and mutates only their own chats.
-    Member,
-}
-
-impl Role {
-    /// Database and wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Member => "member",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "admin" => Some(Role::Admin),
-            "member" => Some(Role::Member),
-            _ => None,
-        }
-    }
-}
-
 /// `User` (API.md "Authentication and authorization").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct User {
@@ -91,22 +67,13 @@ pub struct User {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(sqlx::FromRow)]
-pub(crate) struct UserRow {
-    id: Uuid,
-    username: String,
-    role: String,
-    created_at: DateTime<Utc>,
-}
-
-impl UserRow {
-    pub(crate) fn into_user(self) -> User {
+impl From<UserRow> for User {
+    fn from(row: UserRow) -> Self {
         User {
-            id: self.id,
-            username: self.username,
-            // The column's CHECK constraint admits only the two roles.
-            role: Role::parse(&self.role).unwrap_or(Role::Member),
-            created_at: self.created_at,
+            id: row.id,
+            username: row.username,
+            role: row.role,
+            created_at: row.created_at,
         }
     }
 }
@@ -150,15 +117,8 @@ impl FromRequestParts<AppState> for Caller {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let token = request_token(&parts.headers).ok_or_else(ApiError::unauthorized)?;
-        let row: Option<UserRow> = sqlx::query_as(
-            "SELECT u.id, u.username, u.role, u.created_at
-             FROM api_keys k JOIN users u ON u.id = k.user_id
-             WHERE k.secret_hash = $1 AND (k.expires_at IS NULL OR k.expires_at > now())",
-        )
-        .bind(hash_token(token))
-        .fetch_optional(state.store().pool())
-        .await?;
-        let user = row.ok_or_else(ApiError::unauthorized)?.into_user();
+        let row = tokens::user_by_secret_hash(state.store().pool(), &hash_token(token)).await?;
+        let user = row.ok_or_else(ApiError::unauthorized)?.into();
         Ok(Caller { user })
     }
 }
@@ -248,30 +208,6 @@ pub fn validate_username(name: &str) -> Result<(), String> {
     }
 }
 
-/// Inserts a token row for `user_id` and returns its id. `lifetime_seconds`
-/// (when given) sets `expires_at = now() + lifetime` in database time.
-pub(crate) async fn insert_token(
-    conn: impl sqlx::PgExecutor<'_>,
-    user_id: Uuid,
-    name: &str,
-    token: &str,
-    lifetime_seconds: Option<i64>,
-) -> sqlx::Result<Uuid> {
-    let id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO api_keys (id, user_id, name, secret_hash, expires_at)
-         VALUES ($1, $2, $3, $4, CASE WHEN $5::bigint IS NULL THEN NULL ELSE now() + $5::bigint * interval '1 second' END)",
-    )
-    .bind(id)
-    .bind(user_id)
-    .bind(name)
-    .bind(hash_token(token))
-    .bind(lifetime_seconds)
-    .execute(conn)
-    .await?;
-    Ok(id)
-}
-
 /// Makes sure user `admin` exists with role `admin` and that `token`
 /// authenticates as it, without expiry (`CHATD_BOOTSTRAP_ADMIN_TOKEN`).
 /// Idempotent across restarts and safe when several replicas start at once.
@@ -285,36 +221,19 @@ pub(crate) async fn insert_token(
 pub async fn bootstrap_admin(pool: &PgPool, token: &str) -> anyhow::Result<()> {
     let token = token.trim();
     anyhow::ensure!(!token.is_empty(), "the bootstrap admin token is empty");
+    let hash = hash_token(token);
     let mut tx = pool.begin().await?;
-    let admin_id: Uuid = sqlx::query_scalar(
-        "INSERT INTO users (id, username, role) VALUES ($1, 'admin', 'admin')
-         ON CONFLICT (username) DO UPDATE SET role = 'admin'
-         RETURNING id",
-    )
-    .bind(Uuid::new_v4())
-    .fetch_one(&mut *tx)
-    .await
-    .context("creating the admin user")?;
-    sqlx::query(
-        "INSERT INTO api_keys (id, user_id, name, secret_hash) VALUES ($1, $2, 'bootstrap', $3)
-         ON CONFLICT (secret_hash) DO UPDATE SET user_id = EXCLUDED.user_id, expires_at = NULL",
-    )
-    .bind(Uuid::new_v4())
-    .bind(admin_id)
-    .bind(hash_token(token))
-    .execute(&mut *tx)
-    .await
-    .context("storing the bootstrap admin token")?;
+    let admin_id = users::create_or_promote(&mut *tx, "admin", Role::Admin)
+        .await
+        .context("creating the admin user")?;
+    tokens::upsert_bootstrap(&mut *tx, admin_id, &hash)
+        .await
+        .context("storing the bootstrap admin token")?;
     // A rotated bootstrap token replaces the previous one: the old value
     // stops authenticating as soon as a replica starts with the new one.
-    sqlx::query(
-        "DELETE FROM api_keys WHERE user_id = $1 AND name = 'bootstrap' AND secret_hash <> $2",
-    )
-    .bind(admin_id)
-    .bind(hash_token(token))
-    .execute(&mut *tx)
-    .await
-    .context("revoking the previous bootstrap admin token")?;
+    tokens::revoke_other_bootstraps(&mut *tx, admin_id, &hash)
+        .await
+        .context("revoking the previous bootstrap admin token")?;
     tx.commit().await?;
     Ok(())
 }
@@ -331,20 +250,11 @@ pub async fn create_token(pool: &PgPool, username: &str, admin: bool) -> anyhow:
     validate_username(username).map_err(|e| anyhow::anyhow!("invalid user name: {e}"))?;
     let role = if admin { Role::Admin } else { Role::Member };
     let mut tx = pool.begin().await?;
-    let user_id: Uuid = sqlx::query_scalar(
-        "INSERT INTO users (id, username, role) VALUES ($1, $2, $3)
-         ON CONFLICT (username) DO UPDATE
-             SET role = CASE WHEN EXCLUDED.role = 'admin' THEN 'admin' ELSE users.role END
-         RETURNING id",
-    )
-    .bind(Uuid::new_v4())
-    .bind(username)
-    .bind(role.as_str())
-    .fetch_one(&mut *tx)
-    .await
-    .context("creating the user")?;
+    let user_id = users::create_or_promote(&mut *tx, username, role)
+        .await
+        .context("creating the user")?;
     let token = generate_token();
-    insert_token(&mut *tx, user_id, "cli", &token, None)
+    tokens::insert(&mut *tx, user_id, "cli", &hash_token(&token), None)
         .await
         .context("storing the token")?;
     tx.commit().await?;

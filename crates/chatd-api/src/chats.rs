@@ -14,7 +14,9 @@
 //! under [`chatd_store::ChatMachine::lock`], so it neither advances
 //! `snapshot_version` nor publishes, but it does advance `updated_at`.
 //! Deleting is a hard delete of the chat and its descendants, allowed only
-//! when every one of them is idle (`W`, `E0`, `E1`, `XW`, `XE0`, `XE1`).
+//! when every one of them is deletable (`W`, `E0`, `E1`, `XW`, `XE0`, `XE1`:
+//! [`chatd_core::ExecutionState::is_deletable`], applied by
+//! [`chatd_store::queries::chats::delete_family`]).
 
 use std::collections::BTreeMap;
 
@@ -34,8 +36,10 @@ use crate::error::{ApiError, ApiResult, INVALID_STATE_MESSAGE};
 use crate::extract::{PathParams, QueryParams, double_option, read_json};
 use crate::objects::{Chat, ChatInputPart, DynamicTool, PlanMode, ReasoningEffort};
 use crate::openapi::{E400, E401, E403, E404, E409, E413};
-use crate::queries;
 use crate::validate;
+use chatd_store::LockMode;
+use chatd_store::queries::chats::{self, NotDeletable};
+use chatd_store::queries::{mcp_servers, model_configs};
 
 /// `CreateChatRequest`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -130,7 +134,7 @@ pub(crate) async fn visible_chat(
     caller: &Caller,
     id: Uuid,
 ) -> ApiResult<chatd_store::Chat> {
-    match queries::chat(state.store().pool(), id).await? {
+    match chats::select(state.store().pool(), id, LockMode::None).await? {
         Some(chat) if caller.is_admin() || chat.owner_id == caller.id() => Ok(chat),
         _ => Err(ApiError::chat_not_found()),
     }
@@ -152,7 +156,7 @@ pub(crate) async fn check_model_config(
     field: &str,
 ) -> ApiResult<()> {
     if let Some(id) = id
-        && !queries::model_config_enabled(state.store().pool(), id).await?
+        && !model_configs::is_enabled(state.store().pool(), id).await?
     {
         return Err(ApiError::invalid(field, "unknown or disabled model config"));
     }
@@ -208,13 +212,13 @@ pub async fn list_chats(
     };
     let pool = state.store().pool();
     if let Some(after) = after_id
-        && !queries::chat_owned_by(pool, after, owner).await?
+        && !chats::is_owned_by(pool, after, owner).await?
     {
         return Err(ApiError::invalid_query("after_id", "unknown chat"));
     }
-    let chats = queries::list_chats(
+    let chats = chats::list(
         pool,
-        &queries::ChatFilter {
+        &chats::ChatFilter {
             owner,
             archived,
             q,
@@ -272,7 +276,7 @@ pub async fn create_chat(
             format!("at most {} servers", validate::MAX_MCP_SERVERS),
         ));
     }
-    let known = queries::existing_mcp_servers(state.store().pool(), &mcp_server_ids).await?;
+    let known = mcp_servers::existing_ids(state.store().pool(), &mcp_server_ids).await?;
     if let Some(i) = mcp_server_ids.iter().position(|id| !known.contains(id)) {
         return Err(ApiError::invalid(
             format!("mcp_server_ids[{i}]"),
@@ -284,7 +288,7 @@ pub async fn create_chat(
     check_model_config(&state, req.model_config_id, "model_config_id").await?;
     let model_config_id = match req.model_config_id {
         Some(id) => Some(id),
-        None => queries::default_model_config(state.store().pool()).await?,
+        None => model_configs::default_id(state.store().pool()).await?,
     };
     if let Some(parent) = req.parent_chat_id {
         let parent = visible_chat(&state, &caller, parent)
@@ -310,10 +314,10 @@ pub async fn create_chat(
         owner_id: caller.id(),
         parent_chat_id: req.parent_chat_id,
         title: Some(title.unwrap_or_else(|| validate::DEFAULT_TITLE.to_owned())),
-        labels: Some(serde_json::to_value(&labels).expect("labels serialize")),
+        labels,
         last_model_config_id: model_config_id,
         last_reasoning_effort: req.reasoning_effort.map(|e| e.as_str().to_owned()),
-        dynamic_tools: Some(serde_json::to_value(&tools).expect("tools serialize")),
+        dynamic_tools: tools,
         mcp_server_ids,
         plan_mode: req.plan_mode.map(|p| p.as_str().to_owned()),
         initial_messages,
@@ -400,7 +404,7 @@ pub async fn update_chat(
             Some(root) => {
                 let mut guarded = false;
                 for ancestor in [Some(root), chat.parent_chat_id].into_iter().flatten() {
-                    guarded |= queries::chat(store.pool(), ancestor)
+                    guarded |= chats::select(store.pool(), ancestor, LockMode::None)
                         .await?
                         .is_some_and(|r| r.archived);
                 }
@@ -425,22 +429,20 @@ pub async fn update_chat(
         || req.pin_order.is_some()
         || req.plan_mode.is_some();
     if !metadata_changes && req.archived.is_some() {
-        let chat = queries::chat(store.pool(), id)
+        let chat = chats::select(store.pool(), id, LockMode::None)
             .await?
             .ok_or_else(ApiError::chat_not_found)?;
         return Ok(Json(Chat::from(&chat)));
     }
-    let changes = queries::MetadataChanges {
+    let changes = chats::MetadataChanges {
         title,
-        labels: req
-            .labels
-            .map(|l| serde_json::to_value(l).expect("labels serialize")),
+        labels: req.labels,
         pin_order: req.pin_order,
         plan_mode: req.plan_mode.map(|p| p.map(|p| p.as_str().to_owned())),
     };
     // Metadata is not execution state: lock the row without a snapshot bump.
     let mut locked = store.machine(id).lock().await?;
-    let chat = queries::update_metadata(locked.conn(), id, &changes).await?;
+    let chat = chats::update_metadata(locked.conn(), id, &changes).await?;
     locked.finish().await?;
     Ok(Json(Chat::from(&chat)))
 }
@@ -464,27 +466,24 @@ pub async fn delete_chat(
     let id = params.uuid("chat")?;
     visible_chat(&state, &caller, id).await?;
     let mut locked = state.store().machine(id).lock().await?;
-    let family = queries::lock_descendants(locked.conn(), id).await?;
-    for (member, status, archived, queued) in &family {
-        let status = status
-            .parse::<chatd_core::ChatStatus>()
-            .map_err(ApiError::internal)?;
-        let exec = chatd_core::classify(Some((status, *archived, *queued)));
-        use ExecutionState as S;
-        match exec {
-            S::W | S::E0 | S::E1 | S::XW | S::XE0 | S::XE1 => {}
-            S::Invalid => {
-                return Err(ApiError::conflict(INVALID_STATE_MESSAGE)
-                    .with_detail(format!("chat {member} is in an invalid state")));
-            }
-            busy => {
-                return Err(ApiError::conflict("Chat is busy.").with_detail(format!(
-                    "chat {member} is in execution state {busy}; interrupt it or wait until it is idle"
-                )));
-            }
+    match chats::delete_family(locked.conn(), id).await? {
+        Ok(()) => {}
+        Err(NotDeletable {
+            chat_id: member,
+            state: ExecutionState::Invalid,
+        }) => {
+            return Err(ApiError::conflict(INVALID_STATE_MESSAGE)
+                .with_detail(format!("chat {member} is in an invalid state")));
+        }
+        Err(NotDeletable {
+            chat_id: member,
+            state: busy,
+        }) => {
+            return Err(ApiError::conflict("Chat is busy.").with_detail(format!(
+                "chat {member} is in execution state {busy}; interrupt it or wait until it is idle"
+            )));
         }
     }
-    queries::delete_chat(locked.conn(), id).await?;
     locked.finish().await?;
     Ok(StatusCode::NO_CONTENT)
 }

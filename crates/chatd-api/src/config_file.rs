@@ -52,7 +52,10 @@ use uuid::Uuid;
 
 use crate::admin::{self, McpTransport, ModelOptions, ProviderKind};
 use crate::error::ApiError;
-use crate::queries;
+use chatd_store::queries::locks::{self, AdvisoryLock};
+use chatd_store::queries::mcp_servers::{self, McpServerDef};
+use chatd_store::queries::model_configs::{self, ModelConfigDef};
+use chatd_store::queries::providers::{self, ProviderDef};
 
 /// The whole file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -191,27 +194,24 @@ pub fn stable_id(kind: &str, name: &str) -> Uuid {
 pub async fn apply(pool: &PgPool, file: &ConfigFile) -> anyhow::Result<()> {
     let plan = plan(file)?;
     let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(queries::CONFIG_FILE_LOCK)
-        .execute(&mut *tx)
-        .await?;
-    queries::lock_model_configs(&mut tx).await?;
+    locks::lock(&mut tx, AdvisoryLock::ConfigFile).await?;
+    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
     for provider in &plan.providers {
-        queries::upsert_provider(&mut *tx, provider)
+        providers::upsert(&mut *tx, provider)
             .await
             .with_context(|| format!("writing provider {}", provider.display_name))?;
     }
     for config in &plan.model_configs {
-        queries::upsert_model_config(&mut tx, config)
+        model_configs::upsert(&mut tx, config)
             .await
             .with_context(|| format!("writing model config {}", config.model))?;
     }
     for server in &plan.mcp_servers {
-        queries::upsert_mcp_server_by_slug(&mut tx, server)
+        mcp_servers::upsert_by_slug(&mut *tx, server)
             .await
             .with_context(|| format!("writing MCP server {}", server.slug))?;
     }
-    queries::ensure_default_model_config(&mut tx).await?;
+    model_configs::ensure_default(&mut tx).await?;
     tx.commit().await?;
     tracing::info!(
         providers = plan.providers.len(),
@@ -224,9 +224,9 @@ pub async fn apply(pool: &PgPool, file: &ConfigFile) -> anyhow::Result<()> {
 
 #[derive(Debug)]
 struct Plan {
-    providers: Vec<queries::ProviderDef>,
-    model_configs: Vec<queries::ModelConfigDef>,
-    mcp_servers: Vec<queries::McpServerDef>,
+    providers: Vec<ProviderDef>,
+    model_configs: Vec<ModelConfigDef>,
+    mcp_servers: Vec<McpServerDef>,
 }
 
 fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
@@ -251,7 +251,7 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
         let display_name = p.display_name.clone().unwrap_or_else(|| p.name.clone());
         admin::validate_provider(&display_name, p.base_url.as_deref(), api_key.as_deref())
             .map_err(|e| invalid(&at, e))?;
-        providers.push(queries::ProviderDef {
+        providers.push(ProviderDef {
             id: stable_id("provider", &p.name),
             provider: p.provider,
             display_name,
@@ -274,7 +274,7 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
                 m.provider
             );
         }
-        let def = queries::ModelConfigDef {
+        let def = ModelConfigDef {
             id: stable_id("model-config", &m.name),
             provider_id: stable_id("provider", &m.provider),
             model: m.model.clone(),
@@ -301,7 +301,7 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
         if !slugs.insert(s.slug.as_str()) {
             bail!("{at}: duplicate slug");
         }
-        let def = queries::McpServerDef {
+        let def = McpServerDef {
             id: stable_id("mcp-server", &s.slug),
             slug: s.slug.clone(),
             display_name: s.display_name.clone().unwrap_or_default(),

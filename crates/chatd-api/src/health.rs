@@ -15,7 +15,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
-use sqlx::PgPool;
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -131,7 +130,8 @@ pub async fn healthz() -> Json<HealthStatus> {
     responses((status = 200, description = "Ready", body = HealthStatus), E503)
 )]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    match tokio::time::timeout(READY_TIMEOUT, migrations_applied(state.store().pool())).await {
+    let applied = chatd_store::queries::migrations::all_applied(state.store().pool());
+    match tokio::time::timeout(READY_TIMEOUT, applied).await {
         Ok(Ok(true)) => Json(HealthStatus {
             status: "ready".into(),
         })
@@ -146,30 +146,6 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
             .with_detail("The database did not answer in time.")
             .into_response(),
     }
-}
-
-/// Whether every embedded migration is applied (a missing
-/// `_sqlx_migrations` table means none is).
-async fn migrations_applied(pool: &PgPool) -> sqlx::Result<bool> {
-    let applied: Vec<(i64, Vec<u8>)> =
-        match sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
-            .fetch_all(pool)
-            .await
-        {
-            Ok(rows) => rows,
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => {
-                return Ok(false);
-            }
-            Err(err) => return Err(err),
-        };
-    Ok(chatd_store::MIGRATOR
-        .iter()
-        .filter(|m| !m.migration_type.is_down_migration())
-        .all(|m| {
-            applied
-                .iter()
-                .any(|(v, c)| *v == m.version && c.as_slice() == m.checksum.as_ref())
-        }))
 }
 
 /// `GET /metrics`: Prometheus text exposition format.

@@ -16,7 +16,8 @@
 //!   [`StreamDeps`] ([`AppState::with_stream`]).
 //!
 //! Every execution-state change goes through `chatd_store`'s
-//! `ChatMachine`; errors become the API.md error body through one type,
+//! `ChatMachine`, and every read and metadata write through its `queries`
+//! (this crate writes no SQL); errors become the API.md error body through one type,
 //! [`ApiError`]. Inputs are parsed by hand-written extractors ([`extract`])
 //! so that the order of checks of API.md "Details" holds and every bad
 //! input is a `400`/`413` in the documented shape. An answer given before
@@ -39,7 +40,6 @@ pub mod health;
 pub mod messages;
 pub mod objects;
 pub mod openapi;
-pub mod queries;
 pub mod stream;
 pub mod users;
 pub mod validate;

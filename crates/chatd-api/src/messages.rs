@@ -48,8 +48,9 @@ use crate::objects::{
     ReasoningEffort, visible_messages,
 };
 use crate::openapi::{E400, E401, E403, E404, E409, E413, E429};
-use crate::queries;
 use crate::validate;
+use chatd_store::queries::messages::{self, Cursor};
+use chatd_store::queries::{queue, send_receipts};
 
 /// Query of `GET /chats/{chat}/messages`.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
@@ -177,10 +178,8 @@ async fn begin(state: &AppState, chat_id: Uuid, reject_archived: bool) -> ApiRes
 async fn check_queued_exists(tx: &mut ChatTx, queued: i64) -> ApiResult<()> {
     let chat_id = tx.chat_id();
     let conn = tx.conn();
-    if chatd_store::queries::queue_len(&mut *conn, chat_id).await? > 0
-        && chatd_store::queries::queued_message(&mut *conn, chat_id, queued)
-            .await?
-            .is_none()
+    if queue::len(&mut *conn, chat_id).await? > 0
+        && queue::select(&mut *conn, chat_id, queued).await?.is_none()
     {
         return Err(StateError::QueuedMessageNotFound {
             queued_message_id: queued,
@@ -218,13 +217,13 @@ pub async fn list_messages(
                 "before_id and after_id are mutually exclusive",
             ));
         }
-        (Some(b), None) => queries::Cursor::Before(b),
-        (None, Some(a)) => queries::Cursor::After(a),
-        (None, None) => queries::Cursor::Latest,
+        (Some(b), None) => Cursor::Before(b),
+        (None, Some(a)) => Cursor::After(a),
+        (None, None) => Cursor::Latest,
     };
     let mut snapshot = state.store().machine(id).snapshot().await?;
-    let (rows, has_more) = queries::message_page(snapshot.conn(), id, cursor, limit).await?;
-    let queue = chatd_store::queries::queue(snapshot.conn(), id).await?;
+    let (rows, has_more) = messages::page(snapshot.conn(), id, cursor, limit).await?;
+    let queue = queue::list(snapshot.conn(), id).await?;
     snapshot.finish().await?;
     Ok(Json(MessagesPage {
         messages: rows.iter().map(ChatMessage::from).collect(),
@@ -296,7 +295,7 @@ pub async fn send_message(
 
     let mut tx = state.store().machine(id).begin().await?;
     if let Some(key) = &req.client_message_id
-        && let Some((hash, response)) = queries::send_receipt(tx.conn(), id, key).await?
+        && let Some((hash, response)) = send_receipts::select::<Value>(tx.conn(), id, key).await?
     {
         // Dropping `tx` rolls the snapshot bump back: a repeat changes nothing.
         return if hash == fingerprint {
@@ -339,7 +338,7 @@ pub async fn send_message(
     };
     let response = serde_json::to_value(&response).map_err(ApiError::internal)?;
     if let Some(key) = &req.client_message_id {
-        queries::insert_send_receipt(tx.conn(), id, key, &fingerprint, &response).await?;
+        send_receipts::insert(tx.conn(), id, key, &fingerprint, &response).await?;
     }
     tx.commit().await?;
     Ok(Json(response))
@@ -377,7 +376,7 @@ pub async fn edit_message(
     require_owner(&caller, &chat)?;
 
     let mut tx = begin(&state, id, true).await?;
-    let target = chatd_store::queries::message(tx.conn(), id, message_id).await?;
+    let target = messages::select(tx.conn(), id, message_id).await?;
     match target {
         Some(m) if crate::objects::client_visible(&m) => {
             if m.role != chatd_core::ChatRole::User {
@@ -582,15 +581,8 @@ pub async fn reconcile_invalid(
     let id = params.uuid("chat")?;
     visible_chat(&state, &caller, id).await?;
     let mut tx = begin(&state, id, false).await?;
-    let last_error = serde_json::to_value(ChatError {
-        message: INVALID_STATE_MESSAGE.to_owned(),
-        detail: Some("Send a new message or edit the history to continue.".to_owned()),
-        kind: ChatErrorKind::InvalidState,
-        provider: None,
-        retryable: false,
-        status_code: None,
-    })
-    .map_err(ApiError::internal)?;
+    let last_error = ChatError::new(ChatErrorKind::InvalidState, INVALID_STATE_MESSAGE, false)
+        .with_detail("Send a new message or edit the history to continue.");
     match tx.reconcile_invalid_state(last_error).await {
         Ok(_) => {}
         Err(chatd_store::StoreError::State(StateError::TransitionNotAllowed(e))) => {
@@ -634,7 +626,7 @@ pub async fn compact(
         )));
     }
     if exec != ExecutionState::Invalid
-        && queries::visible_messages_since_boundary(tx.conn(), id).await? < MIN_MESSAGES_TO_COMPACT
+        && messages::visible_since_boundary(tx.conn(), id).await? < MIN_MESSAGES_TO_COMPACT
     {
         return Err(ApiError::conflict("Nothing to compact.").with_detail(format!(
             "Compaction needs at least {MIN_MESSAGES_TO_COMPACT} messages since the last compaction."

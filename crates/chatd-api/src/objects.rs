@@ -1,15 +1,16 @@
 //! Wire objects (API.md "Objects"): `Chat`, `ChatMessage`,
-//! `ChatQueuedMessage`, `ChatError`, `DynamicTool`, `Usage`, the message and
-//! input parts, and the enums they use. Field names and shapes follow API.md
-//! exactly; conversions from the store's rows live here so that every route
-//! renders the same shape.
+//! `ChatQueuedMessage`, the input parts, and the enums they use. Field names
+//! and shapes follow API.md exactly; conversions from the store's rows live
+//! here so that every route renders the same shape. `ChatError`,
+//! `DynamicTool`, `Usage`, `ReasoningEffort` and the message parts
+//! (`ChatMessagePart`) are the shapes of `chatd_core`, served as they are.
 
 use std::collections::BTreeMap;
 
 use chatd_core::MessagePart;
+pub use chatd_core::{ChatError, ChatErrorKind, DynamicTool, ReasoningEffort, Usage};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -57,41 +58,6 @@ impl PlanMode {
     }
 }
 
-/// Reasoning effort a message may request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ReasoningEffort {
-    /// No reasoning.
-    None,
-    /// Minimal.
-    Minimal,
-    /// Low.
-    Low,
-    /// Medium.
-    Medium,
-    /// High.
-    High,
-    /// Extra high.
-    Xhigh,
-    /// The model's maximum.
-    Max,
-}
-
-impl ReasoningEffort {
-    /// Database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReasoningEffort::None => "none",
-            ReasoningEffort::Minimal => "minimal",
-            ReasoningEffort::Low => "low",
-            ReasoningEffort::Medium => "medium",
-            ReasoningEffort::High => "high",
-            ReasoningEffort::Xhigh => "xhigh",
-            ReasoningEffort::Max => "max",
-        }
-    }
-}
-
 /// `busy_behavior` of a send.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -136,148 +102,6 @@ impl From<chatd_core::ChatRole> for ChatRole {
             R::Tool => ChatRole::Tool,
         }
     }
-}
-
-/// `ChatError.kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ChatErrorKind {
-    /// Anything else.
-    Generic,
-    /// The provider rate-limited the request.
-    RateLimit,
-    /// The request timed out.
-    Timeout,
-    /// The provider is overloaded.
-    Overloaded,
-    /// Authentication with the provider failed.
-    Auth,
-    /// The provider rejected the request.
-    InvalidRequest,
-    /// The context is too long for the model.
-    ContextLength,
-    /// A usage quota is exhausted.
-    UsageLimit,
-    /// The chat was found in an invalid execution state.
-    InvalidState,
-}
-
-/// `ChatError`: the last error of a chat, as stored in `chats.last_error`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ChatError {
-    /// Human-readable message.
-    pub message: String,
-    /// More detail.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    /// Classification.
-    pub kind: ChatErrorKind,
-    /// The provider that failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    /// Whether retrying may help.
-    pub retryable: bool,
-    /// The provider's HTTP status.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status_code: Option<u16>,
-}
-
-/// `DynamicTool`: a tool the client executes (results come back through
-/// `POST /chats/{chat}/tool-results`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DynamicTool {
-    /// 1 to 64 characters of letters, digits, `_` and `-`; unique per chat.
-    pub name: String,
-    /// What the tool does (for the model).
-    #[serde(default)]
-    pub description: String,
-    /// JSON Schema of the arguments; must be an object.
-    #[schema(value_type = Object)]
-    pub input_schema: Value,
-}
-
-/// `Usage`, in tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Usage {
-    /// Prompt tokens.
-    pub input_tokens: i64,
-    /// Completion tokens.
-    pub output_tokens: i64,
-    /// Reasoning tokens (part of the output).
-    pub reasoning_tokens: i64,
-    /// Prompt tokens read from the provider's cache.
-    pub cache_read_tokens: i64,
-    /// Prompt tokens written to the provider's cache.
-    pub cache_creation_tokens: i64,
-    /// Total tokens.
-    pub total_tokens: i64,
-}
-
-impl From<chatd_store::Usage> for Usage {
-    fn from(u: chatd_store::Usage) -> Self {
-        Usage {
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-            reasoning_tokens: u.reasoning_tokens,
-            cache_read_tokens: u.cache_read_tokens,
-            cache_creation_tokens: u.cache_creation_tokens,
-            total_tokens: u.total_tokens,
-        }
-    }
-}
-
-/// `ChatMessagePart` (tagged by `type`). Schema only: the server serializes
-/// the stored parts unchanged.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[serde(tag = "type")]
-pub enum ChatMessagePart {
-    /// Plain text.
-    #[serde(rename = "text")]
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// Model reasoning.
-    #[serde(rename = "reasoning")]
-    Reasoning {
-        /// The reasoning text.
-        text: String,
-    },
-    /// A tool call by the model.
-    #[serde(rename = "tool-call")]
-    ToolCall {
-        /// The provider's id.
-        tool_call_id: String,
-        /// The tool's name.
-        tool_name: String,
-        /// JSON arguments, as a string.
-        args: String,
-    },
-    /// A tool's result.
-    #[serde(rename = "tool-result")]
-    ToolResult {
-        /// The call it answers.
-        tool_call_id: String,
-        /// The tool's name.
-        tool_name: String,
-        /// Any JSON value.
-        #[schema(value_type = Value)]
-        result: Value,
-        /// Whether the tool failed.
-        is_error: bool,
-    },
-    /// An uploaded file.
-    #[serde(rename = "file")]
-    File {
-        /// The file's id.
-        file_id: Uuid,
-        /// Its media type.
-        media_type: String,
-        /// Its name.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        name: Option<String>,
-    },
 }
 
 /// `ChatInputPart`: a part of a message in a request.
@@ -364,8 +188,7 @@ pub struct Chat {
     /// config was ever chosen and there was no default).
     pub last_model_config_id: Option<Uuid>,
     /// Last error.
-    #[schema(value_type = Option<ChatError>)]
-    pub last_error: Option<Value>,
+    pub last_error: Option<ChatError>,
     /// Advanced by every state-machine transaction.
     pub snapshot_version: i64,
     /// Snapshot in which message history last changed.
@@ -381,8 +204,7 @@ pub struct Chat {
     /// Deadline of a pending client tool action.
     pub requires_action_deadline_at: Option<DateTime<Utc>>,
     /// Client-executed tools.
-    #[schema(value_type = Vec<DynamicTool>)]
-    pub dynamic_tools: Value,
+    pub dynamic_tools: Vec<DynamicTool>,
     /// MCP servers offered to the model.
     pub mcp_server_ids: Vec<Uuid>,
     /// Plan mode.
@@ -395,15 +217,6 @@ pub struct Chat {
 
 impl From<&chatd_store::Chat> for Chat {
     fn from(c: &chatd_store::Chat) -> Self {
-        let labels = c
-            .labels
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                    .collect()
-            })
-            .unwrap_or_default();
         Chat {
             id: c.id,
             owner_id: c.owner_id,
@@ -412,7 +225,7 @@ impl From<&chatd_store::Chat> for Chat {
             title: c.title.clone(),
             status: c.status.into(),
             archived: c.archived,
-            labels,
+            labels: c.labels.clone(),
             pin_order: c.pin_order,
             last_model_config_id: c.last_model_config_id,
             last_error: c.last_error.clone(),
@@ -442,7 +255,6 @@ pub struct ChatMessage {
     /// Role.
     pub role: ChatRole,
     /// Parts.
-    #[schema(value_type = Vec<ChatMessagePart>)]
     pub content: Vec<MessagePart>,
     /// Insertion time.
     pub created_at: DateTime<Utc>,
@@ -509,7 +321,7 @@ impl From<&chatd_store::ChatMessage> for ChatMessage {
             model_config_id: m.model_config_id,
             revision: m.revision,
             queued_message_id: m.queued_message_id,
-            usage: m.usage().map(Into::into),
+            usage: m.usage(),
             total_cost_micros: m.total_cost_micros,
             runtime_ms: m.runtime_ms,
             finish_reason: m.finish_reason.map(Into::into),
@@ -544,7 +356,6 @@ pub struct ChatQueuedMessage {
     /// Chat id.
     pub chat_id: Uuid,
     /// Parts.
-    #[schema(value_type = Vec<ChatMessagePart>)]
     pub content: Vec<MessagePart>,
     /// Queue time.
     pub created_at: DateTime<Utc>,

@@ -19,8 +19,9 @@ use crate::auth::{self, Caller, MAX_TOKEN_LIFETIME_SECONDS, Role, User};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{PathParams, parse_uuid, read_json};
 use crate::openapi::{E400, E401, E403, E404, E409, E413};
-use crate::queries;
 use crate::validate;
+use chatd_store::queries::replicas::{self, ReplicaRow};
+use chatd_store::queries::{tokens, users};
 
 /// Body of `POST /api/v2/users`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -55,7 +56,7 @@ pub struct TokenResponse {
 }
 
 /// A replica of the cluster.
-#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Replica {
     /// Replica id: the `worker_id` it writes on the chats it owns.
     pub id: Uuid,
@@ -65,6 +66,17 @@ pub struct Replica {
     pub started_at: DateTime<Utc>,
     /// Last refresh.
     pub last_seen_at: DateTime<Utc>,
+}
+
+impl From<ReplicaRow> for Replica {
+    fn from(r: ReplicaRow) -> Self {
+        Replica {
+            id: r.id,
+            advertise_url: r.advertise_url,
+            started_at: r.started_at,
+            last_seen_at: r.last_seen_at,
+        }
+    }
 }
 
 /// `POST /api/v2/users` (admin).
@@ -81,8 +93,8 @@ pub async fn create_user(
     caller.require_admin()?;
     let req: CreateUserRequest = read_json(body, state.options().body_limit_bytes).await?;
     auth::validate_username(&req.username).map_err(|e| ApiError::invalid("username", e))?;
-    match queries::insert_user(state.store().pool(), &req.username, req.role).await {
-        Ok(row) => Ok((StatusCode::CREATED, Json(row.into_user()))),
+    match users::insert(state.store().pool(), &req.username, req.role).await {
+        Ok(row) => Ok((StatusCode::CREATED, Json(row.into()))),
         Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => Err(
             ApiError::conflict("A user with this username already exists."),
         ),
@@ -125,11 +137,18 @@ pub async fn create_user_token(
         ));
     }
     let pool = state.store().pool();
-    if queries::user(pool, user_id).await?.is_none() {
+    if users::select(pool, user_id).await?.is_none() {
         return Err(ApiError::not_found("User not found."));
     }
     let token = auth::generate_token();
-    let id = auth::insert_token(pool, user_id, &name, &token, req.lifetime_seconds).await?;
+    let id = tokens::insert(
+        pool,
+        user_id,
+        &name,
+        &auth::hash_token(&token),
+        req.lifetime_seconds,
+    )
+    .await?;
     Ok((StatusCode::CREATED, Json(TokenResponse { id, token })))
 }
 
@@ -152,5 +171,6 @@ pub async fn list_replicas(
     caller: Caller,
 ) -> ApiResult<Json<Vec<Replica>>> {
     caller.require_admin()?;
-    Ok(Json(queries::list_replicas(state.store().pool()).await?))
+    let rows = replicas::list(state.store().pool()).await?;
+    Ok(Json(rows.into_iter().map(Replica::from).collect()))
 }

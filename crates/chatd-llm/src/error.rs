@@ -13,8 +13,9 @@
 //! (OpenAI, Anthropic) shares [`ProviderError::from_http_status`] and
 //! [`ProviderError::from_error_body`].
 
+use chatd_core::{ChatError, ChatErrorKind};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Longest `detail` kept from a provider's error body, in bytes.
 pub const MAX_DETAIL_BYTES: usize = 4096;
@@ -53,6 +54,21 @@ impl ErrorKind {
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::ContextLength => "context_length",
             ErrorKind::UsageLimit => "usage_limit",
+        }
+    }
+}
+
+impl From<ErrorKind> for ChatErrorKind {
+    fn from(kind: ErrorKind) -> Self {
+        match kind {
+            ErrorKind::Generic => ChatErrorKind::Generic,
+            ErrorKind::RateLimit => ChatErrorKind::RateLimit,
+            ErrorKind::Timeout => ChatErrorKind::Timeout,
+            ErrorKind::Overloaded => ChatErrorKind::Overloaded,
+            ErrorKind::Auth => ChatErrorKind::Auth,
+            ErrorKind::InvalidRequest => ChatErrorKind::InvalidRequest,
+            ErrorKind::ContextLength => ChatErrorKind::ContextLength,
+            ErrorKind::UsageLimit => ChatErrorKind::UsageLimit,
         }
     }
 }
@@ -169,21 +185,18 @@ impl ProviderError {
         .with_detail(body.to_string())
     }
 
-    /// API.md's `ChatError` object for this error:
-    /// `{message, detail?, kind, provider, retryable, status_code?}`.
-    pub fn to_chat_error_json(&self) -> Value {
-        let mut map = Map::new();
-        map.insert("message".into(), Value::String(self.message.clone()));
-        if let Some(detail) = &self.detail {
-            map.insert("detail".into(), Value::String(detail.clone()));
+    /// API.md's `ChatError` for this error (stored as `chats.last_error`
+    /// and in the retry state): `{message, detail?, kind, provider,
+    /// retryable, status_code?}`.
+    pub fn to_chat_error(&self) -> ChatError {
+        ChatError {
+            message: self.message.clone(),
+            detail: self.detail.clone(),
+            kind: self.kind.into(),
+            provider: Some(self.provider.clone()),
+            retryable: self.retryable,
+            status_code: self.status_code,
         }
-        map.insert("kind".into(), Value::String(self.kind.as_str().into()));
-        map.insert("provider".into(), Value::String(self.provider.clone()));
-        map.insert("retryable".into(), Value::Bool(self.retryable));
-        if let Some(status) = self.status_code {
-            map.insert("status_code".into(), Value::from(status));
-        }
-        Value::Object(map)
     }
 }
 
@@ -353,7 +366,7 @@ mod tests {
             "openai",
         );
         assert_eq!(
-            err.to_chat_error_json(),
+            serde_json::to_value(err.to_chat_error()).unwrap(),
             json!({
                 "message": "slow down",
                 "detail": r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
@@ -365,7 +378,7 @@ mod tests {
         );
         let bare = ProviderError::new(ErrorKind::Timeout, "idle", "p");
         assert_eq!(
-            bare.to_chat_error_json(),
+            serde_json::to_value(bare.to_chat_error()).unwrap(),
             json!({"message": "idle", "kind": "timeout", "provider": "p", "retryable": true})
         );
     }

@@ -102,33 +102,6 @@ impl FinishReason {
     }
 }
 
-/// Token usage of one model response (API.md `Usage`), in tokens.
-///
-/// The input side is split so that the parts add up and can be priced
-/// separately: `input_tokens + cache_read_tokens + cache_creation_tokens` is
-/// the whole prompt. `reasoning_tokens` is the part of `output_tokens` the
-/// model spent reasoning (already included in `output_tokens`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Usage {
-    /// Prompt tokens billed at the normal input rate (cache reads and cache
-    /// writes excluded).
-    pub input_tokens: i64,
-    /// Completion tokens, reasoning included.
-    pub output_tokens: i64,
-    /// Of `output_tokens`, those spent on reasoning.
-    pub reasoning_tokens: i64,
-    /// Prompt tokens read from the provider's prompt cache.
-    pub cache_read_tokens: i64,
-    /// Prompt tokens written to the provider's prompt cache.
-    pub cache_creation_tokens: i64,
-    /// All tokens of the request and response, as the provider counts them
-    /// (computed from the parts when the provider does not say).
-    pub total_tokens: i64,
-}
-
-impl Usage {
-    /// The whole prompt: uncached input plus cache reads and writes.
-    pub fn prompt_tokens(&self) -> i64 {
-        self.input_tokens + self.cache_read_tokens + self.cache_creation_tokens
-    }
-}
+/// Token usage of one model response (API.md `Usage`), in tokens: the one
+/// definition in `chatd-core`, which the store and the HTTP layer use too.
+pub use chatd_core::Usage;

@@ -9,6 +9,9 @@
 //!   publish), `lock`, `read_lock` and `snapshot`.
 //! - [`ChatTx`]: every transition, validated against
 //!   [`chatd_core::matrix`].
+//! - [`queries`]: every SQL statement of chatd, one module per table, with
+//!   typed inputs and rows; no other crate writes SQL. [`rules`]: the
+//!   conditions (runnable, idle) that statements and Rust code share.
 //!
 //! Execution-state tables are written only through the transitions; the
 //! triggers turn any out-of-band write of a message into a `history_version`
@@ -18,6 +21,7 @@ pub mod error;
 pub mod machine;
 pub mod models;
 pub mod queries;
+pub mod rules;
 pub mod transitions;
 
 pub use error::{StoreError, StoreResult};
@@ -25,7 +29,13 @@ pub use machine::{
     ChatMachine, ChatTx, CreateChatInput, CreateChatResult, LockedChat, Store, StoreConfig,
     chat_update_payload, migrate,
 };
-pub use models::{Chat, ChatMessage, FinishReasonColumn, NewMessage, QueuedMessage, Usage};
+pub use models::{
+    Chat, ChatMessage, DEFAULT_CHAT_TITLE, FinishReasonColumn, NewMessage, QueuedMessage, Usage,
+};
+pub use queries::chats::LockMode;
+pub use queries::mcp_servers::McpServerRow;
+pub use queries::model_configs::ModelConfigRow;
+pub use queries::providers::ProviderRow;
 pub use transitions::{
     CompleteRequiresActionInput, EditMessageInput, EditMessageResult, FinishInterruptionResult,
     FinishTurnResult, PromoteQueuedMessageResult, SendMessageInput, SendMessageResult,

@@ -5,7 +5,7 @@
 //! Invariants kept here:
 //! - Every transaction that applies transitions locks the chat row and
 //!   advances `snapshot_version` exactly once, before any other write
-//!   ([`queries::lock_and_bump`]). The message triggers depend on it.
+//!   ([`queries::chats::lock_and_bump`]). The message triggers depend on it.
 //! - Publications are buffered in a [`PublishBuffer`] and flushed only after
 //!   the commit succeeded; a rollback (an error, or dropping a [`ChatTx`])
 //!   discards them. Publishing before the commit would let a receiver read
@@ -14,21 +14,24 @@
 //!   `chat:ownership` is added when the result is runnable and no runner holds
 //!   a fresh heartbeat.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_core::{ChatStatus, ExecutionState, StateError, Transition, classify, matrix};
+use chatd_core::{
+    ChatStatus, DynamicTool, ExecutionState, StateError, Transition, classify, matrix,
+};
 use chatd_pubsub::{
     ChatUpdate, OWNERSHIP_CHANNEL, OwnershipHint, PublishBuffer, Publisher, chat_update_channel,
 };
 use futures::future::BoxFuture;
-use serde_json::Value;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error::{StoreError, StoreResult};
 use crate::models::{Chat, ChatMessage, NewMessage};
 use crate::queries;
+use crate::queries::chats::LockMode;
 
 /// Tunables of the state machine. Defaults are the spec's.
 #[derive(Debug, Clone)]
@@ -78,16 +81,16 @@ pub struct CreateChatInput {
     pub owner_id: Uuid,
     /// Parent chat; the new chat joins the parent's family.
     pub parent_chat_id: Option<Uuid>,
-    /// Title (default "New Chat").
+    /// Title (default [`crate::DEFAULT_CHAT_TITLE`]).
     pub title: Option<String>,
-    /// Labels (a JSON object; default `{}`).
-    pub labels: Option<Value>,
+    /// Labels (default none).
+    pub labels: BTreeMap<String, String>,
     /// Model config.
     pub last_model_config_id: Option<Uuid>,
     /// Reasoning effort.
     pub last_reasoning_effort: Option<String>,
-    /// Dynamic tools (JSON array; default `[]`).
-    pub dynamic_tools: Option<Value>,
+    /// Client-executed tools (default none).
+    pub dynamic_tools: Vec<DynamicTool>,
     /// MCP servers.
     pub mcp_server_ids: Vec<Uuid>,
     /// `"plan"` or none.
@@ -175,38 +178,16 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let root_chat_id = match input.parent_chat_id {
             None => None,
-            Some(parent) => {
-                let row: Option<(Uuid, Option<Uuid>)> =
-                    sqlx::query_as("SELECT id, root_chat_id FROM chats WHERE id = $1 FOR SHARE")
-                        .bind(parent)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                let (parent_id, parent_root) = row.ok_or(StateError::ChatNotFound)?;
-                Some(parent_root.unwrap_or(parent_id))
-            }
+            Some(parent) => Some(
+                queries::chats::lock_family_root(&mut tx, parent)
+                    .await?
+                    .ok_or(StateError::ChatNotFound)?,
+            ),
         };
-        sqlx::query(
-            "INSERT INTO chats (id, owner_id, parent_chat_id, root_chat_id, status, snapshot_version, title, labels,
-                 last_model_config_id, last_reasoning_effort, dynamic_tools, mcp_server_ids, plan_mode)
-             VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12)",
-        )
-        .bind(id)
-        .bind(input.owner_id)
-        .bind(input.parent_chat_id)
-        .bind(root_chat_id)
-        .bind(status.as_str())
-        .bind(input.title.unwrap_or_else(|| "New Chat".to_owned()))
-        .bind(input.labels.unwrap_or_else(|| Value::Object(Default::default())))
-        .bind(input.last_model_config_id)
-        .bind(&input.last_reasoning_effort)
-        .bind(input.dynamic_tools.unwrap_or_else(|| Value::Array(vec![])))
-        .bind(&input.mcp_server_ids)
-        .bind(&input.plan_mode)
-        .execute(&mut *tx)
-        .await?;
+        queries::chats::insert(&mut tx, id, root_chat_id, status, &input).await?;
         let mut initial_messages = Vec::with_capacity(input.initial_messages.len());
         for message in &input.initial_messages {
-            initial_messages.push(queries::insert_message(&mut tx, id, message, None).await?);
+            initial_messages.push(queries::messages::insert(&mut tx, id, message, None).await?);
         }
         let buffer = PublishBuffer::new(self.publisher.clone());
         let chat = enqueue_publications(&mut tx, id, &buffer, &self.config).await?;
@@ -261,27 +242,7 @@ impl Store {
         limit: i64,
         after: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
     ) -> StoreResult<Vec<(Uuid, chrono::DateTime<chrono::Utc>)>> {
-        let (after_at, after_id) = after.unzip();
-        Ok(sqlx::query_as(
-            "SELECT r.id, r.updated_at FROM chats r
-             WHERE r.parent_chat_id IS NULL AND NOT r.archived AND r.pin_order = 0
-               AND r.updated_at < now() - make_interval(secs => $1)
-               AND ($3::timestamptz IS NULL OR (r.updated_at, r.id) > ($3, $4))
-               AND NOT EXISTS (
-                 SELECT 1 FROM chats m
-                 WHERE (m.id = r.id OR m.root_chat_id = r.id)
-                   AND (m.status NOT IN ('waiting', 'error')
-                        OR m.updated_at >= now() - make_interval(secs => $1)
-                        OR EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = m.id)))
-             ORDER BY r.updated_at, r.id
-             LIMIT $2",
-        )
-        .bind(idle_for.as_secs_f64())
-        .bind(limit)
-        .bind(after_at)
-        .bind(after_id)
-        .fetch_all(&self.pool)
-        .await?)
+        Ok(queries::chats::auto_archive_candidates(&self.pool, idle_for, limit, after).await?)
     }
 
     /// Archives a root chat's family if, under the row locks, it is still
@@ -329,54 +290,28 @@ impl Store {
         idle_for: Option<Duration>,
     ) -> StoreResult<Option<Vec<Chat>>> {
         let mut tx = self.pool.begin().await?;
-        if let Some(idle_for) = idle_for {
-            // Lock the family in the order the archive below bumps it (root,
-            // then children by creation) and read `updated_at` before the
-            // bumps overwrite it.
-            let root: Option<(Option<Uuid>, bool, i32, bool)> = sqlx::query_as(
-                "SELECT parent_chat_id, archived, pin_order,
-                        updated_at < now() - make_interval(secs => $2)
-                 FROM chats WHERE id = $1 FOR UPDATE NOWAIT",
-            )
-            .bind(root_id)
-            .bind(idle_for.as_secs_f64())
-            .fetch_optional(&mut *tx)
-            .await?;
-            if !matches!(root, Some((None, false, 0, true))) {
-                return Ok(None);
-            }
-            let children_idle: Vec<bool> = sqlx::query_scalar(
-                "SELECT updated_at < now() - make_interval(secs => $2) FROM chats
-                 WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id
-                 FOR UPDATE NOWAIT",
-            )
-            .bind(root_id)
-            .bind(idle_for.as_secs_f64())
-            .fetch_all(&mut *tx)
-            .await?;
-            if children_idle.contains(&false) {
-                return Ok(None);
-            }
+        // Lock the family in the order the archive below bumps it (root,
+        // then children by creation) and read `updated_at` before the bumps
+        // overwrite it.
+        if let Some(idle_for) = idle_for
+            && !queries::chats::lock_idle_family_nowait(&mut tx, root_id, idle_for).await?
+        {
+            return Ok(None);
         }
-        let root = queries::lock_and_bump(&mut tx, root_id)
+        let root = queries::chats::lock_and_bump(&mut tx, root_id)
             .await?
             .ok_or(StateError::ChatNotFound)?;
         if root.parent_chat_id.is_some() {
             return Err(StateError::ChatNotRoot.into());
         }
-        let children: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT id FROM chats WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id",
-        )
-        .bind(root_id)
-        .fetch_all(&mut *tx)
-        .await?;
+        let children = queries::chats::family_members(&mut tx, root_id).await?;
         let buffer = PublishBuffer::new(self.publisher.clone());
         let mut applied = Vec::new();
         let mut members = vec![root_id];
         members.extend(children);
         for (i, member) in members.iter().enumerate() {
             if i > 0 {
-                queries::lock_and_bump(&mut tx, *member)
+                queries::chats::lock_and_bump(&mut tx, *member)
                     .await?
                     .ok_or(StateError::ChatNotFound)?;
             }
@@ -386,10 +321,11 @@ impl Store {
                 config: &self.config,
                 applied: &mut applied,
             };
-            let chat = queries::select_chat(ops.conn, *member, "")
+            let chat = queries::chats::select(&mut *ops.conn, *member, LockMode::None)
                 .await?
                 .ok_or(StateError::ChatNotFound)?;
-            let state = chat.execution_state(queries::queue_len(ops.conn, *member).await? > 0);
+            let state =
+                chat.execution_state(queries::queue::len(&mut *ops.conn, *member).await? > 0);
             // Idle: the root is not archived (checked above); a child may
             // be, when an earlier repair unarchived only its root.
             if idle_for.is_some()
@@ -459,7 +395,7 @@ impl ChatMachine {
     /// `ChatNotFound` when the chat does not exist; database errors.
     pub async fn begin(&self) -> StoreResult<ChatTx> {
         let mut tx = self.store.pool.begin().await?;
-        let chat = queries::lock_and_bump(&mut tx, self.chat_id)
+        let chat = queries::chats::lock_and_bump(&mut tx, self.chat_id)
             .await?
             .ok_or(StateError::ChatNotFound)?;
         Ok(ChatTx {
@@ -480,7 +416,8 @@ impl ChatMachine {
     /// Database errors.
     pub async fn try_begin(&self) -> StoreResult<Option<ChatTx>> {
         let mut tx = self.store.pool.begin().await?;
-        let Some(chat) = queries::lock_and_bump_skip_locked(&mut tx, self.chat_id).await? else {
+        let Some(chat) = queries::chats::lock_and_bump_skip_locked(&mut tx, self.chat_id).await?
+        else {
             return Ok(None);
         };
         Ok(Some(ChatTx {
@@ -523,7 +460,7 @@ impl ChatMachine {
     /// # Errors
     /// `ChatNotFound`; database errors.
     pub async fn lock(&self) -> StoreResult<LockedChat> {
-        self.lock_with("FOR UPDATE").await
+        self.lock_with(LockMode::Update).await
     }
 
     /// Like [`ChatMachine::lock`] with a shared `FOR SHARE` lock (spec
@@ -533,7 +470,7 @@ impl ChatMachine {
     /// # Errors
     /// `ChatNotFound`; database errors.
     pub async fn read_lock(&self) -> StoreResult<LockedChat> {
-        self.lock_with("FOR SHARE").await
+        self.lock_with(LockMode::Share).await
     }
 
     /// Opens a read-only `REPEATABLE READ` transaction and reads the chat row
@@ -545,18 +482,16 @@ impl ChatMachine {
     /// `ChatNotFound`; database errors.
     pub async fn snapshot(&self) -> StoreResult<LockedChat> {
         let mut tx = self.store.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await?;
-        let chat = queries::select_chat(&mut tx, self.chat_id, "")
+        queries::set_read_only_snapshot(&mut tx).await?;
+        let chat = queries::chats::select(&mut *tx, self.chat_id, LockMode::None)
             .await?
             .ok_or(StateError::ChatNotFound)?;
         Ok(LockedChat { tx, chat })
     }
 
-    async fn lock_with(&self, clause: &str) -> StoreResult<LockedChat> {
+    async fn lock_with(&self, lock: LockMode) -> StoreResult<LockedChat> {
         let mut tx = self.store.pool.begin().await?;
-        let chat = queries::select_chat(&mut tx, self.chat_id, clause)
+        let chat = queries::chats::select(&mut *tx, self.chat_id, lock)
             .await?
             .ok_or(StateError::ChatNotFound)?;
         Ok(LockedChat { tx, chat })
@@ -584,7 +519,7 @@ impl LockedChat {
     /// # Errors
     /// Database errors.
     pub async fn queue_non_empty(&mut self) -> StoreResult<bool> {
-        Ok(queries::queue_len(&mut self.tx, self.chat.id).await? > 0)
+        Ok(queries::queue::len(&mut *self.tx, self.chat.id).await? > 0)
     }
 
     /// The chat's execution state, read in this transaction.
@@ -654,9 +589,11 @@ impl ChatTx {
     /// `ChatNotFound` (deleted under us cannot happen while locked, but the
     /// row may be gone if the caller deleted it); database errors.
     pub async fn chat(&mut self) -> StoreResult<Chat> {
-        Ok(queries::select_chat(&mut self.tx, self.chat_id, "")
-            .await?
-            .ok_or(StateError::ChatNotFound)?)
+        Ok(
+            queries::chats::select(&mut *self.tx, self.chat_id, LockMode::None)
+                .await?
+                .ok_or(StateError::ChatNotFound)?,
+        )
     }
 
     /// The current execution state, read in this transaction.
@@ -665,7 +602,7 @@ impl ChatTx {
     /// Database errors.
     pub async fn execution_state(&mut self) -> StoreResult<ExecutionState> {
         let chat = self.chat().await?;
-        let queued = queries::queue_len(&mut self.tx, self.chat_id).await? > 0;
+        let queued = queries::queue::len(&mut *self.tx, self.chat_id).await? > 0;
         Ok(chat.execution_state(queued))
     }
 
@@ -710,9 +647,16 @@ async fn enqueue_publications(
     buffer: &PublishBuffer,
     config: &StoreConfig,
 ) -> StoreResult<Chat> {
-    let (chat, queued, fresh) =
-        queries::publication_facts(conn, chat_id, config.heartbeat_stale_after.as_secs_f64())
-            .await?;
+    let queries::chats::PublicationFacts {
+        chat,
+        queued,
+        fresh,
+    } = queries::chats::publication_facts(
+        conn,
+        chat_id,
+        config.heartbeat_stale_after.as_secs_f64(),
+    )
+    .await?;
     let update = chat_update_payload(&chat);
     let payload = serde_json::to_vec(&update).expect("ChatUpdate serializes");
     // A full in-memory buffer cannot fail before flush; errors here would be

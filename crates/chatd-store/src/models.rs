@@ -4,16 +4,32 @@
 //! `SELECT *`-style queries ([`sqlx::FromRow`]); [`NewMessage`] is the fully
 //! materialised message a transition inserts (spec chatstate `Message`: the
 //! machine never reshapes it except to attach the chat id).
+//!
+//! JSON columns are typed with the shapes of [`chatd_core`] (decoded and
+//! bound as `sqlx::types::Json`): `last_error` is a [`ChatError`],
+//! `retry_state` a [`RetryState`], `labels` a string map, `dynamic_tools`
+//! [`DynamicTool`]s, `content` [`MessagePart`]s.
+//!
+//! The rows of the other tables are defined with their queries
+//! ([`crate::queries`]).
+
+use std::collections::BTreeMap;
 
 use chatd_core::message::UnknownValue;
 use chatd_core::{
-    ChatRole, ChatStatus, ExecutionState, FinishReason, MessagePart, Visibility, classify,
+    ChatError, ChatRole, ChatStatus, DynamicTool, ExecutionState, FinishReason, MessagePart,
+    RetryState, Visibility, classify,
 };
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Serialize;
 use sqlx::types::Json;
 use uuid::Uuid;
+
+pub use chatd_core::Usage;
+
+/// The title every chat starts with (API.md "Limits"), until the user or the
+/// worker's title generation sets another.
+pub const DEFAULT_CHAT_TITLE: &str = "New Chat";
 
 /// A row of `chats`: execution state, version counters, ownership and
 /// metadata.
@@ -36,10 +52,13 @@ pub struct Chat {
     pub worker_id: Option<Uuid>,
     /// Owning runner id: the fence of every worker transition.
     pub runner_id: Option<Uuid>,
-    /// Last error (`ChatError` JSON), set by `FinishError`.
-    pub last_error: Option<Value>,
-    /// Retry payload clients see while the worker backs off.
-    pub retry_state: Option<Value>,
+    /// Last error, set by `FinishError` and `ReconcileInvalidState`.
+    #[sqlx(json(nullable))]
+    pub last_error: Option<ChatError>,
+    /// Retry payload clients see while the worker backs off
+    /// (`RecordRetryState`; cleared when the attempt changes).
+    #[sqlx(json(nullable))]
+    pub retry_state: Option<RetryState>,
     /// Advanced by exactly 1 by every transaction that applies transitions.
     pub snapshot_version: i64,
     /// The snapshot in which message history last changed.
@@ -54,16 +73,18 @@ pub struct Chat {
     pub requires_action_deadline_at: Option<DateTime<Utc>>,
     /// Title (metadata).
     pub title: String,
-    /// Labels, a JSON object of strings (metadata).
-    pub labels: Value,
+    /// Labels (metadata; a JSON object of strings).
+    #[sqlx(json)]
+    pub labels: BTreeMap<String, String>,
     /// Pin order (metadata).
     pub pin_order: i32,
     /// Model config of the most recent message that set one.
     pub last_model_config_id: Option<Uuid>,
     /// Reasoning effort of the most recent message that set one.
     pub last_reasoning_effort: Option<String>,
-    /// Client-executed tools (`[DynamicTool]` JSON).
-    pub dynamic_tools: Value,
+    /// Client-executed tools.
+    #[sqlx(json)]
+    pub dynamic_tools: Vec<DynamicTool>,
     /// MCP servers offered to the model.
     pub mcp_server_ids: Vec<Uuid>,
     /// `"plan"` or none.
@@ -84,33 +105,8 @@ impl Chat {
 
     /// Names of the chat's dynamic tools.
     pub fn dynamic_tool_names(&self) -> Vec<String> {
-        self.dynamic_tools
-            .as_array()
-            .map(|tools| {
-                tools
-                    .iter()
-                    .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.dynamic_tools.iter().map(|t| t.name.clone()).collect()
     }
-}
-
-/// Token usage of one assistant message (API.md `Usage`), in tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    /// Prompt tokens.
-    pub input_tokens: i64,
-    /// Completion tokens.
-    pub output_tokens: i64,
-    /// Reasoning tokens (part of the output).
-    pub reasoning_tokens: i64,
-    /// Prompt tokens served from cache.
-    pub cache_read_tokens: i64,
-    /// Prompt tokens written to cache.
-    pub cache_creation_tokens: i64,
-    /// Total tokens.
-    pub total_tokens: i64,
 }
 
 /// A row of `chat_messages`.

@@ -13,9 +13,10 @@
 //! - leaving `error` (except to archive) clears `last_error`.
 
 use chatd_core::{
-    BusyBehavior, CANCELLED_TOOL_RESULT, ChatRole, ChatStatus, ExecutionState,
-    INTERRUPTED_TOOL_RESULT, MessagePart, StateError, TIMED_OUT_TOOL_RESULT, ToolCallRef,
-    ToolResultError, ToolResultErrorKind, Transition, classify, matrix, outstanding_tool_calls,
+    BusyBehavior, CANCELLED_TOOL_RESULT, ChatError, ChatRole, ChatStatus, ExecutionState,
+    INTERRUPTED_TOOL_RESULT, MessagePart, RetryState, StateError, TIMED_OUT_TOOL_RESULT,
+    ToolCallRef, ToolResultError, ToolResultErrorKind, Transition, classify, matrix,
+    outstanding_tool_calls,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -25,7 +26,7 @@ use uuid::Uuid;
 use crate::error::StoreResult;
 use crate::machine::{ChatTx, StoreConfig, record_transition};
 use crate::models::{Chat, ChatMessage, NewMessage, QueuedMessage};
-use crate::queries::{self, ChatChanges, QueueEnd};
+use crate::queries::{self, chats::ChatChanges, queue::QueueEnd};
 
 /// Input of [`ChatTx::send_message`].
 #[derive(Debug, Clone)]
@@ -299,7 +300,7 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running.
-    pub async fn record_retry_state(&mut self, payload: Value) -> StoreResult<Chat> {
+    pub async fn record_retry_state(&mut self, payload: RetryState) -> StoreResult<Chat> {
         self.ops().record_retry_state(payload).await
     }
 
@@ -354,7 +355,7 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running.
-    pub async fn finish_error(&mut self, last_error: Value) -> StoreResult<()> {
+    pub async fn finish_error(&mut self, last_error: ChatError) -> StoreResult<()> {
         self.ops().finish_error(last_error).await
     }
 
@@ -402,7 +403,7 @@ impl ChatTx {
     /// Not allowed unless the chat is invalid.
     pub async fn reconcile_invalid_state(
         &mut self,
-        last_error: Value,
+        last_error: ChatError,
     ) -> StoreResult<Vec<ChatMessage>> {
         self.ops().reconcile_invalid_state(last_error).await
     }
@@ -419,7 +420,9 @@ pub(crate) struct Ops<'a> {
 
 impl Ops<'_> {
     async fn state(&mut self) -> StoreResult<(Chat, i64, ExecutionState)> {
-        let Some(row) = queries::select_state(self.conn, self.chat_id).await? else {
+        let Some(row) =
+            queries::chats::select_with_queue_len(&mut *self.conn, self.chat_id).await?
+        else {
             return Ok((placeholder_chat(self.chat_id), 0, ExecutionState::N));
         };
         let state = row.chat.execution_state(row.queue_len > 0);
@@ -454,13 +457,13 @@ impl Ops<'_> {
     }
 
     async fn insert(&mut self, message: &NewMessage) -> StoreResult<ChatMessage> {
-        Ok(queries::insert_message(self.conn, self.chat_id, message, None).await?)
+        Ok(queries::messages::insert(&mut *self.conn, self.chat_id, message, None).await?)
     }
 
     /// Answers every outstanding tool call of active history with a
     /// synthetic error result `reason`, one `tool` message per call.
     async fn answer_outstanding(&mut self, reason: &str) -> StoreResult<Vec<ChatMessage>> {
-        let tail = queries::tail_contents(self.conn, self.chat_id).await?;
+        let tail = queries::messages::tail_contents(&mut *self.conn, self.chat_id).await?;
         let outstanding = outstanding_tool_calls(tail.iter().map(Vec::as_slice));
         let mut inserted = Vec::with_capacity(outstanding.len());
         for call in &outstanding {
@@ -471,7 +474,7 @@ impl Ops<'_> {
     }
 
     async fn pending_calls(&mut self) -> StoreResult<Vec<ToolCallRef>> {
-        let tail = queries::tail_contents(self.conn, self.chat_id).await?;
+        let tail = queries::messages::tail_contents(&mut *self.conn, self.chat_id).await?;
         Ok(outstanding_tool_calls(tail.iter().map(Vec::as_slice)))
     }
 
@@ -487,7 +490,8 @@ impl Ops<'_> {
         let mut message = message.clone();
         message.role = Some(ChatRole::User);
         inserted.push(
-            queries::insert_message(self.conn, self.chat_id, &message, queued_message_id).await?,
+            queries::messages::insert(&mut *self.conn, self.chat_id, &message, queued_message_id)
+                .await?,
         );
         if message.model_config_id.is_some() || message.reasoning_effort.is_some() {
             let changes = ChatChanges {
@@ -495,7 +499,7 @@ impl Ops<'_> {
                 last_reasoning_effort: message.reasoning_effort.clone(),
                 ..ChatChanges::default()
             };
-            queries::update_chat(self.conn, self.chat_id, &changes).await?;
+            queries::chats::update_execution(&mut *self.conn, self.chat_id, &changes).await?;
         }
         Ok(inserted)
     }
@@ -505,7 +509,7 @@ impl Ops<'_> {
         &mut self,
         reason: &str,
     ) -> StoreResult<Option<(QueuedMessage, Vec<ChatMessage>)>> {
-        let Some(head) = queries::pop_queue_head(self.conn, self.chat_id).await? else {
+        let Some(head) = queries::queue::pop_head(&mut *self.conn, self.chat_id).await? else {
             return Ok(None);
         };
         let inserted = self
@@ -515,7 +519,7 @@ impl Ops<'_> {
     }
 
     async fn change(&mut self, changes: ChatChanges) -> StoreResult<Chat> {
-        Ok(queries::update_chat(self.conn, self.chat_id, &changes).await?)
+        Ok(queries::chats::update_execution(&mut *self.conn, self.chat_id, &changes).await?)
     }
 
     fn check_queue_room(&self, transition: Transition, queued: i64, max: i64) -> StoreResult<()> {
@@ -566,7 +570,13 @@ impl Ops<'_> {
             S::E1 => {
                 self.check_queue_room(t, queued, max)?;
                 result.queued_message = Some(
-                    queries::enqueue(self.conn, self.chat_id, &message, QueueEnd::Tail).await?,
+                    queries::queue::enqueue(
+                        &mut *self.conn,
+                        self.chat_id,
+                        &message,
+                        QueueEnd::Tail,
+                    )
+                    .await?,
                 );
                 if let Some((_, inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await? {
                     result.inserted_messages = inserted;
@@ -580,8 +590,9 @@ impl Ops<'_> {
                 } else {
                     QueueEnd::Tail
                 };
-                result.queued_message =
-                    Some(queries::enqueue(self.conn, self.chat_id, &message, end).await?);
+                result.queued_message = Some(
+                    queries::queue::enqueue(&mut *self.conn, self.chat_id, &message, end).await?,
+                );
                 if interrupt {
                     match from {
                         S::R0 | S::R1 => {
@@ -608,7 +619,8 @@ impl Ops<'_> {
     ) -> StoreResult<EditMessageResult> {
         let t = Transition::EditMessage;
         let (_, _, from) = self.enter(t).await?;
-        let target = queries::message(self.conn, self.chat_id, input.message_id).await?;
+        let target =
+            queries::messages::select(&mut *self.conn, self.chat_id, input.message_id).await?;
         let target = match target {
             Some(m) if !m.deleted && m.visibility.client_visible() => m,
             _ => {
@@ -628,9 +640,10 @@ impl Ops<'_> {
                 },
             ));
         }
-        let deleted_queued_message_ids = queries::clear_queue(self.conn, self.chat_id).await?;
+        let deleted_queued_message_ids =
+            queries::queue::clear(&mut *self.conn, self.chat_id).await?;
         let deleted_message_ids =
-            queries::soft_delete_from(self.conn, self.chat_id, target.id).await?;
+            queries::messages::soft_delete_from(&mut *self.conn, self.chat_id, target.id).await?;
         let cancellation_messages = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
         let mut replacement = input.replacement;
         replacement.role = Some(ChatRole::User);
@@ -662,7 +675,7 @@ impl Ops<'_> {
     pub(crate) async fn delete_queued_message(&mut self, id: i64) -> StoreResult<QueuedMessage> {
         let t = Transition::DeleteQueuedMessage;
         let (_, _, from) = self.enter(t).await?;
-        let Some(deleted) = queries::delete_queued(self.conn, self.chat_id, id).await? else {
+        let Some(deleted) = queries::queue::delete(&mut *self.conn, self.chat_id, id).await? else {
             return Err(self.reject(
                 t,
                 StateError::QueuedMessageNotFound {
@@ -681,7 +694,7 @@ impl Ops<'_> {
         use ExecutionState as S;
         let t = Transition::PromoteQueuedMessage;
         let (_, _, from) = self.enter(t).await?;
-        let Some(queued) = queries::queued_message(self.conn, self.chat_id, id).await? else {
+        let Some(queued) = queries::queue::select(&mut *self.conn, self.chat_id, id).await? else {
             return Err(self.reject(
                 t,
                 StateError::QueuedMessageNotFound {
@@ -696,7 +709,7 @@ impl Ops<'_> {
         };
         match from {
             S::E1 | S::A1 => {
-                queries::delete_queued(self.conn, self.chat_id, id).await?;
+                queries::queue::delete(&mut *self.conn, self.chat_id, id).await?;
                 let mut inserted = self
                     .insert_user(
                         &queued_to_message(&queued),
@@ -714,7 +727,7 @@ impl Ops<'_> {
             }
             S::R1 | S::I1 => {
                 if let Some(moved) =
-                    queries::move_to_queue_head(self.conn, self.chat_id, id).await?
+                    queries::queue::move_to_head(&mut *self.conn, self.chat_id, id).await?
                 {
                     result.queued_message = moved;
                 }
@@ -791,7 +804,7 @@ impl Ops<'_> {
             ..ChatChanges::default()
         })
         .await?;
-        queries::upsert_heartbeat(self.conn, self.chat_id, runner_id).await?;
+        queries::heartbeats::upsert(&mut *self.conn, self.chat_id, runner_id).await?;
         self.land(t, from).await?;
         Ok(())
     }
@@ -809,7 +822,7 @@ impl Ops<'_> {
         })
         .await?;
         if let Some(runner) = chat.runner_id {
-            queries::delete_heartbeat(self.conn, self.chat_id, runner).await?;
+            queries::heartbeats::delete(&mut *self.conn, self.chat_id, runner).await?;
         }
         self.land(t, from).await?;
         Ok(())
@@ -828,7 +841,7 @@ impl Ops<'_> {
         Ok(chat.generation_attempt)
     }
 
-    pub(crate) async fn record_retry_state(&mut self, payload: Value) -> StoreResult<Chat> {
+    pub(crate) async fn record_retry_state(&mut self, payload: RetryState) -> StoreResult<Chat> {
         let t = Transition::RecordRetryState;
         let (_, _, from) = self.enter(t).await?;
         let chat = self
@@ -936,7 +949,7 @@ impl Ops<'_> {
         Ok(result)
     }
 
-    pub(crate) async fn finish_error(&mut self, last_error: Value) -> StoreResult<()> {
+    pub(crate) async fn finish_error(&mut self, last_error: ChatError) -> StoreResult<()> {
         let t = Transition::FinishError;
         let (_, _, from) = self.enter(t).await?;
         self.change(ChatChanges {
@@ -1008,7 +1021,7 @@ impl Ops<'_> {
 
     pub(crate) async fn reconcile_invalid_state(
         &mut self,
-        last_error: Value,
+        last_error: ChatError,
     ) -> StoreResult<Vec<ChatMessage>> {
         let t = Transition::ReconcileInvalidState;
         let (_, _, from) = self.enter(t).await?;
@@ -1082,11 +1095,11 @@ fn placeholder_chat(chat_id: Uuid) -> Chat {
         retry_state_version: 0,
         requires_action_deadline_at: None,
         title: String::new(),
-        labels: Value::Null,
+        labels: Default::default(),
         pin_order: 0,
         last_model_config_id: None,
         last_reasoning_effort: None,
-        dynamic_tools: Value::Null,
+        dynamic_tools: Vec::new(),
         mcp_server_ids: vec![],
         plan_mode: None,
         compaction_requested_at: None,

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use chatd_pubsub::OWNERSHIP_CHANNEL;
+use chatd_store::queries;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -95,18 +96,11 @@ impl AcquisitionLoop {
     /// One pass over the candidates.
     pub(crate) async fn pass(&self) -> chatd_store::StoreResult<Pass> {
         let stale = self.ctx.config.lease_stale_after.as_secs_f64();
-        let candidates: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT c.id FROM chats c
-             WHERE c.status IN ('running', 'interrupting', 'requires_action') AND NOT c.archived
-               AND (c.worker_id IS NULL OR c.runner_id IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
-                      AND h.heartbeat_at >= now() - make_interval(secs => $1)))
-             ORDER BY c.updated_at
-             LIMIT $2",
+        let candidates = queries::chats::acquisition_candidates(
+            self.ctx.store.pool(),
+            stale,
+            self.ctx.config.acquisition_batch,
         )
-        .bind(stale)
-        .bind(self.ctx.config.acquisition_batch)
-        .fetch_all(self.ctx.store.pool())
         .await?;
         let mut pass = Pass::default();
         for chat_id in candidates {
@@ -120,8 +114,7 @@ impl AcquisitionLoop {
             }
             if let Some(runner) = chat.runner_id
                 && chat.worker_id.is_some()
-                && chatd_store::queries::heartbeat_is_fresh(tx.conn(), chat_id, runner, stale)
-                    .await?
+                && queries::heartbeats::is_fresh(tx.conn(), chat_id, runner, stale).await?
             {
                 continue;
             }

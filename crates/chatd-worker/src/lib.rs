@@ -31,5 +31,5 @@ mod worker;
 pub use archive::auto_archive_pass;
 pub use config::WorkerConfig;
 pub use part_buffer::{PartBuffer, PartBufferConfig, PartBufferError, PartSubscription};
-pub use providers::{DefaultProviderFactory, ProviderFactory, ProviderRow};
+pub use providers::{DefaultProviderFactory, ProviderFactory};
 pub use worker::{Worker, WorkerDeps};

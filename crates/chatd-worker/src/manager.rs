@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chatd_store::queries;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -252,11 +253,7 @@ impl DatabaseSync {
             if ids.is_empty() {
                 continue;
             }
-            let rows: Result<Vec<chatd_store::Chat>, _> =
-                sqlx::query_as("SELECT * FROM chats WHERE id = ANY($1::uuid[])")
-                    .bind(&ids)
-                    .fetch_all(self.ctx.store.pool())
-                    .await;
+            let rows = queries::chats::select_many(self.ctx.store.pool(), &ids).await;
             match rows {
                 Ok(rows) => {
                     let found: HashMap<Uuid, &chatd_store::Chat> =
@@ -319,20 +316,8 @@ impl Heartbeats {
 
 /// The spec's heartbeat upsert, skipping chats deleted meanwhile.
 pub(crate) async fn beat(ctx: &WorkerContext, keys: &[RunnerKey]) -> sqlx::Result<()> {
-    let chats: Vec<Uuid> = keys.iter().map(|k| k.chat_id).collect();
-    let runners: Vec<Uuid> = keys.iter().map(|k| k.runner_id).collect();
-    sqlx::query(
-        "INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at)
-         SELECT r.chat_id, r.runner_id, now()
-         FROM unnest($1::uuid[], $2::uuid[]) AS r(chat_id, runner_id)
-         WHERE EXISTS (SELECT 1 FROM chats c WHERE c.id = r.chat_id)
-         ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at",
-    )
-    .bind(&chats)
-    .bind(&runners)
-    .execute(ctx.store.pool())
-    .await
-    .map(|_| ())
+    let runners: Vec<(Uuid, Uuid)> = keys.iter().map(|k| (k.chat_id, k.runner_id)).collect();
+    queries::heartbeats::upsert_many(ctx.store.pool(), &runners).await
 }
 
 /// Deletes heartbeat rows older than the lease.
@@ -350,10 +335,7 @@ impl HeartbeatCleanup {
                 _ = tick.tick() => {}
             }
             let stale = self.ctx.config.lease_stale_after.as_secs_f64();
-            if let Err(err) = sqlx::query("DELETE FROM chat_heartbeats WHERE heartbeat_at < now() - make_interval(secs => $1)")
-                .bind(stale)
-                .execute(self.ctx.store.pool())
-                .await
+            if let Err(err) = queries::heartbeats::delete_stale(self.ctx.store.pool(), stale).await
             {
                 tracing::warn!(error = %err, "heartbeat cleanup failed");
             }

@@ -345,15 +345,11 @@ async fn refetch(
 ) {
     let mut delay = ctx.config.infra_backoff.0;
     loop {
-        let row: Result<Option<Chat>, _> = chatd_store::queries::select_chat(&mut *match ctx.store.pool().acquire().await {
-            Ok(conn) => conn,
-            Err(err) => {
-                tracing::warn!(chat_id = %key.chat_id, error = %err, "reading the chat failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(ctx.config.infra_backoff.1);
-                continue;
-            }
-        }, key.chat_id, "")
+        let row: Result<Option<Chat>, _> = chatd_store::queries::chats::select(
+            ctx.store.pool(),
+            key.chat_id,
+            chatd_store::LockMode::None,
+        )
         .await;
         match row {
             Ok(Some(chat)) => {

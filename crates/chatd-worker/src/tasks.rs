@@ -23,24 +23,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chatd_core::{
-    ChatRole, Episode, FinishReason as MessageFinishReason, INTERRUPTED_TOOL_RESULT, MessagePart,
-    PartDelta, StreamPart, Visibility, outstanding_tool_calls,
+    ChatError, ChatErrorKind, ChatRole, DynamicTool, Episode, FinishReason as MessageFinishReason,
+    INTERRUPTED_TOOL_RESULT, MessagePart, ModelOptions, PartDelta, RetryState, StreamPart,
+    Visibility, outstanding_tool_calls,
 };
 use chatd_llm::{
     FinishReason, ModelRequest, ProviderError, RequestMessage, ResponseBuilder, StreamEvent,
     ToolSpec,
 };
-use chatd_store::{Chat, ChatMessage, NewMessage, Usage};
+use chatd_store::{Chat, ChatMessage, DEFAULT_CHAT_TITLE, NewMessage, queries};
 use chatd_tools::{IdempotencyKey, McpServerConfig, McpToolset, ToolOutcome};
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::context::WorkerContext;
 use crate::fence::{Fence, FenceError, fenced_lock, fenced_update};
-use crate::providers::{cost_micros, load_mcp_servers, resolve_model, resolve_reasoning_effort};
+use crate::providers::{load_mcp_servers, resolve_model, resolve_reasoning_effort};
 use crate::runner::{ChatSnapshot, RunnerInput, TaskKind};
 
 /// Everything a task needs.
@@ -186,13 +187,10 @@ async fn requires_action_timeout(task: &TaskContext) -> TaskResult<()> {
         let remaining = task
             .retrying("reading the requires-action deadline", || async {
                 let mut locked = fenced_lock(&machine, &task.fence).await?;
-                let secs: Option<f64> = sqlx::query_scalar(
-                    "SELECT extract(epoch FROM requires_action_deadline_at - now())::float8 FROM chats WHERE id = $1",
-                )
-                .bind(task.chat_id)
-                .fetch_one(locked.conn())
-                .await
-                .map_err(|e| FenceError::Store(e.into()))?;
+                let secs =
+                    queries::chats::requires_action_remaining_secs(locked.conn(), task.chat_id)
+                        .await
+                        .map_err(|e| FenceError::Store(e.into()))?;
                 locked.finish().await?;
                 Ok(secs)
             })
@@ -349,7 +347,7 @@ struct Call {
     provider: Arc<dyn chatd_llm::Provider>,
     model_config_id: Uuid,
     context_limit: i64,
-    options: Value,
+    options: ModelOptions,
     dynamic_tools: HashSet<String>,
     mcp_servers: Vec<McpServerConfig>,
     compaction: bool,
@@ -386,9 +384,9 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
             return answer_outstanding(task, *outstanding).await;
         }
         Plan::StepLimit => {
-            let error = chat_error(
-                "generic",
-                &format!(
+            let error = ChatError::new(
+                ChatErrorKind::Generic,
+                format!(
                     "The turn stopped after {} model responses without finishing.",
                     config.max_steps_per_turn
                 ),
@@ -402,7 +400,7 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
                 .await;
         }
         Plan::NoModel(message) => {
-            let error = chat_error("invalid_request", &message, false);
+            let error = ChatError::new(ChatErrorKind::InvalidRequest, message, false);
             return task
                 .transition("ending the turn without a model", move |tx, _| {
                     let error = error.clone();
@@ -443,7 +441,11 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
             .await?;
         if attempt > config.max_generation_retries + 1 {
             // The attempt budget is spent (earlier runners retried already).
-            let error = chat_error("generic", "Generation failed too many times.", true);
+            let error = ChatError::new(
+                ChatErrorKind::Generic,
+                "Generation failed too many times.",
+                true,
+            );
             return task
                 .transition("ending the turn after too many attempts", move |tx, _| {
                     let error = error.clone();
@@ -488,12 +490,12 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
                     let delay = config.retry_delay(attempt);
                     let retrying_at =
                         chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-                    let payload = json!({
-                        "attempt": attempt,
-                        "delay_ms": delay.as_millis() as u64,
-                        "error": err.to_chat_error_json(),
-                        "retrying_at": retrying_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                    });
+                    let payload = RetryState {
+                        attempt,
+                        delay_ms: delay.as_millis() as u64,
+                        error: err.to_chat_error(),
+                        retrying_at,
+                    };
                     tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "provider call failed; retrying");
                     task.transition("recording the retry state", move |tx, _| {
                         let payload = payload.clone();
@@ -504,7 +506,7 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
                     continue;
                 }
                 tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "provider call failed; ending the turn");
-                let error = err.to_chat_error_json();
+                let error = err.to_chat_error();
                 return task
                     .transition("ending the turn with an error", move |tx, _| {
                         let error = error.clone();
@@ -520,7 +522,7 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
 async fn plan(task: &TaskContext, machine: &chatd_store::ChatMachine) -> Result<Plan, FenceError> {
     let mut locked = fenced_lock(machine, &task.fence).await?;
     let chat = locked.chat.clone();
-    let history = chatd_store::queries::active_history(locked.conn(), task.chat_id)
+    let history = queries::messages::active_history(locked.conn(), task.chat_id)
         .await
         .map_err(|e| FenceError::Store(e.into()))?;
     let model = resolve_model(locked.conn(), &chat, task.ctx.providers.as_ref())
@@ -598,7 +600,7 @@ async fn plan(task: &TaskContext, machine: &chatd_store::ChatMachine) -> Result<
     let wants_title = task.ctx.config.generate_titles
         && !compaction
         && !answered_before
-        && chat.title == DEFAULT_TITLE;
+        && chat.title == DEFAULT_CHAT_TITLE;
     let mut messages: Vec<RequestMessage> = history
         .iter()
         .map(|m| RequestMessage {
@@ -621,13 +623,9 @@ async fn plan(task: &TaskContext, machine: &chatd_store::ChatMachine) -> Result<
         messages,
         tools,
         max_output_tokens: options
-            .get("max_output_tokens")
-            .and_then(Value::as_u64)
+            .max_output_tokens
             .and_then(|v| u32::try_from(v).ok()),
-        temperature: options
-            .get("temperature")
-            .and_then(Value::as_f64)
-            .map(|t| t as f32),
+        temperature: options.temperature.map(|t| t as f32),
         reasoning_effort: resolve_reasoning_effort(chat.last_reasoning_effort.as_deref(), &options),
     };
     Ok(Plan::Call(Box::new(Call {
@@ -642,9 +640,6 @@ async fn plan(task: &TaskContext, machine: &chatd_store::ChatMachine) -> Result<
         wants_title,
     })))
 }
-
-/// The title every chat starts with (API.md "Limits").
-const DEFAULT_TITLE: &str = "New Chat";
 
 const COMPACTION_PROMPT: &str = "Summarize the conversation so far for your own later use: the user's goals, \
 decisions made, facts established, open questions and the current state of any task. Be complete but concise; \
@@ -679,29 +674,15 @@ fn ended_by_user_interrupt(since_user: &[&ChatMessage]) -> bool {
         && results.iter().all(|p| matches!(p, MessagePart::ToolResult { result, is_error: true, .. } if result == &json!({"error": INTERRUPTED_TOOL_RESULT})))
 }
 
-fn dynamic_tool_specs(tools: &Value) -> Vec<ToolSpec> {
+fn dynamic_tool_specs(tools: &[DynamicTool]) -> Vec<ToolSpec> {
     tools
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| {
-                    Some(ToolSpec {
-                        name: t.get("name")?.as_str()?.to_owned(),
-                        description: t
-                            .get("description")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
-                        input_schema: t
-                            .get("input_schema")
-                            .cloned()
-                            .unwrap_or_else(|| json!({"type": "object"})),
-                    })
-                })
-                .collect()
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            input_schema: t.input_schema.clone(),
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// A tool-result part in its own tool message.
@@ -712,11 +693,6 @@ fn result_message(id: &str, name: &str, outcome: &ToolOutcome) -> NewMessage {
         result: outcome.result.clone(),
         is_error: outcome.is_error,
     }])
-}
-
-/// A `ChatError` JSON value (API.md "Objects").
-fn chat_error(kind: &str, message: &str, retryable: bool) -> Value {
-    json!({"message": message, "kind": kind, "retryable": retryable})
 }
 
 /// Streams one model call into the part buffer and accumulates it.
@@ -992,14 +968,7 @@ async fn commit_response(
         // An empty answer is still an answer.
         content.push(MessagePart::text(""));
     }
-    let usage = response.usage().map(|u| Usage {
-        input_tokens: u.input_tokens,
-        output_tokens: u.output_tokens,
-        reasoning_tokens: u.reasoning_tokens,
-        cache_read_tokens: u.cache_read_tokens,
-        cache_creation_tokens: u.cache_creation_tokens,
-        total_tokens: u.total_tokens,
-    });
+    let usage = response.usage();
     let mut assistant = NewMessage::assistant(content);
     if call.compaction {
         assistant = NewMessage::user(vec![MessagePart::text(format!(
@@ -1015,9 +984,7 @@ async fn commit_response(
     assistant.usage = usage;
     assistant.context_limit = Some(call.context_limit);
     assistant.runtime_ms = Some(runtime_ms);
-    assistant.total_cost_micros = response
-        .usage()
-        .and_then(|u| cost_micros(&call.options, &u));
+    assistant.total_cost_micros = usage.and_then(|u| call.options.cost_micros(&u));
 
     let mut messages = vec![assistant];
     messages.extend(step.results);

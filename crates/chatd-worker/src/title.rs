@@ -1,5 +1,5 @@
 //! Chat titles: after a chat's first answer, while it still has the default
-//! title "New Chat", a short title (at most [`MAX_TITLE_WORDS`] words) is
+//! title "New Chat" ([`chatd_store::DEFAULT_CHAT_TITLE`]), a short title (at most [`MAX_TITLE_WORDS`] words) is
 //! generated with the chat's model in the background.
 //!
 //! Best effort and never in the turn's way: the task is spawned after the
@@ -105,17 +105,10 @@ async fn store(store: &chatd_store::Store, chat_id: Uuid, title: &str) -> Result
         }
         Err(err) => return Err(err.into()),
     };
-    let updated = sqlx::query(
-        "UPDATE chats SET title = $2, updated_at = greatest(now(), updated_at + interval '1 microsecond')
-         WHERE id = $1 AND title = 'New Chat'",
-    )
-    .bind(chat_id)
-    .bind(title)
-    .execute(locked.conn())
-    .await?
-    .rows_affected();
+    let updated =
+        chatd_store::queries::chats::set_title_if_default(locked.conn(), chat_id, title).await?;
     locked.finish().await?;
-    Ok(updated == 1)
+    Ok(updated)
 }
 
 fn excerpt(text: &str) -> String {

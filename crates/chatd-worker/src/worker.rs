@@ -141,11 +141,10 @@ impl Worker {
         // Abandon every chat the database says we own: that includes chats
         // acquired just before the loop stopped whose runner may not be
         // registered yet.
-        let owned: Vec<(Uuid, Option<Uuid>)> = match sqlx::query_as(
-            "SELECT id, runner_id FROM chats WHERE worker_id = $1",
+        let owned = match chatd_store::queries::chats::owned_by_worker(
+            self.ctx.store.pool(),
+            self.ctx.config.worker_id,
         )
-        .bind(self.ctx.config.worker_id)
-        .fetch_all(self.ctx.store.pool())
         .await
         {
             Ok(rows) => rows,

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+use chatd_store::queries::{cluster_settings, replicas};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -34,19 +35,14 @@ pub async fn relay_secret(pool: &PgPool, explicit: Option<String>) -> anyhow::Re
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect();
-    let inserted = sqlx::query(INSERT_SETTING_IF_ABSENT)
-        .bind(RELAY_SECRET_KEY)
-        .bind(&candidate)
-        .execute(pool)
+    let inserted = cluster_settings::insert_if_absent(pool, RELAY_SECRET_KEY, &candidate)
         .await
-        .context("storing the relay secret")?
-        .rows_affected();
-    let stored: String = sqlx::query_scalar(SELECT_SETTING)
-        .bind(RELAY_SECRET_KEY)
-        .fetch_one(pool)
+        .context("storing the relay secret")?;
+    let stored = cluster_settings::select(pool, RELAY_SECRET_KEY)
         .await
-        .context("reading the relay secret")?;
-    if inserted == 1 {
+        .context("reading the relay secret")?
+        .context("the relay secret is not stored")?;
+    if inserted {
         tracing::info!("relay secret: generated and stored in the database");
     } else {
         tracing::info!("relay secret: read from the database");
@@ -85,9 +81,7 @@ impl Replica {
     /// # Errors
     /// On database errors.
     pub async fn deregister(&self, pool: &PgPool) -> anyhow::Result<()> {
-        sqlx::query(DELETE_REPLICA)
-            .bind(self.id)
-            .execute(pool)
+        replicas::delete(pool, self.id)
             .await
             .context("removing this replica's row")?;
         Ok(())
@@ -96,12 +90,7 @@ impl Replica {
     /// Sets `last_seen_at = now()`; re-inserts the row if something removed
     /// it (an operator, or a cleanup that took this replica for dead).
     async fn upsert(&self, pool: &PgPool) -> sqlx::Result<()> {
-        sqlx::query(UPSERT_REPLICA)
-            .bind(self.id)
-            .bind(&self.advertise_url)
-            .execute(pool)
-            .await?;
-        Ok(())
+        replicas::upsert(pool, self.id, &self.advertise_url).await
     }
 }
 
@@ -168,21 +157,5 @@ impl ReplicaHeartbeat {
 /// # Errors
 /// On database errors.
 pub async fn prune_replicas(pool: &PgPool, keep: Uuid, prune_after: Duration) -> sqlx::Result<u64> {
-    Ok(sqlx::query(PRUNE_REPLICAS)
-        .bind(keep)
-        .bind(prune_after.as_secs_f64())
-        .execute(pool)
-        .await?
-        .rows_affected())
+    replicas::prune(pool, keep, prune_after).await
 }
-
-const INSERT_SETTING_IF_ABSENT: &str =
-    "INSERT INTO cluster_settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING";
-const SELECT_SETTING: &str = "SELECT value FROM cluster_settings WHERE key = $1";
-const UPSERT_REPLICA: &str = "INSERT INTO replicas (id, advertise_url) VALUES ($1, $2) \
-     ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), advertise_url = EXCLUDED.advertise_url";
-const DELETE_REPLICA: &str = "DELETE FROM replicas WHERE id = $1";
-const PRUNE_REPLICAS: &str = "DELETE FROM replicas r WHERE r.id <> $1 \
-     AND r.last_seen_at < now() - make_interval(secs => $2) \
-     AND NOT EXISTS (SELECT 1 FROM chats c WHERE c.worker_id = r.id \
-                     AND c.status IN ('running', 'interrupting', 'requires_action'))";

@@ -36,6 +36,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use chatd_store::queries::database;
 use nix::unistd::{Gid, Uid, User};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use sqlx::{ConnectOptions as _, Connection as _};
@@ -295,21 +296,12 @@ impl EmbeddedPostgres {
             .connect()
             .await
             .context("connecting to the embedded PostgreSQL")?;
-        let exists: Option<i32> =
-            sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
-                .bind(DATABASE_NAME)
-                .fetch_optional(&mut conn)
-                .await?;
-        if exists.is_none() {
-            let created = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "CREATE DATABASE \"{DATABASE_NAME}\""
-            )))
-            .execute(&mut conn)
-            .await;
-            match created {
-                Ok(_) => tracing::info!("created database {DATABASE_NAME}"),
+        if !database::exists(&mut conn, DATABASE_NAME).await? {
+            match database::create(&mut conn, DATABASE_NAME).await {
+                Ok(()) => tracing::info!("created database {DATABASE_NAME}"),
                 // Another process created it between our check and now.
-                Err(sqlx::Error::Database(err)) if err.code().as_deref() == Some("42P04") => {}
+                Err(sqlx::Error::Database(err))
+                    if err.code().as_deref() == Some(database::DUPLICATE_DATABASE) => {}
                 Err(err) => return Err(err).context("creating the chatd database"),
             }
         }

@@ -106,9 +106,7 @@ async fn migrate(postgres_url: &str) -> anyhow::Result<()> {
     chatd_store::migrate(&pool)
         .await
         .context("applying migrations")?;
-    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
-        .fetch_one(&pool)
-        .await?;
+    let applied = chatd_store::queries::migrations::applied_count(&pool).await?;
     println!("migrations applied: {applied}");
     Ok(())
 }

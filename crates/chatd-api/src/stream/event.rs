@@ -6,14 +6,13 @@
 //! field per type (none for `preview_reset` and `history_reset`). Committed
 //! objects use the same shapes as the REST routes ([`crate::objects`]).
 
-use chatd_core::{ChatRole, PartDelta};
+use chatd_core::{ChatError, ChatRole, PartDelta, RetryState};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::objects::{ChatError, ChatMessage, ChatQueuedMessage, ChatStatus};
+use crate::objects::{ChatMessage, ChatQueuedMessage, ChatStatus};
 
 /// One event of the live stream.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -60,8 +59,7 @@ pub enum StreamPayload {
     /// The chat's persisted error (`chats.last_error`).
     Error {
         /// The error.
-        #[schema(value_type = ChatError)]
-        error: Value,
+        error: ChatError,
     },
     /// The whole queue, in order.
     QueueUpdate {
@@ -76,8 +74,7 @@ pub enum StreamPayload {
     /// The worker waits before retrying a failed generation attempt.
     Retry {
         /// `{attempt, delay_ms, error: ChatError, retrying_at}`.
-        #[schema(value_type = RetryPayload)]
-        retry: Value,
+        retry: RetryState,
     },
     /// Drop the in-progress preview built from `message_part`s.
     PreviewReset,
@@ -150,19 +147,6 @@ pub struct PendingToolCall {
     pub tool_name: String,
     /// JSON arguments, as a string.
     pub args: String,
-}
-
-/// Schema of the `retry` payload (stored as JSON in `chats.retry_state`).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RetryPayload {
-    /// Retry number n (1-based).
-    pub attempt: i64,
-    /// Delay before the retry, in milliseconds.
-    pub delay_ms: u64,
-    /// The error that caused the retry.
-    pub error: ChatError,
-    /// When the retry starts.
-    pub retrying_at: DateTime<Utc>,
 }
 
 /// Control message of the parts endpoint: select an episode (spec "Parts

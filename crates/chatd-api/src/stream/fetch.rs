@@ -12,7 +12,7 @@ use chatd_store::{Store, StoreError};
 
 use super::event::PendingToolCall;
 use super::state::{DbState, MessageRows, StreamState};
-use crate::queries;
+use chatd_store::queries::{messages, queue};
 
 /// Why a fetch failed.
 #[derive(Debug, thiserror::Error)]
@@ -54,21 +54,21 @@ pub async fn fetch(store: &Store, state: &StreamState) -> Result<Option<DbState>
     let messages = match reads.messages_since {
         None => None,
         Some(since) => {
-            let changed = queries::messages_changed_since(snapshot.conn(), chat_id, since).await?;
+            let changed = messages::changed_since(snapshot.conn(), chat_id, since).await?;
             Some(if state.needs_history_reset(&changed) {
-                MessageRows::Reset(queries::current_messages(snapshot.conn(), chat_id).await?)
+                MessageRows::Reset(messages::visible(snapshot.conn(), chat_id).await?)
             } else {
                 MessageRows::Changed(changed)
             })
         }
     };
     let queue = if reads.queue {
-        Some(chatd_store::queries::queue(snapshot.conn(), chat_id).await?)
+        Some(queue::list(snapshot.conn(), chat_id).await?)
     } else {
         None
     };
     let pending_tool_calls = if reads.pending_tool_calls {
-        let tail = chatd_store::queries::tail_contents(snapshot.conn(), chat_id).await?;
+        let tail = messages::tail_contents(snapshot.conn(), chat_id).await?;
         Some(pending_tool_calls(&tail))
     } else {
         None

@@ -24,7 +24,6 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::state::SyncHints;
-use crate::queries;
 
 type Subscribers = HashMap<u64, watch::Sender<Option<SyncHints>>>;
 
@@ -165,7 +164,7 @@ impl SyncPoller {
         if ids.is_empty() {
             return Ok(());
         }
-        for row in queries::chat_versions(&self.pool, &ids).await? {
+        for row in chatd_store::queries::chats::versions(&self.pool, &ids).await? {
             self.registry.deliver(row.id, &SyncHints::from(&row));
         }
         Ok(())

@@ -31,7 +31,6 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use uuid::Uuid;
 
 use super::event::{EpisodeSelection, MessagePartPayload, RelayedPartEvent};
-use crate::queries;
 
 /// Where the forwarder gets parts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,7 +279,8 @@ impl Forwarder {
     }
 
     async fn connect_once(&mut self, worker: Uuid) -> Next {
-        let url = match queries::replica_url(&self.deps.pool, worker).await {
+        let url = match chatd_store::queries::replicas::advertise_url(&self.deps.pool, worker).await
+        {
             Ok(Some(url)) => url,
             Ok(None) => {
                 tracing::debug!(%worker, "relay: the owning replica is not registered");

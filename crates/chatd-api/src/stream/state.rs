@@ -71,26 +71,8 @@ impl From<&ChatUpdate> for SyncHints {
 }
 
 /// The version columns of one chat, as the sync poller reads them (spec
-/// "Sync poller" → "Polling").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatVersions {
-    /// Chat id.
-    pub id: Uuid,
-    /// `snapshot_version`.
-    pub snapshot_version: i64,
-    /// `history_version`.
-    pub history_version: i64,
-    /// `queue_version`.
-    pub queue_version: i64,
-    /// `retry_state_version`.
-    pub retry_state_version: i64,
-    /// `generation_attempt`.
-    pub generation_attempt: i64,
-    /// `status`.
-    pub status: ChatStatus,
-    /// `worker_id`.
-    pub worker_id: Option<Uuid>,
-}
+/// "Sync poller" → "Polling"); the store's row.
+pub use chatd_store::queries::chats::ChatVersions;
 
 impl From<&ChatVersions> for SyncHints {
     fn from(v: &ChatVersions) -> Self {
@@ -507,7 +489,6 @@ mod tests {
     use super::*;
     use chatd_core::{ChatRole, MessagePart, PartDelta, Visibility};
     use chrono::Utc;
-    use serde_json::json;
     use sqlx::types::Json;
 
     const CHAT: Uuid = Uuid::from_u128(42);
@@ -533,11 +514,11 @@ mod tests {
             retry_state_version: 0,
             requires_action_deadline_at: None,
             title: "t".into(),
-            labels: json!({}),
+            labels: Default::default(),
             pin_order: 0,
             last_model_config_id: None,
             last_reasoning_effort: None,
-            dynamic_tools: json!([]),
+            dynamic_tools: Vec::new(),
             mcp_server_ids: vec![],
             plan_mode: None,
             compaction_requested_at: None,
@@ -820,7 +801,16 @@ mod tests {
         let mut c = chat(2, 1);
         c.generation_attempt = 1;
         c.worker_id = Some(WORKER_A);
-        c.retry_state = Some(json!({"attempt": 1}));
+        c.retry_state = Some(chatd_core::RetryState {
+            attempt: 1,
+            delay_ms: 1000,
+            error: chatd_core::ChatError::new(
+                chatd_core::ChatErrorKind::RateLimit,
+                "slow down",
+                true,
+            ),
+            retrying_at: Utc::now(),
+        });
         c.retry_state_version = 2;
         let out = sync(&mut s, c.clone(), &[msg(1, 1)]);
         assert_eq!(kinds(&out), ["retry", "preview_reset"]);
@@ -839,7 +829,11 @@ mod tests {
         c.snapshot_version = 4;
         c.status = ChatStatus::Error;
         c.worker_id = None;
-        c.last_error = Some(json!({"message": "boom", "kind": "generic", "retryable": false}));
+        c.last_error = Some(chatd_core::ChatError::new(
+            chatd_core::ChatErrorKind::Generic,
+            "boom",
+            false,
+        ));
         let out = sync(&mut s, c.clone(), &[msg(1, 1)]);
         assert_eq!(kinds(&out), ["status:error", "error"]);
         // The same error is not re-sent on an unrelated change.

@@ -349,9 +349,11 @@ impl Server {
             Step::FinishError => {
                 self.apply(id, |tx| {
                     Box::pin(async move {
-                        tx.finish_error(
-                            json!({"message": "boom", "kind": "generic", "retryable": false}),
-                        )
+                        tx.finish_error(chatd_core::ChatError::new(
+                            chatd_core::ChatErrorKind::Generic,
+                            "boom",
+                            false,
+                        ))
                         .await
                     })
                 })

@@ -40,7 +40,7 @@ async fn recorded_llamacpp_context_overflow_is_a_non_retryable_context_length_er
         err.message
     );
     assert_eq!(
-        err.to_chat_error_json()["kind"],
+        serde_json::to_value(err.to_chat_error()).unwrap()["kind"],
         json!("context_length"),
         "the ChatError object carries the kind"
     );

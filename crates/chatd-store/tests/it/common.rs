@@ -6,7 +6,10 @@
 
 use std::sync::Arc;
 
-use chatd_core::{BusyBehavior, ChatRole, ExecutionState, MessagePart};
+use chatd_core::{
+    BusyBehavior, ChatError, ChatErrorKind, ChatRole, DynamicTool, ExecutionState, MessagePart,
+    RetryState,
+};
 use chatd_pubsub::RecordingPublisher;
 use chatd_store::{CreateChatInput, MIGRATOR, NewMessage, SendMessageInput, Store, StoreConfig};
 use chatd_testkit::TestDatabase;
@@ -21,6 +24,22 @@ pub struct Harness {
     pub owner: Uuid,
     pub worker: Uuid,
     pub runner: Uuid,
+}
+
+/// A `generic`, not retryable [`ChatError`] with `message`.
+pub fn chat_error(message: &str) -> ChatError {
+    ChatError::new(ChatErrorKind::Generic, message, false)
+}
+
+/// The [`RetryState`] of retry number `attempt`: a rate limit, retried a
+/// second later (at a fixed time, so that equal attempts are equal values).
+pub fn retry_state(attempt: i64) -> RetryState {
+    RetryState {
+        attempt,
+        delay_ms: 1000,
+        error: ChatError::new(ChatErrorKind::RateLimit, "rate limited", true),
+        retrying_at: chrono::DateTime::UNIX_EPOCH,
+    }
 }
 
 /// The tool call id the `A*` builders leave pending.
@@ -65,7 +84,11 @@ impl Harness {
             .create_chat(CreateChatInput {
                 owner_id: self.owner,
                 initial_messages: vec![user_text("hello")],
-                dynamic_tools: Some(json!([{"name": DYNAMIC_TOOL, "description": "pick", "input_schema": {"type": "object"}}])),
+                dynamic_tools: vec![DynamicTool {
+                    name: DYNAMIC_TOOL.into(),
+                    description: "pick".into(),
+                    input_schema: json!({"type": "object"}),
+                }],
                 ..CreateChatInput::default()
             })
             .await
@@ -134,12 +157,7 @@ impl Harness {
             }
             Step::FinishError => {
                 self.apply(id, |tx| {
-                    Box::pin(async move {
-                        tx.finish_error(
-                            json!({"message": "boom", "kind": "generic", "retryable": false}),
-                        )
-                        .await
-                    })
+                    Box::pin(async move { tx.finish_error(chat_error("boom")).await })
                 })
                 .await
             }

@@ -22,7 +22,9 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::common::{Harness, assistant_text, tool_call_message, user_text};
+use crate::common::{
+    Harness, assistant_text, chat_error, retry_state, tool_call_message, user_text,
+};
 
 /// Bound on any single wait in these tests; generous for a loaded CI box.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -95,7 +97,9 @@ async fn concurrent_updates_on_one_chat_get_distinct_consecutive_snapshot_versio
                 Kind::RetryState => machine
                     .update(move |tx| {
                         Box::pin(async move {
-                            tx.record_retry_state(json!({"task": i})).await.map(|_| ())
+                            tx.record_retry_state(retry_state(i as i64))
+                                .await
+                                .map(|_| ())
                         })
                     })
                     .await
@@ -124,7 +128,7 @@ async fn concurrent_updates_on_one_chat_get_distinct_consecutive_snapshot_versio
         versions.push(chat.snapshot_version);
         match kind {
             Kind::RetryState => {
-                assert_eq!(chat.retry_state, Some(json!({"task": i})));
+                assert_eq!(chat.retry_state, Some(retry_state(i as i64)));
                 assert_eq!(chat.retry_state_version, chat.snapshot_version);
                 last_retry = last_retry.max(Some((chat.snapshot_version, i)));
             }
@@ -144,7 +148,7 @@ async fn concurrent_updates_on_one_chat_get_distinct_consecutive_snapshot_versio
     // The last writer of each field is the bundle with the highest version.
     let (retry_version, retry_task) = last_retry.unwrap();
     assert_eq!(chat.retry_state_version, retry_version);
-    assert_eq!(chat.retry_state, Some(json!({"task": retry_task})));
+    assert_eq!(chat.retry_state, Some(retry_state(retry_task as i64)));
     assert_eq!(chat.runner_id, Some(last_acquire.unwrap().1));
     assert_eq!(chat.status, ChatStatus::Running);
 
@@ -378,9 +382,7 @@ async fn run_race_op(
         }
         RaceOp::FinishError => {
             machine
-                .update(move |tx| {
-                    Box::pin(async move { tx.finish_error(json!({"message": tag})).await })
-                })
+                .update(move |tx| Box::pin(async move { tx.finish_error(chat_error(&tag)).await }))
                 .await
         }
         RaceOp::CancelRequiresAction => {

@@ -4,15 +4,17 @@
 //! every other pair is rejected with the right error and changes nothing
 //! (row, messages, queue, heartbeats and `snapshot_version` untouched).
 
-use chatd_core::{BusyBehavior, ExecutionState, MessagePart, StateError, Transition, matrix};
+use chatd_core::{
+    BusyBehavior, ChatError, ChatErrorKind, ExecutionState, MessagePart, StateError, Transition,
+    matrix,
+};
 use chatd_store::{
     CompleteRequiresActionInput, CreateChatInput, EditMessageInput, NewMessage, SendMessageInput,
     StoreError, ToolResultInput,
 };
-use serde_json::json;
 use uuid::Uuid;
 
-use crate::common::{Harness, PENDING_CALL, user_text};
+use crate::common::{Harness, PENDING_CALL, chat_error, retry_state, user_text};
 
 /// Applies `transition` to chat `id` with ordinary inputs in one bundle.
 async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), StoreError> {
@@ -46,11 +48,20 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
     match transition {
         Transition::CreateChat => unreachable!(),
         Transition::SetArchived { archived } => tx.set_archived(archived).await?,
-        Transition::SendMessage { busy_behavior } => {
-            tx.send_message(SendMessageInput { message: user_text("new"), busy_behavior, max_queue_size: None }).await.map(|_| ())?
-        }
+        Transition::SendMessage { busy_behavior } => tx
+            .send_message(SendMessageInput {
+                message: user_text("new"),
+                busy_behavior,
+                max_queue_size: None,
+            })
+            .await
+            .map(|_| ())?,
         Transition::EditMessage => tx
-            .edit_message(EditMessageInput { message_id: first_user, replacement: user_text("edited"), suffix_messages: vec![] })
+            .edit_message(EditMessageInput {
+                message_id: first_user,
+                replacement: user_text("edited"),
+                suffix_messages: vec![],
+            })
             .await
             .map(|_| ())?,
         Transition::RequestCompaction => tx.request_compaction().await?,
@@ -60,12 +71,20 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
             boundary.visibility = chatd_core::Visibility::Model;
             tx.clear_context(vec![boundary]).await.map(|_| ())?
         }
-        Transition::DeleteQueuedMessage => tx.delete_queued_message(first_queued).await.map(|_| ())?,
-        Transition::PromoteQueuedMessage => tx.promote_queued_message(first_queued).await.map(|_| ())?,
+        Transition::DeleteQueuedMessage => {
+            tx.delete_queued_message(first_queued).await.map(|_| ())?
+        }
+        Transition::PromoteQueuedMessage => {
+            tx.promote_queued_message(first_queued).await.map(|_| ())?
+        }
         Transition::Interrupt => tx.interrupt().await.map(|_| ())?,
         Transition::CompleteRequiresAction => tx
             .complete_requires_action(CompleteRequiresActionInput {
-                results: vec![ToolResultInput { tool_call_id: PENDING_CALL.into(), output: "{\"color\":\"red\"}".into(), is_error: false }],
+                results: vec![ToolResultInput {
+                    tool_call_id: PENDING_CALL.into(),
+                    output: "{\"color\":\"red\"}".into(),
+                    is_error: false,
+                }],
                 ..CompleteRequiresActionInput::default()
             })
             .await
@@ -73,20 +92,32 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
         Transition::Acquire => tx.acquire(Uuid::new_v4(), Uuid::new_v4()).await?,
         Transition::Abandon => tx.abandon().await?,
         Transition::RecordGenerationAttempt => tx.record_generation_attempt().await.map(|_| ())?,
-        Transition::RecordRetryState => tx.record_retry_state(json!({"attempt": 1, "delay_ms": 1000})).await.map(|_| ())?,
-        Transition::CommitStep => tx.commit_step(vec![NewMessage::assistant(vec![MessagePart::text("step")])], false).await.map(|_| ())?,
+        Transition::RecordRetryState => tx.record_retry_state(retry_state(1)).await.map(|_| ())?,
+        Transition::CommitStep => tx
+            .commit_step(
+                vec![NewMessage::assistant(vec![MessagePart::text("step")])],
+                false,
+            )
+            .await
+            .map(|_| ())?,
         Transition::EnterRequiresAction => tx.enter_requires_action().await.map(|_| ())?,
-        Transition::FinishInterruption => {
-            tx.finish_interruption(vec![NewMessage::assistant(vec![MessagePart::text("partial")])]).await.map(|_| ())?
-        }
+        Transition::FinishInterruption => tx
+            .finish_interruption(vec![NewMessage::assistant(vec![MessagePart::text(
+                "partial",
+            )])])
+            .await
+            .map(|_| ())?,
         Transition::FinishTurn => tx.finish_turn().await.map(|_| ())?,
-        Transition::FinishError => tx.finish_error(json!({"message": "x", "kind": "generic", "retryable": false})).await?,
+        Transition::FinishError => tx.finish_error(chat_error("x")).await?,
         Transition::CancelRequiresAction => tx.cancel_requires_action(None).await.map(|_| ())?,
-        Transition::ReconcileInvalidState => {
-            tx.reconcile_invalid_state(json!({"message": "Chat is in an invalid state.", "kind": "invalid_state", "retryable": false}))
-                .await
-                .map(|_| ())?
-        }
+        Transition::ReconcileInvalidState => tx
+            .reconcile_invalid_state(ChatError::new(
+                ChatErrorKind::InvalidState,
+                "Chat is in an invalid state.",
+                false,
+            ))
+            .await
+            .map(|_| ())?,
     }
     tx.commit().await?;
     Ok(())

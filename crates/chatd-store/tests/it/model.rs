@@ -13,10 +13,11 @@ use chatd_store::{
     ToolResultInput,
 };
 use proptest::prelude::*;
-use serde_json::json;
 use uuid::Uuid;
 
-use crate::common::{Harness, assistant_text, tool_call_message, user_text};
+use crate::common::{
+    Harness, assistant_text, chat_error, retry_state, tool_call_message, user_text,
+};
 
 const QUEUE_CAP: usize = 3;
 
@@ -292,10 +293,7 @@ async fn apply_db(h: &Harness, id: Uuid, op: Op) -> Result<bool, StoreError> {
         Op::Acquire => tx.acquire(Uuid::new_v4(), Uuid::new_v4()).await,
         Op::Abandon => tx.abandon().await,
         Op::Attempt => tx.record_generation_attempt().await.map(|_| ()),
-        Op::Retry => tx
-            .record_retry_state(json!({"attempt": 1}))
-            .await
-            .map(|_| ()),
+        Op::Retry => tx.record_retry_state(retry_state(1)).await.map(|_| ()),
         Op::CommitText => tx
             .commit_step(vec![assistant_text("t")], false)
             .await
@@ -307,12 +305,12 @@ async fn apply_db(h: &Harness, id: Uuid, op: Op) -> Result<bool, StoreError> {
         Op::EnterAction => tx.enter_requires_action().await.map(|_| ()),
         Op::FinishInterruption => tx.finish_interruption(vec![]).await.map(|_| ()),
         Op::FinishTurn => tx.finish_turn().await.map(|_| ()),
-        Op::FinishError => tx.finish_error(json!({"message": "e"})).await,
+        Op::FinishError => tx.finish_error(chat_error("e")).await,
         Op::Cancel => tx.cancel_requires_action(None).await.map(|_| ()),
         Op::Archive(archived) => tx.set_archived(archived).await,
         Op::RequestCompaction => tx.request_compaction().await,
         Op::Reconcile => tx
-            .reconcile_invalid_state(json!({"message": "invalid"}))
+            .reconcile_invalid_state(chat_error("invalid"))
             .await
             .map(|_| ()),
         Op::Corrupt => unreachable!(),

@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::common::{Harness, assistant_text, user_text};
+use crate::common::{Harness, assistant_text, chat_error, retry_state, user_text};
 
 /// The `chat:update` payload the committed row calls for, built from the row
 /// as read back from the database (not from the store's own helper).
@@ -98,7 +98,7 @@ fn finish_turn(tx: &mut ChatTx) -> BoxFuture<'_, StoreResult<()>> {
 }
 
 fn finish_error(tx: &mut ChatTx) -> BoxFuture<'_, StoreResult<()>> {
-    Box::pin(async move { tx.finish_error(json!({"message": "boom"})).await })
+    Box::pin(async move { tx.finish_error(chat_error("boom")).await })
 }
 
 fn interrupt(tx: &mut ChatTx) -> BoxFuture<'_, StoreResult<()>> {
@@ -193,11 +193,7 @@ async fn every_committed_update_publishes_one_chat_update_with_the_committed_val
         .store
         .machine(id)
         .update(|tx| {
-            Box::pin(async move {
-                tx.record_retry_state(json!({"attempt": 1}))
-                    .await
-                    .map(|_| ())
-            })
+            Box::pin(async move { tx.record_retry_state(retry_state(1)).await.map(|_| ()) })
         })
         .await
         .unwrap();

@@ -2,8 +2,8 @@
 //! which rows are inserted, validation errors, and the miscellaneous rules.
 
 use chatd_core::{
-    BusyBehavior, ChatRole, ChatStatus, ExecutionState, FinishReason, INTERRUPTED_TOOL_RESULT,
-    MessagePart, StateError, TIMED_OUT_TOOL_RESULT, ToolResultErrorKind,
+    BusyBehavior, ChatError, ChatErrorKind, ChatRole, ChatStatus, ExecutionState, FinishReason,
+    INTERRUPTED_TOOL_RESULT, MessagePart, StateError, TIMED_OUT_TOOL_RESULT, ToolResultErrorKind,
 };
 use chatd_store::{
     CompleteRequiresActionInput, CreateChatInput, EditMessageInput, SendMessageInput, StoreConfig,
@@ -12,7 +12,9 @@ use chatd_store::{
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::common::{Harness, PENDING_CALL, assistant_text, tool_call_message, user_text};
+use crate::common::{
+    Harness, PENDING_CALL, assistant_text, retry_state, tool_call_message, user_text,
+};
 
 fn send(text: &str, busy_behavior: BusyBehavior) -> SendMessageInput {
     SendMessageInput {
@@ -746,7 +748,7 @@ async fn generation_attempts_count_up_and_reset_when_history_changes() {
     let (chat, _) = h
         .store
         .machine(id)
-        .update(|tx| Box::pin(async move { tx.record_retry_state(json!({"attempt": 1})).await }))
+        .update(|tx| Box::pin(async move { tx.record_retry_state(retry_state(1)).await }))
         .await
         .unwrap();
     assert_eq!(chat.retry_state_version, chat.snapshot_version);
@@ -794,7 +796,11 @@ async fn request_compaction_hands_off_ownership_with_a_fresh_epoch() {
 async fn reconcile_invalid_state_unarchives_into_error() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::Invalid).await;
-    let err = json!({"message": "Chat is in an invalid state.", "kind": "invalid_state", "retryable": false});
+    let err = ChatError::new(
+        ChatErrorKind::InvalidState,
+        "Chat is in an invalid state.",
+        false,
+    );
     let expected = err.clone();
     let (_, chat) = h
         .store

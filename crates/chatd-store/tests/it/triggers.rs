@@ -6,13 +6,14 @@
 //! `snapshot_version` the way a transition bundle does (`bump`), because the
 //! triggers stamp rows with the already-advanced version.
 
-use chatd_core::ExecutionState;
+use chatd_core::{ExecutionState, RetryState};
 use chatd_store::{CreateChatInput, NewMessage};
 use serde_json::{Value, json};
+use sqlx::types::Json;
 use sqlx::{PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
-use crate::common::{Harness, user_text};
+use crate::common::{Harness, retry_state, user_text};
 
 /// The trigger-managed counters of one chat row.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -88,7 +89,7 @@ async fn record_generation_attempt(h: &Harness, id: Uuid) {
     .await;
 }
 
-async fn record_retry_state(h: &Harness, id: Uuid, payload: Value) {
+async fn record_retry_state(h: &Harness, id: Uuid, payload: RetryState) {
     h.apply(id, move |tx| {
         Box::pin(async move { tx.record_retry_state(payload).await.map(|_| ()) })
     })
@@ -194,7 +195,7 @@ async fn message_insert_resetting_the_attempt_clears_retry_state_and_bumps_its_v
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
     record_generation_attempt(&h, id).await;
-    record_retry_state(&h, id, json!({"attempt": 1, "error": "rate limited"})).await;
+    record_retry_state(&h, id, retry_state(1)).await;
     let chat = h.chat(id).await;
     assert_eq!(chat.generation_attempt, 1);
     assert_eq!(chat.retry_state_version, chat.snapshot_version);
@@ -217,7 +218,7 @@ async fn message_insert_with_attempt_already_zero_keeps_retry_state() {
     // a change.
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
-    record_retry_state(&h, id, json!({"attempt": 0})).await;
+    record_retry_state(&h, id, retry_state(0)).await;
     let before = h.chat(id).await;
     assert_eq!(before.generation_attempt, 0);
 
@@ -227,7 +228,7 @@ async fn message_insert_with_attempt_already_zero_keeps_retry_state() {
 
     let chat = h.chat(id).await;
     assert_eq!(chat.history_version, version);
-    assert_eq!(chat.retry_state, Some(json!({"attempt": 0})));
+    assert_eq!(chat.retry_state, Some(retry_state(0)));
     assert_eq!(chat.retry_state_version, before.retry_state_version);
 }
 
@@ -460,14 +461,15 @@ async fn setting_retry_state_sets_retry_state_version_to_snapshot_version() {
     let id = h.chat_in(ExecutionState::R0).await;
     assert_eq!(h.chat(id).await.retry_state_version, 0);
     let (mut tx, version) = begin_bumped(&h, id).await;
-    sqlx::query("UPDATE chats SET retry_state = '{\"attempt\": 1}'::jsonb WHERE id = $1")
+    sqlx::query("UPDATE chats SET retry_state = $2 WHERE id = $1")
         .bind(id)
+        .bind(Json(retry_state(1)))
         .execute(&mut *tx)
         .await
         .unwrap();
     tx.commit().await.unwrap();
     let chat = h.chat(id).await;
-    assert_eq!(chat.retry_state, Some(json!({"attempt": 1})));
+    assert_eq!(chat.retry_state, Some(retry_state(1)));
     assert_eq!(chat.retry_state_version, version);
 }
 
@@ -475,20 +477,21 @@ async fn setting_retry_state_sets_retry_state_version_to_snapshot_version() {
 async fn setting_retry_state_to_the_same_value_keeps_its_version() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
-    record_retry_state(&h, id, json!({"attempt": 1})).await;
+    record_retry_state(&h, id, retry_state(1)).await;
     let set_at = h.chat(id).await.retry_state_version;
     assert_eq!(set_at, h.chat(id).await.snapshot_version);
 
     let (mut tx, version) = begin_bumped(&h, id).await;
     assert!(version > set_at);
-    sqlx::query("UPDATE chats SET retry_state = '{\"attempt\": 1}'::jsonb WHERE id = $1")
+    sqlx::query("UPDATE chats SET retry_state = $2 WHERE id = $1")
         .bind(id)
+        .bind(Json(retry_state(1)))
         .execute(&mut *tx)
         .await
         .unwrap();
     tx.commit().await.unwrap();
     let chat = h.chat(id).await;
-    assert_eq!(chat.retry_state, Some(json!({"attempt": 1})));
+    assert_eq!(chat.retry_state, Some(retry_state(1)));
     assert_eq!(chat.retry_state_version, set_at);
 }
 
@@ -496,7 +499,7 @@ async fn setting_retry_state_to_the_same_value_keeps_its_version() {
 async fn generation_attempt_change_clears_retry_state_and_bumps_its_version() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
-    record_retry_state(&h, id, json!({"attempt": 1})).await;
+    record_retry_state(&h, id, retry_state(1)).await;
     let (mut tx, version) = begin_bumped(&h, id).await;
     sqlx::query("UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = $1")
         .bind(id)
@@ -515,7 +518,7 @@ async fn generation_attempt_change_with_null_retry_state_keeps_its_version() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
     // Set and clear a retry state so the version is non-zero.
-    record_retry_state(&h, id, json!({"attempt": 1})).await;
+    record_retry_state(&h, id, retry_state(1)).await;
     record_generation_attempt(&h, id).await;
     let before = h.chat(id).await;
     assert_eq!(before.retry_state, None);

@@ -157,7 +157,8 @@ async fn rate_limited_twice_then_answered_shows_two_retry_states_then_the_answer
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let chat = env.chat(chat_id).await;
-        if let Some(state) = chat.retry_state
+        // The stored JSON of the retry state.
+        if let Some(state) = chat.retry_state.map(|s| serde_json::to_value(s).unwrap())
             && seen.last() != Some(&state)
         {
             seen.push(state);
@@ -222,7 +223,8 @@ async fn an_anthropic_400_ends_the_turn_with_invalid_request_at_once() {
     let worker = env.worker();
     let chat_id = env.create_chat("hello").await;
     let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = chat.last_error.unwrap();
+    // The stored JSON of the error.
+    let error = serde_json::to_value(chat.last_error.unwrap()).unwrap();
     assert_eq!(error["kind"], json!("invalid_request"));
     assert_eq!(error["retryable"], json!(false));
     assert_eq!(error["status_code"], json!(400));
@@ -243,7 +245,8 @@ async fn exhausted_retries_on_529_land_error_with_a_retryable_overloaded_last_er
     let worker = env.worker_with(WorkerConfigExt::with_retries(2));
     let chat_id = env.create_chat("hello").await;
     let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = chat.last_error.unwrap();
+    // The stored JSON of the error.
+    let error = serde_json::to_value(chat.last_error.unwrap()).unwrap();
     assert_eq!(error["kind"], json!("overloaded"));
     assert_eq!(error["retryable"], json!(true));
     assert_eq!(

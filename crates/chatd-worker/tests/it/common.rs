@@ -127,7 +127,9 @@ impl Env {
                 initial_messages: vec![
                     NewMessage::user(vec![MessagePart::text(text)]).created_by(self.owner),
                 ],
-                dynamic_tools,
+                dynamic_tools: dynamic_tools
+                    .map(|tools| serde_json::from_value(tools).expect("dynamic tools"))
+                    .unwrap_or_default(),
                 ..CreateChatInput::default()
             })
             .await
@@ -150,7 +152,9 @@ impl Env {
                 initial_messages: vec![
                     NewMessage::user(vec![MessagePart::text(text)]).created_by(self.owner),
                 ],
-                dynamic_tools,
+                dynamic_tools: dynamic_tools
+                    .map(|tools| serde_json::from_value(tools).expect("dynamic tools"))
+                    .unwrap_or_default(),
                 mcp_server_ids,
                 ..CreateChatInput::default()
             })

@@ -315,7 +315,8 @@ async fn a_non_retryable_error_ends_the_turn_in_error() {
     let worker = env.worker();
     let chat_id = env.create_chat("hello").await;
     let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = chat.last_error.expect("last_error");
+    // The stored JSON of the error.
+    let error = serde_json::to_value(chat.last_error.expect("last_error")).unwrap();
     assert_eq!(error["kind"], json!("invalid_request"));
     assert_eq!(error["retryable"], json!(false));
     assert_eq!(env.llm.requests().len(), 1);
@@ -352,12 +353,13 @@ async fn an_unreachable_provider_is_named_with_its_address_in_the_retry_state_an
             c.retry_state.is_some()
         })
         .await;
-    let retry = retrying.retry_state.unwrap();
+    // The stored JSON of the retry state and the error.
+    let retry = serde_json::to_value(retrying.retry_state.unwrap()).unwrap();
     assert_eq!(retry["error"]["message"], json!(expected), "{retry}");
     assert_eq!(retry["error"]["retryable"], json!(true));
     assert_eq!(retry["error"]["provider"], json!("llama.cpp (local)"));
     let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = chat.last_error.unwrap();
+    let error = serde_json::to_value(chat.last_error.unwrap()).unwrap();
     assert_eq!(error["message"], json!(expected), "{error}");
     assert_eq!(
         (error["kind"].clone(), error["retryable"].clone()),
@@ -380,7 +382,8 @@ async fn retries_stop_at_the_limit() {
         3,
         "the first attempt and two retries"
     );
-    let error = chat.last_error.unwrap();
+    // The stored JSON of the error.
+    let error = serde_json::to_value(chat.last_error.unwrap()).unwrap();
     assert_eq!(error["kind"], json!("generic"));
     assert_eq!(
         error["retryable"],
@@ -542,7 +545,8 @@ async fn a_prompt_far_over_the_context_limit_fails_at_once_without_calling_the_m
     let worker = env.worker();
     let chat_id = env.create_chat(&"word ".repeat(40_000)).await;
     let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = chat.last_error.expect("last_error");
+    // The stored JSON of the error.
+    let error = serde_json::to_value(chat.last_error.expect("last_error")).unwrap();
     assert_eq!(error["kind"], json!("context_length"), "{error}");
     assert_eq!(error["retryable"], json!(false));
     assert!(env.llm.requests().is_empty());

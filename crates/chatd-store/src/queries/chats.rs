@@ -1,0 +1,675 @@
+//! SQL of the `chats` table: the row lock and snapshot bump of every
+//! transition bundle, execution-state writes (for [`crate::transitions`]
+//! only), metadata updates, listing, the family operations (archive,
+//! delete) and the reads of the worker's loops and the stream's sync poller.
+//!
+//! Execution-state columns are written only by [`update_execution`], which
+//! only the transitions call; everything else here reads them or writes
+//! metadata.
+
+use std::time::Duration;
+
+use std::collections::BTreeMap;
+
+use chatd_core::{ChatError, ChatStatus, ExecutionState, RetryState, classify};
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{AssertSqlSafe, PgConnection, PgExecutor};
+use uuid::Uuid;
+
+use crate::machine::CreateChatInput;
+use crate::models::Chat;
+use crate::rules::{idle_status_sql, runnable_chat_sql};
+
+/// The row lock a read of a chat row takes (PostgreSQL's row-level lock
+/// modes, in the transaction of the connection it runs on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LockMode {
+    /// No lock: a plain read (in a snapshot, or under a lock already held).
+    #[default]
+    None,
+    /// `FOR SHARE`: concurrent readers proceed, writers wait
+    /// ([`crate::ChatMachine::read_lock`]).
+    Share,
+    /// `FOR UPDATE`: everyone else who locks or writes the row waits
+    /// ([`crate::ChatMachine::lock`]).
+    Update,
+}
+
+impl LockMode {
+    fn select_sql(self) -> &'static str {
+        match self {
+            LockMode::None => "SELECT * FROM chats WHERE id = $1",
+            LockMode::Share => "SELECT * FROM chats WHERE id = $1 FOR SHARE",
+            LockMode::Update => "SELECT * FROM chats WHERE id = $1 FOR UPDATE",
+        }
+    }
+}
+
+/// Reads chat `chat_id` with the row lock `lock`; `None` when it does not
+/// exist.
+pub async fn select(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    lock: LockMode,
+) -> sqlx::Result<Option<Chat>> {
+    sqlx::query_as(lock.select_sql())
+        .bind(chat_id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Locks the chat row `FOR UPDATE` and advances `snapshot_version` by one in
+/// the same statement, returning the bumped row; `None` when the chat does not
+/// exist. Must be the first write of every transition bundle: the message
+/// triggers stamp rows with the already-bumped version.
+pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Chat>> {
+    sqlx::query_as(
+        "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE)
+         UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
+         FROM locked WHERE chats.id = locked.id
+         RETURNING chats.*",
+    )
+    .bind(chat_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row is locked
+/// by another transaction or missing.
+pub async fn lock_and_bump_skip_locked(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Option<Chat>> {
+    sqlx::query_as(
+        "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE SKIP LOCKED)
+         UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
+         FROM locked WHERE chats.id = locked.id
+         RETURNING chats.*",
+    )
+    .bind(chat_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// A chat row with the length of its queue, read in one statement.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ChatWithQueue {
+    /// The row.
+    #[sqlx(flatten)]
+    pub chat: Chat,
+    /// Number of queued messages.
+    pub queue_len: i64,
+}
+
+/// The chat row and its queue length (no row lock clause: callers hold the
+/// lock already or read in a snapshot).
+pub async fn select_with_queue_len(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Option<ChatWithQueue>> {
+    sqlx::query_as(
+        "SELECT c.*, (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queue_len
+         FROM chats c WHERE c.id = $1",
+    )
+    .bind(chat_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Inserts the row of a new chat at `snapshot_version = 1` with `status`
+/// and the metadata of `input` (title default [`crate::DEFAULT_CHAT_TITLE`]); `root_chat_id` is the root of the parent's family.
+pub async fn insert(
+    conn: &mut PgConnection,
+    id: Uuid,
+    root_chat_id: Option<Uuid>,
+    status: ChatStatus,
+    input: &CreateChatInput,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO chats (id, owner_id, parent_chat_id, root_chat_id, status, snapshot_version, title, labels,
+             last_model_config_id, last_reasoning_effort, dynamic_tools, mcp_server_ids, plan_mode)
+         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(id)
+    .bind(input.owner_id)
+    .bind(input.parent_chat_id)
+    .bind(root_chat_id)
+    .bind(status.as_str())
+    .bind(input.title.as_deref().unwrap_or(crate::DEFAULT_CHAT_TITLE))
+    .bind(Json(&input.labels))
+    .bind(input.last_model_config_id)
+    .bind(&input.last_reasoning_effort)
+    .bind(Json(&input.dynamic_tools))
+    .bind(&input.mcp_server_ids)
+    .bind(&input.plan_mode)
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+/// Locks chat `parent` `FOR SHARE` (it must not be deleted before the
+/// child's row is inserted) and returns the root of its family (itself
+/// when it is a root); `None` when it does not exist.
+pub async fn lock_family_root(conn: &mut PgConnection, parent: Uuid) -> sqlx::Result<Option<Uuid>> {
+    let row: Option<(Uuid, Option<Uuid>)> =
+        sqlx::query_as("SELECT id, root_chat_id FROM chats WHERE id = $1 FOR SHARE")
+            .bind(parent)
+            .fetch_optional(conn)
+            .await?;
+    Ok(row.map(|(id, root)| root.unwrap_or(id)))
+}
+
+/// Fields of the chat row a transition may set. `None` leaves a column alone.
+#[derive(Debug, Default, Clone)]
+pub struct ChatChanges {
+    /// New status.
+    pub status: Option<ChatStatus>,
+    /// New archived marker.
+    pub archived: Option<bool>,
+    /// New `last_error` (`Some(None)` clears it).
+    pub last_error: Option<Option<ChatError>>,
+    /// New `retry_state`.
+    pub retry_state: Option<Option<RetryState>>,
+    /// New `requires_action_deadline_at`, as `now() + seconds` (`Some(None)` clears it).
+    pub deadline_in_secs: Option<Option<f64>>,
+    /// New ownership (`Some((None, None))` clears it).
+    pub ownership: Option<(Option<Uuid>, Option<Uuid>)>,
+    /// Add one to `generation_attempt`.
+    pub bump_generation_attempt: bool,
+    /// New `last_model_config_id` (only set when `Some`).
+    pub last_model_config_id: Option<Uuid>,
+    /// New `last_reasoning_effort` (only set when `Some`).
+    pub last_reasoning_effort: Option<String>,
+    /// `compaction_requested_at`: `Some(true)` sets it to `now()`, `Some(false)` clears it.
+    pub compaction_requested: Option<bool>,
+    /// Start a fresh history epoch without a message change
+    /// (`history_version = snapshot_version`, `generation_attempt = 0`).
+    pub fresh_history_epoch: bool,
+}
+
+/// Applies `changes` to the chat row and returns the new row. Only the
+/// transitions call it: these are execution-state columns.
+pub async fn update_execution(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    changes: &ChatChanges,
+) -> sqlx::Result<Chat> {
+    let mut sets: Vec<String> = Vec::new();
+    let mut n = 1;
+    let mut next = || {
+        n += 1;
+        format!("${n}")
+    };
+    if changes.status.is_some() {
+        sets.push(format!("status = {}", next()));
+    }
+    if changes.archived.is_some() {
+        sets.push(format!("archived = {}", next()));
+    }
+    if changes.last_error.is_some() {
+        sets.push(format!("last_error = {}", next()));
+    }
+    if changes.retry_state.is_some() {
+        sets.push(format!("retry_state = {}", next()));
+    }
+    if let Some(deadline) = changes.deadline_in_secs {
+        match deadline {
+            Some(_) => sets.push(format!(
+                "requires_action_deadline_at = now() + make_interval(secs => {})",
+                next()
+            )),
+            None => sets.push("requires_action_deadline_at = NULL".to_owned()),
+        }
+    }
+    if changes.ownership.is_some() {
+        sets.push(format!("worker_id = {}", next()));
+        sets.push(format!("runner_id = {}", next()));
+    }
+    if changes.bump_generation_attempt {
+        sets.push("generation_attempt = generation_attempt + 1".to_owned());
+    }
+    if changes.last_model_config_id.is_some() {
+        sets.push(format!("last_model_config_id = {}", next()));
+    }
+    if changes.last_reasoning_effort.is_some() {
+        sets.push(format!("last_reasoning_effort = {}", next()));
+    }
+    match changes.compaction_requested {
+        Some(true) => sets.push("compaction_requested_at = now()".to_owned()),
+        Some(false) => sets.push("compaction_requested_at = NULL".to_owned()),
+        None => {}
+    }
+    if changes.fresh_history_epoch {
+        sets.push("history_version = snapshot_version".to_owned());
+        sets.push("generation_attempt = 0".to_owned());
+    }
+    if sets.is_empty() {
+        return select(conn, chat_id, LockMode::None)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound);
+    }
+    let sql = format!(
+        "UPDATE chats SET {} WHERE id = $1 RETURNING *",
+        sets.join(", ")
+    );
+    let mut query = sqlx::query_as::<_, Chat>(AssertSqlSafe(sql)).bind(chat_id);
+    if let Some(status) = changes.status {
+        query = query.bind(status.as_str());
+    }
+    if let Some(archived) = changes.archived {
+        query = query.bind(archived);
+    }
+    if let Some(last_error) = &changes.last_error {
+        query = query.bind(last_error.as_ref().map(Json));
+    }
+    if let Some(retry_state) = &changes.retry_state {
+        query = query.bind(retry_state.as_ref().map(Json));
+    }
+    if let Some(Some(secs)) = changes.deadline_in_secs {
+        query = query.bind(secs);
+    }
+    if let Some((worker, runner)) = changes.ownership {
+        query = query.bind(worker).bind(runner);
+    }
+    if let Some(id) = changes.last_model_config_id {
+        query = query.bind(id);
+    }
+    if let Some(effort) = &changes.last_reasoning_effort {
+        query = query.bind(effort.clone());
+    }
+    query.fetch_one(conn).await
+}
+
+/// What [`crate::ChatTx::commit`] publishes about a chat: the row, whether
+/// its queue is non-empty, and whether its current runner has a fresh
+/// heartbeat.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PublicationFacts {
+    /// The row.
+    #[sqlx(flatten)]
+    pub chat: Chat,
+    /// The queue is non-empty.
+    pub queued: bool,
+    /// The row's runner has a heartbeat newer than the staleness bound.
+    pub fresh: bool,
+}
+
+/// The post-transition [`PublicationFacts`] of chat `chat_id`, a heartbeat
+/// counting as fresh when newer than `stale_after_secs` (database time).
+pub async fn publication_facts(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    stale_after_secs: f64,
+) -> sqlx::Result<PublicationFacts> {
+    sqlx::query_as(
+        "SELECT c.*,
+                EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queued,
+                EXISTS (SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
+                        AND h.heartbeat_at >= now() - make_interval(secs => $2)) AS fresh
+         FROM chats c WHERE c.id = $1",
+    )
+    .bind(chat_id)
+    .bind(stale_after_secs)
+    .fetch_one(conn)
+    .await
+}
+
+// ---------------------------------------------------------------- metadata
+
+/// Whether chat `chat_id` exists and belongs to `owner`.
+pub async fn is_owned_by(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    owner: Uuid,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1 AND owner_id = $2)")
+        .bind(chat_id)
+        .bind(owner)
+        .fetch_one(conn)
+        .await
+}
+
+/// Filters of `GET /chats`.
+#[derive(Debug, Clone)]
+pub struct ChatFilter {
+    /// Whose chats.
+    pub owner: Uuid,
+    /// Archived ones or unarchived ones.
+    pub archived: bool,
+    /// Case-insensitive title substring.
+    pub q: Option<String>,
+    /// Label keys that must match...
+    pub label_keys: Vec<String>,
+    /// ...these values, pairwise.
+    pub label_values: Vec<String>,
+    /// Cursor: the last chat of the previous page.
+    pub after_id: Option<Uuid>,
+    /// Page size.
+    pub limit: i64,
+}
+
+/// A page of chats, newest `updated_at` first, ties by id descending.
+pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec<Chat>> {
+    sqlx::query_as(
+        "SELECT c.* FROM chats c
+         WHERE c.owner_id = $1
+           AND c.archived = $2
+           AND ($3::text IS NULL OR strpos(lower(c.title), lower($3)) > 0)
+           AND NOT EXISTS (
+               SELECT 1 FROM unnest($4::text[], $5::text[]) AS f(k, v)
+               WHERE (c.labels ->> f.k) IS DISTINCT FROM f.v)
+           AND ($6::uuid IS NULL
+                OR (c.updated_at, c.id) < (SELECT a.updated_at, a.id FROM chats a WHERE a.id = $6))
+         ORDER BY c.updated_at DESC, c.id DESC
+         LIMIT $7",
+    )
+    .bind(f.owner)
+    .bind(f.archived)
+    .bind(&f.q)
+    .bind(&f.label_keys)
+    .bind(&f.label_values)
+    .bind(f.after_id)
+    .bind(f.limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// Metadata fields of a `PATCH /chats/{chat}`; `None` keeps a column.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataChanges {
+    /// New title.
+    pub title: Option<String>,
+    /// New labels (replacing every label).
+    pub labels: Option<BTreeMap<String, String>>,
+    /// New pin order.
+    pub pin_order: Option<i32>,
+    /// New plan mode (`Some(None)` clears it).
+    pub plan_mode: Option<Option<String>>,
+}
+
+/// Applies metadata changes and advances `updated_at` (strictly, even within
+/// one microsecond), returning the row. The caller holds the row lock.
+pub async fn update_metadata(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    c: &MetadataChanges,
+) -> sqlx::Result<Chat> {
+    sqlx::query_as(
+        "UPDATE chats SET
+             title = COALESCE($2, title),
+             labels = COALESCE($3, labels),
+             pin_order = COALESCE($4, pin_order),
+             plan_mode = CASE WHEN $5 THEN $6 ELSE plan_mode END,
+             updated_at = greatest(now(), updated_at + interval '1 microsecond')
+         WHERE id = $1
+         RETURNING *",
+    )
+    .bind(chat_id)
+    .bind(&c.title)
+    .bind(c.labels.as_ref().map(Json))
+    .bind(c.pin_order)
+    .bind(c.plan_mode.is_some())
+    .bind(c.plan_mode.clone().flatten())
+    .fetch_one(conn)
+    .await
+}
+
+/// Sets the title of chat `chat_id` to `title` if it still has the default
+/// title ([`crate::DEFAULT_CHAT_TITLE`]), advancing `updated_at` like
+/// [`update_metadata`]; returns whether it did. The caller holds the row
+/// lock.
+pub async fn set_title_if_default(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    title: &str,
+) -> sqlx::Result<bool> {
+    let updated = sqlx::query(
+        "UPDATE chats SET title = $2, updated_at = greatest(now(), updated_at + interval '1 microsecond')
+         WHERE id = $1 AND title = $3",
+    )
+    .bind(chat_id)
+    .bind(title)
+    .bind(crate::DEFAULT_CHAT_TITLE)
+    .execute(conn)
+    .await?
+    .rows_affected();
+    Ok(updated == 1)
+}
+
+// ---------------------------------------------------------------- families
+
+/// A chat of a family that `DELETE` found not deletable
+/// ([`ExecutionState::is_deletable`]): busy, or invalid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotDeletable {
+    /// The chat.
+    pub chat_id: Uuid,
+    /// Its execution state when it was checked.
+    pub state: ExecutionState,
+}
+
+/// Deletes chat `chat_id` with its rows and descendants (by
+/// `parent_chat_id`; `ON DELETE CASCADE` removes the rest) if every one of
+/// them is deletable ([`ExecutionState::is_deletable`]); otherwise deletes
+/// nothing and returns the first one that is not, in id order. Locks the
+/// whole subtree `FOR UPDATE` in id order first; the caller holds the lock
+/// of `chat_id` already (a [`crate::ChatMachine::lock`]).
+pub async fn delete_family(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Result<(), NotDeletable>> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "WITH RECURSIVE sub AS (
+             SELECT id FROM chats WHERE id = $1
+             UNION
+             SELECT c.id FROM chats c JOIN sub ON c.parent_chat_id = sub.id)
+         SELECT c.id FROM chats c WHERE c.id IN (SELECT id FROM sub) ORDER BY c.id FOR UPDATE",
+    )
+    .bind(chat_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let family: Vec<(Uuid, String, bool, bool)> = sqlx::query_as(
+        "SELECT c.id, c.status, c.archived,
+                EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = c.id)
+         FROM chats c WHERE c.id = ANY($1) ORDER BY c.id",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for (member, status, archived, queued) in family {
+        let status: ChatStatus = status
+            .parse()
+            .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+        let state = classify(Some((status, archived, queued)));
+        if !state.is_deletable() {
+            return Ok(Err(NotDeletable {
+                chat_id: member,
+                state,
+            }));
+        }
+    }
+    sqlx::query("DELETE FROM chats WHERE id = $1")
+        .bind(chat_id)
+        .execute(conn)
+        .await?;
+    Ok(Ok(()))
+}
+
+/// The members of root chat `root_id`'s family other than the root, by
+/// creation (the order [`crate::Store::set_family_archived`] locks them in).
+pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT id FROM chats WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id",
+    )
+    .bind(root_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Root chats the auto-archive loop may archive: not archived, not pinned,
+/// every member of the family idle (idle status, nothing queued) with no
+/// change for `idle_for` (database time); ordered by `(updated_at, id)`, at
+/// most `limit`, after the keyset `after`. See
+/// [`crate::Store::auto_archive_candidates`].
+pub async fn auto_archive_candidates(
+    conn: impl PgExecutor<'_>,
+    idle_for: Duration,
+    limit: i64,
+    after: Option<(DateTime<Utc>, Uuid)>,
+) -> sqlx::Result<Vec<(Uuid, DateTime<Utc>)>> {
+    let (after_at, after_id) = after.unzip();
+    sqlx::query_as(concat!(
+        "SELECT r.id, r.updated_at FROM chats r
+         WHERE r.parent_chat_id IS NULL AND NOT r.archived AND r.pin_order = 0
+           AND r.updated_at < now() - make_interval(secs => $1)
+           AND ($3::timestamptz IS NULL OR (r.updated_at, r.id) > ($3, $4))
+           AND NOT EXISTS (
+             SELECT 1 FROM chats m
+             WHERE (m.id = r.id OR m.root_chat_id = r.id)
+               AND (NOT (",
+        idle_status_sql!("m."),
+        ")
+                    OR m.updated_at >= now() - make_interval(secs => $1)
+                    OR EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = m.id)))
+         ORDER BY r.updated_at, r.id
+         LIMIT $2"
+    ))
+    .bind(idle_for.as_secs_f64())
+    .bind(limit)
+    .bind(after_at)
+    .bind(after_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Locks the family of root chat `root_id` for an auto-archive, never
+/// waiting (`FOR UPDATE NOWAIT`: PostgreSQL's `55P03` when a row is held
+/// elsewhere), root first and then the other members by creation, and
+/// checks it still qualifies: the chat exists, is a root, is neither
+/// archived nor pinned, and it and every member had no change for
+/// `idle_for` (database time).
+pub async fn lock_idle_family_nowait(
+    conn: &mut PgConnection,
+    root_id: Uuid,
+    idle_for: Duration,
+) -> sqlx::Result<bool> {
+    let root: Option<(Option<Uuid>, bool, i32, bool)> = sqlx::query_as(
+        "SELECT parent_chat_id, archived, pin_order,
+                updated_at < now() - make_interval(secs => $2)
+         FROM chats WHERE id = $1 FOR UPDATE NOWAIT",
+    )
+    .bind(root_id)
+    .bind(idle_for.as_secs_f64())
+    .fetch_optional(&mut *conn)
+    .await?;
+    if !matches!(root, Some((None, false, 0, true))) {
+        return Ok(false);
+    }
+    let children_idle: Vec<bool> = sqlx::query_scalar(
+        "SELECT updated_at < now() - make_interval(secs => $2) FROM chats
+         WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id
+         FOR UPDATE NOWAIT",
+    )
+    .bind(root_id)
+    .bind(idle_for.as_secs_f64())
+    .fetch_all(conn)
+    .await?;
+    Ok(!children_idle.contains(&false))
+}
+
+// ---------------------------------------------------------------- workers
+
+/// Chats a worker may acquire (spec "Acquisition loop"): runnable
+/// ([`crate::rules::RUNNABLE_CHAT_SQL`]) and held by no runner (no worker,
+/// or no heartbeat of the current runner newer than `stale_after_secs`,
+/// database time); least recently changed first, at most `limit`. A hint:
+/// the acquisition checks again under the row lock.
+pub async fn acquisition_candidates(
+    conn: impl PgExecutor<'_>,
+    stale_after_secs: f64,
+    limit: i64,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(concat!(
+        "SELECT c.id FROM chats c WHERE ",
+        runnable_chat_sql!("c."),
+        " AND (c.worker_id IS NULL OR c.runner_id IS NULL OR NOT EXISTS (
+                SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
+                  AND h.heartbeat_at >= now() - make_interval(secs => $1)))
+         ORDER BY c.updated_at
+         LIMIT $2"
+    ))
+    .bind(stale_after_secs)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// The rows of the chats among `ids` that exist (any order).
+pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Chat>> {
+    sqlx::query_as("SELECT * FROM chats WHERE id = ANY($1::uuid[])")
+        .bind(ids)
+        .fetch_all(conn)
+        .await
+}
+
+/// `(chat id, runner id)` of every chat whose `worker_id` is `worker_id`.
+pub async fn owned_by_worker(
+    conn: impl PgExecutor<'_>,
+    worker_id: Uuid,
+) -> sqlx::Result<Vec<(Uuid, Option<Uuid>)>> {
+    sqlx::query_as("SELECT id, runner_id FROM chats WHERE worker_id = $1")
+        .bind(worker_id)
+        .fetch_all(conn)
+        .await
+}
+
+/// Seconds until chat `chat_id`'s requires-action deadline (negative once
+/// it passed; database time), `None` when it has none.
+pub async fn requires_action_remaining_secs(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+) -> sqlx::Result<Option<f64>> {
+    sqlx::query_scalar(
+        "SELECT extract(epoch FROM requires_action_deadline_at - now())::float8 FROM chats WHERE id = $1",
+    )
+    .bind(chat_id)
+    .fetch_one(conn)
+    .await
+}
+
+/// The version columns of one chat, as the stream's sync poller reads them
+/// (spec "Sync poller" → "Polling").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct ChatVersions {
+    /// Chat id.
+    pub id: Uuid,
+    /// `snapshot_version`.
+    pub snapshot_version: i64,
+    /// `history_version`.
+    pub history_version: i64,
+    /// `queue_version`.
+    pub queue_version: i64,
+    /// `retry_state_version`.
+    pub retry_state_version: i64,
+    /// `generation_attempt`.
+    pub generation_attempt: i64,
+    /// `status`.
+    #[sqlx(try_from = "String")]
+    pub status: ChatStatus,
+    /// `worker_id`.
+    pub worker_id: Option<Uuid>,
+}
+
+/// The [`ChatVersions`] of every chat among `ids` that exists, in one query
+/// (spec "Sync poller" → "Polling", verbatim).
+pub async fn versions(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<ChatVersions>> {
+    sqlx::query_as(
+        "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
+         FROM chats
+         WHERE id = ANY($1::uuid[])",
+    )
+    .bind(ids)
+    .fetch_all(conn)
+    .await
+}

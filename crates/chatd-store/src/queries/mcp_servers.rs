@@ -1,0 +1,265 @@
+//! SQL of the `chat_mcp_servers` table: the MCP servers chats may use
+//! (API.md "Admin routes"). Slugs are unique; a taken slug is PostgreSQL's
+//! unique violation (`23505`).
+//!
+//! `args`, `env` and `headers` are JSON columns of strings. The admin routes
+//! and the config file only ever write strings; a row written by hand with
+//! other JSON values is read with each value as its JSON text (`3` becomes
+//! `"3"`) rather than failing, since a server process takes strings anyway.
+
+use std::collections::BTreeMap;
+
+use chatd_core::McpTransport;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::types::Json;
+use sqlx::{FromRow, PgConnection, PgExecutor, Row};
+use uuid::Uuid;
+
+/// A row of `chat_mcp_servers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerRow {
+    /// Id.
+    pub id: Uuid,
+    /// Unique slug; its tools are offered to the model as `<slug>__<tool>`.
+    pub slug: String,
+    /// Display name.
+    pub display_name: String,
+    /// Transport.
+    pub transport: McpTransport,
+    /// Program (stdio).
+    pub command: Option<String>,
+    /// Arguments (stdio).
+    pub args: Vec<String>,
+    /// Environment (stdio).
+    pub env: BTreeMap<String, String>,
+    /// Endpoint (streamable HTTP).
+    pub url: Option<String>,
+    /// HTTP headers (streamable HTTP).
+    pub headers: BTreeMap<String, String>,
+    /// Whether chats may use it.
+    pub enabled: bool,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl<'r> FromRow<'r, PgRow> for McpServerRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        let transport: String = row.try_get("transport")?;
+        let Json(args): Json<Value> = row.try_get("args")?;
+        let Json(env): Json<Value> = row.try_get("env")?;
+        let Json(headers): Json<Value> = row.try_get("headers")?;
+        Ok(McpServerRow {
+            id: row.try_get("id")?,
+            slug: row.try_get("slug")?,
+            display_name: row.try_get("display_name")?,
+            transport: transport.parse().map_err(|e| sqlx::Error::ColumnDecode {
+                index: "transport".into(),
+                source: Box::new(e),
+            })?,
+            command: row.try_get("command")?,
+            args: string_list(&args),
+            env: string_map(&env),
+            url: row.try_get("url")?,
+            headers: string_map(&headers),
+            enabled: row.try_get("enabled")?,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+        })
+    }
+}
+
+/// A JSON value as a string: a string as it is, anything else as its JSON
+/// text.
+fn string_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The items of a JSON array as strings (see the module docs); empty for
+/// anything but an array.
+pub fn string_list(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| a.iter().map(string_of).collect())
+        .unwrap_or_default()
+}
+
+/// The entries of a JSON object with their values as strings (see the
+/// module docs); empty for anything but an object.
+pub fn string_map(value: &Value) -> BTreeMap<String, String> {
+    value
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| (k.clone(), string_of(v))).collect())
+        .unwrap_or_default()
+}
+
+/// A complete MCP server definition to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerDef {
+    /// Id.
+    pub id: Uuid,
+    /// Slug.
+    pub slug: String,
+    /// Display name.
+    pub display_name: String,
+    /// Transport.
+    pub transport: McpTransport,
+    /// Command.
+    pub command: Option<String>,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Environment.
+    pub env: BTreeMap<String, String>,
+    /// URL.
+    pub url: Option<String>,
+    /// Headers.
+    pub headers: BTreeMap<String, String>,
+    /// Enabled.
+    pub enabled: bool,
+}
+
+/// Every MCP server, by slug.
+pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<McpServerRow>> {
+    sqlx::query_as("SELECT * FROM chat_mcp_servers ORDER BY slug")
+        .fetch_all(conn)
+        .await
+}
+
+/// The ids among `ids` that are MCP servers.
+pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT id FROM chat_mcp_servers WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_all(conn)
+        .await
+}
+
+/// The enabled MCP servers among `ids` (a chat's `mcp_server_ids`), in the
+/// order of `ids`.
+pub async fn enabled_in_order(
+    conn: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> sqlx::Result<Vec<McpServerRow>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "SELECT s.* FROM unnest($1::uuid[]) WITH ORDINALITY AS wanted(id, n)
+         JOIN chat_mcp_servers s ON s.id = wanted.id
+         WHERE s.enabled
+         ORDER BY wanted.n",
+    )
+    .bind(ids)
+    .fetch_all(conn)
+    .await
+}
+
+/// One MCP server, locked `FOR UPDATE` until `conn`'s transaction ends.
+pub async fn select_for_update(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> sqlx::Result<Option<McpServerRow>> {
+    sqlx::query_as("SELECT * FROM chat_mcp_servers WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Inserts MCP server `def` (a taken slug is `23505`).
+pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {
+    write(
+        "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *",
+        conn,
+        def,
+    )
+    .await
+}
+
+/// Inserts MCP server `def`, or overwrites the one with the same slug (its
+/// id is kept); the config file's write.
+pub async fn upsert_by_slug(
+    conn: impl PgExecutor<'_>,
+    def: &McpServerDef,
+) -> sqlx::Result<McpServerRow> {
+    write(
+        "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (slug) DO UPDATE SET display_name = EXCLUDED.display_name,
+             transport = EXCLUDED.transport, command = EXCLUDED.command, args = EXCLUDED.args,
+             env = EXCLUDED.env, url = EXCLUDED.url, headers = EXCLUDED.headers,
+             enabled = EXCLUDED.enabled, updated_at = now()
+         RETURNING *",
+        conn,
+        def,
+    )
+    .await
+}
+
+/// Overwrites MCP server `def.id` (a taken slug is `23505`).
+pub async fn update(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {
+    write(
+        "UPDATE chat_mcp_servers SET slug = $2, display_name = $3, transport = $4, command = $5,
+             args = $6, env = $7, url = $8, headers = $9, enabled = $10, updated_at = now()
+         WHERE id = $1 RETURNING *",
+        conn,
+        def,
+    )
+    .await
+}
+
+async fn write(
+    sql: &'static str,
+    conn: impl PgExecutor<'_>,
+    def: &McpServerDef,
+) -> sqlx::Result<McpServerRow> {
+    sqlx::query_as(sql)
+        .bind(def.id)
+        .bind(&def.slug)
+        .bind(&def.display_name)
+        .bind(def.transport.as_str())
+        .bind(&def.command)
+        .bind(Json(&def.args))
+        .bind(Json(&def.env))
+        .bind(&def.url)
+        .bind(Json(&def.headers))
+        .bind(def.enabled)
+        .fetch_one(conn)
+        .await
+}
+
+/// Deletes MCP server `id`; false when unknown.
+pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
+    let result = sqlx::query("DELETE FROM chat_mcp_servers WHERE id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(result.rows_affected() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn non_string_values_are_read_as_their_json_text() {
+        assert_eq!(
+            string_map(&json!({"TOKEN": "x", "N": 3})),
+            BTreeMap::from([("N".into(), "3".into()), ("TOKEN".into(), "x".into())])
+        );
+        assert_eq!(
+            string_list(&json!(["--root", "/tmp", 1])),
+            vec!["--root", "/tmp", "1"]
+        );
+        assert!(string_map(&json!([])).is_empty());
+    }
+}

@@ -1,0 +1,236 @@
+//! SQL of the `chat_messages` table: inserts and soft deletes (for
+//! [`crate::transitions`] only: the triggers turn them into
+//! `history_version` changes), the model's view of the history, and the
+//! client-visible reads of the message routes and the stream.
+
+use chatd_core::{FinishReason, MessagePart};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgExecutor};
+use uuid::Uuid;
+
+use crate::models::{ChatMessage, NewMessage};
+
+/// Inserts one message; the trigger assigns `revision` and advances
+/// `history_version`.
+pub async fn insert(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    message: &NewMessage,
+    queued_message_id: Option<i64>,
+) -> sqlx::Result<ChatMessage> {
+    let role = message.role.map(|r| r.as_str()).unwrap_or("");
+    let usage = message.usage;
+    sqlx::query_as(
+        "INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by, model_config_id,
+             reasoning_effort, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens,
+             cache_creation_tokens, total_tokens, context_limit, total_cost_micros, runtime_ms,
+             provider_response_id, queued_message_id, client_message_id, finish_reason)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+         RETURNING *",
+    )
+    .bind(chat_id)
+    .bind(role)
+    .bind(Json(&message.content))
+    .bind(message.visibility.as_str())
+    .bind(message.compressed)
+    .bind(message.created_by)
+    .bind(message.model_config_id)
+    .bind(&message.reasoning_effort)
+    .bind(usage.map(|u| u.input_tokens))
+    .bind(usage.map(|u| u.output_tokens))
+    .bind(usage.map(|u| u.reasoning_tokens))
+    .bind(usage.map(|u| u.cache_read_tokens))
+    .bind(usage.map(|u| u.cache_creation_tokens))
+    .bind(usage.map(|u| u.total_tokens))
+    .bind(message.context_limit)
+    .bind(message.total_cost_micros)
+    .bind(message.runtime_ms)
+    .bind(&message.provider_response_id)
+    .bind(queued_message_id)
+    .bind(&message.client_message_id)
+    .bind(message.finish_reason.map(FinishReason::as_str))
+    .fetch_one(conn)
+    .await
+}
+
+/// One message of the chat (deleted or not).
+pub async fn select(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<ChatMessage>> {
+    sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 AND id = $2")
+        .bind(chat_id)
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// The model's view of the history: active (not soft-deleted) system
+/// messages, then active messages from the latest compaction boundary (a
+/// `compressed` row) onward, in id order. User-only rows are included; the
+/// caller filters by visibility.
+pub async fn active_history(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+) -> sqlx::Result<Vec<ChatMessage>> {
+    sqlx::query_as(
+        "SELECT * FROM chat_messages
+         WHERE chat_id = $1 AND NOT deleted AND (role = 'system' OR id >= COALESCE(
+             (SELECT max(id) FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND compressed), 0))
+         ORDER BY id",
+    )
+    .bind(chat_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Contents of the active messages from the latest user message on (the only
+/// place an unanswered tool call can be: every transition that inserts a user
+/// message answers the calls before it), in id order.
+pub async fn tail_contents(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+) -> sqlx::Result<Vec<Vec<MessagePart>>> {
+    let rows: Vec<Json<Vec<MessagePart>>> = sqlx::query_scalar(
+        "SELECT content FROM chat_messages
+         WHERE chat_id = $1 AND NOT deleted AND id >= COALESCE(
+             (SELECT max(id) FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND role = 'user'), 0)
+         ORDER BY id",
+    )
+    .bind(chat_id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|Json(parts)| parts).collect())
+}
+
+/// Soft-deletes the active messages with `id >= from_id`, returning their ids
+/// in ascending order.
+pub async fn soft_delete_from(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    from_id: i64,
+) -> sqlx::Result<Vec<i64>> {
+    let mut ids: Vec<i64> = sqlx::query_scalar(
+        "UPDATE chat_messages SET deleted = true WHERE chat_id = $1 AND id >= $2 AND NOT deleted RETURNING id",
+    )
+    .bind(chat_id)
+    .bind(from_id)
+    .fetch_all(conn)
+    .await?;
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Where a page of [`page`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cursor {
+    /// The newest messages.
+    Latest,
+    /// The newest messages with a smaller id.
+    Before(i64),
+    /// The oldest messages with a larger id.
+    After(i64),
+}
+
+/// A page of at most `limit` client-visible messages (not deleted, not
+/// model-only), ascending by id, and whether more exist beyond it in the
+/// paging direction.
+pub async fn page(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    cursor: Cursor,
+    limit: i64,
+) -> sqlx::Result<(Vec<ChatMessage>, bool)> {
+    // Client-visible rows of the chat.
+    macro_rules! visible {
+        () => {
+            "chat_id = $1 AND NOT deleted AND visibility <> 'model'"
+        };
+    }
+    let (sql, bound): (&'static str, Option<i64>) = match cursor {
+        Cursor::Latest => (
+            concat!(
+                "SELECT * FROM (SELECT * FROM chat_messages WHERE ",
+                visible!(),
+                " ORDER BY id DESC LIMIT $2) m ORDER BY id"
+            ),
+            None,
+        ),
+        Cursor::Before(id) => (
+            concat!(
+                "SELECT * FROM (SELECT * FROM chat_messages WHERE ",
+                visible!(),
+                " AND id < $3 ORDER BY id DESC LIMIT $2) m ORDER BY id"
+            ),
+            Some(id),
+        ),
+        Cursor::After(id) => (
+            concat!(
+                "SELECT * FROM chat_messages WHERE ",
+                visible!(),
+                " AND id > $3 ORDER BY id LIMIT $2"
+            ),
+            Some(id),
+        ),
+    };
+    let mut query = sqlx::query_as::<_, ChatMessage>(sql)
+        .bind(chat_id)
+        .bind(limit + 1);
+    if let Some(id) = bound {
+        query = query.bind(id);
+    }
+    let mut rows = query.fetch_all(conn).await?;
+    let has_more = rows.len() as i64 > limit;
+    if has_more {
+        match cursor {
+            Cursor::After(_) => {
+                rows.pop();
+            }
+            _ => {
+                rows.remove(0);
+            }
+        }
+    }
+    Ok((rows, has_more))
+}
+
+/// Number of client-visible messages after the latest compaction boundary
+/// (a `compressed` row), or in the whole history when there is none.
+pub async fn visible_since_boundary(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM chat_messages
+         WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
+           AND id > COALESCE((SELECT max(id) FROM chat_messages
+                              WHERE chat_id = $1 AND compressed AND NOT deleted), 0)",
+    )
+    .bind(chat_id)
+    .fetch_one(conn)
+    .await
+}
+
+/// Rows of the chat changed after history version `since` (`revision >
+/// since`), soft-deleted and model-only ones included, in id order (stream
+/// loop message synchronisation).
+pub async fn changed_since(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    since: i64,
+) -> sqlx::Result<Vec<ChatMessage>> {
+    sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 AND revision > $2 ORDER BY id")
+        .bind(chat_id)
+        .bind(since)
+        .fetch_all(conn)
+        .await
+}
+
+/// Every current client-visible message of the chat (not soft-deleted, not
+/// model-only), in id order (the stream loop's full refresh).
+pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
+    sqlx::query_as(
+        "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id",
+    )
+    .bind(chat_id)
+    .fetch_all(conn)
+    .await
+}

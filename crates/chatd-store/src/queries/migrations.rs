@@ -1,0 +1,38 @@
+//! Reads of `_sqlx_migrations`, the table in which [`crate::MIGRATOR`]
+//! records the migrations it applied.
+
+use sqlx::PgExecutor;
+
+/// PostgreSQL's `undefined_table`.
+const UNDEFINED_TABLE: &str = "42P01";
+
+/// Whether every migration of [`crate::MIGRATOR`] is recorded as applied
+/// with a matching checksum (a database without the table has none).
+pub async fn all_applied(conn: impl PgExecutor<'_>) -> sqlx::Result<bool> {
+    let applied: Vec<(i64, Vec<u8>)> =
+        match sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(conn)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some(UNDEFINED_TABLE) => {
+                return Ok(false);
+            }
+            Err(err) => return Err(err),
+        };
+    Ok(crate::MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .all(|m| {
+            applied
+                .iter()
+                .any(|(v, c)| *v == m.version && c.as_slice() == m.checksum.as_ref())
+        }))
+}
+
+/// How many migrations are recorded as applied.
+pub async fn applied_count(conn: impl PgExecutor<'_>) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(conn)
+        .await
+}

@@ -1,0 +1,57 @@
+//! Every SQL statement of chatd, one module per table (`crate::rules`
+//! holds the conditions several of them share). No other crate of the
+//! workspace writes SQL; the pubsub adapter's `LISTEN`/`NOTIFY`, the tests
+//! and the benchmarks aside.
+//!
+//! Functions take a connection (`&mut PgConnection`: a transaction's, when
+//! several statements must be atomic) or any executor (`impl PgExecutor`: a
+//! pool or a connection) and typed inputs, and return the rows of
+//! [`crate::models`] or of their module. Execution-state tables and columns
+//! (`chats.status`, `archived`, ownership, the version counters, messages,
+//! queue, heartbeats of ownership) are written only by the transitions of
+//! [`crate::transitions`]; the functions that write them say so.
+//!
+//! | module | table |
+//! |---|---|
+//! | [`chats`] | `chats` |
+//! | [`messages`] | `chat_messages` |
+//! | [`queue`] | `chat_queued_messages` |
+//! | [`heartbeats`] | `chat_heartbeats` |
+//! | [`send_receipts`] | `chat_send_receipts` |
+//! | [`users`] | `users` |
+//! | [`tokens`] | `api_keys` |
+//! | [`replicas`] | `replicas` |
+//! | [`cluster_settings`] | `cluster_settings` |
+//! | [`providers`] | `chat_providers` |
+//! | [`model_configs`] | `chat_model_configs` |
+//! | [`mcp_servers`] | `chat_mcp_servers` |
+//! | [`locks`] | advisory locks |
+//! | [`migrations`] | `_sqlx_migrations` |
+//! | [`database`] | the database itself (`CREATE DATABASE`) |
+
+pub mod chats;
+pub mod cluster_settings;
+pub mod database;
+pub mod heartbeats;
+pub mod locks;
+pub mod mcp_servers;
+pub mod messages;
+pub mod migrations;
+pub mod model_configs;
+pub mod providers;
+pub mod queue;
+pub mod replicas;
+pub mod send_receipts;
+pub mod tokens;
+pub mod users;
+
+use sqlx::PgConnection;
+
+/// Makes the transaction of `conn` a read-only `REPEATABLE READ` one: every
+/// later read in it sees the same snapshot. Must be its first statement.
+pub async fn set_read_only_snapshot(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(conn)
+        .await
+        .map(|_| ())
+}

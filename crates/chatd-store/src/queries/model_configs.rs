@@ -1,0 +1,187 @@
+//! SQL of the `chat_model_configs` table: the models chats run on (API.md
+//! "Admin routes"). The rule kept here: exactly one enabled default while
+//! any config is enabled. Writers hold [`AdvisoryLock::ModelConfigs`] so
+//! that concurrent changes cannot race on the unique default index.
+//!
+//! [`AdvisoryLock::ModelConfigs`]: super::locks::AdvisoryLock::ModelConfigs
+
+use chatd_core::ModelOptions;
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgExecutor};
+use uuid::Uuid;
+
+/// A row of `chat_model_configs`.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ModelConfigRow {
+    /// Id.
+    pub id: Uuid,
+    /// Provider.
+    pub provider_id: Uuid,
+    /// The provider's model name.
+    pub model: String,
+    /// Display name.
+    pub display_name: String,
+    /// Context window, in tokens (> 0).
+    pub context_limit: i64,
+    /// Compaction threshold, percent of the context window (0..=100).
+    pub compression_threshold: i32,
+    /// The enabled default.
+    pub is_default: bool,
+    /// Whether it may be used.
+    pub enabled: bool,
+    /// Options.
+    #[sqlx(json)]
+    pub options: ModelOptions,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A complete model config definition to write ([`upsert`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfigDef {
+    /// Id.
+    pub id: Uuid,
+    /// Provider.
+    pub provider_id: Uuid,
+    /// Model name.
+    pub model: String,
+    /// Display name.
+    pub display_name: String,
+    /// Context window, tokens.
+    pub context_limit: i64,
+    /// Compaction threshold, percent.
+    pub compression_threshold: i32,
+    /// Default marker.
+    pub is_default: bool,
+    /// Enabled.
+    pub enabled: bool,
+    /// Options.
+    pub options: ModelOptions,
+}
+
+/// Every model config (or only the enabled ones of enabled providers),
+/// default first, then oldest first.
+pub async fn list(
+    conn: impl PgExecutor<'_>,
+    only_enabled: bool,
+) -> sqlx::Result<Vec<ModelConfigRow>> {
+    sqlx::query_as(
+        "SELECT m.* FROM chat_model_configs m JOIN chat_providers p ON p.id = m.provider_id
+         WHERE NOT $1 OR (m.enabled AND p.enabled)
+         ORDER BY m.is_default DESC, m.created_at, m.id",
+    )
+    .bind(only_enabled)
+    .fetch_all(conn)
+    .await
+}
+
+/// One model config.
+pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ModelConfigRow>> {
+    sqlx::query_as("SELECT * FROM chat_model_configs WHERE id = $1")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Whether model config `id` exists and is enabled.
+pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chat_model_configs WHERE id = $1 AND enabled)")
+        .bind(id)
+        .fetch_one(conn)
+        .await
+}
+
+/// The id of the enabled default model config.
+pub async fn default_id(conn: impl PgExecutor<'_>) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar("SELECT id FROM chat_model_configs WHERE is_default AND enabled LIMIT 1")
+        .fetch_optional(conn)
+        .await
+}
+
+/// The model config a chat's next generation uses: `last_model_config_id`
+/// when that config is enabled, else the enabled default; `None` when
+/// neither exists. Whether the provider is enabled is the caller's check.
+pub async fn for_chat(
+    conn: impl PgExecutor<'_>,
+    last_model_config_id: Option<Uuid>,
+) -> sqlx::Result<Option<ModelConfigRow>> {
+    sqlx::query_as(
+        "SELECT * FROM chat_model_configs
+         WHERE enabled AND (id = $1 OR is_default)
+         ORDER BY (id = $1) DESC NULLS LAST LIMIT 1",
+    )
+    .bind(last_model_config_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Inserts or overwrites model config `def`; when it is the default, the
+/// previous default is unset first (same transaction). Hold
+/// [`AdvisoryLock::ModelConfigs`](super::locks::AdvisoryLock::ModelConfigs).
+pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Result<ModelConfigRow> {
+    if def.is_default {
+        sqlx::query(
+            "UPDATE chat_model_configs SET is_default = false, updated_at = now()
+             WHERE is_default AND id <> $1",
+        )
+        .bind(def.id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query_as(
+        "INSERT INTO chat_model_configs (id, provider_id, model, display_name, context_limit,
+             compression_threshold, is_default, enabled, options)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (id) DO UPDATE SET provider_id = EXCLUDED.provider_id, model = EXCLUDED.model,
+             display_name = EXCLUDED.display_name, context_limit = EXCLUDED.context_limit,
+             compression_threshold = EXCLUDED.compression_threshold,
+             is_default = EXCLUDED.is_default, enabled = EXCLUDED.enabled,
+             options = EXCLUDED.options, updated_at = now()
+         RETURNING *",
+    )
+    .bind(def.id)
+    .bind(def.provider_id)
+    .bind(&def.model)
+    .bind(&def.display_name)
+    .bind(def.context_limit)
+    .bind(def.compression_threshold)
+    .bind(def.is_default)
+    .bind(def.enabled)
+    .bind(Json(&def.options))
+    .fetch_one(conn)
+    .await
+}
+
+/// Restores "exactly one enabled default while any config is enabled": a
+/// disabled config is never the default, and without an enabled default the
+/// oldest enabled config becomes it. Hold
+/// [`AdvisoryLock::ModelConfigs`](super::locks::AdvisoryLock::ModelConfigs).
+pub async fn ensure_default(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE chat_model_configs SET is_default = false, updated_at = now()
+         WHERE is_default AND NOT enabled",
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE chat_model_configs SET is_default = true, updated_at = now()
+         WHERE id = (SELECT id FROM chat_model_configs WHERE enabled ORDER BY created_at, id LIMIT 1)
+           AND NOT EXISTS (SELECT 1 FROM chat_model_configs WHERE is_default AND enabled)",
+    )
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+/// Deletes model config `id`; false when unknown. Follow with
+/// [`ensure_default`].
+pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
+    let result = sqlx::query("DELETE FROM chat_model_configs WHERE id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(result.rows_affected() > 0)
+}

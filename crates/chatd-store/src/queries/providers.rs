@@ -1,0 +1,111 @@
+//! SQL of the `chat_providers` table: the LLM providers admins configure
+//! (API.md "Admin routes"). Deleting a provider deletes its model configs
+//! (`ON DELETE CASCADE`).
+
+use chatd_core::ProviderKind;
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor};
+use uuid::Uuid;
+
+/// A row of `chat_providers`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ProviderRow {
+    /// Id.
+    pub id: Uuid,
+    /// The wire protocol it speaks.
+    #[sqlx(try_from = "String")]
+    pub provider: ProviderKind,
+    /// Display name (may be empty; used in errors).
+    pub display_name: String,
+    /// Base URL including the version prefix (`https://api.openai.com/v1`);
+    /// `None` for the kind's default.
+    pub base_url: Option<String>,
+    /// API key (never sent to clients).
+    pub api_key: Option<String>,
+    /// Whether its model configs may be used.
+    pub enabled: bool,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A complete provider definition to write ([`upsert`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderDef {
+    /// Id.
+    pub id: Uuid,
+    /// The wire protocol it speaks.
+    pub provider: ProviderKind,
+    /// Display name.
+    pub display_name: String,
+    /// Base URL.
+    pub base_url: Option<String>,
+    /// API key.
+    pub api_key: Option<String>,
+    /// Enabled.
+    pub enabled: bool,
+}
+
+/// Every provider, oldest first.
+pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ProviderRow>> {
+    sqlx::query_as("SELECT * FROM chat_providers ORDER BY created_at, id")
+        .fetch_all(conn)
+        .await
+}
+
+/// One provider.
+pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ProviderRow>> {
+    sqlx::query_as("SELECT * FROM chat_providers WHERE id = $1")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// One provider, locked `FOR UPDATE` until `conn`'s transaction ends.
+pub async fn select_for_update(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> sqlx::Result<Option<ProviderRow>> {
+    sqlx::query_as("SELECT * FROM chat_providers WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Whether provider `id` exists.
+pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chat_providers WHERE id = $1)")
+        .bind(id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Inserts provider `def`, or (same id) overwrites it; returns the row.
+pub async fn upsert(conn: impl PgExecutor<'_>, def: &ProviderDef) -> sqlx::Result<ProviderRow> {
+    sqlx::query_as(
+        "INSERT INTO chat_providers (id, provider, display_name, base_url, api_key, enabled)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (id) DO UPDATE SET provider = EXCLUDED.provider,
+             display_name = EXCLUDED.display_name, base_url = EXCLUDED.base_url,
+             api_key = EXCLUDED.api_key, enabled = EXCLUDED.enabled, updated_at = now()
+         RETURNING *",
+    )
+    .bind(def.id)
+    .bind(def.provider.as_str())
+    .bind(&def.display_name)
+    .bind(&def.base_url)
+    .bind(&def.api_key)
+    .bind(def.enabled)
+    .fetch_one(conn)
+    .await
+}
+
+/// Deletes provider `id` (its model configs cascade); false when unknown.
+pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
+    let result = sqlx::query("DELETE FROM chat_providers WHERE id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(result.rows_affected() > 0)
+}

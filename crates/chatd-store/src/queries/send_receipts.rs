@@ -1,0 +1,50 @@
+//! SQL of the `chat_send_receipts` table: the stored response of a send
+//! made with a `client_message_id`, so that a repeat answers the same
+//! (API.md "Details", idempotent sends). The response is the API's own
+//! shape, stored as JSON; its owner (the HTTP layer) picks the type.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::PgExecutor;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+/// The stored `(request fingerprint, response)` of an earlier send with
+/// `client_message_id` on chat `chat_id`.
+pub async fn select<T: DeserializeOwned + Send + Unpin + 'static>(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    client_message_id: &str,
+) -> sqlx::Result<Option<(Vec<u8>, T)>> {
+    let row: Option<(Vec<u8>, Json<T>)> = sqlx::query_as(
+        "SELECT request_hash, response FROM chat_send_receipts WHERE chat_id = $1 AND client_message_id = $2",
+    )
+    .bind(chat_id)
+    .bind(client_message_id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(hash, Json(response))| (hash, response)))
+}
+
+/// Remembers `response` of a send with `client_message_id` on chat
+/// `chat_id` and its request fingerprint `request_hash` (a second receipt
+/// for the same key is a unique violation, `23505`).
+pub async fn insert<T: Serialize + Sync>(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    client_message_id: &str,
+    request_hash: &[u8],
+    response: &T,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO chat_send_receipts (chat_id, client_message_id, request_hash, response)
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(chat_id)
+    .bind(client_message_id)
+    .bind(request_hash)
+    .bind(Json(response))
+    .execute(conn)
+    .await
+    .map(|_| ())
+}

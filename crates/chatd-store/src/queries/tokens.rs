@@ -1,0 +1,92 @@
+//! SQL of the `api_keys` table: API tokens, stored as the SHA-256 of the
+//! clear token (`secret_hash`, unique); the HTTP layer hashes (API.md
+//! "Authentication and authorization").
+
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use super::users::UserRow;
+
+/// Name of the token row of `CHATD_BOOTSTRAP_ADMIN_TOKEN`.
+pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap";
+
+/// The user a token with hash `secret_hash` authenticates as, when the
+/// token exists and has not expired (database time).
+pub async fn user_by_secret_hash(
+    conn: impl PgExecutor<'_>,
+    secret_hash: &[u8],
+) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(
+        "SELECT u.id, u.username, u.role, u.created_at
+         FROM api_keys k JOIN users u ON u.id = k.user_id
+         WHERE k.secret_hash = $1 AND (k.expires_at IS NULL OR k.expires_at > now())",
+    )
+    .bind(secret_hash)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Inserts a token of user `user_id` named `name` and returns its fresh id.
+/// `lifetime_seconds` (when given) sets `expires_at = now() + lifetime` in
+/// database time; otherwise it never expires.
+pub async fn insert(
+    conn: impl PgExecutor<'_>,
+    user_id: Uuid,
+    name: &str,
+    secret_hash: &[u8],
+    lifetime_seconds: Option<i64>,
+) -> sqlx::Result<Uuid> {
+    let id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO api_keys (id, user_id, name, secret_hash, expires_at)
+         VALUES ($1, $2, $3, $4, CASE WHEN $5::bigint IS NULL THEN NULL ELSE now() + $5::bigint * interval '1 second' END)",
+    )
+    .bind(id)
+    .bind(user_id)
+    .bind(name)
+    .bind(secret_hash)
+    .bind(lifetime_seconds)
+    .execute(conn)
+    .await?;
+    Ok(id)
+}
+
+/// Makes the token with hash `secret_hash` a [`BOOTSTRAP_TOKEN_NAME`]
+/// token of user `admin_id` without expiry: inserts it, or moves an existing
+/// row with that hash (whoever it belonged to) to the admin.
+pub async fn upsert_bootstrap(
+    conn: impl PgExecutor<'_>,
+    admin_id: Uuid,
+    secret_hash: &[u8],
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO api_keys (id, user_id, name, secret_hash) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (secret_hash) DO UPDATE SET user_id = EXCLUDED.user_id, expires_at = NULL",
+    )
+    .bind(Uuid::new_v4())
+    .bind(admin_id)
+    .bind(BOOTSTRAP_TOKEN_NAME)
+    .bind(secret_hash)
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+/// Deletes the [`BOOTSTRAP_TOKEN_NAME`] tokens of user `admin_id` other
+/// than the one with hash `keep_hash` (a rotated bootstrap token); returns
+/// how many.
+pub async fn revoke_other_bootstraps(
+    conn: impl PgExecutor<'_>,
+    admin_id: Uuid,
+    keep_hash: &[u8],
+) -> sqlx::Result<u64> {
+    Ok(
+        sqlx::query("DELETE FROM api_keys WHERE user_id = $1 AND name = $2 AND secret_hash <> $3")
+            .bind(admin_id)
+            .bind(BOOTSTRAP_TOKEN_NAME)
+            .bind(keep_hash)
+            .execute(conn)
+            .await?
+            .rows_affected(),
+    )
+}

@@ -1,0 +1,68 @@
+//! SQL of the `users` table (API.md "Authentication and authorization").
+//! User names are unique; a duplicate is PostgreSQL's unique violation
+//! (`23505`).
+
+use chatd_core::Role;
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+/// A row of `users`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct UserRow {
+    /// User id.
+    pub id: Uuid,
+    /// Unique user name (1 to 64 characters).
+    pub username: String,
+    /// Role.
+    #[sqlx(try_from = "String")]
+    pub role: Role,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// One user.
+pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as("SELECT id, username, role, created_at FROM users WHERE id = $1")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Inserts a user with a fresh id (a taken name is `23505`).
+pub async fn insert(
+    conn: impl PgExecutor<'_>,
+    username: &str,
+    role: Role,
+) -> sqlx::Result<UserRow> {
+    sqlx::query_as(
+        "INSERT INTO users (id, username, role) VALUES ($1, $2, $3)
+         RETURNING id, username, role, created_at",
+    )
+    .bind(Uuid::new_v4())
+    .bind(username)
+    .bind(role.as_str())
+    .fetch_one(conn)
+    .await
+}
+
+/// Creates user `username` with `role`, or, when it exists, promotes it to
+/// `admin` if `role` is admin (never demotes); returns its id. One statement,
+/// so concurrent callers agree on the row.
+pub async fn create_or_promote(
+    conn: impl PgExecutor<'_>,
+    username: &str,
+    role: Role,
+) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "INSERT INTO users (id, username, role) VALUES ($1, $2, $3)
+         ON CONFLICT (username) DO UPDATE
+             SET role = CASE WHEN EXCLUDED.role = 'admin' THEN 'admin' ELSE users.role END
+         RETURNING id",
+    )
+    .bind(Uuid::new_v4())
+    .bind(username)
+    .bind(role.as_str())
+    .fetch_one(conn)
+    .await
+}
