@@ -21,7 +21,8 @@ pub struct RetryState {
     pub delay_ms: u64,
     /// The error that caused the retry.
     pub error: ChatError,
-    /// When the retry starts.
+    /// When the retry starts. Stored (and sent) with millisecond precision:
+    /// a value with a finer one reads back truncated.
     #[serde(serialize_with = "rfc3339_millis")]
     pub retrying_at: DateTime<Utc>,
 }

@@ -3,6 +3,17 @@
 use chatd_core::StateError;
 
 /// Everything a store operation can fail with.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::StateError;
+/// use chatd_store::StoreError;
+/// let err = StoreError::from(StateError::ChatNotFound);
+/// assert_eq!(err.state(), Some(&StateError::ChatNotFound));
+/// assert!(!err.is_retryable(), "a domain error is final");
+/// assert!(StoreError::from(sqlx::Error::PoolTimedOut).is_retryable());
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The state machine rejected the operation; nothing was changed.
@@ -18,6 +29,8 @@ pub enum StoreError {
 
 impl StoreError {
     /// The domain error, if this is one.
+    ///
+    /// Example: [`StoreError`].
     pub fn state(&self) -> Option<&StateError> {
         match self {
             StoreError::State(err) => Some(err),
@@ -27,6 +40,8 @@ impl StoreError {
 
     /// Whether retrying the same operation later may succeed: connection
     /// failures, pool timeouts, serialization failures and deadlocks.
+    ///
+    /// Example: [`StoreError`].
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Database(err) => match err {
@@ -46,4 +61,6 @@ impl StoreError {
 }
 
 /// Result alias of the store.
+///
+/// Example: [`StoreError`].
 pub type StoreResult<T> = Result<T, StoreError>;

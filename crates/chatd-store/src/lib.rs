@@ -43,4 +43,15 @@ pub use transitions::{
 };
 
 /// The embedded migrations (`crates/chatd-store/migrations`).
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// // Applying them again finds nothing to do.
+/// chatd_store::MIGRATOR.run(pool).await?;
+/// assert!(chatd_store::MIGRATOR.iter().count() >= 2);
+/// # Ok(()) }
+/// ```
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

@@ -34,6 +34,17 @@ use crate::queries;
 use crate::queries::chats::LockMode;
 
 /// Tunables of the state machine. Defaults are the spec's.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use chatd_store::StoreConfig;
+/// let config = StoreConfig::default();
+/// assert_eq!(config.requires_action_timeout, Duration::from_secs(300));
+/// assert_eq!(config.heartbeat_stale_after, Duration::from_secs(30));
+/// assert_eq!(config.max_queued_messages, 20);
+/// ```
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// How long a chat stays in `requires_action` before the timeout task
@@ -57,6 +68,32 @@ impl Default for StoreConfig {
 }
 
 /// Handle to the database and the publisher; cheap to clone.
+///
+/// # Example
+///
+/// ```
+/// use std::sync::Arc;
+/// use chatd_core::{ExecutionState, MessagePart, Role};
+/// use chatd_pubsub::RecordingPublisher;
+/// use chatd_store::{CreateChatInput, NewMessage, Store, queries};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let published = Arc::new(RecordingPublisher::new());
+/// let store = Store::new(pool.clone(), published.clone());
+/// let owner = queries::users::insert(store.pool(), "alice", Role::Member).await?.id;
+/// let input = CreateChatInput {
+///     owner_id: owner,
+///     initial_messages: vec![NewMessage::user(vec![MessagePart::text("hi")])],
+///     ..Default::default()
+/// };
+/// let chat = store.create_chat(input).await?.chat;
+/// let mut locked = store.machine(chat.id).read_lock().await?;
+/// assert_eq!(locked.execution_state().await?, ExecutionState::R0);
+/// locked.finish().await?;
+/// // chat:update and, for a runnable chat, chat:ownership, after the commit.
+/// assert_eq!(published.published().len(), 2);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
@@ -73,6 +110,8 @@ impl std::fmt::Debug for Store {
 }
 
 /// Input of [`Store::create_chat`] (spec chatstate `CreateChatInput`).
+///
+/// Example: [`Store::create_chat`].
 #[derive(Debug, Clone, Default)]
 pub struct CreateChatInput {
     /// Use this id instead of a random one (`CreateChatWithID`).
@@ -102,6 +141,8 @@ pub struct CreateChatInput {
 }
 
 /// Result of [`Store::create_chat`].
+///
+/// Example: [`Store::create_chat`].
 #[derive(Debug, Clone)]
 pub struct CreateChatResult {
     /// The new row.
@@ -112,11 +153,31 @@ pub struct CreateChatResult {
 
 impl Store {
     /// A store over `pool` publishing to `publisher`, with default tunables.
+    ///
+    /// Example: [`Store`].
     pub fn new(pool: PgPool, publisher: Arc<dyn Publisher>) -> Self {
         Self::with_config(pool, publisher, StoreConfig::default())
     }
 
     /// A store with explicit tunables.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use chatd_store::{Store, StoreConfig};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// let config = StoreConfig {
+    ///     max_queued_messages: 5,
+    ///     ..StoreConfig::default()
+    /// };
+    /// let store = Store::with_config(pool.clone(), Arc::new(chatd_pubsub::RecordingPublisher::new()), config);
+    /// assert_eq!(store.config().max_queued_messages, 5);
+    /// assert_eq!(store.config().heartbeat_stale_after, Duration::from_secs(30));
+    /// # Ok(()) }
+    /// ```
     pub fn with_config(pool: PgPool, publisher: Arc<dyn Publisher>, config: StoreConfig) -> Self {
         Self {
             pool,
@@ -126,21 +187,40 @@ impl Store {
     }
 
     /// The connection pool.
+    ///
+    /// Example: [`Store`].
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 
     /// The publisher.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_pubsub::Publisher as _;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// // Publications of the store's transitions go here, after their commit.
+    /// store.publisher().publish("example", b"{}")?;
+    /// # Ok(()) }
+    /// ```
     pub fn publisher(&self) -> &Arc<dyn Publisher> {
         &self.publisher
     }
 
     /// The tunables.
+    ///
+    /// Example: [`Store::with_config`].
     pub fn config(&self) -> &StoreConfig {
         &self.config
     }
 
     /// A state-machine handle for one chat. Cheap; make one per request.
+    ///
+    /// Example: [`Store`], [`ChatMachine::update`].
     pub fn machine(&self, chat_id: Uuid) -> ChatMachine {
         ChatMachine {
             store: self.clone(),
@@ -158,6 +238,35 @@ impl Store {
     /// `InvalidInput` for an empty history or a status other than running or
     /// waiting; `ChatNotFound` when `parent_chat_id` does not exist; database
     /// errors (an existing `id` is a unique violation).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{ChatRole, ChatStatus, MessagePart};
+    /// use chatd_store::{CreateChatInput, NewMessage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// let input = CreateChatInput {
+    ///     owner_id: owner,
+    ///     title: Some("Plans".into()),
+    ///     initial_messages: vec![
+    ///         NewMessage::system("Be brief."),
+    ///         NewMessage::user(vec![MessagePart::text("hi")]).created_by(owner),
+    ///     ],
+    ///     ..Default::default()
+    /// };
+    /// let created = store.create_chat(input).await?;
+    /// assert_eq!(created.chat.status, ChatStatus::Running);
+    /// assert_eq!((created.chat.snapshot_version, created.chat.history_version), (1, 1));
+    /// let roles: Vec<ChatRole> = created.initial_messages.iter().map(|m| m.role).collect();
+    /// assert_eq!(roles, [ChatRole::System, ChatRole::User]);
+    /// // Nothing to say: rejected, nothing created.
+    /// let empty = CreateChatInput { owner_id: owner, ..Default::default() };
+    /// assert!(store.create_chat(empty).await.unwrap_err().state().is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn create_chat(&self, input: CreateChatInput) -> StoreResult<CreateChatResult> {
         let status = input.initial_status.unwrap_or(ChatStatus::Running);
         if !matches!(status, ChatStatus::Running | ChatStatus::Waiting) {
@@ -214,6 +323,29 @@ impl Store {
     /// `ChatNotFound`, `ChatNotRoot` (the chat has a parent),
     /// `InvalidState` when any member is invalid, `TransitionNotAllowed` when a
     /// member is busy.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::ExecutionState;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let machine = store.machine(chat.id);
+    /// // A running chat cannot be archived; once it waits, its whole family can.
+    /// assert!(store.set_family_archived(chat.id, true).await.is_err());
+    /// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
+    /// let family = store.set_family_archived(chat.id, true).await?;
+    /// assert!(family.iter().all(|c| c.archived));
+    /// let mut locked = machine.lock().await?;
+    /// assert_eq!(locked.execution_state().await?, ExecutionState::XW);
+    /// locked.finish().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn set_family_archived(
         &self,
         root_id: Uuid,
@@ -236,6 +368,10 @@ impl Store {
     ///
     /// # Errors
     /// Database errors only.
+    ///
+    /// Example: [`Store::auto_archive_family`] (and
+    /// [`crate::queries::chats::auto_archive_candidates`]); the auto-archive loop
+    /// is tested by `chatd-worker`'s `tests/it/archive.rs`.
     pub async fn auto_archive_candidates(
         &self,
         idle_for: Duration,
@@ -265,6 +401,29 @@ impl Store {
     ///
     /// # Errors
     /// Database errors only.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let machine = store.machine(chat.id);
+    /// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
+    /// let idle = Duration::ZERO;
+    /// let roots: Vec<_> = store.auto_archive_candidates(idle, 100, None).await?;
+    /// assert_eq!(roots.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![chat.id]);
+    /// let archived = store.auto_archive_family(chat.id, idle).await?.expect("unused");
+    /// assert!(archived[0].archived);
+    /// // Already archived: it no longer qualifies, and nothing changes.
+    /// assert!(store.auto_archive_family(chat.id, idle).await?.is_none());
+    /// # Ok(()) }
+    /// ```
     pub async fn auto_archive_family(
         &self,
         root_id: Uuid,
@@ -369,6 +528,8 @@ impl Store {
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// A chat-scoped state-machine handle (spec chatstate `ChatMachine`).
+///
+/// Example: [`ChatMachine::update`].
 #[derive(Debug, Clone)]
 pub struct ChatMachine {
     store: Store,
@@ -377,11 +538,15 @@ pub struct ChatMachine {
 
 impl ChatMachine {
     /// The chat this handle is scoped to.
+    ///
+    /// Example: [`ChatMachine::update`].
     pub fn chat_id(&self) -> Uuid {
         self.chat_id
     }
 
     /// The store behind this handle.
+    ///
+    /// Example: [`ChatMachine::update`].
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -393,6 +558,31 @@ impl ChatMachine {
     ///
     /// # Errors
     /// `ChatNotFound` when the chat does not exist; database errors.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::ExecutionState;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// assert_eq!(tx.snapshot_version(), chat.snapshot_version + 1);
+    /// tx.interrupt().await?;
+    /// assert_eq!(tx.execution_state().await?, ExecutionState::I0);
+    /// let committed = tx.commit().await?;
+    /// assert_eq!(committed.snapshot_version, chat.snapshot_version + 1);
+    /// // Dropping an open bundle rolls it back, the bump included.
+    /// let tx = store.machine(chat.id).begin().await?;
+    /// drop(tx);
+    /// let again = store.machine(chat.id).begin().await?;
+    /// assert_eq!(again.snapshot_version(), committed.snapshot_version + 1);
+    /// # Ok(()) }
+    /// ```
     pub async fn begin(&self) -> StoreResult<ChatTx> {
         let mut tx = self.store.pool.begin().await?;
         let chat = queries::chats::lock_and_bump(&mut tx, self.chat_id)
@@ -414,6 +604,25 @@ impl ChatMachine {
     ///
     /// # Errors
     /// Database errors.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let machine = store.machine(chat.id);
+    /// let held = machine.begin().await?;
+    /// // Another transaction holds the row: no waiting, no bundle.
+    /// assert!(machine.try_begin().await?.is_none());
+    /// drop(held);
+    /// assert!(machine.try_begin().await?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn try_begin(&self) -> StoreResult<Option<ChatTx>> {
         let mut tx = self.store.pool.begin().await?;
         let Some(chat) = queries::chats::lock_and_bump_skip_locked(&mut tx, self.chat_id).await?
@@ -433,15 +642,32 @@ impl ChatMachine {
     /// commits when it returns `Ok` (spec chatstate `ChatMachine.Update`).
     /// Returns `f`'s value and the committed chat row.
     ///
-    /// ```ignore
-    /// let (result, chat) = machine.update(|tx| Box::pin(async move {
-    ///     tx.interrupt(InterruptInput::default()).await
-    /// })).await?;
-    /// ```
-    ///
     /// # Errors
     /// `f`'s error (everything rolled back, nothing published), or the
     /// errors of [`ChatMachine::begin`] and [`ChatTx::commit`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::ChatStatus;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let machine = store.machine(chat.id);
+    /// let (cancelled, chat) = machine
+    ///     .update(|tx| Box::pin(async move { tx.interrupt().await }))
+    ///     .await?;
+    /// assert!(cancelled.is_empty(), "no pending tool call was answered");
+    /// assert_eq!(chat.status, ChatStatus::Interrupting);
+    /// // A rejected transition rolls everything back and publishes nothing.
+    /// let again = machine.update(|tx| Box::pin(async move { tx.interrupt().await })).await;
+    /// assert!(again.is_err());
+    /// # Ok(()) }
+    /// ```
     pub async fn update<T, F>(&self, f: F) -> StoreResult<(T, Chat)>
     where
         F: for<'a> FnOnce(&'a mut ChatTx) -> BoxFuture<'a, StoreResult<T>>,
@@ -459,6 +685,25 @@ impl ChatMachine {
     ///
     /// # Errors
     /// `ChatNotFound`; database errors.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_store::queries::chats;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let mut locked = store.machine(chat.id).lock().await?;
+    /// // Related reads in the same transaction see the locked row's state.
+    /// let facts = chats::publication_facts(locked.conn(), chat.id, 30.0).await?;
+    /// assert_eq!(facts.chat.snapshot_version, locked.chat.snapshot_version);
+    /// locked.finish().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn lock(&self) -> StoreResult<LockedChat> {
         self.lock_with(LockMode::Update).await
     }
@@ -469,6 +714,26 @@ impl ChatMachine {
     ///
     /// # Errors
     /// `ChatNotFound`; database errors.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let machine = store.machine(chat.id);
+    /// // Readers share the lock.
+    /// let a = machine.read_lock().await?;
+    /// let b = machine.read_lock().await?;
+    /// assert_eq!(a.chat, b.chat);
+    /// a.finish().await?;
+    /// b.finish().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn read_lock(&self) -> StoreResult<LockedChat> {
         self.lock_with(LockMode::Share).await
     }
@@ -480,6 +745,24 @@ impl ChatMachine {
     ///
     /// # Errors
     /// `ChatNotFound`; database errors.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_store::queries::messages;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let mut snapshot = store.machine(chat.id).snapshot().await?;
+    /// let visible = messages::visible(snapshot.conn(), chat.id).await?;
+    /// assert_eq!(visible.len(), 1);
+    /// snapshot.finish().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn snapshot(&self) -> StoreResult<LockedChat> {
         let mut tx = self.store.pool.begin().await?;
         queries::set_read_only_snapshot(&mut tx).await?;
@@ -501,6 +784,26 @@ impl ChatMachine {
 /// A chat row read under a lock (or in a snapshot) with its transaction still
 /// open: further reads through [`LockedChat::conn`] are consistent with it.
 /// The lock is released by [`LockedChat::finish`] or on drop.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ExecutionState;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut locked = store.machine(chat.id).lock().await?;
+/// assert!(!locked.queue_non_empty().await?);
+/// assert_eq!(locked.execution_state().await?, ExecutionState::R0);
+/// let conn = locked.conn(); // for related reads
+/// chatd_store::queries::queue::len(conn, chat.id).await?;
+/// locked.finish().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct LockedChat {
     tx: Transaction<'static, Postgres>,
@@ -510,6 +813,8 @@ pub struct LockedChat {
 
 impl LockedChat {
     /// The transaction's connection, for related reads.
+    ///
+    /// Example: [`LockedChat`].
     pub fn conn(&mut self) -> &mut PgConnection {
         &mut self.tx
     }
@@ -518,6 +823,8 @@ impl LockedChat {
     ///
     /// # Errors
     /// Database errors.
+    ///
+    /// Example: [`LockedChat`].
     pub async fn queue_non_empty(&mut self) -> StoreResult<bool> {
         Ok(queries::queue::len(&mut *self.tx, self.chat.id).await? > 0)
     }
@@ -526,6 +833,8 @@ impl LockedChat {
     ///
     /// # Errors
     /// Database errors.
+    ///
+    /// Example: [`LockedChat`].
     pub async fn execution_state(&mut self) -> StoreResult<ExecutionState> {
         let queued = self.queue_non_empty().await?;
         Ok(self.chat.execution_state(queued))
@@ -536,6 +845,8 @@ impl LockedChat {
     ///
     /// # Errors
     /// Database errors.
+    ///
+    /// Example: [`LockedChat`].
     pub async fn finish(self) -> StoreResult<()> {
         self.tx.commit().await?;
         Ok(())
@@ -546,6 +857,9 @@ impl LockedChat {
 /// locked and `snapshot_version` already advanced. Transition methods live in
 /// [`crate::transitions`]; each reads the row and queue afresh, validates
 /// against the matrix, writes, and checks where it landed.
+///
+/// Example: [`ChatTx::commit`]; each transition method says which tests show it
+/// (all of them: the matrix tests of `tests/it/matrix.rs`).
 pub struct ChatTx {
     pub(crate) tx: Transaction<'static, Postgres>,
     pub(crate) chat_id: Uuid,
@@ -566,11 +880,15 @@ impl std::fmt::Debug for ChatTx {
 
 impl ChatTx {
     /// The chat this bundle is scoped to.
+    ///
+    /// Example: [`ChatTx::commit`].
     pub fn chat_id(&self) -> Uuid {
         self.chat_id
     }
 
     /// The snapshot version this bundle will commit.
+    ///
+    /// Example: [`ChatTx::commit`].
     pub fn snapshot_version(&self) -> i64 {
         self.snapshot_version
     }
@@ -579,6 +897,27 @@ impl ChatTx {
     /// must be atomic with the transitions. Never write execution-state
     /// tables or columns through it: that is what the transition methods are
     /// for.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_store::queries::chats::{self, MetadataChanges};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// // A metadata write atomic with a transition.
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// tx.interrupt().await?;
+    /// let title = MetadataChanges { title: Some("Stopped".into()), ..Default::default() };
+    /// chats::update_metadata(tx.conn(), chat.id, &title).await?;
+    /// let committed = tx.commit().await?;
+    /// assert_eq!(committed.title, "Stopped");
+    /// # Ok(()) }
+    /// ```
     pub fn conn(&mut self) -> &mut PgConnection {
         &mut self.tx
     }
@@ -588,6 +927,8 @@ impl ChatTx {
     /// # Errors
     /// `ChatNotFound` (deleted under us cannot happen while locked, but the
     /// row may be gone if the caller deleted it); database errors.
+    ///
+    /// Example: [`ChatTx::commit`].
     pub async fn chat(&mut self) -> StoreResult<Chat> {
         Ok(
             queries::chats::select(&mut *self.tx, self.chat_id, LockMode::None)
@@ -600,6 +941,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Database errors.
+    ///
+    /// Example: [`ChatTx::commit`].
     pub async fn execution_state(&mut self) -> StoreResult<ExecutionState> {
         let chat = self.chat().await?;
         let queued = queries::queue::len(&mut *self.tx, self.chat_id).await? > 0;
@@ -607,6 +950,8 @@ impl ChatTx {
     }
 
     /// The transitions applied so far: `(transition, from, to)`.
+    ///
+    /// Example: [`ChatTx::commit`].
     pub fn applied(&self) -> &[(Transition, ExecutionState, ExecutionState)] {
         &self.applied
     }
@@ -617,6 +962,36 @@ impl ChatTx {
     ///
     /// # Errors
     /// Database errors (the bundle is rolled back and nothing is published).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{ChatStatus, ExecutionState, Transition};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// assert_eq!(tx.chat_id(), chat.id);
+    /// tx.interrupt().await?;
+    /// tx.finish_interruption(vec![]).await?;
+    /// assert_eq!(tx.chat().await?.status, ChatStatus::Waiting);
+    /// assert_eq!(
+    ///     tx.applied(),
+    ///     [
+    ///         (Transition::Interrupt, ExecutionState::R0, ExecutionState::I0),
+    ///         (Transition::FinishInterruption, ExecutionState::I0, ExecutionState::W),
+    ///     ]
+    /// );
+    /// let version = tx.snapshot_version();
+    /// let committed = tx.commit().await?;
+    /// // One snapshot for the whole bundle.
+    /// assert_eq!(committed.snapshot_version, version);
+    /// # Ok(()) }
+    /// ```
     pub async fn commit(mut self) -> StoreResult<Chat> {
         let buffer = PublishBuffer::new(self.store.publisher.clone());
         let chat =
@@ -680,6 +1055,22 @@ async fn enqueue_publications(
 }
 
 /// The `chat:update` payload for a committed row.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let update = chatd_store::chat_update_payload(&chat);
+/// assert_eq!((update.chat_id, update.snapshot_version), (chat.id, chat.snapshot_version));
+/// assert_eq!(update.status, chat.status);
+/// # Ok(()) }
+/// ```
 pub fn chat_update_payload(chat: &Chat) -> ChatUpdate {
     ChatUpdate {
         chat_id: chat.id,
@@ -713,6 +1104,17 @@ pub(crate) fn record_transition(transition: Transition, outcome: &'static str) {
 ///
 /// # Errors
 /// Migration failures.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// // Idempotent: a migrated database has nothing pending.
+/// chatd_store::migrate(pool).await?;
+/// assert!(chatd_store::queries::migrations::all_applied(pool).await?);
+/// # Ok(()) }
+/// ```
 pub async fn migrate(pool: &PgPool) -> StoreResult<()> {
     crate::MIGRATOR.run(pool).await?;
     Ok(())

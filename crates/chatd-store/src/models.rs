@@ -29,10 +29,27 @@ pub use chatd_core::Usage;
 
 /// The title every chat starts with (API.md "Limits"), until the user or the
 /// worker's title generation sets another.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// assert_eq!(chat.title, chatd_store::DEFAULT_CHAT_TITLE);
+/// # Ok(()) }
+/// ```
 pub const DEFAULT_CHAT_TITLE: &str = "New Chat";
 
 /// A row of `chats`: execution state, version counters, ownership and
 /// metadata.
+///
+/// Read by [`crate::queries::chats::select`] and returned by every commit; example
+/// there.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow, Serialize)]
 pub struct Chat {
     /// Chat id.
@@ -99,17 +116,61 @@ pub struct Chat {
 
 impl Chat {
     /// The chat's execution state given whether its queue is non-empty.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::ExecutionState;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// assert_eq!(chat.execution_state(false), ExecutionState::R0);
+    /// assert_eq!(chat.execution_state(true), ExecutionState::R1);
+    /// # Ok(()) }
+    /// ```
     pub fn execution_state(&self, queue_non_empty: bool) -> ExecutionState {
         classify(Some((self.status, self.archived, queue_non_empty)))
     }
 
     /// Names of the chat's dynamic tools.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{DynamicTool, MessagePart};
+    /// use chatd_store::{CreateChatInput, NewMessage};
+    /// use serde_json::json;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// let input = CreateChatInput {
+    ///     owner_id: owner,
+    ///     dynamic_tools: vec![DynamicTool {
+    ///         name: "pick_color".into(),
+    ///         description: "Ask the user for a color".into(),
+    ///         input_schema: json!({"type": "object"}),
+    ///     }],
+    ///     initial_messages: vec![NewMessage::user(vec![MessagePart::text("hi")])],
+    ///     ..Default::default()
+    /// };
+    /// let chat = store.create_chat(input).await?.chat;
+    /// assert_eq!(chat.dynamic_tool_names(), ["pick_color"]);
+    /// # Ok(()) }
+    /// ```
     pub fn dynamic_tool_names(&self) -> Vec<String> {
         self.dynamic_tools.iter().map(|t| t.name.clone()).collect()
     }
 }
 
 /// A row of `chat_messages`.
+///
+/// Read by [`crate::queries::messages::select`] and returned by the transitions;
+/// example there.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ChatMessage {
     /// Message id (bigserial, ascending in insertion order).
@@ -170,6 +231,35 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     /// Usage, when the row carries any token counts.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{MessagePart, Usage};
+    /// use chatd_store::NewMessage;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// assert_eq!(created.initial_messages[0].usage(), None, "a user message has none");
+    /// let usage = Usage {
+    ///     input_tokens: 12,
+    ///     output_tokens: 3,
+    ///     total_tokens: 15,
+    ///     ..Usage::default()
+    /// };
+    /// let mut answer = NewMessage::assistant(vec![MessagePart::text("hello")]);
+    /// answer.usage = Some(usage);
+    /// let machine = store.machine(chat.id);
+    /// let (rows, _) = machine
+    ///     .update(|tx| Box::pin(async move { tx.commit_step(vec![answer], false).await }))
+    ///     .await?;
+    /// assert_eq!(rows[0].usage(), Some(usage));
+    /// # Ok(()) }
+    /// ```
     pub fn usage(&self) -> Option<Usage> {
         if self.input_tokens.is_none()
             && self.output_tokens.is_none()
@@ -204,6 +294,8 @@ impl TryFrom<FinishReasonColumn> for Option<FinishReason> {
 }
 
 /// A row of `chat_queued_messages`.
+///
+/// Read by [`crate::queries::queue::list`]; example there.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct QueuedMessage {
     /// Queued message id.
@@ -227,6 +319,8 @@ pub struct QueuedMessage {
 }
 
 /// A message to insert (spec chatstate `Message`).
+///
+/// Example: [`NewMessage::new`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NewMessage {
     /// Role (`None` is an error at insert time; use the constructors).
@@ -261,6 +355,22 @@ pub struct NewMessage {
 
 impl NewMessage {
     /// A message with `role` and `content` and defaults elsewhere.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{ChatRole, MessagePart, Visibility};
+    /// use chatd_store::NewMessage;
+    /// let author = uuid::Uuid::new_v4();
+    /// let message = NewMessage::new(ChatRole::User, vec![MessagePart::text("hi")]).created_by(author);
+    /// assert_eq!((message.role, message.created_by), (Some(ChatRole::User), Some(author)));
+    /// assert_eq!(message.visibility, Visibility::Both);
+    /// assert_eq!(NewMessage::user(vec![]).role, Some(ChatRole::User));
+    /// assert_eq!(NewMessage::assistant(vec![]).role, Some(ChatRole::Assistant));
+    /// assert_eq!(NewMessage::tool(vec![]).role, Some(ChatRole::Tool));
+    /// let system = NewMessage::system("Be brief.");
+    /// assert_eq!(system.content, vec![MessagePart::text("Be brief.")]);
+    /// ```
     pub fn new(role: ChatRole, content: Vec<MessagePart>) -> Self {
         Self {
             role: Some(role),
@@ -270,26 +380,36 @@ impl NewMessage {
     }
 
     /// A user message.
+    ///
+    /// Example: [`NewMessage::new`].
     pub fn user(content: Vec<MessagePart>) -> Self {
         Self::new(ChatRole::User, content)
     }
 
     /// An assistant message.
+    ///
+    /// Example: [`NewMessage::new`].
     pub fn assistant(content: Vec<MessagePart>) -> Self {
         Self::new(ChatRole::Assistant, content)
     }
 
     /// A tool-result message.
+    ///
+    /// Example: [`NewMessage::new`].
     pub fn tool(content: Vec<MessagePart>) -> Self {
         Self::new(ChatRole::Tool, content)
     }
 
     /// A system message.
+    ///
+    /// Example: [`NewMessage::new`].
     pub fn system(text: impl Into<String>) -> Self {
         Self::new(ChatRole::System, vec![MessagePart::text(text)])
     }
 
     /// Sets the author.
+    ///
+    /// Example: [`NewMessage::new`].
     pub fn created_by(mut self, user: Uuid) -> Self {
         self.created_by = Some(user);
         self

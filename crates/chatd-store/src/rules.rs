@@ -58,10 +58,8 @@ pub(crate) use {idle_status_sql, runnable_chat_sql};
 /// use chatd_core::{ChatStatus, classify};
 /// use chatd_store::rules::RUNNABLE_CHAT_SQL;
 ///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?;
-/// # let pool = db.pool();
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// // PostgreSQL evaluates the rule for every status and archive marker; the
 /// // classifier agrees for both queue states.
 /// for status in ChatStatus::ALL {
@@ -80,8 +78,7 @@ pub(crate) use {idle_status_sql, runnable_chat_sql};
 ///         }
 ///     }
 /// }
-/// # Ok(())
-/// # }
+/// # Ok(()) }
 /// ```
 pub const RUNNABLE_CHAT_SQL: &str = runnable_chat_sql!();
 
@@ -93,10 +90,8 @@ pub const RUNNABLE_CHAT_SQL: &str = runnable_chat_sql!();
 /// use chatd_core::{ChatStatus, ExecutionState, classify};
 /// use chatd_store::rules::IDLE_STATUS_SQL;
 ///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?;
-/// # let pool = db.pool();
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// for status in ChatStatus::ALL {
 ///     let sql = format!("SELECT {IDLE_STATUS_SQL} FROM (SELECT $1::text AS status) c");
 ///     let idle: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
@@ -112,8 +107,7 @@ pub const RUNNABLE_CHAT_SQL: &str = runnable_chat_sql!();
 ///         }
 ///     }
 /// }
-/// # Ok(())
-/// # }
+/// # Ok(()) }
 /// ```
 pub const IDLE_STATUS_SQL: &str = idle_status_sql!();
 

@@ -29,6 +29,8 @@ use crate::models::{Chat, ChatMessage, NewMessage, QueuedMessage};
 use crate::queries::{self, chats::ChatChanges, queue::QueueEnd};
 
 /// Input of [`ChatTx::send_message`].
+///
+/// Example: [`ChatTx::send_message`].
 #[derive(Debug, Clone)]
 pub struct SendMessageInput {
     /// The user message (role is forced to `user`).
@@ -40,6 +42,8 @@ pub struct SendMessageInput {
 }
 
 /// Result of [`ChatTx::send_message`].
+///
+/// Example: [`ChatTx::send_message`].
 #[derive(Debug, Clone, Default)]
 pub struct SendMessageResult {
     /// Rows inserted into history, in id order: synthetic tool results first,
@@ -51,6 +55,8 @@ pub struct SendMessageResult {
 }
 
 /// Input of [`ChatTx::edit_message`].
+///
+/// Example: [`ChatTx::edit_message`].
 #[derive(Debug, Clone)]
 pub struct EditMessageInput {
     /// The user message to replace.
@@ -62,6 +68,8 @@ pub struct EditMessageInput {
 }
 
 /// Result of [`ChatTx::edit_message`].
+///
+/// Example: [`ChatTx::edit_message`].
 #[derive(Debug, Clone)]
 pub struct EditMessageResult {
     /// The new user message.
@@ -77,6 +85,8 @@ pub struct EditMessageResult {
 }
 
 /// Result of [`ChatTx::promote_queued_message`].
+///
+/// See [`ChatTx::promote_queued_message`] and its tests.
 #[derive(Debug, Clone)]
 pub struct PromoteQueuedMessageResult {
     /// The queued row as it was promoted (reordered or removed).
@@ -88,6 +98,8 @@ pub struct PromoteQueuedMessageResult {
 }
 
 /// One submitted dynamic-tool result.
+///
+/// Example: [`validate_tool_results`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolResultInput {
     /// The provider's tool call id.
@@ -99,6 +111,8 @@ pub struct ToolResultInput {
 }
 
 /// Input of [`ChatTx::complete_requires_action`].
+///
+/// See [`ChatTx::complete_requires_action`] and its tests.
 #[derive(Debug, Clone, Default)]
 pub struct CompleteRequiresActionInput {
     /// Submitting user.
@@ -112,6 +126,8 @@ pub struct CompleteRequiresActionInput {
 }
 
 /// Result of [`ChatTx::finish_interruption`].
+///
+/// See [`ChatTx::finish_interruption`] and its tests.
 #[derive(Debug, Clone, Default)]
 pub struct FinishInterruptionResult {
     /// Partial rows and synthetic results inserted, in id order.
@@ -121,6 +137,8 @@ pub struct FinishInterruptionResult {
 }
 
 /// Result of [`ChatTx::finish_turn`].
+///
+/// See [`ChatTx::finish_turn`] and its tests.
 #[derive(Debug, Clone, Default)]
 pub struct FinishTurnResult {
     /// The promoted queue head (`R1`).
@@ -136,6 +154,24 @@ pub struct FinishTurnResult {
 ///
 /// # Errors
 /// The first [`ToolResultError`] found.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ToolCallRef, ToolResultErrorKind};
+/// use chatd_store::{ToolResultInput, validate_tool_results};
+/// let pending = [ToolCallRef { tool_call_id: "c1".into(), tool_name: "pick".into() }];
+/// let result = |id: &str, output: &str| ToolResultInput {
+///     tool_call_id: id.into(),
+///     output: output.into(),
+///     is_error: false,
+/// };
+/// assert!(validate_tool_results(&[result("c1", r#"{"color":"red"}"#)], &pending).is_ok());
+/// let missing = validate_tool_results(&[], &pending).unwrap_err();
+/// assert_eq!(missing.kind, ToolResultErrorKind::Missing);
+/// let bad = validate_tool_results(&[result("c1", "not json")], &pending).unwrap_err();
+/// assert_eq!(bad.kind, ToolResultErrorKind::InvalidJson);
+/// ```
 pub fn validate_tool_results(
     results: &[ToolResultInput],
     pending: &[ToolCallRef],
@@ -185,6 +221,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed from any other state.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `family_archive_is_all_or_nothing_and_root_only`; and `tests/it/matrix.rs`: `matrix_set_archived_true, matrix_set_archived_false` (every state).
     pub async fn set_archived(&mut self, archived: bool) -> StoreResult<()> {
         self.ops().set_archived(archived).await
     }
@@ -198,6 +236,36 @@ impl ChatTx {
     /// # Errors
     /// `MessageQueueFull` when the message would be queued and the queue is
     /// at its cap; not allowed from archived, invalid or missing chats.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{BusyBehavior, MessagePart};
+    /// use chatd_store::{NewMessage, SendMessageInput};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let send = |text: &str, busy_behavior| SendMessageInput {
+    ///     message: NewMessage::user(vec![MessagePart::text(text)]),
+    ///     busy_behavior,
+    ///     max_queue_size: None,
+    /// };
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// // Running: the message is queued, at the head when it interrupts.
+    /// let queued = tx.send_message(send("and then?", BusyBehavior::Queue)).await?;
+    /// assert!(queued.queued_message.is_some() && queued.inserted_messages.is_empty());
+    /// tx.send_message(send("stop, this instead", BusyBehavior::Interrupt)).await?;
+    /// assert_eq!(tx.execution_state().await?, chatd_core::ExecutionState::I1);
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// More in `tests/it/transitions.rs` (`send_message_*`) and `tests/it/matrix.rs`
+    /// (`matrix_send_message_queue`, `matrix_send_message_interrupt`).
     pub async fn send_message(
         &mut self,
         input: SendMessageInput,
@@ -214,6 +282,35 @@ impl ChatTx {
     /// `MessageNotFound` when `k` is not an active message of this chat,
     /// `EditedMessageNotUser` when it is not a user message; not allowed from
     /// archived/invalid states.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::MessagePart;
+    /// use chatd_store::{EditMessageInput, NewMessage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let first = created.initial_messages[0].id;
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// let edit = EditMessageInput {
+    ///     message_id: first,
+    ///     replacement: NewMessage::user(vec![MessagePart::text("hello instead")]),
+    ///     suffix_messages: vec![],
+    /// };
+    /// let edited = tx.edit_message(edit).await?;
+    /// assert_eq!(edited.deleted_message_ids, vec![first]);
+    /// assert_eq!(edited.replacement_message.content.0, vec![MessagePart::text("hello instead")]);
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// More in `tests/it/transitions.rs` (`edit_message_*`) and `tests/it/matrix.rs`
+    /// (`matrix_edit_message`).
     pub async fn edit_message(
         &mut self,
         input: EditMessageInput,
@@ -226,6 +323,8 @@ impl ChatTx {
     /// # Errors
     /// Not allowed elsewhere (an empty queue); `QueuedMessageNotFound` when
     /// `qid` is not queued on this chat.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `delete_queued_message_unknown_id_is_not_found_and_empty_queue_is_not_allowed`; and `tests/it/matrix.rs`: `matrix_delete_queued_message` (every state).
     pub async fn delete_queued_message(
         &mut self,
         queued_message_id: i64,
@@ -239,6 +338,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed from other states; `QueuedMessageNotFound`.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `promote_queued_message_from_r1_moves_it_to_the_head_and_interrupts`, `promote_from_a1_answers_pending_calls_and_inserts_the_message`; and `tests/it/matrix.rs`: `matrix_promote_queued_message` (every state).
     pub async fn promote_queued_message(
         &mut self,
         queued_message_id: i64,
@@ -251,6 +352,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed from other states.
+    ///
+    /// Example: [`crate::ChatMachine::update`]. Tested by `tests/it/transitions.rs`: `send_message_interrupt_from_a1_answers_pending_calls_as_interrupted_and_lands_r1`; and `tests/it/matrix.rs`: `matrix_interrupt` (every state).
     pub async fn interrupt(&mut self) -> StoreResult<Vec<ChatMessage>> {
         self.ops().interrupt().await
     }
@@ -261,6 +364,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// `ToolResult` validation errors; not allowed from other states.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `complete_requires_action_validates_the_exact_set`; and `tests/it/matrix.rs`: `matrix_complete_requires_action` (every state).
     pub async fn complete_requires_action(
         &mut self,
         input: CompleteRequiresActionInput,
@@ -273,6 +378,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Only `ChatNotFound` (allowed from every existing state).
+    ///
+    /// Example: [`crate::queries::chats::owned_by_worker`]. Tested by `tests/it/transitions.rs`: `acquire_writes_ownership_and_a_heartbeat`; and `tests/it/matrix.rs`: `matrix_acquire` (every state).
     pub async fn acquire(&mut self, worker_id: Uuid, runner_id: Uuid) -> StoreResult<()> {
         self.ops().acquire(worker_id, runner_id).await
     }
@@ -282,6 +389,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed when the chat is not owned (`worker_id` is null).
+    ///
+    /// Tested by `tests/it/transitions.rs`: `abandon_of_an_unowned_chat_is_rejected`; and `tests/it/matrix.rs`: `matrix_abandon` (every state).
     pub async fn abandon(&mut self) -> StoreResult<()> {
         self.ops().abandon().await
     }
@@ -291,6 +400,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `generation_attempts_count_up_and_reset_when_history_changes`; and `tests/it/matrix.rs`: `matrix_record_generation_attempt` (every state).
     pub async fn record_generation_attempt(&mut self) -> StoreResult<i64> {
         self.ops().record_generation_attempt().await
     }
@@ -300,6 +411,35 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{ChatError, ChatErrorKind, RetryState};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// let attempt = tx.record_generation_attempt().await?;
+    /// let retry = RetryState {
+    ///     attempt,
+    ///     delay_ms: 1000,
+    ///     error: ChatError::new(ChatErrorKind::RateLimit, "slow down", true),
+    ///     // Stored with millisecond precision.
+    ///     retrying_at: chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 3),
+    /// };
+    /// let row = tx.record_retry_state(retry.clone()).await?;
+    /// assert_eq!(row.retry_state, Some(retry));
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The retry-state triggers are tested by `tests/it/triggers.rs`, every state by
+    /// `tests/it/matrix.rs` (`matrix_record_retry_state`).
     pub async fn record_retry_state(&mut self, payload: RetryState) -> StoreResult<Chat> {
         self.ops().record_retry_state(payload).await
     }
@@ -310,6 +450,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running; `InvalidInput` for an empty step.
+    ///
+    /// Example: [`crate::ChatMessage::usage`]. Tested by `tests/it/matrix.rs`: `matrix_commit_step` (every state).
     pub async fn commit_step(
         &mut self,
         messages: Vec<NewMessage>,
@@ -326,6 +468,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running.
+    ///
+    /// Example: [`crate::queries::chats::requires_action_remaining_secs`]. Tested by `tests/it/transitions.rs`: `enter_requires_action_sets_the_deadline_from_database_time`; and `tests/it/matrix.rs`: `matrix_enter_requires_action` (every state).
     pub async fn enter_requires_action(&mut self) -> StoreResult<DateTime<Utc>> {
         self.ops().enter_requires_action().await
     }
@@ -336,6 +480,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless interrupting.
+    ///
+    /// Example: [`ChatTx::commit`]. Tested by `tests/it/transitions.rs`: `finish_interruption_keeps_partial_text_and_answers_unfinished_calls`; and `tests/it/matrix.rs`: `matrix_finish_interruption` (every state).
     pub async fn finish_interruption(
         &mut self,
         partial_messages: Vec<NewMessage>,
@@ -347,6 +493,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running.
+    ///
+    /// Example: [`crate::queries::chats::delete_family`]. Tested by `tests/it/transitions.rs`: `finish_turn_from_r1_promotes_the_head_with_its_queued_id`; and `tests/it/matrix.rs`: `matrix_finish_turn` (every state).
     pub async fn finish_turn(&mut self) -> StoreResult<FinishTurnResult> {
         self.ops().finish_turn().await
     }
@@ -355,6 +503,28 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless running.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{ChatError, ChatErrorKind, ExecutionState};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// let error = ChatError::new(ChatErrorKind::Generic, "The turn failed.", false);
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// tx.finish_error(error.clone()).await?;
+    /// let row = tx.commit().await?;
+    /// assert_eq!(row.last_error, Some(error));
+    /// assert_eq!(row.execution_state(false), ExecutionState::E0);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Every state: `tests/it/matrix.rs` (`matrix_finish_error`).
     pub async fn finish_error(&mut self, last_error: ChatError) -> StoreResult<()> {
         self.ops().finish_error(last_error).await
     }
@@ -364,6 +534,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless requires_action.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `cancel_requires_action_answers_pending_calls_as_timed_out`; and `tests/it/matrix.rs`: `matrix_cancel_requires_action` (every state).
     pub async fn cancel_requires_action(
         &mut self,
         reason: Option<&str>,
@@ -379,6 +551,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed from busy or archived states.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `request_compaction_hands_off_ownership_with_a_fresh_epoch`; and `tests/it/matrix.rs`: `matrix_request_compaction` (every state).
     pub async fn request_compaction(&mut self) -> StoreResult<()> {
         self.ops().request_compaction().await
     }
@@ -388,6 +562,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// `InvalidInput` for an empty batch; not allowed from other states.
+    ///
+    /// Tested by `tests/it/matrix.rs`: `matrix_clear_context` (every state).
     pub async fn clear_context(
         &mut self,
         messages: Vec<NewMessage>,
@@ -401,6 +577,8 @@ impl ChatTx {
     ///
     /// # Errors
     /// Not allowed unless the chat is invalid.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `reconcile_invalid_state_unarchives_into_error`; and `tests/it/matrix.rs`: `matrix_reconcile_invalid_state` (every state).
     pub async fn reconcile_invalid_state(
         &mut self,
         last_error: ChatError,

@@ -488,8 +488,11 @@ async fn generation(task: &TaskContext) -> TaskResult<()> {
                 task.ctx.parts.close_episode(episode);
                 if err.retryable && attempt <= config.max_generation_retries {
                     let delay = config.retry_delay(attempt);
-                    let retrying_at =
-                        chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+                    // Millisecond precision, as it is stored.
+                    let retrying_at = chrono::SubsecRound::trunc_subsecs(
+                        chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default(),
+                        3,
+                    );
                     let payload = RetryState {
                         attempt,
                         delay_ms: delay.as_millis() as u64,

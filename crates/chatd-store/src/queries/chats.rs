@@ -23,6 +23,8 @@ use crate::rules::{idle_status_sql, runnable_chat_sql};
 
 /// The row lock a read of a chat row takes (PostgreSQL's row-level lock
 /// modes, in the transaction of the connection it runs on).
+///
+/// Example: [`select`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LockMode {
     /// No lock: a plain read (in a snapshot, or under a lock already held).
@@ -48,6 +50,28 @@ impl LockMode {
 
 /// Reads chat `chat_id` with the row lock `lock`; `None` when it does not
 /// exist.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats::{self, LockMode};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // A plain read, and one that locks the row until its transaction ends.
+/// let row = chats::select(pool, chat.id, LockMode::None).await?.expect("exists");
+/// assert_eq!(row.snapshot_version, 1);
+/// let mut tx = pool.begin().await?;
+/// let locked = chats::select(&mut *tx, chat.id, LockMode::Update).await?;
+/// assert_eq!(locked.map(|c| c.id), Some(chat.id));
+/// tx.commit().await?;
+/// assert!(chats::select(pool, uuid::Uuid::new_v4(), LockMode::Share).await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn select(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -63,6 +87,28 @@ pub async fn select(
 /// the same statement, returning the bumped row; `None` when the chat does not
 /// exist. Must be the first write of every transition bundle: the message
 /// triggers stamp rows with the already-bumped version.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// let bumped = chats::lock_and_bump(&mut tx, chat.id).await?.expect("exists");
+/// assert_eq!(bumped.snapshot_version, chat.snapshot_version + 1);
+/// // Another transaction skips the locked row instead of waiting for it.
+/// let mut other = pool.begin().await?;
+/// assert!(chats::lock_and_bump_skip_locked(&mut other, chat.id).await?.is_none());
+/// other.rollback().await?;
+/// tx.rollback().await?; // ChatMachine::begin and ChatTx::commit do this for real
+/// # Ok(()) }
+/// ```
 pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Chat>> {
     sqlx::query_as(
         "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE)
@@ -77,6 +123,8 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
 
 /// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row is locked
 /// by another transaction or missing.
+///
+/// Example: [`lock_and_bump`].
 pub async fn lock_and_bump_skip_locked(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -93,6 +141,8 @@ pub async fn lock_and_bump_skip_locked(
 }
 
 /// A chat row with the length of its queue, read in one statement.
+///
+/// Example: [`select_with_queue_len`].
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ChatWithQueue {
     /// The row.
@@ -104,6 +154,23 @@ pub struct ChatWithQueue {
 
 /// The chat row and its queue length (no row lock clause: callers hold the
 /// lock already or read in a snapshot).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut conn = pool.acquire().await?;
+/// let row = chats::select_with_queue_len(&mut conn, chat.id).await?.expect("exists");
+/// assert_eq!((row.chat.id, row.queue_len), (chat.id, 0));
+/// # Ok(()) }
+/// ```
 pub async fn select_with_queue_len(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -119,6 +186,30 @@ pub async fn select_with_queue_len(
 
 /// Inserts the row of a new chat at `snapshot_version = 1` with `status`
 /// and the metadata of `input` (title default [`crate::DEFAULT_CHAT_TITLE`]); `root_chat_id` is the root of the parent's family.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ChatStatus;
+/// use chatd_store::CreateChatInput;
+/// use chatd_store::queries::chats::{self, LockMode};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// let id = uuid::Uuid::new_v4();
+/// let input = CreateChatInput {
+///     owner_id: owner,
+///     title: Some("Plans".into()),
+///     ..Default::default()
+/// };
+/// let mut tx = pool.begin().await?;
+/// chats::insert(&mut tx, id, None, ChatStatus::Waiting, &input).await?;
+/// let row = chats::select(&mut *tx, id, LockMode::None).await?.expect("inserted");
+/// assert_eq!((row.title.as_str(), row.snapshot_version), ("Plans", 1));
+/// tx.rollback().await?; // Store::create_chat inserts the history in the same transaction
+/// # Ok(()) }
+/// ```
 pub async fn insert(
     conn: &mut PgConnection,
     id: Uuid,
@@ -151,6 +242,35 @@ pub async fn insert(
 /// Locks chat `parent` `FOR SHARE` (it must not be deleted before the
 /// child's row is inserted) and returns the root of its family (itself
 /// when it is a root); `None` when it does not exist.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let child = store
+///     .create_chat(chatd_store::CreateChatInput {
+///         owner_id: owner,
+///         parent_chat_id: Some(chat.id),
+///         initial_messages: vec![chatd_store::NewMessage::user(vec![
+///             chatd_core::MessagePart::text("sub-task"),
+///         ])],
+///         ..Default::default()
+///     })
+///     .await?
+///     .chat;
+/// let mut tx = pool.begin().await?;
+/// assert_eq!(chats::lock_family_root(&mut tx, chat.id).await?, Some(chat.id));
+/// assert_eq!(chats::lock_family_root(&mut tx, child.id).await?, Some(chat.id));
+/// assert_eq!(chats::lock_family_root(&mut tx, uuid::Uuid::new_v4()).await?, None);
+/// # Ok(()) }
+/// ```
 pub async fn lock_family_root(conn: &mut PgConnection, parent: Uuid) -> sqlx::Result<Option<Uuid>> {
     let row: Option<(Uuid, Option<Uuid>)> =
         sqlx::query_as("SELECT id, root_chat_id FROM chats WHERE id = $1 FOR SHARE")
@@ -161,6 +281,8 @@ pub async fn lock_family_root(conn: &mut PgConnection, parent: Uuid) -> sqlx::Re
 }
 
 /// Fields of the chat row a transition may set. `None` leaves a column alone.
+///
+/// Example: [`update_execution`].
 #[derive(Debug, Default, Clone)]
 pub struct ChatChanges {
     /// New status.
@@ -190,6 +312,30 @@ pub struct ChatChanges {
 
 /// Applies `changes` to the chat row and returns the new row. Only the
 /// transitions call it: these are execution-state columns.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ChatStatus;
+/// use chatd_store::queries::chats::{self, ChatChanges};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// chats::lock_and_bump(&mut tx, chat.id).await?;
+/// let changes = ChatChanges {
+///     status: Some(ChatStatus::Waiting),
+///     ..Default::default()
+/// };
+/// let row = chats::update_execution(&mut tx, chat.id, &changes).await?;
+/// assert_eq!(row.status, ChatStatus::Waiting);
+/// tx.rollback().await?; // the transitions (crate::transitions) do this for real
+/// # Ok(()) }
+/// ```
 pub async fn update_execution(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -284,6 +430,8 @@ pub async fn update_execution(
 /// What [`crate::ChatTx::commit`] publishes about a chat: the row, whether
 /// its queue is non-empty, and whether its current runner has a fresh
 /// heartbeat.
+///
+/// Example: [`publication_facts`].
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PublicationFacts {
     /// The row.
@@ -297,6 +445,25 @@ pub struct PublicationFacts {
 
 /// The post-transition [`PublicationFacts`] of chat `chat_id`, a heartbeat
 /// counting as fresh when newer than `stale_after_secs` (database time).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut conn = pool.acquire().await?;
+/// let facts = chats::publication_facts(&mut conn, chat.id, 30.0).await?;
+/// // Running, nothing queued, no runner: a commit also publishes chat:ownership.
+/// assert!(facts.chat.execution_state(facts.queued).is_runnable());
+/// assert!(!facts.fresh);
+/// # Ok(()) }
+/// ```
 pub async fn publication_facts(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -318,6 +485,22 @@ pub async fn publication_facts(
 // ---------------------------------------------------------------- metadata
 
 /// Whether chat `chat_id` exists and belongs to `owner`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// assert!(chats::is_owned_by(pool, chat.id, owner).await?);
+/// assert!(!chats::is_owned_by(pool, chat.id, uuid::Uuid::new_v4()).await?);
+/// # Ok(()) }
+/// ```
 pub async fn is_owned_by(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -331,6 +514,8 @@ pub async fn is_owned_by(
 }
 
 /// Filters of `GET /chats`.
+///
+/// Example: [`list`].
 #[derive(Debug, Clone)]
 pub struct ChatFilter {
     /// Whose chats.
@@ -350,6 +535,34 @@ pub struct ChatFilter {
 }
 
 /// A page of chats, newest `updated_at` first, ties by id descending.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats::{self, ChatFilter};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut filter = ChatFilter {
+///     owner,
+///     archived: false,
+///     q: Some("new".into()), // the default title, "New Chat"
+///     label_keys: vec![],
+///     label_values: vec![],
+///     after_id: None,
+///     limit: 50,
+/// };
+/// let page = chats::list(pool, &filter).await?;
+/// assert_eq!(page.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
+/// filter.label_keys = vec!["topic".into()];
+/// filter.label_values = vec!["travel".into()];
+/// assert!(chats::list(pool, &filter).await?.is_empty());
+/// # Ok(()) }
+/// ```
 pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec<Chat>> {
     sqlx::query_as(
         "SELECT c.* FROM chats c
@@ -376,6 +589,8 @@ pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec
 }
 
 /// Metadata fields of a `PATCH /chats/{chat}`; `None` keeps a column.
+///
+/// Example: [`update_metadata`].
 #[derive(Debug, Clone, Default)]
 pub struct MetadataChanges {
     /// New title.
@@ -390,6 +605,33 @@ pub struct MetadataChanges {
 
 /// Applies metadata changes and advances `updated_at` (strictly, even within
 /// one microsecond), returning the row. The caller holds the row lock.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_store::queries::chats::{self, MetadataChanges};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let changes = MetadataChanges {
+///     title: Some("Trip".into()),
+///     labels: Some(BTreeMap::from([("topic".into(), "travel".into())])),
+///     ..Default::default()
+/// };
+/// let mut locked = store.machine(chat.id).lock().await?;
+/// let row = chats::update_metadata(locked.conn(), chat.id, &changes).await?;
+/// locked.finish().await?;
+/// assert_eq!((row.title.as_str(), row.labels["topic"].as_str()), ("Trip", "travel"));
+/// // Metadata is not execution state: no snapshot bump, but a newer updated_at.
+/// assert_eq!(row.snapshot_version, chat.snapshot_version);
+/// assert!(row.updated_at > chat.updated_at);
+/// # Ok(()) }
+/// ```
 pub async fn update_metadata(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -419,6 +661,25 @@ pub async fn update_metadata(
 /// title ([`crate::DEFAULT_CHAT_TITLE`]), advancing `updated_at` like
 /// [`update_metadata`]; returns whether it did. The caller holds the row
 /// lock.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut locked = store.machine(chat.id).lock().await?;
+/// assert!(chats::set_title_if_default(locked.conn(), chat.id, "Greetings").await?);
+/// // Only the default title is replaced.
+/// assert!(!chats::set_title_if_default(locked.conn(), chat.id, "Other").await?);
+/// locked.finish().await?;
+/// # Ok(()) }
+/// ```
 pub async fn set_title_if_default(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -441,6 +702,8 @@ pub async fn set_title_if_default(
 
 /// A chat of a family that `DELETE` found not deletable
 /// ([`ExecutionState::is_deletable`]): busy, or invalid.
+///
+/// Example: [`delete_family`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotDeletable {
     /// The chat.
@@ -455,6 +718,33 @@ pub struct NotDeletable {
 /// nothing and returns the first one that is not, in id order. Locks the
 /// whole subtree `FOR UPDATE` in id order first; the caller holds the lock
 /// of `chat_id` already (a [`crate::ChatMachine::lock`]).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ExecutionState;
+/// use chatd_store::queries::chats::{self, LockMode};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // A running chat is not deletable...
+/// let mut locked = store.machine(chat.id).lock().await?;
+/// let refused = chats::delete_family(locked.conn(), chat.id).await?.unwrap_err();
+/// assert_eq!((refused.chat_id, refused.state), (chat.id, ExecutionState::R0));
+/// locked.finish().await?;
+/// // ...a waiting one is.
+/// let machine = store.machine(chat.id);
+/// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
+/// let mut locked = machine.lock().await?;
+/// chats::delete_family(locked.conn(), chat.id).await?.expect("deletable");
+/// locked.finish().await?;
+/// assert!(chats::select(pool, chat.id, LockMode::None).await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn delete_family(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -498,6 +788,33 @@ pub async fn delete_family(
 
 /// The members of root chat `root_id`'s family other than the root, by
 /// creation (the order [`crate::Store::set_family_archived`] locks them in).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let child = store
+///     .create_chat(chatd_store::CreateChatInput {
+///         owner_id: owner,
+///         parent_chat_id: Some(chat.id),
+///         initial_messages: vec![chatd_store::NewMessage::user(vec![
+///             chatd_core::MessagePart::text("sub-task"),
+///         ])],
+///         ..Default::default()
+///     })
+///     .await?
+///     .chat;
+/// let mut conn = pool.acquire().await?;
+/// assert_eq!(chats::family_members(&mut conn, chat.id).await?, vec![child.id]);
+/// # Ok(()) }
+/// ```
 pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar(
         "SELECT id FROM chats WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id",
@@ -512,6 +829,28 @@ pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Res
 /// change for `idle_for` (database time); ordered by `(updated_at, id)`, at
 /// most `limit`, after the keyset `after`. See
 /// [`crate::Store::auto_archive_candidates`].
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let machine = store.machine(chat.id);
+/// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
+/// let found = chats::auto_archive_candidates(pool, Duration::ZERO, 10, None).await?;
+/// assert_eq!(found.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![chat.id]);
+/// // Idle for less than an hour: not a candidate yet.
+/// let hour = Duration::from_secs(3600);
+/// assert!(chats::auto_archive_candidates(pool, hour, 10, None).await?.is_empty());
+/// # Ok(()) }
+/// ```
 pub async fn auto_archive_candidates(
     conn: impl PgExecutor<'_>,
     idle_for: Duration,
@@ -549,6 +888,30 @@ pub async fn auto_archive_candidates(
 /// checks it still qualifies: the chat exists, is a root, is neither
 /// archived nor pinned, and it and every member had no change for
 /// `idle_for` (database time).
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// assert!(chats::lock_idle_family_nowait(&mut tx, chat.id, Duration::ZERO).await?);
+/// // While it is held, another locker fails at once with 55P03.
+/// let mut other = pool.begin().await?;
+/// let err = chats::lock_idle_family_nowait(&mut other, chat.id, Duration::ZERO)
+///     .await
+///     .unwrap_err();
+/// let code = err.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+/// assert_eq!(code.as_deref(), Some("55P03"));
+/// # Ok(()) }
+/// ```
 pub async fn lock_idle_family_nowait(
     conn: &mut PgConnection,
     root_id: Uuid,
@@ -585,6 +948,27 @@ pub async fn lock_idle_family_nowait(
 /// or no heartbeat of the current runner newer than `stale_after_secs`,
 /// database time); least recently changed first, at most `limit`. A hint:
 /// the acquisition checks again under the row lock.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // Running and held by no runner: a candidate.
+/// assert_eq!(chats::acquisition_candidates(pool, 30.0, 10).await?, vec![chat.id]);
+/// // Acquired, with a fresh heartbeat: not.
+/// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+/// let machine = store.machine(chat.id);
+/// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
+/// assert!(chats::acquisition_candidates(pool, 30.0, 10).await?.is_empty());
+/// # Ok(()) }
+/// ```
 pub async fn acquisition_candidates(
     conn: impl PgExecutor<'_>,
     stale_after_secs: f64,
@@ -606,6 +990,22 @@ pub async fn acquisition_candidates(
 }
 
 /// The rows of the chats among `ids` that exist (any order).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let rows = chats::select_many(pool, &[chat.id, uuid::Uuid::new_v4()]).await?;
+/// assert_eq!(rows.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
+/// # Ok(()) }
+/// ```
 pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Chat>> {
     sqlx::query_as("SELECT * FROM chats WHERE id = ANY($1::uuid[])")
         .bind(ids)
@@ -614,6 +1014,24 @@ pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resul
 }
 
 /// `(chat id, runner id)` of every chat whose `worker_id` is `worker_id`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+/// let machine = store.machine(chat.id);
+/// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
+/// assert_eq!(chats::owned_by_worker(pool, worker).await?, vec![(chat.id, Some(runner))]);
+/// # Ok(()) }
+/// ```
 pub async fn owned_by_worker(
     conn: impl PgExecutor<'_>,
     worker_id: Uuid,
@@ -626,6 +1044,25 @@ pub async fn owned_by_worker(
 
 /// Seconds until chat `chat_id`'s requires-action deadline (negative once
 /// it passed; database time), `None` when it has none.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// assert_eq!(chats::requires_action_remaining_secs(pool, chat.id).await?, None);
+/// let machine = store.machine(chat.id);
+/// machine.update(|tx| Box::pin(async move { tx.enter_requires_action().await })).await?;
+/// let secs = chats::requires_action_remaining_secs(pool, chat.id).await?.expect("a deadline");
+/// assert!(secs > 0.0 && secs <= 300.0, "the default timeout is 5 minutes");
+/// # Ok(()) }
+/// ```
 pub async fn requires_action_remaining_secs(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -640,6 +1077,8 @@ pub async fn requires_action_remaining_secs(
 
 /// The version columns of one chat, as the stream's sync poller reads them
 /// (spec "Sync poller" → "Polling").
+///
+/// Example: [`versions`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
 pub struct ChatVersions {
     /// Chat id.
@@ -663,6 +1102,24 @@ pub struct ChatVersions {
 
 /// The [`ChatVersions`] of every chat among `ids` that exists, in one query
 /// (spec "Sync poller" → "Polling", verbatim).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ChatStatus;
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let rows = chats::versions(pool, &[chat.id, uuid::Uuid::new_v4()]).await?;
+/// assert_eq!(rows.len(), 1);
+/// assert_eq!((rows[0].snapshot_version, rows[0].status), (1, ChatStatus::Running));
+/// # Ok(()) }
+/// ```
 pub async fn versions(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<ChatVersions>> {
     sqlx::query_as(
         "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id

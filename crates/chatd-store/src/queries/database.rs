@@ -4,9 +4,25 @@
 use sqlx::{AssertSqlSafe, PgExecutor};
 
 /// PostgreSQL's `duplicate_database`.
+///
+/// Example: [`create`].
 pub const DUPLICATE_DATABASE: &str = "42P04";
 
 /// Whether a database named `name` exists on the server.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::database;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let name = format!("chatd_doc_{}", uuid::Uuid::new_v4().simple());
+/// database::create(pool, &name).await?;
+/// assert!(database::exists(pool, &name).await?);
+/// assert!(!database::exists(pool, "no such database").await?);
+/// # sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE \"{name}\""))).execute(pool).await?;
+/// # Ok(()) }
+/// ```
 pub async fn exists(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
         .bind(name)
@@ -16,6 +32,22 @@ pub async fn exists(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool>
 
 /// Creates database `name` (quoted as an identifier, so any name is safe).
 /// A concurrent creation of the same name fails with [`DUPLICATE_DATABASE`].
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::database;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let name = format!("chatd_doc_{}", uuid::Uuid::new_v4().simple());
+/// database::create(pool, &name).await?;
+/// assert!(database::exists(pool, &name).await?);
+/// let again = database::create(pool, &name).await.unwrap_err();
+/// let code = again.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+/// assert_eq!(code.as_deref(), Some(database::DUPLICATE_DATABASE));
+/// # sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE \"{name}\""))).execute(pool).await?;
+/// # Ok(()) }
+/// ```
 pub async fn create(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<()> {
     sqlx::query(AssertSqlSafe(format!(
         "CREATE DATABASE {}",

@@ -7,6 +7,24 @@ use uuid::Uuid;
 
 /// Whether `(chat_id, runner_id)` has a heartbeat newer than
 /// `stale_after_secs`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::heartbeats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let runner = uuid::Uuid::new_v4();
+/// assert!(!heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
+/// heartbeats::upsert(&mut *pool.acquire().await?, chat.id, runner).await?;
+/// assert!(heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
+/// # Ok(()) }
+/// ```
 pub async fn is_fresh(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -25,6 +43,8 @@ pub async fn is_fresh(
 }
 
 /// Inserts or refreshes the heartbeat row of `(chat_id, runner_id)`.
+///
+/// Example: [`is_fresh`].
 pub async fn upsert(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at) VALUES ($1, $2, now())
@@ -40,6 +60,26 @@ pub async fn upsert(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 /// Inserts or refreshes the heartbeat rows of every `(chat id, runner id)`
 /// of `runners` in one statement (the spec's heartbeat upsert), skipping
 /// chats deleted meanwhile.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::heartbeats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let runner = uuid::Uuid::new_v4();
+/// // A runner of a chat that no longer exists is skipped.
+/// let gone = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+/// heartbeats::upsert_many(pool, &[(chat.id, runner), gone]).await?;
+/// assert!(heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
+/// assert!(!heartbeats::is_fresh(pool, gone.0, gone.1, 30.0).await?);
+/// # Ok(()) }
+/// ```
 pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) -> sqlx::Result<()> {
     let (chats, runners): (Vec<Uuid>, Vec<Uuid>) = runners.iter().copied().unzip();
     sqlx::query(
@@ -57,6 +97,25 @@ pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) ->
 }
 
 /// Deletes the heartbeat row of `(chat_id, runner_id)`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::heartbeats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let runner = uuid::Uuid::new_v4();
+/// let mut conn = pool.acquire().await?;
+/// heartbeats::upsert(&mut conn, chat.id, runner).await?;
+/// heartbeats::delete(&mut conn, chat.id, runner).await?;
+/// assert!(!heartbeats::is_fresh(&mut *conn, chat.id, runner, 30.0).await?);
+/// # Ok(()) }
+/// ```
 pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2")
         .bind(chat_id)
@@ -68,6 +127,23 @@ pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 
 /// Deletes every heartbeat row older than `older_than_secs`; returns how
 /// many.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::heartbeats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// heartbeats::upsert_many(pool, &[(chat.id, uuid::Uuid::new_v4())]).await?;
+/// assert_eq!(heartbeats::delete_stale(pool, 30.0).await?, 0, "fresh rows stay");
+/// assert_eq!(heartbeats::delete_stale(pool, -1.0).await?, 1);
+/// # Ok(()) }
+/// ```
 pub async fn delete_stale(conn: impl PgExecutor<'_>, older_than_secs: f64) -> sqlx::Result<u64> {
     Ok(sqlx::query(
         "DELETE FROM chat_heartbeats WHERE heartbeat_at < now() - make_interval(secs => $1)",

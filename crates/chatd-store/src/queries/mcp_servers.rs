@@ -18,6 +18,8 @@ use sqlx::{FromRow, PgConnection, PgExecutor, Row};
 use uuid::Uuid;
 
 /// A row of `chat_mcp_servers`.
+///
+/// Example: [`insert`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerRow {
     /// Id.
@@ -83,6 +85,15 @@ fn string_of(value: &Value) -> String {
 
 /// The items of a JSON array as strings (see the module docs); empty for
 /// anything but an array.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::mcp_servers::string_list;
+/// use serde_json::json;
+/// assert_eq!(string_list(&json!(["--root", "/tmp", 1])), vec!["--root", "/tmp", "1"]);
+/// assert!(string_list(&json!({"not": "an array"})).is_empty());
+/// ```
 pub fn string_list(value: &Value) -> Vec<String> {
     value
         .as_array()
@@ -92,6 +103,16 @@ pub fn string_list(value: &Value) -> Vec<String> {
 
 /// The entries of a JSON object with their values as strings (see the
 /// module docs); empty for anything but an object.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_store::queries::mcp_servers::string_map;
+/// use serde_json::json;
+/// let env = string_map(&json!({"TOKEN": "x", "N": 3}));
+/// assert_eq!(env, BTreeMap::from([("N".into(), "3".into()), ("TOKEN".into(), "x".into())]));
+/// ```
 pub fn string_map(value: &Value) -> BTreeMap<String, String> {
     value
         .as_object()
@@ -100,6 +121,8 @@ pub fn string_map(value: &Value) -> BTreeMap<String, String> {
 }
 
 /// A complete MCP server definition to write.
+///
+/// Example: [`insert`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerDef {
     /// Id.
@@ -125,6 +148,31 @@ pub struct McpServerDef {
 }
 
 /// Every MCP server, by slug.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_core::McpTransport;
+/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "files".into(),
+///     display_name: "Files".into(),
+///     transport: McpTransport::Stdio,
+///     command: Some("mcp-files".into()),
+///     args: vec!["--root".into(), "/srv".into()],
+///     env: BTreeMap::from([("LOG".into(), "info".into())]),
+///     url: None,
+///     headers: BTreeMap::new(),
+///     enabled: true,
+/// };
+/// let row = mcp_servers::insert(pool, &def).await?;
+/// assert_eq!(mcp_servers::list(pool).await?, vec![row]);
+/// # Ok(()) }
+/// ```
 pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<McpServerRow>> {
     sqlx::query_as("SELECT * FROM chat_mcp_servers ORDER BY slug")
         .fetch_all(conn)
@@ -132,6 +180,32 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<McpServerRow>> 
 }
 
 /// The ids among `ids` that are MCP servers.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_core::McpTransport;
+/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "files".into(),
+///     display_name: "Files".into(),
+///     transport: McpTransport::Stdio,
+///     command: Some("mcp-files".into()),
+///     args: vec!["--root".into(), "/srv".into()],
+///     env: BTreeMap::from([("LOG".into(), "info".into())]),
+///     url: None,
+///     headers: BTreeMap::new(),
+///     enabled: true,
+/// };
+/// let row = mcp_servers::insert(pool, &def).await?;
+/// let unknown = uuid::Uuid::new_v4();
+/// assert_eq!(mcp_servers::existing_ids(pool, &[unknown, def.id]).await?, vec![def.id]);
+/// # Ok(()) }
+/// ```
 pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
     if ids.is_empty() {
         return Ok(Vec::new());
@@ -144,6 +218,41 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
 
 /// The enabled MCP servers among `ids` (a chat's `mcp_server_ids`), in the
 /// order of `ids`.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_core::McpTransport;
+/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "files".into(),
+///     display_name: "Files".into(),
+///     transport: McpTransport::Stdio,
+///     command: Some("mcp-files".into()),
+///     args: vec!["--root".into(), "/srv".into()],
+///     env: BTreeMap::from([("LOG".into(), "info".into())]),
+///     url: None,
+///     headers: BTreeMap::new(),
+///     enabled: true,
+/// };
+/// let row = mcp_servers::insert(pool, &def).await?;
+/// let web = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "web".into(),
+///     transport: McpTransport::StreamableHttp,
+///     command: None,
+///     url: Some("http://127.0.0.1:9000/mcp".into()),
+///     ..def.clone()
+/// };
+/// mcp_servers::insert(pool, &web).await?;
+/// let rows = mcp_servers::enabled_in_order(pool, &[web.id, def.id]).await?;
+/// assert_eq!(rows.iter().map(|r| r.slug.as_str()).collect::<Vec<_>>(), ["web", "files"]);
+/// # Ok(()) }
+/// ```
 pub async fn enabled_in_order(
     conn: impl PgExecutor<'_>,
     ids: &[Uuid],
@@ -163,6 +272,34 @@ pub async fn enabled_in_order(
 }
 
 /// One MCP server, locked `FOR UPDATE` until `conn`'s transaction ends.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_core::McpTransport;
+/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "files".into(),
+///     display_name: "Files".into(),
+///     transport: McpTransport::Stdio,
+///     command: Some("mcp-files".into()),
+///     args: vec!["--root".into(), "/srv".into()],
+///     env: BTreeMap::from([("LOG".into(), "info".into())]),
+///     url: None,
+///     headers: BTreeMap::new(),
+///     enabled: true,
+/// };
+/// let row = mcp_servers::insert(pool, &def).await?;
+/// let mut tx = pool.begin().await?;
+/// let locked = mcp_servers::select_for_update(&mut tx, def.id).await?;
+/// assert_eq!(locked.map(|s| s.args), Some(vec!["--root".to_owned(), "/srv".to_owned()]));
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
 pub async fn select_for_update(
     conn: &mut PgConnection,
     id: Uuid,
@@ -174,6 +311,36 @@ pub async fn select_for_update(
 }
 
 /// Inserts MCP server `def` (a taken slug is `23505`).
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_core::McpTransport;
+/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "files".into(),
+///     display_name: "Files".into(),
+///     transport: McpTransport::Stdio,
+///     command: Some("mcp-files".into()),
+///     args: vec!["--root".into(), "/srv".into()],
+///     env: BTreeMap::from([("LOG".into(), "info".into())]),
+///     url: None,
+///     headers: BTreeMap::new(),
+///     enabled: true,
+/// };
+/// let row = mcp_servers::insert(pool, &def).await?;
+/// assert_eq!((row.transport, row.env["LOG"].as_str()), (McpTransport::Stdio, "info"));
+/// // The slug is taken now.
+/// let again = McpServerDef { id: uuid::Uuid::new_v4(), ..def.clone() };
+/// let err = mcp_servers::insert(pool, &again).await.unwrap_err();
+/// let code = err.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+/// assert_eq!(code.as_deref(), Some("23505"));
+/// # Ok(()) }
+/// ```
 pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {
     write(
         "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled)
@@ -186,6 +353,34 @@ pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Resu
 
 /// Inserts MCP server `def`, or overwrites the one with the same slug (its
 /// id is kept); the config file's write.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_core::McpTransport;
+/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "files".into(),
+///     display_name: "Files".into(),
+///     transport: McpTransport::Stdio,
+///     command: Some("mcp-files".into()),
+///     args: vec!["--root".into(), "/srv".into()],
+///     env: BTreeMap::from([("LOG".into(), "info".into())]),
+///     url: None,
+///     headers: BTreeMap::new(),
+///     enabled: true,
+/// };
+/// let row = mcp_servers::insert(pool, &def).await?;
+/// // Same slug, another id: the existing row is overwritten and keeps its id.
+/// let from_file = McpServerDef { id: uuid::Uuid::new_v4(), args: vec![], ..def.clone() };
+/// let written = mcp_servers::upsert_by_slug(pool, &from_file).await?;
+/// assert_eq!((written.id, written.args.len()), (def.id, 0));
+/// # Ok(()) }
+/// ```
 pub async fn upsert_by_slug(
     conn: impl PgExecutor<'_>,
     def: &McpServerDef,
@@ -205,6 +400,32 @@ pub async fn upsert_by_slug(
 }
 
 /// Overwrites MCP server `def.id` (a taken slug is `23505`).
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_core::McpTransport;
+/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "files".into(),
+///     display_name: "Files".into(),
+///     transport: McpTransport::Stdio,
+///     command: Some("mcp-files".into()),
+///     args: vec!["--root".into(), "/srv".into()],
+///     env: BTreeMap::from([("LOG".into(), "info".into())]),
+///     url: None,
+///     headers: BTreeMap::new(),
+///     enabled: true,
+/// };
+/// let row = mcp_servers::insert(pool, &def).await?;
+/// let disabled = McpServerDef { enabled: false, ..def.clone() };
+/// assert!(!mcp_servers::update(pool, &disabled).await?.enabled);
+/// # Ok(()) }
+/// ```
 pub async fn update(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {
     write(
         "UPDATE chat_mcp_servers SET slug = $2, display_name = $3, transport = $4, command = $5,
@@ -237,6 +458,32 @@ async fn write(
 }
 
 /// Deletes MCP server `id`; false when unknown.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_core::McpTransport;
+/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = McpServerDef {
+///     id: uuid::Uuid::new_v4(),
+///     slug: "files".into(),
+///     display_name: "Files".into(),
+///     transport: McpTransport::Stdio,
+///     command: Some("mcp-files".into()),
+///     args: vec!["--root".into(), "/srv".into()],
+///     env: BTreeMap::from([("LOG".into(), "info".into())]),
+///     url: None,
+///     headers: BTreeMap::new(),
+///     enabled: true,
+/// };
+/// let row = mcp_servers::insert(pool, &def).await?;
+/// assert!(mcp_servers::delete(pool, def.id).await?);
+/// assert!(!mcp_servers::delete(pool, def.id).await?);
+/// # Ok(()) }
+/// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     let result = sqlx::query("DELETE FROM chat_mcp_servers WHERE id = $1")
         .bind(id)

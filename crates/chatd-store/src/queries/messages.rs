@@ -12,6 +12,29 @@ use crate::models::{ChatMessage, NewMessage};
 
 /// Inserts one message; the trigger assigns `revision` and advances
 /// `history_version`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::MessagePart;
+/// use chatd_store::NewMessage;
+/// use chatd_store::queries::{chats, messages};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// let bumped = chats::lock_and_bump(&mut tx, chat.id).await?.expect("exists");
+/// let answer = NewMessage::assistant(vec![MessagePart::text("hello")]);
+/// let row = messages::insert(&mut tx, chat.id, &answer, None).await?;
+/// // The trigger stamps the row with the bundle's snapshot version.
+/// assert_eq!(row.revision, bumped.snapshot_version);
+/// tx.rollback().await?; // ChatTx::commit_step and the other transitions do this for real
+/// # Ok(()) }
+/// ```
 pub async fn insert(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -54,6 +77,24 @@ pub async fn insert(
 }
 
 /// One message of the chat (deleted or not).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::messages;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let first = &created.initial_messages[0];
+/// let row = messages::select(pool, chat.id, first.id).await?.expect("exists");
+/// assert_eq!(row.content.0, first.content.0);
+/// assert!(messages::select(pool, uuid::Uuid::new_v4(), first.id).await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn select(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -70,6 +111,23 @@ pub async fn select(
 /// messages, then active messages from the latest compaction boundary (a
 /// `compressed` row) onward, in id order. User-only rows are included; the
 /// caller filters by visibility.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ChatRole;
+/// use chatd_store::queries::messages;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let history = messages::active_history(pool, chat.id).await?;
+/// assert_eq!(history.iter().map(|m| m.role).collect::<Vec<_>>(), vec![ChatRole::User]);
+/// # Ok(()) }
+/// ```
 pub async fn active_history(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -88,6 +146,23 @@ pub async fn active_history(
 /// Contents of the active messages from the latest user message on (the only
 /// place an unanswered tool call can be: every transition that inserts a user
 /// message answers the calls before it), in id order.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::MessagePart;
+/// use chatd_store::queries::messages;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let tail = messages::tail_contents(pool, chat.id).await?;
+/// assert_eq!(tail, vec![vec![MessagePart::text("hi")]]);
+/// # Ok(()) }
+/// ```
 pub async fn tail_contents(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -106,6 +181,26 @@ pub async fn tail_contents(
 
 /// Soft-deletes the active messages with `id >= from_id`, returning their ids
 /// in ascending order.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::{chats, messages};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let first = created.initial_messages[0].id;
+/// let mut tx = pool.begin().await?;
+/// chats::lock_and_bump(&mut tx, chat.id).await?;
+/// assert_eq!(messages::soft_delete_from(&mut tx, chat.id, first).await?, vec![first]);
+/// assert!(messages::soft_delete_from(&mut tx, chat.id, first).await?.is_empty());
+/// tx.rollback().await?; // ChatTx::edit_message does this for real
+/// # Ok(()) }
+/// ```
 pub async fn soft_delete_from(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -123,6 +218,8 @@ pub async fn soft_delete_from(
 }
 
 /// Where a page of [`page`] starts.
+///
+/// Example: [`page`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cursor {
     /// The newest messages.
@@ -136,6 +233,25 @@ pub enum Cursor {
 /// A page of at most `limit` client-visible messages (not deleted, not
 /// model-only), ascending by id, and whether more exist beyond it in the
 /// paging direction.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::messages::{self, Cursor};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let first = created.initial_messages[0].id;
+/// let (rows, has_more) = messages::page(pool, chat.id, Cursor::Latest, 50).await?;
+/// assert_eq!((rows.len(), has_more), (1, false));
+/// let (rows, _) = messages::page(pool, chat.id, Cursor::After(first), 50).await?;
+/// assert!(rows.is_empty());
+/// # Ok(()) }
+/// ```
 pub async fn page(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -197,6 +313,21 @@ pub async fn page(
 
 /// Number of client-visible messages after the latest compaction boundary
 /// (a `compressed` row), or in the whole history when there is none.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::messages;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// assert_eq!(messages::visible_since_boundary(pool, chat.id).await?, 1);
+/// # Ok(()) }
+/// ```
 pub async fn visible_since_boundary(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "SELECT count(*) FROM chat_messages
@@ -212,6 +343,22 @@ pub async fn visible_since_boundary(conn: impl PgExecutor<'_>, chat_id: Uuid) ->
 /// Rows of the chat changed after history version `since` (`revision >
 /// since`), soft-deleted and model-only ones included, in id order (stream
 /// loop message synchronisation).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::messages;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// assert_eq!(messages::changed_since(pool, chat.id, 0).await?.len(), 1);
+/// assert!(messages::changed_since(pool, chat.id, chat.history_version).await?.is_empty());
+/// # Ok(()) }
+/// ```
 pub async fn changed_since(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -226,6 +373,22 @@ pub async fn changed_since(
 
 /// Every current client-visible message of the chat (not soft-deleted, not
 /// model-only), in id order (the stream loop's full refresh).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::messages;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let rows = messages::visible(pool, chat.id).await?;
+/// assert_eq!(rows.iter().map(|m| m.id).collect::<Vec<_>>(), vec![created.initial_messages[0].id]);
+/// # Ok(()) }
+/// ```
 pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
     sqlx::query_as(
         "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id",

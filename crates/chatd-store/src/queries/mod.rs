@@ -49,6 +49,20 @@ use sqlx::PgConnection;
 
 /// Makes the transaction of `conn` a read-only `REPEATABLE READ` one: every
 /// later read in it sees the same snapshot. Must be its first statement.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let mut tx = pool.begin().await?;
+/// queries::set_read_only_snapshot(&mut tx).await?;
+/// let write = queries::cluster_settings::insert_if_absent(&mut *tx, "k", "v").await;
+/// let code = write.unwrap_err().as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+/// assert_eq!(code.as_deref(), Some("25006"), "read_only_sql_transaction");
+/// # Ok(()) }
+/// ```
 pub async fn set_read_only_snapshot(conn: &mut PgConnection) -> sqlx::Result<()> {
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(conn)

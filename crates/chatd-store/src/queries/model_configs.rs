@@ -12,6 +12,8 @@ use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 /// A row of `chat_model_configs`.
+///
+/// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ModelConfigRow {
     /// Id.
@@ -40,6 +42,8 @@ pub struct ModelConfigRow {
 }
 
 /// A complete model config definition to write ([`upsert`]).
+///
+/// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfigDef {
     /// Id.
@@ -64,6 +68,49 @@ pub struct ModelConfigDef {
 
 /// Every model config (or only the enabled ones of enabled providers),
 /// default first, then oldest first.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ModelOptions, ProviderKind};
+/// use chatd_store::queries::locks::{self, AdvisoryLock};
+/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let provider = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::Openai,
+///     display_name: String::new(),
+///     base_url: None,
+///     api_key: Some("sk-test".into()),
+///     enabled: true,
+/// };
+/// providers::upsert(pool, &provider).await?;
+/// let def = ModelConfigDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider_id: provider.id,
+///     model: "gpt-4o".into(),
+///     display_name: "GPT-4o".into(),
+///     context_limit: 128_000,
+///     compression_threshold: 70,
+///     is_default: true,
+///     enabled: true,
+///     options: ModelOptions {
+///         max_output_tokens: Some(4096),
+///         ..Default::default()
+///     },
+/// };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let row = model_configs::upsert(&mut tx, &def).await?;
+/// tx.commit().await?;
+/// assert_eq!(model_configs::list(pool, false).await?, vec![row.clone()]);
+/// // Only enabled configs of enabled providers when asked.
+/// providers::upsert(pool, &ProviderDef { enabled: false, ..provider }).await?;
+/// assert!(model_configs::list(pool, true).await?.is_empty());
+/// # Ok(()) }
+/// ```
 pub async fn list(
     conn: impl PgExecutor<'_>,
     only_enabled: bool,
@@ -79,6 +126,47 @@ pub async fn list(
 }
 
 /// One model config.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ModelOptions, ProviderKind};
+/// use chatd_store::queries::locks::{self, AdvisoryLock};
+/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let provider = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::Openai,
+///     display_name: String::new(),
+///     base_url: None,
+///     api_key: Some("sk-test".into()),
+///     enabled: true,
+/// };
+/// providers::upsert(pool, &provider).await?;
+/// let def = ModelConfigDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider_id: provider.id,
+///     model: "gpt-4o".into(),
+///     display_name: "GPT-4o".into(),
+///     context_limit: 128_000,
+///     compression_threshold: 70,
+///     is_default: true,
+///     enabled: true,
+///     options: ModelOptions {
+///         max_output_tokens: Some(4096),
+///         ..Default::default()
+///     },
+/// };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let row = model_configs::upsert(&mut tx, &def).await?;
+/// tx.commit().await?;
+/// let read = model_configs::select(pool, def.id).await?.expect("exists");
+/// assert_eq!(read.options.max_output_tokens, Some(4096));
+/// # Ok(()) }
+/// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ModelConfigRow>> {
     sqlx::query_as("SELECT * FROM chat_model_configs WHERE id = $1")
         .bind(id)
@@ -87,6 +175,47 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 }
 
 /// Whether model config `id` exists and is enabled.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ModelOptions, ProviderKind};
+/// use chatd_store::queries::locks::{self, AdvisoryLock};
+/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let provider = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::Openai,
+///     display_name: String::new(),
+///     base_url: None,
+///     api_key: Some("sk-test".into()),
+///     enabled: true,
+/// };
+/// providers::upsert(pool, &provider).await?;
+/// let def = ModelConfigDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider_id: provider.id,
+///     model: "gpt-4o".into(),
+///     display_name: "GPT-4o".into(),
+///     context_limit: 128_000,
+///     compression_threshold: 70,
+///     is_default: true,
+///     enabled: true,
+///     options: ModelOptions {
+///         max_output_tokens: Some(4096),
+///         ..Default::default()
+///     },
+/// };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let row = model_configs::upsert(&mut tx, &def).await?;
+/// tx.commit().await?;
+/// assert!(model_configs::is_enabled(pool, def.id).await?);
+/// assert!(!model_configs::is_enabled(pool, uuid::Uuid::new_v4()).await?);
+/// # Ok(()) }
+/// ```
 pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chat_model_configs WHERE id = $1 AND enabled)")
         .bind(id)
@@ -95,6 +224,46 @@ pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<boo
 }
 
 /// The id of the enabled default model config.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ModelOptions, ProviderKind};
+/// use chatd_store::queries::locks::{self, AdvisoryLock};
+/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let provider = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::Openai,
+///     display_name: String::new(),
+///     base_url: None,
+///     api_key: Some("sk-test".into()),
+///     enabled: true,
+/// };
+/// providers::upsert(pool, &provider).await?;
+/// let def = ModelConfigDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider_id: provider.id,
+///     model: "gpt-4o".into(),
+///     display_name: "GPT-4o".into(),
+///     context_limit: 128_000,
+///     compression_threshold: 70,
+///     is_default: true,
+///     enabled: true,
+///     options: ModelOptions {
+///         max_output_tokens: Some(4096),
+///         ..Default::default()
+///     },
+/// };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let row = model_configs::upsert(&mut tx, &def).await?;
+/// tx.commit().await?;
+/// assert_eq!(model_configs::default_id(pool).await?, Some(def.id));
+/// # Ok(()) }
+/// ```
 pub async fn default_id(conn: impl PgExecutor<'_>) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar("SELECT id FROM chat_model_configs WHERE is_default AND enabled LIMIT 1")
         .fetch_optional(conn)
@@ -104,6 +273,49 @@ pub async fn default_id(conn: impl PgExecutor<'_>) -> sqlx::Result<Option<Uuid>>
 /// The model config a chat's next generation uses: `last_model_config_id`
 /// when that config is enabled, else the enabled default; `None` when
 /// neither exists. Whether the provider is enabled is the caller's check.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ModelOptions, ProviderKind};
+/// use chatd_store::queries::locks::{self, AdvisoryLock};
+/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let provider = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::Openai,
+///     display_name: String::new(),
+///     base_url: None,
+///     api_key: Some("sk-test".into()),
+///     enabled: true,
+/// };
+/// providers::upsert(pool, &provider).await?;
+/// let def = ModelConfigDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider_id: provider.id,
+///     model: "gpt-4o".into(),
+///     display_name: "GPT-4o".into(),
+///     context_limit: 128_000,
+///     compression_threshold: 70,
+///     is_default: true,
+///     enabled: true,
+///     options: ModelOptions {
+///         max_output_tokens: Some(4096),
+///         ..Default::default()
+///     },
+/// };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let row = model_configs::upsert(&mut tx, &def).await?;
+/// tx.commit().await?;
+/// // A chat without a model config of its own gets the default.
+/// assert_eq!(model_configs::for_chat(pool, None).await?.map(|m| m.id), Some(def.id));
+/// let unknown = Some(uuid::Uuid::new_v4());
+/// assert_eq!(model_configs::for_chat(pool, unknown).await?.map(|m| m.id), Some(def.id));
+/// # Ok(()) }
+/// ```
 pub async fn for_chat(
     conn: impl PgExecutor<'_>,
     last_model_config_id: Option<Uuid>,
@@ -121,6 +333,53 @@ pub async fn for_chat(
 /// Inserts or overwrites model config `def`; when it is the default, the
 /// previous default is unset first (same transaction). Hold
 /// [`AdvisoryLock::ModelConfigs`](super::locks::AdvisoryLock::ModelConfigs).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ModelOptions, ProviderKind};
+/// use chatd_store::queries::locks::{self, AdvisoryLock};
+/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let provider = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::Openai,
+///     display_name: String::new(),
+///     base_url: None,
+///     api_key: Some("sk-test".into()),
+///     enabled: true,
+/// };
+/// providers::upsert(pool, &provider).await?;
+/// let def = ModelConfigDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider_id: provider.id,
+///     model: "gpt-4o".into(),
+///     display_name: "GPT-4o".into(),
+///     context_limit: 128_000,
+///     compression_threshold: 70,
+///     is_default: true,
+///     enabled: true,
+///     options: ModelOptions {
+///         max_output_tokens: Some(4096),
+///         ..Default::default()
+///     },
+/// };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let row = model_configs::upsert(&mut tx, &def).await?;
+/// tx.commit().await?;
+/// assert!(row.is_default);
+/// // A second default takes over; the first one is unset.
+/// let other = ModelConfigDef { id: uuid::Uuid::new_v4(), model: "gpt-4o-mini".into(), ..def.clone() };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// model_configs::upsert(&mut tx, &other).await?;
+/// tx.commit().await?;
+/// assert_eq!(model_configs::default_id(pool).await?, Some(other.id));
+/// # Ok(()) }
+/// ```
 pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Result<ModelConfigRow> {
     if def.is_default {
         sqlx::query(
@@ -159,6 +418,56 @@ pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Resu
 /// disabled config is never the default, and without an enabled default the
 /// oldest enabled config becomes it. Hold
 /// [`AdvisoryLock::ModelConfigs`](super::locks::AdvisoryLock::ModelConfigs).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ModelOptions, ProviderKind};
+/// use chatd_store::queries::locks::{self, AdvisoryLock};
+/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let provider = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::Openai,
+///     display_name: String::new(),
+///     base_url: None,
+///     api_key: Some("sk-test".into()),
+///     enabled: true,
+/// };
+/// providers::upsert(pool, &provider).await?;
+/// let def = ModelConfigDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider_id: provider.id,
+///     model: "gpt-4o".into(),
+///     display_name: "GPT-4o".into(),
+///     context_limit: 128_000,
+///     compression_threshold: 70,
+///     is_default: true,
+///     enabled: true,
+///     options: ModelOptions {
+///         max_output_tokens: Some(4096),
+///         ..Default::default()
+///     },
+/// };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let row = model_configs::upsert(&mut tx, &def).await?;
+/// tx.commit().await?;
+/// // Disabling the default (here by writing it disabled) leaves none...
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let disabled = ModelConfigDef { enabled: false, ..def.clone() };
+/// model_configs::upsert(&mut tx, &disabled).await?;
+/// let second = ModelConfigDef { id: uuid::Uuid::new_v4(), is_default: false, ..def.clone() };
+/// model_configs::upsert(&mut tx, &second).await?;
+/// // ...and ensure_default makes the oldest enabled config the default.
+/// model_configs::ensure_default(&mut tx).await?;
+/// tx.commit().await?;
+/// assert_eq!(model_configs::default_id(pool).await?, Some(second.id));
+/// # Ok(()) }
+/// ```
 pub async fn ensure_default(conn: &mut PgConnection) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE chat_model_configs SET is_default = false, updated_at = now()
@@ -178,6 +487,47 @@ pub async fn ensure_default(conn: &mut PgConnection) -> sqlx::Result<()> {
 
 /// Deletes model config `id`; false when unknown. Follow with
 /// [`ensure_default`].
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ModelOptions, ProviderKind};
+/// use chatd_store::queries::locks::{self, AdvisoryLock};
+/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let provider = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::Openai,
+///     display_name: String::new(),
+///     base_url: None,
+///     api_key: Some("sk-test".into()),
+///     enabled: true,
+/// };
+/// providers::upsert(pool, &provider).await?;
+/// let def = ModelConfigDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider_id: provider.id,
+///     model: "gpt-4o".into(),
+///     display_name: "GPT-4o".into(),
+///     context_limit: 128_000,
+///     compression_threshold: 70,
+///     is_default: true,
+///     enabled: true,
+///     options: ModelOptions {
+///         max_output_tokens: Some(4096),
+///         ..Default::default()
+///     },
+/// };
+/// let mut tx = pool.begin().await?;
+/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+/// let row = model_configs::upsert(&mut tx, &def).await?;
+/// tx.commit().await?;
+/// assert!(model_configs::delete(pool, def.id).await?);
+/// assert!(model_configs::default_id(pool).await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     let result = sqlx::query("DELETE FROM chat_model_configs WHERE id = $1")
         .bind(id)

@@ -8,6 +8,8 @@ use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 /// A row of `chat_providers`.
+///
+/// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ProviderRow {
     /// Id.
@@ -31,6 +33,8 @@ pub struct ProviderRow {
 }
 
 /// A complete provider definition to write ([`upsert`]).
+///
+/// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderDef {
     /// Id.
@@ -48,6 +52,26 @@ pub struct ProviderDef {
 }
 
 /// Every provider, oldest first.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ProviderKind;
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::OpenaiCompat,
+///     display_name: "Local".into(),
+///     base_url: Some("http://127.0.0.1:8081/v1".into()),
+///     api_key: None,
+///     enabled: true,
+/// };
+/// let row = providers::upsert(pool, &def).await?;
+/// assert_eq!(providers::list(pool).await?, vec![row]);
+/// # Ok(()) }
+/// ```
 pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ProviderRow>> {
     sqlx::query_as("SELECT * FROM chat_providers ORDER BY created_at, id")
         .fetch_all(conn)
@@ -55,6 +79,26 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ProviderRow>> {
 }
 
 /// One provider.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ProviderKind;
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::OpenaiCompat,
+///     display_name: "Local".into(),
+///     base_url: Some("http://127.0.0.1:8081/v1".into()),
+///     api_key: None,
+///     enabled: true,
+/// };
+/// let row = providers::upsert(pool, &def).await?;
+/// assert_eq!(providers::select(pool, def.id).await?, Some(row));
+/// # Ok(()) }
+/// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ProviderRow>> {
     sqlx::query_as("SELECT * FROM chat_providers WHERE id = $1")
         .bind(id)
@@ -63,6 +107,29 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 }
 
 /// One provider, locked `FOR UPDATE` until `conn`'s transaction ends.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ProviderKind;
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::OpenaiCompat,
+///     display_name: "Local".into(),
+///     base_url: Some("http://127.0.0.1:8081/v1".into()),
+///     api_key: None,
+///     enabled: true,
+/// };
+/// let row = providers::upsert(pool, &def).await?;
+/// let mut tx = pool.begin().await?;
+/// let locked = providers::select_for_update(&mut tx, def.id).await?;
+/// assert_eq!(locked.map(|p| p.provider), Some(ProviderKind::OpenaiCompat));
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
 pub async fn select_for_update(
     conn: &mut PgConnection,
     id: Uuid,
@@ -74,6 +141,27 @@ pub async fn select_for_update(
 }
 
 /// Whether provider `id` exists.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ProviderKind;
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::OpenaiCompat,
+///     display_name: "Local".into(),
+///     base_url: Some("http://127.0.0.1:8081/v1".into()),
+///     api_key: None,
+///     enabled: true,
+/// };
+/// let row = providers::upsert(pool, &def).await?;
+/// assert!(providers::exists(pool, def.id).await?);
+/// assert!(!providers::exists(pool, uuid::Uuid::new_v4()).await?);
+/// # Ok(()) }
+/// ```
 pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chat_providers WHERE id = $1)")
         .bind(id)
@@ -82,6 +170,29 @@ pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
 }
 
 /// Inserts provider `def`, or (same id) overwrites it; returns the row.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ProviderKind;
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::OpenaiCompat,
+///     display_name: "Local".into(),
+///     base_url: Some("http://127.0.0.1:8081/v1".into()),
+///     api_key: None,
+///     enabled: true,
+/// };
+/// let row = providers::upsert(pool, &def).await?;
+/// assert_eq!((row.provider, row.display_name.as_str()), (ProviderKind::OpenaiCompat, "Local"));
+/// // The same id again overwrites.
+/// let renamed = providers::upsert(pool, &ProviderDef { display_name: "llama".into(), ..def }).await?;
+/// assert_eq!((renamed.id, renamed.display_name.as_str()), (row.id, "llama"));
+/// # Ok(()) }
+/// ```
 pub async fn upsert(conn: impl PgExecutor<'_>, def: &ProviderDef) -> sqlx::Result<ProviderRow> {
     sqlx::query_as(
         "INSERT INTO chat_providers (id, provider, display_name, base_url, api_key, enabled)
@@ -102,6 +213,27 @@ pub async fn upsert(conn: impl PgExecutor<'_>, def: &ProviderDef) -> sqlx::Resul
 }
 
 /// Deletes provider `id` (its model configs cascade); false when unknown.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::ProviderKind;
+/// use chatd_store::queries::providers::{self, ProviderDef};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let def = ProviderDef {
+///     id: uuid::Uuid::new_v4(),
+///     provider: ProviderKind::OpenaiCompat,
+///     display_name: "Local".into(),
+///     base_url: Some("http://127.0.0.1:8081/v1".into()),
+///     api_key: None,
+///     enabled: true,
+/// };
+/// let row = providers::upsert(pool, &def).await?;
+/// assert!(providers::delete(pool, def.id).await?);
+/// assert!(!providers::delete(pool, def.id).await?);
+/// # Ok(()) }
+/// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     let result = sqlx::query("DELETE FROM chat_providers WHERE id = $1")
         .bind(id)

@@ -9,6 +9,32 @@ use uuid::Uuid;
 use crate::models::{NewMessage, QueuedMessage};
 
 /// Number of queued messages of the chat.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{BusyBehavior, MessagePart};
+/// use chatd_store::{NewMessage, SendMessageInput};
+/// use chatd_store::queries::queue;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // The chat is running: a send is queued.
+/// let send = SendMessageInput {
+///     message: NewMessage::user(vec![MessagePart::text("next")]),
+///     busy_behavior: BusyBehavior::Queue,
+///     max_queue_size: None,
+/// };
+/// let machine = store.machine(chat.id);
+/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
+/// let queued = sent.queued_message.expect("queued");
+/// assert_eq!(queue::len(pool, chat.id).await?, 1);
+/// # Ok(()) }
+/// ```
 pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar("SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1")
         .bind(chat_id)
@@ -17,6 +43,33 @@ pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> 
 }
 
 /// The chat's queue in order (head first).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{BusyBehavior, MessagePart};
+/// use chatd_store::{NewMessage, SendMessageInput};
+/// use chatd_store::queries::queue;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // The chat is running: a send is queued.
+/// let send = SendMessageInput {
+///     message: NewMessage::user(vec![MessagePart::text("next")]),
+///     busy_behavior: BusyBehavior::Queue,
+///     max_queue_size: None,
+/// };
+/// let machine = store.machine(chat.id);
+/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
+/// let queued = sent.queued_message.expect("queued");
+/// let rows = queue::list(pool, chat.id).await?;
+/// assert_eq!(rows.iter().map(|q| q.id).collect::<Vec<_>>(), vec![queued.id]);
+/// # Ok(()) }
+/// ```
 pub async fn list(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
     sqlx::query_as("SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id")
         .bind(chat_id)
@@ -25,6 +78,34 @@ pub async fn list(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<
 }
 
 /// One queued message of the chat.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{BusyBehavior, MessagePart};
+/// use chatd_store::{NewMessage, SendMessageInput};
+/// use chatd_store::queries::queue;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // The chat is running: a send is queued.
+/// let send = SendMessageInput {
+///     message: NewMessage::user(vec![MessagePart::text("next")]),
+///     busy_behavior: BusyBehavior::Queue,
+///     max_queue_size: None,
+/// };
+/// let machine = store.machine(chat.id);
+/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
+/// let queued = sent.queued_message.expect("queued");
+/// let row = queue::select(pool, chat.id, queued.id).await?.expect("queued");
+/// assert_eq!(row.content.0, vec![MessagePart::text("next")]);
+/// assert!(queue::select(pool, chat.id, queued.id + 1).await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn select(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -38,6 +119,8 @@ pub async fn select(
 }
 
 /// Where [`enqueue`] puts a message.
+///
+/// Example: [`enqueue`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueEnd {
     /// After every queued message.
@@ -47,6 +130,30 @@ pub enum QueueEnd {
 }
 
 /// Inserts a queued message at `end` of the chat's queue.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::MessagePart;
+/// use chatd_store::NewMessage;
+/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// chats::lock_and_bump(&mut tx, chat.id).await?;
+/// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
+/// let tail = queue::enqueue(&mut tx, chat.id, &text("later"), QueueEnd::Tail).await?;
+/// let head = queue::enqueue(&mut tx, chat.id, &text("now"), QueueEnd::Head).await?;
+/// let order: Vec<i64> = queue::list(&mut *tx, chat.id).await?.iter().map(|q| q.id).collect();
+/// assert_eq!(order, vec![head.id, tail.id]);
+/// tx.rollback().await?; // ChatTx::send_message does this for real
+/// # Ok(()) }
+/// ```
 pub async fn enqueue(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -77,6 +184,36 @@ pub async fn enqueue(
 }
 
 /// Removes and returns the head of the chat's queue.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{BusyBehavior, MessagePart};
+/// use chatd_store::{NewMessage, SendMessageInput};
+/// use chatd_store::queries::queue;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // The chat is running: a send is queued.
+/// let send = SendMessageInput {
+///     message: NewMessage::user(vec![MessagePart::text("next")]),
+///     busy_behavior: BusyBehavior::Queue,
+///     max_queue_size: None,
+/// };
+/// let machine = store.machine(chat.id);
+/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
+/// let queued = sent.queued_message.expect("queued");
+/// let mut tx = pool.begin().await?;
+/// let head = queue::pop_head(&mut tx, chat.id).await?.expect("queued");
+/// assert_eq!(head.id, queued.id);
+/// assert!(queue::pop_head(&mut tx, chat.id).await?.is_none());
+/// tx.rollback().await?; // ChatTx::finish_turn does this for real
+/// # Ok(()) }
+/// ```
 pub async fn pop_head(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -92,6 +229,35 @@ pub async fn pop_head(
 }
 
 /// Removes one queued message of the chat.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{BusyBehavior, MessagePart};
+/// use chatd_store::{NewMessage, SendMessageInput};
+/// use chatd_store::queries::queue;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // The chat is running: a send is queued.
+/// let send = SendMessageInput {
+///     message: NewMessage::user(vec![MessagePart::text("next")]),
+///     busy_behavior: BusyBehavior::Queue,
+///     max_queue_size: None,
+/// };
+/// let machine = store.machine(chat.id);
+/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
+/// let queued = sent.queued_message.expect("queued");
+/// let mut tx = pool.begin().await?;
+/// assert!(queue::delete(&mut tx, chat.id, queued.id).await?.is_some());
+/// assert!(queue::delete(&mut tx, chat.id, queued.id).await?.is_none());
+/// tx.rollback().await?; // ChatTx::delete_queued_message does this for real
+/// # Ok(()) }
+/// ```
 pub async fn delete(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -106,6 +272,35 @@ pub async fn delete(
 
 /// Removes every queued message of the chat, returning their ids in queue
 /// order.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{BusyBehavior, MessagePart};
+/// use chatd_store::{NewMessage, SendMessageInput};
+/// use chatd_store::queries::queue;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // The chat is running: a send is queued.
+/// let send = SendMessageInput {
+///     message: NewMessage::user(vec![MessagePart::text("next")]),
+///     busy_behavior: BusyBehavior::Queue,
+///     max_queue_size: None,
+/// };
+/// let machine = store.machine(chat.id);
+/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
+/// let queued = sent.queued_message.expect("queued");
+/// let mut tx = pool.begin().await?;
+/// assert_eq!(queue::clear(&mut tx, chat.id).await?, vec![queued.id]);
+/// assert_eq!(queue::len(&mut *tx, chat.id).await?, 0);
+/// tx.rollback().await?; // ChatTx::edit_message does this for real
+/// # Ok(()) }
+/// ```
 pub async fn clear(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<i64>> {
     let mut ids: Vec<(i64, i64)> = sqlx::query_as(
         "DELETE FROM chat_queued_messages WHERE chat_id = $1 RETURNING id, position",
@@ -119,6 +314,35 @@ pub async fn clear(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<i
 
 /// Moves a queued message to the head of its chat's queue (`None`, and no
 /// change, when it is already there or not queued).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{BusyBehavior, MessagePart};
+/// use chatd_store::{NewMessage, SendMessageInput};
+/// use chatd_store::queries::queue;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// // The chat is running: a send is queued.
+/// let send = SendMessageInput {
+///     message: NewMessage::user(vec![MessagePart::text("next")]),
+///     busy_behavior: BusyBehavior::Queue,
+///     max_queue_size: None,
+/// };
+/// let machine = store.machine(chat.id);
+/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
+/// let queued = sent.queued_message.expect("queued");
+/// let mut tx = pool.begin().await?;
+/// // Already the head: nothing moves.
+/// assert!(queue::move_to_head(&mut tx, chat.id, queued.id).await?.is_none());
+/// tx.rollback().await?; // ChatTx::promote_queued_message does this for real
+/// # Ok(()) }
+/// ```
 pub async fn move_to_head(
     conn: &mut PgConnection,
     chat_id: Uuid,

@@ -11,6 +11,26 @@ use uuid::Uuid;
 
 /// The stored `(request fingerprint, response)` of an earlier send with
 /// `client_message_id` on chat `chat_id`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::send_receipts;
+/// use serde_json::{Value, json};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let response = json!({"queued": false, "messages": []});
+/// send_receipts::insert(pool, chat.id, "key-1", b"fingerprint", &response).await?;
+/// let stored = send_receipts::select::<Value>(pool, chat.id, "key-1").await?;
+/// assert_eq!(stored, Some((b"fingerprint".to_vec(), response)));
+/// assert!(send_receipts::select::<Value>(pool, chat.id, "key-2").await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn select<T: DeserializeOwned + Send + Unpin + 'static>(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -29,6 +49,8 @@ pub async fn select<T: DeserializeOwned + Send + Unpin + 'static>(
 /// Remembers `response` of a send with `client_message_id` on chat
 /// `chat_id` and its request fingerprint `request_hash` (a second receipt
 /// for the same key is a unique violation, `23505`).
+///
+/// Example: [`select`].
 pub async fn insert<T: Serialize + Sync>(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,

@@ -8,10 +8,26 @@ use uuid::Uuid;
 use super::users::UserRow;
 
 /// Name of the token row of `CHATD_BOOTSTRAP_ADMIN_TOKEN`.
+///
+/// Example: [`upsert_bootstrap`].
 pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap";
 
 /// The user a token with hash `secret_hash` authenticates as, when the
 /// token exists and has not expired (database time).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::{tokens, users};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let alice = users::insert(pool, "alice", Role::Member).await?;
+/// tokens::insert(pool, alice.id, "laptop", b"hash-1", None).await?;
+/// assert_eq!(tokens::user_by_secret_hash(pool, b"hash-1").await?, Some(alice));
+/// assert!(tokens::user_by_secret_hash(pool, b"unknown").await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn user_by_secret_hash(
     conn: impl PgExecutor<'_>,
     secret_hash: &[u8],
@@ -29,6 +45,22 @@ pub async fn user_by_secret_hash(
 /// Inserts a token of user `user_id` named `name` and returns its fresh id.
 /// `lifetime_seconds` (when given) sets `expires_at = now() + lifetime` in
 /// database time; otherwise it never expires.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::{tokens, users};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let alice = users::insert(pool, "alice", Role::Member).await?;
+/// // An hour-long token, and one that has expired already.
+/// tokens::insert(pool, alice.id, "ci", b"hour", Some(3600)).await?;
+/// tokens::insert(pool, alice.id, "old", b"expired", Some(-1)).await?;
+/// assert!(tokens::user_by_secret_hash(pool, b"hour").await?.is_some());
+/// assert!(tokens::user_by_secret_hash(pool, b"expired").await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn insert(
     conn: impl PgExecutor<'_>,
     user_id: Uuid,
@@ -54,6 +86,23 @@ pub async fn insert(
 /// Makes the token with hash `secret_hash` a [`BOOTSTRAP_TOKEN_NAME`]
 /// token of user `admin_id` without expiry: inserts it, or moves an existing
 /// row with that hash (whoever it belonged to) to the admin.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::{tokens, users};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let admin = users::create_or_promote(pool, "admin", Role::Admin).await?;
+/// tokens::upsert_bootstrap(pool, admin, b"old").await?;
+/// // A rotated bootstrap token: store the new one, revoke the others.
+/// tokens::upsert_bootstrap(pool, admin, b"new").await?;
+/// assert_eq!(tokens::revoke_other_bootstraps(pool, admin, b"new").await?, 1);
+/// assert!(tokens::user_by_secret_hash(pool, b"old").await?.is_none());
+/// assert_eq!(tokens::user_by_secret_hash(pool, b"new").await?.map(|u| u.id), Some(admin));
+/// # Ok(()) }
+/// ```
 pub async fn upsert_bootstrap(
     conn: impl PgExecutor<'_>,
     admin_id: Uuid,
@@ -75,6 +124,8 @@ pub async fn upsert_bootstrap(
 /// Deletes the [`BOOTSTRAP_TOKEN_NAME`] tokens of user `admin_id` other
 /// than the one with hash `keep_hash` (a rotated bootstrap token); returns
 /// how many.
+///
+/// Example: [`upsert_bootstrap`].
 pub async fn revoke_other_bootstraps(
     conn: impl PgExecutor<'_>,
     admin_id: Uuid,

@@ -8,6 +8,8 @@ use sqlx::PgExecutor;
 use uuid::Uuid;
 
 /// A row of `users`.
+///
+/// Example: [`insert`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct UserRow {
     /// User id.
@@ -22,6 +24,19 @@ pub struct UserRow {
 }
 
 /// One user.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::users;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let alice = users::insert(pool, "alice", Role::Member).await?;
+/// assert_eq!(users::select(pool, alice.id).await?, Some(alice));
+/// assert!(users::select(pool, uuid::Uuid::new_v4()).await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<UserRow>> {
     sqlx::query_as("SELECT id, username, role, created_at FROM users WHERE id = $1")
         .bind(id)
@@ -30,6 +45,21 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 }
 
 /// Inserts a user with a fresh id (a taken name is `23505`).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::users;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let alice = users::insert(pool, "alice", Role::Admin).await?;
+/// assert_eq!((alice.username.as_str(), alice.role), ("alice", Role::Admin));
+/// let taken = users::insert(pool, "alice", Role::Member).await.unwrap_err();
+/// let code = taken.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+/// assert_eq!(code.as_deref(), Some("23505"));
+/// # Ok(()) }
+/// ```
 pub async fn insert(
     conn: impl PgExecutor<'_>,
     username: &str,
@@ -49,6 +79,21 @@ pub async fn insert(
 /// Creates user `username` with `role`, or, when it exists, promotes it to
 /// `admin` if `role` is admin (never demotes); returns its id. One statement,
 /// so concurrent callers agree on the row.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::users;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let id = users::create_or_promote(pool, "bob", Role::Member).await?;
+/// // Asking again as admin promotes the same user; a member never demotes.
+/// assert_eq!(users::create_or_promote(pool, "bob", Role::Admin).await?, id);
+/// assert_eq!(users::create_or_promote(pool, "bob", Role::Member).await?, id);
+/// assert_eq!(users::select(pool, id).await?.map(|u| u.role), Some(Role::Admin));
+/// # Ok(()) }
+/// ```
 pub async fn create_or_promote(
     conn: impl PgExecutor<'_>,
     username: &str,
