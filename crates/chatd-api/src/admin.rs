@@ -66,13 +66,14 @@ pub struct Provider {
 
 impl From<ProviderRow> for Provider {
     fn from(r: ProviderRow) -> Self {
+        let def = r.def;
         Provider {
-            id: r.id,
-            provider: r.provider,
-            display_name: r.display_name,
-            base_url: r.base_url,
-            has_api_key: r.api_key.as_deref().is_some_and(|k| !k.is_empty()),
-            enabled: r.enabled,
+            id: def.id,
+            provider: def.provider,
+            display_name: def.display_name,
+            base_url: def.base_url,
+            has_api_key: def.api_key.as_deref().is_some_and(|k| !k.is_empty()),
+            enabled: def.enabled,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -152,16 +153,17 @@ pub struct ModelConfig {
 
 impl From<ModelConfigRow> for ModelConfig {
     fn from(r: ModelConfigRow) -> Self {
+        let def = r.def;
         ModelConfig {
-            id: r.id,
-            provider_id: r.provider_id,
-            model: r.model,
-            display_name: r.display_name,
-            context_limit: r.context_limit,
-            compression_threshold: r.compression_threshold,
-            is_default: r.is_default,
-            enabled: r.enabled,
-            options: r.options,
+            id: def.id,
+            provider_id: def.provider_id,
+            model: def.model,
+            display_name: def.display_name,
+            context_limit: def.context_limit,
+            compression_threshold: def.compression_threshold,
+            is_default: def.is_default,
+            enabled: def.enabled,
+            options: def.options,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -258,17 +260,18 @@ pub struct McpServer {
 
 impl McpServer {
     fn from_row(r: McpServerRow, with_secrets: bool) -> Self {
+        let def = r.def;
         McpServer {
-            id: r.id,
-            slug: r.slug,
-            display_name: r.display_name,
-            transport: r.transport,
-            command: r.command,
-            args: r.args,
-            env: with_secrets.then_some(r.env),
-            url: r.url,
-            headers: with_secrets.then_some(r.headers),
-            enabled: r.enabled,
+            id: def.id,
+            slug: def.slug,
+            display_name: def.display_name,
+            transport: def.transport,
+            command: def.command,
+            args: def.args,
+            env: with_secrets.then_some(def.env),
+            url: def.url,
+            headers: with_secrets.then_some(def.headers),
+            enabled: def.enabled,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -537,7 +540,8 @@ pub async fn update_provider(
     let mut tx = state.store().pool().begin().await?;
     let current = providers::select_for_update(&mut tx, id)
         .await?
-        .ok_or_else(|| ApiError::not_found("Provider not found."))?;
+        .ok_or_else(|| ApiError::not_found("Provider not found."))?
+        .def;
     let def = ProviderDef {
         id,
         provider: req.provider.unwrap_or(current.provider),
@@ -643,7 +647,7 @@ pub async fn create_model_config(
     }
     let row = model_configs::upsert(&mut tx, &def).await?;
     model_configs::ensure_default(&mut tx).await?;
-    let row = model_configs::select(&mut *tx, row.id)
+    let row = model_configs::select(&mut *tx, row.def.id)
         .await?
         .unwrap_or(row);
     tx.commit().await?;
@@ -670,7 +674,8 @@ pub async fn update_model_config(
     locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
     let current = model_configs::select(&mut *tx, id)
         .await?
-        .ok_or_else(|| ApiError::not_found("Model config not found."))?;
+        .ok_or_else(|| ApiError::not_found("Model config not found."))?
+        .def;
     let enabled = req.enabled.unwrap_or(current.enabled);
     let def = ModelConfigDef {
         id,
@@ -803,7 +808,8 @@ pub async fn update_mcp_server(
     let mut tx = state.store().pool().begin().await?;
     let current = mcp_servers::select_for_update(&mut tx, id)
         .await?
-        .ok_or_else(|| ApiError::not_found("MCP server not found."))?;
+        .ok_or_else(|| ApiError::not_found("MCP server not found."))?
+        .def;
     let def = McpServerDef {
         id,
         slug: req.slug.unwrap_or(current.slug),

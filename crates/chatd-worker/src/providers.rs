@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use chatd_core::{ProviderKind, ReasoningEffort};
 use chatd_llm::Provider;
-use chatd_store::{Chat, McpServerRow, ModelConfigRow, ProviderRow, queries};
+use chatd_store::queries::mcp_servers::McpServerDef;
+use chatd_store::queries::model_configs::ModelConfigDef;
+use chatd_store::{Chat, ProviderRow, queries};
 use chatd_tools::{McpServerConfig, McpTransport};
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -32,6 +34,7 @@ pub struct DefaultProviderFactory;
 
 impl ProviderFactory for DefaultProviderFactory {
     fn build(&self, row: &ProviderRow) -> Result<Arc<dyn Provider>, String> {
+        let row = &row.def;
         let name = if row.display_name.is_empty() {
             row.provider.to_string()
         } else {
@@ -72,8 +75,8 @@ impl ProviderFactory for DefaultProviderFactory {
 
 /// A resolved model for one generation.
 pub struct ResolvedModel {
-    /// The config row.
-    pub config: ModelConfigRow,
+    /// The model config.
+    pub config: ModelConfigDef,
     /// The provider.
     pub provider: Arc<dyn Provider>,
 }
@@ -89,11 +92,11 @@ pub async fn resolve_model(
     factory: &dyn ProviderFactory,
 ) -> sqlx::Result<Result<ResolvedModel, String>> {
     let config = queries::model_configs::for_chat(&mut *conn, chat.last_model_config_id).await?;
-    let Some(config) = config else {
+    let Some(config) = config.map(|row| row.def) else {
         return Ok(Err("No enabled model is configured: ask an admin to add a provider and a default model config.".to_owned()));
     };
     let provider = queries::providers::select(&mut *conn, config.provider_id).await?;
-    let Some(provider) = provider.filter(|p| p.enabled) else {
+    let Some(provider) = provider.filter(|p| p.def.enabled) else {
         return Ok(Err(format!(
             "The provider of model {:?} is missing or disabled.",
             config.model
@@ -120,7 +123,7 @@ pub fn resolve_reasoning_effort(
 /// The MCP host's view of a server row; `None` when the row lacks what its
 /// transport needs (the admin API prevents that; a hand-written row may
 /// not).
-pub fn mcp_server_config(row: McpServerRow) -> Option<McpServerConfig> {
+pub fn mcp_server_config(row: McpServerDef) -> Option<McpServerConfig> {
     let transport = match row.transport {
         chatd_core::McpTransport::Stdio => McpTransport::Stdio {
             command: row.command.filter(|c| !c.is_empty())?,
@@ -152,8 +155,8 @@ pub async fn load_mcp_servers(
     Ok(rows
         .into_iter()
         .filter_map(|row| {
-            let slug = row.slug.clone();
-            let config = mcp_server_config(row);
+            let slug = row.def.slug.clone();
+            let config = mcp_server_config(row.def);
             if config.is_none() {
                 tracing::warn!(server = %slug, "MCP server row is incomplete; left out");
             }
@@ -167,9 +170,8 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn row(transport: chatd_core::McpTransport) -> McpServerRow {
-        let epoch = chrono::DateTime::UNIX_EPOCH;
-        McpServerRow {
+    fn row(transport: chatd_core::McpTransport) -> McpServerDef {
+        McpServerDef {
             id: uuid::Uuid::nil(),
             slug: "files".into(),
             display_name: String::new(),
@@ -180,8 +182,6 @@ mod tests {
             url: None,
             headers: BTreeMap::new(),
             enabled: true,
-            created_at: epoch,
-            updated_at: epoch,
         }
     }
 
@@ -189,7 +189,7 @@ mod tests {
     fn mcp_rows_become_server_configs() {
         // Non-string JSON values of `env` and `args` are read as their text
         // by the store (`chatd_store::queries::mcp_servers::string_map`).
-        let stdio = McpServerRow {
+        let stdio = McpServerDef {
             command: Some("mcp-files".into()),
             args: vec!["--root".into(), "/tmp".into()],
             env: BTreeMap::from([("N".into(), "3".into()), ("TOKEN".into(), "x".into())]),
@@ -203,7 +203,7 @@ mod tests {
                 env: BTreeMap::from([("N".into(), "3".into()), ("TOKEN".into(), "x".into())]),
             }
         );
-        let http = McpServerRow {
+        let http = McpServerDef {
             slug: "web".into(),
             url: Some("http://127.0.0.1:1/mcp".into()),
             headers: BTreeMap::from([("Authorization".into(), "Bearer t".into())]),
@@ -213,7 +213,7 @@ mod tests {
             mcp_server_config(http).unwrap().transport,
             McpTransport::StreamableHttp { headers, .. } if headers["Authorization"] == "Bearer t"
         ));
-        let broken = McpServerRow {
+        let broken = McpServerDef {
             slug: "x".into(),
             ..row(chatd_core::McpTransport::Stdio)
         };

@@ -17,31 +17,13 @@ use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection, PgExecutor, Row};
 use uuid::Uuid;
 
-/// A row of `chat_mcp_servers`.
+/// A row of `chat_mcp_servers`: its definition and when it was written.
 ///
 /// Example: [`insert`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerRow {
-    /// Id.
-    pub id: Uuid,
-    /// Unique slug; its tools are offered to the model as `<slug>__<tool>`.
-    pub slug: String,
-    /// Display name.
-    pub display_name: String,
-    /// Transport.
-    pub transport: McpTransport,
-    /// Program (stdio).
-    pub command: Option<String>,
-    /// Arguments (stdio).
-    pub args: Vec<String>,
-    /// Environment (stdio).
-    pub env: BTreeMap<String, String>,
-    /// Endpoint (streamable HTTP).
-    pub url: Option<String>,
-    /// HTTP headers (streamable HTTP).
-    pub headers: BTreeMap<String, String>,
-    /// Whether chats may use it.
-    pub enabled: bool,
+    /// Everything [`insert`] writes.
+    pub def: McpServerDef,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change.
@@ -54,7 +36,7 @@ impl<'r> FromRow<'r, PgRow> for McpServerRow {
         let Json(args): Json<Value> = row.try_get("args")?;
         let Json(env): Json<Value> = row.try_get("env")?;
         let Json(headers): Json<Value> = row.try_get("headers")?;
-        Ok(McpServerRow {
+        let def = McpServerDef {
             id: row.try_get("id")?,
             slug: row.try_get("slug")?,
             display_name: row.try_get("display_name")?,
@@ -68,6 +50,9 @@ impl<'r> FromRow<'r, PgRow> for McpServerRow {
             url: row.try_get("url")?,
             headers: string_map(&headers),
             enabled: row.try_get("enabled")?,
+        };
+        Ok(McpServerRow {
+            def,
             created_at: row.try_get("created_at")?,
             updated_at: row.try_get("updated_at")?,
         })
@@ -120,30 +105,30 @@ pub fn string_map(value: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// A complete MCP server definition to write.
+/// A complete MCP server definition: what [`insert`] writes.
 ///
 /// Example: [`insert`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerDef {
     /// Id.
     pub id: Uuid,
-    /// Slug.
+    /// Unique slug; its tools are offered to the model as `<slug>__<tool>`.
     pub slug: String,
     /// Display name.
     pub display_name: String,
     /// Transport.
     pub transport: McpTransport,
-    /// Command.
+    /// Program (stdio).
     pub command: Option<String>,
-    /// Arguments.
+    /// Arguments (stdio).
     pub args: Vec<String>,
-    /// Environment.
+    /// Environment (stdio).
     pub env: BTreeMap<String, String>,
-    /// URL.
+    /// Endpoint (streamable HTTP).
     pub url: Option<String>,
-    /// Headers.
+    /// HTTP headers (streamable HTTP).
     pub headers: BTreeMap<String, String>,
-    /// Enabled.
+    /// Whether chats may use it.
     pub enabled: bool,
 }
 
@@ -250,7 +235,7 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
 /// };
 /// mcp_servers::insert(pool, &web).await?;
 /// let rows = mcp_servers::enabled_in_order(pool, &[web.id, def.id]).await?;
-/// assert_eq!(rows.iter().map(|r| r.slug.as_str()).collect::<Vec<_>>(), ["web", "files"]);
+/// assert_eq!(rows.iter().map(|r| r.def.slug.as_str()).collect::<Vec<_>>(), ["web", "files"]);
 /// # Ok(()) }
 /// ```
 pub async fn enabled_in_order(
@@ -296,7 +281,7 @@ pub async fn enabled_in_order(
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// let mut tx = pool.begin().await?;
 /// let locked = mcp_servers::select_for_update(&mut tx, def.id).await?;
-/// assert_eq!(locked.map(|s| s.args), Some(vec!["--root".to_owned(), "/srv".to_owned()]));
+/// assert_eq!(locked.map(|s| s.def.args), Some(vec!["--root".to_owned(), "/srv".to_owned()]));
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
@@ -333,7 +318,7 @@ pub async fn select_for_update(
 ///     enabled: true,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
-/// assert_eq!((row.transport, row.env["LOG"].as_str()), (McpTransport::Stdio, "info"));
+/// assert_eq!(row.def, def);
 /// // The slug is taken now.
 /// let again = McpServerDef { id: uuid::Uuid::new_v4(), ..def.clone() };
 /// let err = mcp_servers::insert(pool, &again).await.unwrap_err();
@@ -378,7 +363,7 @@ pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Resu
 /// // Same slug, another id: the existing row is overwritten and keeps its id.
 /// let from_file = McpServerDef { id: uuid::Uuid::new_v4(), args: vec![], ..def.clone() };
 /// let written = mcp_servers::upsert_by_slug(pool, &from_file).await?;
-/// assert_eq!((written.id, written.args.len()), (def.id, 0));
+/// assert_eq!((written.def.id, written.def.args.len()), (def.id, 0));
 /// # Ok(()) }
 /// ```
 pub async fn upsert_by_slug(
@@ -423,7 +408,7 @@ pub async fn upsert_by_slug(
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// let disabled = McpServerDef { enabled: false, ..def.clone() };
-/// assert!(!mcp_servers::update(pool, &disabled).await?.enabled);
+/// assert!(!mcp_servers::update(pool, &disabled).await?.def.enabled);
 /// # Ok(()) }
 /// ```
 pub async fn update(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {

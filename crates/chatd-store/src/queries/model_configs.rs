@@ -11,11 +11,25 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
-/// A row of `chat_model_configs`.
+/// A row of `chat_model_configs`: its definition and when it was written.
 ///
 /// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ModelConfigRow {
+    /// Everything [`upsert`] writes.
+    #[sqlx(flatten)]
+    pub def: ModelConfigDef,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A complete model config definition: what [`upsert`] writes.
+///
+/// Example: [`upsert`].
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ModelConfigDef {
     /// Id.
     pub id: Uuid,
     /// Provider.
@@ -34,35 +48,6 @@ pub struct ModelConfigRow {
     pub enabled: bool,
     /// Options.
     #[sqlx(json)]
-    pub options: ModelOptions,
-    /// Creation time.
-    pub created_at: DateTime<Utc>,
-    /// Last change.
-    pub updated_at: DateTime<Utc>,
-}
-
-/// A complete model config definition to write ([`upsert`]).
-///
-/// Example: [`upsert`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelConfigDef {
-    /// Id.
-    pub id: Uuid,
-    /// Provider.
-    pub provider_id: Uuid,
-    /// Model name.
-    pub model: String,
-    /// Display name.
-    pub display_name: String,
-    /// Context window, tokens.
-    pub context_limit: i64,
-    /// Compaction threshold, percent.
-    pub compression_threshold: i32,
-    /// Default marker.
-    pub is_default: bool,
-    /// Enabled.
-    pub enabled: bool,
-    /// Options.
     pub options: ModelOptions,
 }
 
@@ -164,7 +149,7 @@ pub async fn list(
 /// let row = model_configs::upsert(&mut tx, &def).await?;
 /// tx.commit().await?;
 /// let read = model_configs::select(pool, def.id).await?.expect("exists");
-/// assert_eq!(read.options.max_output_tokens, Some(4096));
+/// assert_eq!(read.def.options.max_output_tokens, Some(4096));
 /// # Ok(()) }
 /// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ModelConfigRow>> {
@@ -311,9 +296,9 @@ pub async fn default_id(conn: impl PgExecutor<'_>) -> sqlx::Result<Option<Uuid>>
 /// let row = model_configs::upsert(&mut tx, &def).await?;
 /// tx.commit().await?;
 /// // A chat without a model config of its own gets the default.
-/// assert_eq!(model_configs::for_chat(pool, None).await?.map(|m| m.id), Some(def.id));
+/// assert_eq!(model_configs::for_chat(pool, None).await?.map(|m| m.def.id), Some(def.id));
 /// let unknown = Some(uuid::Uuid::new_v4());
-/// assert_eq!(model_configs::for_chat(pool, unknown).await?.map(|m| m.id), Some(def.id));
+/// assert_eq!(model_configs::for_chat(pool, unknown).await?.map(|m| m.def.id), Some(def.id));
 /// # Ok(()) }
 /// ```
 pub async fn for_chat(
@@ -370,7 +355,7 @@ pub async fn for_chat(
 /// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
 /// let row = model_configs::upsert(&mut tx, &def).await?;
 /// tx.commit().await?;
-/// assert!(row.is_default);
+/// assert_eq!(row.def, def);
 /// // A second default takes over; the first one is unset.
 /// let other = ModelConfigDef { id: uuid::Uuid::new_v4(), model: "gpt-4o-mini".into(), ..def.clone() };
 /// let mut tx = pool.begin().await?;

@@ -7,11 +7,25 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
-/// A row of `chat_providers`.
+/// A row of `chat_providers`: its definition and when it was written.
 ///
 /// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ProviderRow {
+    /// Everything [`upsert`] writes.
+    #[sqlx(flatten)]
+    pub def: ProviderDef,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A complete provider definition: what [`upsert`] writes.
+///
+/// Example: [`upsert`].
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ProviderDef {
     /// Id.
     pub id: Uuid,
     /// The wire protocol it speaks.
@@ -25,29 +39,6 @@ pub struct ProviderRow {
     /// API key (never sent to clients).
     pub api_key: Option<String>,
     /// Whether its model configs may be used.
-    pub enabled: bool,
-    /// Creation time.
-    pub created_at: DateTime<Utc>,
-    /// Last change.
-    pub updated_at: DateTime<Utc>,
-}
-
-/// A complete provider definition to write ([`upsert`]).
-///
-/// Example: [`upsert`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderDef {
-    /// Id.
-    pub id: Uuid,
-    /// The wire protocol it speaks.
-    pub provider: ProviderKind,
-    /// Display name.
-    pub display_name: String,
-    /// Base URL.
-    pub base_url: Option<String>,
-    /// API key.
-    pub api_key: Option<String>,
-    /// Enabled.
     pub enabled: bool,
 }
 
@@ -126,7 +117,7 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 /// let row = providers::upsert(pool, &def).await?;
 /// let mut tx = pool.begin().await?;
 /// let locked = providers::select_for_update(&mut tx, def.id).await?;
-/// assert_eq!(locked.map(|p| p.provider), Some(ProviderKind::OpenaiCompat));
+/// assert_eq!(locked.map(|p| p.def.provider), Some(ProviderKind::OpenaiCompat));
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
@@ -187,10 +178,11 @@ pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
 ///     enabled: true,
 /// };
 /// let row = providers::upsert(pool, &def).await?;
-/// assert_eq!((row.provider, row.display_name.as_str()), (ProviderKind::OpenaiCompat, "Local"));
+/// assert_eq!(row.def, def);
 /// // The same id again overwrites.
-/// let renamed = providers::upsert(pool, &ProviderDef { display_name: "llama".into(), ..def }).await?;
-/// assert_eq!((renamed.id, renamed.display_name.as_str()), (row.id, "llama"));
+/// let llama = ProviderDef { display_name: "llama".into(), ..def.clone() };
+/// let renamed = providers::upsert(pool, &llama).await?;
+/// assert_eq!((renamed.def.id, renamed.def.display_name.as_str()), (def.id, "llama"));
 /// # Ok(()) }
 /// ```
 pub async fn upsert(conn: impl PgExecutor<'_>, def: &ProviderDef) -> sqlx::Result<ProviderRow> {
