@@ -316,7 +316,7 @@ pub async fn send_message(
     let result = tx
         .send_message(SendMessageInput {
             message,
-            busy_behavior: busy_behavior.into(),
+            busy_behavior,
             max_queue_size: Some(state.options().max_queued_messages),
         })
         .await?;

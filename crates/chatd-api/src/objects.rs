@@ -1,47 +1,22 @@
 //! Wire objects (API.md "Objects"): `Chat`, `ChatMessage`,
 //! `ChatQueuedMessage`, the input parts, and the enums they use. Field names
 //! and shapes follow API.md exactly; conversions from the store's rows live
-//! here so that every route renders the same shape. `ChatError`,
-//! `DynamicTool`, `Usage`, `ReasoningEffort` and the message parts
-//! (`ChatMessagePart`) are the shapes of `chatd_core`, served as they are.
+//! here so that every route renders the same shape. `ChatStatus`,
+//! `ChatRole`, `BusyBehavior`, `FinishReason`, `ChatError`, `DynamicTool`, `Usage`,
+//! `ReasoningEffort` and the message parts (`ChatMessagePart`) are the
+//! shapes of `chatd_core`, served as they are.
 
 use std::collections::BTreeMap;
 
 use chatd_core::MessagePart;
-pub use chatd_core::{ChatError, ChatErrorKind, DynamicTool, ReasoningEffort, Usage};
+pub use chatd_core::{
+    BusyBehavior, ChatError, ChatErrorKind, ChatRole, ChatStatus, DynamicTool, FinishReason,
+    ReasoningEffort, Usage,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
-
-/// `Chat.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ChatStatus {
-    /// Idle.
-    Waiting,
-    /// A worker is (or should be) generating.
-    Running,
-    /// The user asked to stop; the worker is finalising.
-    Interrupting,
-    /// Waiting for client-side tool results.
-    RequiresAction,
-    /// The last turn failed.
-    Error,
-}
-
-impl From<chatd_core::ChatStatus> for ChatStatus {
-    fn from(status: chatd_core::ChatStatus) -> Self {
-        use chatd_core::ChatStatus as S;
-        match status {
-            S::Waiting => ChatStatus::Waiting,
-            S::Running => ChatStatus::Running,
-            S::Interrupting => ChatStatus::Interrupting,
-            S::RequiresAction => ChatStatus::RequiresAction,
-            S::Error => ChatStatus::Error,
-        }
-    }
-}
 
 /// `Chat.plan_mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -55,52 +30,6 @@ impl PlanMode {
     /// Database spelling.
     pub fn as_str(self) -> &'static str {
         "plan"
-    }
-}
-
-/// `busy_behavior` of a send.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum BusyBehavior {
-    /// Append to the queue when busy (default).
-    #[default]
-    Queue,
-    /// Queue at the head and interrupt (or cancel a pending tool action).
-    Interrupt,
-}
-
-impl From<BusyBehavior> for chatd_core::BusyBehavior {
-    fn from(b: BusyBehavior) -> Self {
-        match b {
-            BusyBehavior::Queue => chatd_core::BusyBehavior::Queue,
-            BusyBehavior::Interrupt => chatd_core::BusyBehavior::Interrupt,
-        }
-    }
-}
-
-/// `ChatMessage.role`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ChatRole {
-    /// System prompt.
-    System,
-    /// User turn.
-    User,
-    /// Model response.
-    Assistant,
-    /// Tool results.
-    Tool,
-}
-
-impl From<chatd_core::ChatRole> for ChatRole {
-    fn from(role: chatd_core::ChatRole) -> Self {
-        use chatd_core::ChatRole as R;
-        match role {
-            R::System => ChatRole::System,
-            R::User => ChatRole::User,
-            R::Assistant => ChatRole::Assistant,
-            R::Tool => ChatRole::Tool,
-        }
     }
 }
 
@@ -223,7 +152,7 @@ impl From<&chatd_store::Chat> for Chat {
             parent_chat_id: c.parent_chat_id,
             root_chat_id: c.root_chat_id,
             title: c.title.clone(),
-            status: c.status.into(),
+            status: c.status,
             archived: c.archived,
             labels: c.labels.clone(),
             pin_order: c.pin_order,
@@ -280,41 +209,12 @@ pub struct ChatMessage {
     pub finish_reason: Option<FinishReason>,
 }
 
-/// `ChatMessage.finish_reason`: why an assistant message ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// The model ended its answer by itself.
-    Stop,
-    /// Cut off at the output token limit or the context window: incomplete.
-    Length,
-    /// The model stopped to call tools.
-    ToolCalls,
-    /// The provider withheld the rest: incomplete.
-    ContentFilter,
-    /// The user interrupted the answer: incomplete.
-    Interrupted,
-}
-
-impl From<chatd_core::FinishReason> for FinishReason {
-    fn from(reason: chatd_core::FinishReason) -> Self {
-        use chatd_core::FinishReason as F;
-        match reason {
-            F::Stop => FinishReason::Stop,
-            F::Length => FinishReason::Length,
-            F::ToolCalls => FinishReason::ToolCalls,
-            F::ContentFilter => FinishReason::ContentFilter,
-            F::Interrupted => FinishReason::Interrupted,
-        }
-    }
-}
-
 impl From<&chatd_store::ChatMessage> for ChatMessage {
     fn from(m: &chatd_store::ChatMessage) -> Self {
         ChatMessage {
             id: m.id,
             chat_id: m.chat_id,
-            role: m.role.into(),
+            role: m.role,
             content: m.content.0.clone(),
             created_at: m.created_at,
             created_by: m.created_by,
@@ -324,7 +224,7 @@ impl From<&chatd_store::ChatMessage> for ChatMessage {
             usage: m.usage(),
             total_cost_micros: m.total_cost_micros,
             runtime_ms: m.runtime_ms,
-            finish_reason: m.finish_reason.map(Into::into),
+            finish_reason: m.finish_reason,
         }
     }
 }

@@ -17,6 +17,7 @@ pub const CANCELLED_TOOL_RESULT: &str = "Tool execution cancelled";
 
 /// `chat_messages.role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ChatRole {
     /// System prompt.
@@ -80,6 +81,7 @@ impl TryFrom<String> for Visibility {
 /// (null) when unknown (a provider reason chatd does not know, or a row
 /// written before the column existed) and on every other role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// The model ended its answer by itself (OpenAI `stop`, Anthropic

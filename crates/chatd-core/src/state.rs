@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 /// the database (`waiting`, `running`, `interrupting`, `requires_action`,
 /// `error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ChatStatus {
     /// No work for the worker.

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 /// How `SendMessage` behaves when the chat is busy (`R*`, `I*`, `A*`). From
 /// idle and error states both behave the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum BusyBehavior {
     /// Append the message to the end of the queue.

@@ -281,6 +281,9 @@ impl ChatMessage {
 /// `chat_messages.finish_reason` as read (nullable text), decoded into
 /// `Option<`[`FinishReason`]`>` by [`ChatMessage`]'s `FromRow`; a spelling
 /// the column's check constraint would refuse is a decode error.
+///
+/// Tested by `tests/it/transitions.rs`:
+/// `finish_reasons_are_stored_with_the_message_and_unknown_spellings_refused`.
 #[derive(Debug, sqlx::Type)]
 #[sqlx(transparent)]
 pub struct FinishReasonColumn(Option<String>);

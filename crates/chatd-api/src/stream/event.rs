@@ -105,7 +105,6 @@ impl StreamPayload {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct MessagePartPayload {
     /// Role of the message being previewed.
-    #[schema(value_type = crate::objects::ChatRole)]
     pub role: ChatRole,
     /// The delta: `text`/`reasoning` carry the new text in `text`; a tool
     /// call streams as `{type: "tool-call", tool_call_id, tool_name,

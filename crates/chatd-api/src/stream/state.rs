@@ -367,7 +367,7 @@ impl StreamState {
         if Some(chat.status) != self.status {
             events.push(event(StreamPayload::Status {
                 status: StatusPayload {
-                    status: chat.status.into(),
+                    status: chat.status,
                     history_version: chat.history_version,
                 },
             }));
