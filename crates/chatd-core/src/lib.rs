@@ -28,6 +28,7 @@ pub mod message;
 pub mod model_options;
 pub mod provider;
 pub mod retry;
+pub mod sanitize;
 pub mod spelling;
 pub mod state;
 pub mod stream;
