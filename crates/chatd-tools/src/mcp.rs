@@ -209,6 +209,11 @@ impl McpToolset {
 }
 
 /// The result of one tool call, ready to become a `tool-result` part.
+///
+/// Its `result` came from outside (the MCP server, or an error text that
+/// quotes it), so both constructors sanitise it
+/// ([`chatd_core::sanitize::json`]): a NUL in a tool's output must not make
+/// the step that stores it uncommittable.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutcome {
     /// Any JSON: the structured content when the tool gave one, else its
@@ -221,8 +226,10 @@ pub struct ToolOutcome {
 impl ToolOutcome {
     /// A failure with `message`: `{"error": message}`, `is_error`.
     pub fn error(message: impl Into<String>) -> Self {
+        let mut message = message.into();
+        chatd_core::sanitize::string(&mut message);
         ToolOutcome {
-            result: json!({ "error": message.into() }),
+            result: json!({ "error": message }),
             is_error: true,
         }
     }
@@ -230,10 +237,11 @@ impl ToolOutcome {
     /// Converts an MCP `CallToolResult`.
     pub fn from_result(result: CallToolResult) -> Self {
         let is_error = result.is_error.unwrap_or(false);
-        let value = match result.structured_content {
+        let mut value = match result.structured_content {
             Some(structured) => structured,
             None => Value::String(content_text(&result.content)),
         };
+        chatd_core::sanitize::json(&mut value);
         if is_error {
             ToolOutcome {
                 result: json!({ "error": value }),
@@ -808,5 +816,20 @@ mod tests {
             Some(("my_calc", "add_two"))
         );
         assert!(!valid_name(&qualified_name("calc", "add.numbers")));
+    }
+
+    #[test]
+    fn a_nul_in_a_tool_result_or_error_becomes_the_replacement_character() {
+        let text = CallToolResult::success(vec![ContentBlock::text("a\0b")]);
+        assert_eq!(ToolOutcome::from_result(text).result, json!("a\u{FFFD}b"));
+        let structured = CallToolResult::structured(json!({"k\u{0}": ["\u{0}"]}));
+        assert_eq!(
+            ToolOutcome::from_result(structured).result,
+            json!({"k\u{FFFD}": ["\u{FFFD}"]})
+        );
+        assert_eq!(
+            ToolOutcome::error("stderr: \0").result,
+            json!({"error": "stderr: \u{FFFD}"})
+        );
     }
 }
