@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use chatd_pubsub::OWNERSHIP_CHANNEL;
 use chatd_store::queries;
-use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -23,6 +22,9 @@ use crate::runner::RunnerKey;
 const LOCKED_RETRIES: u32 = 20;
 /// Delay between those retries.
 const LOCKED_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(25);
+/// How long after a lease's computed expiry the loop wakes, so that the
+/// heartbeat is older than the bound by database time when the pass reads it.
+const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy)]
@@ -31,6 +33,9 @@ pub(crate) struct Pass {
     pub(crate) claimed: usize,
     /// Candidates whose row another transaction held (`SKIP LOCKED`).
     pub(crate) skipped_locked: usize,
+    /// Candidates whose claim failed with an error (logged; tried again
+    /// at the next pass).
+    pub(crate) failed: usize,
 }
 
 pub(crate) struct AcquisitionLoop {
@@ -57,15 +62,19 @@ impl AcquisitionLoop {
                 }
             }
         };
-        let mut tick = tokio::time::interval(self.ctx.config.acquisition_interval);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // The first pass runs at once; later timer passes at the deadline
+        // that `next_wait` sets. It is recomputed after a timer pass, and
+        // after a hinted pass only when it lies further away than a lease:
+        // leases counted last time can only have been renewed (expire later),
+        // and one taken since expires no sooner than a lease from now.
+        let mut deadline = tokio::time::Instant::now();
         loop {
-            tokio::select! {
+            let timer = tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-                _ = self.wake.notified() => {}
-                event = subscription.recv() => if event.is_none() { return },
-            }
+                _ = tokio::time::sleep_until(deadline) => true,
+                _ = self.wake.notified() => false,
+                event = subscription.recv() => if event.is_none() { return } else { false },
+            };
             // Keep passing while a full batch was claimed (there may be
             // more), and retry soon when rows were locked by another
             // transaction at the time (a send or a runner task): no further
@@ -90,6 +99,33 @@ impl AcquisitionLoop {
                     }
                 }
             }
+            let now = tokio::time::Instant::now();
+            if timer || deadline > now + self.ctx.config.lease_stale_after {
+                deadline = now + self.next_wait().await;
+            }
+        }
+    }
+
+    /// How long to sleep before the next timer pass: the acquisition
+    /// interval, or less when another worker's lease goes stale sooner (a
+    /// crashed owner's chat is then taken over within its lease, not up to
+    /// an interval later; nothing else would wake this loop for it). A
+    /// failed lookup falls back to the interval.
+    async fn next_wait(&self) -> std::time::Duration {
+        let interval = self.ctx.config.acquisition_interval;
+        match queries::chats::next_lease_expiry(
+            self.ctx.store.pool(),
+            self.ctx.config.worker_id,
+            self.ctx.config.lease_stale_after.as_secs_f64(),
+        )
+        .await
+        {
+            Ok(Some(secs)) => interval.min(std::time::Duration::from_secs_f64(secs) + LEASE_MARGIN),
+            Ok(None) => interval,
+            Err(err) => {
+                tracing::warn!(error = %err, "looking up the next lease expiry failed");
+                interval
+            }
         }
     }
 
@@ -103,29 +139,56 @@ impl AcquisitionLoop {
         )
         .await?;
         let mut pass = Pass::default();
+        // One candidate that fails (a transient database error, a row in a
+        // state that cannot be read) must not keep the others unowned: log
+        // it and go on; the next pass tries it again.
         for chat_id in candidates {
-            let Some(mut tx) = self.ctx.store.machine(chat_id).try_begin().await? else {
-                pass.skipped_locked += 1;
-                continue;
-            };
-            let chat = tx.chat().await?;
-            if !tx.execution_state().await?.is_runnable() {
-                continue;
+            match self.claim(chat_id).await {
+                Ok(Claim::Acquired) => pass.claimed += 1,
+                Ok(Claim::Locked) => pass.skipped_locked += 1,
+                Ok(Claim::NotACandidate) => {}
+                Err(err) => {
+                    tracing::warn!(%chat_id, error = %err, "acquiring a candidate failed");
+                    pass.failed += 1;
+                }
             }
-            if let Some(runner) = chat.runner_id
-                && chat.worker_id.is_some()
-                && queries::heartbeats::is_fresh(tx.conn(), chat_id, runner, stale).await?
-            {
-                continue;
-            }
-            let runner_id = Uuid::new_v4();
-            tx.acquire(self.ctx.config.worker_id, runner_id).await?;
-            let acquired = tx.commit().await?;
-            tracing::info!(%chat_id, %runner_id, previous_worker = ?chat.worker_id, "acquired chat");
-            self.manager
-                .spawn(RunnerKey { chat_id, runner_id }, acquired.snapshot_version);
-            pass.claimed += 1;
         }
         Ok(pass)
     }
+
+    /// Claims one candidate: re-checks it under its row lock and applies
+    /// `Acquire` with a fresh runner id, then spawns its runner.
+    async fn claim(&self, chat_id: Uuid) -> chatd_store::StoreResult<Claim> {
+        let stale = self.ctx.config.lease_stale_after.as_secs_f64();
+        let Some(mut tx) = self.ctx.store.machine(chat_id).try_begin().await? else {
+            return Ok(Claim::Locked);
+        };
+        let chat = tx.chat().await?;
+        if !tx.execution_state().await?.is_runnable() {
+            return Ok(Claim::NotACandidate);
+        }
+        if let Some(runner) = chat.runner_id
+            && chat.worker_id.is_some()
+            && queries::heartbeats::is_fresh(tx.conn(), chat_id, runner, stale).await?
+        {
+            return Ok(Claim::NotACandidate);
+        }
+        let runner_id = Uuid::new_v4();
+        tx.acquire(self.ctx.config.worker_id, runner_id).await?;
+        let acquired = tx.commit().await?;
+        tracing::info!(%chat_id, %runner_id, previous_worker = ?chat.worker_id, "acquired chat");
+        self.manager
+            .spawn(RunnerKey { chat_id, runner_id }, acquired.snapshot_version);
+        Ok(Claim::Acquired)
+    }
+}
+
+/// What [`AcquisitionLoop::claim`] did with one candidate.
+enum Claim {
+    /// Acquired; its runner is spawned.
+    Acquired,
+    /// Another transaction held its row (`SKIP LOCKED`).
+    Locked,
+    /// Under the lock it was not runnable, or its lease was fresh.
+    NotACandidate,
 }

@@ -989,6 +989,54 @@ pub async fn acquisition_candidates(
     .await
 }
 
+/// Seconds (database time, ≥ 0) until the first lease held by another
+/// worker goes stale: over the runnable chats whose current runner belongs to
+/// a worker other than `worker_id` and has a heartbeat newer than
+/// `stale_after_secs`, the least time until that heartbeat is older than the
+/// bound; `None` when no such lease exists. The acquisition loop sleeps no
+/// longer than this, so a crashed owner's chat is taken over when its lease
+/// goes stale, not at the next timer pass (spec "Acquisition loop").
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::{chats, heartbeats};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
+/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
+/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// let (me, other, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+/// assert_eq!(chats::next_lease_expiry(pool, me, 30.0).await?, None, "nobody holds it");
+/// let machine = store.machine(chat.id);
+/// machine.update(move |tx| Box::pin(async move { tx.acquire(other, runner).await })).await?;
+/// heartbeats::upsert(&mut *pool.acquire().await?, chat.id, runner).await?;
+/// let left = chats::next_lease_expiry(pool, me, 30.0).await?.expect("another worker's lease");
+/// assert!(left > 29.0 && left <= 30.0, "{left}");
+/// assert_eq!(chats::next_lease_expiry(pool, other, 30.0).await?, None, "its own lease");
+/// # Ok(()) }
+/// ```
+pub async fn next_lease_expiry(
+    conn: impl PgExecutor<'_>,
+    worker_id: Uuid,
+    stale_after_secs: f64,
+) -> sqlx::Result<Option<f64>> {
+    sqlx::query_scalar(concat!(
+        "SELECT GREATEST(0, EXTRACT(EPOCH FROM (min(h.heartbeat_at) + make_interval(secs => $2) - now())))::float8
+           FROM chats c JOIN chat_heartbeats h ON h.chat_id = c.id AND h.runner_id = c.runner_id
+          WHERE ",
+        runnable_chat_sql!("c."),
+        " AND c.worker_id IS NOT NULL AND c.worker_id <> $1
+            AND h.heartbeat_at >= now() - make_interval(secs => $2)"
+    ))
+    .bind(worker_id)
+    .bind(stale_after_secs)
+    .fetch_one(conn)
+    .await
+}
+
 /// The rows of the chats among `ids` that exist (any order).
 ///
 /// # Example

@@ -110,6 +110,57 @@ async fn a_crashed_workers_chat_is_taken_over_after_the_lease_goes_stale() {
     b.shutdown().await;
 }
 
+/// Issue 14: with the default settings a crashed owner's chat was taken over
+/// up to an acquisition interval after its lease went stale. A survivor that
+/// has already made its passes (its timer an hour away here) wakes when the
+/// lease goes stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crashed_workers_chat_is_taken_over_when_the_lease_goes_stale_not_at_the_next_timer_pass()
+{
+    let env = Env::new().await;
+    env.llm
+        .push(Script::new().then_text("never committed").hang());
+    env.llm
+        .set_default(Script::text("answer from the survivor"));
+    let a = env.worker();
+    let b = env.worker_with(WorkerConfig {
+        acquisition_interval: Duration::from_secs(3600),
+        ..fast_config()
+    });
+    let chat_id = env.create_chat("hello").await;
+    env.llm
+        .wait_for_request(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    env.wait_for(chat_id, Duration::from_secs(10), "owned by a", |c| {
+        c.worker_id == Some(a.worker_id())
+    })
+    .await;
+    // Let b's first pass (which found the chat held) and its lease lookup run.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.crash();
+    let crashed_at = Instant::now();
+    env.wait_for(chat_id, Duration::from_secs(15), "taken over by b", |c| {
+        c.worker_id == Some(b.worker_id())
+    })
+    .await;
+    let took = crashed_at.elapsed();
+    assert!(
+        took >= Duration::from_millis(1000),
+        "taken over after {took:?}, before the lease (1.5 s) could be stale"
+    );
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let answers: Vec<String> = env
+        .active_messages(chat_id)
+        .await
+        .iter()
+        .filter(|m| m.role == ChatRole::Assistant)
+        .map(text_of)
+        .collect();
+    assert_eq!(answers, vec!["answer from the survivor".to_owned()]);
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn graceful_shutdown_hands_a_running_chat_over_within_a_second() {
     let env = Env::new().await;
