@@ -7,11 +7,15 @@
 //!   creates-and-closes a missing episode (create and close may race).
 //! - `add_part` assigns `seq` = 1, 2, 3, … (contiguous) and fails when the
 //!   episode is missing or closed, or when it would exceed the per-episode cap
-//!   (1 MiB by default) of JSON-serialised part size.
+//!   (1 MiB by default) of JSON-serialised part size; once one part was
+//!   refused for the cap, every later one is (a preview never has holes).
 //! - `subscribe` never fails: it waits for a missing episode to be created,
 //!   replays the buffered parts, follows new ones, and ends after the last
-//!   part of a closed episode. A subscriber that does not accept a part within
-//!   the slow-subscriber timeout (10 s) is dropped: its stream ends.
+//!   part of a closed episode. A subscriber that leaves a part unread for the
+//!   slow-subscriber timeout (10 s) is dropped: its stream ends (counted from
+//!   when the part was handed to its channel, so a subscriber that reads
+//!   nothing is dropped 10 s after its first unread part, not only once its
+//!   channel is full).
 //! - Closed episodes are garbage-collected once they have been closed for at
 //!   least the retention period (15 s) and have no subscribers.
 
@@ -75,6 +79,10 @@ pub enum PartBufferError {
 struct EpisodeState {
     parts: Vec<Arc<StreamPart>>,
     bytes: usize,
+    /// Set by the first part the cap refused: every later part is refused
+    /// too, so that the preview is a prefix of the answer, never one with
+    /// holes.
+    full: bool,
     closed_at: Option<Instant>,
     subscribers: usize,
     /// Signals "something changed" (a new part or the close) to followers.
@@ -86,6 +94,7 @@ impl EpisodeState {
         Self {
             parts: Vec::new(),
             bytes: 0,
+            full: false,
             closed_at: None,
             subscribers: 0,
             changed: watch::channel(()).0,
@@ -201,7 +210,9 @@ impl PartBuffer {
     ///
     /// # Errors
     /// `EpisodeNotFound`, `EpisodeClosed`, or `EpisodeFull` when the part's
-    /// JSON size would take the episode over the cap. Callers treat every
+    /// JSON size would take the episode over the cap, and for every part
+    /// after the first one refused so (the buffered parts stay a prefix of
+    /// the stream, without holes). Callers treat every
     /// error as "drop the part" (storing parts is best-effort).
     pub fn add_part(
         &self,
@@ -223,7 +234,8 @@ impl PartBuffer {
         let size = serde_json::to_vec(&part)
             .map(|v| v.len())
             .unwrap_or(usize::MAX);
-        if entry.bytes.saturating_add(size) > max {
+        if entry.full || entry.bytes.saturating_add(size) > max {
+            entry.full = true;
             return Err(PartBufferError::EpisodeFull { max_bytes: max });
         }
         entry.bytes += size;
@@ -303,7 +315,7 @@ impl PartBuffer {
             buffer: &self,
             episode,
         };
-        let timeout = self.inner.config.slow_subscriber_timeout;
+        let mut unread = Unread::new(self.inner.config.slow_subscriber_timeout);
         let mut next = 0usize;
         loop {
             changed.borrow_and_update();
@@ -318,14 +330,23 @@ impl PartBuffer {
                 )
             };
             for part in batch {
-                match tx.send_timeout((*part).clone(), timeout).await {
-                    Ok(()) => next += 1,
-                    Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                // Room first: a part the receiver made room for just now is
+                // delivered even when the deadline passed in the same
+                // instant (as `send_timeout` polls the send before its timer).
+                let permit = tokio::select! {
+                    biased;
+                    permit = tx.reserve() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => return,
+                    },
+                    _ = unread.expired(&tx) => {
                         tracing::debug!(?episode, "dropping a slow part subscriber");
                         return;
                     }
-                    Err(mpsc::error::SendTimeoutError::Closed(_)) => return,
-                }
+                };
+                permit.send((*part).clone());
+                unread.sent();
+                next += 1;
             }
             if closed {
                 // Everything up to the close has been delivered (the batch
@@ -343,11 +364,16 @@ impl PartBuffer {
                 continue;
             }
             tokio::select! {
+                biased;
                 _ = tx.closed() => return,
                 res = changed.changed() => {
                     if res.is_err() {
                         return;
                     }
+                }
+                _ = unread.expired(&tx) => {
+                    tracing::debug!(?episode, "dropping a slow part subscriber");
+                    return;
                 }
             }
         }
@@ -393,6 +419,57 @@ impl Drop for SubscriberGuard<'_> {
         let mut state = self.buffer.lock();
         if let Some(entry) = state.episodes.get_mut(&self.episode) {
             entry.subscribers = entry.subscribers.saturating_sub(1);
+        }
+    }
+}
+
+/// When each part still in a subscriber's channel was handed to it, so that
+/// a subscriber is dropped once a part has stayed unread for the timeout,
+/// however much room its channel has left.
+struct Unread {
+    timeout: Duration,
+    /// Hand-over times of the parts not yet known to be read, oldest first.
+    sent_at: std::collections::VecDeque<Instant>,
+}
+
+impl Unread {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            sent_at: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Records a part handed to the channel now.
+    fn sent(&mut self) {
+        self.sent_at.push_back(Instant::now());
+    }
+
+    /// Forgets the parts the receiver has taken (the channel holds
+    /// `max_capacity - capacity` parts; the older ones were read).
+    fn settle(&mut self, tx: &mpsc::Sender<StreamPart>) {
+        let in_channel = tx.max_capacity() - tx.capacity();
+        while self.sent_at.len() > in_channel {
+            self.sent_at.pop_front();
+        }
+    }
+
+    /// Resolves when the oldest unread part has waited for the timeout;
+    /// never while every part was read. Re-checks at each deadline, since a
+    /// read does not wake the sender.
+    async fn expired(&mut self, tx: &mpsc::Sender<StreamPart>) {
+        loop {
+            self.settle(tx);
+            let Some(oldest) = self.sent_at.front().copied() else {
+                // Nothing unread: only a new part (which the caller waits
+                // for too) can start the clock again.
+                return std::future::pending().await;
+            };
+            let deadline = oldest + self.timeout;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
         }
     }
 }
@@ -510,11 +587,50 @@ mod tests {
         }
         // Each part serialises to about 110 bytes: one fits, two do not.
         assert_eq!(accepted, 1);
-        // A smaller part still fits after a rejected large one.
-        assert!(
-            b.add_part(episode(1), ChatRole::Assistant, text("y"))
-                .is_ok()
+        // A smaller part that would fit is refused too: the buffered parts
+        // stay a prefix of the stream (issue 14: a preview with holes).
+        assert_eq!(
+            b.add_part(episode(1), ChatRole::Assistant, text("y")),
+            Err(PartBufferError::EpisodeFull { max_bytes: 200 })
         );
+        assert_eq!(b.get_parts(episode(1)).unwrap().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_that_reads_nothing_is_dropped_after_the_timeout_with_room_in_its_channel()
+    {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        let mut sub = b.subscribe(episode(1));
+        for _ in 0..3 {
+            b.add_part(episode(1), ChatRole::Assistant, text("p"))
+                .unwrap();
+        }
+        // Three parts in a channel of 64, none read for 11 s.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let mut got = Vec::new();
+        while let Some(part) = tokio::time::timeout(Duration::from_secs(1), sub.recv())
+            .await
+            .expect("the stream ends: the subscriber was dropped")
+        {
+            got.push(part.seq);
+        }
+        assert_eq!(got, vec![1, 2, 3], "what was handed over is still readable");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_that_reads_each_part_within_the_timeout_stays_with_room_in_its_channel() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        let mut sub = b.subscribe(episode(1));
+        for i in 1..=4u64 {
+            b.add_part(episode(1), ChatRole::Assistant, text("p"))
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            assert_eq!(sub.recv().await.unwrap().seq, i);
+        }
+        b.close_episode(episode(1));
+        assert_eq!(sub.recv().await, None);
     }
 
     #[tokio::test]

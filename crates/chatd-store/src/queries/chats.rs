@@ -1024,7 +1024,7 @@ pub async fn next_lease_expiry(
     stale_after_secs: f64,
 ) -> sqlx::Result<Option<f64>> {
     sqlx::query_scalar(concat!(
-        "SELECT GREATEST(0, EXTRACT(EPOCH FROM (min(h.heartbeat_at) + make_interval(secs => $2) - now())))::float8
+        "SELECT EXTRACT(EPOCH FROM (min(h.heartbeat_at) + make_interval(secs => $2) - now()))::float8
            FROM chats c JOIN chat_heartbeats h ON h.chat_id = c.id AND h.runner_id = c.runner_id
           WHERE ",
         runnable_chat_sql!("c."),
@@ -1035,6 +1035,7 @@ pub async fn next_lease_expiry(
     .bind(stale_after_secs)
     .fetch_one(conn)
     .await
+    .map(|secs: Option<f64>| secs.map(|s| s.max(0.0)))
 }
 
 /// The rows of the chats among `ids` that exist (any order).
