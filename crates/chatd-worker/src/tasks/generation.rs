@@ -22,7 +22,7 @@ use chatd_store::{Chat, ChatMachine, ChatMessage, queries};
 use chatd_tools::McpServerConfig;
 
 use super::commit::{self, Next};
-use super::plan::{ModelCall, Outstanding, Plan, PlanInput, plan};
+use super::plan::{HistoryMessage, ModelCall, Outstanding, Plan, PlanInput, plan};
 use super::retry::{AfterFailure, after_failure, attempts_spent};
 use super::stream::{OpenEpisode, stream_response};
 use super::tools::{ToolCall, ToolRouter, ToolStep};
@@ -37,9 +37,10 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
         .retrying("reading the chat history", || load(task, &machine))
         .await?;
     let config = &task.ctx.config;
+    let history: Vec<HistoryMessage<'_>> = loaded.history.iter().map(Into::into).collect();
     let next = plan(PlanInput {
         chat: &loaded.chat,
-        history: &loaded.history,
+        history: &history,
         model: match &loaded.model {
             Ok(model) => Ok((&model.config, model.provider.clone())),
             Err(message) => Err(message),

@@ -40,7 +40,7 @@ pub(super) struct PlanInput<'a, P> {
     /// The chat row.
     pub(super) chat: &'a Chat,
     /// The active history in id order; messages only users see are skipped.
-    pub(super) history: &'a [ChatMessage],
+    pub(super) history: &'a [HistoryMessage<'a>],
     /// The chat's model config and provider, or why it has none (a message
     /// for the user).
     pub(super) model: Result<(&'a ModelConfigDef, P), &'a str>,
@@ -48,6 +48,24 @@ pub(super) struct PlanInput<'a, P> {
     pub(super) max_steps_per_turn: usize,
     /// Whether first answers get a title (`WorkerConfig::generate_titles`).
     pub(super) generate_titles: bool,
+}
+
+/// One message of the active history, as [`plan`] reads it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HistoryMessage<'a> {
+    pub(super) role: ChatRole,
+    pub(super) visibility: Visibility,
+    pub(super) parts: &'a [MessagePart],
+}
+
+impl<'a> From<&'a ChatMessage> for HistoryMessage<'a> {
+    fn from(message: &'a ChatMessage) -> Self {
+        Self {
+            role: message.role,
+            visibility: message.visibility,
+            parts: &message.content.0,
+        }
+    }
 }
 
 /// What the generation task does next for the current history.
@@ -111,7 +129,7 @@ answer with the summary only.";
 /// Decides the next step; see the module doc for the order.
 pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
     let chat = input.chat;
-    let history: Vec<&ChatMessage> = input
+    let history: Vec<&HistoryMessage<'_>> = input
         .history
         .iter()
         .filter(|m| m.visibility != Visibility::User)
@@ -129,8 +147,7 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
     };
     let answered_before = history.iter().any(|m| {
         m.role == ChatRole::Assistant
-            && m.content
-                .0
+            && m.parts
                 .iter()
                 .any(|p| matches!(p, MessagePart::Text { text } if !text.trim().is_empty()))
     });
@@ -142,7 +159,7 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         .iter()
         .map(|m| RequestMessage {
             role: m.role,
-            parts: m.content.0.clone(),
+            parts: m.parts.to_vec(),
         })
         .collect();
     let tools = if compaction {
@@ -179,7 +196,7 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
 
 /// Steps 1 to 5 of the module doc: `None` when the model must be called.
 fn plan_without_call<P>(
-    history: &[&ChatMessage],
+    history: &[&HistoryMessage<'_>],
     dynamic: &HashSet<String>,
     max_steps_per_turn: usize,
 ) -> Option<Plan<P>> {
@@ -188,7 +205,7 @@ fn plan_without_call<P>(
     };
     let last_user = history.iter().rposition(|m| m.role == ChatRole::User);
     let since_user = &history[last_user.map_or(0, |i| i + 1)..];
-    let outstanding = outstanding_tool_calls(since_user.iter().map(|m| m.content.0.as_slice()));
+    let outstanding = outstanding_tool_calls(since_user.iter().map(|m| m.parts));
     let (client, ours): (Vec<_>, Vec<_>) = outstanding
         .into_iter()
         .partition(|c| dynamic.contains(&c.tool_name));
@@ -221,10 +238,10 @@ fn plan_without_call<P>(
 }
 
 /// The stored arguments of call `id` in `messages` (empty when not found).
-fn call_args(messages: &[&ChatMessage], id: &str) -> String {
+fn call_args(messages: &[&HistoryMessage<'_>], id: &str) -> String {
     messages
         .iter()
-        .flat_map(|m| m.content.0.iter())
+        .flat_map(|m| m.parts.iter())
         .find_map(|p| match p {
             MessagePart::ToolCall {
                 tool_call_id, args, ..
@@ -236,13 +253,13 @@ fn call_args(messages: &[&ChatMessage], id: &str) -> String {
 
 /// Whether every tool result after the last assistant message is the
 /// synthetic "interrupted by user" result: the user stopped the turn.
-fn ended_by_user_interrupt(since_user: &[&ChatMessage]) -> bool {
+fn ended_by_user_interrupt(since_user: &[&HistoryMessage<'_>]) -> bool {
     let last_assistant = since_user
         .iter()
         .rposition(|m| m.role == ChatRole::Assistant);
     let results: Vec<&MessagePart> = since_user[last_assistant.map_or(0, |i| i + 1)..]
         .iter()
-        .flat_map(|m| m.content.0.iter())
+        .flat_map(|m| m.parts.iter())
         .filter(|p| matches!(p, MessagePart::ToolResult { .. }))
         .collect();
     !results.is_empty()

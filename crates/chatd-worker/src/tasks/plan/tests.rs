@@ -1,7 +1,6 @@
 //! Every branch of [`super::plan`], on built rows.
 
 use chrono::Utc;
-use sqlx::types::Json;
 
 use super::*;
 
@@ -41,45 +40,24 @@ fn chat() -> Chat {
     }
 }
 
-fn message(role: ChatRole, parts: Vec<MessagePart>) -> ChatMessage {
-    ChatMessage {
-        id: 0,
-        chat_id: Uuid::nil(),
+/// A message of the history; test rows live as long as the test binary.
+fn message(role: ChatRole, parts: Vec<MessagePart>) -> HistoryMessage<'static> {
+    HistoryMessage {
         role,
-        content: Json(parts),
         visibility: Visibility::Both,
-        compressed: false,
-        deleted: false,
-        revision: 1,
-        created_by: None,
-        model_config_id: None,
-        reasoning_effort: None,
-        input_tokens: None,
-        output_tokens: None,
-        reasoning_tokens: None,
-        cache_read_tokens: None,
-        cache_creation_tokens: None,
-        total_tokens: None,
-        context_limit: None,
-        total_cost_micros: None,
-        runtime_ms: None,
-        finish_reason: None,
-        provider_response_id: None,
-        queued_message_id: None,
-        client_message_id: None,
-        created_at: Utc::now(),
+        parts: parts.leak(),
     }
 }
 
-fn user(text: &str) -> ChatMessage {
+fn user(text: &str) -> HistoryMessage<'static> {
     message(ChatRole::User, vec![MessagePart::text(text)])
 }
 
-fn answer(text: &str) -> ChatMessage {
+fn answer(text: &str) -> HistoryMessage<'static> {
     message(ChatRole::Assistant, vec![MessagePart::text(text)])
 }
 
-fn calls(names: &[(&str, &str)]) -> ChatMessage {
+fn calls(names: &[(&str, &str)]) -> HistoryMessage<'static> {
     let parts = names
         .iter()
         .map(|(id, name)| MessagePart::ToolCall {
@@ -91,7 +69,12 @@ fn calls(names: &[(&str, &str)]) -> ChatMessage {
     message(ChatRole::Assistant, parts)
 }
 
-fn result(id: &str, name: &str, result: serde_json::Value, is_error: bool) -> ChatMessage {
+fn result(
+    id: &str,
+    name: &str,
+    result: serde_json::Value,
+    is_error: bool,
+) -> HistoryMessage<'static> {
     message(
         ChatRole::Tool,
         vec![MessagePart::ToolResult {
@@ -123,7 +106,7 @@ fn model() -> ModelConfigDef {
 
 /// Plans `history` for `chat` with the model above, 3 steps a turn and
 /// titles on.
-fn plan_for(chat: &Chat, history: &[ChatMessage]) -> Plan<()> {
+fn plan_for(chat: &Chat, history: &[HistoryMessage<'_>]) -> Plan<()> {
     let model = model();
     plan(PlanInput {
         chat,
@@ -278,7 +261,7 @@ fn the_step_budget_counts_answers_since_the_last_user_message() {
 
 #[test]
 fn a_chat_without_a_model_fails_when_the_model_is_due() {
-    let no_model = |history: &[ChatMessage]| {
+    let no_model = |history: &[HistoryMessage<'_>]| {
         plan::<()>(PlanInput {
             chat: &chat(),
             history,
