@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use chatd_pubsub::OWNERSHIP_CHANNEL;
 use chatd_store::queries;
-use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::context::WorkerContext;
 use crate::manager::ManagerHandle;
 use crate::runner::RunnerKey;
+use crate::ticker::Ticker;
 
 /// Retries of a pass that skipped locked rows before waiting for the timer.
 const LOCKED_RETRIES: u32 = 20;
@@ -57,12 +57,11 @@ impl AcquisitionLoop {
                 }
             }
         };
-        let mut tick = tokio::time::interval(self.ctx.config.acquisition_interval);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut tick = Ticker::new(self.ctx.config.acquisition_interval);
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
+                _ = tick.next() => {}
                 _ = self.wake.notified() => {}
                 event = subscription.recv() => if event.is_none() { return },
             }

@@ -25,6 +25,7 @@ pub mod part_buffer;
 pub mod providers;
 pub mod runner;
 mod tasks;
+mod ticker;
 mod worker;
 
 pub use archive::auto_archive_pass;

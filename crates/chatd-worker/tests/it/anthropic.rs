@@ -8,9 +8,7 @@ use chatd_core::{ChatRole, ChatStatus, MessagePart};
 use chatd_testkit::fake_llm::{FAKE_THINKING_SIGNATURE, Script, Step};
 use serde_json::json;
 
-use crate::common::{
-    Env, WorkerConfigExt, episode, fast_config, last_error_json, pick_color_tool, text_of,
-};
+use crate::common::{Env, WorkerConfigExt, episode, fast_config, pick_color_tool, text_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anthropic_turn_commits_thinking_text_usage_with_cache_tokens_and_cost() {
@@ -200,8 +198,7 @@ async fn an_anthropic_400_ends_the_turn_with_invalid_request_at_once() {
     ));
     let worker = env.worker();
     let chat_id = env.create_chat("hello").await;
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = last_error_json(&chat);
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["kind"], json!("invalid_request"));
     assert_eq!(error["retryable"], json!(false));
     assert_eq!(error["status_code"], json!(400));
@@ -221,8 +218,7 @@ async fn exhausted_retries_on_529_land_error_with_a_retryable_overloaded_last_er
     ));
     let worker = env.worker_with(WorkerConfigExt::with_retries(2));
     let chat_id = env.create_chat("hello").await;
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = last_error_json(&chat);
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["kind"], json!("overloaded"));
     assert_eq!(error["retryable"], json!(true));
     assert_eq!(

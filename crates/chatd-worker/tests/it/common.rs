@@ -280,6 +280,12 @@ impl Env {
             .unwrap();
     }
 
+    /// Waits until the turn ended in error; returns the stored JSON of the
+    /// chat's `last_error`.
+    pub async fn wait_error(&self, chat_id: Uuid) -> serde_json::Value {
+        last_error_json(&self.wait_status(chat_id, ChatStatus::Error).await)
+    }
+
     pub async fn wait_status(&self, chat_id: Uuid, status: ChatStatus) -> Chat {
         self.wait_for(
             chat_id,

@@ -304,8 +304,7 @@ async fn a_non_retryable_error_ends_the_turn_in_error() {
     ));
     let worker = env.worker();
     let chat_id = env.create_chat("hello").await;
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = last_error_json(&chat);
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["kind"], json!("invalid_request"));
     assert_eq!(error["retryable"], json!(false));
     assert_eq!(env.llm.requests().len(), 1);
@@ -347,8 +346,7 @@ async fn an_unreachable_provider_is_named_with_its_address_in_the_retry_state_an
     assert_eq!(retry["error"]["message"], json!(expected), "{retry}");
     assert_eq!(retry["error"]["retryable"], json!(true));
     assert_eq!(retry["error"]["provider"], json!("llama.cpp (local)"));
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = last_error_json(&chat);
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["message"], json!(expected), "{error}");
     assert_eq!(
         (error["kind"].clone(), error["retryable"].clone()),
@@ -508,8 +506,7 @@ async fn a_prompt_far_over_the_context_limit_fails_at_once_without_calling_the_m
     let env = Env::new().await;
     let worker = env.worker();
     let chat_id = env.create_chat(&"word ".repeat(40_000)).await;
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = last_error_json(&chat);
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["kind"], json!("context_length"), "{error}");
     assert_eq!(error["retryable"], json!(false));
     assert!(env.llm.requests().is_empty());
