@@ -1,8 +1,9 @@
-//! Chat titles (a spec-free extra of the generation task: issue "Title";
-//! `spec/chatd-architecture.md`, "Generation goroutine" decides when, in
-//! [`super::plan`]): after a chat's first answer, while it still has the default
-//! title "New Chat" ([`chatd_store::DEFAULT_CHAT_TITLE`]), a short title (at most [`MAX_TITLE_WORDS`] words) is
-//! generated with the chat's model in the background.
+//! Chat titles, a spec-free extra of the generation task (issue "Title";
+//! `spec/chatd-architecture.md`, "Generation goroutine", whose plan decides
+//! when): after a chat's first answer, while it still has the default title
+//! "New Chat" ([`chatd_store::DEFAULT_CHAT_TITLE`]), a short title (at most
+//! [`MAX_TITLE_WORDS`] words) is generated with the chat's model in the
+//! background.
 //!
 //! Best effort and never in the turn's way: the task is spawned after the
 //! answer's commit, bounded by `WorkerConfig::title_timeout`, and any failure
