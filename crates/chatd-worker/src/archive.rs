@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_store::{Store, StoreResult};
-use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::WorkerContext;
+use crate::ticker::Ticker;
 
 /// Families looked at per query of one pass.
 pub const AUTO_ARCHIVE_BATCH: i64 = 100;
@@ -89,13 +89,8 @@ impl AutoArchiveLoop {
         let Some(idle_for) = self.ctx.config.auto_archive_after else {
             return;
         };
-        let mut tick = tokio::time::interval(self.ctx.config.auto_archive_interval);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut tick = Ticker::new(self.ctx.config.auto_archive_interval);
+        while tick.tick(&cancel).await {
             if let Err(err) = pass(&self.ctx.store, idle_for, &cancel).await {
                 tracing::warn!(error = %err, "auto-archive pass failed");
             }

@@ -25,11 +25,12 @@ pub mod part_buffer;
 pub mod providers;
 pub mod runner;
 mod tasks;
-pub mod title;
+mod ticker;
 mod worker;
 
 pub use archive::auto_archive_pass;
 pub use config::WorkerConfig;
 pub use part_buffer::{PartBuffer, PartBufferConfig, PartBufferError, PartSubscription};
 pub use providers::{DefaultProviderFactory, ProviderFactory};
+pub use tasks::title;
 pub use worker::{Worker, WorkerDeps};

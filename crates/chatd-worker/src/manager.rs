@@ -13,13 +13,14 @@ use std::time::Duration;
 use chatd_store::queries;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::context::WorkerContext;
 use crate::runner::{ChatSnapshot, Runner, RunnerInput, RunnerKey};
+use crate::ticker::Ticker;
 
 struct Entry {
     input: mpsc::UnboundedSender<RunnerInput>,
@@ -242,13 +243,8 @@ struct DatabaseSync {
 
 impl DatabaseSync {
     async fn run(self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(self.ctx.config.db_sync_interval);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut tick = Ticker::new(self.ctx.config.db_sync_interval);
+        while tick.tick(&cancel).await {
             let ids = self.registry.chat_ids();
             if ids.is_empty() {
                 continue;
@@ -283,14 +279,9 @@ struct Heartbeats {
 
 impl Heartbeats {
     async fn run(self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(self.ctx.config.heartbeat_interval);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut tick = Ticker::new(self.ctx.config.heartbeat_interval);
         let mut last_success = Instant::now();
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        while tick.tick(&cancel).await {
             let keys = self.handle.registry.keys();
             if keys.is_empty() {
                 last_success = Instant::now();
@@ -327,13 +318,8 @@ struct HeartbeatCleanup {
 
 impl HeartbeatCleanup {
     async fn run(self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(self.ctx.config.heartbeat_cleanup_interval);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut tick = Ticker::new(self.ctx.config.heartbeat_cleanup_interval);
+        while tick.tick(&cancel).await {
             let stale = self.ctx.config.lease_stale_after.as_secs_f64();
             if let Err(err) = queries::heartbeats::delete_stale(self.ctx.store.pool(), stale).await
             {

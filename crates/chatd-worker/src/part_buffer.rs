@@ -29,6 +29,8 @@ use chatd_core::{ChatRole, Episode, PartDelta, StreamPart};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::ticker::Ticker;
+
 /// Tunables; defaults are the spec's.
 #[derive(Debug, Clone)]
 pub struct PartBufferConfig {
@@ -149,13 +151,8 @@ impl PartBuffer {
         let weak = Arc::downgrade(&buffer.inner);
         let interval = buffer.inner.config.gc_interval;
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
+            let mut tick = Ticker::new(interval);
+            while tick.tick(&cancel).await {
                 let Some(inner) = weak.upgrade() else { return };
                 PartBuffer { inner }.collect_garbage();
             }

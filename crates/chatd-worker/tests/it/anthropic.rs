@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use chatd_core::{ChatRole, ChatStatus, MessagePart};
-use chatd_store::{CompleteRequiresActionInput, ToolResultInput};
 use chatd_testkit::fake_llm::{FAKE_THINKING_SIGNATURE, Script, Step};
 use serde_json::json;
 
-use crate::common::{Env, WorkerConfigExt, fast_config, text_of};
+use crate::common::{Env, WorkerConfigExt, episode, fast_config, pick_color_tool, text_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_anthropic_turn_commits_thinking_text_usage_with_cache_tokens_and_cost() {
@@ -83,30 +82,11 @@ async fn the_thinking_signature_goes_back_with_the_tool_call_in_the_next_request
         ));
     env.llm.push(Script::text("Blue it is."));
     let worker = env.worker();
-    let tools =
-        json!([{"name": "pick_color", "description": "", "input_schema": {"type": "object"}}]);
+    let tools = pick_color_tool();
     let chat_id = env.create_chat_with("choose", Some(tools)).await;
-    env.wait_for(chat_id, Duration::from_secs(20), "requires_action", |c| {
-        c.status == ChatStatus::RequiresAction
-    })
-    .await;
-    env.store
-        .machine(chat_id)
-        .update(|tx| {
-            Box::pin(async move {
-                tx.complete_requires_action(CompleteRequiresActionInput {
-                    results: vec![ToolResultInput {
-                        tool_call_id: "toolu_1".into(),
-                        output: r#"{"color":"blue"}"#.into(),
-                        is_error: false,
-                    }],
-                    ..Default::default()
-                })
-                .await
-            })
-        })
-        .await
-        .unwrap();
+    env.wait_requires_action(chat_id).await;
+    env.complete_requires_action(chat_id, "toolu_1", r#"{"color":"blue"}"#)
+        .await;
     env.wait_status(chat_id, ChatStatus::Waiting).await;
     let requests = env.llm.requests();
     assert_eq!(
@@ -203,11 +183,7 @@ async fn an_overloaded_error_inside_the_stream_is_retried_as_a_new_attempt() {
     assert_eq!(messages.len(), 2);
     assert_eq!(text_of(&messages[1]), "second try");
     // The failed attempt streamed into its own episode; the answer into the next.
-    let first = worker.parts().get_parts(chatd_core::Episode {
-        chat_id,
-        history_version: 1,
-        generation_attempt: 1,
-    });
+    let first = worker.parts().get_parts(episode(chat_id, 1, 1));
     assert!(first.is_ok_and(|p| !p.is_empty()));
     worker.shutdown().await;
 }
@@ -222,9 +198,7 @@ async fn an_anthropic_400_ends_the_turn_with_invalid_request_at_once() {
     ));
     let worker = env.worker();
     let chat_id = env.create_chat("hello").await;
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    // The stored JSON of the error.
-    let error = serde_json::to_value(chat.last_error.unwrap()).unwrap();
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["kind"], json!("invalid_request"));
     assert_eq!(error["retryable"], json!(false));
     assert_eq!(error["status_code"], json!(400));
@@ -244,9 +218,7 @@ async fn exhausted_retries_on_529_land_error_with_a_retryable_overloaded_last_er
     ));
     let worker = env.worker_with(WorkerConfigExt::with_retries(2));
     let chat_id = env.create_chat("hello").await;
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    // The stored JSON of the error.
-    let error = serde_json::to_value(chat.last_error.unwrap()).unwrap();
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["kind"], json!("overloaded"));
     assert_eq!(error["retryable"], json!(true));
     assert_eq!(

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_core::{BusyBehavior, ChatRole, ChatStatus, MessagePart};
+use chatd_core::{BusyBehavior, ChatRole, ChatStatus, Episode, MessagePart};
 use chatd_pubsub::{PgPubsub, Pubsub};
 use chatd_store::{
-    Chat, ChatMessage, CreateChatInput, MIGRATOR, NewMessage, SendMessageInput, Store, StoreConfig,
+    Chat, ChatMessage, CompleteRequiresActionInput, CreateChatInput, MIGRATOR, NewMessage,
+    SendMessageInput, Store, StoreConfig, ToolResultInput,
 };
 use chatd_testkit::TestDatabase;
 use chatd_testkit::fake_llm::FakeLlm;
@@ -121,21 +122,8 @@ impl Env {
         text: &str,
         dynamic_tools: Option<serde_json::Value>,
     ) -> Uuid {
-        self.store
-            .create_chat(CreateChatInput {
-                owner_id: self.owner,
-                initial_messages: vec![
-                    NewMessage::user(vec![MessagePart::text(text)]).created_by(self.owner),
-                ],
-                dynamic_tools: dynamic_tools
-                    .map(|tools| serde_json::from_value(tools).expect("dynamic tools"))
-                    .unwrap_or_default(),
-                ..CreateChatInput::default()
-            })
+        self.create_chat_with_mcp(text, Vec::new(), dynamic_tools)
             .await
-            .expect("create chat")
-            .chat
-            .id
     }
 
     /// Creates a chat that may use the MCP servers `mcp_server_ids` (and
@@ -258,6 +246,46 @@ impl Env {
         }
     }
 
+    /// Waits until the chat waits for client-side tool results.
+    pub async fn wait_requires_action(&self, chat_id: Uuid) -> Chat {
+        self.wait_for(chat_id, Duration::from_secs(20), "requires_action", |c| {
+            c.status == ChatStatus::RequiresAction
+        })
+        .await
+    }
+
+    /// Waits until `worker` owns the chat (up to `timeout`).
+    pub async fn wait_owned_by(&self, chat_id: Uuid, worker: &Worker, timeout: Duration) -> Chat {
+        let worker_id = worker.worker_id();
+        let what = format!("ownership by worker {worker_id}");
+        self.wait_for(chat_id, timeout, &what, |c| c.worker_id == Some(worker_id))
+            .await
+    }
+
+    /// Posts the client's result `output` (JSON text) of dynamic call
+    /// `tool_call_id` (`CompleteRequiresAction`).
+    pub async fn complete_requires_action(&self, chat_id: Uuid, tool_call_id: &str, output: &str) {
+        let input = CompleteRequiresActionInput {
+            results: vec![ToolResultInput {
+                tool_call_id: tool_call_id.into(),
+                output: output.into(),
+                is_error: false,
+            }],
+            ..Default::default()
+        };
+        self.store
+            .machine(chat_id)
+            .update(|tx| Box::pin(async move { tx.complete_requires_action(input).await }))
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the turn ended in error; returns the stored JSON of the
+    /// chat's `last_error`.
+    pub async fn wait_error(&self, chat_id: Uuid) -> serde_json::Value {
+        last_error_json(&self.wait_status(chat_id, ChatStatus::Error).await)
+    }
+
     pub async fn wait_status(&self, chat_id: Uuid, status: ChatStatus) -> Chat {
         self.wait_for(
             chat_id,
@@ -269,20 +297,45 @@ impl Env {
     }
 
     pub async fn active_messages(&self, chat_id: Uuid) -> Vec<ChatMessage> {
-        sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted ORDER BY id")
-            .bind(chat_id)
-            .fetch_all(self.db.pool())
-            .await
-            .unwrap()
+        self.messages(chat_id, false).await
     }
 
     pub async fn all_messages(&self, chat_id: Uuid) -> Vec<ChatMessage> {
-        sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 ORDER BY id")
-            .bind(chat_id)
-            .fetch_all(self.db.pool())
-            .await
-            .unwrap()
+        self.messages(chat_id, true).await
     }
+
+    /// The chat's messages in id order, deleted ones too when `deleted`.
+    async fn messages(&self, chat_id: Uuid, deleted: bool) -> Vec<ChatMessage> {
+        sqlx::query_as(
+            "SELECT * FROM chat_messages WHERE chat_id = $1 AND ($2 OR NOT deleted) ORDER BY id",
+        )
+        .bind(chat_id)
+        .bind(deleted)
+        .fetch_all(self.db.pool())
+        .await
+        .unwrap()
+    }
+}
+
+/// The stored JSON of the chat's `last_error`.
+pub fn last_error_json(chat: &Chat) -> serde_json::Value {
+    serde_json::to_value(chat.last_error.as_ref().expect("last_error")).unwrap()
+}
+
+/// The key of the parts of generation attempt `generation_attempt` of
+/// `history_version`.
+pub fn episode(chat_id: Uuid, history_version: i64, generation_attempt: i64) -> Episode {
+    Episode {
+        chat_id,
+        history_version,
+        generation_attempt,
+    }
+}
+
+/// The dynamic tool `pick_color` (no description), as a chat's
+/// `dynamic_tools`.
+pub fn pick_color_tool() -> serde_json::Value {
+    serde_json::json!([{"name": "pick_color", "description": "", "input_schema": {"type": "object"}}])
 }
 
 /// How an MCP server row reaches its server.

@@ -5,17 +5,34 @@
 //! are `is_error` results; a step with MCP and dynamic calls commits the MCP
 //! results, then waits for the client.
 
-use std::time::Duration;
-
-use chatd_core::{ChatRole, ChatStatus, Episode, MessagePart, PartDelta};
-use chatd_store::{CompleteRequiresActionInput, ToolResultInput};
+use chatd_core::{ChatRole, ChatStatus, MessagePart, PartDelta};
+use chatd_store::ChatMessage;
 use chatd_testkit::McpHttpFixture;
 use chatd_testkit::fake_llm::Script;
+use chatd_worker::Worker;
 use serde_json::{Value, json};
+use uuid::Uuid;
 
-use crate::common::{Env, McpRow, fixture_command, text_of};
+use crate::common::{Env, McpRow, episode, fixture_command, pick_color_tool, text_of};
 
-fn results(messages: &[chatd_store::ChatMessage]) -> Vec<(String, Value, bool)> {
+/// Registers the fixture's `calc` server (stdio); returns its id.
+async fn calc_server(env: &Env) -> Uuid {
+    env.add_mcp_server("calc", McpRow::Stdio(fixture_command()))
+        .await
+}
+
+/// Starts a worker and a chat on `server` with the message `text`, and
+/// waits for the end of the turn; returns the worker, the chat and its
+/// active messages.
+async fn run_turn(env: &Env, text: &str, server: Uuid) -> (Worker, Uuid, Vec<ChatMessage>) {
+    let worker = env.worker();
+    let chat_id = env.create_chat_with_mcp(text, vec![server], None).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    (worker, chat_id, messages)
+}
+
+fn results(messages: &[ChatMessage]) -> Vec<(String, Value, bool)> {
     messages
         .iter()
         .flat_map(|m| m.content.0.iter())
@@ -34,9 +51,7 @@ fn results(messages: &[chatd_store::ChatMessage]) -> Vec<(String, Value, bool)> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_mcp_call_commits_with_its_call_in_one_step_and_goes_back_to_the_model() {
     let env = Env::new().await;
-    let server = env
-        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
-        .await;
+    let server = calc_server(&env).await;
     env.llm.push(Script::new().then_text("Adding.").tool_call(
         "call_add",
         "calc__add",
@@ -44,11 +59,8 @@ async fn a_stdio_mcp_call_commits_with_its_call_in_one_step_and_goes_back_to_the
         3,
     ));
     env.llm.push(Script::text("The sum is 5."));
-    let worker = env.worker();
-    let chat_id = env.create_chat_with_mcp("2+3?", vec![server], None).await;
-    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let (worker, chat_id, messages) = run_turn(&env, "2+3?", server).await;
 
-    let messages = env.active_messages(chat_id).await;
     let roles: Vec<ChatRole> = messages.iter().map(|m| m.role).collect();
     assert_eq!(
         roles,
@@ -89,14 +101,7 @@ async fn a_stdio_mcp_call_commits_with_its_call_in_one_step_and_goes_back_to_the
         json!({"role": "tool", "tool_call_id": "call_add", "content": "\"5\""})
     );
     // The result streamed into the attempt's episode as a tool part.
-    let parts = worker
-        .parts()
-        .get_parts(Episode {
-            chat_id,
-            history_version: 1,
-            generation_attempt: 1,
-        })
-        .unwrap();
+    let parts = worker.parts().get_parts(episode(chat_id, 1, 1)).unwrap();
     let streamed = parts
         .iter()
         .find(|p| matches!(p.part, PartDelta::ToolResult { .. }))
@@ -117,9 +122,7 @@ async fn a_stdio_mcp_call_commits_with_its_call_in_one_step_and_goes_back_to_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_calls_commit_together_with_errors_as_results_and_the_idempotency_key() {
     let env = Env::new().await;
-    let server = env
-        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
-        .await;
+    let server = calc_server(&env).await;
     env.llm.push(
         Script::new()
             .tool_call("call_1", "calc__add", r#"{"a": 20, "b": 22}"#, 2)
@@ -128,11 +131,8 @@ async fn parallel_calls_commit_together_with_errors_as_results_and_the_idempoten
             .tool_call("call_4", "nowhere__tool", "{}", 1),
     );
     env.llm.push(Script::text("Done."));
-    let worker = env.worker();
-    let chat_id = env.create_chat_with_mcp("go", vec![server], None).await;
-    env.wait_status(chat_id, ChatStatus::Waiting).await;
-    let messages = env.active_messages(chat_id).await;
-    let step: Vec<&chatd_store::ChatMessage> = messages
+    let (worker, chat_id, messages) = run_turn(&env, "go", server).await;
+    let step: Vec<&ChatMessage> = messages
         .iter()
         .filter(|m| m.revision == messages[1].revision)
         .collect();
@@ -171,10 +171,7 @@ async fn a_streamable_http_mcp_call_runs_inside_a_turn() {
     env.llm
         .push(Script::new().tool_call("toolu_1", "web__add", r#"{"a": 1, "b": 2}"#, 2));
     env.llm.push(Script::text("3."));
-    let worker = env.worker();
-    let chat_id = env.create_chat_with_mcp("1+2?", vec![server], None).await;
-    env.wait_status(chat_id, ChatStatus::Waiting).await;
-    let messages = env.active_messages(chat_id).await;
+    let (worker, _, messages) = run_turn(&env, "1+2?", server).await;
     assert_eq!(messages[1].revision, messages[2].revision);
     assert_eq!(
         results(&messages),
@@ -198,9 +195,7 @@ async fn a_streamable_http_mcp_call_runs_inside_a_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_and_dynamic_calls_in_one_step_commit_the_mcp_results_then_wait_for_the_client() {
     let env = Env::new().await;
-    let server = env
-        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
-        .await;
+    let server = calc_server(&env).await;
     env.llm.push(
         Script::new()
             .tool_call("call_mcp", "calc__add", r#"{"a": 1, "b": 1}"#, 1)
@@ -208,16 +203,11 @@ async fn mcp_and_dynamic_calls_in_one_step_commit_the_mcp_results_then_wait_for_
     );
     env.llm.push(Script::text("2 and blue."));
     let worker = env.worker();
-    let tools =
-        json!([{"name": "pick_color", "description": "", "input_schema": {"type": "object"}}]);
+    let tools = pick_color_tool();
     let chat_id = env
         .create_chat_with_mcp("go", vec![server], Some(tools))
         .await;
-    let chat = env
-        .wait_for(chat_id, Duration::from_secs(20), "requires_action", |c| {
-            c.status == ChatStatus::RequiresAction
-        })
-        .await;
+    let chat = env.wait_requires_action(chat_id).await;
     assert!(chat.requires_action_deadline_at.is_some());
     let messages = env.active_messages(chat_id).await;
     assert_eq!(messages.len(), 3, "assistant + the MCP result");
@@ -226,23 +216,8 @@ async fn mcp_and_dynamic_calls_in_one_step_commit_the_mcp_results_then_wait_for_
         results(&messages),
         vec![("call_mcp".to_owned(), json!("2"), false)]
     );
-    env.store
-        .machine(chat_id)
-        .update(|tx| {
-            Box::pin(async move {
-                tx.complete_requires_action(CompleteRequiresActionInput {
-                    results: vec![ToolResultInput {
-                        tool_call_id: "call_client".into(),
-                        output: r#""blue""#.into(),
-                        is_error: false,
-                    }],
-                    ..Default::default()
-                })
-                .await
-            })
-        })
-        .await
-        .unwrap();
+    env.complete_requires_action(chat_id, "call_client", r#""blue""#)
+        .await;
     env.wait_status(chat_id, ChatStatus::Waiting).await;
     let messages = env.active_messages(chat_id).await;
     assert_eq!(text_of(messages.last().unwrap()), "2 and blue.");
@@ -261,9 +236,7 @@ async fn mcp_and_dynamic_calls_in_one_step_commit_the_mcp_results_then_wait_for_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cut_off_at_the_token_limit_is_answered_with_an_error_and_not_run() {
     let env = Env::anthropic().await;
-    let server = env
-        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
-        .await;
+    let server = calc_server(&env).await;
     // The fake closes every tool block; a length finish with invalid JSON is
     // what a cut-off call looks like to the worker.
     env.llm.push(
@@ -272,10 +245,7 @@ async fn a_call_cut_off_at_the_token_limit_is_answered_with_an_error_and_not_run
             .finish("length"),
     );
     env.llm.push(Script::text("Sorry, retrying later."));
-    let worker = env.worker();
-    let chat_id = env.create_chat_with_mcp("go", vec![server], None).await;
-    env.wait_status(chat_id, ChatStatus::Waiting).await;
-    let messages = env.active_messages(chat_id).await;
+    let (worker, _, messages) = run_turn(&env, "go", server).await;
     let results = results(&messages);
     assert_eq!(results.len(), 1);
     assert!(results[0].2);
@@ -291,9 +261,7 @@ async fn a_call_cut_off_at_the_token_limit_is_answered_with_an_error_and_not_run
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_call_left_without_a_result_is_run_before_the_model_is_called_again() {
     let env = Env::new().await;
-    let server = env
-        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
-        .await;
+    let server = calc_server(&env).await;
     env.llm.push(Script::text("It was 7."));
     let worker = env.worker();
     // History as an older writer could have left it: a call, no result.

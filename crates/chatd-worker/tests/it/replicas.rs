@@ -5,10 +5,24 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chatd_core::{ChatRole, ChatStatus};
+use chatd_store::Chat;
 use chatd_testkit::fake_llm::Script;
-use chatd_worker::WorkerConfig;
+use chatd_worker::{Worker, WorkerConfig};
+use uuid::Uuid;
 
 use crate::common::{Env, fast_config, text_of};
+
+/// Waits until `worker` owns the chat and the model has its first request.
+async fn wait_mid_turn(env: &Env, chat_id: Uuid, worker: &Worker) -> Chat {
+    let owned = env
+        .wait_owned_by(chat_id, worker, Duration::from_secs(10))
+        .await;
+    env.llm
+        .wait_for_request(1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    owned
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_workers_compete_for_fifty_chats_and_every_turn_completes_once() {
@@ -70,23 +84,13 @@ async fn a_crashed_workers_chat_is_taken_over_after_the_lease_goes_stale() {
     ));
     let a = env.worker();
     let chat_id = env.create_chat("hello").await;
-    let owned = env
-        .wait_for(chat_id, Duration::from_secs(10), "owned by a", |c| {
-            c.worker_id == Some(a.worker_id())
-        })
-        .await;
-    env.llm
-        .wait_for_request(1, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let owned = wait_mid_turn(&env, chat_id, &a).await;
     let a_id = a.worker_id();
     a.crash();
     let crashed_at = Instant::now();
     let b = env.worker();
     let chat = env
-        .wait_for(chat_id, Duration::from_secs(20), "taken over by b", |c| {
-            c.worker_id == Some(b.worker_id())
-        })
+        .wait_owned_by(chat_id, &b, Duration::from_secs(20))
         .await;
     let took = crashed_at.elapsed();
     assert!(
@@ -172,14 +176,7 @@ async fn graceful_shutdown_hands_a_running_chat_over_within_a_second() {
     ));
     let a = env.worker();
     let chat_id = env.create_chat("hello").await;
-    env.wait_for(chat_id, Duration::from_secs(10), "owned by a", |c| {
-        c.worker_id == Some(a.worker_id())
-    })
-    .await;
-    env.llm
-        .wait_for_request(1, Duration::from_secs(10))
-        .await
-        .unwrap();
+    wait_mid_turn(&env, chat_id, &a).await;
     // B only acquires on hints: its timer would take a minute.
     let b = env.worker_with(WorkerConfig {
         acquisition_interval: Duration::from_secs(60),
@@ -189,10 +186,7 @@ async fn graceful_shutdown_hands_a_running_chat_over_within_a_second() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
     a.shutdown().await;
-    env.wait_for(chat_id, Duration::from_secs(5), "owned by b", |c| {
-        c.worker_id == Some(b.worker_id())
-    })
-    .await;
+    env.wait_owned_by(chat_id, &b, Duration::from_secs(5)).await;
     let handed_over = started.elapsed();
     assert!(
         handed_over < Duration::from_secs(1),
@@ -219,10 +213,8 @@ async fn graceful_shutdown_leaves_no_chat_owned_even_while_its_own_abandons_wake
             chats.push(env.create_chat(&format!("round {round} chat {i}")).await);
         }
         for chat_id in &chats {
-            env.wait_for(*chat_id, Duration::from_secs(20), "owned by a", |c| {
-                c.worker_id == Some(a.worker_id())
-            })
-            .await;
+            env.wait_owned_by(*chat_id, &a, Duration::from_secs(20))
+                .await;
         }
         let a_id = a.worker_id();
         a.shutdown().await;

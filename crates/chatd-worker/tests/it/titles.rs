@@ -17,6 +17,15 @@ fn titled_config() -> chatd_worker::WorkerConfig {
     }
 }
 
+/// How many title requests the fake model received.
+fn title_requests(env: &Env) -> usize {
+    env.llm
+        .requests()
+        .iter()
+        .filter(|r| is_title_request(r))
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_answer_gets_a_generated_title_in_the_background() {
     let env = Env::new().await;
@@ -49,14 +58,7 @@ async fn the_first_answer_gets_a_generated_title_in_the_background() {
         c.status == ChatStatus::Waiting && c.history_version > chat.history_version
     })
     .await;
-    assert_eq!(
-        env.llm
-            .requests()
-            .iter()
-            .filter(|r| is_title_request(r))
-            .count(),
-        1
-    );
+    assert_eq!(title_requests(&env), 1);
     let messages = env.active_messages(chat_id).await;
     assert_eq!(
         crate::common::text_of(messages.last().unwrap()),
@@ -99,11 +101,7 @@ async fn a_user_title_is_never_overwritten_and_a_failed_title_keeps_the_default(
     assert_eq!(env.chat(named).await.title, "My own title");
     assert_eq!(env.chat(unnamed).await.title, "New Chat");
     assert_eq!(
-        env.llm
-            .requests()
-            .iter()
-            .filter(|r| is_title_request(r))
-            .count(),
+        title_requests(&env),
         1,
         "no title request for a chat the user named"
     );

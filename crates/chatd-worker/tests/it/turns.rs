@@ -2,14 +2,12 @@
 
 use std::time::Duration;
 
-use chatd_core::{
-    BusyBehavior, ChatRole, ChatStatus, Episode, FinishReason, MessagePart, PartDelta,
-};
-use chatd_store::{CompleteRequiresActionInput, EditMessageInput, NewMessage, ToolResultInput};
+use chatd_core::{BusyBehavior, ChatRole, ChatStatus, FinishReason, MessagePart, PartDelta};
+use chatd_store::{EditMessageInput, NewMessage};
 use chatd_testkit::fake_llm::Script;
 use serde_json::json;
 
-use crate::common::{Env, text_of, transcript};
+use crate::common::{Env, episode, last_error_json, pick_color_tool, text_of, transcript};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_streams_parts_commits_the_answer_with_usage_and_waits() {
@@ -45,11 +43,7 @@ async fn a_turn_streams_parts_commits_the_answer_with_usage_and_waits() {
     // The attempt streamed its parts into episode (history_version 1, attempt 1).
     let parts = worker
         .parts()
-        .get_parts(Episode {
-            chat_id,
-            history_version: 1,
-            generation_attempt: 1,
-        })
+        .get_parts(episode(chat_id, 1, 1))
         .expect("episode kept");
     assert_eq!(
         parts.iter().map(|p| p.seq).collect::<Vec<_>>(),
@@ -119,11 +113,7 @@ async fn interrupt_mid_stream_commits_the_partial_text() {
     let worker = env.worker();
     let chat_id = env.create_chat("count").await;
     // Wait until a few parts are in the buffer.
-    let episode = Episode {
-        chat_id,
-        history_version: 1,
-        generation_attempt: 1,
-    };
+    let episode = episode(chat_id, 1, 1);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while worker
         .parts()
@@ -314,9 +304,7 @@ async fn a_non_retryable_error_ends_the_turn_in_error() {
     ));
     let worker = env.worker();
     let chat_id = env.create_chat("hello").await;
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    // The stored JSON of the error.
-    let error = serde_json::to_value(chat.last_error.expect("last_error")).unwrap();
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["kind"], json!("invalid_request"));
     assert_eq!(error["retryable"], json!(false));
     assert_eq!(env.llm.requests().len(), 1);
@@ -358,8 +346,7 @@ async fn an_unreachable_provider_is_named_with_its_address_in_the_retry_state_an
     assert_eq!(retry["error"]["message"], json!(expected), "{retry}");
     assert_eq!(retry["error"]["retryable"], json!(true));
     assert_eq!(retry["error"]["provider"], json!("llama.cpp (local)"));
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    let error = serde_json::to_value(chat.last_error.unwrap()).unwrap();
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["message"], json!(expected), "{error}");
     assert_eq!(
         (error["kind"].clone(), error["retryable"].clone()),
@@ -382,8 +369,7 @@ async fn retries_stop_at_the_limit() {
         3,
         "the first attempt and two retries"
     );
-    // The stored JSON of the error.
-    let error = serde_json::to_value(chat.last_error.unwrap()).unwrap();
+    let error = last_error_json(&chat);
     assert_eq!(error["kind"], json!("generic"));
     assert_eq!(
         error["retryable"],
@@ -402,11 +388,7 @@ async fn a_dynamic_tool_call_waits_for_the_client_and_continues_with_its_result(
     let worker = env.worker();
     let tools = json!([{"name": "pick_color", "description": "Ask the user for a color", "input_schema": {"type": "object"}}]);
     let chat_id = env.create_chat_with("choose", Some(tools)).await;
-    let chat = env
-        .wait_for(chat_id, Duration::from_secs(20), "requires_action", |c| {
-            c.status == ChatStatus::RequiresAction
-        })
-        .await;
+    let chat = env.wait_requires_action(chat_id).await;
     assert!(chat.requires_action_deadline_at.is_some());
     let messages = env.active_messages(chat_id).await;
     assert!(
@@ -415,23 +397,8 @@ async fn a_dynamic_tool_call_waits_for_the_client_and_continues_with_its_result(
     assert_eq!(messages[1].finish_reason, Some(FinishReason::ToolCalls));
     // The offered tool was in the request.
     assert!(env.llm.requests()[0].body["tools"][0]["function"]["name"] == json!("pick_color"));
-    env.store
-        .machine(chat_id)
-        .update(|tx| {
-            Box::pin(async move {
-                tx.complete_requires_action(CompleteRequiresActionInput {
-                    results: vec![ToolResultInput {
-                        tool_call_id: "call_1".into(),
-                        output: r#"{"color":"blue"}"#.into(),
-                        is_error: false,
-                    }],
-                    ..Default::default()
-                })
-                .await
-            })
-        })
-        .await
-        .unwrap();
+    env.complete_requires_action(chat_id, "call_1", r#"{"color":"blue"}"#)
+        .await;
     env.wait_status(chat_id, ChatStatus::Waiting).await;
     let transcript = transcript(&env, chat_id).await;
     assert_eq!(
@@ -466,8 +433,7 @@ async fn the_requires_action_deadline_cancels_the_pending_call() {
     );
     let env = Env { store, ..env };
     let worker = env.worker();
-    let tools =
-        json!([{"name": "pick_color", "description": "", "input_schema": {"type": "object"}}]);
+    let tools = pick_color_tool();
     let chat_id = env.create_chat_with("choose", Some(tools)).await;
     env.wait_status(chat_id, ChatStatus::Waiting).await;
     let messages = env.active_messages(chat_id).await;
@@ -485,13 +451,9 @@ async fn an_interrupt_during_requires_action_answers_the_pending_call_and_ends_t
     env.llm
         .push(Script::new().tool_call("call_5", "pick_color", "{}", 1));
     let worker = env.worker();
-    let tools =
-        json!([{"name": "pick_color", "description": "", "input_schema": {"type": "object"}}]);
+    let tools = pick_color_tool();
     let chat_id = env.create_chat_with("choose", Some(tools)).await;
-    env.wait_for(chat_id, Duration::from_secs(20), "requires_action", |c| {
-        c.status == ChatStatus::RequiresAction
-    })
-    .await;
+    env.wait_requires_action(chat_id).await;
     env.store
         .machine(chat_id)
         .update(|tx| Box::pin(async move { tx.interrupt().await }))
@@ -544,9 +506,7 @@ async fn a_prompt_far_over_the_context_limit_fails_at_once_without_calling_the_m
     let env = Env::new().await;
     let worker = env.worker();
     let chat_id = env.create_chat(&"word ".repeat(40_000)).await;
-    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
-    // The stored JSON of the error.
-    let error = serde_json::to_value(chat.last_error.expect("last_error")).unwrap();
+    let error = env.wait_error(chat_id).await;
     assert_eq!(error["kind"], json!("context_length"), "{error}");
     assert_eq!(error["retryable"], json!(false));
     assert!(env.llm.requests().is_empty());

@@ -1,6 +1,9 @@
-//! Chat titles: after a chat's first answer, while it still has the default
-//! title "New Chat" ([`chatd_store::DEFAULT_CHAT_TITLE`]), a short title (at most [`MAX_TITLE_WORDS`] words) is
-//! generated with the chat's model in the background.
+//! Chat titles, a spec-free extra of the generation task (issue "Title";
+//! `spec/chatd-architecture.md`, "Generation goroutine", whose plan decides
+//! when): after a chat's first answer, while it still has the default title
+//! "New Chat" ([`chatd_store::DEFAULT_CHAT_TITLE`]), a short title (at most
+//! [`MAX_TITLE_WORDS`] words) is generated with the chat's model in the
+//! background.
 //!
 //! Best effort and never in the turn's way: the task is spawned after the
 //! answer's commit, bounded by `WorkerConfig::title_timeout`, and any failure
@@ -13,10 +16,12 @@
 
 use std::sync::Arc;
 
-use chatd_core::ChatRole;
+use chatd_core::{ChatRole, MessagePart};
 use chatd_llm::{ModelRequest, Provider, RequestMessage, collect};
 use uuid::Uuid;
 
+use super::TaskContext;
+use super::plan::ModelCall;
 use crate::context::WorkerContext;
 
 /// Most words a generated title keeps.
@@ -30,9 +35,44 @@ const TITLE_PROMPT: &str = "You write titles for chat conversations. Answer with
 (at most 8 words) that says what the conversation is about, in the conversation's language. \
 Answer with the title only: no quotes, no trailing period, no preamble.";
 
+/// Starts titling the task's chat from the first user message of `call`
+/// and `answer`, the text of its first answer; returns at once.
+pub(super) fn after_first_answer(
+    task: &TaskContext,
+    call: &ModelCall<Arc<dyn Provider>>,
+    answer: String,
+) {
+    spawn(
+        task.ctx.clone(),
+        task.chat_id,
+        call.provider.clone(),
+        call.request.model.clone(),
+        first_user_text(&call.request.messages),
+        answer,
+    );
+}
+
+/// The text of the first user message of a request.
+fn first_user_text(messages: &[RequestMessage]) -> String {
+    messages
+        .iter()
+        .find(|m| m.role == ChatRole::User)
+        .map(|m| {
+            m.parts
+                .iter()
+                .filter_map(|p| match p {
+                    MessagePart::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
 /// Starts generating a title for `chat_id` from its first user message and
 /// its first answer; returns at once.
-pub(crate) fn spawn(
+fn spawn(
     ctx: Arc<WorkerContext>,
     chat_id: Uuid,
     provider: Arc<dyn Provider>,

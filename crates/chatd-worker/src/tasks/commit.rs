@@ -1,0 +1,195 @@
+//! The commit path of the generation task (`spec/chatd-architecture.md`,
+//! "Generation goroutine": `CommitStep`, `FinishTurn`, `FinishError`,
+//! `EnterRequiresAction`; "Parallel tool call results must be inserted in
+//! bulk … in a single `CommitStep`").
+//!
+//! A step commits its messages (the assistant message and every tool result
+//! of the step) in one `CommitStep`, followed in the same bundle by the next
+//! transition, so `history_version` advances once per step. The other
+//! endings of a turn are one transition each. Every bundle is fenced and
+//! retried by [`TaskContext::transition`].
+
+use std::sync::Arc;
+
+use chatd_core::{ChatError, FinishReason as MessageFinishReason, MessagePart, Visibility};
+use chatd_llm::{FinishReason, Provider, ResponseBuilder};
+use chatd_store::NewMessage;
+
+use super::plan::ModelCall;
+use super::tools::ToolStep;
+use super::{TaskContext, TaskResult, title};
+
+/// What follows a committed step in the same bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// The turn is done: `FinishTurn`.
+    FinishTurn,
+    /// Client-side calls are pending: `EnterRequiresAction`.
+    RequiresAction,
+    /// Nothing: the new history starts the next generation.
+    Generate,
+}
+
+/// Commits one model response of `call`: its message and `step`'s tool
+/// results in one `CommitStep`, then finishes the turn (no calls, or a
+/// compaction) or waits for client-side results. Then, for a chat's first
+/// text answer, starts the title generation in the background.
+pub(super) async fn commit_response(
+    task: &TaskContext,
+    call: &ModelCall<Arc<dyn Provider>>,
+    response: ResponseBuilder,
+    step: ToolStep,
+    runtime_ms: i64,
+) -> TaskResult<()> {
+    let finishes = response.tool_calls().is_empty() || call.compaction;
+    let next = if step.waits_for_client && !call.compaction {
+        Next::RequiresAction
+    } else if finishes {
+        Next::FinishTurn
+    } else {
+        Next::Generate
+    };
+    let text = response.text();
+    let mut messages = vec![response_message(call, &response, runtime_ms)];
+    messages.extend(step.results);
+    commit_step(
+        task,
+        "committing the model response",
+        messages,
+        call.compaction,
+        next,
+    )
+    .await?;
+    if call.wants_title && finishes && !text.trim().is_empty() {
+        title::after_first_answer(task, call, text);
+    }
+    Ok(())
+}
+
+/// Commits `messages` in one `CommitStep` (`compaction`: they summarize the
+/// history) followed by `next`.
+pub(super) async fn commit_step(
+    task: &TaskContext,
+    what: &str,
+    messages: Vec<NewMessage>,
+    compaction: bool,
+    next: Next,
+) -> TaskResult<()> {
+    task.transition(what, move |tx, _| {
+        let messages = messages.clone();
+        Box::pin(async move {
+            tx.commit_step(messages, compaction).await?;
+            match next {
+                Next::FinishTurn => tx.finish_turn().await.map(|_| ()),
+                Next::RequiresAction => tx.enter_requires_action().await.map(|_| ()),
+                Next::Generate => Ok(()),
+            }
+        })
+    })
+    .await
+}
+
+/// `FinishTurn`: nothing left to do for the current history.
+pub(super) async fn finish_turn(task: &TaskContext) -> TaskResult<()> {
+    task.transition("finishing the turn", |tx, _| {
+        Box::pin(async move { tx.finish_turn().await.map(|_| ()) })
+    })
+    .await
+}
+
+/// `EnterRequiresAction`: wait for client-side results.
+pub(super) async fn enter_requires_action(task: &TaskContext) -> TaskResult<()> {
+    task.transition("entering requires-action", |tx, _| {
+        Box::pin(async move { tx.enter_requires_action().await.map(|_| ()) })
+    })
+    .await
+}
+
+/// `FinishError(error)`: the turn ends with `error`; `what` names the
+/// reason in logs.
+pub(super) async fn finish_error(
+    task: &TaskContext,
+    what: &str,
+    error: ChatError,
+) -> TaskResult<()> {
+    task.transition(what, move |tx, _| {
+        let error = error.clone();
+        Box::pin(async move { tx.finish_error(error).await })
+    })
+    .await
+}
+
+/// The message a response of `call` is stored as: the assistant message
+/// (an empty answer is still an answer), or for a compaction the
+/// model-only, compressed user message carrying the summary; with the
+/// model config, usage, cost, context limit and `runtime_ms` (ms).
+fn response_message<P>(
+    call: &ModelCall<P>,
+    response: &ResponseBuilder,
+    runtime_ms: i64,
+) -> NewMessage {
+    let mut message = if call.compaction {
+        let mut summary = NewMessage::user(vec![MessagePart::text(format!(
+            "[Summary of the earlier conversation]\n{}",
+            response.text()
+        ))]);
+        summary.compressed = true;
+        summary.visibility = Visibility::Model;
+        summary
+    } else {
+        let mut content = response.parts();
+        if !content
+            .iter()
+            .any(|p| matches!(p, MessagePart::Text { .. } | MessagePart::ToolCall { .. }))
+        {
+            content.push(MessagePart::text(""));
+        }
+        let mut answer = NewMessage::assistant(content);
+        answer.finish_reason = response.finish_reason().and_then(message_finish_reason);
+        answer
+    };
+    let usage = response.usage();
+    message.model_config_id = Some(call.model_config_id);
+    message.usage = usage;
+    message.context_limit = Some(call.context_limit);
+    message.runtime_ms = Some(runtime_ms);
+    message.total_cost_micros = usage.and_then(|u| call.options.cost_micros(&u));
+    message
+}
+
+/// The stored finish reason of an assistant message for the provider's
+/// reason; a reason chatd does not know (`Other`) is stored as unknown.
+fn message_finish_reason(reason: &FinishReason) -> Option<MessageFinishReason> {
+    match reason {
+        FinishReason::Stop => Some(MessageFinishReason::Stop),
+        FinishReason::Length => Some(MessageFinishReason::Length),
+        FinishReason::ToolCalls => Some(MessageFinishReason::ToolCalls),
+        FinishReason::ContentFilter => Some(MessageFinishReason::ContentFilter),
+        FinishReason::Other(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_finish_reasons_map_to_stored_ones_and_unknown_ones_to_none() {
+        let cases = [
+            (FinishReason::Stop, Some(MessageFinishReason::Stop)),
+            (FinishReason::Length, Some(MessageFinishReason::Length)),
+            (
+                FinishReason::ToolCalls,
+                Some(MessageFinishReason::ToolCalls),
+            ),
+            (
+                FinishReason::ContentFilter,
+                Some(MessageFinishReason::ContentFilter),
+            ),
+            (FinishReason::Other("eos".into()), None),
+        ];
+        for (provider, stored) in cases {
+            assert_eq!(message_finish_reason(&provider), stored, "{provider:?}");
+        }
+    }
+}

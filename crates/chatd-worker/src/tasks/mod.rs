@@ -1,0 +1,157 @@
+//! The four kinds of runner tasks (`spec/chatd-architecture.md`, "Runner
+//! goroutines": generation, interrupt, dynamic tools timeout, abandon chat).
+//!
+//! Every task is spawned with its intended history version and status (its
+//! [`Fence`]); it takes the local `(chat, history_version, status)` lock, and
+//! checks the fence under the chat row lock before every read and write. It
+//! exits quietly when the fence fails, when it is cancelled, or when the chat
+//! is gone; database failures are retried without limit with bounded
+//! exponential backoff ([`retry`]).
+//!
+//! - [`generation`]: "Generation goroutine", deciding with the pure
+//!   [`plan`], streaming with [`stream`], running tools through the one
+//!   router in [`tools`], committing with [`commit`], titling with
+//!   [`title`];
+//! - [`interrupt`]: "Interrupt goroutine";
+//! - [`requires_action_timeout`] and [`abandon`] below: "Dynamic tools
+//!   timeout goroutine" and "Abandon chat goroutine".
+
+mod commit;
+mod generation;
+mod interrupt;
+mod plan;
+mod retry;
+mod stream;
+pub mod title;
+mod tools;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd_core::Episode;
+use chatd_store::{Chat, queries};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::context::WorkerContext;
+use crate::fence::{Fence, FenceError, fenced_lock};
+use crate::runner::{ChatSnapshot, RunnerInput, TaskKind};
+
+/// Everything a task needs.
+pub(crate) struct TaskContext {
+    pub(crate) chat_id: Uuid,
+    pub(crate) fence: Fence,
+    pub(crate) ctx: Arc<WorkerContext>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) notify: mpsc::UnboundedSender<RunnerInput>,
+}
+
+/// How a task ended early.
+#[derive(Debug)]
+enum Exit {
+    /// The chat moved on or is gone.
+    Stale,
+    /// The runner cancelled the task.
+    Cancelled,
+    /// A transition was rejected although the fence held: a bug or an
+    /// unexpected state; logged.
+    Rejected(String),
+}
+
+type TaskResult<T> = Result<T, Exit>;
+
+/// Runs one task to completion.
+pub(crate) async fn run(kind: TaskKind, task: TaskContext) {
+    let result = if kind == TaskKind::Abandon {
+        abandon(&task).await
+    } else {
+        let (Some(history_version), Some(status)) = (task.fence.history_version, task.fence.status)
+        else {
+            return;
+        };
+        let lock = task
+            .ctx
+            .local_locks
+            .get(task.chat_id, history_version, status);
+        let Ok(_guard) = task.cancellable(lock.lock_owned()).await else {
+            return;
+        };
+        match kind {
+            TaskKind::Generation => generation::generation(&task).await,
+            TaskKind::Interrupt => interrupt::interrupt(&task).await,
+            TaskKind::RequiresActionTimeout => requires_action_timeout(&task).await,
+            TaskKind::Abandon => unreachable!(),
+        }
+    };
+    match result {
+        Ok(()) | Err(Exit::Stale) | Err(Exit::Cancelled) => {}
+        Err(Exit::Rejected(reason)) => {
+            tracing::warn!(chat_id = %task.chat_id, ?kind, %reason, "runner task stopped: transition rejected");
+        }
+    }
+}
+
+impl TaskContext {
+    fn machine(&self) -> chatd_store::ChatMachine {
+        self.ctx.store.machine(self.chat_id)
+    }
+
+    /// The episode of generation attempt `attempt` of the task's history
+    /// version (the key of its parts and of its tool calls' idempotency).
+    fn episode(&self, attempt: i64) -> Episode {
+        Episode {
+            chat_id: self.chat_id,
+            history_version: self.fence.history_version.unwrap_or_default(),
+            generation_attempt: attempt,
+        }
+    }
+
+    fn publish_local(&self, chat: &Chat) {
+        // The fast path: the runner sees our own commit without waiting for
+        // the notification.
+        let _ = self
+            .notify
+            .send(RunnerInput::Snapshot(ChatSnapshot::from(chat)));
+    }
+}
+
+/// "Abandon chat goroutine": `Abandon`, once the fence shows the runner
+/// still owns the chat.
+async fn abandon(task: &TaskContext) -> TaskResult<()> {
+    task.transition("abandoning the chat", |tx, _| {
+        Box::pin(async move { tx.abandon().await })
+    })
+    .await
+}
+
+/// "Dynamic tools timeout goroutine": waits until the requires-action
+/// deadline (database time, read again after every wait, at most a day at a
+/// time), then `CancelRequiresAction`.
+async fn requires_action_timeout(task: &TaskContext) -> TaskResult<()> {
+    let machine = task.machine();
+    loop {
+        let remaining = task
+            .retrying("reading the requires-action deadline", || async {
+                let mut locked = fenced_lock(&machine, &task.fence).await?;
+                let secs =
+                    queries::chats::requires_action_remaining_secs(locked.conn(), task.chat_id)
+                        .await
+                        .map_err(|e| FenceError::Store(e.into()))?;
+                locked.finish().await?;
+                Ok(secs)
+            })
+            .await?;
+        match remaining {
+            Some(secs) if secs > 0.0 => {
+                task.sleep(Duration::from_secs_f64(secs.min(86_400.0)))
+                    .await?
+            }
+            _ => break,
+        }
+    }
+    task.transition("cancelling the requires-action state", |tx, _| {
+        Box::pin(async move { tx.cancel_requires_action(None).await.map(|_| ()) })
+    })
+    .await
+}

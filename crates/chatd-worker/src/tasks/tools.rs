@@ -1,0 +1,198 @@
+//! The tool router of the generation task (`spec/chatd-architecture.md`,
+//! "Generation goroutine": MCP tools, dynamic tools, parallel tool calls
+//! committed in one `CommitStep`, at-least-once execution).
+//!
+//! Every path that executes tool calls goes through [`ToolRouter::run`]: the
+//! calls of a fresh model response and the calls an earlier step left
+//! without results. Each call is routed once, in this order:
+//!
+//! 1. cut off at the output token limit: answered with an `is_error` result,
+//!    never run;
+//! 2. a dynamic (client-side) tool: left to the client, the step waits for it
+//!    (a dynamic tool hides an MCP tool of the same name);
+//! 3. an MCP tool of the chat's servers: run, all of a step's calls in
+//!    parallel, with an idempotency key of the attempt and call;
+//! 4. anything else: answered with an `Unknown tool` error result.
+//!
+//! chatd has no built-in tools yet; one would be a route of its own in
+//! [`ToolRouter::route`].
+
+use std::collections::HashSet;
+
+use chatd_core::{ChatRole, Episode, MessagePart, PartDelta};
+use chatd_llm::ToolSpec;
+use chatd_store::NewMessage;
+use chatd_tools::{IdempotencyKey, McpServerConfig, McpTool, McpToolset, ToolOutcome};
+use uuid::Uuid;
+
+use super::stream::OpenEpisode;
+use super::{TaskContext, TaskResult};
+
+/// The tools of one step: the chat's dynamic tools and the MCP tools its
+/// servers listed for this step.
+pub(super) struct ToolRouter {
+    dynamic: HashSet<String>,
+    mcp: McpToolset,
+}
+
+/// One tool call to route, as the model wrote it.
+pub(super) struct ToolCall<'a> {
+    /// The provider's call id.
+    pub(super) id: &'a str,
+    /// The (qualified) tool name.
+    pub(super) name: &'a str,
+    /// The JSON arguments.
+    pub(super) args: &'a str,
+    /// The response was cut off in this call: its arguments are incomplete.
+    pub(super) cut_off: bool,
+}
+
+/// What a step's tool calls came to.
+#[derive(Default)]
+pub(super) struct ToolStep {
+    /// Tool messages to commit with the step, in call order (none for
+    /// client-side calls).
+    pub(super) results: Vec<NewMessage>,
+    /// Client-side (dynamic) calls are pending: enter requires-action.
+    pub(super) waits_for_client: bool,
+}
+
+/// Where a call goes.
+enum Route<'a> {
+    /// Answered at once with this result, never run.
+    Answer(ToolOutcome),
+    /// Run by the client.
+    Client,
+    /// Run on its MCP server.
+    Mcp(&'a McpTool),
+}
+
+/// The text of the result of a call cut off at the output token limit.
+const CUT_OFF_CALL: &str = "The tool call was cut off at the output token limit: its arguments are incomplete and it was not run.";
+
+impl ToolRouter {
+    /// Lists the MCP tools of `servers` (none listed when empty), outside
+    /// any lock; a server that cannot be listed is left out of this step
+    /// only.
+    ///
+    /// # Errors
+    /// [`super::Exit::Cancelled`] when the task is cancelled meanwhile.
+    pub(super) async fn list(
+        task: &TaskContext,
+        dynamic: HashSet<String>,
+        servers: &[McpServerConfig],
+    ) -> TaskResult<Self> {
+        let mcp = if servers.is_empty() {
+            McpToolset::default()
+        } else {
+            task.cancellable(task.ctx.mcp.list_tools(servers)).await?
+        };
+        Ok(Self { dynamic, mcp })
+    }
+
+    /// The MCP tools offered to the model, in listing order; one hidden by
+    /// a dynamic tool of the same name is left out (and logged).
+    pub(super) fn mcp_specs(&self, chat_id: Uuid) -> Vec<ToolSpec> {
+        let mut specs = Vec::new();
+        for tool in &self.mcp.tools {
+            if self.dynamic.contains(&tool.qualified_name) {
+                tracing::warn!(%chat_id, tool = %tool.qualified_name, "MCP tool hidden by a dynamic tool of the same name");
+                continue;
+            }
+            specs.push(ToolSpec {
+                name: tool.qualified_name.clone(),
+                description: tool.description.clone(),
+                input_schema: tool.input_schema.clone(),
+            });
+        }
+        specs
+    }
+
+    fn route(&self, call: &ToolCall<'_>) -> Route<'_> {
+        if call.cut_off {
+            Route::Answer(ToolOutcome::error(CUT_OFF_CALL))
+        } else if self.dynamic.contains(call.name) {
+            Route::Client
+        } else if let Some(tool) = self.mcp.get(call.name) {
+            Route::Mcp(tool)
+        } else {
+            Route::Answer(ToolOutcome::error(format!("Unknown tool: {}", call.name)))
+        }
+    }
+
+    /// Routes `calls` of generation attempt `attempt` and runs the MCP ones
+    /// in parallel. With `preview`, every result also streams into that
+    /// episode as a `tool` part: the answered ones at once, the MCP ones as
+    /// each completes.
+    pub(super) async fn run(
+        &self,
+        task: &TaskContext,
+        attempt: Episode,
+        calls: &[ToolCall<'_>],
+        preview: Option<&OpenEpisode<'_>>,
+    ) -> ToolStep {
+        let stream_result = |call: &ToolCall<'_>, outcome: &ToolOutcome| {
+            if let Some(episode) = preview {
+                episode.add(
+                    ChatRole::Tool,
+                    PartDelta::ToolResult {
+                        tool_call_id: call.id.to_owned(),
+                        tool_name: call.name.to_owned(),
+                        result: outcome.result.clone(),
+                        is_error: outcome.is_error,
+                    },
+                );
+            }
+        };
+        let mut step = ToolStep::default();
+        let mut outcomes: Vec<Option<ToolOutcome>> = Vec::new();
+        let mut runs = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            match self.route(call) {
+                Route::Answer(outcome) => outcomes.push(Some(outcome)),
+                Route::Client => {
+                    step.waits_for_client = true;
+                    outcomes.push(None);
+                }
+                Route::Mcp(tool) => {
+                    outcomes.push(None);
+                    let key = IdempotencyKey {
+                        chat_id: task.chat_id,
+                        history_version: attempt.history_version,
+                        generation_attempt: attempt.generation_attempt,
+                        tool_call_id: call.id.to_owned(),
+                    };
+                    runs.push(async move {
+                        let outcome = task
+                            .ctx
+                            .mcp
+                            .call(&tool.server, &tool.name, call.args, &key)
+                            .await;
+                        stream_result(call, &outcome);
+                        (i, outcome)
+                    });
+                }
+            }
+        }
+        for (call, outcome) in calls.iter().zip(&outcomes) {
+            if let Some(outcome) = outcome {
+                stream_result(call, outcome);
+            }
+        }
+        for (i, outcome) in futures::future::join_all(runs).await {
+            outcomes[i] = Some(outcome);
+        }
+        for (call, outcome) in calls.iter().zip(outcomes) {
+            if let Some(outcome) = outcome {
+                step.results
+                    .push(NewMessage::tool(vec![MessagePart::ToolResult {
+                        tool_call_id: call.id.to_owned(),
+                        tool_name: call.name.to_owned(),
+                        result: outcome.result,
+                        is_error: outcome.is_error,
+                    }]));
+            }
+        }
+        step
+    }
+}
