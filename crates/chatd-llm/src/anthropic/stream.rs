@@ -232,13 +232,7 @@ impl Decoder {
             // A repeated start changes nothing.
             return Ok(());
         }
-        let text_field = |key: &str| {
-            block
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-        };
+        let text_field = |key: &str| non_empty_str(block, key);
         let state = match block.get("type").and_then(Value::as_str) {
             Some("text") => {
                 if let Some(text) = text_field("text") {
@@ -279,13 +273,7 @@ impl Decoder {
     }
 
     fn on_block_delta(&mut self, index: usize, delta: &Value, out: &mut Vec<StreamEvent>) {
-        let field = |key: &str| {
-            delta
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-        };
+        let field = |key: &str| non_empty_str(delta, key);
         let block = self.blocks.get_mut(&index);
         match delta.get("type").and_then(Value::as_str) {
             Some("text_delta") => {
@@ -376,4 +364,13 @@ impl Decoder {
             &self.provider,
         )
     }
+}
+
+/// `value[key]` when it is a non-empty string.
+fn non_empty_str(value: &Value, key: &str) -> Option<String> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
 }
