@@ -31,9 +31,8 @@
 //!
 //! End-of-input policy: without `message_stop`, the response counts as
 //! complete only if a `message_delta` with a `stop_reason` arrived (the
-//! official SDK fixtures
-//! end in an unterminated `message_stop`); otherwise it is a retryable
-//! `generic` error (a dropped connection).
+//! official SDK fixtures end in an unterminated `message_stop`); otherwise
+//! it is a retryable `generic` error (a dropped connection).
 
 use std::collections::BTreeMap;
 
@@ -145,7 +144,7 @@ impl SseDecoder for Decoder {
                     &self.provider,
                 ));
             }
-            Err(err) => return Err(self.invalid_payload(data, &err)),
+            Err(err) => return Err(self.invalid_event(data, &err)),
         };
         let kind = value
             .get("type")
@@ -357,7 +356,7 @@ impl Decoder {
         out
     }
 
-    fn invalid_payload(&self, data: &str, err: &serde_json::Error) -> ProviderError {
+    fn invalid_event(&self, data: &str, err: &serde_json::Error) -> ProviderError {
         invalid_payload(
             format!("the provider sent an invalid stream event: {err}"),
             data,
