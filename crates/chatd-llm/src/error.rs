@@ -13,71 +13,16 @@
 //! (OpenAI, Anthropic) shares [`ProviderError::from_http_status`] and
 //! [`ProviderError::from_error_body`].
 
-use chatd_core::{ChatError, ChatErrorKind};
-use serde::{Deserialize, Serialize};
+use chatd_core::ChatError;
 use serde_json::Value;
 
 /// Longest `detail` kept from a provider's error body, in bytes.
 pub const MAX_DETAIL_BYTES: usize = 4096;
 
-/// The `kind` of API.md's `ChatError` that a provider failure maps to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    /// Anything else: server errors, broken streams, connection failures.
-    Generic,
-    /// The provider throttled us (HTTP 429).
-    RateLimit,
-    /// The request or a read timed out (HTTP 408 or our own timeouts).
-    Timeout,
-    /// The provider is overloaded (HTTP 529, `overloaded_error`).
-    Overloaded,
-    /// The key is missing, wrong or lacks permission (HTTP 401, 403).
-    Auth,
-    /// The provider rejected the request (HTTP 400 and other 4xx).
-    InvalidRequest,
-    /// The prompt does not fit the model's context window.
-    ContextLength,
-    /// The account is out of quota or credit (OpenAI `insufficient_quota`).
-    UsageLimit,
-}
-
-impl ErrorKind {
-    /// The wire spelling (`rate_limit`, `context_length`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::Generic => "generic",
-            ErrorKind::RateLimit => "rate_limit",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Overloaded => "overloaded",
-            ErrorKind::Auth => "auth",
-            ErrorKind::InvalidRequest => "invalid_request",
-            ErrorKind::ContextLength => "context_length",
-            ErrorKind::UsageLimit => "usage_limit",
-        }
-    }
-}
-
-impl From<ErrorKind> for ChatErrorKind {
-    fn from(kind: ErrorKind) -> Self {
-        match kind {
-            ErrorKind::Generic => ChatErrorKind::Generic,
-            ErrorKind::RateLimit => ChatErrorKind::RateLimit,
-            ErrorKind::Timeout => ChatErrorKind::Timeout,
-            ErrorKind::Overloaded => ChatErrorKind::Overloaded,
-            ErrorKind::Auth => ChatErrorKind::Auth,
-            ErrorKind::InvalidRequest => ChatErrorKind::InvalidRequest,
-            ErrorKind::ContextLength => ChatErrorKind::ContextLength,
-            ErrorKind::UsageLimit => ChatErrorKind::UsageLimit,
-        }
-    }
-}
-
-impl std::fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The `kind` of API.md's `ChatError` that a provider failure maps to: the
+/// one definition, [`chatd_core::ChatErrorKind`] (a provider failure is
+/// never `invalid_state`, which the chat's own checks report).
+pub use chatd_core::ChatErrorKind as ErrorKind;
 
 /// A classified provider failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,7 +137,7 @@ impl ProviderError {
         ChatError {
             message: self.message.clone(),
             detail: self.detail.clone(),
-            kind: self.kind.into(),
+            kind: self.kind,
             provider: Some(self.provider.clone()),
             retryable: self.retryable,
             status_code: self.status_code,
@@ -342,7 +287,8 @@ fn status_line(status: u16) -> String {
     format!("HTTP {status} {reason}").trim_end().to_owned()
 }
 
-fn truncate(mut text: String, max: usize) -> String {
+/// `text` cut to at most `max` bytes at a character boundary.
+pub(crate) fn truncate(mut text: String, max: usize) -> String {
     if text.len() > max {
         let mut end = max;
         while !text.is_char_boundary(end) {

@@ -9,6 +9,10 @@
 //!   accumulation into a [`Response`] ([`ResponseBuilder`], [`collect`]),
 //! - errors classified into API.md's `ChatError` kinds ([`ProviderError`],
 //!   [`ErrorKind`]) with `retryable` set as API.md "Workers and replicas" lists,
+//! - the provider seam: [`ProviderConfig::build`], the one constructor, picks
+//!   the [`Adapter`] for a [`chatd_core::ProviderKind`]; one [`HttpProvider`]
+//!   drives any adapter over HTTP and one SSE driver ([`sse::decode`]) feeds
+//!   its decoder, so an adapter is only its wire types and its decoder,
 //! - [`OpenAiProvider`]: OpenAI Chat Completions, which also serves every
 //!   OpenAI-compatible server (llama.cpp, vLLM, OpenRouter, ...),
 //! - [`AnthropicProvider`]: Anthropic Messages (tool use, extended thinking
@@ -29,6 +33,7 @@
 //!   when the provider reported usage (unknown usage is not zero usage);
 //! - the events do not depend on how the network split the bytes.
 
+pub mod adapter;
 pub mod anthropic;
 pub mod error;
 pub mod event;
@@ -38,12 +43,14 @@ pub mod projection;
 pub mod provider;
 pub mod request;
 pub mod response;
+pub mod sse;
 
+pub use adapter::{Adapter, HttpProvider};
 pub use anthropic::AnthropicProvider;
 pub use error::{ErrorKind, ProviderError};
 pub use event::{FinishReason, StreamEvent, Usage};
 pub use http::HttpOptions;
 pub use openai::{MaxTokensParam, OpenAiProvider};
-pub use provider::{EventStream, Provider};
+pub use provider::{EventStream, Provider, ProviderConfig};
 pub use request::{ModelRequest, RequestMessage, ToolSpec};
 pub use response::{Response, ResponseBuilder, ToolCall, collect};

@@ -29,6 +29,21 @@ pub struct ModelRequest {
     pub reasoning_effort: Option<String>,
 }
 
+impl ModelRequest {
+    /// [`ModelRequest::temperature`] as a JSON number, via its shortest
+    /// decimal form so that 0.7f32 is sent as 0.7 and not as
+    /// 0.699999988079071.
+    pub(crate) fn wire_temperature(&self) -> Option<Value> {
+        self.temperature.map(|temperature| {
+            let temperature = temperature
+                .to_string()
+                .parse::<f64>()
+                .unwrap_or(f64::from(temperature));
+            Value::from(temperature)
+        })
+    }
+}
+
 /// One message of the conversation, with the parts stored in
 /// `chat_messages.content`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 //! A chunk is one SSE event as the provider flushes it (the transcript is cut
 //! into one network read per event). Per chunk it measures, cumulatively:
 //! 1. **parse**: SSE framing, JSON parsing and decoding into `StreamEvent`s
-//!    (`chatd_llm::{openai,anthropic}::stream::decode`);
+//!    (`chatd_llm::sse::decode` with `chatd_llm::{openai,anthropic}::stream::Decoder`);
 //! 2. **+ event**: accumulating the events into the assistant message
 //!    (`ResponseBuilder`, as the generation task does);
 //! 3. **+ buffer**: adding each delta to the message part buffer (serialized
@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chatd_core::{ChatRole, Episode, PartDelta};
+use chatd_llm::sse::decode;
 use chatd_llm::{EventStream, ProviderError, ResponseBuilder, StreamEvent};
 use chatd_worker::PartBuffer;
 use futures::StreamExt as _;
@@ -186,8 +187,14 @@ async fn run(
         (0..chunks.len()).map(move |i| Ok::<_, ProviderError>(Piece(shared.clone(), i))),
     );
     let mut stream: EventStream = match wire {
-        Wire::OpenAi => chatd_llm::openai::stream::decode(bytes, "bench".into()),
-        Wire::Anthropic => chatd_llm::anthropic::stream::decode(bytes, "bench".into()),
+        Wire::OpenAi => decode(
+            bytes,
+            chatd_llm::openai::stream::Decoder::new("bench".into()),
+        ),
+        Wire::Anthropic => decode(
+            bytes,
+            chatd_llm::anthropic::stream::Decoder::new("bench".into()),
+        ),
     };
     *counter += 1;
     let episode = Episode {

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use chatd_core::{ProviderKind, ReasoningEffort};
-use chatd_llm::Provider;
+use chatd_core::ReasoningEffort;
+use chatd_llm::{HttpOptions, Provider, ProviderConfig};
 use chatd_store::queries::mcp_servers::McpServerDef;
 use chatd_store::queries::model_configs::ModelConfigDef;
 use chatd_store::{Chat, ProviderRow, queries};
@@ -16,9 +16,9 @@ use chatd_tools::{McpServerConfig, McpTransport};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-/// Builds providers from provider rows. The default implementation speaks
-/// OpenAI Chat Completions for `openai` and `openai-compat`, and Anthropic
-/// Messages for `anthropic`.
+/// Builds providers from provider rows. The default implementation is
+/// [`chatd_llm::ProviderConfig::build`], which picks the wire protocol from
+/// the row's [`chatd_core::ProviderKind`].
 pub trait ProviderFactory: Send + Sync {
     /// A provider for `row`.
     ///
@@ -40,36 +40,15 @@ impl ProviderFactory for DefaultProviderFactory {
         } else {
             row.display_name.clone()
         };
-        match row.provider {
-            ProviderKind::Openai | ProviderKind::OpenaiCompat => {
-                let base = row
-                    .base_url
-                    .clone()
-                    .unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
-                // api.openai.com wants `max_completion_tokens` (its reasoning
-                // models reject `max_tokens`); compatible servers (llama.cpp,
-                // vLLM, Ollama, LiteLLM) all read `max_tokens`, and some
-                // silently ignore the newer field.
-                let param = if row.provider == ProviderKind::Openai {
-                    chatd_llm::MaxTokensParam::MaxCompletionTokens
-                } else {
-                    chatd_llm::MaxTokensParam::MaxTokens
-                };
-                let provider = chatd_llm::OpenAiProvider::new(base, row.api_key.clone(), name)
-                    .map_err(|e| e.message)?
-                    .max_tokens_param(param);
-                Ok(Arc::new(provider))
-            }
-            ProviderKind::Anthropic => {
-                let base = row
-                    .base_url
-                    .clone()
-                    .unwrap_or_else(|| chatd_llm::anthropic::DEFAULT_BASE_URL.to_owned());
-                let provider = chatd_llm::AnthropicProvider::new(base, row.api_key.clone(), name)
-                    .map_err(|e| e.message)?;
-                Ok(Arc::new(provider))
-            }
+        ProviderConfig {
+            kind: row.provider,
+            base_url: row.base_url.clone(),
+            api_key: row.api_key.clone(),
+            name,
+            http: HttpOptions::default(),
         }
+        .build()
+        .map_err(|e| e.message)
     }
 }
 

@@ -1,11 +1,10 @@
 //! Decoding an Anthropic Messages SSE response into [`StreamEvent`]s.
 //!
-//! Bytes are split into events by `eventsource-stream` (UTF-8 and `\r\n`
-//! split across reads are reassembled, so the events do not depend on the
-//! chunking; a property test re-chunks every transcript). Each `data:`
-//! payload is parsed as JSON and dispatched on its `type` (Anthropic's
-//! `event:` name always equals it; the name is used only when `type` is
-//! missing). Leniently:
+//! The [`Decoder`] that [`crate::sse::decode`] feeds one event at a time
+//! (the driver owns the byte-level SSE framing and the end-of-stream rules).
+//! Each `data:` payload is parsed as JSON and dispatched on its `type`
+//! (Anthropic's `event:` name always equals it; the name is used only when
+//! `type` is missing). Leniently:
 //! - unknown event types, unknown block types (`redacted_thinking`,
 //!   server tools, ...), unknown delta types (`citations_delta`) and unknown
 //!   fields are ignored; `ping` is ignored;
@@ -30,82 +29,28 @@
 //! `content_block_stop` (the response hit `max_tokens` inside the JSON) gets
 //! no [`StreamEvent::ToolCallEnd`]: it is incomplete and must not run.
 //!
-//! End-of-input policy: an unterminated last event is discarded, as the SSE
-//! rules say. Without `message_stop`, the response counts as complete only if
-//! a `message_delta` with a `stop_reason` arrived (the official SDK fixtures
-//! end in an unterminated `message_stop`); otherwise it is a retryable
-//! `generic` error (a dropped connection).
+//! End-of-input policy: without `message_stop`, the response counts as
+//! complete only if a `message_delta` with a `stop_reason` arrived (the
+//! official SDK fixtures end in an unterminated `message_stop`); otherwise
+//! it is a retryable `generic` error (a dropped connection).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
-use futures::{Stream, StreamExt as _};
 use serde_json::Value;
 
-use crate::error::{ErrorKind, ProviderError};
+use crate::error::ProviderError;
 use crate::event::{FinishReason, StreamEvent, Usage};
-use crate::provider::EventStream;
+use crate::sse::{SseDecoder, generated_call_id, invalid_payload, unnamed_tool_call};
 
-/// Longest `data` payload quoted in an error's `detail`, in bytes.
-const MAX_QUOTED_PAYLOAD: usize = 1024;
-
-/// Decodes the body of a streaming Messages response.
-///
-/// `bytes` is the body as it arrives, with transport errors already
-/// classified; `provider` names the provider in errors. The result follows
-/// the crate's stream invariants: it ends after `Finish` or after one `Err`.
-pub fn decode<S, B>(bytes: S, provider: String) -> EventStream
-where
-    S: Stream<Item = Result<B, ProviderError>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-{
-    let state = DecodeState {
-        events: Box::pin(eventsource_stream::EventStream::new(bytes)),
-        decoder: Decoder::new(provider),
-        pending: VecDeque::new(),
-    };
-    futures::stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(item) = state.pending.pop_front() {
-                return Some((item, state));
-            }
-            if state.decoder.done {
-                return None;
-            }
-            let outcome = match state.events.next().await {
-                Some(Ok(event)) => state.decoder.on_event(&event.event, &event.data),
-                Some(Err(err)) => Err(state.decoder.sse_error(err)),
-                None => state.decoder.on_end_of_input(),
-            };
-            match outcome {
-                Ok(events) => state.pending.extend(events.into_iter().map(Ok)),
-                Err(err) => {
-                    state.decoder.done = true;
-                    state.pending.push_back(Err(err));
-                }
-            }
-        }
-    })
-    .boxed()
-}
-
-type SseEvents<S> = std::pin::Pin<Box<eventsource_stream::EventStream<S>>>;
-
-struct DecodeState<S> {
-    events: SseEvents<S>,
-    decoder: Decoder,
-    pending: VecDeque<Result<StreamEvent, ProviderError>>,
-}
-
-/// The parsing state of one response.
+/// The parsing state of one Messages response, fed one SSE event at a time
+/// by [`crate::sse::decode`].
 #[derive(Debug)]
-struct Decoder {
+pub struct Decoder {
     provider: String,
     message_id: Option<String>,
     blocks: BTreeMap<usize, Block>,
     usage: WireUsage,
     stop_reason: Option<String>,
-    saw_event: bool,
-    done: bool,
 }
 
 #[derive(Debug)]
@@ -170,20 +115,24 @@ impl WireUsage {
 }
 
 impl Decoder {
-    fn new(provider: String) -> Self {
+    /// A decoder for one response of `provider` (its name in errors).
+    pub fn new(provider: String) -> Self {
         Decoder {
             provider,
             message_id: None,
             blocks: BTreeMap::new(),
             usage: WireUsage::default(),
             stop_reason: None,
-            saw_event: false,
-            done: false,
         }
+    }
+}
+
+impl SseDecoder for Decoder {
+    fn provider(&self) -> &str {
+        &self.provider
     }
 
     fn on_event(&mut self, name: &str, data: &str) -> Result<Vec<StreamEvent>, ProviderError> {
-        self.saw_event = true;
         if data.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -195,7 +144,7 @@ impl Decoder {
                     &self.provider,
                 ));
             }
-            Err(err) => return Err(self.invalid_payload(data, &err)),
+            Err(err) => return Err(self.invalid_event(data, &err)),
         };
         let kind = value
             .get("type")
@@ -250,18 +199,25 @@ impl Decoder {
         Ok(out)
     }
 
+    fn on_end_of_input(&mut self) -> Option<Result<Vec<StreamEvent>, ProviderError>> {
+        self.stop_reason
+            .is_some()
+            .then(|| Ok(self.finish_response()))
+    }
+}
+
+impl Decoder {
     fn index(&self, value: &Value, data: &str) -> Result<usize, ProviderError> {
         value
             .get("index")
             .and_then(Value::as_u64)
             .and_then(|i| usize::try_from(i).ok())
             .ok_or_else(|| {
-                ProviderError::new(
-                    ErrorKind::Generic,
-                    "the provider sent a content block event without an index",
+                invalid_payload(
+                    "the provider sent a content block event without an index".to_owned(),
+                    data,
                     &self.provider,
                 )
-                .with_detail(quote(data))
             })
     }
 
@@ -275,13 +231,7 @@ impl Decoder {
             // A repeated start changes nothing.
             return Ok(());
         }
-        let text_field = |key: &str| {
-            block
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-        };
+        let text_field = |key: &str| non_empty_str(block, key);
         let state = match block.get("type").and_then(Value::as_str) {
             Some("text") => {
                 if let Some(text) = text_field("text") {
@@ -299,15 +249,10 @@ impl Decoder {
             }
             Some("tool_use") => {
                 let Some(name) = text_field("name") else {
-                    return Err(ProviderError::new(
-                        ErrorKind::Generic,
-                        format!("the provider sent tool call {index} without a name"),
-                        &self.provider,
-                    ));
+                    return Err(unnamed_tool_call(index, &self.provider));
                 };
-                let id = text_field("id").unwrap_or_else(|| match &self.message_id {
-                    Some(message) => format!("toolu_{message}_{index}"),
-                    None => format!("toolu_{}_{index}", uuid::Uuid::new_v4().simple()),
+                let id = text_field("id").unwrap_or_else(|| {
+                    generated_call_id("toolu", self.message_id.as_deref(), index)
                 });
                 out.push(StreamEvent::ToolCallStart { index, id, name });
                 let start_input = block
@@ -327,13 +272,7 @@ impl Decoder {
     }
 
     fn on_block_delta(&mut self, index: usize, delta: &Value, out: &mut Vec<StreamEvent>) {
-        let field = |key: &str| {
-            delta
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-        };
+        let field = |key: &str| non_empty_str(delta, key);
         let block = self.blocks.get_mut(&index);
         match delta.get("type").and_then(Value::as_str) {
             Some("text_delta") => {
@@ -398,7 +337,6 @@ impl Decoder {
     /// The events that close a complete response: usage and finish reason.
     /// Tool calls without a stop stay unended: they were cut off.
     fn finish_response(&mut self) -> Vec<StreamEvent> {
-        self.done = true;
         let mut out = Vec::new();
         if let Some(usage) = self.usage.into_usage() {
             out.push(StreamEvent::Usage(usage));
@@ -418,52 +356,20 @@ impl Decoder {
         out
     }
 
-    fn on_end_of_input(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {
-        if self.stop_reason.is_some() {
-            return Ok(self.finish_response());
-        }
-        let message = if self.saw_event {
-            "the stream ended before the response was complete"
-        } else {
-            "the provider closed the stream without sending anything"
-        };
-        Err(ProviderError::new(
-            ErrorKind::Generic,
-            message,
-            &self.provider,
-        ))
-    }
-
-    fn sse_error(&self, err: eventsource_stream::EventStreamError<ProviderError>) -> ProviderError {
-        match err {
-            eventsource_stream::EventStreamError::Transport(err) => err,
-            other => ProviderError::new(
-                ErrorKind::Generic,
-                "the provider sent a malformed event stream",
-                &self.provider,
-            )
-            .with_detail(other.to_string()),
-        }
-    }
-
-    fn invalid_payload(&self, data: &str, err: &serde_json::Error) -> ProviderError {
-        ProviderError::new(
-            ErrorKind::Generic,
+    fn invalid_event(&self, data: &str, err: &serde_json::Error) -> ProviderError {
+        invalid_payload(
             format!("the provider sent an invalid stream event: {err}"),
+            data,
             &self.provider,
         )
-        .with_detail(quote(data))
     }
 }
 
-fn quote(data: &str) -> String {
-    let mut quoted = data.to_owned();
-    if quoted.len() > MAX_QUOTED_PAYLOAD {
-        let mut end = MAX_QUOTED_PAYLOAD;
-        while !quoted.is_char_boundary(end) {
-            end -= 1;
-        }
-        quoted.truncate(end);
-    }
-    quoted
+/// `value[key]` when it is a non-empty string.
+fn non_empty_str(value: &Value, key: &str) -> Option<String> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
 }

@@ -107,13 +107,8 @@ pub fn request_body(request: &ModelRequest) -> Value {
             );
         }
         None => {
-            if let Some(temperature) = request.temperature {
-                // Via the shortest decimal form: 0.7f32 is sent as 0.7.
-                let temperature = temperature
-                    .to_string()
-                    .parse::<f64>()
-                    .unwrap_or(f64::from(temperature));
-                body.insert("temperature".into(), Value::from(temperature));
+            if let Some(temperature) = request.wire_temperature() {
+                body.insert("temperature".into(), temperature);
             }
         }
     }

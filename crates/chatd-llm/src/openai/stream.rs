@@ -1,10 +1,7 @@
-//! Decoding an OpenAI Chat Completions SSE response into [`StreamEvent`]s.
-//!
-//! Bytes are split into events by `eventsource-stream`, which also buffers a
-//! UTF-8 sequence cut across network reads and a `\r\n` cut between reads, so
-//! the events never depend on how the bytes were chunked (a property test
-//! re-chunks every transcript to check it). Each `data:` payload is parsed as
-//! JSON, leniently:
+//! Decoding an OpenAI Chat Completions SSE response into [`StreamEvent`]s:
+//! the [`Decoder`] that [`crate::sse::decode`] feeds one event at a time
+//! (the driver owns the byte-level SSE framing and the end-of-stream rules).
+//! Each `data:` payload is parsed as JSON, leniently:
 //! - unknown fields, `null`s and unknown `finish_reason`s are accepted;
 //! - tool calls are keyed by `index`: the id and name are taken from the
 //!   first chunk that has them and ignored when repeated (llama.cpp repeats
@@ -24,73 +21,21 @@
 //! response counts as complete only if a `finish_reason` arrived; otherwise
 //! it is a retryable `generic` error (a dropped connection, llama.cpp's
 //! empty answer to an over-long prompt, or llama-cpp-python's `[DONE]`
-//! after it aborted the generation for a newer request). An unterminated last event is
-//! discarded at end of input, as the SSE rules say.
+//! after it aborted the generation for a newer request).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
-use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{ErrorKind, ProviderError};
 use crate::event::{FinishReason, StreamEvent, Usage};
-use crate::provider::EventStream;
+use crate::sse::{SseDecoder, generated_call_id, invalid_payload, unnamed_tool_call};
 
-/// Longest `data` payload quoted in an error's `detail`, in bytes.
-const MAX_QUOTED_PAYLOAD: usize = 1024;
-
-/// Decodes the body of a streaming Chat Completions response.
-///
-/// `bytes` is the body as it arrives, with transport errors already
-/// classified; `provider` names the provider in errors. The result follows
-/// the crate's stream invariants: it ends after `Finish` or after one `Err`.
-pub fn decode<S, B>(bytes: S, provider: String) -> EventStream
-where
-    S: Stream<Item = Result<B, ProviderError>> + Send + 'static,
-    B: AsRef<[u8]> + Send + 'static,
-{
-    let state = DecodeState {
-        events: Box::pin(eventsource_stream::EventStream::new(bytes)),
-        decoder: Decoder::new(provider),
-        pending: VecDeque::new(),
-    };
-    futures::stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(item) = state.pending.pop_front() {
-                return Some((item, state));
-            }
-            if state.decoder.done {
-                return None;
-            }
-            let outcome = match state.events.next().await {
-                Some(Ok(event)) => state.decoder.on_event(&event.event, &event.data),
-                Some(Err(err)) => Err(state.decoder.sse_error(err)),
-                None => state.decoder.on_end_of_input(),
-            };
-            match outcome {
-                Ok(events) => state.pending.extend(events.into_iter().map(Ok)),
-                Err(err) => {
-                    state.decoder.done = true;
-                    state.pending.push_back(Err(err));
-                }
-            }
-        }
-    })
-    .boxed()
-}
-
-type SseEvents<S> = std::pin::Pin<Box<eventsource_stream::EventStream<S>>>;
-
-struct DecodeState<S> {
-    events: SseEvents<S>,
-    decoder: Decoder,
-    pending: VecDeque<Result<StreamEvent, ProviderError>>,
-}
-
-/// The parsing state of one response, fed one SSE event at a time.
+/// The parsing state of one Chat Completions response, fed one SSE event at
+/// a time by [`crate::sse::decode`].
 #[derive(Debug)]
-struct Decoder {
+pub struct Decoder {
     provider: String,
     /// The chunks' `id` (`chatcmpl-...`), used to make generated tool call
     /// ids unique.
@@ -98,8 +43,6 @@ struct Decoder {
     calls: BTreeMap<usize, CallState>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
-    saw_event: bool,
-    done: bool,
 }
 
 #[derive(Debug, Default)]
@@ -112,20 +55,24 @@ struct CallState {
 }
 
 impl Decoder {
-    fn new(provider: String) -> Self {
+    /// A decoder for one response of `provider` (its name in errors).
+    pub fn new(provider: String) -> Self {
         Decoder {
             provider,
             response_id: None,
             calls: BTreeMap::new(),
             finish: None,
             usage: None,
-            saw_event: false,
-            done: false,
         }
+    }
+}
+
+impl SseDecoder for Decoder {
+    fn provider(&self) -> &str {
+        &self.provider
     }
 
     fn on_event(&mut self, name: &str, data: &str) -> Result<Vec<StreamEvent>, ProviderError> {
-        self.saw_event = true;
         match name {
             "error" => {
                 let body = serde_json::from_str::<Value>(data)
@@ -139,6 +86,14 @@ impl Decoder {
         }
     }
 
+    fn on_end_of_input(&mut self) -> Option<Result<Vec<StreamEvent>, ProviderError>> {
+        // Some servers omit `[DONE]`; the finish reason says the model was
+        // done.
+        self.finish.is_some().then(|| self.finish_response())
+    }
+}
+
+impl Decoder {
     fn on_chunk(&mut self, data: &str) -> Result<Vec<StreamEvent>, ProviderError> {
         let value: Value =
             serde_json::from_str(data).map_err(|err| self.invalid_chunk(data, &err))?;
@@ -213,7 +168,7 @@ impl Decoder {
             state.started = true;
             let id = state
                 .id
-                .get_or_insert_with(|| generated_call_id(response_id.as_deref(), index))
+                .get_or_insert_with(|| generated_call_id("call", response_id.as_deref(), index))
                 .clone();
             out.push(StreamEvent::ToolCallStart {
                 index,
@@ -232,17 +187,12 @@ impl Decoder {
     /// The events that close a complete response: the end of every tool
     /// call, the usage, the finish reason.
     fn finish_response(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {
-        self.done = true;
         let mut out = Vec::new();
         for (index, call) in &self.calls {
             if call.started {
                 out.push(StreamEvent::ToolCallEnd { index: *index });
             } else if call.id.is_some() || !call.pending_args.is_empty() {
-                return Err(ProviderError::new(
-                    ErrorKind::Generic,
-                    format!("the provider sent tool call {index} without a name"),
-                    &self.provider,
-                ));
+                return Err(unnamed_tool_call(*index, &self.provider));
             }
         }
         if let Some(usage) = self.usage {
@@ -271,7 +221,6 @@ impl Decoder {
         if self.finish.is_some() {
             return self.finish_response();
         }
-        self.done = true;
         Err(ProviderError::new(
             ErrorKind::Generic,
             "the stream ended ([DONE]) without a finish reason: the response was cut short",
@@ -279,60 +228,12 @@ impl Decoder {
         ))
     }
 
-    fn on_end_of_input(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {
-        if self.finish.is_some() {
-            // Some servers omit `[DONE]`; the finish reason says the model
-            // was done.
-            return self.finish_response();
-        }
-        let message = if self.saw_event {
-            "the stream ended before the response was complete"
-        } else {
-            "the provider closed the stream without sending anything"
-        };
-        Err(ProviderError::new(
-            ErrorKind::Generic,
-            message,
-            &self.provider,
-        ))
-    }
-
-    fn sse_error(&self, err: eventsource_stream::EventStreamError<ProviderError>) -> ProviderError {
-        match err {
-            eventsource_stream::EventStreamError::Transport(err) => err,
-            other => ProviderError::new(
-                ErrorKind::Generic,
-                "the provider sent a malformed event stream",
-                &self.provider,
-            )
-            .with_detail(other.to_string()),
-        }
-    }
-
     fn invalid_chunk(&self, data: &str, err: &serde_json::Error) -> ProviderError {
-        let mut quoted = data.to_owned();
-        if quoted.len() > MAX_QUOTED_PAYLOAD {
-            let mut end = MAX_QUOTED_PAYLOAD;
-            while !quoted.is_char_boundary(end) {
-                end -= 1;
-            }
-            quoted.truncate(end);
-        }
-        ProviderError::new(
-            ErrorKind::Generic,
+        invalid_payload(
             format!("the provider sent an invalid stream chunk: {err}"),
+            data,
             &self.provider,
         )
-        .with_detail(quoted)
-    }
-}
-
-/// An id for a tool call the provider sent without one: unique per response
-/// when the response has an id, and the same however the bytes were split.
-fn generated_call_id(response_id: Option<&str>, index: usize) -> String {
-    match response_id {
-        Some(id) => format!("call_{id}_{index}"),
-        None => format!("call_{}_{index}", uuid::Uuid::new_v4().simple()),
     }
 }
 

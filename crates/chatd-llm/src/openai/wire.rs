@@ -53,14 +53,8 @@ pub fn request_body(request: &ModelRequest, max_tokens: MaxTokensParam) -> Value
         };
         body.insert(field.into(), Value::from(limit));
     }
-    if let Some(temperature) = request.temperature {
-        // Via the shortest decimal form, so 0.7f32 is sent as 0.7 and not as
-        // 0.699999988079071.
-        let temperature = temperature
-            .to_string()
-            .parse::<f64>()
-            .unwrap_or(f64::from(temperature));
-        body.insert("temperature".into(), Value::from(temperature));
+    if let Some(temperature) = request.wire_temperature() {
+        body.insert("temperature".into(), temperature);
     }
     if let Some(effort) = &request.reasoning_effort {
         body.insert("reasoning_effort".into(), Value::String(effort.clone()));

@@ -14,14 +14,14 @@
 use chatd_core::{ChatRole, MessagePart};
 use chatd_llm::{
     AnthropicProvider, ErrorKind, FinishReason, ModelRequest, Provider as _, RequestMessage,
-    ResponseBuilder, StreamEvent, ToolSpec, Usage, collect,
+    StreamEvent, ToolSpec, Usage, collect,
 };
 use chatd_testkit::{FakeLlm, Script};
 use serde_json::json;
 
 use crate::support::{
-    Items, ReplayServer, Reply, decode_anthropic_pieces, hello_request, read_fixture, run,
-    shared_fixtures,
+    Items, ReplayServer, Reply, builder_of, call_triples, decode_anthropic_pieces, hello_request,
+    read_fixture, run, shared_fixtures, unfinished_ids,
 };
 use crate::transcripts::{Expected, Outcome, check};
 
@@ -314,10 +314,7 @@ pub fn body(e: &AnthropicExpected) -> Option<Vec<u8>> {
 pub fn check_anthropic(e: &AnthropicExpected, items: &Items) {
     let file = e.expected.file;
     check(&e.expected, items);
-    let mut builder = ResponseBuilder::new();
-    for event in items.iter().flatten() {
-        builder.push(event);
-    }
+    let builder = builder_of(items);
     let signatures: Vec<String> = items
         .iter()
         .flatten()
@@ -346,13 +343,12 @@ pub fn check_anthropic(e: &AnthropicExpected, items: &Items) {
             "{file}"
         );
     }
-    let unfinished: Vec<String> = builder
-        .unfinished_tool_calls()
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
     if matches!(e.expected.outcome, Outcome::Complete { .. }) {
-        assert_eq!(unfinished, e.unfinished, "{file}: cut-off calls");
+        assert_eq!(
+            unfinished_ids(&builder),
+            e.unfinished,
+            "{file}: cut-off calls"
+        );
     }
 }
 
@@ -410,10 +406,7 @@ fn a_tool_call_cut_at_max_tokens_is_reported_unfinished_and_the_text_is_kept() {
     body.extend_from_slice(b"\n\n");
     let items = decode_anthropic_pieces(vec![body]);
     crate::transcripts::check_invariants("max-tokens-sdk", &items);
-    let mut builder = ResponseBuilder::new();
-    for e in items.iter().flatten() {
-        builder.push(e);
-    }
+    let builder = builder_of(&items);
     let unfinished = builder.unfinished_tool_calls();
     assert_eq!(unfinished.len(), 1);
     assert_eq!(unfinished[0].id, "toolu_01EKqbqmZrGRXy18eN7m9kvY");
@@ -703,20 +696,11 @@ async fn the_fake_llm_streams_text_reasoning_tools_and_usage_in_anthropic_format
     );
     let items = run(&provider, &hello_request()).await.unwrap();
     crate::transcripts::check_invariants("fake anthropic", &items);
-    let mut builder = ResponseBuilder::new();
-    for e in items.iter().flatten() {
-        builder.push(e);
-    }
-    let response = builder.into_response().unwrap();
+    let response = builder_of(&items).into_response().unwrap();
     assert_eq!(response.reasoning, "Hmm…");
     assert_eq!(response.text, "Two calls, coming up.");
-    let calls: Vec<(&str, &str, &str)> = response
-        .tool_calls
-        .iter()
-        .map(|c| (c.id.as_str(), c.name.as_str(), c.args.as_str()))
-        .collect();
     assert_eq!(
-        calls,
+        call_triples(&response),
         vec![
             ("toolu_a", "add", r#"{"a":2,"b":3}"#),
             ("toolu_b", "multiply", r#"{"a":2,"b":3}"#)

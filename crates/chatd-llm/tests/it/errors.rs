@@ -21,14 +21,16 @@ async fn error_for(reply: Reply) -> ProviderError {
     }
 }
 
+/// The project's recorded error answer `{stem}.headers` and `{stem}.json`.
+fn recorded_json(stem: &str) -> Reply {
+    let dir = own_fixtures();
+    let read = |ext: &str| std::fs::read(dir.join(format!("{stem}.{ext}"))).unwrap();
+    Reply::recorded(read("headers"), read("json"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recorded_llamacpp_context_overflow_is_a_non_retryable_context_length_error() {
-    let dir = own_fixtures();
-    let reply = Reply::recorded(
-        std::fs::read(dir.join("llamacpp-error-context.headers")).unwrap(),
-        std::fs::read(dir.join("llamacpp-error-context.json")).unwrap(),
-    );
-    let err = error_for(reply).await;
+    let err = error_for(recorded_json("llamacpp-error-context")).await;
     assert_eq!(err.kind, ErrorKind::ContextLength);
     assert!(!err.retryable);
     assert_eq!(err.status_code, Some(400));
@@ -48,12 +50,7 @@ async fn recorded_llamacpp_context_overflow_is_a_non_retryable_context_length_er
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recorded_llamacpp_500_is_a_retryable_generic_error_with_the_servers_message() {
-    let dir = own_fixtures();
-    let reply = Reply::recorded(
-        std::fs::read(dir.join("llamacpp-error-invalid-role.headers")).unwrap(),
-        std::fs::read(dir.join("llamacpp-error-invalid-role.json")).unwrap(),
-    );
-    let err = error_for(reply).await;
+    let err = error_for(recorded_json("llamacpp-error-invalid-role")).await;
     assert_eq!(
         (err.kind, err.retryable, err.status_code),
         (ErrorKind::Generic, true, Some(500))

@@ -10,7 +10,7 @@ use chatd_testkit::fake_llm::Step;
 use chatd_testkit::{FakeLlm, Script};
 use futures::StreamExt as _;
 
-use crate::support::{Items, hello_request, run};
+use crate::support::{Items, call_triples, hello_request, run};
 
 async fn setup() -> (FakeLlm, OpenAiProvider) {
     let llm = FakeLlm::start().await.unwrap();
@@ -191,13 +191,8 @@ async fn parallel_tool_calls_interleaved_by_index_are_kept_apart() {
     let response = collect(provider.stream(&hello_request()).await.unwrap())
         .await
         .unwrap();
-    let calls: Vec<(&str, &str, &str)> = response
-        .tool_calls
-        .iter()
-        .map(|c| (c.id.as_str(), c.name.as_str(), c.args.as_str()))
-        .collect();
     assert_eq!(
-        calls,
+        call_triples(&response),
         vec![
             ("call_a", "add", r#"{"a": 1, "b": 1}"#),
             ("call_b", "multiply", r#"{"a": 2, "b": 3}"#),

@@ -1,11 +1,15 @@
 //! The request body and headers `OpenAiProvider` sends, captured by the fake
-//! LLM.
+//! LLM; and what the one constructor (`ProviderConfig::build`) builds for
+//! each provider kind.
 
 use std::time::Duration;
 
-use chatd_core::{ChatRole, MessagePart};
+use chatd_core::{ChatRole, MessagePart, ProviderKind};
 use chatd_llm::Provider as _;
-use chatd_llm::{MaxTokensParam, ModelRequest, OpenAiProvider, RequestMessage, ToolSpec, collect};
+use chatd_llm::{
+    HttpOptions, MaxTokensParam, ModelRequest, OpenAiProvider, ProviderConfig, RequestMessage,
+    ToolSpec, collect,
+};
 use chatd_testkit::{FakeLlm, Script};
 use serde_json::json;
 
@@ -221,4 +225,67 @@ async fn request_without_key_or_options_sends_no_authorization_and_no_optional_f
         .unwrap();
     assert_eq!(recorded.body["max_tokens"], json!(16));
     assert!(recorded.body.get("max_completion_tokens").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_constructor_picks_the_endpoint_key_header_and_token_field_of_each_kind() {
+    let llm = FakeLlm::start().await.unwrap();
+    let cases = [
+        (
+            ProviderKind::Openai,
+            "/v1/chat/completions",
+            "authorization",
+            "Bearer k",
+            "max_completion_tokens",
+        ),
+        (
+            ProviderKind::OpenaiCompat,
+            "/v1/chat/completions",
+            "authorization",
+            "Bearer k",
+            "max_tokens",
+        ),
+        (
+            ProviderKind::Anthropic,
+            "/v1/messages",
+            "x-api-key",
+            "k",
+            "max_tokens",
+        ),
+    ];
+    for (n, (kind, path, key_header, key_value, token_field)) in cases.into_iter().enumerate() {
+        llm.push(Script::text("ok"));
+        let provider = ProviderConfig {
+            kind,
+            base_url: Some(format!("{}/", llm.base_url())),
+            api_key: Some("k".into()),
+            name: format!("{kind} row"),
+            http: HttpOptions::default(),
+        }
+        .build()
+        .unwrap();
+        assert_eq!(provider.name(), format!("{kind} row"));
+        let request = ModelRequest {
+            model: "m".into(),
+            messages: vec![RequestMessage::text(ChatRole::User, "Hi")],
+            max_output_tokens: Some(16),
+            ..ModelRequest::default()
+        };
+        let response = collect(provider.stream(&request).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.text, "ok", "{kind}");
+        let recorded = llm
+            .wait_for_request(n + 1, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(recorded.path, path, "{kind}");
+        assert_eq!(recorded.header(key_header), Some(key_value), "{kind}");
+        assert_eq!(recorded.body[token_field], json!(16), "{kind}");
+        let other = ["max_tokens", "max_completion_tokens"]
+            .into_iter()
+            .find(|f| *f != token_field)
+            .unwrap();
+        assert!(recorded.body.get(other).is_none(), "{kind}: {other}");
+    }
 }

@@ -4,10 +4,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chatd_llm::openai::stream::decode;
+use chatd_llm::sse::{SseDecoder, decode};
 use chatd_llm::{
     AnthropicProvider, ModelRequest, OpenAiProvider, Provider, ProviderError, RequestMessage,
-    StreamEvent,
+    Response, ResponseBuilder, StreamEvent,
 };
 use futures::StreamExt as _;
 use serde_json::Value;
@@ -66,16 +66,50 @@ pub type Items = Vec<Result<StreamEvent, ProviderError>>;
 /// Decodes `pieces` (the body as split by the network) without HTTP, as
 /// an OpenAI Chat Completions stream.
 pub fn decode_pieces(pieces: Vec<Vec<u8>>) -> Items {
-    let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, ProviderError>));
-    futures::executor::block_on(decode(stream, "test".into()).collect())
+    decode_with(
+        pieces,
+        chatd_llm::openai::stream::Decoder::new("test".into()),
+    )
 }
 
 /// Decodes `pieces` without HTTP, as an Anthropic Messages stream.
 pub fn decode_anthropic_pieces(pieces: Vec<Vec<u8>>) -> Items {
-    let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, ProviderError>));
-    futures::executor::block_on(
-        chatd_llm::anthropic::stream::decode(stream, "test".into()).collect(),
+    decode_with(
+        pieces,
+        chatd_llm::anthropic::stream::Decoder::new("test".into()),
     )
+}
+
+fn decode_with(pieces: Vec<Vec<u8>>, decoder: impl SseDecoder) -> Items {
+    let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, ProviderError>));
+    futures::executor::block_on(decode(stream, decoder).collect())
+}
+
+/// The events of `items` (errors skipped) accumulated into a builder.
+pub fn builder_of(items: &Items) -> ResponseBuilder {
+    let mut builder = ResponseBuilder::new();
+    for event in items.iter().flatten() {
+        builder.push(event);
+    }
+    builder
+}
+
+/// The ids of the tool calls cut off before their end.
+pub fn unfinished_ids(builder: &ResponseBuilder) -> Vec<String> {
+    builder
+        .unfinished_tool_calls()
+        .into_iter()
+        .map(|c| c.id)
+        .collect()
+}
+
+/// `(id, name, args)` of each tool call of `response`, in order.
+pub fn call_triples(response: &Response) -> Vec<(&str, &str, &str)> {
+    response
+        .tool_calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.args.as_str()))
+        .collect()
 }
 
 /// A recorded response to replay: the raw status line and headers, and the

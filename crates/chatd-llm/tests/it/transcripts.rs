@@ -1,11 +1,12 @@
 //! Every OpenAI-compatible transcript, replayed over HTTP through
 //! `OpenAiProvider`, parses to exactly what its README says.
 
-use chatd_llm::{
-    ErrorKind, FinishReason, ProviderError, Response, ResponseBuilder, StreamEvent, Usage,
-};
+use chatd_llm::{ErrorKind, FinishReason, ProviderError, Response, StreamEvent, Usage};
 
-use crate::support::{Items, ReplayServer, Reply, hello_request, own_fixtures, read_fixture, run};
+use crate::support::{
+    Items, ReplayServer, Reply, builder_of, call_triples, hello_request, own_fixtures,
+    read_fixture, run, unfinished_ids,
+};
 
 /// What a transcript must parse to.
 pub struct Expected {
@@ -291,24 +292,10 @@ pub fn all() -> Vec<Expected> {
 pub fn check(expected: &Expected, items: &Items) {
     let file = expected.file;
     check_invariants(file, items);
-    let mut builder = ResponseBuilder::new();
-    for item in items.iter().flatten() {
-        builder.push(item);
-    }
+    let builder = builder_of(items);
     // Calls cut off by the token limit are not expected to hold valid JSON.
-    let unfinished: Vec<String> = builder
-        .unfinished_tool_calls()
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
-    let mut builder = ResponseBuilder::new();
-    let mut error: Option<&ProviderError> = None;
-    for item in items {
-        match item {
-            Ok(event) => builder.push(event),
-            Err(err) => error = Some(err),
-        }
-    }
+    let unfinished = unfinished_ids(&builder);
+    let error: Option<&ProviderError> = items.iter().rev().find_map(|item| item.as_ref().err());
     match &expected.outcome {
         Outcome::Complete {
             text,
@@ -323,12 +310,7 @@ pub fn check(expected: &Expected, items: &Items) {
                 .unwrap_or_else(|| panic!("{file}: no Finish"));
             assert_eq!(response.text, *text, "{file}: text");
             assert_eq!(response.reasoning, *reasoning, "{file}: reasoning");
-            let got: Vec<(&str, &str, &str)> = response
-                .tool_calls
-                .iter()
-                .map(|c| (c.id.as_str(), c.name.as_str(), c.args.as_str()))
-                .collect();
-            assert_eq!(got, *calls, "{file}: tool calls");
+            assert_eq!(call_triples(&response), *calls, "{file}: tool calls");
             for call in response
                 .tool_calls
                 .iter()
