@@ -52,9 +52,11 @@ impl ProviderError {
             kind,
             ErrorKind::RateLimit | ErrorKind::Timeout | ErrorKind::Overloaded | ErrorKind::Generic
         );
+        let mut message = message.into();
+        chatd_core::sanitize::string(&mut message);
         ProviderError {
             kind,
-            message: message.into(),
+            message,
             detail: None,
             retryable,
             status_code: None,
@@ -64,8 +66,13 @@ impl ProviderError {
 
     /// Sets `detail`, truncated to [`MAX_DETAIL_BYTES`] at a character
     /// boundary; an empty detail is dropped.
+    ///
+    /// The message and the detail quote what the provider sent, and end up
+    /// stored in the chat's `last_error`: both are sanitised
+    /// ([`chatd_core::sanitize`]) here, where they are made.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
-        let detail = truncate(detail.into(), MAX_DETAIL_BYTES);
+        let mut detail = truncate(detail.into(), MAX_DETAIL_BYTES);
+        chatd_core::sanitize::string(&mut detail);
         self.detail = (!detail.is_empty()).then_some(detail);
         self
     }
@@ -91,7 +98,7 @@ impl ProviderError {
             .unwrap_or_else(|| status_line(status));
         ProviderError {
             kind,
-            message,
+            message: chatd_core::sanitize::text(&message).into_owned(),
             detail: None,
             retryable,
             status_code: Some(status),
@@ -121,7 +128,7 @@ impl ProviderError {
             .unwrap_or_else(|| "the provider reported an error inside the stream".to_owned());
         ProviderError {
             kind,
-            message,
+            message: chatd_core::sanitize::text(&message).into_owned(),
             detail: None,
             retryable,
             status_code: info.numeric_code,

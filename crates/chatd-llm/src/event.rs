@@ -57,6 +57,29 @@ pub enum StreamEvent {
     },
 }
 
+impl StreamEvent {
+    /// Replaces every NUL in the event's text (deltas, signature, tool call
+    /// id, name and argument pieces) by U+FFFD ([`chatd_core::sanitize`]):
+    /// what the model sent is stored as it streams, and PostgreSQL cannot
+    /// store NUL. The SSE driver applies it to every event it yields.
+    pub fn sanitize(&mut self) {
+        use chatd_core::sanitize::string;
+        match self {
+            StreamEvent::TextDelta(text)
+            | StreamEvent::ReasoningDelta(text)
+            | StreamEvent::ReasoningSignature(text) => string(text),
+            StreamEvent::ToolCallStart { id, name, .. } => {
+                string(id);
+                string(name);
+            }
+            StreamEvent::ToolCallDelta { args_delta, .. } => string(args_delta),
+            StreamEvent::ToolCallEnd { .. }
+            | StreamEvent::Usage(_)
+            | StreamEvent::Finish { .. } => {}
+        }
+    }
+}
+
 /// Why the model stopped generating.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

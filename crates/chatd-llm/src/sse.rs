@@ -8,6 +8,11 @@
 //! re-chunks every transcript to check it). An unterminated last event is
 //! discarded at end of input, as the SSE rules say.
 //!
+//! It is the boundary where model output enters: every event it yields is
+//! sanitised ([`StreamEvent::sanitize`]: a NUL, which PostgreSQL cannot
+//! store, becomes U+FFFD), so no adapter can hand the worker text that would
+//! make its step uncommittable.
+//!
 //! The driver keeps the crate's stream invariants for every adapter: the
 //! stream ends after the first [`StreamEvent::Finish`] a decoder yields or
 //! after the first `Err` (a decoder's, a transport error, or a malformed
@@ -78,10 +83,11 @@ where
             }
             let outcome = state.next_outcome().await;
             match outcome {
-                Ok(events) => {
+                Ok(mut events) => {
                     if matches!(events.last(), Some(StreamEvent::Finish { .. })) {
                         state.done = true;
                     }
+                    events.iter_mut().for_each(StreamEvent::sanitize);
                     state.pending.extend(events.into_iter().map(Ok));
                 }
                 Err(err) => {

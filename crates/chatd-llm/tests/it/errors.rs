@@ -306,3 +306,40 @@ async fn an_error_object_mid_stream_ends_the_stream_with_that_error() {
     assert_eq!(err.message, "Rate limit reached for requests");
     assert!(err.detail.unwrap().contains("rate_limit_exceeded"));
 }
+
+/// Issue 14: a JSON `\u0000` in a streamed delta made the commit fail with
+/// "unsupported Unicode escape sequence" forever. The SSE driver sanitises
+/// every event, for both adapters, and error texts quoting the provider.
+#[test]
+fn a_nul_in_streamed_text_tool_calls_or_errors_arrives_as_the_replacement_character() {
+    let openai = concat!(
+        "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\\u0000b\"}}]}\n\n",
+        "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\\u0000\",\"function\":{\"name\":\"f\\u0000\",\"arguments\":\"{\\\"x\\\":\\\"\\u0000\\\"}\"}}]}}]}\n\n",
+        "data: {\"id\":\"r\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let items = crate::support::decode_pieces(vec![openai.as_bytes().to_vec()]);
+    let response = crate::support::builder_of(&items)
+        .into_response()
+        .expect("finished");
+    assert_eq!(response.text, "a\u{FFFD}b", "{items:?}");
+    assert_eq!(
+        crate::support::call_triples(&response),
+        vec![("c\u{FFFD}", "f\u{FFFD}", "{\"x\":\"\u{FFFD}\"}")]
+    );
+    let anthropic = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\\u0000!\"}}\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\\u0000\"}}\n\n",
+    );
+    let items = crate::support::decode_anthropic_pieces(vec![anthropic.as_bytes().to_vec()]);
+    assert_eq!(
+        items[0],
+        Ok(StreamEvent::TextDelta("\u{FFFD}!".into())),
+        "{items:?}"
+    );
+    let err = items.last().unwrap().clone().unwrap_err();
+    assert_eq!(err.message, "busy\u{FFFD}");
+    assert!(!err.detail.unwrap_or_default().contains('\0'));
+}

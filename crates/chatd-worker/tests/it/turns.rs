@@ -63,6 +63,26 @@ async fn a_turn_streams_parts_commits_the_answer_with_usage_and_waits() {
     worker.shutdown().await;
 }
 
+/// Issue 14: a model answer with a NUL (a JSON `\u0000` in a streamed
+/// delta) failed every commit ("unsupported Unicode escape sequence") and
+/// left the chat `running`; it is stored with U+FFFD and the turn ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_with_a_nul_is_committed_with_the_replacement_character() {
+    let env = Env::new().await;
+    env.llm.push(Script::text_in_parts(
+        "nul \u{0} here",
+        3,
+        Duration::from_millis(5),
+    ));
+    let worker = env.worker();
+    let chat_id = env.create_chat("hi").await;
+    let chat = env.wait_status(chat_id, ChatStatus::Waiting).await;
+    assert!(chat.last_error.is_none(), "{:?}", chat.last_error);
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(text_of(&messages[1]), "nul \u{FFFD} here");
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_messages_run_in_order_one_turn_each() {
     let env = Env::new().await;
