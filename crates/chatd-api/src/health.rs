@@ -3,7 +3,7 @@
 //! embedded migration is applied), `/metrics` (Prometheus text), and
 //! the `404`/`405` fallbacks in the API error shape. The OpenAPI document is
 //! served by [`crate::openapi`], the metrics recorder and middleware live in
-//! [`crate::metrics`].
+//! [`crate::http_metrics`].
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@ use chatd_store::ChatTx;
 
 use crate::app::AppState;
 use crate::auth::{Caller, require_owner, visible_chat};
-use crate::chats::{Chat, begin};
+use crate::chats::{Chat, begin, commit};
 use crate::error::{ApiResult, E400, E401, E403, E404, E409};
 use crate::extract::PathParams;
 use chatd_store::queries::queue;
@@ -89,6 +89,5 @@ pub async fn promote_queued_message(
     let mut tx = begin(&state, id, true).await?;
     check_queued_exists(&mut tx, queued).await?;
     tx.promote_queued_message(queued).await?;
-    let chat = tx.commit().await?;
-    Ok(Json(Chat::from(&chat)))
+    commit(tx).await
 }

@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use crate::app::AppState;
 use crate::auth::{Caller, require_owner, visible_chat};
-use crate::chats::{Chat, begin};
+use crate::chats::{Chat, begin, commit};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415};
 use crate::extract::{self, PathParams};
 use crate::validate;
@@ -111,6 +111,5 @@ pub async fn submit_tool_results(
         }
         Err(e) => return Err(e.into()),
     }
-    let chat = tx.commit().await?;
-    Ok(Json(Chat::from(&chat)))
+    commit(tx).await
 }

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use chatd_core::{ExecutionState, StateError};
 
-use super::{Chat, begin};
+use super::{Chat, begin, commit};
 use crate::app::AppState;
 use crate::auth::{Caller, require_owner, visible_chat};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, INVALID_STATE_MESSAGE};
@@ -34,8 +34,7 @@ pub async fn interrupt(
     visible_chat(&state, &caller, id).await?;
     let mut tx = begin(&state, id, true).await?;
     tx.interrupt().await?;
-    let chat = tx.commit().await?;
-    Ok(Json(Chat::from(&chat)))
+    commit(tx).await
 }
 
 /// `POST /api/v2/chats/{chat}/reconcile-invalid`: `ReconcileInvalidState`,
@@ -67,8 +66,7 @@ pub async fn reconcile_invalid(
         }
         Err(e) => return Err(e.into()),
     }
-    let chat = tx.commit().await?;
-    Ok(Json(Chat::from(&chat)))
+    commit(tx).await
 }
 
 /// Fewest client-visible messages since the latest compaction boundary that
@@ -109,6 +107,5 @@ pub async fn compact(
         )));
     }
     tx.request_compaction().await?;
-    let chat = tx.commit().await?;
-    Ok(Json(Chat::from(&chat)))
+    commit(tx).await
 }

@@ -240,6 +240,13 @@ pub(crate) async fn begin(
     Ok(tx)
 }
 
+/// Commits the bundle `tx` (which publishes `chat:update`) and answers
+/// with the chat as it committed.
+pub(crate) async fn commit(tx: ChatTx) -> ApiResult<Json<Chat>> {
+    let chat = tx.commit().await?;
+    Ok(Json(Chat::from(&chat)))
+}
+
 /// `GET /api/v2/chats`: the caller's chats (or `owner`'s, for admins),
 /// newest `updated_at` first, then by id descending.
 #[utoipa::path(
