@@ -11,8 +11,10 @@
 //!   `Sec-WebSocket-Protocol` list ([`WS_BEARER_PROTOCOL_PREFIX`]); the
 //!   stream route then answers with the plain [`WS_PROTOCOL`] subprotocol,
 //!   never echoing the token. Tokens are never logged.
-//! - Roles are `admin` and `member`. Visibility and owner-only rules are in
-//!   [`crate::chats`]; admin-only routes call [`Caller::require_admin`].
+//! - Roles are `admin` and `member`. A member sees only their own chats
+//!   ([`visible_chat`]: any other is `404`, as if it did not exist); some
+//!   chat mutations are the owner's only, even for admins
+//!   ([`require_owner`]); admin-only routes call [`Caller::require_admin`].
 //! - [`bootstrap_admin`] and [`create_token`] serve the binary
 //!   (`CHATD_BOOTSTRAP_ADMIN_TOKEN`, `chatd token create`). Both are
 //!   idempotent and safe when several replicas run them at once: every write
@@ -37,8 +39,10 @@ use uuid::Uuid;
 
 pub use chatd_core::Role;
 
-use crate::AppState;
+use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
+use chatd_store::LockMode;
+use chatd_store::queries::chats;
 
 /// The WebSocket subprotocol a browser client offers (with
 /// [`WS_BEARER_PROTOCOL_PREFIX`]`<token>`) and the stream route selects.
@@ -106,6 +110,31 @@ impl Caller {
         } else {
             Err(ApiError::admin_only())
         }
+    }
+}
+
+/// Loads chat `id` if `caller` may see it.
+///
+/// # Errors
+/// `404` when the chat does not exist or belongs to someone else and the
+/// caller is a member.
+pub async fn visible_chat(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+) -> ApiResult<chatd_store::Chat> {
+    match chats::select(state.store().pool(), id, LockMode::None).await? {
+        Some(chat) if caller.is_admin() || chat.owner_id == caller.id() => Ok(chat),
+        _ => Err(ApiError::chat_not_found()),
+    }
+}
+
+/// `403` unless `caller` owns `chat` (owner-only mutations, even for admins).
+pub fn require_owner(caller: &Caller, chat: &chatd_store::Chat) -> ApiResult<()> {
+    if chat.owner_id == caller.id() {
+        Ok(())
+    } else {
+        Err(ApiError::owner_only())
     }
 }
 

@@ -50,8 +50,9 @@ use sha2::{Digest as _, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::admin::{self, McpTransport, ModelOptions, ProviderKind};
+use crate::admin;
 use crate::error::ApiError;
+use chatd_core::{McpTransport, ModelOptions, ProviderKind};
 use chatd_store::queries::locks::{self, AdvisoryLock};
 use chatd_store::queries::mcp_servers::{self, McpServerDef};
 use chatd_store::queries::model_configs::{self, ModelConfigDef};
@@ -249,8 +250,12 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
         }
         .filter(|k| !k.is_empty());
         let display_name = p.display_name.clone().unwrap_or_else(|| p.name.clone());
-        admin::validate_provider(&display_name, p.base_url.as_deref(), api_key.as_deref())
-            .map_err(|e| invalid(&at, e))?;
+        admin::providers::validate_provider(
+            &display_name,
+            p.base_url.as_deref(),
+            api_key.as_deref(),
+        )
+        .map_err(|e| invalid(&at, e))?;
         providers.push(ProviderDef {
             id: stable_id("provider", &p.name),
             provider: p.provider,
@@ -285,7 +290,7 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
             enabled: m.enabled.unwrap_or(true),
             options: m.options.clone().unwrap_or_default(),
         };
-        admin::validate_model_config(&def).map_err(|e| invalid(&at, e))?;
+        admin::model_configs::validate_model_config(&def).map_err(|e| invalid(&at, e))?;
         model_configs.push(def);
     }
     if model_configs.iter().filter(|m| m.is_default).count() > 1 {
@@ -313,7 +318,7 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
             headers: s.headers.clone(),
             enabled: s.enabled.unwrap_or(true),
         };
-        admin::validate_mcp(&def).map_err(|e| invalid(&at, e))?;
+        admin::mcp_servers::validate_mcp(&def).map_err(|e| invalid(&at, e))?;
         mcp_servers.push(def);
     }
     Ok(Plan {

@@ -11,6 +11,9 @@
 //! chat, message or queued message not found → `404`; tool-result validation
 //! → `400`; database failures → `500` (`503` when the pool is exhausted or the
 //! database is unreachable).
+//!
+//! The `E400` ... `E503` types are the same errors as OpenAPI responses:
+//! handlers list the ones they answer in their `#[utoipa::path]`.
 
 use std::error::Error as StdError;
 
@@ -20,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use chatd_core::{StateError, ToolResultErrorKind};
 use chatd_store::StoreError;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoResponses, ToSchema};
 
 /// The message of every `409` caused by a chat in an invalid execution state.
 pub const INVALID_STATE_MESSAGE: &str = "Chat is in an invalid state.";
@@ -171,6 +174,16 @@ impl ApiError {
             .with_detail(format!("The limit is {limit} bytes."))
     }
 
+    /// `415` for a request body that is not declared `application/json` on
+    /// a JSON route.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Unsupported media type.",
+        )
+        .with_detail("The request body must be JSON, sent with `Content-Type: application/json`.")
+    }
+
     /// `500` with a logged cause.
     pub fn internal(source: impl StdError + Send + Sync + 'static) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error.").with_source(source)
@@ -302,3 +315,69 @@ impl From<StateError> for ApiError {
 
 /// Result alias of handlers.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// `400`: bad input.
+#[derive(IntoResponses)]
+#[response(
+    status = 400,
+    description = "Bad input: malformed path or query parameter, invalid body (`validations` names each field), or a mutation of an archived chat"
+)]
+pub struct E400(#[allow(dead_code)] ErrorBody);
+
+/// `401`: no valid token.
+#[derive(IntoResponses)]
+#[response(status = 401, description = "Missing, unknown or expired token")]
+pub struct E401(#[allow(dead_code)] ErrorBody);
+
+/// `403`: not allowed for this caller.
+#[derive(IntoResponses)]
+#[response(
+    status = 403,
+    description = "Admin-only route called by a member, or owner-only chat mutation called by someone else"
+)]
+pub struct E403(#[allow(dead_code)] ErrorBody);
+
+/// `404`: not found or not visible.
+#[derive(IntoResponses)]
+#[response(
+    status = 404,
+    description = "Not found (or a chat that is not visible to the caller)"
+)]
+pub struct E404(#[allow(dead_code)] ErrorBody);
+
+/// `409`: state conflict.
+#[derive(IntoResponses)]
+#[response(
+    status = 409,
+    description = "The current state does not allow it (message \"Chat is in an invalid state.\" for an invalid chat)"
+)]
+pub struct E409(#[allow(dead_code)] ErrorBody);
+
+/// `413`: body too large.
+#[derive(IntoResponses)]
+#[response(status = 413, description = "Request body over the limit (1 MiB)")]
+pub struct E413(#[allow(dead_code)] ErrorBody);
+
+/// `415`: the body is not JSON.
+#[derive(IntoResponses)]
+#[response(
+    status = 415,
+    description = "The request body is not declared `Content-Type: application/json`"
+)]
+pub struct E415(#[allow(dead_code)] ErrorBody);
+
+/// `429`: queue full.
+#[derive(IntoResponses)]
+#[response(
+    status = 429,
+    description = "The chat's queue is full (`detail` names the maximum)"
+)]
+pub struct E429(#[allow(dead_code)] ErrorBody);
+
+/// `503`: not ready.
+#[derive(IntoResponses)]
+#[response(
+    status = 503,
+    description = "Database unreachable or migrations not applied"
+)]
+pub struct E503(#[allow(dead_code)] ErrorBody);

@@ -6,33 +6,115 @@
 //! - [`PathParams`] only collects the raw path parameters; handlers parse them
 //!   ([`PathParams::uuid`], [`PathParams::id`]) after authentication, so that
 //!   `401` comes before `400`.
-//! - The body is taken as a raw [`Body`] and read by [`read_json`] after the
-//!   visibility check, so that `404` comes before `413` and `400`. The body is
-//!   parsed into a [`serde_json::Value`] first (malformed JSON, nesting deeper
-//!   than 128, numbers out of range → `400` naming `body`), then checked for
-//!   NUL characters, which PostgreSQL cannot store, then deserialized into the
-//!   request type with the failing field's path ([`serde_path_to_error`]).
+//! - [`Json<T>`] is the one extractor of a JSON request body: the handler
+//!   names its request type `T` (which the `#[utoipa::path]` of the handler
+//!   documents as the request body, so the OpenAPI document and the handler
+//!   cannot disagree), and reads it with [`Json::read`] after the visibility
+//!   and permission checks, so that `404` and `403` (admin) come before
+//!   `415`, `413` and `400`. Reading checks the media type (`415` for a body
+//!   that is not `application/json`), the size (`413`), then parses the body
+//!   into a [`serde_json::Value`] first (malformed JSON, nesting deeper than
+//!   128, numbers out of range → `400` naming `body`), then checks it for
+//!   NUL characters, which PostgreSQL cannot store, then deserializes it into
+//!   `T` with the failing field's path ([`serde_path_to_error`]).
 //! - [`QueryParams`] parses the query string (repeated keys allowed).
 
-use axum::body::Body;
-use axum::extract::{FromRequestParts, RawPathParams};
+use std::marker::PhantomData;
+
+use axum::body::{Body, HttpBody as _};
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
 use futures::StreamExt as _;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
 
-/// Reads at most `limit` bytes of `body` and deserializes it as JSON into `T`.
+/// The JSON request body of a route, of type `T`, not yet read.
 ///
-/// # Errors
-/// `413` when the body is larger than `limit` bytes; `400` with `validations`
-/// for malformed JSON, NUL characters, wrong types, unknown fields or enum
-/// values and out-of-range numbers.
-pub async fn read_json<T: DeserializeOwned>(body: Body, limit: usize) -> ApiResult<T> {
-    let bytes = read_body(body, limit).await?;
-    parse_json(&bytes)
+/// Extracting it never fails and reads nothing: it keeps the body, whether
+/// the request declared a JSON media type and the body limit
+/// ([`crate::ApiOptions::body_limit_bytes`]). [`Json::read`] reads and
+/// checks it when the handler's earlier checks have passed.
+#[derive(Debug)]
+pub struct Json<T> {
+    body: Body,
+    media_type: MediaType,
+    limit: usize,
+    request: PhantomData<fn() -> T>,
+}
+
+/// What the request's `Content-Type` says about its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MediaType {
+    /// `application/json` (parameters such as `charset` allowed).
+    Json,
+    /// No `Content-Type`.
+    Absent,
+    /// Anything else.
+    Other,
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let media_type = media_type(request.headers());
+        Ok(Self {
+            body: request.into_body(),
+            media_type,
+            limit: state.options().body_limit_bytes,
+            request: PhantomData,
+        })
+    }
+}
+
+impl<T: DeserializeOwned> Json<T> {
+    /// Reads at most the body limit of bytes and deserializes them into `T`.
+    ///
+    /// A request without `Content-Type` and without a body (declared empty)
+    /// is read as the empty body, which is not JSON (`400` naming `body`), as
+    /// a JSON-typed empty body is.
+    ///
+    /// # Errors
+    /// `415` when the body is not declared `application/json` (nothing is
+    /// read); `413` when it is larger than the limit; `400` with
+    /// `validations` for malformed JSON, NUL characters, wrong types,
+    /// unknown fields or enum values and out-of-range numbers.
+    pub async fn read(self) -> ApiResult<T> {
+        let declared_empty = self.body.size_hint().exact() == Some(0);
+        match self.media_type {
+            MediaType::Json => {}
+            MediaType::Absent if declared_empty => {}
+            MediaType::Absent | MediaType::Other => return Err(ApiError::unsupported_media_type()),
+        }
+        let bytes = read_body(self.body, self.limit).await?;
+        parse_json(&bytes)
+    }
+}
+
+/// The media type of `headers`' `Content-Type`: `application/json`, with
+/// any parameters, in any letter case.
+fn media_type(headers: &HeaderMap) -> MediaType {
+    let Some(value) = headers.get(CONTENT_TYPE) else {
+        return MediaType::Absent;
+    };
+    let essence = value
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        MediaType::Json
+    } else {
+        MediaType::Other
+    }
 }
 
 /// Collects the body, failing with `413` as soon as it exceeds `limit` bytes,
@@ -42,7 +124,6 @@ pub async fn read_json<T: DeserializeOwned>(body: Body, limit: usize) -> ApiResu
 /// # Errors
 /// `413` over the limit; `400` when the body cannot be read.
 pub async fn read_body(body: Body, limit: usize) -> ApiResult<Vec<u8>> {
-    use axum::body::HttpBody as _;
     if body.size_hint().lower() > limit as u64 {
         return Err(ApiError::too_large(limit));
     }
@@ -50,11 +131,8 @@ pub async fn read_body(body: Body, limit: usize) -> ApiResult<Vec<u8>> {
     let mut bytes = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| {
-            ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "Could not read the request body.",
-            )
-            .with_detail(e.to_string())
+            ApiError::new(StatusCode::BAD_REQUEST, "Could not read the request body.")
+                .with_detail(e.to_string())
         })?;
         if bytes.len() + chunk.len() > limit {
             return Err(ApiError::too_large(limit));
@@ -70,7 +148,7 @@ pub async fn read_body(body: Body, limit: usize) -> ApiResult<Vec<u8>> {
 /// `400` with `validations` naming the field.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> ApiResult<T> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::new(axum::http::StatusCode::BAD_REQUEST, "Malformed JSON body.")
+        ApiError::new(StatusCode::BAD_REQUEST, "Malformed JSON body.")
             .with_validation("body", e.to_string())
     })?;
     if let Some(field) = find_nul(&value, String::new()) {

@@ -1,12 +1,13 @@
-//! Wire objects (API.md "Objects"): `Chat`, `ChatMessage`,
-//! `ChatQueuedMessage`, the input parts, and the enums they use. Field names
-//! and shapes follow API.md exactly; conversions from the store's rows live
-//! here so that every route renders the same shape. `ChatStatus`,
+//! Wire types shared by several resources (API.md "Objects"): the input
+//! parts of a message (`ChatInputPart`), `PlanMode`, `ChatMessage` and
+//! `ChatQueuedMessage` (served by the message, queue and stream routes
+//! alike), and the enums they use. `Chat` lives with its routes in
+//! [`crate::chats`]. Field names and shapes follow API.md exactly;
+//! conversions from the store's rows live next to each type so that every
+//! route renders the same shape. `ChatStatus`,
 //! `ChatRole`, `BusyBehavior`, `FinishReason`, `ChatError`, `DynamicTool`, `Usage`,
 //! `ReasoningEffort` and the message parts (`ChatMessagePart`) are the
 //! shapes of `chatd_core`, served as they are.
-
-use std::collections::BTreeMap;
 
 use chatd_core::MessagePart;
 pub use chatd_core::{
@@ -88,88 +89,6 @@ impl TryFrom<InputPartRepr> for ChatInputPart {
             (InputPartKind::File, Some(_), Some(_)) => {
                 Err("unknown field `text` in a file part".into())
             }
-        }
-    }
-}
-
-/// `Chat`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Chat {
-    /// Chat id.
-    pub id: Uuid,
-    /// Owner.
-    pub owner_id: Uuid,
-    /// Parent chat of a sub-chat.
-    pub parent_chat_id: Option<Uuid>,
-    /// Root of the chat's family (`null` for a root).
-    pub root_chat_id: Option<Uuid>,
-    /// Title (at most 200 characters).
-    pub title: String,
-    /// Execution status.
-    pub status: ChatStatus,
-    /// Archived marker.
-    pub archived: bool,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
-    /// Pin order (0 = not pinned).
-    pub pin_order: i32,
-    /// Model config of the latest message that chose one (`null` when no
-    /// config was ever chosen and there was no default).
-    pub last_model_config_id: Option<Uuid>,
-    /// Last error.
-    pub last_error: Option<ChatError>,
-    /// Advanced by every state-machine transaction.
-    pub snapshot_version: i64,
-    /// Snapshot in which message history last changed.
-    pub history_version: i64,
-    /// Snapshot in which the queue last changed.
-    pub queue_version: i64,
-    /// Snapshot in which the retry state last changed.
-    pub retry_state_version: i64,
-    /// Generation attempts under the current history version.
-    pub generation_attempt: i64,
-    /// Replica that owns the chat.
-    pub worker_id: Option<Uuid>,
-    /// Deadline of a pending client tool action.
-    pub requires_action_deadline_at: Option<DateTime<Utc>>,
-    /// Client-executed tools.
-    pub dynamic_tools: Vec<DynamicTool>,
-    /// MCP servers offered to the model.
-    pub mcp_server_ids: Vec<Uuid>,
-    /// Plan mode.
-    pub plan_mode: Option<PlanMode>,
-    /// Creation time.
-    pub created_at: DateTime<Utc>,
-    /// Last change (transitions and metadata updates).
-    pub updated_at: DateTime<Utc>,
-}
-
-impl From<&chatd_store::Chat> for Chat {
-    fn from(c: &chatd_store::Chat) -> Self {
-        Chat {
-            id: c.id,
-            owner_id: c.owner_id,
-            parent_chat_id: c.parent_chat_id,
-            root_chat_id: c.root_chat_id,
-            title: c.title.clone(),
-            status: c.status,
-            archived: c.archived,
-            labels: c.labels.clone(),
-            pin_order: c.pin_order,
-            last_model_config_id: c.last_model_config_id,
-            last_error: c.last_error.clone(),
-            snapshot_version: c.snapshot_version,
-            history_version: c.history_version,
-            queue_version: c.queue_version,
-            retry_state_version: c.retry_state_version,
-            generation_attempt: c.generation_attempt,
-            worker_id: c.worker_id,
-            requires_action_deadline_at: c.requires_action_deadline_at,
-            dynamic_tools: c.dynamic_tools.clone(),
-            mcp_server_ids: c.mcp_server_ids.clone(),
-            plan_mode: c.plan_mode.as_deref().map(|_| PlanMode::Plan),
-            created_at: c.created_at,
-            updated_at: c.updated_at,
         }
     }
 }

@@ -11,67 +11,12 @@
 //! and are not listed.
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{IntoResponses, Modify, OpenApi};
+use utoipa::{Modify, OpenApi};
 
-use crate::error::ErrorBody;
+use std::sync::OnceLock;
 
-/// `400`: bad input.
-#[derive(IntoResponses)]
-#[response(
-    status = 400,
-    description = "Bad input: malformed path or query parameter, invalid body (`validations` names each field), or a mutation of an archived chat"
-)]
-pub struct E400(#[allow(dead_code)] ErrorBody);
-
-/// `401`: no valid token.
-#[derive(IntoResponses)]
-#[response(status = 401, description = "Missing, unknown or expired token")]
-pub struct E401(#[allow(dead_code)] ErrorBody);
-
-/// `403`: not allowed for this caller.
-#[derive(IntoResponses)]
-#[response(
-    status = 403,
-    description = "Admin-only route called by a member, or owner-only chat mutation called by someone else"
-)]
-pub struct E403(#[allow(dead_code)] ErrorBody);
-
-/// `404`: not found or not visible.
-#[derive(IntoResponses)]
-#[response(
-    status = 404,
-    description = "Not found (or a chat that is not visible to the caller)"
-)]
-pub struct E404(#[allow(dead_code)] ErrorBody);
-
-/// `409`: state conflict.
-#[derive(IntoResponses)]
-#[response(
-    status = 409,
-    description = "The current state does not allow it (message \"Chat is in an invalid state.\" for an invalid chat)"
-)]
-pub struct E409(#[allow(dead_code)] ErrorBody);
-
-/// `413`: body too large.
-#[derive(IntoResponses)]
-#[response(status = 413, description = "Request body over the limit (1 MiB)")]
-pub struct E413(#[allow(dead_code)] ErrorBody);
-
-/// `429`: queue full.
-#[derive(IntoResponses)]
-#[response(
-    status = 429,
-    description = "The chat's queue is full (`detail` names the maximum)"
-)]
-pub struct E429(#[allow(dead_code)] ErrorBody);
-
-/// `503`: not ready.
-#[derive(IntoResponses)]
-#[response(
-    status = 503,
-    description = "Database unreachable or migrations not applied"
-)]
-pub struct E503(#[allow(dead_code)] ErrorBody);
+use axum::http::header;
+use axum::response::{IntoResponse as _, Response};
 
 /// The document's root.
 #[derive(OpenApi)]
@@ -86,7 +31,7 @@ Every non-2xx response has the body ErrorBody.",
         crate::health::healthz,
         crate::health::readyz,
         crate::health::metrics,
-        crate::health::openapi_json,
+        openapi_json,
         crate::users::create_user,
         crate::users::create_user_token,
         crate::users::get_me,
@@ -99,28 +44,28 @@ Every non-2xx response has the body ErrorBody.",
         crate::messages::list_messages,
         crate::messages::send_message,
         crate::messages::edit_message,
-        crate::messages::delete_queued_message,
-        crate::messages::promote_queued_message,
-        crate::messages::interrupt,
-        crate::messages::submit_tool_results,
-        crate::messages::reconcile_invalid,
-        crate::messages::compact,
-        crate::stream::stream_ws,
-        crate::stream::stream_sse,
+        crate::queue::delete_queued_message,
+        crate::queue::promote_queued_message,
+        crate::chats::actions::interrupt,
+        crate::tools::submit_tool_results,
+        crate::chats::actions::reconcile_invalid,
+        crate::chats::actions::compact,
+        crate::stream::routes::stream_ws,
+        crate::stream::routes::stream_sse,
         crate::stream::parts::parts_endpoint,
-        crate::admin::list_models,
-        crate::admin::list_providers,
-        crate::admin::create_provider,
-        crate::admin::update_provider,
-        crate::admin::delete_provider,
-        crate::admin::list_model_configs,
-        crate::admin::create_model_config,
-        crate::admin::update_model_config,
-        crate::admin::delete_model_config,
-        crate::admin::list_mcp_servers,
-        crate::admin::create_mcp_server,
-        crate::admin::update_mcp_server,
-        crate::admin::delete_mcp_server,
+        crate::admin::model_configs::list_models,
+        crate::admin::providers::list_providers,
+        crate::admin::providers::create_provider,
+        crate::admin::providers::update_provider,
+        crate::admin::providers::delete_provider,
+        crate::admin::model_configs::list_model_configs,
+        crate::admin::model_configs::create_model_config,
+        crate::admin::model_configs::update_model_config,
+        crate::admin::model_configs::delete_model_config,
+        crate::admin::mcp_servers::list_mcp_servers,
+        crate::admin::mcp_servers::create_mcp_server,
+        crate::admin::mcp_servers::update_mcp_server,
+        crate::admin::mcp_servers::delete_mcp_server,
     ),
     components(schemas(
         crate::error::ErrorBody,
@@ -154,6 +99,21 @@ Every non-2xx response has the body ErrorBody.",
     )
 )]
 pub struct ApiDoc;
+
+/// `GET /api/v2/openapi.json`: this API's OpenAPI 3.1 document.
+#[utoipa::path(
+    get, path = "/api/v2/openapi.json", tag = "health", security(()),
+    responses((status = 200, description = "OpenAPI 3.1 document", body = Object))
+)]
+pub async fn openapi_json() -> Response {
+    static DOC: OnceLock<String> = OnceLock::new();
+    let doc = DOC.get_or_init(|| {
+        crate::openapi::document()
+            .to_json()
+            .unwrap_or_else(|_| "{}".to_owned())
+    });
+    ([(header::CONTENT_TYPE, "application/json")], doc.clone()).into_response()
+}
 
 /// Adds the `bearer` HTTP security scheme.
 struct SecurityAddon;

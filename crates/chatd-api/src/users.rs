@@ -6,7 +6,6 @@
 //! for anyone else, whether or not that user exists).
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
@@ -14,11 +13,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::AppState;
+use crate::app::AppState;
 use crate::auth::{self, Caller, MAX_TOKEN_LIFETIME_SECONDS, Role, User};
-use crate::error::{ApiError, ApiResult};
-use crate::extract::{PathParams, parse_uuid, read_json};
-use crate::openapi::{E400, E401, E403, E404, E409, E413};
+use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415};
+use crate::extract::{self, PathParams, parse_uuid};
 use crate::validate;
 use chatd_store::queries::replicas::{self, ReplicaRow};
 use chatd_store::queries::{tokens, users};
@@ -82,16 +80,15 @@ impl From<ReplicaRow> for Replica {
 /// `POST /api/v2/users` (admin).
 #[utoipa::path(
     post, path = "/api/v2/users", tag = "users",
-    request_body = CreateUserRequest,
-    responses((status = 201, description = "Created", body = User), E400, E401, E403, E409, E413)
+    responses((status = 201, description = "Created", body = User), E400, E401, E403, E409, E413, E415)
 )]
 pub async fn create_user(
     State(state): State<AppState>,
     caller: Caller,
-    body: Body,
+    body: extract::Json<CreateUserRequest>,
 ) -> ApiResult<(StatusCode, Json<User>)> {
     caller.require_admin()?;
-    let req: CreateUserRequest = read_json(body, state.options().body_limit_bytes).await?;
+    let req = body.read().await?;
     auth::validate_username(&req.username).map_err(|e| ApiError::invalid("username", e))?;
     match users::insert(state.store().pool(), &req.username, req.role).await {
         Ok(row) => Ok((StatusCode::CREATED, Json(row.into()))),
@@ -106,14 +103,13 @@ pub async fn create_user(
 #[utoipa::path(
     post, path = "/api/v2/users/{user}/tokens", tag = "users",
     params(("user" = String, Path, description = "User id, or `me`")),
-    request_body = CreateTokenRequest,
-    responses((status = 201, description = "Created; the clear token is shown once", body = TokenResponse), E400, E401, E403, E404, E413)
+    responses((status = 201, description = "Created; the clear token is shown once", body = TokenResponse), E400, E401, E403, E404, E413, E415)
 )]
 pub async fn create_user_token(
     State(state): State<AppState>,
     caller: Caller,
     params: PathParams,
-    body: Body,
+    body: extract::Json<CreateTokenRequest>,
 ) -> ApiResult<(StatusCode, Json<TokenResponse>)> {
     let user = params.raw("user")?;
     let user_id = if user == "me" {
@@ -124,7 +120,7 @@ pub async fn create_user_token(
     if user_id != caller.id() {
         caller.require_admin()?;
     }
-    let req: CreateTokenRequest = read_json(body, state.options().body_limit_bytes).await?;
+    let req = body.read().await?;
     let name = req.name.unwrap_or_default();
     validate::name(&name, "name")?;
     if req

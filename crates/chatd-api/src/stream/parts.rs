@@ -23,11 +23,13 @@ use futures::{FutureExt as _, SinkExt as _, StreamExt as _};
 use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
+use super::config::{MAX_EVENTS_PER_FRAME, close_code};
 use super::event::{ChatStreamEvent, EpisodeSelection, StreamPayload, frame};
 use super::relay::{EpisodeFollower, next_part, part_payload};
-use super::{MAX_EVENTS_PER_FRAME, StreamService, close_code};
-use crate::AppState;
-use crate::error::{ApiError, ApiResult};
+use super::routes::upgrade_required;
+use super::service::StreamService;
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::PathParams;
 
 /// `GET /api/v2/chats/{chat}/stream/parts`: see the module doc.
@@ -39,9 +41,9 @@ use crate::extract::PathParams;
     security(("relay_secret" = [])),
     responses(
         (status = 101, description = "WebSocket: send `EpisodeSelection` text frames; receive JSON arrays of `message_part` `ChatStreamEvent`s of the selected episode, buffered ones first, contiguous `seq`"),
-        (status = 400, description = "Invalid chat id, or not a WebSocket upgrade", body = crate::ErrorBody),
-        (status = 401, description = "Missing or wrong relay secret", body = crate::ErrorBody),
-        (status = 503, description = "Live streaming is not configured on this server", body = crate::ErrorBody),
+        (status = 400, description = "Invalid chat id, or not a WebSocket upgrade", body = ErrorBody),
+        (status = 401, description = "Missing or wrong relay secret", body = ErrorBody),
+        (status = 503, description = "Live streaming is not configured on this server", body = ErrorBody),
     )
 )]
 pub async fn parts_endpoint(
@@ -53,7 +55,7 @@ pub async fn parts_endpoint(
     check_relay_secret(&headers, state.options().relay_secret.as_deref())?;
     let chat_id = params.uuid("chat")?;
     let service = state.stream_service()?.clone();
-    let ws = ws.map_err(super::upgrade_required)?;
+    let ws = ws.map_err(upgrade_required)?;
     Ok(ws.on_upgrade(move |socket| serve(socket, service, chat_id)))
 }
 

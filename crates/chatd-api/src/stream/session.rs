@@ -20,7 +20,7 @@ use chatd_store::Store;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::StreamConfig;
+use super::config::StreamConfig;
 use super::event::ChatStreamEvent;
 use super::fetch::{FetchError, fetch};
 use super::poller::PollerRegistration;
@@ -81,7 +81,7 @@ impl Termination {
 
     /// WebSocket close code and reason.
     pub fn close(&self) -> (u16, String) {
-        use super::close_code as c;
+        use super::config::close_code as c;
         match self {
             Termination::ClientDisconnected => (c::NORMAL, "client disconnected".into()),
             Termination::DeadConnection => {

@@ -17,7 +17,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::StreamConfig;
+use super::config::StreamConfig;
 use super::event::{ChatStreamEvent, StreamPayload};
 use super::session::{StreamLoop, Termination};
 

@@ -13,7 +13,7 @@
 //! [`CLOSE_REPLY_TIMEOUT`] after the close frame went out), so that the
 //! close frame is not lost to a reset.
 //!
-//! The handshake (in [`super::stream_ws`]) selects the `chatd` subprotocol
+//! The handshake (in [`super::routes::stream_ws`]) selects the `chatd` subprotocol
 //! when the client offers it: browsers send the token as a second
 //! subprotocol `chatd.bearer.<token>` ([`crate::auth`]) and accept the
 //! upgrade only if the server selects one they offered.
@@ -23,9 +23,9 @@ use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt as _, StreamExt as _};
 use tokio::sync::{mpsc, oneshot};
 
+use super::config::{MAX_EVENTS_PER_FRAME, StreamConfig};
 use super::event::{ChatStreamEvent, frame};
 use super::session::{StreamLoop, Termination};
-use super::{MAX_EVENTS_PER_FRAME, StreamConfig};
 
 /// How long the server waits for the client's answer to its close frame
 /// before it closes the connection anyway (1 s).

@@ -57,11 +57,7 @@ async fn providers_crud_keeps_api_keys_write_only() {
         (json!({"provider": "openai", "extra": 1}), "extra"),
         (json!({}), "provider"),
     ] {
-        let answer = s
-            .post("/api/v2/chats/providers", &s.admin, body.clone())
-            .await;
-        answer.expect_error(400);
-        assert_eq!(answer.fields(), vec![field.to_owned()], "{body}");
+        expect_invalid(&s, "/api/v2/chats/providers", body, field).await;
     }
     // Members: 403 on every mutation.
     s.post(
@@ -269,16 +265,7 @@ async fn model_configs_keep_exactly_one_enabled_default() {
             "options",
         ),
     ] {
-        let answer = s
-            .post("/api/v2/chats/model-configs", &s.admin, body.clone())
-            .await;
-        answer.expect_error(400);
-        assert_eq!(
-            answer.fields(),
-            vec![field.to_owned()],
-            "{body}: {}",
-            answer.text
-        );
+        expect_invalid(&s, "/api/v2/chats/model-configs", body, field).await;
     }
     s.post(
         "/api/v2/chats/model-configs",
@@ -372,16 +359,7 @@ async fn mcp_servers_validate_transport_and_slug_and_hide_secrets_from_members()
             "env.A",
         ),
     ] {
-        let answer = s
-            .post("/api/v2/chats/mcp-servers", &s.admin, body.clone())
-            .await;
-        answer.expect_error(400);
-        assert_eq!(
-            answer.fields(),
-            vec![field.to_owned()],
-            "{body}: {}",
-            answer.text
-        );
+        expect_invalid(&s, "/api/v2/chats/mcp-servers", body, field).await;
     }
     let id = m["id"].as_str().unwrap();
     // A patch is validated as a whole: switching transport needs a url.
@@ -501,4 +479,17 @@ async fn config_file_applies_idempotently_even_concurrently() {
         .unwrap_err();
     assert!(err.to_string().contains("context_limit"), "{err}");
     assert_eq!(s.dump().await, before);
+}
+
+/// Posts `body` to `path` as the admin and checks the answer is `400`
+/// naming exactly `field`.
+async fn expect_invalid(s: &Server, path: &str, body: Value, field: &str) {
+    let answer = s.post(path, &s.admin, body.clone()).await;
+    answer.expect_error(400);
+    assert_eq!(
+        answer.fields(),
+        vec![field.to_owned()],
+        "{body}: {}",
+        answer.text
+    );
 }

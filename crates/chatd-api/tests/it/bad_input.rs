@@ -722,3 +722,72 @@ async fn raw_exchange(s: &Server, head: &str, body: &[u8]) -> String {
     drop(writer.await);
     String::from_utf8_lossy(&answer).into_owned()
 }
+
+/// A JSON route answers `415` in the error shape to a body that is not
+/// declared `application/json` (another `Content-Type`, or none), and
+/// changes nothing; it comes after the `404` of a chat the caller cannot
+/// see. `application/json` with parameters is JSON, and a request without
+/// a body and without `Content-Type` is the empty body, which is not JSON
+/// (`400` naming `body`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_not_declared_json_answers_415_and_changes_nothing() {
+    let s = Server::start().await;
+    let alices = s.chat_in(&s.alice, R0).await;
+    let bobs = s.chat_in(&s.bob, R0).await;
+    let send = |method: &str, path: String, content_type: Option<&str>| {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = s
+            .http
+            .request(method, format!("{}{path}", s.base))
+            .bearer_auth(&s.alice.token)
+            .body(serde_json::to_vec(&text("hello")).expect("json"));
+        if let Some(content_type) = content_type {
+            req = req.header("content-type", content_type);
+        }
+        async move {
+            let resp = req.send().await.expect("send");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let before = s.dump().await;
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("application/jsonl"),
+        None,
+    ] {
+        for (method, path) in [
+            ("POST", "/api/v2/chats".to_owned()),
+            ("PATCH", chat_path(alices, "")),
+            ("POST", chat_path(alices, "/messages")),
+            ("POST", "/api/v2/users/me/tokens".to_owned()),
+        ] {
+            let (status, body) = send(method, path.clone(), content_type).await;
+            assert_eq!(status, 415, "{method} {path} as {content_type:?}: {body}");
+            assert_error_shape(&body, &body.to_string());
+            assert_eq!(body["message"], "Unsupported media type.");
+        }
+        let (status, _) = send("POST", chat_path(bobs, "/messages"), content_type).await;
+        assert_eq!(status, 404, "the chat's visibility is checked first");
+    }
+    assert_eq!(s.dump().await, before, "a 415 changes nothing");
+
+    let (status, body) = send(
+        "POST",
+        "/api/v2/chats".to_owned(),
+        Some("application/json; charset=utf-8"),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let empty = s
+        .call(
+            "POST",
+            "/api/v2/users/me/tokens",
+            Some(&s.alice.token),
+            None,
+        )
+        .await;
+    empty.expect_error(400);
+    assert_eq!(empty.fields(), vec!["body"]);
+}

@@ -470,14 +470,7 @@ async fn archive_and_unarchive_follow_the_spec_table() {
 async fn archiving_a_root_archives_its_family_and_children_follow_the_rules() {
     let s = Server::start().await;
     let root = s.chat_in(&s.alice, W).await;
-    let child = s
-        .post(
-            "/api/v2/chats",
-            &s.alice,
-            json!({"content": [{"type": "text", "text": "sub"}], "parent_chat_id": root}),
-        )
-        .await;
-    let child = uuid(&child.expect(201)["id"]);
+    let child = child_of(&s, root).await;
     // A busy child blocks archiving the family.
     s.patch(&chat_path(root, ""), &s.alice, json!({"archived": true}))
         .await
@@ -526,14 +519,7 @@ async fn delete_chat_is_allowed_only_when_idle_and_deletes_the_family() {
     }
     // A root takes its family with it.
     let root = s.chat_in(&s.alice, W).await;
-    let child = s
-        .post(
-            "/api/v2/chats",
-            &s.alice,
-            json!({"content": [{"type": "text", "text": "sub"}], "parent_chat_id": root}),
-        )
-        .await;
-    let child = uuid(&child.expect(201)["id"]);
+    let child = child_of(&s, root).await;
     s.delete(&chat_path(root, ""), &s.alice)
         .await
         .expect_error(409);
@@ -543,4 +529,16 @@ async fn delete_chat_is_allowed_only_when_idle_and_deletes_the_family() {
     s.delete(&chat_path(root, ""), &s.alice)
         .await
         .expect_error(404);
+}
+
+/// Creates a child chat of alice's `root` over HTTP; returns its id.
+async fn child_of(s: &Server, root: uuid::Uuid) -> uuid::Uuid {
+    let child = s
+        .post(
+            "/api/v2/chats",
+            &s.alice,
+            json!({"content": [{"type": "text", "text": "sub"}], "parent_chat_id": root}),
+        )
+        .await;
+    uuid(&child.expect(201)["id"])
 }

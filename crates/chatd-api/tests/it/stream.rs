@@ -42,11 +42,7 @@ async fn a_turn_streams_status_parts_the_committed_message_and_waiting_with_queu
     ));
     env.llm.push(Script::text("second answer"));
     let chat = env.create_chat(&env.alice, chat_body("hi")).await;
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
 
     // Bootstrap: the full state, in the spec's order.
     let boot = ws.take(4).await;
@@ -163,11 +159,7 @@ async fn a_retry_an_action_required_round_trip_and_an_error_reach_the_stream() {
             }),
         )
         .await;
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
     ws.take(4).await;
     env.start_worker(3);
 
@@ -264,11 +256,7 @@ async fn reconnecting_with_after_id_mid_turn_loses_and_repeats_no_message() {
     env.start_worker(3);
     env.wait_status(chat, "waiting").await;
 
-    let mut first = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut first = env.watch(chat, None).await;
     first
         .until("the bootstrap's status", |e| e["type"] == "status")
         .await;
@@ -288,11 +276,7 @@ async fn reconnecting_with_after_id_mid_turn_loses_and_repeats_no_message() {
     let after_id = *first_ids.iter().max().unwrap();
     first.close().await;
 
-    let mut second = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, Some(after_id))),
-        &env.alice.token,
-    )
-    .await;
+    let mut second = env.watch(chat, Some(after_id)).await;
     second
         .until("waiting", |e| label(e) == "status:waiting")
         .await;
@@ -323,11 +307,7 @@ async fn editing_while_watching_resets_history_and_resends_exactly_the_current_m
     env.wait_status(chat, "waiting").await;
     env.stop_worker().await;
 
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
     let boot = ws.take(5).await;
     let user_id = boot[0]["message"]["id"].as_i64().unwrap();
     let answer_id = boot[1]["message"]["id"].as_i64().unwrap();
@@ -394,11 +374,7 @@ async fn a_client_that_cannot_keep_up_is_closed_with_a_reason_and_resumes_with_a
         .unwrap()
         .chat
         .id;
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
     // Do not read until the server has given up on this client.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -432,12 +408,7 @@ async fn a_client_that_cannot_keep_up_is_closed_with_a_reason_and_resumes_with_a
 
     // Reconnect with after_id and read promptly: the rest, nothing twice.
     let after_id = first_ids.iter().max().copied().unwrap_or(0);
-    let mut again = StreamClient::connect(
-        &env.replica
-            .ws_url(&stream_path(chat, (after_id > 0).then_some(after_id))),
-        &env.alice.token,
-    )
-    .await;
+    let mut again = env.watch(chat, (after_id > 0).then_some(after_id)).await;
     again.until("status", |e| e["type"] == "status").await;
     let mut all = first_ids.clone();
     all.extend(message_ids(&again.events));
@@ -538,11 +509,7 @@ async fn streams_converge_through_the_sync_poller_without_notifications() {
         Duration::from_millis(100),
     ));
     let chat = env.create_chat(&env.alice, chat_body("poll me")).await;
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
     ws.take(4).await;
     env.start_worker(3);
     ws.until("waiting", |e| label(e) == "status:waiting").await;
@@ -566,11 +533,7 @@ async fn a_stream_relays_parts_from_the_replica_that_owns_the_chat() {
         Duration::from_millis(100),
     ));
     let chat = env.create_chat(&env.alice, chat_body("relay")).await;
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
     ws.take(4).await;
     let worker = env.worker_on(b.id, &b.parts, 3);
     ws.until("waiting", |e| label(e) == "status:waiting").await;
@@ -604,11 +567,7 @@ async fn relayed_duplicates_and_stale_parts_are_dropped_and_a_seq_gap_ends_the_s
         ],
     )
     .await;
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
     ws.take(4).await;
     // The fake replica owns the chat and starts attempt 1.
     env.store
@@ -816,11 +775,7 @@ async fn a_stream_releases_its_subscription_and_registration_and_closes_on_shutd
     let service = env.replica.state.stream_service().unwrap().clone();
     let registry = service.poller_registry();
 
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
     ws.take(4).await;
     assert_eq!(env.pubsub.subscriber_count(&channel), 1);
     assert_eq!(registry.subscriber_count(chat), 1);
@@ -831,11 +786,7 @@ async fn a_stream_releases_its_subscription_and_registration_and_closes_on_shutd
     .await;
 
     // Server shutdown closes open streams with 1001.
-    let mut ws = StreamClient::connect(
-        &env.replica.ws_url(&stream_path(chat, None)),
-        &env.alice.token,
-    )
-    .await;
+    let mut ws = env.watch(chat, None).await;
     ws.take(4).await;
     env.replica.shutdown.cancel();
     let close = ws.until_closed().await.expect("a close frame");

@@ -97,6 +97,16 @@ pub struct StreamEnv {
 }
 
 impl StreamEnv {
+    /// Opens `chat`'s WebSocket stream on the first replica as alice, from
+    /// `after_id` (`None`: from the start).
+    pub async fn watch(&self, chat: Uuid, after_id: Option<i64>) -> StreamClient {
+        StreamClient::connect(
+            &self.replica.ws_url(&stream_path(chat, after_id)),
+            &self.alice.token,
+        )
+        .await
+    }
+
     pub async fn start() -> Self {
         Self::start_with(fast_stream_config(), true).await
     }

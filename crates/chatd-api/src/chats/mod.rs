@@ -1,11 +1,12 @@
-//! Chat collection and chat resource routes (API.md "Chat routes",
+//! Chat collection and chat resource routes and the `Chat` object (API.md "Chat routes",
 //! "Listing and paging", "Details"; `spec/chatd-architecture.md` "HTTP
 //! endpoints": `POST /api/experimental/chats` and
 //! `PATCH /api/experimental/chats/{chat}`).
 //!
 //! Visibility: a member sees only their own chats; any other chat answers
-//! `404`, exactly as a chat that does not exist (`visible_chat`). Admins see
-//! every chat.
+//! `404`, exactly as a chat that does not exist
+//! ([`crate::auth::visible_chat`]). Admins see every chat. The actions on a
+//! chat's execution (interrupt, reconcile, compact) are in [`actions`].
 //!
 //! Execution state changes go through the state machine only: `Create` for a
 //! new chat, `SetArchived` (the whole family from its root,
@@ -18,28 +19,115 @@
 //! [`chatd_core::ExecutionState::is_deletable`], applied by
 //! [`chatd_store::queries::chats::delete_family`]).
 
+pub mod actions;
+
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use chatd_core::{ExecutionState, StateError};
-use chatd_store::{CreateChatInput, NewMessage, StoreError};
-use serde::Deserialize;
+use chatd_store::{ChatTx, CreateChatInput, NewMessage, StoreError};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult, INVALID_STATE_MESSAGE};
-use crate::extract::{PathParams, QueryParams, double_option, read_json};
-use crate::objects::{Chat, ChatInputPart, DynamicTool, PlanMode, ReasoningEffort};
-use crate::openapi::{E400, E401, E403, E404, E409, E413};
+use crate::app::AppState;
+use crate::auth::{Caller, visible_chat};
+use crate::error::{
+    ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415, INVALID_STATE_MESSAGE,
+};
+use crate::extract::{self, PathParams, QueryParams, double_option};
+use crate::objects::{
+    ChatError, ChatInputPart, ChatStatus, DynamicTool, PlanMode, ReasoningEffort,
+};
 use crate::validate;
 use chatd_store::LockMode;
 use chatd_store::queries::chats::{self, NotDeletable};
 use chatd_store::queries::{mcp_servers, model_configs};
+
+/// `Chat`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Chat {
+    /// Chat id.
+    pub id: Uuid,
+    /// Owner.
+    pub owner_id: Uuid,
+    /// Parent chat of a sub-chat.
+    pub parent_chat_id: Option<Uuid>,
+    /// Root of the chat's family (`null` for a root).
+    pub root_chat_id: Option<Uuid>,
+    /// Title (at most 200 characters).
+    pub title: String,
+    /// Execution status.
+    pub status: ChatStatus,
+    /// Archived marker.
+    pub archived: bool,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Pin order (0 = not pinned).
+    pub pin_order: i32,
+    /// Model config of the latest message that chose one (`null` when no
+    /// config was ever chosen and there was no default).
+    pub last_model_config_id: Option<Uuid>,
+    /// Last error.
+    pub last_error: Option<ChatError>,
+    /// Advanced by every state-machine transaction.
+    pub snapshot_version: i64,
+    /// Snapshot in which message history last changed.
+    pub history_version: i64,
+    /// Snapshot in which the queue last changed.
+    pub queue_version: i64,
+    /// Snapshot in which the retry state last changed.
+    pub retry_state_version: i64,
+    /// Generation attempts under the current history version.
+    pub generation_attempt: i64,
+    /// Replica that owns the chat.
+    pub worker_id: Option<Uuid>,
+    /// Deadline of a pending client tool action.
+    pub requires_action_deadline_at: Option<DateTime<Utc>>,
+    /// Client-executed tools.
+    pub dynamic_tools: Vec<DynamicTool>,
+    /// MCP servers offered to the model.
+    pub mcp_server_ids: Vec<Uuid>,
+    /// Plan mode.
+    pub plan_mode: Option<PlanMode>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change (transitions and metadata updates).
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<&chatd_store::Chat> for Chat {
+    fn from(c: &chatd_store::Chat) -> Self {
+        Chat {
+            id: c.id,
+            owner_id: c.owner_id,
+            parent_chat_id: c.parent_chat_id,
+            root_chat_id: c.root_chat_id,
+            title: c.title.clone(),
+            status: c.status,
+            archived: c.archived,
+            labels: c.labels.clone(),
+            pin_order: c.pin_order,
+            last_model_config_id: c.last_model_config_id,
+            last_error: c.last_error.clone(),
+            snapshot_version: c.snapshot_version,
+            history_version: c.history_version,
+            queue_version: c.queue_version,
+            retry_state_version: c.retry_state_version,
+            generation_attempt: c.generation_attempt,
+            worker_id: c.worker_id,
+            requires_action_deadline_at: c.requires_action_deadline_at,
+            dynamic_tools: c.dynamic_tools.clone(),
+            mcp_server_ids: c.mcp_server_ids.clone(),
+            plan_mode: c.plan_mode.as_deref().map(|_| PlanMode::Plan),
+            created_at: c.created_at,
+            updated_at: c.updated_at,
+        }
+    }
+}
 
 /// `CreateChatRequest`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -124,31 +212,6 @@ pub struct ListChatsParams {
     owner: Option<Uuid>,
 }
 
-/// Loads chat `id` if `caller` may see it.
-///
-/// # Errors
-/// `404` when the chat does not exist or belongs to someone else and the
-/// caller is a member.
-pub(crate) async fn visible_chat(
-    state: &AppState,
-    caller: &Caller,
-    id: Uuid,
-) -> ApiResult<chatd_store::Chat> {
-    match chats::select(state.store().pool(), id, LockMode::None).await? {
-        Some(chat) if caller.is_admin() || chat.owner_id == caller.id() => Ok(chat),
-        _ => Err(ApiError::chat_not_found()),
-    }
-}
-
-/// `403` unless `caller` owns `chat` (owner-only mutations, even for admins).
-pub(crate) fn require_owner(caller: &Caller, chat: &chatd_store::Chat) -> ApiResult<()> {
-    if chat.owner_id == caller.id() {
-        Ok(())
-    } else {
-        Err(ApiError::owner_only())
-    }
-}
-
 /// Checks that `id` is an enabled model config.
 pub(crate) async fn check_model_config(
     state: &AppState,
@@ -161,6 +224,27 @@ pub(crate) async fn check_model_config(
         return Err(ApiError::invalid(field, "unknown or disabled model config"));
     }
     Ok(())
+}
+
+/// Opens a state-machine bundle on `chat_id`; with `reject_archived`,
+/// answers `400` when the chat is archived (read under the lock).
+pub(crate) async fn begin(
+    state: &AppState,
+    chat_id: Uuid,
+    reject_archived: bool,
+) -> ApiResult<ChatTx> {
+    let mut tx = state.store().machine(chat_id).begin().await?;
+    if reject_archived && tx.chat().await?.archived {
+        return Err(ApiError::archived());
+    }
+    Ok(tx)
+}
+
+/// Commits the bundle `tx` (which publishes `chat:update`) and answers
+/// with the chat as it committed.
+pub(crate) async fn commit(tx: ChatTx) -> ApiResult<Json<Chat>> {
+    let chat = tx.commit().await?;
+    Ok(Json(Chat::from(&chat)))
 }
 
 /// `GET /api/v2/chats`: the caller's chats (or `owner`'s, for admins),
@@ -238,18 +322,17 @@ pub async fn list_chats(
     post,
     path = "/api/v2/chats",
     tag = "chats",
-    request_body = CreateChatRequest,
     responses(
         (status = 201, description = "Created; status running (R0)", body = Chat),
-        E400, E401, E413,
+        E400, E401, E413, E415,
     )
 )]
 pub async fn create_chat(
     State(state): State<AppState>,
     caller: Caller,
-    body: Body,
+    body: extract::Json<CreateChatRequest>,
 ) -> ApiResult<(StatusCode, Json<Chat>)> {
-    let req: CreateChatRequest = read_json(body, state.options().body_limit_bytes).await?;
+    let req = body.read().await?;
     let content = validate::message_content(&req.content, "content")?;
     let title = req.title.as_deref().map(validate::title).transpose()?;
     let system_prompt = match req.system_prompt.as_deref() {
@@ -365,18 +448,17 @@ pub async fn get_chat(
     path = "/api/v2/chats/{chat}",
     tag = "chats",
     params(("chat" = Uuid, Path, description = "Chat id")),
-    request_body = UpdateChatRequest,
-    responses((status = 200, description = "The updated chat", body = Chat), E400, E401, E404, E409, E413)
+    responses((status = 200, description = "The updated chat", body = Chat), E400, E401, E404, E409, E413, E415)
 )]
 pub async fn update_chat(
     State(state): State<AppState>,
     caller: Caller,
     params: PathParams,
-    body: Body,
+    body: extract::Json<UpdateChatRequest>,
 ) -> ApiResult<Json<Chat>> {
     let id = params.uuid("chat")?;
     let chat = visible_chat(&state, &caller, id).await?;
-    let req: UpdateChatRequest = read_json(body, state.options().body_limit_bytes).await?;
+    let req = body.read().await?;
     let title = req.title.as_deref().map(validate::title).transpose()?;
     if let Some(labels) = &req.labels {
         validate::labels(labels)?;

@@ -1,0 +1,333 @@
+//! MCP server routes (API.md "Admin routes (providers, models, tools)"):
+//! `/api/v2/chats/mcp-servers`. `env` and `headers` (which usually hold
+//! credentials) are returned to admins only.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415};
+use crate::extract::{self, PathParams, double_option};
+use crate::validate;
+use chatd_core::McpTransport;
+use chatd_store::McpServerRow;
+use chatd_store::queries::mcp_servers::{self, McpServerDef};
+
+/// `McpServer`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct McpServer {
+    /// MCP server id.
+    pub id: Uuid,
+    /// Unique slug; tools are offered to the model as `<slug>__<tool>`.
+    pub slug: String,
+    /// Display name.
+    pub display_name: String,
+    /// Transport.
+    pub transport: McpTransport,
+    /// Command (stdio).
+    pub command: Option<String>,
+    /// Arguments (stdio).
+    pub args: Vec<String>,
+    /// Environment (stdio); admins only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// URL (streamable_http).
+    pub url: Option<String>,
+    /// HTTP headers (streamable_http); admins only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Whether chats may use it.
+    pub enabled: bool,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl McpServer {
+    fn from_row(r: McpServerRow, with_secrets: bool) -> Self {
+        let def = r.def;
+        McpServer {
+            id: def.id,
+            slug: def.slug,
+            display_name: def.display_name,
+            transport: def.transport,
+            command: def.command,
+            args: def.args,
+            env: with_secrets.then_some(def.env),
+            url: def.url,
+            headers: with_secrets.then_some(def.headers),
+            enabled: def.enabled,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// Body of `POST /api/v2/chats/mcp-servers`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMcpServerRequest {
+    /// 1–64 characters of `a-z`, `0-9`, `_`, `-`, starting with a letter or
+    /// digit, without `__`.
+    pub slug: String,
+    /// Display name.
+    #[serde(default)]
+    pub display_name: Option<String>,
+    /// Transport.
+    pub transport: McpTransport,
+    /// Required for stdio.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Arguments (stdio).
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    /// Environment (stdio).
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Required for streamable_http (http or https).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// HTTP headers (streamable_http).
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Default true.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// Body of `PATCH /api/v2/chats/mcp-servers/{id}`; absent fields are kept,
+/// `null` clears `command` or `url`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateMcpServerRequest {
+    /// Slug.
+    #[serde(default)]
+    pub slug: Option<String>,
+    /// Display name.
+    #[serde(default)]
+    pub display_name: Option<String>,
+    /// Transport.
+    #[serde(default)]
+    pub transport: Option<McpTransport>,
+    /// Command; `null` clears it.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub command: Option<Option<String>>,
+    /// Arguments.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    /// Environment.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// URL; `null` clears it.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub url: Option<Option<String>>,
+    /// HTTP headers.
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Enabled.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// Checks an MCP server slug (see [`CreateMcpServerRequest::slug`]).
+///
+/// # Errors
+/// A description of the rule broken.
+pub fn validate_slug(slug: &str) -> Result<(), String> {
+    let mut chars = slug.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let rest_ok =
+        chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if first_ok && rest_ok && slug.len() <= 64 && !slug.contains("__") {
+        Ok(())
+    } else {
+        Err("must be 1 to 64 characters of a-z, 0-9, '_' or '-', start with a letter or digit and not contain '__'".into())
+    }
+}
+
+/// Checks a whole MCP server definition.
+///
+/// # Errors
+/// `400` naming the field.
+pub(crate) fn validate_mcp(def: &McpServerDef) -> ApiResult<()> {
+    validate_slug(&def.slug).map_err(|e| ApiError::invalid("slug", e))?;
+    validate::name(&def.display_name, "display_name")?;
+    match def.transport {
+        McpTransport::Stdio => {
+            if def.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
+                return Err(ApiError::invalid(
+                    "command",
+                    "required for the stdio transport",
+                ));
+            }
+        }
+        McpTransport::StreamableHttp => {
+            if def.url.is_none() {
+                return Err(ApiError::invalid(
+                    "url",
+                    "required for the streamable_http transport",
+                ));
+            }
+        }
+    }
+    if let Some(url) = def.url.as_deref() {
+        validate::http_url(url, "url")?;
+    }
+    if def.command.as_deref().is_some_and(|c| c.len() > 4096) {
+        return Err(ApiError::invalid("command", "must be at most 4096 bytes"));
+    }
+    if def.args.len() > 256 {
+        return Err(ApiError::invalid("args", "at most 256 arguments"));
+    }
+    if let Some(i) = def.args.iter().position(|a| a.len() > 4096) {
+        return Err(ApiError::invalid(
+            format!("args[{i}]"),
+            "must be at most 4096 bytes",
+        ));
+    }
+    for (field, map) in [("env", &def.env), ("headers", &def.headers)] {
+        if map.len() > 256 {
+            return Err(ApiError::invalid(field, "at most 256 entries"));
+        }
+        if map.keys().any(|k| k.is_empty() || k.len() > 256) {
+            return Err(ApiError::invalid(field, "keys must be 1 to 256 bytes"));
+        }
+        if let Some(k) = map.keys().find(|k| map[*k].len() > 4096) {
+            return Err(ApiError::invalid(
+                format!("{field}.{k}"),
+                "values must be at most 4096 bytes",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `GET /api/v2/chats/mcp-servers` (`env` and `headers` for admins only).
+#[utoipa::path(
+    get, path = "/api/v2/chats/mcp-servers", tag = "admin",
+    responses((status = 200, description = "Every MCP server", body = Vec<McpServer>), E401)
+)]
+pub async fn list_mcp_servers(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<Vec<McpServer>>> {
+    let rows = mcp_servers::list(state.store().pool()).await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|r| McpServer::from_row(r, caller.is_admin()))
+            .collect(),
+    ))
+}
+
+/// `POST /api/v2/chats/mcp-servers` (admin). A duplicate slug is `409`.
+#[utoipa::path(
+    post, path = "/api/v2/chats/mcp-servers", tag = "admin",
+    responses((status = 201, description = "Created", body = McpServer), E400, E401, E403, E409, E413, E415)
+)]
+pub async fn create_mcp_server(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: extract::Json<CreateMcpServerRequest>,
+) -> ApiResult<(StatusCode, Json<McpServer>)> {
+    caller.require_admin()?;
+    let req = body.read().await?;
+    let def = McpServerDef {
+        id: Uuid::new_v4(),
+        slug: req.slug,
+        display_name: req.display_name.unwrap_or_default(),
+        transport: req.transport,
+        command: req.command,
+        args: req.args.unwrap_or_default(),
+        env: req.env.unwrap_or_default(),
+        url: req.url,
+        headers: req.headers.unwrap_or_default(),
+        enabled: req.enabled.unwrap_or(true),
+    };
+    validate_mcp(&def)?;
+    let row = mcp_servers::insert(state.store().pool(), &def)
+        .await
+        .map_err(slug_conflict)?;
+    Ok((StatusCode::CREATED, Json(McpServer::from_row(row, true))))
+}
+
+/// `PATCH /api/v2/chats/mcp-servers/{id}` (admin).
+#[utoipa::path(
+    patch, path = "/api/v2/chats/mcp-servers/{id}", tag = "admin",
+    params(("id" = Uuid, Path, description = "MCP server id")),
+    responses((status = 200, description = "Updated", body = McpServer), E400, E401, E403, E404, E409, E413, E415)
+)]
+pub async fn update_mcp_server(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+    body: extract::Json<UpdateMcpServerRequest>,
+) -> ApiResult<Json<McpServer>> {
+    let id = params.uuid("id")?;
+    caller.require_admin()?;
+    let req = body.read().await?;
+    let mut tx = state.store().pool().begin().await?;
+    let current = mcp_servers::select_for_update(&mut tx, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("MCP server not found."))?
+        .def;
+    let def = McpServerDef {
+        id,
+        slug: req.slug.unwrap_or(current.slug),
+        display_name: req.display_name.unwrap_or(current.display_name),
+        transport: req.transport.unwrap_or(current.transport),
+        command: req.command.unwrap_or(current.command),
+        args: req.args.unwrap_or(current.args),
+        env: req.env.unwrap_or(current.env),
+        url: req.url.unwrap_or(current.url),
+        headers: req.headers.unwrap_or(current.headers),
+        enabled: req.enabled.unwrap_or(current.enabled),
+    };
+    validate_mcp(&def)?;
+    let row = mcp_servers::update(&mut *tx, &def)
+        .await
+        .map_err(slug_conflict)?;
+    tx.commit().await?;
+    Ok(Json(McpServer::from_row(row, true)))
+}
+
+/// `DELETE /api/v2/chats/mcp-servers/{id}` (admin).
+#[utoipa::path(
+    delete, path = "/api/v2/chats/mcp-servers/{id}", tag = "admin",
+    params(("id" = Uuid, Path, description = "MCP server id")),
+    responses((status = 204, description = "Deleted"), E400, E401, E403, E404)
+)]
+pub async fn delete_mcp_server(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<StatusCode> {
+    let id = params.uuid("id")?;
+    caller.require_admin()?;
+    if !mcp_servers::delete(state.store().pool(), id).await? {
+        return Err(ApiError::not_found("MCP server not found."));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `409` for a slug another MCP server has; any other error as it is.
+fn slug_conflict(err: sqlx::Error) -> ApiError {
+    match &err {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") => {
+            ApiError::conflict("An MCP server with this slug already exists.")
+        }
+        _ => err.into(),
+    }
+}

@@ -1,0 +1,243 @@
+//! Provider routes (API.md "Admin routes (providers, models, tools)"):
+//! `/api/v2/chats/providers`. API keys are write-only: responses carry
+//! `has_api_key`. Deleting a provider deletes its model configs (and moves
+//! the default, see [`super::model_configs`]).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E413, E415};
+use crate::extract::{self, PathParams, double_option};
+use crate::validate;
+use chatd_core::ProviderKind;
+use chatd_store::ProviderRow;
+use chatd_store::queries::locks::{self, AdvisoryLock};
+use chatd_store::queries::model_configs;
+use chatd_store::queries::providers::{self, ProviderDef};
+
+/// A provider as returned by the API (`api_key` is never returned).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Provider {
+    /// Provider id.
+    pub id: Uuid,
+    /// Kind.
+    pub provider: ProviderKind,
+    /// Display name.
+    pub display_name: String,
+    /// Base URL including the version prefix (`https://api.openai.com/v1`);
+    /// `null` for the kind's default.
+    pub base_url: Option<String>,
+    /// Whether an API key is stored.
+    pub has_api_key: bool,
+    /// Whether its model configs may be used.
+    pub enabled: bool,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<ProviderRow> for Provider {
+    fn from(r: ProviderRow) -> Self {
+        let def = r.def;
+        Provider {
+            id: def.id,
+            provider: def.provider,
+            display_name: def.display_name,
+            base_url: def.base_url,
+            has_api_key: def.api_key.as_deref().is_some_and(|k| !k.is_empty()),
+            enabled: def.enabled,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// Body of `POST /api/v2/chats/providers`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProviderRequest {
+    /// Kind.
+    pub provider: ProviderKind,
+    /// Display name (at most 200 characters).
+    #[serde(default)]
+    pub display_name: Option<String>,
+    /// Base URL (http or https).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// API key (write-only; at most 4096 bytes).
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// Default true.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// Body of `PATCH /api/v2/chats/providers/{id}`; absent fields are kept,
+/// `null` clears `base_url` or `api_key`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateProviderRequest {
+    /// Kind.
+    #[serde(default)]
+    pub provider: Option<ProviderKind>,
+    /// Display name.
+    #[serde(default)]
+    pub display_name: Option<String>,
+    /// Base URL; `null` clears it.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub base_url: Option<Option<String>>,
+    /// API key; `null` clears it.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<String>)]
+    pub api_key: Option<Option<String>>,
+    /// Enabled.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// Checks a provider definition.
+pub(crate) fn validate_provider(
+    display_name: &str,
+    base_url: Option<&str>,
+    api_key: Option<&str>,
+) -> ApiResult<()> {
+    validate::name(display_name, "display_name")?;
+    if let Some(url) = base_url {
+        validate::http_url(url, "base_url")?;
+    }
+    if api_key.is_some_and(|k| k.len() > 4096) {
+        return Err(ApiError::invalid("api_key", "must be at most 4096 bytes"));
+    }
+    Ok(())
+}
+
+/// An `openai-compat` provider has no default address: without `base_url`
+/// the worker would send its requests (and API key) to OpenAI.
+fn require_base_url(kind: ProviderKind, base_url: Option<&str>) -> ApiResult<()> {
+    if kind == ProviderKind::OpenaiCompat && base_url.is_none() {
+        return Err(ApiError::invalid(
+            "base_url",
+            "is required for an openai-compat provider",
+        ));
+    }
+    Ok(())
+}
+
+/// `GET /api/v2/chats/providers`.
+#[utoipa::path(
+    get, path = "/api/v2/chats/providers", tag = "admin",
+    responses((status = 200, description = "Every provider", body = Vec<Provider>), E401)
+)]
+pub async fn list_providers(
+    State(state): State<AppState>,
+    _caller: Caller,
+) -> ApiResult<Json<Vec<Provider>>> {
+    let rows = providers::list(state.store().pool()).await?;
+    Ok(Json(rows.into_iter().map(Provider::from).collect()))
+}
+
+/// `POST /api/v2/chats/providers` (admin).
+#[utoipa::path(
+    post, path = "/api/v2/chats/providers", tag = "admin",
+    responses((status = 201, description = "Created", body = Provider), E400, E401, E403, E413, E415)
+)]
+pub async fn create_provider(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: extract::Json<CreateProviderRequest>,
+) -> ApiResult<(StatusCode, Json<Provider>)> {
+    caller.require_admin()?;
+    let req = body.read().await?;
+    let display_name = req.display_name.unwrap_or_default();
+    let api_key = req.api_key.filter(|k| !k.is_empty());
+    validate_provider(&display_name, req.base_url.as_deref(), api_key.as_deref())?;
+    require_base_url(req.provider, req.base_url.as_deref())?;
+    let row = providers::upsert(
+        state.store().pool(),
+        &ProviderDef {
+            id: Uuid::new_v4(),
+            provider: req.provider,
+            display_name,
+            base_url: req.base_url,
+            api_key,
+            enabled: req.enabled.unwrap_or(true),
+        },
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+/// `PATCH /api/v2/chats/providers/{id}` (admin).
+#[utoipa::path(
+    patch, path = "/api/v2/chats/providers/{id}", tag = "admin",
+    params(("id" = Uuid, Path, description = "Provider id")),
+    responses((status = 200, description = "Updated", body = Provider), E400, E401, E403, E404, E413, E415)
+)]
+pub async fn update_provider(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+    body: extract::Json<UpdateProviderRequest>,
+) -> ApiResult<Json<Provider>> {
+    let id = params.uuid("id")?;
+    caller.require_admin()?;
+    let req = body.read().await?;
+    let mut tx = state.store().pool().begin().await?;
+    let current = providers::select_for_update(&mut tx, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("Provider not found."))?
+        .def;
+    let def = ProviderDef {
+        id,
+        provider: req.provider.unwrap_or(current.provider),
+        display_name: req.display_name.unwrap_or(current.display_name),
+        base_url: req.base_url.unwrap_or(current.base_url),
+        api_key: req
+            .api_key
+            .unwrap_or(current.api_key)
+            .filter(|k| !k.is_empty()),
+        enabled: req.enabled.unwrap_or(current.enabled),
+    };
+    validate_provider(
+        &def.display_name,
+        def.base_url.as_deref(),
+        def.api_key.as_deref(),
+    )?;
+    require_base_url(def.provider, def.base_url.as_deref())?;
+    let row = providers::upsert(&mut *tx, &def).await?;
+    tx.commit().await?;
+    Ok(Json(row.into()))
+}
+
+/// `DELETE /api/v2/chats/providers/{id}` (admin): also deletes its model
+/// configs.
+#[utoipa::path(
+    delete, path = "/api/v2/chats/providers/{id}", tag = "admin",
+    params(("id" = Uuid, Path, description = "Provider id")),
+    responses((status = 204, description = "Deleted with its model configs"), E400, E401, E403, E404)
+)]
+pub async fn delete_provider(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<StatusCode> {
+    let id = params.uuid("id")?;
+    caller.require_admin()?;
+    let mut tx = state.store().pool().begin().await?;
+    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+    if !providers::delete(&mut *tx, id).await? {
+        return Err(ApiError::not_found("Provider not found."));
+    }
+    model_configs::ensure_default(&mut tx).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}

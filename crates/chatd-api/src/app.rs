@@ -1,0 +1,121 @@
+//! The shared state of every handler ([`AppState`]) and the API's tunables
+//! ([`ApiOptions`]). Below every route module: it knows the store, the
+//! options, the metrics handle and, once streaming is enabled, the live
+//! stream service ([`crate::stream::service`]), and nothing of the routes.
+
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::error::{ApiError, ApiResult};
+use crate::http_metrics::install_metrics_recorder;
+use crate::stream::config::StreamDeps;
+use crate::stream::service::StreamService;
+
+/// Tunables of the HTTP API.
+#[derive(Debug, Clone)]
+pub struct ApiOptions {
+    /// Maximum queued messages per chat (default 20); a send that would queue
+    /// beyond it answers `429`.
+    pub max_queued_messages: i64,
+    /// Maximum request body in bytes (default 1 MiB); larger bodies answer
+    /// `413`.
+    pub body_limit_bytes: usize,
+    /// The cluster's shared relay secret: the parts endpoint accepts only
+    /// `Authorization: Bearer <relay secret>`, and the relay forwarder sends
+    /// it. `None`: the parts endpoint answers `401` to everyone.
+    pub relay_secret: Option<String>,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        Self {
+            max_queued_messages: 20,
+            body_limit_bytes: 1024 * 1024,
+            relay_secret: None,
+        }
+    }
+}
+
+/// Shared state of every handler; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: chatd_store::Store,
+    options: ApiOptions,
+    metrics: PrometheusHandle,
+    streams: Option<StreamService>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("store", &self.inner.store)
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// State over `store` with `options`. Installs the Prometheus recorder
+    /// if it is not installed yet ([`install_metrics_recorder`]).
+    pub fn new(store: chatd_store::Store, options: ApiOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                options,
+                metrics: install_metrics_recorder(),
+                streams: None,
+            }),
+        }
+    }
+
+    /// The same state with live streaming enabled: the `/stream`, `/events`
+    /// and `/stream/parts` routes answer instead of `503`. Starts this
+    /// replica's sync poller (it stops on `deps.shutdown`); must be called
+    /// inside a tokio runtime.
+    #[must_use]
+    pub fn with_stream(self, deps: StreamDeps) -> Self {
+        let streams = StreamService::start(
+            self.inner.store.clone(),
+            self.inner.options.relay_secret.clone(),
+            deps,
+        );
+        Self {
+            inner: Arc::new(Inner {
+                store: self.inner.store.clone(),
+                options: self.inner.options.clone(),
+                metrics: self.inner.metrics.clone(),
+                streams: Some(streams),
+            }),
+        }
+    }
+
+    /// The live-stream service.
+    ///
+    /// # Errors
+    /// `503` when the state was built without [`AppState::with_stream`].
+    pub fn stream_service(&self) -> ApiResult<&StreamService> {
+        self.inner.streams.as_ref().ok_or_else(|| {
+            ApiError::unavailable("Live streaming is not configured on this server.")
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &chatd_store::Store {
+        &self.inner.store
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ApiOptions {
+        &self.inner.options
+    }
+
+    /// The Prometheus handle `/metrics` renders.
+    pub fn metrics(&self) -> &PrometheusHandle {
+        &self.inner.metrics
+    }
+}

@@ -1,0 +1,111 @@
+//! Actions on one chat's execution (API.md "Chat routes": `POST
+//! /chats/{chat}/interrupt`, `/reconcile-invalid`, `/compact`;
+//! `spec/chatd-architecture.md` "HTTP endpoints" and "Invalid states"):
+//! `Interrupt`, `ReconcileInvalidState` and `RequestCompaction`, each one
+//! state-machine bundle as in [`crate::messages`].
+
+use axum::Json;
+use axum::extract::State;
+use chatd_core::{ExecutionState, StateError};
+
+use super::{Chat, begin, commit};
+use crate::app::AppState;
+use crate::auth::{Caller, require_owner, visible_chat};
+use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, INVALID_STATE_MESSAGE};
+use crate::extract::PathParams;
+use crate::objects::{ChatError, ChatErrorKind};
+use chatd_store::queries::messages;
+
+/// `POST /api/v2/chats/{chat}/interrupt`: `Interrupt(user_cancel)`:
+/// `R0 → I0`, `R1 → I1`, `A0 → R0`, `A1 → R1`; anything else `409`.
+#[utoipa::path(
+    post,
+    path = "/api/v2/chats/{chat}/interrupt",
+    tag = "messages",
+    params(("chat" = Uuid, Path, description = "Chat id")),
+    responses((status = 200, description = "Interrupt requested", body = Chat), E400, E401, E404, E409)
+)]
+pub async fn interrupt(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Chat>> {
+    let id = params.uuid("chat")?;
+    visible_chat(&state, &caller, id).await?;
+    let mut tx = begin(&state, id, true).await?;
+    tx.interrupt().await?;
+    commit(tx).await
+}
+
+/// `POST /api/v2/chats/{chat}/reconcile-invalid`: `ReconcileInvalidState`,
+/// `Invalid → E0/E1` with `last_error = {"message": "Chat is in an invalid
+/// state.", "kind": "invalid_state", "retryable": false}`. A chat in a valid
+/// state (archived ones included) is `409`.
+#[utoipa::path(
+    post,
+    path = "/api/v2/chats/{chat}/reconcile-invalid",
+    tag = "messages",
+    params(("chat" = Uuid, Path, description = "Chat id")),
+    responses((status = 200, description = "Reconciled (E0 or E1)", body = Chat), E400, E401, E404, E409)
+)]
+pub async fn reconcile_invalid(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Chat>> {
+    let id = params.uuid("chat")?;
+    visible_chat(&state, &caller, id).await?;
+    let mut tx = begin(&state, id, false).await?;
+    let last_error = ChatError::new(ChatErrorKind::InvalidState, INVALID_STATE_MESSAGE, false)
+        .with_detail("Send a new message or edit the history to continue.");
+    match tx.reconcile_invalid_state(last_error).await {
+        Ok(_) => {}
+        Err(chatd_store::StoreError::State(StateError::TransitionNotAllowed(e))) => {
+            return Err(ApiError::conflict("Chat is not in an invalid state.")
+                .with_detail(format!("Its execution state is {}.", e.from)));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    commit(tx).await
+}
+
+/// Fewest client-visible messages since the latest compaction boundary that
+/// make a compaction worthwhile.
+pub const MIN_MESSAGES_TO_COMPACT: i64 = 4;
+
+/// `POST /api/v2/chats/{chat}/compact`: `RequestCompaction` (`W/E0 → R0`,
+/// `E1 → R1`). Owner-only. Busy → `409`; archived → `400`; fewer than 4
+/// visible messages since the latest compaction boundary → `409` "Nothing
+/// to compact."
+#[utoipa::path(
+    post,
+    path = "/api/v2/chats/{chat}/compact",
+    tag = "messages",
+    params(("chat" = Uuid, Path, description = "Chat id")),
+    responses((status = 200, description = "Compaction requested; the chat runs", body = Chat), E400, E401, E403, E404, E409)
+)]
+pub async fn compact(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Chat>> {
+    let id = params.uuid("chat")?;
+    let chat = visible_chat(&state, &caller, id).await?;
+    require_owner(&caller, &chat)?;
+    let mut tx = begin(&state, id, true).await?;
+    let exec = tx.execution_state().await?;
+    if exec.is_runnable() {
+        return Err(ApiError::conflict("Chat is busy.").with_detail(format!(
+            "Its execution state is {exec}; compact once it is idle."
+        )));
+    }
+    if exec != ExecutionState::Invalid
+        && messages::visible_since_boundary(tx.conn(), id).await? < MIN_MESSAGES_TO_COMPACT
+    {
+        return Err(ApiError::conflict("Nothing to compact.").with_detail(format!(
+            "Compaction needs at least {MIN_MESSAGES_TO_COMPACT} messages since the last compaction."
+        )));
+    }
+    tx.request_compaction().await?;
+    commit(tx).await
+}

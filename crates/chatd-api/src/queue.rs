@@ -1,0 +1,93 @@
+//! The queue of one chat (API.md "Chat routes": `DELETE
+//! /chats/{chat}/queue/{queued}`, `POST .../promote`;
+//! `spec/chatd-architecture.md` "HTTP endpoints"). Each mutation is one state-machine bundle
+//! (see [`crate::messages`]); an unknown queued message on a non-empty queue
+//! is `404`, any queue operation on an empty queue `409` (the transition
+//! rejects it).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chatd_core::StateError;
+use chatd_store::ChatTx;
+
+use crate::app::AppState;
+use crate::auth::{Caller, require_owner, visible_chat};
+use crate::chats::{Chat, begin, commit};
+use crate::error::{ApiResult, E400, E401, E403, E404, E409};
+use crate::extract::PathParams;
+use chatd_store::queries::queue;
+
+/// `404` when the queue is non-empty and `queued` is not in it. With an empty
+/// queue the transition itself answers `409` (no queue operation is allowed
+/// from an empty-queue state).
+async fn check_queued_exists(tx: &mut ChatTx, queued: i64) -> ApiResult<()> {
+    let chat_id = tx.chat_id();
+    let conn = tx.conn();
+    if queue::len(&mut *conn, chat_id).await? > 0
+        && queue::select(&mut *conn, chat_id, queued).await?.is_none()
+    {
+        return Err(StateError::QueuedMessageNotFound {
+            queued_message_id: queued,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// `DELETE /api/v2/chats/{chat}/queue/{queued}`: `DeleteQueuedMessage(qid)`
+/// from `E1`, `R1`, `I1`, `A1`. An empty queue is `409`; an unknown id on a
+/// non-empty queue `404`.
+#[utoipa::path(
+    delete,
+    path = "/api/v2/chats/{chat}/queue/{queued}",
+    tag = "messages",
+    params(
+        ("chat" = Uuid, Path, description = "Chat id"),
+        ("queued" = i64, Path, description = "Queued message id (positive)", minimum = 1),
+    ),
+    responses((status = 204, description = "Removed from the queue"), E400, E401, E404, E409)
+)]
+pub async fn delete_queued_message(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<StatusCode> {
+    let id = params.uuid("chat")?;
+    let queued = params.id("queued")?;
+    visible_chat(&state, &caller, id).await?;
+    let mut tx = begin(&state, id, true).await?;
+    check_queued_exists(&mut tx, queued).await?;
+    tx.delete_queued_message(queued).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /api/v2/chats/{chat}/queue/{queued}/promote`:
+/// `PromoteQueuedMessage(qid)`. Owner-only. From `E1`/`A1` the message
+/// enters history now (`R0`/`R1`); from `R1`/`I1` it moves to the queue head
+/// and the chat interrupts (`I1`).
+#[utoipa::path(
+    post,
+    path = "/api/v2/chats/{chat}/queue/{queued}/promote",
+    tag = "messages",
+    params(
+        ("chat" = Uuid, Path, description = "Chat id"),
+        ("queued" = i64, Path, description = "Queued message id (positive)", minimum = 1),
+    ),
+    responses((status = 200, description = "Promoted", body = Chat), E400, E401, E403, E404, E409)
+)]
+pub async fn promote_queued_message(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Chat>> {
+    let id = params.uuid("chat")?;
+    let queued = params.id("queued")?;
+    let chat = visible_chat(&state, &caller, id).await?;
+    require_owner(&caller, &chat)?;
+    let mut tx = begin(&state, id, true).await?;
+    check_queued_exists(&mut tx, queued).await?;
+    tx.promote_queued_message(queued).await?;
+    commit(tx).await
+}

@@ -1,0 +1,116 @@
+//! The replica-wide part of streaming ([`StreamService`]): the
+//! dependencies, the sync poller's registry and task, and the opening of one
+//! stream loop in the order the module doc of [`crate::stream`] gives.
+
+use std::sync::Arc;
+
+use chatd_pubsub::{Pubsub, chat_update_channel};
+use chatd_store::Store;
+use chatd_worker::PartBuffer;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use super::config::{StreamConfig, StreamDeps};
+use super::poller::{PollerRegistry, SyncPoller};
+use super::relay::{RelayDeps, RelayHandle};
+use super::session::StreamLoop;
+use super::state::StreamState;
+use crate::error::{ApiError, ApiResult};
+
+/// The replica-wide part of streaming: dependencies, the poller's
+/// registry and its task. Cheap to clone.
+#[derive(Clone)]
+pub struct StreamService {
+    pub(crate) store: Store,
+    pub(crate) parts: PartBuffer,
+    pub(crate) replica_id: Uuid,
+    pub(crate) pubsub: Option<Arc<dyn Pubsub>>,
+    pub(crate) config: StreamConfig,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) relay_secret: Option<String>,
+    pub(crate) registry: PollerRegistry,
+    pub(crate) tasks: TaskTracker,
+}
+
+impl std::fmt::Debug for StreamService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamService")
+            .field("replica_id", &self.replica_id)
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamService {
+    /// Starts the sync poller on its own task (it stops on
+    /// `deps.shutdown`). Must be called inside a tokio runtime.
+    pub(crate) fn start(store: Store, relay_secret: Option<String>, deps: StreamDeps) -> Self {
+        let registry = PollerRegistry::default();
+        let tasks = TaskTracker::new();
+        tasks.spawn(
+            SyncPoller {
+                pool: store.pool().clone(),
+                registry: registry.clone(),
+                interval: deps.config.sync_poll_interval,
+            }
+            .run(deps.shutdown.clone()),
+        );
+        tasks.close();
+        Self {
+            store,
+            parts: deps.parts,
+            replica_id: deps.replica_id,
+            pubsub: deps.pubsub,
+            config: deps.config,
+            shutdown: deps.shutdown,
+            relay_secret,
+            registry,
+            tasks,
+        }
+    }
+
+    /// The poller's registrations (for tests and metrics).
+    pub fn poller_registry(&self) -> &PollerRegistry {
+        &self.registry
+    }
+
+    /// Waits until the sync poller stopped (after `shutdown`).
+    pub async fn wait(&self) {
+        self.tasks.wait().await;
+    }
+
+    /// Prepares the loop of a new stream: subscribe, register, start the
+    /// forwarder. The bootstrap read happens when the loop runs.
+    pub(crate) async fn open(&self, chat_id: Uuid, after_id: i64) -> ApiResult<StreamLoop> {
+        let subscription = match &self.pubsub {
+            Some(pubsub) => Some(
+                pubsub
+                    .subscribe(&chat_update_channel(chat_id))
+                    .await
+                    .map_err(|e| {
+                        ApiError::unavailable("Notifications are unavailable.").with_source(e)
+                    })?,
+            ),
+            None => None,
+        };
+        let poller = self.registry.register(chat_id);
+        let relay = RelayHandle::start(RelayDeps {
+            chat_id,
+            replica_id: self.replica_id,
+            parts: self.parts.clone(),
+            pool: self.store.pool().clone(),
+            secret: self.relay_secret.clone(),
+            config: self.config.relay.clone(),
+        });
+        Ok(StreamLoop {
+            state: StreamState::new(chat_id, after_id),
+            store: self.store.clone(),
+            pubsub: subscription,
+            poller,
+            relay,
+            config: self.config.clone(),
+            shutdown: self.shutdown.clone(),
+        })
+    }
+}
