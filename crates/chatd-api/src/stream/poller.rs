@@ -6,7 +6,8 @@
 //! streams of one chat). Every interval the poller snapshots the registered
 //! chat ids under the mutex, releases it, reads the version columns of all
 //! of them in one query, and delivers the row's versions as a hint `Sync` to
-//! every subscriber of each returned chat.
+//! every subscriber of each returned chat; a registered chat that has no
+//! row any more gets a "gone" hint, so its streams end.
 //!
 //! Delivery never blocks: each subscriber has a `watch` slot that holds the
 //! latest hints, so a loop busy with a slow `Sync` sees the newest poll, not
@@ -164,8 +165,15 @@ impl SyncPoller {
         if ids.is_empty() {
             return Ok(());
         }
-        for row in chatd_store::queries::chats::versions(&self.pool, &ids).await? {
-            self.registry.deliver(row.id, &SyncHints::from(&row));
+        let rows = chatd_store::queries::chats::versions(&self.pool, &ids).await?;
+        let found: std::collections::HashSet<Uuid> = rows.iter().map(|row| row.id).collect();
+        for row in &rows {
+            self.registry.deliver(row.id, &SyncHints::from(row));
+        }
+        // A registered chat without a row was deleted: its loops fetch, find
+        // it gone and end (a delete publishes nothing they could hear).
+        for id in ids.into_iter().filter(|id| !found.contains(id)) {
+            self.registry.deliver(id, &SyncHints::gone());
         }
         Ok(())
     }

@@ -54,6 +54,22 @@ pub struct SyncHints {
     pub worker_id: Option<Option<Uuid>>,
     /// `generation_attempt`.
     pub generation_attempt: Option<i64>,
+    /// The sync poller found no row for the chat: fetch unconditionally, so
+    /// that the stream of a deleted chat ends ([`Termination::ChatDeleted`])
+    /// on every replica, like a `GET` of it answers `404`.
+    ///
+    /// [`Termination::ChatDeleted`]: super::session::Termination::ChatDeleted
+    pub gone: bool,
+}
+
+impl SyncHints {
+    /// The hints of a chat whose row is gone (see [`SyncHints::gone`]).
+    pub fn gone() -> Self {
+        SyncHints {
+            gone: true,
+            ..SyncHints::default()
+        }
+    }
 }
 
 impl From<&ChatUpdate> for SyncHints {
@@ -66,6 +82,7 @@ impl From<&ChatUpdate> for SyncHints {
             status: Some(u.status),
             worker_id: Some(u.worker_id),
             generation_attempt: Some(u.generation_attempt),
+            gone: false,
         }
     }
 }
@@ -84,6 +101,7 @@ impl From<&ChatVersions> for SyncHints {
             status: Some(v.status),
             worker_id: Some(v.worker_id),
             generation_attempt: Some(v.generation_attempt),
+            gone: false,
         }
     }
 }
@@ -258,6 +276,9 @@ impl StreamState {
     /// have lost notifications) always fetches.
     pub fn should_fetch(&self, hints: Option<&SyncHints>) -> bool {
         let Some(h) = hints else { return true };
+        if h.gone {
+            return true;
+        }
         if h.snapshot_version
             .is_some_and(|v| v <= self.snapshot_version)
         {
@@ -659,8 +680,13 @@ mod tests {
             status: Some(ChatStatus::Running),
             worker_id: Some(None),
             generation_attempt: Some(0),
+            gone: false,
         };
         assert!(!s.should_fetch(Some(&same)), "nothing differs");
+        assert!(
+            s.should_fetch(Some(&SyncHints::gone())),
+            "a chat the poller found gone is fetched"
+        );
         let stale = SyncHints {
             snapshot_version: Some(3),
             history_version: Some(9),

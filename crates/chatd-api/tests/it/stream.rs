@@ -796,3 +796,33 @@ async fn a_stream_releases_its_subscription_and_registration_and_closes_on_shutd
     })
     .await;
 }
+
+/// Issue 14: a stream of a chat that got deleted stayed open forever (on any
+/// replica) while `GET` of it already answered `404`. Each replica's sync
+/// poller finds the row gone and the stream ends with 1000 "chat deleted".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_of_a_deleted_chat_end_on_every_replica() {
+    let mut env = StreamEnv::start().await;
+    let b = env.another_replica(fast_stream_config()).await;
+    env.llm.push(Script::text("answered"));
+    let chat = env.create_chat(&env.alice, chat_body("delete me")).await;
+    let mut on_a = env.watch(chat, None).await;
+    let mut on_b =
+        StreamClient::connect(&b.ws_url(&stream_path(chat, None)), &env.alice.token).await;
+    on_a.take(1).await;
+    on_b.take(1).await;
+    env.start_worker(3);
+    env.wait_status(chat, "waiting").await;
+    env.stop_worker().await;
+    let (status, body) = env
+        .request("DELETE", &format!("/api/v2/chats/{chat}"), &env.alice, None)
+        .await;
+    assert_eq!(status, 204, "{body}");
+    for ws in [&mut on_a, &mut on_b] {
+        let frame = ws.until_closed().await.expect("a close frame");
+        assert_eq!(
+            (u16::from(frame.code), frame.reason.as_str()),
+            (1000, "chat deleted")
+        );
+    }
+}
