@@ -11,6 +11,13 @@
 //!   every pending tool call with a synthetic result;
 //! - inserting a user message first answers every outstanding tool call;
 //! - leaving `error` (except to archive) clears `last_error`.
+//!
+//! One more rule keeps `retry_state` scoped to the generation attempt it
+//! announces (spec "Retry state version"; API.md sends `retry` on connect only
+//! where it applies): every transition that ends the generation for good
+//! (`FinishTurn`, `FinishInterruption`, `FinishError`, `EnterRequiresAction`,
+//! `ReconcileInvalidState`) clears it, so a chat outside `R*`/`I*` never holds
+//! one. The trigger advances `retry_state_version` when the clear changes it.
 
 use chatd_core::{
     BusyBehavior, CANCELLED_TOOL_RESULT, ChatError, ChatRole, ChatStatus, ExecutionState,
@@ -464,7 +471,7 @@ impl ChatTx {
 
     /// `EnterRequiresAction`: `R0/R1 → A0/A1` with
     /// `requires_action_deadline_at = now() + requires_action_timeout`
-    /// (database time). Returns the deadline.
+    /// (database time); clears `retry_state`. Returns the deadline.
     ///
     /// # Errors
     /// Not allowed unless running.
@@ -476,7 +483,8 @@ impl ChatTx {
 
     /// `FinishInterruption(partial?)`: `I0 → W`, `I1 → R0/R1` with the queue
     /// head promoted. Inserts the partial rows, then answers every call left
-    /// outstanding "interrupted by user".
+    /// outstanding "interrupted by user"; clears `retry_state` (an interrupt
+    /// during a retry's back-off leaves no retry pending).
     ///
     /// # Errors
     /// Not allowed unless interrupting.
@@ -489,7 +497,8 @@ impl ChatTx {
         self.ops().finish_interruption(partial_messages).await
     }
 
-    /// `FinishTurn`: `R0 → W`; `R1 → R0/R1` with the queue head promoted.
+    /// `FinishTurn`: `R0 → W`; `R1 → R0/R1` with the queue head promoted;
+    /// clears `retry_state`.
     ///
     /// # Errors
     /// Not allowed unless running.
@@ -499,7 +508,8 @@ impl ChatTx {
         self.ops().finish_turn().await
     }
 
-    /// `FinishError(err)`: `R0/R1 → E0/E1`, `last_error = err` (overwriting).
+    /// `FinishError(err)`: `R0/R1 → E0/E1`, `last_error = err` (overwriting);
+    /// clears `retry_state` (the error replaces the retry announcement).
     ///
     /// # Errors
     /// Not allowed unless running.
@@ -573,7 +583,7 @@ impl ChatTx {
 
     /// `ReconcileInvalidState`: `Invalid → E0/E1` (spec "Invalid states"):
     /// unarchives, sets `error` with `last_error`, clears the deadline and
-    /// answers pending calls with "cancelled".
+    /// `retry_state`, and answers pending calls with "cancelled".
     ///
     /// # Errors
     /// Not allowed unless the chat is invalid.
@@ -1068,11 +1078,11 @@ impl Ops<'_> {
         let (_, _, from) = self.enter(t).await?;
         let secs = self.config.requires_action_timeout.as_secs_f64();
         let chat = self
-            .change(ChatChanges {
+            .change(ending_generation(ChatChanges {
                 status: Some(ChatStatus::RequiresAction),
                 deadline_in_secs: Some(Some(secs)),
                 ..ChatChanges::default()
-            })
+            }))
             .await?;
         self.land(t, from).await?;
         Ok(chat
@@ -1098,13 +1108,14 @@ impl Ops<'_> {
                 result.promoted_message = inserted.pop();
                 result.inserted_messages.extend(inserted);
             }
-            self.change(running_clearing_deadline()).await?;
+            self.change(ending_generation(running_clearing_deadline()))
+                .await?;
         } else {
-            self.change(ChatChanges {
+            self.change(ending_generation(ChatChanges {
                 status: Some(ChatStatus::Waiting),
                 deadline_in_secs: Some(None),
                 ..ChatChanges::default()
-            })
+            }))
             .await?;
         }
         self.land(t, from).await?;
@@ -1115,14 +1126,16 @@ impl Ops<'_> {
         let t = Transition::FinishTurn;
         let (_, _, from) = self.enter(t).await?;
         let mut result = FinishTurnResult::default();
+        let mut changes = ending_generation(ChatChanges::default());
         if from == ExecutionState::R1 {
             if let Some((_, mut inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await? {
                 result.promoted_message = inserted.pop();
                 result.cancellation_messages = inserted;
             }
         } else {
-            self.change(status(ChatStatus::Waiting)).await?;
+            changes.status = Some(ChatStatus::Waiting);
         }
+        self.change(changes).await?;
         self.land(t, from).await?;
         Ok(result)
     }
@@ -1130,12 +1143,12 @@ impl Ops<'_> {
     pub(crate) async fn finish_error(&mut self, last_error: ChatError) -> StoreResult<()> {
         let t = Transition::FinishError;
         let (_, _, from) = self.enter(t).await?;
-        self.change(ChatChanges {
+        self.change(ending_generation(ChatChanges {
             status: Some(ChatStatus::Error),
             last_error: Some(Some(last_error)),
             deadline_in_secs: Some(None),
             ..ChatChanges::default()
-        })
+        }))
         .await?;
         self.land(t, from).await?;
         Ok(())
@@ -1204,13 +1217,13 @@ impl Ops<'_> {
         let t = Transition::ReconcileInvalidState;
         let (_, _, from) = self.enter(t).await?;
         let cancellations = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
-        self.change(ChatChanges {
+        self.change(ending_generation(ChatChanges {
             archived: Some(false),
             status: Some(ChatStatus::Error),
             last_error: Some(Some(last_error)),
             deadline_in_secs: Some(None),
             ..ChatChanges::default()
-        })
+        }))
         .await?;
         self.land(t, from).await?;
         Ok(cancellations)
@@ -1237,6 +1250,15 @@ fn running_clearing_deadline() -> ChatChanges {
         status: Some(ChatStatus::Running),
         deadline_in_secs: Some(None),
         ..ChatChanges::default()
+    }
+}
+
+/// `changes` plus clearing `retry_state`: the generation attempt the payload
+/// announced is over, so no retry is coming (see the module doc).
+fn ending_generation(changes: ChatChanges) -> ChatChanges {
+    ChatChanges {
+        retry_state: Some(None),
+        ..changes
     }
 }
 

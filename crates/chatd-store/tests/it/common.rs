@@ -101,6 +101,19 @@ impl Harness {
     /// (a random id that does not exist). `Invalid` is made by an
     /// out-of-band write (archived while running).
     pub async fn chat_in(&self, state: ExecutionState) -> Uuid {
+        self.build(state, false).await
+    }
+
+    /// Like [`Harness::chat_in`], but the chat goes through a retry
+    /// (`RecordGenerationAttempt` then `RecordRetryState` with
+    /// [`retry_state`]`(1)`) while it runs: `R*`, `I*` and `Invalid` (archived
+    /// while running) chats hold that retry state; the others have ended the
+    /// generation since.
+    pub async fn chat_in_retrying(&self, state: ExecutionState) -> Uuid {
+        self.build(state, true).await
+    }
+
+    async fn build(&self, state: ExecutionState, retrying: bool) -> Uuid {
         use ExecutionState as S;
         if state == S::N {
             return Uuid::new_v4();
@@ -126,8 +139,29 @@ impl Harness {
             S::Invalid => &[Step::CorruptArchived],
             S::N => unreachable!(),
         };
-        for step in steps {
+        // The retry happens on the last running step: before the step that
+        // leaves running, or at the end for R*.
+        let leaves_running = steps
+            .iter()
+            .position(|s| {
+                matches!(
+                    s,
+                    Step::FinishTurn
+                        | Step::FinishError
+                        | Step::Interrupt
+                        | Step::EnterAction
+                        | Step::CorruptArchived
+                )
+            })
+            .unwrap_or(steps.len());
+        for (i, step) in steps.iter().enumerate() {
+            if retrying && i == leaves_running {
+                self.step(id, Step::Retry).await;
+            }
             self.step(id, *step).await;
+        }
+        if retrying && leaves_running == steps.len() {
+            self.step(id, Step::Retry).await;
         }
         assert_eq!(self.state(id).await, state, "builder for {state}");
         id
@@ -186,6 +220,15 @@ impl Harness {
             Step::Archive => {
                 self.apply(id, |tx| {
                     Box::pin(async move { tx.set_archived(true).await })
+                })
+                .await
+            }
+            Step::Retry => {
+                self.apply(id, |tx| {
+                    Box::pin(async move {
+                        tx.record_generation_attempt().await?;
+                        tx.record_retry_state(retry_state(1)).await.map(|_| ())
+                    })
                 })
                 .await
             }
@@ -295,6 +338,7 @@ enum Step {
     CallTool,
     EnterAction,
     Archive,
+    Retry,
     CorruptArchived,
 }
 

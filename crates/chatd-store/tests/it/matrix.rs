@@ -3,6 +3,8 @@
 //! the documented effects and advance `snapshot_version` by exactly one;
 //! every other pair is rejected with the right error and changes nothing
 //! (row, messages, queue, heartbeats and `snapshot_version` untouched).
+//! Every chat has been through a retry while it ran, so that the effects on
+//! `retry_state` show.
 
 use chatd_core::{
     BusyBehavior, ChatError, ChatErrorKind, ExecutionState, MessagePart, StateError, Transition,
@@ -127,12 +129,13 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
 async fn check_transition(transition: Transition) {
     let h = Harness::new().await;
     for from in ExecutionState::ALL {
-        let id = h.chat_in(from).await;
+        let id = h.chat_in_retrying(from).await;
         let before = h.dump(id).await;
-        let version_before = if from == ExecutionState::N {
-            0
+        let (version_before, retry_before) = if from == ExecutionState::N {
+            (0, None)
         } else {
-            h.snapshot_version(id).await
+            let chat = h.chat(id).await;
+            (chat.snapshot_version, chat.retry_state)
         };
         let result = apply(&h, id, transition).await;
         match matrix::allowed_targets(transition, from) {
@@ -151,6 +154,7 @@ async fn check_transition(transition: Transition) {
                     "{transition} from {from}: snapshot advances once"
                 );
                 check_effects(&h, id, transition, from, to, &chat).await;
+                check_retry_state(transition, from, to, retry_before.is_some(), &chat);
             }
             None => {
                 let err = result.expect_err(&format!("{transition} from {from} must be rejected"));
@@ -267,6 +271,40 @@ async fn check_effects(
             head.content.0,
             vec![MessagePart::text("new")],
             "an interrupting send goes to the queue head"
+        );
+    }
+}
+
+/// A retry state belongs to one generation: the transitions that end it
+/// clear it, so no valid chat outside `R*`/`I*` keeps one (an `Invalid` chat,
+/// archived while running, keeps what it had until it is reconciled), and
+/// the clear advances `retry_state_version` so that streams see it.
+fn check_retry_state(
+    transition: Transition,
+    from: ExecutionState,
+    to: ExecutionState,
+    had_retry_state: bool,
+    chat: &chatd_store::Chat,
+) {
+    use ExecutionState as S;
+    let ends_generation = matches!(
+        transition,
+        Transition::FinishTurn
+            | Transition::FinishInterruption
+            | Transition::FinishError
+            | Transition::EnterRequiresAction
+            | Transition::ReconcileInvalidState
+    );
+    if ends_generation || !matches!(to, S::R0 | S::R1 | S::I0 | S::I1 | S::Invalid) {
+        assert_eq!(
+            chat.retry_state, None,
+            "{transition} from {from} into {to} must clear retry_state"
+        );
+    }
+    if had_retry_state && chat.retry_state.is_none() {
+        assert_eq!(
+            chat.retry_state_version, chat.snapshot_version,
+            "{transition} from {from}: clearing retry_state advances retry_state_version"
         );
     }
 }

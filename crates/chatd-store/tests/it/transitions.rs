@@ -669,6 +669,29 @@ async fn finish_interruption_keeps_partial_text_and_answers_unfinished_calls() {
 }
 
 #[tokio::test]
+async fn finish_interruption_after_an_interrupted_retry_clears_the_retry_state() {
+    let h = Harness::new().await;
+    // Interrupted during a retry's back-off: nothing streamed, nothing to keep.
+    let id = h.chat_in_retrying(ExecutionState::I0).await;
+    let interrupting = h.chat(id).await;
+    assert_eq!(interrupting.retry_state, Some(retry_state(1)));
+    let (result, chat) = h
+        .store
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.finish_interruption(vec![]).await }))
+        .await
+        .unwrap();
+    assert!(result.inserted_messages.is_empty());
+    assert_eq!(h.state(id).await, ExecutionState::W);
+    assert_eq!(chat.retry_state, None, "no retry is coming any more");
+    assert_eq!(chat.retry_state_version, chat.snapshot_version);
+    assert_eq!(
+        chat.history_version, interrupting.history_version,
+        "history did not change: the transition itself clears the retry state"
+    );
+}
+
+#[tokio::test]
 async fn finish_reasons_are_stored_with_the_message_and_unknown_spellings_refused() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
