@@ -250,12 +250,8 @@ impl ChatTx {
     /// use chatd_core::{BusyBehavior, MessagePart};
     /// use chatd_store::{NewMessage, SendMessageInput};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let send = |text: &str, busy_behavior| SendMessageInput {
     ///     message: NewMessage::user(vec![MessagePart::text(text)]),
     ///     busy_behavior,
@@ -296,12 +292,8 @@ impl ChatTx {
     /// use chatd_core::MessagePart;
     /// use chatd_store::{EditMessageInput, NewMessage};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let first = created.initial_messages[0].id;
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// let edit = EditMessageInput {
@@ -424,12 +416,8 @@ impl ChatTx {
     /// ```
     /// use chatd_core::{ChatError, ChatErrorKind, RetryState};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// let attempt = tx.record_generation_attempt().await?;
     /// let retry = RetryState {
@@ -519,12 +507,8 @@ impl ChatTx {
     /// ```
     /// use chatd_core::{ChatError, ChatErrorKind, ExecutionState};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let error = ChatError::new(ChatErrorKind::Generic, "The turn failed.", false);
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// tx.finish_error(error.clone()).await?;
