@@ -84,20 +84,13 @@ async fn main() -> anyhow::Result<()> {
 
     let pubsub = PgPubsub::connect(pool.clone()).await?;
     let store = Store::new(pool.clone(), Arc::new(pubsub.clone()));
-    let ours = run(&args, {
-        let store = store.clone();
-        move |_| {
-            let store = store.clone();
-            async move { machine_chat(&store, owner, args_rounds()).await }
-        }
+    let rounds = args.rounds;
+    let ours = run(&args, store.clone(), move |store| async move {
+        machine_chat(&store, owner, rounds).await
     })
     .await?;
-    let baseline = run(&args, {
-        let pool = pool.clone();
-        move |_| {
-            let pool = pool.clone();
-            async move { raw_chat(&pool, owner, args_rounds()).await }
-        }
+    let baseline = run(&args, pool.clone(), move |pool| async move {
+        raw_chat(&pool, owner, rounds).await
     })
     .await?;
     pubsub.close().await;
@@ -122,15 +115,12 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-static ROUNDS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-
-fn args_rounds() -> usize {
-    *ROUNDS.get_or_init(|| parse_args().rounds)
-}
-
-async fn run<F, Fut>(args: &Args, chat: F) -> anyhow::Result<Duration>
+/// Runs `chat(context)` once per chat index, `--clients` at a time; returns
+/// the wall time.
+async fn run<C, F, Fut>(args: &Args, context: C, chat: F) -> anyhow::Result<Duration>
 where
-    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    C: Clone + Send + 'static,
+    F: Fn(C) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -140,13 +130,14 @@ where
     for _ in 0..args.clients {
         let next = next.clone();
         let chat = chat.clone();
+        let context = context.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= chats {
                     return anyhow::Ok(());
                 }
-                chat(i).await?;
+                chat(context.clone()).await?;
             }
         }));
     }

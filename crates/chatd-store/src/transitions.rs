@@ -591,14 +591,16 @@ pub(crate) struct Ops<'a> {
 }
 
 impl Ops<'_> {
-    async fn state(&mut self) -> StoreResult<(Chat, i64, ExecutionState)> {
+    /// The chat row (`None` for a missing chat, `N`), its queue length and
+    /// its execution state.
+    async fn state(&mut self) -> StoreResult<(Option<Chat>, i64, ExecutionState)> {
         let Some(row) =
             queries::chats::select_with_queue_len(&mut *self.conn, self.chat_id).await?
         else {
-            return Ok((placeholder_chat(self.chat_id), 0, ExecutionState::N));
+            return Ok((None, 0, classify(None)));
         };
         let state = row.chat.execution_state(row.queue_len > 0);
-        Ok((row.chat, row.queue_len, state))
+        Ok((Some(row.chat), row.queue_len, state))
     }
 
     /// Reads the state and validates the transition against the matrix.
@@ -608,6 +610,9 @@ impl Ops<'_> {
             record_transition(transition, "rejected");
             return Err(StateError::from(err).into());
         }
+        // The matrix admits no transition of these from `N`, so a missing
+        // row was rejected just above.
+        let chat = chat.ok_or(StateError::ChatNotFound)?;
         Ok((chat, queued, from))
     }
 
@@ -1256,40 +1261,4 @@ fn queued_to_message(queued: &QueuedMessage) -> NewMessage {
         client_message_id: queued.client_message_id.clone(),
         ..NewMessage::default()
     }
-}
-
-/// Stand-in row for a missing chat: only its classification (`N`) is used.
-fn placeholder_chat(chat_id: Uuid) -> Chat {
-    let epoch = DateTime::<Utc>::UNIX_EPOCH;
-    let chat = Chat {
-        id: chat_id,
-        owner_id: Uuid::nil(),
-        parent_chat_id: None,
-        root_chat_id: None,
-        status: ChatStatus::Waiting,
-        archived: false,
-        worker_id: None,
-        runner_id: None,
-        last_error: None,
-        retry_state: None,
-        snapshot_version: 0,
-        history_version: 0,
-        queue_version: 0,
-        generation_attempt: 0,
-        retry_state_version: 0,
-        requires_action_deadline_at: None,
-        title: String::new(),
-        labels: Default::default(),
-        pin_order: 0,
-        last_model_config_id: None,
-        last_reasoning_effort: None,
-        dynamic_tools: Vec::new(),
-        mcp_server_ids: vec![],
-        plan_mode: None,
-        compaction_requested_at: None,
-        created_at: epoch,
-        updated_at: epoch,
-    };
-    debug_assert_eq!(classify(None), ExecutionState::N);
-    chat
 }

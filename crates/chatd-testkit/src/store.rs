@@ -7,16 +7,17 @@
 //!   ([`Step`]) that take a new `R0` chat into any execution state
 //!   (spec `chatd-architecture.md`, "Execution state transition diagram"),
 //!   [`drive`] and [`run_step`] apply them;
-//! - small readers ([`execution_state`], [`snapshot_version`]) that look at
-//!   the rows directly rather than through the code under test.
+//! - small readers ([`execution_state`], [`snapshot_version`],
+//!   [`chat_row`], [`message_rows`], [`queue_rows`]) that look at the rows
+//!   directly rather than through the code under test.
 
 use std::sync::Arc;
 
 use chatd_core::{BusyBehavior, ChatError, ChatErrorKind, ExecutionState, MessagePart, RetryState};
 use chatd_pubsub::RecordingPublisher;
 use chatd_store::{
-    ChatTx, CreateChatInput, CreateChatResult, MIGRATOR, NewMessage, SendMessageInput, Store,
-    StoreConfig, StoreResult,
+    Chat, ChatMessage, ChatTx, CreateChatInput, CreateChatResult, MIGRATOR, NewMessage,
+    QueuedMessage, SendMessageInput, Store, StoreConfig, StoreResult,
 };
 use futures::future::BoxFuture;
 use sqlx::PgPool;
@@ -316,6 +317,42 @@ pub async fn snapshot_version(pool: &PgPool, id: Uuid) -> i64 {
         .fetch_one(pool)
         .await
         .expect("snapshot")
+}
+
+/// The chat's row.
+///
+/// # Panics
+/// When the chat does not exist.
+pub async fn chat_row(pool: &PgPool, id: Uuid) -> Chat {
+    sqlx::query_as("SELECT * FROM chats WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .expect("chat")
+}
+
+/// Every message row of the chat, soft-deleted ones included, by id.
+///
+/// # Panics
+/// When the query fails.
+pub async fn message_rows(pool: &PgPool, id: Uuid) -> Vec<ChatMessage> {
+    sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 ORDER BY id")
+        .bind(id)
+        .fetch_all(pool)
+        .await
+        .expect("messages")
+}
+
+/// The chat's queue, head first.
+///
+/// # Panics
+/// When the query fails.
+pub async fn queue_rows(pool: &PgPool, id: Uuid) -> Vec<QueuedMessage> {
+    sqlx::query_as("SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id")
+        .bind(id)
+        .fetch_all(pool)
+        .await
+        .expect("queue")
 }
 
 /// An assistant message calling [`DYNAMIC_TOOL`] with `call_id`.

@@ -302,22 +302,14 @@ impl Server {
 
     /// Queue ids of the chat, head first.
     pub async fn queue_ids(&self, id: Uuid) -> Vec<i64> {
-        sqlx::query_scalar(
-            "SELECT id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id",
-        )
-        .bind(id)
-        .fetch_all(self.pool())
-        .await
-        .expect("queue")
+        let queue = chatd_testkit::store::queue_rows(self.pool(), id).await;
+        queue.into_iter().map(|q| q.id).collect()
     }
 
     /// Ids of the chat's messages (all rows), ascending.
     pub async fn message_ids(&self, id: Uuid) -> Vec<i64> {
-        sqlx::query_scalar("SELECT id FROM chat_messages WHERE chat_id = $1 ORDER BY id")
-            .bind(id)
-            .fetch_all(self.pool())
-            .await
-            .expect("messages")
+        let messages = chatd_testkit::store::message_rows(self.pool(), id).await;
+        messages.into_iter().map(|m| m.id).collect()
     }
 
     pub async fn snapshot_version(&self, id: Uuid) -> i64 {

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use chatd_core::{ChatError, ChatErrorKind, ChatRole, DynamicTool, ExecutionState, MessagePart};
 use chatd_pubsub::RecordingPublisher;
-use chatd_store::{CreateChatInput, NewMessage, Store, StoreConfig};
+use chatd_store::{
+    CompleteRequiresActionInput, CreateChatInput, NewMessage, Store, StoreConfig, ToolResultInput,
+};
 use chatd_testkit::TestDatabase;
 use chatd_testkit::store::{self, Route, StoreFixture, steps_to};
 pub use chatd_testkit::store::{DYNAMIC_TOOL, PENDING_CALL, retry_state, tool_call_message};
@@ -56,6 +58,17 @@ impl Harness {
 
     pub fn pool(&self) -> &sqlx::PgPool {
         self.db.pool()
+    }
+
+    /// The input that creates chat `id` for `owner` with one user message
+    /// `text`.
+    pub fn chat_input(&self, id: Uuid, text: &str) -> CreateChatInput {
+        CreateChatInput {
+            id: Some(id),
+            owner_id: self.owner,
+            initial_messages: vec![user_text(text)],
+            ..CreateChatInput::default()
+        }
     }
 
     /// Creates a running chat (`R0`) with one user message and a dynamic tool.
@@ -117,6 +130,46 @@ impl Harness {
         store::apply(&self.store, id, f).await;
     }
 
+    /// Applies `f` in one bundle and commits; returns its value and the
+    /// committed row. Panics on error.
+    pub async fn run<T, F>(&self, id: Uuid, f: F) -> (T, chatd_store::Chat)
+    where
+        F: for<'a> FnOnce(
+            &'a mut chatd_store::ChatTx,
+        ) -> futures::future::BoxFuture<'a, chatd_store::StoreResult<T>>,
+    {
+        self.store.machine(id).update(f).await.expect("transition")
+    }
+
+    /// Applies `f` in one bundle that must fail; returns the error (the
+    /// bundle is rolled back).
+    pub async fn rejected<T: std::fmt::Debug, F>(&self, id: Uuid, f: F) -> chatd_store::StoreError
+    where
+        F: for<'a> FnOnce(
+            &'a mut chatd_store::ChatTx,
+        ) -> futures::future::BoxFuture<'a, chatd_store::StoreResult<T>>,
+    {
+        self.store
+            .machine(id)
+            .update(f)
+            .await
+            .expect_err("the bundle must be rejected")
+    }
+
+    /// `CommitStep(messages)` in its own bundle; returns the inserted rows.
+    pub async fn commit_step(
+        &self,
+        id: Uuid,
+        messages: Vec<NewMessage>,
+    ) -> Vec<chatd_store::ChatMessage> {
+        let (inserted, _) = self
+            .run(id, |tx| {
+                Box::pin(async move { tx.commit_step(messages, false).await })
+            })
+            .await;
+        inserted
+    }
+
     /// The chat's execution state (`N` when it does not exist).
     pub async fn state(&self, id: Uuid) -> ExecutionState {
         store::execution_state(self.pool(), id).await
@@ -143,43 +196,39 @@ impl Harness {
     }
 
     pub async fn chat(&self, id: Uuid) -> chatd_store::Chat {
-        sqlx::query_as("SELECT * FROM chats WHERE id = $1")
-            .bind(id)
-            .fetch_one(self.pool())
-            .await
-            .expect("chat")
+        store::chat_row(self.pool(), id).await
     }
 
     pub async fn messages(&self, id: Uuid) -> Vec<chatd_store::ChatMessage> {
-        sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 ORDER BY id")
-            .bind(id)
-            .fetch_all(self.pool())
-            .await
-            .expect("messages")
+        store::message_rows(self.pool(), id).await
     }
 
     pub async fn active_messages(&self, id: Uuid) -> Vec<chatd_store::ChatMessage> {
-        self.messages(id)
-            .await
-            .into_iter()
-            .filter(|m| !m.deleted)
-            .collect()
+        let mut messages = self.messages(id).await;
+        messages.retain(|m| !m.deleted);
+        messages
     }
 
     pub async fn queue(&self, id: Uuid) -> Vec<chatd_store::QueuedMessage> {
-        sqlx::query_as(
-            "SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id",
-        )
-        .bind(id)
-        .fetch_all(self.pool())
-        .await
-        .expect("queue")
+        store::queue_rows(self.pool(), id).await
     }
 
     /// Tool calls in active history without a result.
     pub async fn outstanding_calls(&self, id: Uuid) -> Vec<chatd_core::ToolCallRef> {
         let messages = self.active_messages(id).await;
         chatd_core::outstanding_tool_calls(messages.iter().map(|m| m.content.0.as_slice()))
+    }
+}
+
+/// The answer to the pending call [`PENDING_CALL`]: JSON `output`, no error.
+pub fn pending_call_answer(output: &str) -> CompleteRequiresActionInput {
+    CompleteRequiresActionInput {
+        results: vec![ToolResultInput {
+            tool_call_id: PENDING_CALL.into(),
+            output: output.into(),
+            is_error: false,
+        }],
+        ..CompleteRequiresActionInput::default()
     }
 }
 

@@ -10,42 +10,31 @@ use chatd_core::{
     BusyBehavior, ChatError, ChatErrorKind, ExecutionState, MessagePart, StateError, Transition,
     matrix,
 };
-use chatd_store::{
-    CompleteRequiresActionInput, CreateChatInput, EditMessageInput, NewMessage, SendMessageInput,
-    StoreError, ToolResultInput,
-};
+use chatd_store::{EditMessageInput, NewMessage, SendMessageInput, StoreError};
 use uuid::Uuid;
 
-use crate::common::{Harness, PENDING_CALL, chat_error, retry_state, user_text};
+use crate::common::{
+    Harness, PENDING_CALL, chat_error, pending_call_answer, retry_state, user_text,
+};
 
 /// Applies `transition` to chat `id` with ordinary inputs in one bundle.
 async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), StoreError> {
     if transition == Transition::CreateChat {
-        return h
-            .store
-            .create_chat(CreateChatInput {
-                id: Some(id),
-                owner_id: h.owner,
-                initial_messages: vec![user_text("hi")],
-                ..CreateChatInput::default()
-            })
-            .await
-            .map(|_| ());
+        let input = h.chat_input(id, "hi");
+        return h.store.create_chat(input).await.map(|_| ());
     }
-    let first_user: i64 = sqlx::query_scalar(
+    let first_user = lowest_id(
+        h,
         "SELECT coalesce(min(id), 1) FROM chat_messages WHERE chat_id = $1 AND role = 'user'",
+        id,
     )
-    .bind(id)
-    .fetch_one(h.pool())
-    .await
-    .expect("first user message");
-    let first_queued: i64 = sqlx::query_scalar(
+    .await;
+    let first_queued = lowest_id(
+        h,
         "SELECT coalesce(min(id), 1000000) FROM chat_queued_messages WHERE chat_id = $1",
+        id,
     )
-    .bind(id)
-    .fetch_one(h.pool())
-    .await
-    .expect("first queued");
+    .await;
     let mut tx = h.store.machine(id).begin().await?;
     match transition {
         Transition::CreateChat => unreachable!(),
@@ -81,14 +70,7 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
         }
         Transition::Interrupt => tx.interrupt().await.map(|_| ())?,
         Transition::CompleteRequiresAction => tx
-            .complete_requires_action(CompleteRequiresActionInput {
-                results: vec![ToolResultInput {
-                    tool_call_id: PENDING_CALL.into(),
-                    output: "{\"color\":\"red\"}".into(),
-                    is_error: false,
-                }],
-                ..CompleteRequiresActionInput::default()
-            })
+            .complete_requires_action(pending_call_answer("{\"color\":\"red\"}"))
             .await
             .map(|_| ())?,
         Transition::Acquire => tx.acquire(Uuid::new_v4(), Uuid::new_v4()).await?,
@@ -123,6 +105,16 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// The id `sql` selects for chat `id` (a `min(id)` with a fallback for
+/// states that have no such row).
+async fn lowest_id(h: &Harness, sql: &'static str, id: Uuid) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(id)
+        .fetch_one(h.pool())
+        .await
+        .expect("lowest id")
 }
 
 /// Checks one transition against every state.
