@@ -102,15 +102,11 @@ pub async fn select(
 /// # Ok(()) }
 /// ```
 pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Chat>> {
-    sqlx::query_as(
-        "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE)
+    let sql = "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
+         RETURNING chats.*";
+    super::keyed::optional(conn, sql, chat_id).await
 }
 
 /// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row is locked
@@ -121,15 +117,11 @@ pub async fn lock_and_bump_skip_locked(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<Chat>> {
-    sqlx::query_as(
-        "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE SKIP LOCKED)
+    let sql = "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE SKIP LOCKED)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
+         RETURNING chats.*";
+    super::keyed::optional(conn, sql, chat_id).await
 }
 
 /// A chat row with the length of its queue, read in one statement.
@@ -163,13 +155,9 @@ pub async fn select_with_queue_len(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<ChatWithQueue>> {
-    sqlx::query_as(
-        "SELECT c.*, (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queue_len
-         FROM chats c WHERE c.id = $1",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
+    let sql = "SELECT c.*, (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queue_len
+         FROM chats c WHERE c.id = $1";
+    super::keyed::optional(conn, sql, chat_id).await
 }
 
 /// Inserts the row of a new chat at `snapshot_version = 1` with `status`
@@ -941,10 +929,8 @@ pub async fn acquisition_candidates(
 /// # Ok(()) }
 /// ```
 pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Chat>> {
-    sqlx::query_as("SELECT * FROM chats WHERE id = ANY($1::uuid[])")
-        .bind(ids)
-        .fetch_all(conn)
-        .await
+    let sql = "SELECT * FROM chats WHERE id = ANY($1::uuid[])";
+    sqlx::query_as(sql).bind(ids).fetch_all(conn).await
 }
 
 /// `(chat id, runner id)` of every chat whose `worker_id` is `worker_id`.
@@ -966,10 +952,8 @@ pub async fn owned_by_worker(
     conn: impl PgExecutor<'_>,
     worker_id: Uuid,
 ) -> sqlx::Result<Vec<(Uuid, Option<Uuid>)>> {
-    sqlx::query_as("SELECT id, runner_id FROM chats WHERE worker_id = $1")
-        .bind(worker_id)
-        .fetch_all(conn)
-        .await
+    let sql = "SELECT id, runner_id FROM chats WHERE worker_id = $1";
+    super::keyed::all(conn, sql, worker_id).await
 }
 
 /// Seconds until chat `chat_id`'s requires-action deadline (negative once
@@ -993,12 +977,8 @@ pub async fn requires_action_remaining_secs(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<f64>> {
-    sqlx::query_scalar(
-        "SELECT extract(epoch FROM requires_action_deadline_at - now())::float8 FROM chats WHERE id = $1",
-    )
-    .bind(chat_id)
-    .fetch_one(conn)
-    .await
+    let sql = "SELECT extract(epoch FROM requires_action_deadline_at - now())::float8 FROM chats WHERE id = $1";
+    super::keyed::scalar(conn, sql, chat_id).await
 }
 
 /// The version columns of one chat, as the stream's sync poller reads them
@@ -1043,12 +1023,8 @@ pub struct ChatVersions {
 /// # Ok(()) }
 /// ```
 pub async fn versions(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<ChatVersions>> {
-    sqlx::query_as(
-        "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
+    let sql = "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
          FROM chats
-         WHERE id = ANY($1::uuid[])",
-    )
-    .bind(ids)
-    .fetch_all(conn)
-    .await
+         WHERE id = ANY($1::uuid[])";
+    sqlx::query_as(sql).bind(ids).fetch_all(conn).await
 }

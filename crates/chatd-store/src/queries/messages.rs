@@ -120,15 +120,11 @@ pub async fn active_history(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Vec<ChatMessage>> {
-    sqlx::query_as(
-        "SELECT * FROM chat_messages
+    let sql = "SELECT * FROM chat_messages
          WHERE chat_id = $1 AND NOT deleted AND (role = 'system' OR id >= COALESCE(
              (SELECT max(id) FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND compressed), 0))
-         ORDER BY id",
-    )
-    .bind(chat_id)
-    .fetch_all(conn)
-    .await
+         ORDER BY id";
+    super::keyed::all(conn, sql, chat_id).await
 }
 
 /// Contents of the active messages from the latest user message on (the only
@@ -301,15 +297,11 @@ pub async fn page(
 /// # Ok(()) }
 /// ```
 pub async fn visible_since_boundary(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM chat_messages
+    let sql = "SELECT count(*) FROM chat_messages
          WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
            AND id > COALESCE((SELECT max(id) FROM chat_messages
-                              WHERE chat_id = $1 AND compressed AND NOT deleted), 0)",
-    )
-    .bind(chat_id)
-    .fetch_one(conn)
-    .await
+                              WHERE chat_id = $1 AND compressed AND NOT deleted), 0)";
+    super::keyed::scalar(conn, sql, chat_id).await
 }
 
 /// Rows of the chat changed after history version `since` (`revision >
@@ -354,10 +346,6 @@ pub async fn changed_since(
 /// # Ok(()) }
 /// ```
 pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
-    sqlx::query_as(
-        "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id",
-    )
-    .bind(chat_id)
-    .fetch_all(conn)
-    .await
+    let sql = "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id";
+    super::keyed::all(conn, sql, chat_id).await
 }

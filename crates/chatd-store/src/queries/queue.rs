@@ -32,10 +32,8 @@ use crate::models::{NewMessage, QueuedMessage};
 /// # Ok(()) }
 /// ```
 pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1")
-        .bind(chat_id)
-        .fetch_one(conn)
-        .await
+    let sql = "SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1";
+    super::keyed::scalar(conn, sql, chat_id).await
 }
 
 /// The chat's queue in order (head first).
@@ -63,10 +61,8 @@ pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> 
 /// # Ok(()) }
 /// ```
 pub async fn list(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
-    sqlx::query_as("SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id")
-        .bind(chat_id)
-        .fetch_all(conn)
-        .await
+    let sql = "SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id";
+    super::keyed::all(conn, sql, chat_id).await
 }
 
 /// One queued message of the chat.
@@ -198,14 +194,10 @@ pub async fn pop_head(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<QueuedMessage>> {
-    sqlx::query_as(
-        "DELETE FROM chat_queued_messages WHERE id = (
+    let sql = "DELETE FROM chat_queued_messages WHERE id = (
              SELECT id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id LIMIT 1)
-         RETURNING *",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
+         RETURNING *";
+    super::keyed::optional(conn, sql, chat_id).await
 }
 
 /// Removes one queued message of the chat.
