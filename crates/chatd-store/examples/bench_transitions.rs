@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use chatd_core::{BusyBehavior, MessagePart};
 use chatd_pubsub::PgPubsub;
-use chatd_store::{CreateChatInput, NewMessage, SendMessageInput, Store};
+use chatd_store::{ChatMachine, CreateChatInput, NewMessage, SendMessageInput, Store};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, PgPool};
 use uuid::Uuid;
@@ -84,20 +84,13 @@ async fn main() -> anyhow::Result<()> {
 
     let pubsub = PgPubsub::connect(pool.clone()).await?;
     let store = Store::new(pool.clone(), Arc::new(pubsub.clone()));
-    let ours = run(&args, {
-        let store = store.clone();
-        move |_| {
-            let store = store.clone();
-            async move { machine_chat(&store, owner, args_rounds()).await }
-        }
+    let rounds = args.rounds;
+    let ours = run(&args, store.clone(), move |store| async move {
+        machine_chat(&store, owner, rounds).await
     })
     .await?;
-    let baseline = run(&args, {
-        let pool = pool.clone();
-        move |_| {
-            let pool = pool.clone();
-            async move { raw_chat(&pool, owner, args_rounds()).await }
-        }
+    let baseline = run(&args, pool.clone(), move |pool| async move {
+        raw_chat(&pool, owner, rounds).await
     })
     .await?;
     pubsub.close().await;
@@ -122,15 +115,12 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-static ROUNDS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-
-fn args_rounds() -> usize {
-    *ROUNDS.get_or_init(|| parse_args().rounds)
-}
-
-async fn run<F, Fut>(args: &Args, chat: F) -> anyhow::Result<Duration>
+/// Runs `chat(context)` once per chat index, `--clients` at a time; returns
+/// the wall time.
+async fn run<C, F, Fut>(args: &Args, context: C, chat: F) -> anyhow::Result<Duration>
 where
-    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    C: Clone + Send + 'static,
+    F: Fn(C) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -140,13 +130,14 @@ where
     for _ in 0..args.clients {
         let next = next.clone();
         let chat = chat.clone();
+        let context = context.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= chats {
                     return anyhow::Ok(());
                 }
-                chat(i).await?;
+                chat(context.clone()).await?;
             }
         }));
     }
@@ -171,18 +162,7 @@ async fn machine_chat(store: &Store, owner: Uuid, rounds: usize) -> anyhow::Resu
     let machine = store.machine(created.chat.id);
     for round in 0..rounds {
         if round > 0 {
-            machine
-                .update(|tx| {
-                    Box::pin(async move {
-                        tx.send_message(SendMessageInput {
-                            message: NewMessage::user(text("again")),
-                            busy_behavior: BusyBehavior::Queue,
-                            max_queue_size: None,
-                        })
-                        .await
-                    })
-                })
-                .await?;
+            send(&machine, "again").await?;
         }
         machine
             .update(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
@@ -200,11 +180,16 @@ async fn machine_chat(store: &Store, owner: Uuid, rounds: usize) -> anyhow::Resu
             .await?;
     }
     // Keep the count at 1 + 4 x rounds: one more send closes the last round.
+    send(&machine, "bye").await
+}
+
+/// `SendMessage(text, queue)` in its own bundle.
+async fn send(machine: &ChatMachine, text_: &'static str) -> anyhow::Result<()> {
     machine
         .update(|tx| {
             Box::pin(async move {
                 tx.send_message(SendMessageInput {
-                    message: NewMessage::user(text("bye")),
+                    message: NewMessage::user(text(text_)),
                     busy_behavior: BusyBehavior::Queue,
                     max_queue_size: None,
                 })
@@ -214,6 +199,23 @@ async fn machine_chat(store: &Store, owner: Uuid, rounds: usize) -> anyhow::Resu
         .await?;
     Ok(())
 }
+
+/// A baseline statement after the lock and bump: `$1` is the chat id and,
+/// for `Message`, `$2` the message content.
+#[derive(Clone, Copy)]
+enum Raw {
+    Row(&'static str),
+    Message(&'static str),
+}
+
+const RAW_ATTEMPT: Raw =
+    Raw::Row("UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = $1");
+const RAW_RUNNING: Raw = Raw::Row("UPDATE chats SET status = 'running' WHERE id = $1");
+const RAW_WAITING: Raw = Raw::Row("UPDATE chats SET status = 'waiting' WHERE id = $1");
+const RAW_INSERT_USER: Raw =
+    Raw::Message("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'user', $2)");
+const RAW_INSERT_ASSISTANT: Raw =
+    Raw::Message("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'assistant', $2)");
 
 async fn raw_chat(pool: &PgPool, owner: Uuid, rounds: usize) -> anyhow::Result<()> {
     let id = Uuid::new_v4();
@@ -226,79 +228,60 @@ async fn raw_chat(pool: &PgPool, owner: Uuid, rounds: usize) -> anyhow::Result<(
     .bind(owner)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'user', $2)")
-        .bind(id)
-        .bind(&content)
-        .execute(&mut *tx)
-        .await?;
+    raw_statement(&mut tx, RAW_INSERT_USER, id, &content).await?;
     tx.commit().await?;
-    let bump = "UPDATE chats SET snapshot_version = snapshot_version + 1, updated_at = now() WHERE id = $1";
     for round in 0..rounds {
         if round > 0 {
-            raw_send(pool, id, &content, bump).await?;
+            raw_bundle(pool, id, &content, &[RAW_INSERT_USER, RAW_RUNNING]).await?;
         }
-        let mut tx = pool.begin().await?;
-        sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(bump).bind(id).execute(&mut *tx).await?;
-        sqlx::query("UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        let mut tx = pool.begin().await?;
-        sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(bump).bind(id).execute(&mut *tx).await?;
-        sqlx::query(
-            "INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'assistant', $2)",
-        )
-        .bind(id)
-        .bind(&content)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        let mut tx = pool.begin().await?;
-        sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(bump).bind(id).execute(&mut *tx).await?;
-        sqlx::query("UPDATE chats SET status = 'waiting' WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        raw_bundle(pool, id, &content, &[RAW_ATTEMPT]).await?;
+        raw_bundle(pool, id, &content, &[RAW_INSERT_ASSISTANT]).await?;
+        raw_bundle(pool, id, &content, &[RAW_WAITING]).await?;
     }
-    raw_send(pool, id, &content, bump).await?;
-    Ok(())
+    raw_bundle(pool, id, &content, &[RAW_INSERT_USER, RAW_RUNNING]).await
 }
 
-async fn raw_send(
+/// One baseline bundle: lock the chat row, bump `snapshot_version`, run
+/// `statements` in order, commit.
+async fn raw_bundle(
     pool: &PgPool,
     id: Uuid,
     content: &serde_json::Value,
-    bump: &'static str,
+    statements: &[Raw],
 ) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    sqlx::query(bump).bind(id).execute(&mut *tx).await?;
-    sqlx::query("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'user', $2)")
-        .bind(id)
-        .bind(content)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("UPDATE chats SET status = 'running' WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE chats SET snapshot_version = snapshot_version + 1, updated_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    for statement in statements {
+        raw_statement(&mut tx, *statement, id, content).await?;
+    }
     tx.commit().await?;
+    Ok(())
+}
+
+async fn raw_statement(
+    conn: &mut sqlx::PgConnection,
+    statement: Raw,
+    id: Uuid,
+    content: &serde_json::Value,
+) -> anyhow::Result<()> {
+    match statement {
+        Raw::Row(sql) => sqlx::query(sql).bind(id).execute(conn).await?,
+        Raw::Message(sql) => {
+            sqlx::query(sql)
+                .bind(id)
+                .bind(content)
+                .execute(conn)
+                .await?
+        }
+    };
     Ok(())
 }

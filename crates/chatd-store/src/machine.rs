@@ -200,9 +200,7 @@ impl Store {
     /// ```
     /// use chatd_pubsub::Publisher as _;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// // Publications of the store's transitions go here, after their commit.
     /// store.publisher().publish("example", b"{}")?;
     /// # Ok(()) }
@@ -245,9 +243,7 @@ impl Store {
     /// use chatd_core::{ChatRole, ChatStatus, MessagePart};
     /// use chatd_store::{CreateChatInput, NewMessage};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// let input = CreateChatInput {
     ///     owner_id: owner,
     ///     title: Some("Plans".into()),
@@ -329,12 +325,8 @@ impl Store {
     /// ```
     /// use chatd_core::ExecutionState;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let machine = store.machine(chat.id);
     /// // A running chat cannot be archived; once it waits, its whole family can.
     /// assert!(store.set_family_archived(chat.id, true).await.is_err());
@@ -407,12 +399,8 @@ impl Store {
     /// ```
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let machine = store.machine(chat.id);
     /// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
     /// let idle = Duration::ZERO;
@@ -564,12 +552,8 @@ impl ChatMachine {
     /// ```
     /// use chatd_core::ExecutionState;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// assert_eq!(tx.snapshot_version(), chat.snapshot_version + 1);
     /// tx.interrupt().await?;
@@ -609,12 +593,8 @@ impl ChatMachine {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let machine = store.machine(chat.id);
     /// let held = machine.begin().await?;
     /// // Another transaction holds the row: no waiting, no bundle.
@@ -651,12 +631,8 @@ impl ChatMachine {
     /// ```
     /// use chatd_core::ChatStatus;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let machine = store.machine(chat.id);
     /// let (cancelled, chat) = machine
     ///     .update(|tx| Box::pin(async move { tx.interrupt().await }))
@@ -691,12 +667,8 @@ impl ChatMachine {
     /// ```
     /// use chatd_store::queries::chats;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut locked = store.machine(chat.id).lock().await?;
     /// // Related reads in the same transaction see the locked row's state.
     /// let facts = chats::publication_facts(locked.conn(), chat.id, 30.0).await?;
@@ -719,12 +691,8 @@ impl ChatMachine {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let machine = store.machine(chat.id);
     /// // Readers share the lock.
     /// let a = machine.read_lock().await?;
@@ -751,12 +719,8 @@ impl ChatMachine {
     /// ```
     /// use chatd_store::queries::messages;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut snapshot = store.machine(chat.id).snapshot().await?;
     /// let visible = messages::visible(snapshot.conn(), chat.id).await?;
     /// assert_eq!(visible.len(), 1);
@@ -790,12 +754,8 @@ impl ChatMachine {
 /// ```
 /// use chatd_core::ExecutionState;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut locked = store.machine(chat.id).lock().await?;
 /// assert!(!locked.queue_non_empty().await?);
 /// assert_eq!(locked.execution_state().await?, ExecutionState::R0);
@@ -903,12 +863,8 @@ impl ChatTx {
     /// ```
     /// use chatd_store::queries::chats::{self, MetadataChanges};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// // A metadata write atomic with a transition.
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// tx.interrupt().await?;
@@ -968,12 +924,8 @@ impl ChatTx {
     /// ```
     /// use chatd_core::{ChatStatus, ExecutionState, Transition};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// assert_eq!(tx.chat_id(), chat.id);
     /// tx.interrupt().await?;
@@ -1060,12 +1012,8 @@ async fn enqueue_publications(
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let update = chatd_store::chat_update_payload(&chat);
 /// assert_eq!((update.chat_id, update.snapshot_version), (chat.id, chat.snapshot_version));
 /// assert_eq!(update.status, chat.status);

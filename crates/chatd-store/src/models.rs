@@ -34,12 +34,8 @@ pub use chatd_core::Usage;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// assert_eq!(chat.title, chatd_store::DEFAULT_CHAT_TITLE);
 /// # Ok(()) }
 /// ```
@@ -122,12 +118,8 @@ impl Chat {
     /// ```
     /// use chatd_core::ExecutionState;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// assert_eq!(chat.execution_state(false), ExecutionState::R0);
     /// assert_eq!(chat.execution_state(true), ExecutionState::R1);
     /// # Ok(()) }
@@ -145,9 +137,7 @@ impl Chat {
     /// use chatd_store::{CreateChatInput, NewMessage};
     /// use serde_json::json;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// let input = CreateChatInput {
     ///     owner_id: owner,
     ///     dynamic_tools: vec![DynamicTool {
@@ -238,12 +228,8 @@ impl ChatMessage {
     /// use chatd_core::{MessagePart, Usage};
     /// use chatd_store::NewMessage;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// assert_eq!(created.initial_messages[0].usage(), None, "a user message has none");
     /// let usage = Usage {
     ///     input_tokens: 12,

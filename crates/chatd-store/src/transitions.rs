@@ -11,6 +11,13 @@
 //!   every pending tool call with a synthetic result;
 //! - inserting a user message first answers every outstanding tool call;
 //! - leaving `error` (except to archive) clears `last_error`.
+//!
+//! One more rule keeps `retry_state` scoped to the generation attempt it
+//! announces (spec "Retry state version"; API.md sends `retry` on connect only
+//! where it applies): every transition that ends the generation for good
+//! (`FinishTurn`, `FinishInterruption`, `FinishError`, `EnterRequiresAction`,
+//! `ReconcileInvalidState`) clears it, so a chat outside `R*`/`I*` never holds
+//! one. The trigger advances `retry_state_version` when the clear changes it.
 
 use chatd_core::{
     BusyBehavior, CANCELLED_TOOL_RESULT, ChatError, ChatRole, ChatStatus, ExecutionState,
@@ -243,12 +250,8 @@ impl ChatTx {
     /// use chatd_core::{BusyBehavior, MessagePart};
     /// use chatd_store::{NewMessage, SendMessageInput};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let send = |text: &str, busy_behavior| SendMessageInput {
     ///     message: NewMessage::user(vec![MessagePart::text(text)]),
     ///     busy_behavior,
@@ -289,12 +292,8 @@ impl ChatTx {
     /// use chatd_core::MessagePart;
     /// use chatd_store::{EditMessageInput, NewMessage};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let first = created.initial_messages[0].id;
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// let edit = EditMessageInput {
@@ -417,12 +416,8 @@ impl ChatTx {
     /// ```
     /// use chatd_core::{ChatError, ChatErrorKind, RetryState};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// let attempt = tx.record_generation_attempt().await?;
     /// let retry = RetryState {
@@ -464,7 +459,7 @@ impl ChatTx {
 
     /// `EnterRequiresAction`: `R0/R1 → A0/A1` with
     /// `requires_action_deadline_at = now() + requires_action_timeout`
-    /// (database time). Returns the deadline.
+    /// (database time); clears `retry_state`. Returns the deadline.
     ///
     /// # Errors
     /// Not allowed unless running.
@@ -476,7 +471,8 @@ impl ChatTx {
 
     /// `FinishInterruption(partial?)`: `I0 → W`, `I1 → R0/R1` with the queue
     /// head promoted. Inserts the partial rows, then answers every call left
-    /// outstanding "interrupted by user".
+    /// outstanding "interrupted by user"; clears `retry_state` (an interrupt
+    /// during a retry's back-off leaves no retry pending).
     ///
     /// # Errors
     /// Not allowed unless interrupting.
@@ -489,7 +485,8 @@ impl ChatTx {
         self.ops().finish_interruption(partial_messages).await
     }
 
-    /// `FinishTurn`: `R0 → W`; `R1 → R0/R1` with the queue head promoted.
+    /// `FinishTurn`: `R0 → W`; `R1 → R0/R1` with the queue head promoted;
+    /// clears `retry_state`.
     ///
     /// # Errors
     /// Not allowed unless running.
@@ -499,7 +496,8 @@ impl ChatTx {
         self.ops().finish_turn().await
     }
 
-    /// `FinishError(err)`: `R0/R1 → E0/E1`, `last_error = err` (overwriting).
+    /// `FinishError(err)`: `R0/R1 → E0/E1`, `last_error = err` (overwriting);
+    /// clears `retry_state` (the error replaces the retry announcement).
     ///
     /// # Errors
     /// Not allowed unless running.
@@ -509,12 +507,8 @@ impl ChatTx {
     /// ```
     /// use chatd_core::{ChatError, ChatErrorKind, ExecutionState};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-    /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-    /// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-    /// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-    /// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-    /// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-    /// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let error = ChatError::new(ChatErrorKind::Generic, "The turn failed.", false);
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// tx.finish_error(error.clone()).await?;
@@ -573,7 +567,7 @@ impl ChatTx {
 
     /// `ReconcileInvalidState`: `Invalid → E0/E1` (spec "Invalid states"):
     /// unarchives, sets `error` with `last_error`, clears the deadline and
-    /// answers pending calls with "cancelled".
+    /// `retry_state`, and answers pending calls with "cancelled".
     ///
     /// # Errors
     /// Not allowed unless the chat is invalid.
@@ -597,14 +591,16 @@ pub(crate) struct Ops<'a> {
 }
 
 impl Ops<'_> {
-    async fn state(&mut self) -> StoreResult<(Chat, i64, ExecutionState)> {
+    /// The chat row (`None` for a missing chat, `N`), its queue length and
+    /// its execution state.
+    async fn state(&mut self) -> StoreResult<(Option<Chat>, i64, ExecutionState)> {
         let Some(row) =
             queries::chats::select_with_queue_len(&mut *self.conn, self.chat_id).await?
         else {
-            return Ok((placeholder_chat(self.chat_id), 0, ExecutionState::N));
+            return Ok((None, 0, classify(None)));
         };
         let state = row.chat.execution_state(row.queue_len > 0);
-        Ok((row.chat, row.queue_len, state))
+        Ok((Some(row.chat), row.queue_len, state))
     }
 
     /// Reads the state and validates the transition against the matrix.
@@ -614,6 +610,9 @@ impl Ops<'_> {
             record_transition(transition, "rejected");
             return Err(StateError::from(err).into());
         }
+        // The matrix admits no transition of these from `N`, so a missing
+        // row was rejected just above.
+        let chat = chat.ok_or(StateError::ChatNotFound)?;
         Ok((chat, queued, from))
     }
 
@@ -1068,11 +1067,11 @@ impl Ops<'_> {
         let (_, _, from) = self.enter(t).await?;
         let secs = self.config.requires_action_timeout.as_secs_f64();
         let chat = self
-            .change(ChatChanges {
+            .change(ending_generation(ChatChanges {
                 status: Some(ChatStatus::RequiresAction),
                 deadline_in_secs: Some(Some(secs)),
                 ..ChatChanges::default()
-            })
+            }))
             .await?;
         self.land(t, from).await?;
         Ok(chat
@@ -1098,13 +1097,14 @@ impl Ops<'_> {
                 result.promoted_message = inserted.pop();
                 result.inserted_messages.extend(inserted);
             }
-            self.change(running_clearing_deadline()).await?;
+            self.change(ending_generation(running_clearing_deadline()))
+                .await?;
         } else {
-            self.change(ChatChanges {
+            self.change(ending_generation(ChatChanges {
                 status: Some(ChatStatus::Waiting),
                 deadline_in_secs: Some(None),
                 ..ChatChanges::default()
-            })
+            }))
             .await?;
         }
         self.land(t, from).await?;
@@ -1115,14 +1115,16 @@ impl Ops<'_> {
         let t = Transition::FinishTurn;
         let (_, _, from) = self.enter(t).await?;
         let mut result = FinishTurnResult::default();
+        let mut changes = ending_generation(ChatChanges::default());
         if from == ExecutionState::R1 {
             if let Some((_, mut inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await? {
                 result.promoted_message = inserted.pop();
                 result.cancellation_messages = inserted;
             }
         } else {
-            self.change(status(ChatStatus::Waiting)).await?;
+            changes.status = Some(ChatStatus::Waiting);
         }
+        self.change(changes).await?;
         self.land(t, from).await?;
         Ok(result)
     }
@@ -1130,12 +1132,12 @@ impl Ops<'_> {
     pub(crate) async fn finish_error(&mut self, last_error: ChatError) -> StoreResult<()> {
         let t = Transition::FinishError;
         let (_, _, from) = self.enter(t).await?;
-        self.change(ChatChanges {
+        self.change(ending_generation(ChatChanges {
             status: Some(ChatStatus::Error),
             last_error: Some(Some(last_error)),
             deadline_in_secs: Some(None),
             ..ChatChanges::default()
-        })
+        }))
         .await?;
         self.land(t, from).await?;
         Ok(())
@@ -1204,13 +1206,13 @@ impl Ops<'_> {
         let t = Transition::ReconcileInvalidState;
         let (_, _, from) = self.enter(t).await?;
         let cancellations = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
-        self.change(ChatChanges {
+        self.change(ending_generation(ChatChanges {
             archived: Some(false),
             status: Some(ChatStatus::Error),
             last_error: Some(Some(last_error)),
             deadline_in_secs: Some(None),
             ..ChatChanges::default()
-        })
+        }))
         .await?;
         self.land(t, from).await?;
         Ok(cancellations)
@@ -1240,6 +1242,15 @@ fn running_clearing_deadline() -> ChatChanges {
     }
 }
 
+/// `changes` plus clearing `retry_state`: the generation attempt the payload
+/// announced is over, so no retry is coming (see the module doc).
+fn ending_generation(changes: ChatChanges) -> ChatChanges {
+    ChatChanges {
+        retry_state: Some(None),
+        ..changes
+    }
+}
+
 fn queued_to_message(queued: &QueuedMessage) -> NewMessage {
     NewMessage {
         role: Some(ChatRole::User),
@@ -1250,40 +1261,4 @@ fn queued_to_message(queued: &QueuedMessage) -> NewMessage {
         client_message_id: queued.client_message_id.clone(),
         ..NewMessage::default()
     }
-}
-
-/// Stand-in row for a missing chat: only its classification (`N`) is used.
-fn placeholder_chat(chat_id: Uuid) -> Chat {
-    let epoch = DateTime::<Utc>::UNIX_EPOCH;
-    let chat = Chat {
-        id: chat_id,
-        owner_id: Uuid::nil(),
-        parent_chat_id: None,
-        root_chat_id: None,
-        status: ChatStatus::Waiting,
-        archived: false,
-        worker_id: None,
-        runner_id: None,
-        last_error: None,
-        retry_state: None,
-        snapshot_version: 0,
-        history_version: 0,
-        queue_version: 0,
-        generation_attempt: 0,
-        retry_state_version: 0,
-        requires_action_deadline_at: None,
-        title: String::new(),
-        labels: Default::default(),
-        pin_order: 0,
-        last_model_config_id: None,
-        last_reasoning_effort: None,
-        dynamic_tools: Vec::new(),
-        mcp_server_ids: vec![],
-        plan_mode: None,
-        compaction_requested_at: None,
-        created_at: epoch,
-        updated_at: epoch,
-    };
-    debug_assert_eq!(classify(None), ExecutionState::N);
-    chat
 }

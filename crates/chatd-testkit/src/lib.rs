@@ -4,6 +4,11 @@
 //! a migrated template so that tests never share state and never pay for
 //! running migrations more than once per schema version.
 //!
+//! [`store`] puts a `chatd_store::Store` on such a database
+//! ([`store::StoreFixture`], used by the store's doc examples) and drives
+//! chats into any execution state through real transitions (the builders the
+//! integration tests of chatd-store and chatd-api share).
+//!
 //! [`fake_llm::FakeLlm`] is a scripted streaming LLM server speaking OpenAI
 //! Chat Completions and Anthropic Messages (also available as the `fake-llm`
 //! binary for end-to-end tests).
@@ -14,6 +19,7 @@
 mod database;
 pub mod fake_llm;
 pub mod mcp_fixture;
+pub mod store;
 
 pub use database::{TestDatabase, admin_url};
 pub use fake_llm::{FakeLlm, RecordedRequest, Script, Step};

@@ -8,18 +8,18 @@
 use std::sync::Arc;
 
 use chatd_api::{ApiOptions, AppState};
-use chatd_core::{BusyBehavior, ExecutionState, MessagePart};
+use chatd_core::ExecutionState;
 use chatd_pubsub::RecordingPublisher;
-use chatd_store::{MIGRATOR, NewMessage, SendMessageInput, Store};
+use chatd_store::{MIGRATOR, Store};
 use chatd_testkit::TestDatabase;
+use chatd_testkit::store::{Route, steps_to};
 use reqwest::Method;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-/// The dynamic tool every chat built by [`Server::chat_in`] has.
-pub const TOOL: &str = "pick_color";
-/// The tool call the `A*` builders leave pending.
-pub const PENDING_CALL: &str = "call-1";
+/// The dynamic tool every chat built by [`Server::chat_in`] has, the tool
+/// call the `A*` builders leave pending, and the builder steps.
+pub use chatd_testkit::store::{DYNAMIC_TOOL as TOOL, PENDING_CALL, Step};
 
 /// Every execution state a row can be in (not `N`).
 pub const ROW_STATES: [ExecutionState; 13] = {
@@ -244,38 +244,12 @@ impl Server {
     }
 
     pub async fn drive(&self, id: Uuid, state: ExecutionState) {
-        use ExecutionState as S;
-        self.apply(id, |tx| {
-            Box::pin(async move {
-                let chat = tx.chat_id();
-                tx.acquire(
-                    Uuid::from_u128(chat.as_u128() ^ 1),
-                    Uuid::from_u128(chat.as_u128() ^ 2),
-                )
-                .await
-            })
-        })
-        .await;
-        let steps: &[Step] = match state {
-            S::R0 => &[],
-            S::R1 => &[Step::Queue],
-            S::W => &[Step::Reply, Step::FinishTurn],
-            S::E0 => &[Step::FinishError],
-            S::E1 => &[Step::Queue, Step::FinishError],
-            S::I0 => &[Step::Interrupt],
-            S::I1 => &[Step::Queue, Step::Interrupt],
-            S::A0 => &[Step::CallTool, Step::EnterAction],
-            S::A1 => &[Step::CallTool, Step::EnterAction, Step::Queue],
-            S::XW => &[Step::Reply, Step::FinishTurn, Step::Archive],
-            S::XE0 => &[Step::FinishError, Step::Archive],
-            S::XE1 => &[Step::Queue, Step::FinishError, Step::Archive],
-            S::Invalid => &[Step::Queue, Step::CorruptWaiting],
-            S::N => unreachable!("N is not a row state"),
+        let route = Route {
+            reply_before_finish: true,
+            invalid_waiting_with_queue: true,
+            retrying: false,
         };
-        for step in steps {
-            self.step(id, *step).await;
-        }
-        assert_eq!(self.state(id).await, state, "builder for {state}");
+        chatd_testkit::store::drive(&self.store, id, state, &steps_to(state, route)).await;
     }
 
     /// A chat in `state` (`E1`, `R1`, `I1` or `A1`) with two queued messages.
@@ -302,106 +276,13 @@ impl Server {
     /// A chat that is archived while running: invalid, archived, no queue.
     pub async fn archived_invalid(&self, user: &User) -> Uuid {
         let id = self.create_chat(user).await;
-        sqlx::query("UPDATE chats SET archived = true WHERE id = $1")
-            .bind(id)
-            .execute(self.pool())
-            .await
-            .expect("corrupt");
+        self.step(id, Step::CorruptArchived).await;
         assert_eq!(self.state(id).await, ExecutionState::Invalid);
         id
     }
 
     pub async fn step(&self, id: Uuid, step: Step) {
-        match step {
-            Step::Queue => {
-                self.apply(id, |tx| {
-                    Box::pin(async move {
-                        tx.send_message(SendMessageInput {
-                            message: NewMessage::user(vec![MessagePart::text("queued")]),
-                            busy_behavior: BusyBehavior::Queue,
-                            max_queue_size: None,
-                        })
-                        .await
-                        .map(|_| ())
-                    })
-                })
-                .await
-            }
-            Step::Reply => {
-                self.apply(id, |tx| {
-                    Box::pin(async move {
-                        tx.commit_step(
-                            vec![NewMessage::assistant(vec![MessagePart::text("hi there")])],
-                            false,
-                        )
-                        .await
-                        .map(|_| ())
-                    })
-                })
-                .await
-            }
-            Step::FinishTurn => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.finish_turn().await.map(|_| ()) })
-                })
-                .await
-            }
-            Step::FinishError => {
-                self.apply(id, |tx| {
-                    Box::pin(async move {
-                        tx.finish_error(chatd_core::ChatError::new(
-                            chatd_core::ChatErrorKind::Generic,
-                            "boom",
-                            false,
-                        ))
-                        .await
-                    })
-                })
-                .await
-            }
-            Step::Interrupt => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.interrupt().await.map(|_| ()) })
-                })
-                .await
-            }
-            Step::CallTool => {
-                self.apply(id, |tx| {
-                    Box::pin(async move {
-                        tx.commit_step(
-                            vec![NewMessage::assistant(vec![MessagePart::ToolCall {
-                                tool_call_id: PENDING_CALL.to_owned(),
-                                tool_name: TOOL.to_owned(),
-                                args: "{\"color\":\"any\"}".to_owned(),
-                            }])],
-                            false,
-                        )
-                        .await
-                        .map(|_| ())
-                    })
-                })
-                .await
-            }
-            Step::EnterAction => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.enter_requires_action().await.map(|_| ()) })
-                })
-                .await
-            }
-            Step::Archive => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.set_archived(true).await })
-                })
-                .await
-            }
-            Step::CorruptWaiting => {
-                sqlx::query("UPDATE chats SET status = 'waiting' WHERE id = $1")
-                    .bind(id)
-                    .execute(self.pool())
-                    .await
-                    .expect("corrupt");
-            }
-        }
+        chatd_testkit::store::run_step(&self.store, id, step).await;
     }
 
     /// Applies `f` in one bundle and commits; panics on error.
@@ -411,47 +292,28 @@ impl Server {
             &'a mut chatd_store::ChatTx,
         ) -> futures::future::BoxFuture<'a, chatd_store::StoreResult<()>>,
     {
-        self.store.machine(id).update(f).await.expect("transition");
+        chatd_testkit::store::apply(&self.store, id, f).await;
     }
 
     /// The chat's execution state (`N` when it does not exist).
     pub async fn state(&self, id: Uuid) -> ExecutionState {
-        let row: Option<(String, bool, bool)> = sqlx::query_as(
-            "SELECT status, archived, EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = c.id) FROM chats c WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await
-        .expect("state");
-        chatd_core::classify(row.map(|(s, a, q)| (s.parse().expect("status"), a, q)))
+        chatd_testkit::store::execution_state(self.pool(), id).await
     }
 
     /// Queue ids of the chat, head first.
     pub async fn queue_ids(&self, id: Uuid) -> Vec<i64> {
-        sqlx::query_scalar(
-            "SELECT id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id",
-        )
-        .bind(id)
-        .fetch_all(self.pool())
-        .await
-        .expect("queue")
+        let queue = chatd_testkit::store::queue_rows(self.pool(), id).await;
+        queue.into_iter().map(|q| q.id).collect()
     }
 
     /// Ids of the chat's messages (all rows), ascending.
     pub async fn message_ids(&self, id: Uuid) -> Vec<i64> {
-        sqlx::query_scalar("SELECT id FROM chat_messages WHERE chat_id = $1 ORDER BY id")
-            .bind(id)
-            .fetch_all(self.pool())
-            .await
-            .expect("messages")
+        let messages = chatd_testkit::store::message_rows(self.pool(), id).await;
+        messages.into_iter().map(|m| m.id).collect()
     }
 
     pub async fn snapshot_version(&self, id: Uuid) -> i64 {
-        sqlx::query_scalar("SELECT snapshot_version FROM chats WHERE id = $1")
-            .bind(id)
-            .fetch_one(self.pool())
-            .await
-            .expect("snapshot")
+        chatd_testkit::store::snapshot_version(self.pool(), id).await
     }
 
     /// Every row of every table, as JSON, in a stable order.
@@ -503,19 +365,6 @@ impl Server {
             .await;
         uuid(&config.expect(201)["id"])
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-pub enum Step {
-    Queue,
-    Reply,
-    FinishTurn,
-    FinishError,
-    Interrupt,
-    CallTool,
-    EnterAction,
-    Archive,
-    CorruptWaiting,
 }
 
 /// Creates a user with a token through the library entry point.

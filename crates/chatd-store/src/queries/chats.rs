@@ -56,12 +56,8 @@ impl LockMode {
 /// ```
 /// use chatd_store::queries::chats::{self, LockMode};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // A plain read, and one that locks the row until its transaction ends.
 /// let row = chats::select(pool, chat.id, LockMode::None).await?.expect("exists");
 /// assert_eq!(row.snapshot_version, 1);
@@ -93,12 +89,8 @@ pub async fn select(
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut tx = pool.begin().await?;
 /// let bumped = chats::lock_and_bump(&mut tx, chat.id).await?.expect("exists");
 /// assert_eq!(bumped.snapshot_version, chat.snapshot_version + 1);
@@ -110,15 +102,11 @@ pub async fn select(
 /// # Ok(()) }
 /// ```
 pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Chat>> {
-    sqlx::query_as(
-        "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE)
+    let sql = "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
+         RETURNING chats.*";
+    super::keyed::optional(conn, sql, chat_id).await
 }
 
 /// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row is locked
@@ -129,15 +117,11 @@ pub async fn lock_and_bump_skip_locked(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<Chat>> {
-    sqlx::query_as(
-        "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE SKIP LOCKED)
+    let sql = "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE SKIP LOCKED)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
+         RETURNING chats.*";
+    super::keyed::optional(conn, sql, chat_id).await
 }
 
 /// A chat row with the length of its queue, read in one statement.
@@ -160,12 +144,8 @@ pub struct ChatWithQueue {
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut conn = pool.acquire().await?;
 /// let row = chats::select_with_queue_len(&mut conn, chat.id).await?.expect("exists");
 /// assert_eq!((row.chat.id, row.queue_len), (chat.id, 0));
@@ -175,13 +155,9 @@ pub async fn select_with_queue_len(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<ChatWithQueue>> {
-    sqlx::query_as(
-        "SELECT c.*, (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queue_len
-         FROM chats c WHERE c.id = $1",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
+    let sql = "SELECT c.*, (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queue_len
+         FROM chats c WHERE c.id = $1";
+    super::keyed::optional(conn, sql, chat_id).await
 }
 
 /// Inserts the row of a new chat at `snapshot_version = 1` with `status`
@@ -194,9 +170,7 @@ pub async fn select_with_queue_len(
 /// use chatd_store::CreateChatInput;
 /// use chatd_store::queries::chats::{self, LockMode};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
 /// let id = uuid::Uuid::new_v4();
 /// let input = CreateChatInput {
 ///     owner_id: owner,
@@ -248,12 +222,8 @@ pub async fn insert(
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let child = store
 ///     .create_chat(chatd_store::CreateChatInput {
 ///         owner_id: owner,
@@ -319,12 +289,8 @@ pub struct ChatChanges {
 /// use chatd_core::ChatStatus;
 /// use chatd_store::queries::chats::{self, ChatChanges};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut tx = pool.begin().await?;
 /// chats::lock_and_bump(&mut tx, chat.id).await?;
 /// let changes = ChatChanges {
@@ -451,12 +417,8 @@ pub struct PublicationFacts {
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut conn = pool.acquire().await?;
 /// let facts = chats::publication_facts(&mut conn, chat.id, 30.0).await?;
 /// // Running, nothing queued, no runner: a commit also publishes chat:ownership.
@@ -491,12 +453,8 @@ pub async fn publication_facts(
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// assert!(chats::is_owned_by(pool, chat.id, owner).await?);
 /// assert!(!chats::is_owned_by(pool, chat.id, uuid::Uuid::new_v4()).await?);
 /// # Ok(()) }
@@ -541,12 +499,8 @@ pub struct ChatFilter {
 /// ```
 /// use chatd_store::queries::chats::{self, ChatFilter};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut filter = ChatFilter {
 ///     owner,
 ///     archived: false,
@@ -612,12 +566,8 @@ pub struct MetadataChanges {
 /// use std::collections::BTreeMap;
 /// use chatd_store::queries::chats::{self, MetadataChanges};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let changes = MetadataChanges {
 ///     title: Some("Trip".into()),
 ///     labels: Some(BTreeMap::from([("topic".into(), "travel".into())])),
@@ -667,12 +617,8 @@ pub async fn update_metadata(
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut locked = store.machine(chat.id).lock().await?;
 /// assert!(chats::set_title_if_default(locked.conn(), chat.id, "Greetings").await?);
 /// // Only the default title is replaced.
@@ -725,12 +671,8 @@ pub struct NotDeletable {
 /// use chatd_core::ExecutionState;
 /// use chatd_store::queries::chats::{self, LockMode};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // A running chat is not deletable...
 /// let mut locked = store.machine(chat.id).lock().await?;
 /// let refused = chats::delete_family(locked.conn(), chat.id).await?.unwrap_err();
@@ -794,12 +736,8 @@ pub async fn delete_family(
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let child = store
 ///     .create_chat(chatd_store::CreateChatInput {
 ///         owner_id: owner,
@@ -836,12 +774,8 @@ pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Res
 /// use std::time::Duration;
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let machine = store.machine(chat.id);
 /// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
 /// let found = chats::auto_archive_candidates(pool, Duration::ZERO, 10, None).await?;
@@ -895,12 +829,8 @@ pub async fn auto_archive_candidates(
 /// use std::time::Duration;
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut tx = pool.begin().await?;
 /// assert!(chats::lock_idle_family_nowait(&mut tx, chat.id, Duration::ZERO).await?);
 /// // While it is held, another locker fails at once with 55P03.
@@ -954,12 +884,8 @@ pub async fn lock_idle_family_nowait(
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // Running and held by no runner: a candidate.
 /// assert_eq!(chats::acquisition_candidates(pool, 30.0, 10).await?, vec![chat.id]);
 /// // Acquired, with a fresh heartbeat: not.
@@ -1045,21 +971,15 @@ pub async fn next_lease_expiry(
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let rows = chats::select_many(pool, &[chat.id, uuid::Uuid::new_v4()]).await?;
 /// assert_eq!(rows.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
 /// # Ok(()) }
 /// ```
 pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Chat>> {
-    sqlx::query_as("SELECT * FROM chats WHERE id = ANY($1::uuid[])")
-        .bind(ids)
-        .fetch_all(conn)
-        .await
+    let sql = "SELECT * FROM chats WHERE id = ANY($1::uuid[])";
+    sqlx::query_as(sql).bind(ids).fetch_all(conn).await
 }
 
 /// `(chat id, runner id)` of every chat whose `worker_id` is `worker_id`.
@@ -1069,12 +989,8 @@ pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resul
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
 /// let machine = store.machine(chat.id);
 /// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
@@ -1085,10 +1001,8 @@ pub async fn owned_by_worker(
     conn: impl PgExecutor<'_>,
     worker_id: Uuid,
 ) -> sqlx::Result<Vec<(Uuid, Option<Uuid>)>> {
-    sqlx::query_as("SELECT id, runner_id FROM chats WHERE worker_id = $1")
-        .bind(worker_id)
-        .fetch_all(conn)
-        .await
+    let sql = "SELECT id, runner_id FROM chats WHERE worker_id = $1";
+    super::keyed::all(conn, sql, worker_id).await
 }
 
 /// Seconds until chat `chat_id`'s requires-action deadline (negative once
@@ -1099,12 +1013,8 @@ pub async fn owned_by_worker(
 /// ```
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// assert_eq!(chats::requires_action_remaining_secs(pool, chat.id).await?, None);
 /// let machine = store.machine(chat.id);
 /// machine.update(|tx| Box::pin(async move { tx.enter_requires_action().await })).await?;
@@ -1116,12 +1026,8 @@ pub async fn requires_action_remaining_secs(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<f64>> {
-    sqlx::query_scalar(
-        "SELECT extract(epoch FROM requires_action_deadline_at - now())::float8 FROM chats WHERE id = $1",
-    )
-    .bind(chat_id)
-    .fetch_one(conn)
-    .await
+    let sql = "SELECT extract(epoch FROM requires_action_deadline_at - now())::float8 FROM chats WHERE id = $1";
+    super::keyed::scalar(conn, sql, chat_id).await
 }
 
 /// The version columns of one chat, as the stream's sync poller reads them
@@ -1158,24 +1064,16 @@ pub struct ChatVersions {
 /// use chatd_core::ChatStatus;
 /// use chatd_store::queries::chats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let rows = chats::versions(pool, &[chat.id, uuid::Uuid::new_v4()]).await?;
 /// assert_eq!(rows.len(), 1);
 /// assert_eq!((rows[0].snapshot_version, rows[0].status), (1, ChatStatus::Running));
 /// # Ok(()) }
 /// ```
 pub async fn versions(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<ChatVersions>> {
-    sqlx::query_as(
-        "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
+    let sql = "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
          FROM chats
-         WHERE id = ANY($1::uuid[])",
-    )
-    .bind(ids)
-    .fetch_all(conn)
-    .await
+         WHERE id = ANY($1::uuid[])";
+    sqlx::query_as(sql).bind(ids).fetch_all(conn).await
 }

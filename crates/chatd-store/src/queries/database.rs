@@ -24,10 +24,8 @@ pub const DUPLICATE_DATABASE: &str = "42P04";
 /// # Ok(()) }
 /// ```
 pub async fn exists(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-        .bind(name)
-        .fetch_one(conn)
-        .await
+    let sql = "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)";
+    sqlx::query_scalar(sql).bind(name).fetch_one(conn).await
 }
 
 /// Creates database `name` (quoted as an identifier, so any name is safe).

@@ -13,12 +13,8 @@ use uuid::Uuid;
 /// ```
 /// use chatd_store::queries::heartbeats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let runner = uuid::Uuid::new_v4();
 /// assert!(!heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
 /// heartbeats::upsert(&mut *pool.acquire().await?, chat.id, runner).await?;
@@ -66,12 +62,8 @@ pub async fn upsert(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 /// ```
 /// use chatd_store::queries::heartbeats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let runner = uuid::Uuid::new_v4();
 /// // A runner of a chat that no longer exists is skipped.
 /// let gone = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
@@ -103,12 +95,8 @@ pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) ->
 /// ```
 /// use chatd_store::queries::heartbeats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let runner = uuid::Uuid::new_v4();
 /// let mut conn = pool.acquire().await?;
 /// heartbeats::upsert(&mut conn, chat.id, runner).await?;
@@ -133,12 +121,8 @@ pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 /// ```
 /// use chatd_store::queries::heartbeats;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// heartbeats::upsert_many(pool, &[(chat.id, uuid::Uuid::new_v4())]).await?;
 /// assert_eq!(heartbeats::delete_stale(pool, 30.0).await?, 0, "fresh rows stay");
 /// assert_eq!(heartbeats::delete_stale(pool, -1.0).await?, 1);

@@ -245,15 +245,11 @@ pub async fn enabled_in_order(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_as(
-        "SELECT s.* FROM unnest($1::uuid[]) WITH ORDINALITY AS wanted(id, n)
+    let sql = "SELECT s.* FROM unnest($1::uuid[]) WITH ORDINALITY AS wanted(id, n)
          JOIN chat_mcp_servers s ON s.id = wanted.id
          WHERE s.enabled
-         ORDER BY wanted.n",
-    )
-    .bind(ids)
-    .fetch_all(conn)
-    .await
+         ORDER BY wanted.n";
+    sqlx::query_as(sql).bind(ids).fetch_all(conn).await
 }
 
 /// One MCP server, locked `FOR UPDATE` until `conn`'s transaction ends.
@@ -289,10 +285,8 @@ pub async fn select_for_update(
     conn: &mut PgConnection,
     id: Uuid,
 ) -> sqlx::Result<Option<McpServerRow>> {
-    sqlx::query_as("SELECT * FROM chat_mcp_servers WHERE id = $1 FOR UPDATE")
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    let sql = "SELECT * FROM chat_mcp_servers WHERE id = $1 FOR UPDATE";
+    super::keyed::optional(conn, sql, id).await
 }
 
 /// Inserts MCP server `def` (a taken slug is `23505`).

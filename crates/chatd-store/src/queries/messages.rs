@@ -20,12 +20,8 @@ use crate::models::{ChatMessage, NewMessage};
 /// use chatd_store::NewMessage;
 /// use chatd_store::queries::{chats, messages};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut tx = pool.begin().await?;
 /// let bumped = chats::lock_and_bump(&mut tx, chat.id).await?.expect("exists");
 /// let answer = NewMessage::assistant(vec![MessagePart::text("hello")]);
@@ -83,12 +79,8 @@ pub async fn insert(
 /// ```
 /// use chatd_store::queries::messages;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let first = &created.initial_messages[0];
 /// let row = messages::select(pool, chat.id, first.id).await?.expect("exists");
 /// assert_eq!(row.content.0, first.content.0);
@@ -118,12 +110,8 @@ pub async fn select(
 /// use chatd_core::ChatRole;
 /// use chatd_store::queries::messages;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let history = messages::active_history(pool, chat.id).await?;
 /// assert_eq!(history.iter().map(|m| m.role).collect::<Vec<_>>(), vec![ChatRole::User]);
 /// # Ok(()) }
@@ -132,15 +120,11 @@ pub async fn active_history(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Vec<ChatMessage>> {
-    sqlx::query_as(
-        "SELECT * FROM chat_messages
+    let sql = "SELECT * FROM chat_messages
          WHERE chat_id = $1 AND NOT deleted AND (role = 'system' OR id >= COALESCE(
              (SELECT max(id) FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND compressed), 0))
-         ORDER BY id",
-    )
-    .bind(chat_id)
-    .fetch_all(conn)
-    .await
+         ORDER BY id";
+    super::keyed::all(conn, sql, chat_id).await
 }
 
 /// Contents of the active messages from the latest user message on (the only
@@ -153,12 +137,8 @@ pub async fn active_history(
 /// use chatd_core::MessagePart;
 /// use chatd_store::queries::messages;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let tail = messages::tail_contents(pool, chat.id).await?;
 /// assert_eq!(tail, vec![vec![MessagePart::text("hi")]]);
 /// # Ok(()) }
@@ -187,12 +167,8 @@ pub async fn tail_contents(
 /// ```
 /// use chatd_store::queries::{chats, messages};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let first = created.initial_messages[0].id;
 /// let mut tx = pool.begin().await?;
 /// chats::lock_and_bump(&mut tx, chat.id).await?;
@@ -239,12 +215,8 @@ pub enum Cursor {
 /// ```
 /// use chatd_store::queries::messages::{self, Cursor};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let first = created.initial_messages[0].id;
 /// let (rows, has_more) = messages::page(pool, chat.id, Cursor::Latest, 50).await?;
 /// assert_eq!((rows.len(), has_more), (1, false));
@@ -319,25 +291,17 @@ pub async fn page(
 /// ```
 /// use chatd_store::queries::messages;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// assert_eq!(messages::visible_since_boundary(pool, chat.id).await?, 1);
 /// # Ok(()) }
 /// ```
 pub async fn visible_since_boundary(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM chat_messages
+    let sql = "SELECT count(*) FROM chat_messages
          WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
            AND id > COALESCE((SELECT max(id) FROM chat_messages
-                              WHERE chat_id = $1 AND compressed AND NOT deleted), 0)",
-    )
-    .bind(chat_id)
-    .fetch_one(conn)
-    .await
+                              WHERE chat_id = $1 AND compressed AND NOT deleted), 0)";
+    super::keyed::scalar(conn, sql, chat_id).await
 }
 
 /// Rows of the chat changed after history version `since` (`revision >
@@ -349,12 +313,8 @@ pub async fn visible_since_boundary(conn: impl PgExecutor<'_>, chat_id: Uuid) ->
 /// ```
 /// use chatd_store::queries::messages;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// assert_eq!(messages::changed_since(pool, chat.id, 0).await?.len(), 1);
 /// assert!(messages::changed_since(pool, chat.id, chat.history_version).await?.is_empty());
 /// # Ok(()) }
@@ -379,21 +339,13 @@ pub async fn changed_since(
 /// ```
 /// use chatd_store::queries::messages;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let rows = messages::visible(pool, chat.id).await?;
 /// assert_eq!(rows.iter().map(|m| m.id).collect::<Vec<_>>(), vec![created.initial_messages[0].id]);
 /// # Ok(()) }
 /// ```
 pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
-    sqlx::query_as(
-        "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id",
-    )
-    .bind(chat_id)
-    .fetch_all(conn)
-    .await
+    let sql = "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id";
+    super::keyed::all(conn, sql, chat_id).await
 }

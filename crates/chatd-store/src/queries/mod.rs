@@ -9,7 +9,8 @@
 //! [`crate::models`] or of their module. Execution-state tables and columns
 //! (`chats.status`, `archived`, ownership, the version counters, messages,
 //! queue, heartbeats of ownership) are written only by the transitions of
-//! [`crate::transitions`]; the functions that write them say so.
+//! [`crate::transitions`]; the functions that write them say so. Lookups
+//! by one key (`sql` with `$1 = key`) run through the `keyed` helpers.
 //!
 //! | module | table |
 //! |---|---|
@@ -68,4 +69,51 @@ pub async fn set_read_only_snapshot(conn: &mut PgConnection) -> sqlx::Result<()>
         .execute(conn)
         .await
         .map(|_| ())
+}
+
+/// The statement shape most lookups share: `sql` with `$1 = key`, its rows
+/// read as `T` (a row struct, or a tuple).
+pub(crate) mod keyed {
+    use sqlx::postgres::PgRow;
+    use sqlx::{Encode, FromRow, PgExecutor, Postgres, Type};
+
+    /// The rows of `sql` for `key`, in the statement's order.
+    pub(crate) async fn all<'c, T, K>(
+        conn: impl PgExecutor<'c>,
+        sql: &'static str,
+        key: K,
+    ) -> sqlx::Result<Vec<T>>
+    where
+        T: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+        K: 'static + Encode<'static, Postgres> + Type<Postgres> + Send,
+    {
+        sqlx::query_as(sql).bind(key).fetch_all(conn).await
+    }
+
+    /// The row of `sql` for `key`, `None` when there is none.
+    pub(crate) async fn optional<'c, T, K>(
+        conn: impl PgExecutor<'c>,
+        sql: &'static str,
+        key: K,
+    ) -> sqlx::Result<Option<T>>
+    where
+        T: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+        K: 'static + Encode<'static, Postgres> + Type<Postgres> + Send,
+    {
+        sqlx::query_as(sql).bind(key).fetch_optional(conn).await
+    }
+
+    /// The single value of `sql` for `key` (a `count(*)`, an aggregate).
+    pub(crate) async fn scalar<'c, T, K>(
+        conn: impl PgExecutor<'c>,
+        sql: &'static str,
+        key: K,
+    ) -> sqlx::Result<T>
+    where
+        (T,): for<'r> FromRow<'r, PgRow>,
+        T: Send + Unpin,
+        K: 'static + Encode<'static, Postgres> + Type<Postgres> + Send,
+    {
+        sqlx::query_scalar(sql).bind(key).fetch_one(conn).await
+    }
 }

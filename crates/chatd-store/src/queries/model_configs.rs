@@ -100,14 +100,10 @@ pub async fn list(
     conn: impl PgExecutor<'_>,
     only_enabled: bool,
 ) -> sqlx::Result<Vec<ModelConfigRow>> {
-    sqlx::query_as(
-        "SELECT m.* FROM chat_model_configs m JOIN chat_providers p ON p.id = m.provider_id
+    let sql = "SELECT m.* FROM chat_model_configs m JOIN chat_providers p ON p.id = m.provider_id
          WHERE NOT $1 OR (m.enabled AND p.enabled)
-         ORDER BY m.is_default DESC, m.created_at, m.id",
-    )
-    .bind(only_enabled)
-    .fetch_all(conn)
-    .await
+         ORDER BY m.is_default DESC, m.created_at, m.id";
+    super::keyed::all(conn, sql, only_enabled).await
 }
 
 /// One model config.
@@ -153,10 +149,8 @@ pub async fn list(
 /// # Ok(()) }
 /// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ModelConfigRow>> {
-    sqlx::query_as("SELECT * FROM chat_model_configs WHERE id = $1")
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    let sql = "SELECT * FROM chat_model_configs WHERE id = $1";
+    super::keyed::optional(conn, sql, id).await
 }
 
 /// Whether model config `id` exists and is enabled.
@@ -202,10 +196,8 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 /// # Ok(()) }
 /// ```
 pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chat_model_configs WHERE id = $1 AND enabled)")
-        .bind(id)
-        .fetch_one(conn)
-        .await
+    let sql = "SELECT EXISTS (SELECT 1 FROM chat_model_configs WHERE id = $1 AND enabled)";
+    super::keyed::scalar(conn, sql, id).await
 }
 
 /// The id of the enabled default model config.
@@ -305,14 +297,10 @@ pub async fn for_chat(
     conn: impl PgExecutor<'_>,
     last_model_config_id: Option<Uuid>,
 ) -> sqlx::Result<Option<ModelConfigRow>> {
-    sqlx::query_as(
-        "SELECT * FROM chat_model_configs
+    let sql = "SELECT * FROM chat_model_configs
          WHERE enabled AND (id = $1 OR is_default)
-         ORDER BY (id = $1) DESC NULLS LAST LIMIT 1",
-    )
-    .bind(last_model_config_id)
-    .fetch_optional(conn)
-    .await
+         ORDER BY (id = $1) DESC NULLS LAST LIMIT 1";
+    super::keyed::optional(conn, sql, last_model_config_id).await
 }
 
 /// Inserts or overwrites model config `def`; when it is the default, the

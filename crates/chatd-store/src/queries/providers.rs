@@ -91,10 +91,8 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ProviderRow>> {
 /// # Ok(()) }
 /// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ProviderRow>> {
-    sqlx::query_as("SELECT * FROM chat_providers WHERE id = $1")
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    let sql = "SELECT * FROM chat_providers WHERE id = $1";
+    super::keyed::optional(conn, sql, id).await
 }
 
 /// One provider, locked `FOR UPDATE` until `conn`'s transaction ends.
@@ -125,10 +123,8 @@ pub async fn select_for_update(
     conn: &mut PgConnection,
     id: Uuid,
 ) -> sqlx::Result<Option<ProviderRow>> {
-    sqlx::query_as("SELECT * FROM chat_providers WHERE id = $1 FOR UPDATE")
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    let sql = "SELECT * FROM chat_providers WHERE id = $1 FOR UPDATE";
+    super::keyed::optional(conn, sql, id).await
 }
 
 /// Whether provider `id` exists.
@@ -154,10 +150,8 @@ pub async fn select_for_update(
 /// # Ok(()) }
 /// ```
 pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chat_providers WHERE id = $1)")
-        .bind(id)
-        .fetch_one(conn)
-        .await
+    let sql = "SELECT EXISTS (SELECT 1 FROM chat_providers WHERE id = $1)";
+    super::keyed::scalar(conn, sql, id).await
 }
 
 /// Inserts provider `def`, or (same id) overwrites it; returns the row.

@@ -17,12 +17,8 @@ use crate::models::{NewMessage, QueuedMessage};
 /// use chatd_store::{NewMessage, SendMessageInput};
 /// use chatd_store::queries::queue;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // The chat is running: a send is queued.
 /// let send = SendMessageInput {
 ///     message: NewMessage::user(vec![MessagePart::text("next")]),
@@ -36,10 +32,8 @@ use crate::models::{NewMessage, QueuedMessage};
 /// # Ok(()) }
 /// ```
 pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1")
-        .bind(chat_id)
-        .fetch_one(conn)
-        .await
+    let sql = "SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1";
+    super::keyed::scalar(conn, sql, chat_id).await
 }
 
 /// The chat's queue in order (head first).
@@ -51,12 +45,8 @@ pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> 
 /// use chatd_store::{NewMessage, SendMessageInput};
 /// use chatd_store::queries::queue;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // The chat is running: a send is queued.
 /// let send = SendMessageInput {
 ///     message: NewMessage::user(vec![MessagePart::text("next")]),
@@ -71,10 +61,8 @@ pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> 
 /// # Ok(()) }
 /// ```
 pub async fn list(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
-    sqlx::query_as("SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id")
-        .bind(chat_id)
-        .fetch_all(conn)
-        .await
+    let sql = "SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id";
+    super::keyed::all(conn, sql, chat_id).await
 }
 
 /// One queued message of the chat.
@@ -86,12 +74,8 @@ pub async fn list(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<
 /// use chatd_store::{NewMessage, SendMessageInput};
 /// use chatd_store::queries::queue;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // The chat is running: a send is queued.
 /// let send = SendMessageInput {
 ///     message: NewMessage::user(vec![MessagePart::text("next")]),
@@ -138,12 +122,8 @@ pub enum QueueEnd {
 /// use chatd_store::NewMessage;
 /// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut tx = pool.begin().await?;
 /// chats::lock_and_bump(&mut tx, chat.id).await?;
 /// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
@@ -192,12 +172,8 @@ pub async fn enqueue(
 /// use chatd_store::{NewMessage, SendMessageInput};
 /// use chatd_store::queries::queue;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // The chat is running: a send is queued.
 /// let send = SendMessageInput {
 ///     message: NewMessage::user(vec![MessagePart::text("next")]),
@@ -218,14 +194,10 @@ pub async fn pop_head(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<QueuedMessage>> {
-    sqlx::query_as(
-        "DELETE FROM chat_queued_messages WHERE id = (
+    let sql = "DELETE FROM chat_queued_messages WHERE id = (
              SELECT id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id LIMIT 1)
-         RETURNING *",
-    )
-    .bind(chat_id)
-    .fetch_optional(conn)
-    .await
+         RETURNING *";
+    super::keyed::optional(conn, sql, chat_id).await
 }
 
 /// Removes one queued message of the chat.
@@ -237,12 +209,8 @@ pub async fn pop_head(
 /// use chatd_store::{NewMessage, SendMessageInput};
 /// use chatd_store::queries::queue;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // The chat is running: a send is queued.
 /// let send = SendMessageInput {
 ///     message: NewMessage::user(vec![MessagePart::text("next")]),
@@ -280,12 +248,8 @@ pub async fn delete(
 /// use chatd_store::{NewMessage, SendMessageInput};
 /// use chatd_store::queries::queue;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // The chat is running: a send is queued.
 /// let send = SendMessageInput {
 ///     message: NewMessage::user(vec![MessagePart::text("next")]),
@@ -322,12 +286,8 @@ pub async fn clear(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<i
 /// use chatd_store::{NewMessage, SendMessageInput};
 /// use chatd_store::queries::queue;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // The chat is running: a send is queued.
 /// let send = SendMessageInput {
 ///     message: NewMessage::user(vec![MessagePart::text("next")]),

@@ -63,10 +63,9 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ReplicaRow>> {
 /// # Ok(()) }
 /// ```
 pub async fn advertise_url(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("SELECT advertise_url FROM replicas WHERE id = $1")
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    let sql = "SELECT advertise_url FROM replicas WHERE id = $1";
+    let row: Option<(String,)> = super::keyed::optional(conn, sql, id).await?;
+    Ok(row.map(|(url,)| url))
 }
 
 /// Registers replica `id` at `advertise_url`, or refreshes its row

@@ -32,14 +32,13 @@ pub async fn user_by_secret_hash(
     conn: impl PgExecutor<'_>,
     secret_hash: &[u8],
 ) -> sqlx::Result<Option<UserRow>> {
-    sqlx::query_as(
-        "SELECT u.id, u.username, u.role, u.created_at
+    let sql = "SELECT u.id, u.username, u.role, u.created_at
          FROM api_keys k JOIN users u ON u.id = k.user_id
-         WHERE k.secret_hash = $1 AND (k.expires_at IS NULL OR k.expires_at > now())",
-    )
-    .bind(secret_hash)
-    .fetch_optional(conn)
-    .await
+         WHERE k.secret_hash = $1 AND (k.expires_at IS NULL OR k.expires_at > now())";
+    sqlx::query_as(sql)
+        .bind(secret_hash)
+        .fetch_optional(conn)
+        .await
 }
 
 /// Inserts a token of user `user_id` named `name` and returns its fresh id.

@@ -38,10 +38,8 @@ pub struct UserRow {
 /// # Ok(()) }
 /// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<UserRow>> {
-    sqlx::query_as("SELECT id, username, role, created_at FROM users WHERE id = $1")
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    let sql = "SELECT id, username, role, created_at FROM users WHERE id = $1";
+    super::keyed::optional(conn, sql, id).await
 }
 
 /// Inserts a user with a fresh id (a taken name is `23505`).

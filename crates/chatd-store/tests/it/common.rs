@@ -6,13 +6,14 @@
 
 use std::sync::Arc;
 
-use chatd_core::{
-    BusyBehavior, ChatError, ChatErrorKind, ChatRole, DynamicTool, ExecutionState, MessagePart,
-    RetryState,
-};
+use chatd_core::{ChatError, ChatErrorKind, ChatRole, DynamicTool, ExecutionState, MessagePart};
 use chatd_pubsub::RecordingPublisher;
-use chatd_store::{CreateChatInput, MIGRATOR, NewMessage, SendMessageInput, Store, StoreConfig};
+use chatd_store::{
+    CompleteRequiresActionInput, CreateChatInput, NewMessage, Store, StoreConfig, ToolResultInput,
+};
 use chatd_testkit::TestDatabase;
+use chatd_testkit::store::{self, Route, StoreFixture, steps_to};
+pub use chatd_testkit::store::{DYNAMIC_TOOL, PENDING_CALL, retry_state, tool_call_message};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -31,38 +32,20 @@ pub fn chat_error(message: &str) -> ChatError {
     ChatError::new(ChatErrorKind::Generic, message, false)
 }
 
-/// The [`RetryState`] of retry number `attempt`: a rate limit, retried a
-/// second later (at a fixed time, so that equal attempts are equal values).
-pub fn retry_state(attempt: i64) -> RetryState {
-    RetryState {
-        attempt,
-        delay_ms: 1000,
-        error: ChatError::new(ChatErrorKind::RateLimit, "rate limited", true),
-        retrying_at: chrono::DateTime::UNIX_EPOCH,
-    }
-}
-
-/// The tool call id the `A*` builders leave pending.
-pub const PENDING_CALL: &str = "call-1";
-/// The dynamic tool the `A*` builders call.
-pub const DYNAMIC_TOOL: &str = "pick_color";
-
 impl Harness {
     pub async fn new() -> Self {
         Self::with_config(StoreConfig::default()).await
     }
 
     pub async fn with_config(config: StoreConfig) -> Self {
-        let db = TestDatabase::new(&MIGRATOR).await.expect("test database");
-        let published = Arc::new(RecordingPublisher::new());
-        let store = Store::with_config(db.pool().clone(), published.clone(), config);
-        let owner = Uuid::new_v4();
-        sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, $2, 'member')")
-            .bind(owner)
-            .bind(format!("user-{}", owner.simple()))
-            .execute(db.pool())
+        let StoreFixture {
+            db,
+            store,
+            published,
+            owner,
+        } = StoreFixture::with_config(config)
             .await
-            .expect("insert user");
+            .expect("store fixture");
         Self {
             db,
             store,
@@ -75,6 +58,17 @@ impl Harness {
 
     pub fn pool(&self) -> &sqlx::PgPool {
         self.db.pool()
+    }
+
+    /// The input that creates chat `id` for `owner` with one user message
+    /// `text`.
+    pub fn chat_input(&self, id: Uuid, text: &str) -> CreateChatInput {
+        CreateChatInput {
+            id: Some(id),
+            owner_id: self.owner,
+            initial_messages: vec![user_text(text)],
+            ..CreateChatInput::default()
+        }
     }
 
     /// Creates a running chat (`R0`) with one user message and a dynamic tool.
@@ -97,106 +91,33 @@ impl Harness {
     }
 
     /// Creates a chat and drives it into `state` with real transitions. The
-    /// chat is owned by `self.worker`/`self.runner` in every state but `N`
+    /// chat is owned by [`store::builder_worker`]/[`store::builder_runner`] in every state but `N`
     /// (a random id that does not exist). `Invalid` is made by an
     /// out-of-band write (archived while running).
     pub async fn chat_in(&self, state: ExecutionState) -> Uuid {
-        use ExecutionState as S;
-        if state == S::N {
+        self.build(state, false).await
+    }
+
+    /// Like [`Harness::chat_in`], but the chat goes through a retry
+    /// (`RecordGenerationAttempt` then `RecordRetryState` with
+    /// [`retry_state`]`(1)`) while it runs: `R*`, `I*` and `Invalid` (archived
+    /// while running) chats hold that retry state; the others have ended the
+    /// generation since.
+    pub async fn chat_in_retrying(&self, state: ExecutionState) -> Uuid {
+        self.build(state, true).await
+    }
+
+    async fn build(&self, state: ExecutionState, retrying: bool) -> Uuid {
+        if state == ExecutionState::N {
             return Uuid::new_v4();
         }
         let id = self.create().await;
-        self.apply(id, |tx| {
-            Box::pin(async move { tx.acquire(tx_worker(tx), tx_runner(tx)).await })
-        })
-        .await;
-        let steps: &[Step] = match state {
-            S::R0 => &[],
-            S::R1 => &[Step::Queue],
-            S::W => &[Step::FinishTurn],
-            S::E0 => &[Step::FinishError],
-            S::E1 => &[Step::Queue, Step::FinishError],
-            S::I0 => &[Step::Interrupt],
-            S::I1 => &[Step::Queue, Step::Interrupt],
-            S::A0 => &[Step::CallTool, Step::EnterAction],
-            S::A1 => &[Step::CallTool, Step::EnterAction, Step::Queue],
-            S::XW => &[Step::FinishTurn, Step::Archive],
-            S::XE0 => &[Step::FinishError, Step::Archive],
-            S::XE1 => &[Step::Queue, Step::FinishError, Step::Archive],
-            S::Invalid => &[Step::CorruptArchived],
-            S::N => unreachable!(),
+        let route = Route {
+            retrying,
+            ..Route::default()
         };
-        for step in steps {
-            self.step(id, *step).await;
-        }
-        assert_eq!(self.state(id).await, state, "builder for {state}");
+        store::drive(&self.store, id, state, &steps_to(state, route)).await;
         id
-    }
-
-    async fn step(&self, id: Uuid, step: Step) {
-        match step {
-            Step::Queue => {
-                self.apply(id, |tx| {
-                    Box::pin(async move {
-                        tx.send_message(SendMessageInput {
-                            message: user_text("queued"),
-                            busy_behavior: BusyBehavior::Queue,
-                            max_queue_size: None,
-                        })
-                        .await
-                        .map(|_| ())
-                    })
-                })
-                .await
-            }
-            Step::FinishTurn => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.finish_turn().await.map(|_| ()) })
-                })
-                .await
-            }
-            Step::FinishError => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.finish_error(chat_error("boom")).await })
-                })
-                .await
-            }
-            Step::Interrupt => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.interrupt().await.map(|_| ()) })
-                })
-                .await
-            }
-            Step::CallTool => {
-                self.apply(id, |tx| {
-                    Box::pin(async move {
-                        tx.commit_step(vec![tool_call_message(PENDING_CALL)], false)
-                            .await
-                            .map(|_| ())
-                    })
-                })
-                .await
-            }
-            Step::EnterAction => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.enter_requires_action().await.map(|_| ()) })
-                })
-                .await
-            }
-            Step::Archive => {
-                self.apply(id, |tx| {
-                    Box::pin(async move { tx.set_archived(true).await })
-                })
-                .await
-            }
-            Step::CorruptArchived => {
-                sqlx::query("UPDATE chats SET archived = true WHERE id = $1")
-                    .bind(id)
-                    .execute(self.pool())
-                    .await
-                    .expect("corrupt");
-            }
-        }
     }
 
     /// Applies `f` in one bundle and commits; panics on error.
@@ -206,19 +127,52 @@ impl Harness {
             &'a mut chatd_store::ChatTx,
         ) -> futures::future::BoxFuture<'a, chatd_store::StoreResult<()>>,
     {
-        self.store.machine(id).update(f).await.expect("transition");
+        store::apply(&self.store, id, f).await;
+    }
+
+    /// Applies `f` in one bundle and commits; returns its value and the
+    /// committed row. Panics on error.
+    pub async fn run<T, F>(&self, id: Uuid, f: F) -> (T, chatd_store::Chat)
+    where
+        F: for<'a> FnOnce(
+            &'a mut chatd_store::ChatTx,
+        ) -> futures::future::BoxFuture<'a, chatd_store::StoreResult<T>>,
+    {
+        self.store.machine(id).update(f).await.expect("transition")
+    }
+
+    /// Applies `f` in one bundle that must fail; returns the error (the
+    /// bundle is rolled back).
+    pub async fn rejected<T: std::fmt::Debug, F>(&self, id: Uuid, f: F) -> chatd_store::StoreError
+    where
+        F: for<'a> FnOnce(
+            &'a mut chatd_store::ChatTx,
+        ) -> futures::future::BoxFuture<'a, chatd_store::StoreResult<T>>,
+    {
+        self.store
+            .machine(id)
+            .update(f)
+            .await
+            .expect_err("the bundle must be rejected")
+    }
+
+    /// `CommitStep(messages)` in its own bundle; returns the inserted rows.
+    pub async fn commit_step(
+        &self,
+        id: Uuid,
+        messages: Vec<NewMessage>,
+    ) -> Vec<chatd_store::ChatMessage> {
+        let (inserted, _) = self
+            .run(id, |tx| {
+                Box::pin(async move { tx.commit_step(messages, false).await })
+            })
+            .await;
+        inserted
     }
 
     /// The chat's execution state (`N` when it does not exist).
     pub async fn state(&self, id: Uuid) -> ExecutionState {
-        let row: Option<(String, bool, bool)> = sqlx::query_as(
-            "SELECT status, archived, EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = c.id) FROM chats c WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await
-        .expect("state");
-        chatd_core::classify(row.map(|(s, a, q)| (s.parse().expect("status"), a, q)))
+        store::execution_state(self.pool(), id).await
     }
 
     /// Everything stored about a chat, as JSON: the row, its messages, its
@@ -238,45 +192,25 @@ impl Harness {
     }
 
     pub async fn snapshot_version(&self, id: Uuid) -> i64 {
-        sqlx::query_scalar("SELECT snapshot_version FROM chats WHERE id = $1")
-            .bind(id)
-            .fetch_one(self.pool())
-            .await
-            .expect("snapshot")
+        store::snapshot_version(self.pool(), id).await
     }
 
     pub async fn chat(&self, id: Uuid) -> chatd_store::Chat {
-        sqlx::query_as("SELECT * FROM chats WHERE id = $1")
-            .bind(id)
-            .fetch_one(self.pool())
-            .await
-            .expect("chat")
+        store::chat_row(self.pool(), id).await
     }
 
     pub async fn messages(&self, id: Uuid) -> Vec<chatd_store::ChatMessage> {
-        sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 ORDER BY id")
-            .bind(id)
-            .fetch_all(self.pool())
-            .await
-            .expect("messages")
+        store::message_rows(self.pool(), id).await
     }
 
     pub async fn active_messages(&self, id: Uuid) -> Vec<chatd_store::ChatMessage> {
-        self.messages(id)
-            .await
-            .into_iter()
-            .filter(|m| !m.deleted)
-            .collect()
+        let mut messages = self.messages(id).await;
+        messages.retain(|m| !m.deleted);
+        messages
     }
 
     pub async fn queue(&self, id: Uuid) -> Vec<chatd_store::QueuedMessage> {
-        sqlx::query_as(
-            "SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id",
-        )
-        .bind(id)
-        .fetch_all(self.pool())
-        .await
-        .expect("queue")
+        store::queue_rows(self.pool(), id).await
     }
 
     /// Tool calls in active history without a result.
@@ -286,36 +220,16 @@ impl Harness {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Step {
-    Queue,
-    FinishTurn,
-    FinishError,
-    Interrupt,
-    CallTool,
-    EnterAction,
-    Archive,
-    CorruptArchived,
-}
-
-// The builders acquire with fixed ids derived from the chat id so that the
-// closure needs no captured state.
-fn tx_worker(tx: &chatd_store::ChatTx) -> Uuid {
-    Uuid::from_u128(tx.chat_id().as_u128() ^ 1)
-}
-
-fn tx_runner(tx: &chatd_store::ChatTx) -> Uuid {
-    Uuid::from_u128(tx.chat_id().as_u128() ^ 2)
-}
-
-/// The worker id the builders acquire a chat with.
-pub fn builder_worker(chat_id: Uuid) -> Uuid {
-    Uuid::from_u128(chat_id.as_u128() ^ 1)
-}
-
-/// The runner id the builders acquire a chat with.
-pub fn builder_runner(chat_id: Uuid) -> Uuid {
-    Uuid::from_u128(chat_id.as_u128() ^ 2)
+/// The answer to the pending call [`PENDING_CALL`]: JSON `output`, no error.
+pub fn pending_call_answer(output: &str) -> CompleteRequiresActionInput {
+    CompleteRequiresActionInput {
+        results: vec![ToolResultInput {
+            tool_call_id: PENDING_CALL.into(),
+            output: output.into(),
+            is_error: false,
+        }],
+        ..CompleteRequiresActionInput::default()
+    }
 }
 
 pub fn user_text(text: &str) -> NewMessage {
@@ -324,15 +238,6 @@ pub fn user_text(text: &str) -> NewMessage {
 
 pub fn assistant_text(text: &str) -> NewMessage {
     NewMessage::assistant(vec![MessagePart::text(text)])
-}
-
-/// An assistant message calling the dynamic tool with `call_id`.
-pub fn tool_call_message(call_id: &str) -> NewMessage {
-    NewMessage::assistant(vec![MessagePart::ToolCall {
-        tool_call_id: call_id.to_owned(),
-        tool_name: DYNAMIC_TOOL.to_owned(),
-        args: "{\"color\":\"any\"}".to_owned(),
-    }])
 }
 
 pub fn is_role(message: &chatd_store::ChatMessage, role: ChatRole) -> bool {

@@ -3,47 +3,38 @@
 //! the documented effects and advance `snapshot_version` by exactly one;
 //! every other pair is rejected with the right error and changes nothing
 //! (row, messages, queue, heartbeats and `snapshot_version` untouched).
+//! Every chat has been through a retry while it ran, so that the effects on
+//! `retry_state` show.
 
 use chatd_core::{
     BusyBehavior, ChatError, ChatErrorKind, ExecutionState, MessagePart, StateError, Transition,
     matrix,
 };
-use chatd_store::{
-    CompleteRequiresActionInput, CreateChatInput, EditMessageInput, NewMessage, SendMessageInput,
-    StoreError, ToolResultInput,
-};
+use chatd_store::{EditMessageInput, NewMessage, SendMessageInput, StoreError};
 use uuid::Uuid;
 
-use crate::common::{Harness, PENDING_CALL, chat_error, retry_state, user_text};
+use crate::common::{
+    Harness, PENDING_CALL, chat_error, pending_call_answer, retry_state, user_text,
+};
 
 /// Applies `transition` to chat `id` with ordinary inputs in one bundle.
 async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), StoreError> {
     if transition == Transition::CreateChat {
-        return h
-            .store
-            .create_chat(CreateChatInput {
-                id: Some(id),
-                owner_id: h.owner,
-                initial_messages: vec![user_text("hi")],
-                ..CreateChatInput::default()
-            })
-            .await
-            .map(|_| ());
+        let input = h.chat_input(id, "hi");
+        return h.store.create_chat(input).await.map(|_| ());
     }
-    let first_user: i64 = sqlx::query_scalar(
+    let first_user = lowest_id(
+        h,
         "SELECT coalesce(min(id), 1) FROM chat_messages WHERE chat_id = $1 AND role = 'user'",
+        id,
     )
-    .bind(id)
-    .fetch_one(h.pool())
-    .await
-    .expect("first user message");
-    let first_queued: i64 = sqlx::query_scalar(
+    .await;
+    let first_queued = lowest_id(
+        h,
         "SELECT coalesce(min(id), 1000000) FROM chat_queued_messages WHERE chat_id = $1",
+        id,
     )
-    .bind(id)
-    .fetch_one(h.pool())
-    .await
-    .expect("first queued");
+    .await;
     let mut tx = h.store.machine(id).begin().await?;
     match transition {
         Transition::CreateChat => unreachable!(),
@@ -79,14 +70,7 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
         }
         Transition::Interrupt => tx.interrupt().await.map(|_| ())?,
         Transition::CompleteRequiresAction => tx
-            .complete_requires_action(CompleteRequiresActionInput {
-                results: vec![ToolResultInput {
-                    tool_call_id: PENDING_CALL.into(),
-                    output: "{\"color\":\"red\"}".into(),
-                    is_error: false,
-                }],
-                ..CompleteRequiresActionInput::default()
-            })
+            .complete_requires_action(pending_call_answer("{\"color\":\"red\"}"))
             .await
             .map(|_| ())?,
         Transition::Acquire => tx.acquire(Uuid::new_v4(), Uuid::new_v4()).await?,
@@ -123,16 +107,27 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
     Ok(())
 }
 
+/// The id `sql` selects for chat `id` (a `min(id)` with a fallback for
+/// states that have no such row).
+async fn lowest_id(h: &Harness, sql: &'static str, id: Uuid) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(id)
+        .fetch_one(h.pool())
+        .await
+        .expect("lowest id")
+}
+
 /// Checks one transition against every state.
 async fn check_transition(transition: Transition) {
     let h = Harness::new().await;
     for from in ExecutionState::ALL {
-        let id = h.chat_in(from).await;
+        let id = h.chat_in_retrying(from).await;
         let before = h.dump(id).await;
-        let version_before = if from == ExecutionState::N {
-            0
+        let (version_before, retry_before) = if from == ExecutionState::N {
+            (0, None)
         } else {
-            h.snapshot_version(id).await
+            let chat = h.chat(id).await;
+            (chat.snapshot_version, chat.retry_state)
         };
         let result = apply(&h, id, transition).await;
         match matrix::allowed_targets(transition, from) {
@@ -151,6 +146,7 @@ async fn check_transition(transition: Transition) {
                     "{transition} from {from}: snapshot advances once"
                 );
                 check_effects(&h, id, transition, from, to, &chat).await;
+                check_retry_state(transition, from, to, retry_before.is_some(), &chat);
             }
             None => {
                 let err = result.expect_err(&format!("{transition} from {from} must be rejected"));
@@ -267,6 +263,40 @@ async fn check_effects(
             head.content.0,
             vec![MessagePart::text("new")],
             "an interrupting send goes to the queue head"
+        );
+    }
+}
+
+/// A retry state belongs to one generation: the transitions that end it
+/// clear it, so no valid chat outside `R*`/`I*` keeps one (an `Invalid` chat,
+/// archived while running, keeps what it had until it is reconciled), and
+/// the clear advances `retry_state_version` so that streams see it.
+fn check_retry_state(
+    transition: Transition,
+    from: ExecutionState,
+    to: ExecutionState,
+    had_retry_state: bool,
+    chat: &chatd_store::Chat,
+) {
+    use ExecutionState as S;
+    let ends_generation = matches!(
+        transition,
+        Transition::FinishTurn
+            | Transition::FinishInterruption
+            | Transition::FinishError
+            | Transition::EnterRequiresAction
+            | Transition::ReconcileInvalidState
+    );
+    if ends_generation || !matches!(to, S::R0 | S::R1 | S::I0 | S::I1 | S::Invalid) {
+        assert_eq!(
+            chat.retry_state, None,
+            "{transition} from {from} into {to} must clear retry_state"
+        );
+    }
+    if had_retry_state && chat.retry_state.is_none() {
+        assert_eq!(
+            chat.retry_state_version, chat.snapshot_version,
+            "{transition} from {from}: clearing retry_state advances retry_state_version"
         );
     }
 }

@@ -356,6 +356,9 @@ fn random_transition_sequences_agree_with_the_pure_model() {
                 assert_eq!(actual, model.state(), "step {step} {op:?}: database and model disagree (model {model:?})");
                 assert_eq!(h.queue(id).await.len(), model.queue, "step {step} {op:?}: queue length");
                 assert_eq!(h.outstanding_calls(id).await.len(), model.pending, "step {step} {op:?}: pending tool calls");
+                if !matches!(actual, ExecutionState::R0 | ExecutionState::R1 | ExecutionState::I0 | ExecutionState::I1 | ExecutionState::Invalid) {
+                    assert_eq!(h.chat(id).await.retry_state, None, "step {step} {op:?}: retry_state outlived the generation");
+                }
             }
         });
     });

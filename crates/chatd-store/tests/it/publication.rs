@@ -149,11 +149,10 @@ async fn every_committed_update_publishes_one_chat_update_with_the_committed_val
 
     let (worker, runner) = (h.worker, h.runner);
     let ((), acquired) = h
-        .store
-        .machine(id)
-        .update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await }))
-        .await
-        .unwrap();
+        .run(id, move |tx| {
+            Box::pin(async move { tx.acquire(worker, runner).await })
+        })
+        .await;
     assert_one_update_matching_row(&h, id).await;
     assert_eq!(
         (acquired.worker_id, acquired.runner_id),
@@ -190,13 +189,10 @@ async fn every_committed_update_publishes_one_chat_update_with_the_committed_val
 
     // A retry payload moves retry_state_version, and the update says so.
     let ((), chat) = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .run(id, |tx| {
             Box::pin(async move { tx.record_retry_state(retry_state(1)).await.map(|_| ()) })
         })
-        .await
-        .unwrap();
+        .await;
     let published = h.published.take();
     let update = updates_for(&published, id).pop().expect("one update");
     assert_eq!(update.retry_state_version, chat.snapshot_version);
@@ -257,7 +253,7 @@ async fn rejected_transition_publishes_nothing_and_changes_nothing() {
     let id = h.chat_in(ExecutionState::W).await;
     let before = h.dump(id).await;
     h.published.take();
-    let err = h.store.machine(id).update(interrupt).await.unwrap_err();
+    let err = h.rejected(id, interrupt).await;
     let StateError::TransitionNotAllowed(rejection) = state_error(err) else {
         panic!("expected TransitionNotAllowed");
     };
@@ -274,9 +270,7 @@ async fn closure_error_after_a_successful_transition_rolls_back_and_publishes_no
     let snapshot = h.snapshot_version(id).await;
     h.published.take();
     let err = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .rejected(id, |tx| {
             Box::pin(async move {
                 tx.interrupt().await?;
                 assert_eq!(tx.execution_state().await?, ExecutionState::I1);
@@ -286,8 +280,7 @@ async fn closure_error_after_a_successful_transition_rolls_back_and_publishes_no
                 }))
             })
         })
-        .await
-        .unwrap_err();
+        .await;
     assert!(matches!(
         state_error(err),
         StateError::InvalidInput { field: "test", .. }
@@ -346,11 +339,10 @@ async fn acquired_chat_with_a_fresh_heartbeat_gets_no_hint() {
     let id = h.create().await;
     h.published.take();
     let (worker, runner) = (h.worker, h.runner);
-    h.store
-        .machine(id)
-        .update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await }))
-        .await
-        .unwrap();
+    h.run(id, move |tx| {
+        Box::pin(async move { tx.acquire(worker, runner).await })
+    })
+    .await;
     assert_eq!(assert_one_update_matching_row(&h, id).await, vec![]);
     for op in [record_attempt, queue_send, interrupt] {
         run(&h, id, op).await;
@@ -550,12 +542,7 @@ async fn pg_pubsub_delivers_the_committed_update_and_the_create_hint() {
     let mut updates = pubsub.subscribe(&update_channel).await.unwrap();
 
     let created = store
-        .create_chat(CreateChatInput {
-            id: Some(id),
-            owner_id: h.owner,
-            initial_messages: vec![user_text("hello")],
-            ..CreateChatInput::default()
-        })
+        .create_chat(h.chat_input(id, "hello"))
         .await
         .unwrap()
         .chat;

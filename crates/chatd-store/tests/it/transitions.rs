@@ -13,7 +13,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::common::{
-    Harness, PENDING_CALL, assistant_text, retry_state, tool_call_message, user_text,
+    Harness, PENDING_CALL, assistant_text, pending_call_answer, retry_state, tool_call_message,
+    user_text,
 };
 
 fn send(text: &str, busy_behavior: BusyBehavior) -> SendMessageInput {
@@ -134,16 +135,13 @@ async fn send_message_interrupt_from_r0_queues_at_head_and_lands_i1() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R1).await;
     let (result, _) = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .run(id, |tx| {
             Box::pin(async move {
                 tx.send_message(send("urgent", BusyBehavior::Interrupt))
                     .await
             })
         })
-        .await
-        .unwrap();
+        .await;
     assert!(result.inserted_messages.is_empty());
     let queue = h.queue(id).await;
     assert_eq!(queue.len(), 2);
@@ -158,13 +156,10 @@ async fn send_message_queue_from_e1_appends_promotes_head_and_clears_error() {
     let id = h.chat_in(ExecutionState::E1).await;
     assert!(h.chat(id).await.last_error.is_some());
     let (result, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .run(id, |tx| {
             Box::pin(async move { tx.send_message(send("third", BusyBehavior::Queue)).await })
         })
-        .await
-        .unwrap();
+        .await;
     assert_eq!(chat.last_error, None);
     assert_eq!(chat.status, ChatStatus::Running);
     // The old head ("queued") entered history with its queued id; "third" waits.
@@ -187,13 +182,10 @@ async fn send_message_interrupt_from_a1_answers_pending_calls_as_interrupted_and
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::A1).await;
     let (result, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .run(id, |tx| {
             Box::pin(async move { tx.send_message(send("stop", BusyBehavior::Interrupt)).await })
         })
-        .await
-        .unwrap();
+        .await;
     assert_eq!(result.inserted_messages.len(), 1);
     match &result.inserted_messages[0].content.0[0] {
         MessagePart::ToolResult {
@@ -226,34 +218,29 @@ async fn send_message_into_a_full_queue_is_rejected_with_the_maximum() {
     })
     .await;
     let id = h.chat_in(ExecutionState::R1).await;
-    h.store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.send_message(send("2", BusyBehavior::Queue)).await }))
-        .await
-        .unwrap();
+    h.run(id, |tx| {
+        Box::pin(async move { tx.send_message(send("2", BusyBehavior::Queue)).await })
+    })
+    .await;
     let before = h.dump(id).await;
     let err = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.send_message(send("3", BusyBehavior::Queue)).await }))
-        .await
-        .unwrap_err();
+        .rejected(id, |tx| {
+            Box::pin(async move { tx.send_message(send("3", BusyBehavior::Queue)).await })
+        })
+        .await;
     assert_eq!(state_error(err), StateError::MessageQueueFull { max: 2 });
     assert_eq!(h.dump(id).await, before);
     // The per-call override wins over the store's cap.
-    h.store
-        .machine(id)
-        .update(|tx| {
-            Box::pin(async move {
-                tx.send_message(SendMessageInput {
-                    max_queue_size: Some(3),
-                    ..send("3", BusyBehavior::Queue)
-                })
-                .await
+    h.run(id, |tx| {
+        Box::pin(async move {
+            tx.send_message(SendMessageInput {
+                max_queue_size: Some(3),
+                ..send("3", BusyBehavior::Queue)
             })
+            .await
         })
-        .await
-        .unwrap();
+    })
+    .await;
     assert_eq!(h.queue(id).await.len(), 3);
 }
 
@@ -261,20 +248,11 @@ async fn send_message_into_a_full_queue_is_rejected_with_the_maximum() {
 async fn edit_message_soft_deletes_suffix_clears_queue_and_inserts_replacement() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R1).await;
-    h.apply(id, |tx| {
-        Box::pin(async move {
-            tx.commit_step(vec![assistant_text("answer")], false)
-                .await
-                .map(|_| ())
-        })
-    })
-    .await;
+    h.commit_step(id, vec![assistant_text("answer")]).await;
     let original = h.messages(id).await;
     let first_user = original[0].id;
     let (result, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .run(id, |tx| {
             Box::pin(async move {
                 tx.edit_message(EditMessageInput {
                     message_id: first_user,
@@ -284,8 +262,7 @@ async fn edit_message_soft_deletes_suffix_clears_queue_and_inserts_replacement()
                 .await
             })
         })
-        .await
-        .unwrap();
+        .await;
     assert_eq!(
         result.deleted_message_ids,
         original.iter().map(|m| m.id).collect::<Vec<_>>()
@@ -309,14 +286,7 @@ async fn edit_message_soft_deletes_suffix_clears_queue_and_inserts_replacement()
 async fn edit_message_rejects_non_user_unknown_and_deleted_messages() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
-    h.apply(id, |tx| {
-        Box::pin(async move {
-            tx.commit_step(vec![assistant_text("a")], false)
-                .await
-                .map(|_| ())
-        })
-    })
-    .await;
+    h.commit_step(id, vec![assistant_text("a")]).await;
     let messages = h.messages(id).await;
     let (user_id, assistant_id) = (messages[0].id, messages[1].id);
     let before = h.dump(id).await;
@@ -325,42 +295,38 @@ async fn edit_message_rejects_non_user_unknown_and_deleted_messages() {
         replacement: user_text("x"),
         suffix_messages: vec![],
     };
-    let err = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.edit_message(edit(assistant_id)).await }))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        state_error(err),
-        StateError::EditedMessageNotUser {
-            message_id: assistant_id
-        }
-    );
-    let err = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.edit_message(edit(987_654)).await }))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        state_error(err),
-        StateError::MessageNotFound {
-            message_id: 987_654
-        }
-    );
+    let cases = [
+        (
+            assistant_id,
+            StateError::EditedMessageNotUser {
+                message_id: assistant_id,
+            },
+        ),
+        (
+            987_654,
+            StateError::MessageNotFound {
+                message_id: 987_654,
+            },
+        ),
+    ];
+    for (message_id, expected) in cases {
+        let err = h
+            .rejected(id, |tx| {
+                Box::pin(async move { tx.edit_message(edit(message_id)).await })
+            })
+            .await;
+        assert_eq!(state_error(err), expected);
+    }
     assert_eq!(h.dump(id).await, before);
-    h.store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.edit_message(edit(user_id)).await }))
-        .await
-        .unwrap();
+    h.run(id, |tx| {
+        Box::pin(async move { tx.edit_message(edit(user_id)).await })
+    })
+    .await;
     let err = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.edit_message(edit(user_id)).await }))
-        .await
-        .unwrap_err();
+        .rejected(id, |tx| {
+            Box::pin(async move { tx.edit_message(edit(user_id)).await })
+        })
+        .await;
     assert_eq!(
         state_error(err),
         StateError::MessageNotFound {
@@ -376,9 +342,7 @@ async fn edit_message_of_another_chat_is_not_found() {
     let b = h.chat_in(ExecutionState::W).await;
     let foreign = h.messages(b).await[0].id;
     let err = h
-        .store
-        .machine(a)
-        .update(|tx| {
+        .rejected(a, |tx| {
             Box::pin(async move {
                 tx.edit_message(EditMessageInput {
                     message_id: foreign,
@@ -388,8 +352,7 @@ async fn edit_message_of_another_chat_is_not_found() {
                 .await
             })
         })
-        .await
-        .unwrap_err();
+        .await;
     assert_eq!(
         state_error(err),
         StateError::MessageNotFound {
@@ -402,44 +365,30 @@ async fn edit_message_of_another_chat_is_not_found() {
 async fn delete_queued_message_unknown_id_is_not_found_and_empty_queue_is_not_allowed() {
     let h = Harness::new().await;
     let busy = h.chat_in(ExecutionState::R1).await;
-    let err = h
-        .store
-        .machine(busy)
-        .update(|tx| Box::pin(async move { tx.delete_queued_message(424_242).await }))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        state_error(err),
-        StateError::QueuedMessageNotFound {
-            queued_message_id: 424_242
-        }
-    );
     let idle = h.chat_in(ExecutionState::R0).await;
     let err = h
-        .store
-        .machine(idle)
-        .update(|tx| Box::pin(async move { tx.delete_queued_message(1).await }))
-        .await
-        .unwrap_err();
+        .rejected(idle, |tx| {
+            Box::pin(async move { tx.delete_queued_message(1).await })
+        })
+        .await;
     assert!(matches!(
         state_error(err),
         StateError::TransitionNotAllowed(_)
     ));
-    // A queued message of another chat is not found either.
+    // Unknown ids, and queued messages of another chat, are not found.
     let other = h.queue(busy).await[0].id;
     let third = h.chat_in(ExecutionState::R1).await;
-    let err = h
-        .store
-        .machine(third)
-        .update(|tx| Box::pin(async move { tx.delete_queued_message(other).await }))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        state_error(err),
-        StateError::QueuedMessageNotFound {
-            queued_message_id: other
-        }
-    );
+    for (chat, queued_message_id) in [(busy, 424_242), (third, other)] {
+        let err = h
+            .rejected(chat, |tx| {
+                Box::pin(async move { tx.delete_queued_message(queued_message_id).await })
+            })
+            .await;
+        assert_eq!(
+            state_error(err),
+            StateError::QueuedMessageNotFound { queued_message_id }
+        );
+    }
 }
 
 #[tokio::test]
@@ -465,16 +414,13 @@ async fn promote_queued_message_from_r1_moves_it_to_the_head_and_interrupts() {
     assert_eq!(h.state(id).await, ExecutionState::I1);
     // Finishing the interruption promotes exactly that message.
     let (result, _) = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .run(id, |tx| {
             Box::pin(async move {
                 tx.finish_interruption(vec![assistant_text("partial ans")])
                     .await
             })
         })
-        .await
-        .unwrap();
+        .await;
     let promoted = result.promoted_message.unwrap();
     assert_eq!(promoted.queued_message_id, Some(last));
     assert_eq!(text_of(&promoted.content.0), "last");
@@ -491,11 +437,10 @@ async fn promote_from_a1_answers_pending_calls_and_inserts_the_message() {
     let id = h.chat_in(ExecutionState::A1).await;
     let qid = h.queue(id).await[0].id;
     let (result, _) = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.promote_queued_message(qid).await }))
-        .await
-        .unwrap();
+        .run(id, |tx| {
+            Box::pin(async move { tx.promote_queued_message(qid).await })
+        })
+        .await;
     assert_eq!(result.cancellation_messages.len(), 1);
     assert_eq!(
         result.inserted_message.unwrap().queued_message_id,
@@ -535,9 +480,7 @@ async fn complete_requires_action_validates_the_exact_set() {
     ];
     for (results, kind) in cases {
         let err = h
-            .store
-            .machine(id)
-            .update(|tx| {
+            .rejected(id, |tx| {
                 Box::pin(async move {
                     tx.complete_requires_action(CompleteRequiresActionInput {
                         results,
@@ -546,8 +489,7 @@ async fn complete_requires_action_validates_the_exact_set() {
                     .await
                 })
             })
-            .await
-            .unwrap_err();
+            .await;
         match state_error(err) {
             StateError::ToolResult(e) => assert_eq!(e.kind, kind),
             other => panic!("expected {kind:?}, got {other:?}"),
@@ -555,23 +497,13 @@ async fn complete_requires_action_validates_the_exact_set() {
         assert_eq!(h.dump(id).await, before, "{kind:?} changed something");
     }
     let (inserted, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .run(id, |tx| {
             Box::pin(async move {
-                tx.complete_requires_action(CompleteRequiresActionInput {
-                    results: vec![ToolResultInput {
-                        tool_call_id: PENDING_CALL.into(),
-                        output: "\"blue\"".into(),
-                        is_error: false,
-                    }],
-                    ..Default::default()
-                })
-                .await
+                tx.complete_requires_action(pending_call_answer("\"blue\""))
+                    .await
             })
         })
-        .await
-        .unwrap();
+        .await;
     assert_eq!(inserted.len(), 1);
     assert_eq!(inserted[0].role, ChatRole::Tool);
     assert!(
@@ -589,20 +521,12 @@ async fn enter_requires_action_sets_the_deadline_from_database_time() {
     })
     .await;
     let id = h.chat_in(ExecutionState::R0).await;
-    h.apply(id, |tx| {
-        Box::pin(async move {
-            tx.commit_step(vec![tool_call_message("c9")], false)
-                .await
-                .map(|_| ())
-        })
-    })
-    .await;
+    h.commit_step(id, vec![tool_call_message("c9")]).await;
     let (deadline, _) = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.enter_requires_action().await }))
-        .await
-        .unwrap();
+        .run(id, |tx| {
+            Box::pin(async move { tx.enter_requires_action().await })
+        })
+        .await;
     let seconds: f64 =
         sqlx::query_scalar("SELECT extract(epoch FROM $1::timestamptz - now())::float8")
             .bind(deadline)
@@ -620,11 +544,10 @@ async fn cancel_requires_action_answers_pending_calls_as_timed_out() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::A1).await;
     let (cancellations, _) = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.cancel_requires_action(None).await }))
-        .await
-        .unwrap();
+        .run(id, |tx| {
+            Box::pin(async move { tx.cancel_requires_action(None).await })
+        })
+        .await;
     assert_eq!(cancellations.len(), 1);
     assert!(
         matches!(&cancellations[0].content.0[0], MessagePart::ToolResult { result, is_error: true, .. } if result == &json!({"error": TIMED_OUT_TOOL_RESULT}))
@@ -646,11 +569,10 @@ async fn finish_interruption_keeps_partial_text_and_answers_unfinished_calls() {
     ]);
     partial.finish_reason = Some(FinishReason::Interrupted);
     let (result, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.finish_interruption(vec![partial]).await }))
-        .await
-        .unwrap();
+        .run(id, |tx| {
+            Box::pin(async move { tx.finish_interruption(vec![partial]).await })
+        })
+        .await;
     assert_eq!(result.inserted_messages.len(), 2);
     assert_eq!(text_of(&result.inserted_messages[0].content.0), "I was say");
     assert_eq!(
@@ -666,6 +588,28 @@ async fn finish_interruption_keeps_partial_text_and_answers_unfinished_calls() {
     );
     assert_eq!(result.promoted_message, None);
     assert_eq!(chat.status, ChatStatus::Waiting);
+}
+
+#[tokio::test]
+async fn finish_interruption_after_an_interrupted_retry_clears_the_retry_state() {
+    let h = Harness::new().await;
+    // Interrupted during a retry's back-off: nothing streamed, nothing to keep.
+    let id = h.chat_in_retrying(ExecutionState::I0).await;
+    let interrupting = h.chat(id).await;
+    assert_eq!(interrupting.retry_state, Some(retry_state(1)));
+    let (result, chat) = h
+        .run(id, |tx| {
+            Box::pin(async move { tx.finish_interruption(vec![]).await })
+        })
+        .await;
+    assert!(result.inserted_messages.is_empty());
+    assert_eq!(h.state(id).await, ExecutionState::W);
+    assert_eq!(chat.retry_state, None, "no retry is coming any more");
+    assert_eq!(chat.retry_state_version, chat.snapshot_version);
+    assert_eq!(
+        chat.history_version, interrupting.history_version,
+        "history did not change: the transition itself clears the retry state"
+    );
 }
 
 #[tokio::test]
@@ -720,11 +664,8 @@ async fn finish_turn_from_r1_promotes_the_head_with_its_queued_id() {
     let id = h.chat_in(ExecutionState::R1).await;
     let qid = h.queue(id).await[0].id;
     let (result, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.finish_turn().await }))
-        .await
-        .unwrap();
+        .run(id, |tx| Box::pin(async move { tx.finish_turn().await }))
+        .await;
     let promoted = result.promoted_message.unwrap();
     assert_eq!(promoted.queued_message_id, Some(qid));
     assert_eq!(promoted.role, ChatRole::User);
@@ -738,28 +679,19 @@ async fn generation_attempts_count_up_and_reset_when_history_changes() {
     let id = h.chat_in(ExecutionState::R0).await;
     for expected in 1..=3 {
         let (attempt, _) = h
-            .store
-            .machine(id)
-            .update(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
-            .await
-            .unwrap();
+            .run(id, |tx| {
+                Box::pin(async move { tx.record_generation_attempt().await })
+            })
+            .await;
         assert_eq!(attempt, expected);
     }
     let (chat, _) = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.record_retry_state(retry_state(1)).await }))
-        .await
-        .unwrap();
-    assert_eq!(chat.retry_state_version, chat.snapshot_version);
-    h.apply(id, |tx| {
-        Box::pin(async move {
-            tx.commit_step(vec![assistant_text("x")], false)
-                .await
-                .map(|_| ())
+        .run(id, |tx| {
+            Box::pin(async move { tx.record_retry_state(retry_state(1)).await })
         })
-    })
-    .await;
+        .await;
+    assert_eq!(chat.retry_state_version, chat.snapshot_version);
+    h.commit_step(id, vec![assistant_text("x")]).await;
     let chat = h.chat(id).await;
     assert_eq!(chat.generation_attempt, 0);
     assert_eq!(chat.retry_state, None);
@@ -771,11 +703,10 @@ async fn request_compaction_hands_off_ownership_with_a_fresh_epoch() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::E0).await;
     let (_, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.request_compaction().await }))
-        .await
-        .unwrap();
+        .run(id, |tx| {
+            Box::pin(async move { tx.request_compaction().await })
+        })
+        .await;
     assert!(chat.compaction_requested_at.is_some());
     assert_eq!((chat.worker_id, chat.runner_id), (None, None));
     assert_eq!(chat.history_version, chat.snapshot_version);
@@ -803,11 +734,10 @@ async fn reconcile_invalid_state_unarchives_into_error() {
     );
     let expected = err.clone();
     let (_, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.reconcile_invalid_state(err).await }))
-        .await
-        .unwrap();
+        .run(id, |tx| {
+            Box::pin(async move { tx.reconcile_invalid_state(err).await })
+        })
+        .await;
     assert!(!chat.archived);
     assert_eq!(chat.status, ChatStatus::Error);
     assert_eq!(chat.last_error, Some(expected));
@@ -819,11 +749,8 @@ async fn abandon_of_an_unowned_chat_is_rejected() {
     let h = Harness::new().await;
     let id = h.create().await;
     let err = h
-        .store
-        .machine(id)
-        .update(|tx| Box::pin(async move { tx.abandon().await }))
-        .await
-        .unwrap_err();
+        .rejected(id, |tx| Box::pin(async move { tx.abandon().await }))
+        .await;
     assert!(
         matches!(state_error(err), StateError::TransitionNotAllowed(e) if e.reason == "chat is not owned")
     );
@@ -866,17 +793,14 @@ async fn a_bundle_of_transitions_commits_one_snapshot() {
     let id = h.chat_in(ExecutionState::R0).await;
     let before = h.snapshot_version(id).await;
     let (_, chat) = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .run(id, |tx| {
             Box::pin(async move {
                 tx.record_generation_attempt().await?;
                 tx.commit_step(vec![assistant_text("done")], false).await?;
                 tx.finish_turn().await
             })
         })
-        .await
-        .unwrap();
+        .await;
     assert_eq!(chat.snapshot_version, before + 1);
     assert_eq!(h.state(id).await, ExecutionState::W);
 }
@@ -887,17 +811,14 @@ async fn an_error_inside_a_bundle_rolls_back_the_earlier_transitions() {
     let id = h.chat_in(ExecutionState::R0).await;
     let before = h.dump(id).await;
     let err = h
-        .store
-        .machine(id)
-        .update(|tx| {
+        .rejected(id, |tx| {
             Box::pin(async move {
                 tx.commit_step(vec![assistant_text("x")], false).await?;
                 tx.finish_turn().await?;
                 tx.interrupt().await // W does not allow Interrupt.
             })
         })
-        .await
-        .unwrap_err();
+        .await;
     assert!(matches!(
         state_error(err),
         StateError::TransitionNotAllowed(_)

@@ -215,11 +215,7 @@ impl Env {
     }
 
     pub async fn chat(&self, chat_id: Uuid) -> Chat {
-        sqlx::query_as("SELECT * FROM chats WHERE id = $1")
-            .bind(chat_id)
-            .fetch_one(self.db.pool())
-            .await
-            .unwrap()
+        chatd_testkit::store::chat_row(self.db.pool(), chat_id).await
     }
 
     /// Polls the chat until `pred` holds (every 20 ms, up to `timeout`).
@@ -297,23 +293,13 @@ impl Env {
     }
 
     pub async fn active_messages(&self, chat_id: Uuid) -> Vec<ChatMessage> {
-        self.messages(chat_id, false).await
+        let mut messages = self.all_messages(chat_id).await;
+        messages.retain(|m| !m.deleted);
+        messages
     }
 
     pub async fn all_messages(&self, chat_id: Uuid) -> Vec<ChatMessage> {
-        self.messages(chat_id, true).await
-    }
-
-    /// The chat's messages in id order, deleted ones too when `deleted`.
-    async fn messages(&self, chat_id: Uuid, deleted: bool) -> Vec<ChatMessage> {
-        sqlx::query_as(
-            "SELECT * FROM chat_messages WHERE chat_id = $1 AND ($2 OR NOT deleted) ORDER BY id",
-        )
-        .bind(chat_id)
-        .bind(deleted)
-        .fetch_all(self.db.pool())
-        .await
-        .unwrap()
+        chatd_testkit::store::message_rows(self.db.pool(), chat_id).await
     }
 }
 
