@@ -778,8 +778,6 @@ fn actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
                 }));
             }
             Step::Finish(reason) => finish = Some(reason.clone()),
-            Step::Delay(delay) => out.push(Action::Sleep(*delay)),
-            Step::RawData(data) => out.push(Action::Send(format!("data: {data}\n\n"))),
             Step::StreamError {
                 message,
                 error_type,
@@ -788,20 +786,8 @@ fn actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
                     json!({"error": {"message": message, "type": error_type, "code": null}});
                 out.push(Action::Send(format!("data: {error}\n\n")));
             }
-            // Only honoured as the first step (see `play`).
-            Step::HttpError { .. } => {}
-            Step::Disconnect => {
-                // Let the server flush what came before: an error polled
-                // right after the last chunk can kill the connection before
-                // the response head is written.
-                out.push(Action::Sleep(Duration::from_millis(20)));
-                out.push(Action::Disconnect);
-                return out;
-            }
-            Step::Hang => {
-                out.push(Action::Hang);
-                return out;
-            }
+            _ if play_transport_step(step, &mut out) => return out,
+            _ => {}
         }
     }
     let finish = finish.unwrap_or_else(|| {
@@ -883,48 +869,41 @@ fn anthropic_actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
     };
     for step in &script.steps {
         match step {
-            Step::Text(text) => {
+            Step::Text(text) | Step::Reasoning(text) => {
+                let thinking = matches!(step, Step::Reasoning(_));
                 let block = match open {
-                    Some(Open::Text(block)) => block,
+                    Some(Open::Text(block)) if !thinking => block,
+                    Some(Open::Thinking(block)) if thinking => block,
                     _ => {
                         close(&mut open, &mut out);
                         let block = next_block;
                         next_block += 1;
+                        let content_block = if thinking {
+                            json!({"type": "thinking", "thinking": "", "signature": ""})
+                        } else {
+                            json!({"type": "text", "text": ""})
+                        };
                         out.push(event(
                             "content_block_start",
                             json!({"type": "content_block_start", "index": block,
-                                "content_block": {"type": "text", "text": ""}}),
+                                "content_block": content_block}),
                         ));
-                        open = Some(Open::Text(block));
+                        open = Some(if thinking {
+                            Open::Thinking(block)
+                        } else {
+                            Open::Text(block)
+                        });
                         block
                     }
                 };
-                out.push(event(
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": block,
-                        "delta": {"type": "text_delta", "text": text}}),
-                ));
-            }
-            Step::Reasoning(text) => {
-                let block = match open {
-                    Some(Open::Thinking(block)) => block,
-                    _ => {
-                        close(&mut open, &mut out);
-                        let block = next_block;
-                        next_block += 1;
-                        out.push(event(
-                            "content_block_start",
-                            json!({"type": "content_block_start", "index": block,
-                                "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
-                        ));
-                        open = Some(Open::Thinking(block));
-                        block
-                    }
+                let delta = if thinking {
+                    json!({"type": "thinking_delta", "thinking": text})
+                } else {
+                    json!({"type": "text_delta", "text": text})
                 };
                 out.push(event(
                     "content_block_delta",
-                    json!({"type": "content_block_delta", "index": block,
-                        "delta": {"type": "thinking_delta", "thinking": text}}),
+                    json!({"type": "content_block_delta", "index": block, "delta": delta}),
                 ));
             }
             Step::ToolCallStart { index, id, name } => {
@@ -949,8 +928,6 @@ fn anthropic_actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
             }
             Step::Usage { .. } => {}
             Step::Finish(reason) => finish = Some(reason.clone()),
-            Step::Delay(delay) => out.push(Action::Sleep(*delay)),
-            Step::RawData(data) => out.push(Action::Send(format!("data: {data}\n\n"))),
             Step::StreamError {
                 message,
                 error_type,
@@ -959,16 +936,8 @@ fn anthropic_actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
                 json!({"type": "error", "error": {"details": null, "type": error_type, "message": message},
                     "request_id": "req_fake"}),
             )),
-            Step::HttpError { .. } => {}
-            Step::Disconnect => {
-                out.push(Action::Sleep(Duration::from_millis(20)));
-                out.push(Action::Disconnect);
-                return out;
-            }
-            Step::Hang => {
-                out.push(Action::Hang);
-                return out;
-            }
+            _ if play_transport_step(step, &mut out) => return out,
+            _ => {}
         }
     }
     close(&mut open, &mut out);
@@ -993,6 +962,39 @@ fn anthropic_actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
     out.push(event("message_delta", delta));
     out.push(event("message_stop", json!({"type": "message_stop"})));
     out
+}
+
+/// Plays a step that is the same in every wire format into `out`: a delay,
+/// raw data, a disconnect or a hang; any other step adds nothing. Returns
+/// whether the answer ends there.
+fn play_transport_step(step: &Step, out: &mut Vec<Action>) -> bool {
+    match step {
+        Step::Delay(delay) => out.push(Action::Sleep(*delay)),
+        Step::RawData(data) => out.push(Action::Send(format!("data: {data}\n\n"))),
+        Step::Disconnect => {
+            // Let the server flush what came before: an error polled right
+            // after the last chunk can kill the connection before the
+            // response head is written.
+            out.push(Action::Sleep(Duration::from_millis(20)));
+            out.push(Action::Disconnect);
+            return true;
+        }
+        Step::Hang => {
+            out.push(Action::Hang);
+            return true;
+        }
+        // Only honoured as the first step (see `play`).
+        Step::HttpError { .. } => {}
+        // The wire format's own steps.
+        Step::Text(_)
+        | Step::Reasoning(_)
+        | Step::ToolCallStart { .. }
+        | Step::ToolCallArgs { .. }
+        | Step::Usage { .. }
+        | Step::Finish(_)
+        | Step::StreamError { .. } => {}
+    }
+    false
 }
 
 /// `text` in `parts` pieces of about equal length in characters (fewer when

@@ -11,21 +11,11 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, Buf
 async fn fake_llm_binary_prints_its_address_and_streams_slow_parts_of_the_echo() {
     let (mut child, addr) = spawn_fake_llm("slow-parts:3:20").await;
 
-    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"ping pong"}]}"#;
-    let mut socket = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    socket.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        socket.read_to_string(&mut response),
+    let response = complete_raw(
+        &addr,
+        &json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "ping pong"}]}),
     )
-    .await
-    .unwrap()
-    .unwrap();
+    .await;
 
     assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
     assert!(response.contains("text/event-stream"), "{response}");

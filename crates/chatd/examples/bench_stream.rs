@@ -20,6 +20,8 @@
 //! target/release/examples/bench_stream
 //! ```
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -288,14 +290,7 @@ fn print_latency(name: &str, samples: &[u64]) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let bin = match &args.chatd_bin {
-        Some(bin) => bin.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .and_then(|examples| examples.parent())
-            .context("no target directory")?
-            .join("chatd"),
-    };
+    let bin = common::chatd_bin(args.chatd_bin.as_deref())?;
     anyhow::ensure!(
         bin.exists(),
         "{} does not exist: build chatd first",

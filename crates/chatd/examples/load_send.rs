@@ -21,6 +21,8 @@
 //! cargo run --release -p chatd --example load_send -- --chats 200 --clients 16 --duration 20s
 //! ```
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::str::FromStr as _;
@@ -247,14 +249,7 @@ struct Server {
 
 impl Server {
     async fn start(args: &Args) -> anyhow::Result<Self> {
-        let bin = match &args.chatd_bin {
-            Some(bin) => bin.clone(),
-            None => std::env::current_exe()?
-                .parent()
-                .and_then(|examples| examples.parent())
-                .context("locating target/<profile>")?
-                .join("chatd"),
-        };
+        let bin = common::chatd_bin(args.chatd_bin.as_deref())?;
         if !bin.is_file() {
             bail!(
                 "{} not found: build it first (cargo build --release -p chatd) or pass --chatd-bin / --url",

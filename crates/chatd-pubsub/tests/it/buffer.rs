@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use chatd_pubsub::{Publication, PublishBuffer, Publisher, PubsubError, RecordingPublisher};
 
+use crate::support::assert_payload_too_large;
+
 fn buffer() -> (Arc<RecordingPublisher>, PublishBuffer) {
     let inner = Arc::new(RecordingPublisher::new());
     let buffer = PublishBuffer::new(inner.clone());
@@ -24,11 +26,11 @@ fn publish_buffer_forwards_nothing_before_flush_and_everything_in_order_on_flush
     );
     assert_eq!(buffer.len(), 3);
     assert!(!buffer.is_empty());
-    let expected = vec![
-        Publication::new("chat:update:a", "1"),
-        Publication::new("chat:ownership", "2"),
-        Publication::new("chat:update:a", "3"),
-    ];
+    let expected = publications(&[
+        ("chat:update:a", "1"),
+        ("chat:ownership", "2"),
+        ("chat:update:a", "3"),
+    ]);
     assert_eq!(buffer.pending(), expected);
 
     buffer.flush().unwrap();
@@ -67,10 +69,7 @@ fn publish_buffer_publish_after_flush_returns_buffer_flushed_and_forwards_nothin
     assert!(buffer.is_empty());
     // A second flush forwards nothing new.
     buffer.flush().unwrap();
-    assert_eq!(
-        inner.published(),
-        vec![Publication::new("chat:update:a", "1")]
-    );
+    assert_eq!(inner.published(), publications(&[("chat:update:a", "1")]));
 }
 
 #[test]
@@ -85,10 +84,7 @@ fn publish_buffer_discard_after_flush_is_harmless() {
 
     assert_eq!(
         inner.published(),
-        vec![
-            Publication::new("chat:update:a", "1"),
-            Publication::new("chat:update:a", "2")
-        ]
+        publications(&[("chat:update:a", "1"), ("chat:update:a", "2")])
     );
     assert!(buffer.is_empty());
 }
@@ -121,10 +117,7 @@ fn publish_buffer_flush_attempts_every_publication_and_names_the_failed_channels
     // The publications around the failure were still forwarded, in order.
     assert_eq!(
         inner.published(),
-        vec![
-            Publication::new("chat:update:a", "1"),
-            Publication::new("chat:update:a", "3")
-        ]
+        publications(&[("chat:update:a", "1"), ("chat:update:a", "3")])
     );
 }
 
@@ -146,10 +139,7 @@ fn publish_buffer_nested_in_an_outer_buffer_reaches_the_publisher_only_on_the_ou
     outer.flush().unwrap();
     assert_eq!(
         recorder.published(),
-        vec![
-            Publication::new("chat:update:a", "outer-1"),
-            Publication::new("chat:update:b", "inner-1")
-        ]
+        publications(&[("chat:update:a", "outer-1"), ("chat:update:b", "inner-1")])
     );
 }
 
@@ -159,16 +149,7 @@ fn publish_buffer_rejects_undeliverable_publications_at_publish_time() {
 
     let too_large = vec![b'x'; chatd_pubsub::MAX_PAYLOAD_BYTES + 1];
     let err = buffer.publish("chat:update:a", &too_large).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            PubsubError::PayloadTooLarge {
-                size: 7901,
-                limit: 7900
-            }
-        ),
-        "got {err:?}"
-    );
+    assert_payload_too_large(&err, 7901);
     let err = buffer.publish("", b"{}").unwrap_err();
     assert!(
         matches!(err, PubsubError::InvalidChannel { .. }),
@@ -178,4 +159,11 @@ fn publish_buffer_rejects_undeliverable_publications_at_publish_time() {
     assert!(buffer.is_empty());
     buffer.flush().unwrap();
     assert!(inner.published().is_empty());
+}
+
+/// `(channel, payload)` pairs as the publications they describe, in order.
+fn publications(list: &[(&str, &str)]) -> Vec<Publication> {
+    list.iter()
+        .map(|&(channel, payload)| Publication::new(channel, payload))
+        .collect()
 }

@@ -8,6 +8,8 @@ use chatd_pubsub::{
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::support::assert_payload_too_large;
+
 fn sample_update(chat_id: Uuid) -> ChatUpdate {
     ChatUpdate {
         chat_id,
@@ -122,16 +124,7 @@ fn payload_and_channel_limits_are_enforced_at_their_exact_boundaries() {
                 "x".repeat(MAX_PAYLOAD_BYTES + 1).as_bytes(),
             )
             .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                PubsubError::PayloadTooLarge {
-                    size: 7901,
-                    limit: 7900
-                }
-            ),
-            "got {err:?}"
-        );
+        assert_payload_too_large(&err, 7901);
 
         let err = publisher
             .publish(&"c".repeat(MAX_CHANNEL_BYTES + 1), b"{}")

@@ -1,9 +1,12 @@
 //! `MemoryPubsub`: in-process delivery, fan-out, lag and shutdown.
 
-use chatd_pubsub::{MemoryPubsub, Publisher, Pubsub, PubsubError, PubsubEvent};
+use chatd_pubsub::{MemoryPubsub, Publisher, Pubsub, PubsubEvent};
 use futures::StreamExt;
 
-use crate::support::{assert_ended, assert_quiet, next_event, next_message};
+use crate::support::{
+    assert_closed, assert_dropping_every_handle_ends_subscriptions, assert_numbered, assert_quiet,
+    next_event, next_message, publish_numbered,
+};
 
 #[tokio::test]
 async fn memory_subscriber_receives_messages_published_after_subscribe_in_order() {
@@ -11,15 +14,9 @@ async fn memory_subscriber_receives_messages_published_after_subscribe_in_order(
     let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
     assert_eq!(subscription.channel(), "chat:update:a");
 
-    for i in 0..5 {
-        pubsub
-            .publish("chat:update:a", format!("m{i}").as_bytes())
-            .unwrap();
-    }
+    publish_numbered(&pubsub, "chat:update:a", 0..5);
 
-    for i in 0..5 {
-        assert_eq!(next_message(&mut subscription).await, format!("m{i}"));
-    }
+    assert_numbered(&mut subscription, 0..5).await;
     assert_quiet(&mut subscription).await;
 }
 
@@ -62,16 +59,10 @@ async fn memory_lagging_subscriber_gets_reconnected_then_the_most_recent_message
     let pubsub = MemoryPubsub::with_capacity(4);
     let mut slow = pubsub.subscribe("chat:update:a").await.unwrap();
 
-    for i in 0..10 {
-        pubsub
-            .publish("chat:update:a", format!("m{i}").as_bytes())
-            .unwrap();
-    }
+    publish_numbered(&pubsub, "chat:update:a", 0..10);
 
     assert_eq!(next_event(&mut slow).await, PubsubEvent::Reconnected);
-    for i in 6..10 {
-        assert_eq!(next_message(&mut slow).await, format!("m{i}"));
-    }
+    assert_numbered(&mut slow, 6..10).await;
     assert_quiet(&mut slow).await;
 }
 
@@ -116,34 +107,17 @@ async fn memory_close_ends_subscriptions_and_refuses_publish_and_subscribe() {
 
     pubsub.close();
 
-    assert_ended(&mut subscription).await;
+    assert_closed(&pubsub, &mut subscription, "chat:update:a").await;
     assert_eq!(
         subscription.recv().await,
         None,
         "an ended subscription stays ended"
     );
-    assert!(matches!(
-        pubsub.publish("chat:update:a", b"1"),
-        Err(PubsubError::Closed)
-    ));
-    assert!(matches!(
-        pubsub.subscribe("chat:update:a").await,
-        Err(PubsubError::Closed)
-    ));
 }
 
 #[tokio::test]
 async fn memory_dropping_every_handle_ends_subscriptions() {
-    let pubsub = MemoryPubsub::new();
-    let clone = pubsub.clone();
-    let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
-
-    drop(pubsub);
-    clone.publish("chat:update:a", b"still open").unwrap();
-    assert_eq!(next_message(&mut subscription).await, "still open");
-
-    drop(clone);
-    assert_ended(&mut subscription).await;
+    assert_dropping_every_handle_ends_subscriptions(MemoryPubsub::new()).await;
 }
 
 #[tokio::test]

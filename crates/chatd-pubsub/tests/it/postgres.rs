@@ -18,7 +18,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::support::{
-    RECV_TIMEOUT, assert_ended, assert_quiet, next_event, next_message, test_database,
+    RECV_TIMEOUT, assert_closed, assert_dropping_every_handle_ends_subscriptions,
+    assert_payload_too_large, assert_quiet, next_event, next_message, pg_pubsub, test_database,
 };
 
 /// The backend pids of this database's pubsub listener connections.
@@ -74,8 +75,7 @@ async fn pg_message_published_after_subscribe_resolves_is_always_received() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_chat_update_and_ownership_payloads_round_trip_as_json() {
-    let db = test_database().await;
-    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
+    let (_db, pubsub) = pg_pubsub().await;
     let chat_id = Uuid::new_v4();
     let update = ChatUpdate {
         chat_id,
@@ -114,8 +114,7 @@ async fn pg_chat_update_and_ownership_payloads_round_trip_as_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_channel_names_with_colons_quotes_and_case_are_listened_to_exactly() {
-    let db = test_database().await;
-    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
+    let (_db, pubsub) = pg_pubsub().await;
     let upper = r#"Chat:"Quoted":Name"#;
     let lower = r#"chat:"quoted":name"#;
     let mut upper_sub = pubsub.subscribe(upper).await.unwrap();
@@ -136,8 +135,7 @@ async fn pg_channel_names_with_colons_quotes_and_case_are_listened_to_exactly() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_dropping_the_last_subscriber_unlistens_and_a_new_subscriber_listens_again() {
-    let db = test_database().await;
-    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
+    let (db, pubsub) = pg_pubsub().await;
     let channel = "chat:update:unlisten";
     let mut first = pubsub.subscribe(channel).await.unwrap();
     let mut second = pubsub.subscribe(channel).await.unwrap();
@@ -186,8 +184,7 @@ async fn pg_dropping_the_last_subscriber_unlistens_and_a_new_subscriber_listens_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_listener_reconnects_after_its_backend_is_terminated_and_then_delivers_again() {
-    let db = test_database().await;
-    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
+    let (db, pubsub) = pg_pubsub().await;
     let mut updates = pubsub.subscribe("chat:update:a").await.unwrap();
     let mut ownership = pubsub.subscribe(OWNERSHIP_CHANNEL).await.unwrap();
     let before = listener_pids(db.pool()).await;
@@ -229,8 +226,7 @@ async fn pg_listener_reconnects_after_its_backend_is_terminated_and_then_deliver
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_subscribe_racing_a_listener_termination_resolves_and_receives_later_messages() {
-    let db = test_database().await;
-    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
+    let (db, pubsub) = pg_pubsub().await;
 
     for round in 0..5 {
         let pids = listener_pids(db.pool()).await;
@@ -324,21 +320,12 @@ async fn pg_concurrent_publishers_all_arrive_in_per_publisher_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_close_ends_subscriptions_and_refuses_publish_and_subscribe() {
-    let db = test_database().await;
-    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
+    let (db, pubsub) = pg_pubsub().await;
     let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
 
     pubsub.close().await;
 
-    assert_ended(&mut subscription).await;
-    assert!(matches!(
-        pubsub.publish("chat:update:a", b"1"),
-        Err(PubsubError::Closed)
-    ));
-    assert!(matches!(
-        pubsub.subscribe("chat:update:a").await,
-        Err(PubsubError::Closed)
-    ));
+    assert_closed(&pubsub, &mut subscription, "chat:update:a").await;
     assert!(matches!(
         pubsub.listening_channels().await,
         Err(PubsubError::Closed)
@@ -357,17 +344,8 @@ async fn pg_close_ends_subscriptions_and_refuses_publish_and_subscribe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_dropping_every_handle_ends_subscriptions() {
-    let db = test_database().await;
-    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
-    let clone = pubsub.clone();
-    let mut subscription = pubsub.subscribe("chat:update:a").await.unwrap();
-
-    drop(pubsub);
-    clone.publish("chat:update:a", b"still open").unwrap();
-    assert_eq!(next_message(&mut subscription).await, "still open");
-
-    drop(clone);
-    assert_ended(&mut subscription).await;
+    let (_db, pubsub) = pg_pubsub().await;
+    assert_dropping_every_handle_ends_subscriptions(pubsub).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -392,23 +370,13 @@ async fn pg_close_sends_notifications_queued_before_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_publish_rejects_an_oversized_payload_without_sending_anything() {
-    let db = test_database().await;
-    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
+    let (_db, pubsub) = pg_pubsub().await;
     let mut subscription = pubsub.subscribe(OWNERSHIP_CHANNEL).await.unwrap();
 
     let err = pubsub
         .publish(OWNERSHIP_CHANNEL, &vec![b'x'; 8000])
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            PubsubError::PayloadTooLarge {
-                size: 8000,
-                limit: 7900
-            }
-        ),
-        "got {err:?}"
-    );
+    assert_payload_too_large(&err, 8000);
     // The largest accepted payload does go through PostgreSQL.
     let largest = "y".repeat(chatd_pubsub::MAX_PAYLOAD_BYTES);
     pubsub

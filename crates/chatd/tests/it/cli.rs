@@ -24,8 +24,8 @@ use tokio::io::AsyncReadExt as _;
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
-use crate::support::{ADMIN_TOKEN, Chatd, chatd_command, http};
-use crate::worker::{config_file, replica_args};
+use crate::support::{ADMIN_TOKEN, Chatd, chatd_command};
+use crate::worker::{fixture, replica_args};
 
 /// How long one CLI command may take.
 const CLI_TIMEOUT: Duration = Duration::from_secs(60);
@@ -39,10 +39,7 @@ struct Setup {
 }
 
 async fn setup() -> anyhow::Result<Setup> {
-    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let llm = FakeLlm::start().await?;
-    let dir = tempfile::tempdir()?;
-    let config = config_file(&dir, &llm)?;
+    let (db, llm, dir, config) = fixture().await?;
     let server = Chatd::start(&replica_args(&db, &config, "500ms")).await?;
     Ok(Setup {
         server,
@@ -87,12 +84,8 @@ fn chat_id(stderr: &str) -> anyhow::Result<Uuid> {
 }
 
 async fn chat_status(server: &Chatd, chat: Uuid) -> anyhow::Result<String> {
-    let chat: Value = http()
-        .get(format!("{}/api/v2/chats/{chat}", server.url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await?
-        .json()
+    let chat = server
+        .get_json(&format!("/api/v2/chats/{chat}"), ADMIN_TOKEN)
         .await?;
     Ok(chat["status"].as_str().unwrap_or_default().to_owned())
 }

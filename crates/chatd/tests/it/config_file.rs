@@ -5,9 +5,8 @@
 use std::time::Duration;
 
 use chatd_testkit::TestDatabase;
-use serde_json::Value;
 
-use crate::support::{ADMIN_TOKEN, Chatd, http, reachable_tempdir, run_chatd};
+use crate::support::{ADMIN_TOKEN, Chatd, reachable_tempdir, row_count, run_chatd};
 
 const CONFIG: &str = r#"
 [[providers]]
@@ -33,13 +32,9 @@ async fn serve_applies_the_config_file_before_listening() -> anyhow::Result<()> 
     let path_arg = path.to_str().expect("utf-8 path");
 
     let mut server = Chatd::start(&["--postgres-url", db.url(), "--config", path_arg]).await?;
-    let models = http()
-        .get(format!("{}/api/v2/chats/model-configs", server.url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
+    let models = server
+        .get_json("/api/v2/chats/model-configs", ADMIN_TOKEN)
         .await?;
-    assert_eq!(models.status(), 200);
-    let models: Value = models.json().await?;
     let models = models.as_array().expect("an array of model configs");
     assert_eq!(models.len(), 1, "{models:?}");
     assert_eq!(models[0]["model"], "small-model");
@@ -49,9 +44,7 @@ async fn serve_applies_the_config_file_before_listening() -> anyhow::Result<()> 
 
     // Applying it again on the next start changes nothing.
     let mut server = Chatd::start(&["--postgres-url", db.url(), "--config", path_arg]).await?;
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM chat_model_configs")
-        .fetch_one(db.pool())
-        .await?;
+    let count = row_count(&db, "chat_model_configs").await?;
     assert_eq!(count, 1);
     assert_eq!(server.terminate().await?.code(), Some(0));
     Ok(())
@@ -82,9 +75,7 @@ async fn serve_with_a_broken_config_file_exits_1_naming_the_file() -> anyhow::Re
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("broken.toml"), "{stderr}");
     assert!(!stderr.contains("listening on"), "{stderr}");
-    let replicas: i64 = sqlx::query_scalar("SELECT count(*) FROM replicas")
-        .fetch_one(db.pool())
-        .await?;
+    let replicas = row_count(&db, "replicas").await?;
     assert_eq!(replicas, 0, "a failed start leaves no replica row");
     Ok(())
 }

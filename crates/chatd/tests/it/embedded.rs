@@ -53,13 +53,8 @@ async fn serve_without_postgres_url_runs_an_embedded_cluster_that_keeps_chats_ac
 
     // A token created while the server runs goes through its cluster.
     let bob = create_token("bob", false, &["--data-dir", data_arg]).await?;
-    let me = client
-        .get(format!("{}/api/v2/users/me", server.url()))
-        .bearer_auth(&bob)
-        .send()
-        .await?;
-    assert_eq!(me.status(), 200);
-    assert_eq!(me.json::<Value>().await?["username"], "bob");
+    let me = server.get_json("/api/v2/users/me", &bob).await?;
+    assert_eq!(me["username"], "bob");
     assert_eq!(
         postmaster_pid(&pgdata),
         Some(pid),
@@ -100,20 +95,12 @@ async fn serve_without_postgres_url_runs_an_embedded_cluster_that_keeps_chats_ac
         !server.log().iter().any(|l| l.contains("initialising")),
         "the cluster is reused, not initialised again"
     );
-    let fetched = client
-        .get(format!("{}/api/v2/chats/{chat_id}", server.url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
+    let fetched = server
+        .get_json(&format!("/api/v2/chats/{chat_id}"), ADMIN_TOKEN)
         .await?;
-    assert_eq!(fetched.status(), 200);
-    assert_eq!(fetched.json::<Value>().await?["id"], chat_id.as_str());
-    let me = client
-        .get(format!("{}/api/v2/users/me", server.url()))
-        .bearer_auth(&carol)
-        .send()
-        .await?;
-    assert_eq!(me.status(), 200);
-    assert_eq!(me.json::<Value>().await?["username"], "carol");
+    assert_eq!(fetched["id"], chat_id.as_str());
+    let me = server.get_json("/api/v2/users/me", &carol).await?;
+    assert_eq!(me["username"], "carol");
 
     let status = server.terminate().await?;
     assert_eq!(status.code(), Some(0));

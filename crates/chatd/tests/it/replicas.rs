@@ -10,7 +10,7 @@ use chatd_testkit::TestDatabase;
 
 use serde_json::Value;
 
-use crate::support::{ADMIN_TOKEN, Chatd, http};
+use crate::support::{ADMIN_TOKEN, Chatd, http, row_count};
 
 async fn replica_urls(db: &TestDatabase) -> anyhow::Result<BTreeSet<String>> {
     let urls: Vec<String> = sqlx::query_scalar("SELECT advertise_url FROM replicas")
@@ -29,6 +29,28 @@ async fn last_seen(db: &TestDatabase, url: &str) -> anyhow::Result<f64> {
     .await?)
 }
 
+/// How many of `servers` logged a line containing `needle`.
+fn logged_by(servers: &[&Chatd], needle: &str) -> usize {
+    servers
+        .iter()
+        .filter(|s| s.log().iter().any(|l| l.contains(needle)))
+        .count()
+}
+
+/// A `chatd serve --no-worker` on `db` refreshing its `last_seen_at` every
+/// 100 ms, with `extra` arguments appended.
+async fn start_without_worker(db: &TestDatabase, extra: &[&str]) -> anyhow::Result<Chatd> {
+    let mut args = vec![
+        "--postgres-url",
+        db.url(),
+        "--no-worker",
+        "--heartbeat-interval",
+        "100ms",
+    ];
+    args.extend_from_slice(extra);
+    Chatd::start(&args).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_on_one_database_share_the_relay_secret_and_deregister_on_sigterm()
 -> anyhow::Result<()> {
@@ -39,32 +61,15 @@ async fn replicas_on_one_database_share_the_relay_secret_and_deregister_on_sigte
     let (a, b) = tokio::join!(Chatd::start(&args), Chatd::start(&args));
     let (mut a, mut b) = (a?, b?);
 
-    let secrets: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM cluster_settings WHERE key = 'relay_secret'")
-            .fetch_one(db.pool())
-            .await?;
+    let secrets = row_count(&db, "cluster_settings WHERE key = 'relay_secret'").await?;
     assert_eq!(secrets, 1);
     let secret: String =
         sqlx::query_scalar("SELECT value FROM cluster_settings WHERE key = 'relay_secret'")
             .fetch_one(db.pool())
             .await?;
     assert_eq!(secret.len(), 64, "256 bits, hex");
-    let generated = [&a, &b]
-        .iter()
-        .filter(|s| {
-            s.log()
-                .iter()
-                .any(|l| l.contains("relay secret: generated"))
-        })
-        .count();
-    let read = [&a, &b]
-        .iter()
-        .filter(|s| {
-            s.log()
-                .iter()
-                .any(|l| l.contains("relay secret: read from the database"))
-        })
-        .count();
+    let generated = logged_by(&[&a, &b], "relay secret: generated");
+    let read = logged_by(&[&a, &b], "relay secret: read from the database");
     assert_eq!(
         (generated, read),
         (1, 1),
@@ -84,14 +89,8 @@ async fn replicas_on_one_database_share_the_relay_secret_and_deregister_on_sigte
         assert_eq!(ready.status(), 200);
     }
     // GET /api/v2/replicas lists both, each under the id its log names.
-    let listed: Vec<Value> = http()
-        .get(format!("{}/api/v2/replicas", b.url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let listed: Vec<Value> =
+        serde_json::from_value(b.get_json("/api/v2/replicas", ADMIN_TOKEN).await?)?;
     assert_eq!(listed.len(), 2, "{listed:?}");
     for server in [&a, &b] {
         let entry = listed
@@ -172,9 +171,7 @@ async fn an_explicit_relay_secret_is_used_and_not_stored() -> anyhow::Result<()>
             .any(|l| l.contains("operator-chosen-secret")),
         "the secret is never logged"
     );
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM cluster_settings")
-        .fetch_one(db.pool())
-        .await?;
+    let stored = row_count(&db, "cluster_settings").await?;
     assert_eq!(stored, 0);
     assert_eq!(server.terminate().await?.code(), Some(0));
     Ok(())
@@ -230,14 +227,7 @@ async fn rows_of_replicas_gone_silent_are_pruned_unless_they_still_own_a_chat() 
     let idle_owner = insert("http://crashed-idle-owner.invalid", 120).await?;
     owned_chat("waiting", idle_owner).await?;
 
-    let mut server = Chatd::start(&[
-        "--postgres-url",
-        db.url(),
-        "--no-worker",
-        "--heartbeat-interval",
-        "100ms",
-    ])
-    .await?;
+    let mut server = start_without_worker(&db, &[]).await?;
     let expected = BTreeSet::from([
         "http://crashed-owner.invalid".to_owned(),
         "http://quiet.invalid".to_owned(),
@@ -256,14 +246,7 @@ async fn rows_of_replicas_gone_silent_are_pruned_unless_they_still_own_a_chat() 
     // A live replica taken for dead (its row aged as if it had been cut off
     // from the database) gets its row back with its next refresh, whoever
     // pruned it meanwhile.
-    let mut other = Chatd::start(&[
-        "--postgres-url",
-        db.url(),
-        "--no-worker",
-        "--heartbeat-interval",
-        "100ms",
-    ])
-    .await?;
+    let mut other = start_without_worker(&db, &[]).await?;
     for _ in 0..5 {
         sqlx::query("UPDATE replicas SET last_seen_at = now() - interval '2 hours' WHERE advertise_url = $1")
             .bind(server.url())
@@ -293,16 +276,7 @@ async fn rows_of_replicas_gone_silent_are_pruned_unless_they_still_own_a_chat() 
 
     // `off` keeps every row.
     insert("http://crashed-again.invalid", 120).await?;
-    let mut server = Chatd::start(&[
-        "--postgres-url",
-        db.url(),
-        "--no-worker",
-        "--heartbeat-interval",
-        "100ms",
-        "--prune-replicas-after",
-        "off",
-    ])
-    .await?;
+    let mut server = start_without_worker(&db, &["--prune-replicas-after", "off"]).await?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         replica_urls(&db)

@@ -7,8 +7,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use chatd_testkit::TestDatabase;
-use chatd_testkit::fake_llm::{FakeLlm, Script};
+use chatd_testkit::fake_llm::Script;
 use futures::StreamExt as _;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite;
@@ -16,7 +15,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use uuid::Uuid;
 
 use crate::support::{ADMIN_TOKEN, Chatd};
-use crate::worker::{config_file, create_chat, replica_args, replica_id, wait_chat};
+use crate::worker::{create_chat, fixture, replica_args, replica_id, wait_owner, wait_turn_end};
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -112,8 +111,7 @@ fn is_status(event: &Value, status: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_on_one_replica_follows_the_owners_parts_and_survives_the_owners_death()
 -> anyhow::Result<()> {
-    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let llm = FakeLlm::start().await?;
+    let (db, llm, _dir, config) = fixture().await?;
     // B streams three parts and hangs; the survivor finishes the turn.
     llm.push(
         Script::new()
@@ -129,8 +127,6 @@ async fn a_watcher_on_one_replica_follows_the_owners_parts_and_survives_the_owne
         4,
         Duration::from_millis(100),
     ));
-    let dir = tempfile::tempdir()?;
-    let config = config_file(&dir, &llm)?;
     let mut args = replica_args(&db, &config, "500ms");
     args.extend(["--sync-poll-interval", "500ms"]);
     let mut a_args = args.clone();
@@ -140,14 +136,7 @@ async fn a_watcher_on_one_replica_follows_the_owners_parts_and_survives_the_owne
     let mut b = Chatd::start(&args).await?;
     let b_id = replica_id(&db, &b).await?;
     let chat = create_chat(&a, "hi").await?;
-    wait_chat(
-        &db,
-        chat,
-        Duration::from_secs(30),
-        "b owns the chat",
-        |_, w| w == Some(b_id),
-    )
-    .await?;
+    wait_owner(&db, chat, Duration::from_secs(30), "b owns the chat", b_id).await?;
 
     let mut watcher = Watcher::connect(&a, chat).await?;
     watcher
@@ -170,23 +159,13 @@ async fn a_watcher_on_one_replica_follows_the_owners_parts_and_survives_the_owne
     let c_id = replica_id(&db, &c).await?;
     b.kill().await?;
     let seen = watcher.events.len();
-    wait_chat(
-        &db,
-        chat,
-        Duration::from_secs(30),
-        "c takes over",
-        |_, w| w == Some(c_id),
-    )
-    .await?;
+    wait_owner(&db, chat, Duration::from_secs(30), "c takes over", c_id).await?;
     watcher
         .until("waiting", Duration::from_secs(60), |e| {
             is_status(e, "waiting")
         })
         .await?;
-    wait_chat(&db, chat, Duration::from_secs(30), "the turn", |s, w| {
-        s == "waiting" && w.is_none()
-    })
-    .await?;
+    wait_turn_end(&db, chat).await?;
     let after = &watcher.events[seen..];
     let reset = after
         .iter()
@@ -219,15 +198,12 @@ async fn a_watcher_on_one_replica_follows_the_owners_parts_and_survives_the_owne
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_listen_notify_disabled_a_replicas_streams_converge_through_the_sync_poller()
 -> anyhow::Result<()> {
-    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let llm = FakeLlm::start().await?;
+    let (db, llm, _dir, config) = fixture().await?;
     llm.push(Script::text_in_parts(
         "converged by polling",
         4,
         Duration::from_millis(100),
     ));
-    let dir = tempfile::tempdir()?;
-    let config = config_file(&dir, &llm)?;
     let mut args = replica_args(&db, &config, "500ms");
     args.extend(["--sync-poll-interval", "300ms", "--no-listen-notify"]);
     let mut server = Chatd::start(&args).await?;

@@ -107,6 +107,18 @@ impl Chatd {
         format!("http://{}", self.addr)
     }
 
+    /// GETs `path` (`/api/v2/...`) with `token` as the bearer token,
+    /// asserts `200 OK` and returns the JSON body.
+    pub async fn get_json(&self, path: &str, token: &str) -> anyhow::Result<serde_json::Value> {
+        let response = http()
+            .get(format!("{}{path}", self.url()))
+            .bearer_auth(token)
+            .send()
+            .await?;
+        assert_eq!(response.status(), 200, "GET {path}");
+        Ok(response.json().await?)
+    }
+
     /// Every log line so far.
     pub fn log(&self) -> Vec<String> {
         self.log.borrow().clone()
@@ -254,6 +266,16 @@ pub async fn create_token(
         bail!("chatd token create printed {stdout:?} (stderr: {stderr})");
     }
     Ok(token)
+}
+
+/// `SELECT count(*) FROM {from}` on `db`: `from` is a table, optionally
+/// followed by a `WHERE` clause.
+pub async fn row_count(db: &chatd_testkit::TestDatabase, from: &str) -> anyhow::Result<i64> {
+    Ok(
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {from}")))
+            .fetch_one(db.pool())
+            .await?,
+    )
 }
 
 /// An HTTP client with a per-request timeout.

@@ -2,7 +2,6 @@
 //! "Authentication"). The embedded variants are in `embedded.rs`.
 
 use chatd_testkit::TestDatabase;
-use serde_json::Value;
 
 use crate::support::{Chatd, create_token, http};
 
@@ -16,13 +15,7 @@ async fn token_create_prints_a_token_that_authenticates_as_the_user() -> anyhow:
     let mut server = Chatd::start(&["--postgres-url", db.url()]).await?;
     let client = http();
     for (token, username, role) in [(&alice, "alice", "member"), (&root, "root", "admin")] {
-        let me = client
-            .get(format!("{}/api/v2/users/me", server.url()))
-            .bearer_auth(token)
-            .send()
-            .await?;
-        assert_eq!(me.status(), 200);
-        let me: Value = me.json().await?;
+        let me = server.get_json("/api/v2/users/me", token).await?;
         assert_eq!(me["username"], username);
         assert_eq!(me["role"], role);
     }

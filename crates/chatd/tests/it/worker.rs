@@ -27,6 +27,18 @@ pub(crate) fn config_file(dir: &tempfile::TempDir, llm: &FakeLlm) -> anyhow::Res
     Ok(path.display().to_string())
 }
 
+/// What a replica test starts from: a fresh database, the fake LLM, and
+/// the temporary directory holding the `--config` file (its path last) that
+/// points the default model at that LLM.
+pub(crate) async fn fixture() -> anyhow::Result<(TestDatabase, FakeLlm, tempfile::TempDir, String)>
+{
+    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
+    let llm = FakeLlm::start().await?;
+    let dir = tempfile::tempdir()?;
+    let config = config_file(&dir, &llm)?;
+    Ok((db, llm, dir, config))
+}
+
 /// Fast worker settings for a replica on `db` configured by `config`.
 pub(crate) fn replica_args<'a>(
     db: &'a TestDatabase,
@@ -96,13 +108,29 @@ pub(crate) async fn wait_chat(
     }
 }
 
+/// Waits up to `timeout` until the chat's `worker_id` is `owner`.
+pub(crate) async fn wait_owner(
+    db: &TestDatabase,
+    id: Uuid,
+    timeout: Duration,
+    what: &str,
+    owner: Uuid,
+) -> anyhow::Result<()> {
+    wait_chat(db, id, timeout, what, |_, w| w == Some(owner)).await
+}
+
+/// Waits up to 30 s until the chat's turn is over: `waiting` and owned by
+/// no worker.
+pub(crate) async fn wait_turn_end(db: &TestDatabase, id: Uuid) -> anyhow::Result<()> {
+    wait_chat(db, id, Duration::from_secs(30), "the turn", |s, w| {
+        s == "waiting" && w.is_none()
+    })
+    .await
+}
+
 async fn assistant_texts(server: &Chatd, id: Uuid) -> anyhow::Result<Vec<String>> {
-    let page: Value = http()
-        .get(format!("{}/api/v2/chats/{id}/messages", server.url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await?
-        .json()
+    let page = server
+        .get_json(&format!("/api/v2/chats/{id}/messages"), ADMIN_TOKEN)
         .await?;
     Ok(page["messages"]
         .as_array()
@@ -131,19 +159,13 @@ pub(crate) async fn replica_id(db: &TestDatabase, server: &Chatd) -> anyhow::Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_runs_end_to_end_in_a_real_replica() -> anyhow::Result<()> {
-    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let llm = FakeLlm::start().await?;
+    let (db, llm, _dir, config) = fixture().await?;
     llm.push(
         Script::text_in_parts("Hello from the model", 4, Duration::from_millis(20)).usage(7, 4),
     );
-    let dir = tempfile::tempdir()?;
-    let config = config_file(&dir, &llm)?;
     let mut server = Chatd::start(&replica_args(&db, &config, "1s")).await?;
     let id = create_chat(&server, "hi").await?;
-    wait_chat(&db, id, Duration::from_secs(30), "the turn", |s, w| {
-        s == "waiting" && w.is_none()
-    })
-    .await?;
+    wait_turn_end(&db, id).await?;
     assert_eq!(
         assistant_texts(&server, id).await?,
         vec!["Hello from the model".to_owned()]
@@ -155,45 +177,29 @@ async fn a_turn_runs_end_to_end_in_a_real_replica() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replicas_chat_is_finished_by_another_after_the_lease() -> anyhow::Result<()> {
-    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let llm = FakeLlm::start().await?;
-    llm.push(Script::new().then_text("never committed").hang());
-    llm.set_default(Script::text_in_parts(
-        "finished by the survivor",
-        3,
-        Duration::from_millis(200),
-    ));
-    let dir = tempfile::tempdir()?;
-    let config = config_file(&dir, &llm)?;
-    let mut a = Chatd::start(&replica_args(&db, &config, "500ms")).await?;
-    let a_id = replica_id(&db, &a).await?;
-    let id = create_chat(&a, "hi").await?;
-    wait_chat(
-        &db,
+    let MidTurn {
+        db,
+        config,
+        mut a,
         id,
-        Duration::from_secs(30),
-        "a owns the chat",
-        |_, w| w == Some(a_id),
+        ..
+    } = MidTurn::start(
+        "never committed",
+        "finished by the survivor",
+        Duration::from_millis(200),
     )
     .await?;
-    llm.wait_for_request(1, Duration::from_secs(30)).await?;
     let mut b = Chatd::start(&replica_args(&db, &config, "500ms")).await?;
     let b_id = replica_id(&db, &b).await?;
     a.kill().await?;
     let killed = Instant::now();
-    wait_chat(&db, id, Duration::from_secs(30), "b takes over", |_, w| {
-        w == Some(b_id)
-    })
-    .await?;
+    wait_owner(&db, id, Duration::from_secs(30), "b takes over", b_id).await?;
     let took = killed.elapsed();
     assert!(
         took >= Duration::from_millis(1000),
         "taken over after {took:?}: before the 2 s lease could go stale"
     );
-    wait_chat(&db, id, Duration::from_secs(30), "the turn", |s, w| {
-        s == "waiting" && w.is_none()
-    })
-    .await?;
+    wait_turn_end(&db, id).await?;
     assert_eq!(
         assistant_texts(&b, id).await?,
         vec!["finished by the survivor".to_owned()],
@@ -205,28 +211,13 @@ async fn a_killed_replicas_chat_is_finished_by_another_after_the_lease() -> anyh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_a_running_chat_to_another_replica_within_a_second() -> anyhow::Result<()> {
-    let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let llm = FakeLlm::start().await?;
-    llm.push(Script::new().then_text("slow").hang());
-    llm.set_default(Script::text_in_parts(
-        "resumed on b",
-        3,
-        Duration::from_millis(300),
-    ));
-    let dir = tempfile::tempdir()?;
-    let config = config_file(&dir, &llm)?;
-    let mut a = Chatd::start(&replica_args(&db, &config, "500ms")).await?;
-    let a_id = replica_id(&db, &a).await?;
-    let id = create_chat(&a, "hi").await?;
-    wait_chat(
-        &db,
+    let MidTurn {
+        db,
+        config,
+        mut a,
         id,
-        Duration::from_secs(30),
-        "a owns the chat",
-        |_, w| w == Some(a_id),
-    )
-    .await?;
-    llm.wait_for_request(1, Duration::from_secs(30)).await?;
+        ..
+    } = MidTurn::start("slow", "resumed on b", Duration::from_millis(300)).await?;
     // B's timer is slow: only the chat:ownership hint from A's abandon can wake it.
     let mut b = Chatd::start(&replica_args(&db, &config, "60s")).await?;
     let b_id = replica_id(&db, &b).await?;
@@ -235,28 +226,56 @@ async fn sigterm_hands_a_running_chat_to_another_replica_within_a_second() -> an
         nix::unistd::Pid::from_raw(a.pid()),
         nix::sys::signal::Signal::SIGTERM,
     )?;
-    wait_chat(
-        &db,
-        id,
-        Duration::from_secs(10),
-        "b owns the chat",
-        |_, w| w == Some(b_id),
-    )
-    .await?;
+    wait_owner(&db, id, Duration::from_secs(10), "b owns the chat", b_id).await?;
     let handed_over = started.elapsed();
     assert!(
         handed_over < Duration::from_secs(1),
         "hand-over took {handed_over:?}"
     );
     assert!(a.wait(Duration::from_secs(30)).await?.success());
-    wait_chat(&db, id, Duration::from_secs(30), "the turn", |s, w| {
-        s == "waiting" && w.is_none()
-    })
-    .await?;
+    wait_turn_end(&db, id).await?;
     assert_eq!(
         assistant_texts(&b, id).await?,
         vec!["resumed on b".to_owned()]
     );
     assert!(b.terminate().await?.success());
     Ok(())
+}
+
+/// Replica A (500 ms acquisition) owning a chat whose turn is in flight:
+/// the fake's first answer streams `first` and hangs, so the turn can only
+/// be finished by another replica; later answers stream `then` in three
+/// parts `part_delay` apart.
+struct MidTurn {
+    db: TestDatabase,
+    /// Kept so the fake LLM serves for the whole test.
+    _llm: FakeLlm,
+    /// Holds the config file.
+    _dir: tempfile::TempDir,
+    config: String,
+    a: Chatd,
+    id: Uuid,
+}
+
+impl MidTurn {
+    /// Starts the database, the fake LLM and replica A, creates the chat and
+    /// returns once A owns it and its first provider request has arrived.
+    async fn start(first: &str, then: &str, part_delay: Duration) -> anyhow::Result<Self> {
+        let (db, llm, dir, config) = fixture().await?;
+        llm.push(Script::new().then_text(first).hang());
+        llm.set_default(Script::text_in_parts(then, 3, part_delay));
+        let a = Chatd::start(&replica_args(&db, &config, "500ms")).await?;
+        let a_id = replica_id(&db, &a).await?;
+        let id = create_chat(&a, "hi").await?;
+        wait_owner(&db, id, Duration::from_secs(30), "a owns the chat", a_id).await?;
+        llm.wait_for_request(1, Duration::from_secs(30)).await?;
+        Ok(Self {
+            db,
+            _llm: llm,
+            _dir: dir,
+            config,
+            a,
+            id,
+        })
+    }
 }
