@@ -179,10 +179,11 @@ async fn a_turn_runs_end_to_end_in_a_real_replica() -> anyhow::Result<()> {
 async fn a_killed_replicas_chat_is_finished_by_another_after_the_lease() -> anyhow::Result<()> {
     let MidTurn {
         db,
+        _llm,
+        _dir,
         config,
         mut a,
         id,
-        ..
     } = MidTurn::start(
         "never committed",
         "finished by the survivor",
@@ -213,10 +214,11 @@ async fn a_killed_replicas_chat_is_finished_by_another_after_the_lease() -> anyh
 async fn sigterm_hands_a_running_chat_to_another_replica_within_a_second() -> anyhow::Result<()> {
     let MidTurn {
         db,
+        _llm,
+        _dir,
         config,
         mut a,
         id,
-        ..
     } = MidTurn::start("slow", "resumed on b", Duration::from_millis(300)).await?;
     // B's timer is slow: only the chat:ownership hint from A's abandon can wake it.
     let mut b = Chatd::start(&replica_args(&db, &config, "60s")).await?;
@@ -248,9 +250,9 @@ async fn sigterm_hands_a_running_chat_to_another_replica_within_a_second() -> an
 /// parts `part_delay` apart.
 struct MidTurn {
     db: TestDatabase,
-    /// Kept so the fake LLM serves for the whole test.
+    /// Bind it for the whole test, or the fake LLM stops serving.
     _llm: FakeLlm,
-    /// Holds the config file.
+    /// Holds the config file; bind it for the whole test.
     _dir: tempfile::TempDir,
     config: String,
     a: Chatd,
