@@ -108,13 +108,24 @@ async fn a_step_the_database_refuses_for_good_ends_the_turn_with_an_error() {
     let error = last_error_json(&chat);
     assert_eq!(
         (&error["kind"], &error["retryable"], &error["message"]),
-        (&json!("generic"), &json!(false), &json!("The answer could not be stored."))
+        (
+            &json!("generic"),
+            &json!(false),
+            &json!("The answer could not be stored.")
+        )
     );
     assert!(
-        error["detail"].as_str().unwrap().contains("poisoned answer refused"),
+        error["detail"]
+            .as_str()
+            .unwrap()
+            .contains("poisoned answer refused"),
         "{error}"
     );
-    assert_eq!(env.llm.requests().len(), 1, "the step is not generated again");
+    assert_eq!(
+        env.llm.requests().len(),
+        1,
+        "the step is not generated again"
+    );
     env.send(chat_id, "again", BusyBehavior::Queue).await;
     env.wait_status(chat_id, ChatStatus::Waiting).await;
     let messages = env.active_messages(chat_id).await;
