@@ -41,6 +41,7 @@ pub use chatd_core::Role;
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::extract::PathParams;
 use chatd_store::LockMode;
 use chatd_store::queries::chats;
 
@@ -149,6 +150,90 @@ impl FromRequestParts<AppState> for Caller {
         let row = tokens::user_by_secret_hash(state.store().pool(), &hash_token(token)).await?;
         let user = row.ok_or_else(ApiError::unauthorized)?.into();
         Ok(Caller { user })
+    }
+}
+
+/// An admin caller, for admin-only routes without a path parameter.
+///
+/// # Errors
+/// `401` without a valid token, then `403` for a member.
+#[derive(Debug, Clone)]
+pub struct Admin(pub Caller);
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        caller.require_admin()?;
+        Ok(Admin(caller))
+    }
+}
+
+/// The resource an admin-only route acts on: the `{id}` path parameter of
+/// `PATCH`/`DELETE /api/v2/chats/{providers,model-configs,mcp-servers}/{id}`.
+///
+/// # Errors
+/// In API.md "Details" order: `401` without a valid token, `400` when `id`
+/// is not a UUID, `403` for a member.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminTarget {
+    /// The `{id}` path parameter.
+    pub id: Uuid,
+}
+
+impl FromRequestParts<AppState> for AdminTarget {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let id = PathParams::from_request_parts(parts, state)
+            .await?
+            .uuid("id")?;
+        caller.require_admin()?;
+        Ok(AdminTarget { id })
+    }
+}
+
+/// The chat named by the `{chat}` path parameter, as [`visible_chat`] reads
+/// it, with the caller: the extractor of the chat routes whose only path
+/// parameter is `{chat}` and whose first check after the path is the chat's
+/// visibility.
+///
+/// # Errors
+/// In API.md "Details" order: `401` without a valid token, `400` when
+/// `chat` is not a UUID, `404` when the chat does not exist or is not
+/// visible to the caller.
+#[derive(Debug, Clone)]
+pub struct ChatTarget {
+    /// The authenticated caller.
+    pub caller: Caller,
+    /// The chat, read without a lock.
+    pub chat: chatd_store::Chat,
+}
+
+impl FromRequestParts<AppState> for ChatTarget {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let id = PathParams::from_request_parts(parts, state)
+            .await?
+            .uuid("chat")?;
+        let chat = visible_chat(state, &caller, id).await?;
+        Ok(ChatTarget { caller, chat })
+    }
+}
+
+impl ChatTarget {
+    /// The chat's id.
+    pub fn id(&self) -> Uuid {
+        self.chat.id
+    }
+
+    /// `403` unless the caller owns the chat (see [`require_owner`]).
+    pub fn require_owner(&self) -> ApiResult<()> {
+        require_owner(&self.caller, &self.chat)
     }
 }
 

@@ -9,8 +9,10 @@
 //! transition not allowed → `409`; invalid execution state → `409` "Chat is
 //! in an invalid state."; queue full → `429` with the maximum in `detail`;
 //! chat, message or queued message not found → `404`; tool-result validation
-//! → `400`; database failures → `500` (`503` when the pool is exhausted or the
-//! database is unreachable).
+//! → `400`; database failures → `500`, or `503` when they are transient
+//! ([`StoreError::is_retryable`]: the pool exhausted, the database
+//! unreachable, restarting or terminating the connection, a serialization
+//! failure or a deadlock), so that a client may retry.
 //!
 //! The `E400` ... `E503` types are the same errors as OpenAPI responses:
 //! handlers list the ones they answer in their `#[utoipa::path]`.
@@ -226,23 +228,19 @@ impl From<sqlx::Error> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
+        let transient = err.is_retryable();
         match err {
             StoreError::State(state) => state.into(),
+            StoreError::Database(db) if !transient => ApiError::internal(db),
             StoreError::Database(db) => {
-                let unavailable = matches!(
-                    db,
-                    sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_)
-                );
-                let retryable = matches!(
+                let concurrent = matches!(
                     &db,
-                    sqlx::Error::Database(e) if matches!(e.code().as_deref(), Some("40001" | "40P01"))
+                    sqlx::Error::Database(e) if e.code().is_some_and(|c| c.starts_with("40"))
                 );
-                if unavailable {
-                    ApiError::unavailable("Database unavailable.").with_source(db)
-                } else if retryable {
+                if concurrent {
                     ApiError::unavailable("Concurrent update; retry the request.").with_source(db)
                 } else {
-                    ApiError::internal(db)
+                    ApiError::unavailable("Database unavailable.").with_source(db)
                 }
             }
             other => ApiError::internal(other),

@@ -33,7 +33,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::app::AppState;
-use crate::auth::{Caller, require_owner, visible_chat};
+use crate::auth::{Caller, ChatTarget, require_owner, visible_chat};
 use crate::chats::{begin, check_model_config};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415, E429};
 use crate::extract::{self, PathParams, QueryParams};
@@ -144,12 +144,10 @@ pub struct EditMessageResponse {
 )]
 pub async fn list_messages(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    target: ChatTarget,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Json<MessagesPage>> {
-    let id = params.uuid("chat")?;
-    visible_chat(&state, &caller, id).await?;
+    let id = target.id();
     let query = QueryParams::parse(query.as_deref())?;
     let limit = query.int_in("limit", 1, 200, 50)?;
     let before = query.id("before_id")?;
@@ -203,12 +201,10 @@ struct SendFingerprint<'a> {
 )]
 pub async fn send_message(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    target: ChatTarget,
     body: extract::Json<SendMessageRequest>,
 ) -> ApiResult<Json<Value>> {
-    let id = params.uuid("chat")?;
-    let chat = visible_chat(&state, &caller, id).await?;
+    let id = target.id();
     let req = body.read().await?;
     let content = validate::message_content(&req.content, "content")?;
     if let Some(key) = &req.client_message_id
@@ -223,7 +219,7 @@ pub async fn send_message(
         ));
     }
     check_model_config(&state, req.model_config_id, "model_config_id").await?;
-    require_owner(&caller, &chat)?;
+    target.require_owner()?;
     let busy_behavior = req.busy_behavior.unwrap_or_default();
     let fingerprint = Sha256::digest(
         serde_json::to_vec(&SendFingerprint {
@@ -252,7 +248,7 @@ pub async fn send_message(
     if tx.chat().await?.archived {
         return Err(ApiError::archived());
     }
-    let mut message = NewMessage::user(content).created_by(caller.id());
+    let mut message = NewMessage::user(content).created_by(target.caller.id());
     message.model_config_id = req.model_config_id;
     message.reasoning_effort = req.reasoning_effort.map(|e| e.as_str().to_owned());
     message.client_message_id = req.client_message_id.clone();

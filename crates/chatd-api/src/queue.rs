@@ -18,21 +18,36 @@ use crate::error::{ApiResult, E400, E401, E403, E404, E409};
 use crate::extract::PathParams;
 use chatd_store::queries::queue;
 
-/// `404` when the queue is non-empty and `queued` is not in it. With an empty
-/// queue the transition itself answers `409` (no queue operation is allowed
-/// from an empty-queue state).
-async fn check_queued_exists(tx: &mut ChatTx, queued: i64) -> ApiResult<()> {
-    let chat_id = tx.chat_id();
+/// Opens the bundle of a queue operation on `{chat}`'s queued message
+/// `{queued}` and returns it with the queued message id. Checks in API.md
+/// "Details" order: `400` path, `404` chat, `403` unless `owner_only` is
+/// false or the caller owns the chat, `400` archived, then `404` when the
+/// queue is non-empty and `queued` is not in it. With an empty queue the
+/// transition itself answers `409` (no queue operation is allowed from an
+/// empty-queue state).
+async fn begin_on_queued(
+    state: &AppState,
+    caller: &Caller,
+    params: &PathParams,
+    owner_only: bool,
+) -> ApiResult<(ChatTx, i64)> {
+    let id = params.uuid("chat")?;
+    let queued = params.id("queued")?;
+    let chat = visible_chat(state, caller, id).await?;
+    if owner_only {
+        require_owner(caller, &chat)?;
+    }
+    let mut tx = begin(state, id, true).await?;
     let conn = tx.conn();
-    if queue::len(&mut *conn, chat_id).await? > 0
-        && queue::select(&mut *conn, chat_id, queued).await?.is_none()
+    if queue::len(&mut *conn, id).await? > 0
+        && queue::select(&mut *conn, id, queued).await?.is_none()
     {
         return Err(StateError::QueuedMessageNotFound {
             queued_message_id: queued,
         }
         .into());
     }
-    Ok(())
+    Ok((tx, queued))
 }
 
 /// `DELETE /api/v2/chats/{chat}/queue/{queued}`: `DeleteQueuedMessage(qid)`
@@ -53,11 +68,7 @@ pub async fn delete_queued_message(
     caller: Caller,
     params: PathParams,
 ) -> ApiResult<StatusCode> {
-    let id = params.uuid("chat")?;
-    let queued = params.id("queued")?;
-    visible_chat(&state, &caller, id).await?;
-    let mut tx = begin(&state, id, true).await?;
-    check_queued_exists(&mut tx, queued).await?;
+    let (mut tx, queued) = begin_on_queued(&state, &caller, &params, false).await?;
     tx.delete_queued_message(queued).await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
@@ -82,12 +93,7 @@ pub async fn promote_queued_message(
     caller: Caller,
     params: PathParams,
 ) -> ApiResult<Json<Chat>> {
-    let id = params.uuid("chat")?;
-    let queued = params.id("queued")?;
-    let chat = visible_chat(&state, &caller, id).await?;
-    require_owner(&caller, &chat)?;
-    let mut tx = begin(&state, id, true).await?;
-    check_queued_exists(&mut tx, queued).await?;
+    let (mut tx, queued) = begin_on_queued(&state, &caller, &params, true).await?;
     tx.promote_queued_message(queued).await?;
     commit(tx).await
 }

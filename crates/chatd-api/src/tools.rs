@@ -14,10 +14,10 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::app::AppState;
-use crate::auth::{Caller, require_owner, visible_chat};
+use crate::auth::ChatTarget;
 use crate::chats::{Chat, begin, commit};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415};
-use crate::extract::{self, PathParams};
+use crate::extract;
 use crate::validate;
 
 /// One submitted tool result.
@@ -54,12 +54,9 @@ pub struct ToolResultsRequest {
 )]
 pub async fn submit_tool_results(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    target: ChatTarget,
     body: extract::Json<ToolResultsRequest>,
 ) -> ApiResult<Json<Chat>> {
-    let id = params.uuid("chat")?;
-    let chat = visible_chat(&state, &caller, id).await?;
     let req = body.read().await?;
     if req.results.len() > validate::MAX_TOOL_RESULTS {
         return Err(ApiError::invalid(
@@ -75,11 +72,11 @@ pub async fn submit_tool_results(
             ));
         }
     }
-    require_owner(&caller, &chat)?;
-    let mut tx = begin(&state, id, true).await?;
+    target.require_owner()?;
+    let mut tx = begin(&state, target.id(), true).await?;
     let last_model_config_id = tx.chat().await?.last_model_config_id;
     let input = CompleteRequiresActionInput {
-        created_by: Some(caller.id()),
+        created_by: Some(target.caller.id()),
         model_config_id: last_model_config_id,
         results: req
             .results

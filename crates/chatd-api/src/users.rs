@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app::AppState;
-use crate::auth::{self, Caller, MAX_TOKEN_LIFETIME_SECONDS, Role, User};
+use crate::auth::{self, Admin, Caller, MAX_TOKEN_LIFETIME_SECONDS, Role, User};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415};
 use crate::extract::{self, PathParams, parse_uuid};
 use crate::validate;
@@ -84,10 +84,9 @@ impl From<ReplicaRow> for Replica {
 )]
 pub async fn create_user(
     State(state): State<AppState>,
-    caller: Caller,
+    _admin: Admin,
     body: extract::Json<CreateUserRequest>,
 ) -> ApiResult<(StatusCode, Json<User>)> {
-    caller.require_admin()?;
     let req = body.read().await?;
     auth::validate_username(&req.username).map_err(|e| ApiError::invalid("username", e))?;
     match users::insert(state.store().pool(), &req.username, req.role).await {
@@ -164,9 +163,8 @@ pub async fn get_me(caller: Caller) -> Json<User> {
 )]
 pub async fn list_replicas(
     State(state): State<AppState>,
-    caller: Caller,
+    _admin: Admin,
 ) -> ApiResult<Json<Vec<Replica>>> {
-    caller.require_admin()?;
     let rows = replicas::list(state.store().pool()).await?;
     Ok(Json(rows.into_iter().map(Replica::from).collect()))
 }

@@ -38,8 +38,16 @@ impl StoreError {
         }
     }
 
-    /// Whether retrying the same operation later may succeed: connection
-    /// failures, pool timeouts, serialization failures and deadlocks.
+    /// Whether retrying the same operation later may succeed (transient)
+    /// rather than fail the same way again (permanent): connection failures
+    /// (I/O, protocol, pool timeouts, SQLSTATE class `08`), transaction
+    /// rollbacks (class `40`: serialization failures, deadlocks), insufficient
+    /// resources (class `53`, e.g. too many connections), a lock not
+    /// available (`55P03`), a cancelled statement (`57014`) and the server
+    /// shutting down or restarting (`57P01`–`57P05`). Everything else (a
+    /// constraint, a trigger's exception, a value PostgreSQL cannot store, a
+    /// decoding failure, a state-machine rejection) is permanent: retrying
+    /// it would wedge the caller.
     ///
     /// Example: [`StoreError`].
     pub fn is_retryable(&self) -> bool {
@@ -48,11 +56,16 @@ impl StoreError {
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut
                 | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
                 | sqlx::Error::Protocol(_) => true,
-                sqlx::Error::Database(db) => matches!(
-                    db.code().as_deref(),
-                    Some("40001" | "40P01" | "57P01" | "08006" | "08003")
-                ),
+                sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                    code.starts_with("08")
+                        || code.starts_with("40")
+                        || code.starts_with("53")
+                        || code.starts_with("57P")
+                        || code == "55P03"
+                        || code == "57014"
+                }),
                 _ => false,
             },
             _ => false,

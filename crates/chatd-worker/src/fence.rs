@@ -47,12 +47,14 @@ pub enum FenceError {
 }
 
 impl FenceError {
-    /// Whether the caller should retry with backoff (infrastructure
-    /// failure) rather than exit.
+    /// Whether the caller should retry with backoff (a transient
+    /// infrastructure failure, [`StoreError::is_retryable`]) rather than
+    /// exit. A permanent database error is not retried: it would fail the
+    /// same way forever and keep the chat wedged (issue 14).
     pub fn is_retryable(&self) -> bool {
         match self {
             FenceError::Stale => false,
-            FenceError::Store(err) => !matches!(err, StoreError::State(_)),
+            FenceError::Store(err) => err.is_retryable(),
         }
     }
 }

@@ -12,14 +12,18 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::found;
 use crate::app::AppState;
-use crate::auth::Caller;
+use crate::auth::{Admin, AdminTarget, Caller};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415};
-use crate::extract::{self, PathParams, double_option};
+use crate::extract::{self, double_option};
 use crate::validate;
 use chatd_core::McpTransport;
 use chatd_store::McpServerRow;
 use chatd_store::queries::mcp_servers::{self, McpServerDef};
+
+/// The `404` message of an unknown MCP server id.
+const NOT_FOUND: &str = "MCP server not found.";
 
 /// `McpServer`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -239,10 +243,9 @@ pub async fn list_mcp_servers(
 )]
 pub async fn create_mcp_server(
     State(state): State<AppState>,
-    caller: Caller,
+    _admin: Admin,
     body: extract::Json<CreateMcpServerRequest>,
 ) -> ApiResult<(StatusCode, Json<McpServer>)> {
-    caller.require_admin()?;
     let req = body.read().await?;
     let def = McpServerDef {
         id: Uuid::new_v4(),
@@ -271,18 +274,16 @@ pub async fn create_mcp_server(
 )]
 pub async fn update_mcp_server(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    AdminTarget { id }: AdminTarget,
     body: extract::Json<UpdateMcpServerRequest>,
 ) -> ApiResult<Json<McpServer>> {
-    let id = params.uuid("id")?;
-    caller.require_admin()?;
     let req = body.read().await?;
     let mut tx = state.store().pool().begin().await?;
-    let current = mcp_servers::select_for_update(&mut tx, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("MCP server not found."))?
-        .def;
+    let current = found(
+        mcp_servers::select_for_update(&mut tx, id).await?,
+        NOT_FOUND,
+    )?
+    .def;
     let def = McpServerDef {
         id,
         slug: req.slug.unwrap_or(current.slug),
@@ -311,14 +312,10 @@ pub async fn update_mcp_server(
 )]
 pub async fn delete_mcp_server(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    AdminTarget { id }: AdminTarget,
 ) -> ApiResult<StatusCode> {
-    let id = params.uuid("id")?;
-    caller.require_admin()?;
-    if !mcp_servers::delete(state.store().pool(), id).await? {
-        return Err(ApiError::not_found("MCP server not found."));
-    }
+    let deleted = mcp_servers::delete(state.store().pool(), id).await?;
+    found(deleted.then_some(()), NOT_FOUND)?;
     Ok(StatusCode::NO_CONTENT)
 }
 

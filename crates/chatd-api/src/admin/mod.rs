@@ -25,3 +25,33 @@ pub mod model_configs;
 pub mod providers;
 
 pub use chatd_core::{McpTransport, ModelOptions, ProviderKind, ReasoningEffortOptions};
+
+use sqlx::{Postgres, Transaction};
+
+use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+use chatd_store::queries::locks::{self, AdvisoryLock};
+use chatd_store::queries::model_configs as model_config_rows;
+
+/// The row `row`, or `404` with `message` (`"Provider not found."`, ...)
+/// when there is none.
+pub(crate) fn found<T>(row: Option<T>, message: &str) -> ApiResult<T> {
+    row.ok_or_else(|| ApiError::not_found(message))
+}
+
+/// Opens a transaction holding the model-configs advisory lock, which every
+/// mutation that can move the default takes first (see the module doc).
+pub(crate) async fn lock_model_configs(
+    state: &AppState,
+) -> ApiResult<Transaction<'static, Postgres>> {
+    let mut tx = state.store().pool().begin().await?;
+    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+    Ok(tx)
+}
+
+/// Makes an enabled config the default if none is, then commits `tx`.
+pub(crate) async fn commit_with_default(mut tx: Transaction<'static, Postgres>) -> ApiResult<()> {
+    model_config_rows::ensure_default(&mut tx).await?;
+    tx.commit().await?;
+    Ok(())
+}

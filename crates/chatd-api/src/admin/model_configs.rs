@@ -12,16 +12,21 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use sqlx::{Postgres, Transaction};
+
+use super::{commit_with_default, found, lock_model_configs};
 use crate::app::AppState;
-use crate::auth::Caller;
+use crate::auth::{Admin, AdminTarget, Caller};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E413, E415};
-use crate::extract::{self, PathParams};
+use crate::extract;
 use crate::validate;
 use chatd_core::ModelOptions;
 use chatd_store::ModelConfigRow;
-use chatd_store::queries::locks::{self, AdvisoryLock};
 use chatd_store::queries::model_configs::{self, ModelConfigDef};
 use chatd_store::queries::providers;
+
+/// The `404` message of an unknown model config id.
+const NOT_FOUND: &str = "Model config not found.";
 
 /// `ModelConfig`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -162,8 +167,7 @@ pub async fn list_model_configs(
     State(state): State<AppState>,
     _caller: Caller,
 ) -> ApiResult<Json<Vec<ModelConfig>>> {
-    let rows = model_configs::list(state.store().pool(), false).await?;
-    Ok(Json(rows.into_iter().map(ModelConfig::from).collect()))
+    list(&state, false).await
 }
 
 /// `GET /api/v2/chats/models`: the model configs a member may pick (enabled
@@ -176,7 +180,13 @@ pub async fn list_models(
     State(state): State<AppState>,
     _caller: Caller,
 ) -> ApiResult<Json<Vec<ModelConfig>>> {
-    let rows = model_configs::list(state.store().pool(), true).await?;
+    list(&state, true).await
+}
+
+/// Every model config, or with `enabled_only` the enabled configs of
+/// enabled providers.
+async fn list(state: &AppState, enabled_only: bool) -> ApiResult<Json<Vec<ModelConfig>>> {
+    let rows = model_configs::list(state.store().pool(), enabled_only).await?;
     Ok(Json(rows.into_iter().map(ModelConfig::from).collect()))
 }
 
@@ -187,10 +197,9 @@ pub async fn list_models(
 )]
 pub async fn create_model_config(
     State(state): State<AppState>,
-    caller: Caller,
+    _admin: Admin,
     body: extract::Json<CreateModelConfigRequest>,
 ) -> ApiResult<(StatusCode, Json<ModelConfig>)> {
-    caller.require_admin()?;
     let req = body.read().await?;
     let def = ModelConfigDef {
         id: Uuid::new_v4(),
@@ -204,17 +213,8 @@ pub async fn create_model_config(
         options: req.options.unwrap_or_default(),
     };
     validate_model_config(&def)?;
-    let mut tx = state.store().pool().begin().await?;
-    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-    if !providers::exists(&mut *tx, def.provider_id).await? {
-        return Err(ApiError::invalid("provider_id", "unknown provider"));
-    }
-    let row = model_configs::upsert(&mut tx, &def).await?;
-    model_configs::ensure_default(&mut tx).await?;
-    let row = model_configs::select(&mut *tx, row.def.id)
-        .await?
-        .unwrap_or(row);
-    tx.commit().await?;
+    let tx = lock_model_configs(&state).await?;
+    let row = write(tx, &def).await?;
     Ok((StatusCode::CREATED, Json(row.into())))
 }
 
@@ -226,19 +226,12 @@ pub async fn create_model_config(
 )]
 pub async fn update_model_config(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    AdminTarget { id }: AdminTarget,
     body: extract::Json<UpdateModelConfigRequest>,
 ) -> ApiResult<Json<ModelConfig>> {
-    let id = params.uuid("id")?;
-    caller.require_admin()?;
     let req = body.read().await?;
-    let mut tx = state.store().pool().begin().await?;
-    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-    let current = model_configs::select(&mut *tx, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("Model config not found."))?
-        .def;
+    let mut tx = lock_model_configs(&state).await?;
+    let current = found(model_configs::select(&mut *tx, id).await?, NOT_FOUND)?.def;
     let enabled = req.enabled.unwrap_or(current.enabled);
     let def = ModelConfigDef {
         id,
@@ -268,15 +261,7 @@ pub async fn update_model_config(
         ));
     }
     validate_model_config(&def)?;
-    if !providers::exists(&mut *tx, def.provider_id).await? {
-        return Err(ApiError::invalid("provider_id", "unknown provider"));
-    }
-    model_configs::upsert(&mut tx, &def).await?;
-    model_configs::ensure_default(&mut tx).await?;
-    let row = model_configs::select(&mut *tx, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("Model config not found."))?;
-    tx.commit().await?;
+    let row = write(tx, &def).await?;
     Ok(Json(row.into()))
 }
 
@@ -288,17 +273,33 @@ pub async fn update_model_config(
 )]
 pub async fn delete_model_config(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    AdminTarget { id }: AdminTarget,
 ) -> ApiResult<StatusCode> {
-    let id = params.uuid("id")?;
-    caller.require_admin()?;
-    let mut tx = state.store().pool().begin().await?;
-    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-    if !model_configs::delete(&mut *tx, id).await? {
-        return Err(ApiError::not_found("Model config not found."));
-    }
-    model_configs::ensure_default(&mut tx).await?;
-    tx.commit().await?;
+    let mut tx = lock_model_configs(&state).await?;
+    found(
+        model_configs::delete(&mut *tx, id).await?.then_some(()),
+        NOT_FOUND,
+    )?;
+    commit_with_default(tx).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Writes the checked `def` under the model-configs lock held by `tx`:
+/// `400` naming `provider_id` for an unknown provider, else upserts it,
+/// moves the default where needed and commits. Returns the row as
+/// committed (its `is_default` may have changed).
+async fn write(
+    mut tx: Transaction<'static, Postgres>,
+    def: &ModelConfigDef,
+) -> ApiResult<ModelConfigRow> {
+    if !providers::exists(&mut *tx, def.provider_id).await? {
+        return Err(ApiError::invalid("provider_id", "unknown provider"));
+    }
+    let row = model_configs::upsert(&mut tx, def).await?;
+    model_configs::ensure_default(&mut tx).await?;
+    let row = model_configs::select(&mut *tx, def.id)
+        .await?
+        .unwrap_or(row);
+    tx.commit().await?;
+    Ok(row)
 }

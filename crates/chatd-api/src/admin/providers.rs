@@ -11,16 +11,18 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::{commit_with_default, found, lock_model_configs};
 use crate::app::AppState;
-use crate::auth::Caller;
+use crate::auth::{Admin, AdminTarget, Caller};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E413, E415};
-use crate::extract::{self, PathParams, double_option};
+use crate::extract::{self, double_option};
 use crate::validate;
 use chatd_core::ProviderKind;
 use chatd_store::ProviderRow;
-use chatd_store::queries::locks::{self, AdvisoryLock};
-use chatd_store::queries::model_configs;
 use chatd_store::queries::providers::{self, ProviderDef};
+
+/// The `404` message of an unknown provider id.
+const NOT_FOUND: &str = "Provider not found.";
 
 /// A provider as returned by the API (`api_key` is never returned).
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -152,10 +154,9 @@ pub async fn list_providers(
 )]
 pub async fn create_provider(
     State(state): State<AppState>,
-    caller: Caller,
+    _admin: Admin,
     body: extract::Json<CreateProviderRequest>,
 ) -> ApiResult<(StatusCode, Json<Provider>)> {
-    caller.require_admin()?;
     let req = body.read().await?;
     let display_name = req.display_name.unwrap_or_default();
     let api_key = req.api_key.filter(|k| !k.is_empty());
@@ -184,18 +185,12 @@ pub async fn create_provider(
 )]
 pub async fn update_provider(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    AdminTarget { id }: AdminTarget,
     body: extract::Json<UpdateProviderRequest>,
 ) -> ApiResult<Json<Provider>> {
-    let id = params.uuid("id")?;
-    caller.require_admin()?;
     let req = body.read().await?;
     let mut tx = state.store().pool().begin().await?;
-    let current = providers::select_for_update(&mut tx, id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("Provider not found."))?
-        .def;
+    let current = found(providers::select_for_update(&mut tx, id).await?, NOT_FOUND)?.def;
     let def = ProviderDef {
         id,
         provider: req.provider.unwrap_or(current.provider),
@@ -227,17 +222,13 @@ pub async fn update_provider(
 )]
 pub async fn delete_provider(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    AdminTarget { id }: AdminTarget,
 ) -> ApiResult<StatusCode> {
-    let id = params.uuid("id")?;
-    caller.require_admin()?;
-    let mut tx = state.store().pool().begin().await?;
-    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-    if !providers::delete(&mut *tx, id).await? {
-        return Err(ApiError::not_found("Provider not found."));
-    }
-    model_configs::ensure_default(&mut tx).await?;
-    tx.commit().await?;
+    let mut tx = lock_model_configs(&state).await?;
+    found(
+        providers::delete(&mut *tx, id).await?.then_some(()),
+        NOT_FOUND,
+    )?;
+    commit_with_default(tx).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -10,9 +10,8 @@ use chatd_core::{ExecutionState, StateError};
 
 use super::{Chat, begin, commit};
 use crate::app::AppState;
-use crate::auth::{Caller, require_owner, visible_chat};
+use crate::auth::ChatTarget;
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, INVALID_STATE_MESSAGE};
-use crate::extract::PathParams;
 use crate::objects::{ChatError, ChatErrorKind};
 use chatd_store::queries::messages;
 
@@ -25,14 +24,8 @@ use chatd_store::queries::messages;
     params(("chat" = Uuid, Path, description = "Chat id")),
     responses((status = 200, description = "Interrupt requested", body = Chat), E400, E401, E404, E409)
 )]
-pub async fn interrupt(
-    State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
-) -> ApiResult<Json<Chat>> {
-    let id = params.uuid("chat")?;
-    visible_chat(&state, &caller, id).await?;
-    let mut tx = begin(&state, id, true).await?;
+pub async fn interrupt(State(state): State<AppState>, target: ChatTarget) -> ApiResult<Json<Chat>> {
+    let mut tx = begin(&state, target.id(), true).await?;
     tx.interrupt().await?;
     commit(tx).await
 }
@@ -50,12 +43,9 @@ pub async fn interrupt(
 )]
 pub async fn reconcile_invalid(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    target: ChatTarget,
 ) -> ApiResult<Json<Chat>> {
-    let id = params.uuid("chat")?;
-    visible_chat(&state, &caller, id).await?;
-    let mut tx = begin(&state, id, false).await?;
+    let mut tx = begin(&state, target.id(), false).await?;
     let last_error = ChatError::new(ChatErrorKind::InvalidState, INVALID_STATE_MESSAGE, false)
         .with_detail("Send a new message or edit the history to continue.");
     match tx.reconcile_invalid_state(last_error).await {
@@ -84,14 +74,9 @@ pub const MIN_MESSAGES_TO_COMPACT: i64 = 4;
     params(("chat" = Uuid, Path, description = "Chat id")),
     responses((status = 200, description = "Compaction requested; the chat runs", body = Chat), E400, E401, E403, E404, E409)
 )]
-pub async fn compact(
-    State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
-) -> ApiResult<Json<Chat>> {
-    let id = params.uuid("chat")?;
-    let chat = visible_chat(&state, &caller, id).await?;
-    require_owner(&caller, &chat)?;
+pub async fn compact(State(state): State<AppState>, target: ChatTarget) -> ApiResult<Json<Chat>> {
+    target.require_owner()?;
+    let id = target.id();
     let mut tx = begin(&state, id, true).await?;
     let exec = tx.execution_state().await?;
     if exec.is_runnable() {

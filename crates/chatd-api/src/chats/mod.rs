@@ -34,11 +34,11 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::app::AppState;
-use crate::auth::{Caller, visible_chat};
+use crate::auth::{Caller, ChatTarget, visible_chat};
 use crate::error::{
     ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415, INVALID_STATE_MESSAGE,
 };
-use crate::extract::{self, PathParams, QueryParams, double_option};
+use crate::extract::{self, QueryParams, double_option};
 use crate::objects::{
     ChatError, ChatInputPart, ChatStatus, DynamicTool, PlanMode, ReasoningEffort,
 };
@@ -425,14 +425,8 @@ pub async fn create_chat(
     params(("chat" = Uuid, Path, description = "Chat id")),
     responses((status = 200, description = "The chat", body = Chat), E400, E401, E404)
 )]
-pub async fn get_chat(
-    State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
-) -> ApiResult<Json<Chat>> {
-    let id = params.uuid("chat")?;
-    let chat = visible_chat(&state, &caller, id).await?;
-    Ok(Json(Chat::from(&chat)))
+pub async fn get_chat(target: ChatTarget) -> Json<Chat> {
+    Json(Chat::from(&target.chat))
 }
 
 /// `PATCH /api/v2/chats/{chat}`: metadata, and `SetArchived` for the
@@ -452,12 +446,10 @@ pub async fn get_chat(
 )]
 pub async fn update_chat(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    ChatTarget { chat, .. }: ChatTarget,
     body: extract::Json<UpdateChatRequest>,
 ) -> ApiResult<Json<Chat>> {
-    let id = params.uuid("chat")?;
-    let chat = visible_chat(&state, &caller, id).await?;
+    let id = chat.id;
     let req = body.read().await?;
     let title = req.title.as_deref().map(validate::title).transpose()?;
     if let Some(labels) = &req.labels {
@@ -542,13 +534,10 @@ pub async fn update_chat(
 )]
 pub async fn delete_chat(
     State(state): State<AppState>,
-    caller: Caller,
-    params: PathParams,
+    target: ChatTarget,
 ) -> ApiResult<StatusCode> {
-    let id = params.uuid("chat")?;
-    visible_chat(&state, &caller, id).await?;
-    let mut locked = state.store().machine(id).lock().await?;
-    match chats::delete_family(locked.conn(), id).await? {
+    let mut locked = state.store().machine(target.id()).lock().await?;
+    match chats::delete_family(locked.conn(), target.id()).await? {
         Ok(()) => {}
         Err(NotDeletable {
             chat_id: member,

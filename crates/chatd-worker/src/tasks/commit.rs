@@ -11,13 +11,15 @@
 
 use std::sync::Arc;
 
-use chatd_core::{ChatError, FinishReason as MessageFinishReason, MessagePart, Visibility};
+use chatd_core::{
+    ChatError, ChatErrorKind, FinishReason as MessageFinishReason, MessagePart, Visibility,
+};
 use chatd_llm::{FinishReason, Provider, ResponseBuilder};
 use chatd_store::NewMessage;
 
 use super::plan::ModelCall;
 use super::tools::ToolStep;
-use super::{TaskContext, TaskResult, title};
+use super::{Exit, TaskContext, TaskResult, title};
 
 /// What follows a committed step in the same bundle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +70,36 @@ pub(super) async fn commit_response(
 
 /// Commits `messages` in one `CommitStep` (`compaction`: they summarize the
 /// history) followed by `next`.
+///
+/// A step the database refuses for good (a permanent error, not a
+/// transient one, which [`TaskContext::transition`] retries) would be
+/// refused again by every retry and leave the chat `running` with no task:
+/// the turn ends with `FinishError` instead, a non-retryable `generic` error
+/// whose detail is the database's reason (issue 14: no input may wedge a
+/// chat).
 pub(super) async fn commit_step(
+    task: &TaskContext,
+    what: &str,
+    messages: Vec<NewMessage>,
+    compaction: bool,
+    next: Next,
+) -> TaskResult<()> {
+    match try_commit_step(task, what, messages, compaction, next).await {
+        Err(Exit::Rejected(reason)) => {
+            tracing::warn!(chat_id = %task.chat_id, %reason, "the step cannot be stored; ending the turn with an error");
+            let error = ChatError::new(
+                ChatErrorKind::Generic,
+                "The answer could not be stored.",
+                false,
+            )
+            .with_detail(reason);
+            finish_error(task, "ending a turn whose step cannot be stored", error).await
+        }
+        other => other,
+    }
+}
+
+async fn try_commit_step(
     task: &TaskContext,
     what: &str,
     messages: Vec<NewMessage>,

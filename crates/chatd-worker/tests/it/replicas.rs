@@ -127,10 +127,6 @@ async fn a_crashed_workers_chat_is_taken_over_when_the_lease_goes_stale_not_at_t
     env.llm
         .set_default(Script::text("answer from the survivor"));
     let a = env.worker();
-    let b = env.worker_with(WorkerConfig {
-        acquisition_interval: Duration::from_secs(3600),
-        ..fast_config()
-    });
     let chat_id = env.create_chat("hello").await;
     env.llm
         .wait_for_request(1, Duration::from_secs(10))
@@ -140,7 +136,11 @@ async fn a_crashed_workers_chat_is_taken_over_when_the_lease_goes_stale_not_at_t
         c.worker_id == Some(a.worker_id())
     })
     .await;
-    // Let b's first pass (which found the chat held) and its lease lookup run.
+    let b = env.worker_with(WorkerConfig {
+        acquisition_interval: Duration::from_secs(3600),
+        ..fast_config()
+    });
+    // Let b's first pass (which finds the chat held) and its lease lookup run.
     tokio::time::sleep(Duration::from_millis(300)).await;
     a.crash();
     let crashed_at = Instant::now();

@@ -83,6 +83,56 @@ async fn an_answer_with_a_nul_is_committed_with_the_replacement_character() {
     worker.shutdown().await;
 }
 
+/// Issue 14: a step the database refuses for good (here a trigger that
+/// raises on the answer; a NUL did it before sanitising) was retried
+/// forever with the chat `running`. The turn ends with a non-retryable error
+/// naming the reason, and the chat takes the next message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_the_database_refuses_for_good_ends_the_turn_with_an_error() {
+    let env = Env::new().await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'poisoned answer refused'; END $$;
+         CREATE TRIGGER refuse_poison BEFORE INSERT ON chat_messages FOR EACH ROW
+         WHEN (NEW.role = 'assistant' AND NEW.content::text LIKE '%poison%')
+         EXECUTE FUNCTION refuse_poison();",
+    )
+    .execute(env.db.pool())
+    .await
+    .unwrap();
+    env.llm.push(Script::text("poison pill"));
+    env.llm.push(Script::text("fine"));
+    let worker = env.worker();
+    let chat_id = env.create_chat("hi").await;
+    let chat = env.wait_status(chat_id, ChatStatus::Error).await;
+    let error = last_error_json(&chat);
+    assert_eq!(
+        (&error["kind"], &error["retryable"], &error["message"]),
+        (
+            &json!("generic"),
+            &json!(false),
+            &json!("The answer could not be stored.")
+        )
+    );
+    assert!(
+        error["detail"]
+            .as_str()
+            .unwrap()
+            .contains("poisoned answer refused"),
+        "{error}"
+    );
+    assert_eq!(
+        env.llm.requests().len(),
+        1,
+        "the step is not generated again"
+    );
+    env.send(chat_id, "again", BusyBehavior::Queue).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(text_of(messages.last().unwrap()), "fine");
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_messages_run_in_order_one_turn_each() {
     let env = Env::new().await;
