@@ -4,9 +4,7 @@
 # Makes sure a PostgreSQL server is reachable at 127.0.0.1:5432 with trust
 # auth for the `postgres` user (installing it from Debian's packages and
 # starting it when it is missing), makes sure cargo-nextest is installed, then
-# runs every test of the workspace and the doc tests, a bounded chaos run
-# (crates/chatd-chaos: about 90 s; CHATD_CHAOS_SEED and CHATD_CHAOS_DURATION
-# change it), the checks of run.sh's
+# runs every test of the workspace and the doc tests, the checks of run.sh's
 # answers to bad input (scripts/test-run-sh.sh), then the browser tests
 # of the web UI (scripts/e2e.sh: headless Chromium, installed from Debian's
 # packages when missing; CHATD_SKIP_E2E=1 skips them). Each test creates its
@@ -30,9 +28,6 @@ echo "== cargo test --doc --workspace"
 cargo test --doc --workspace || status=1
 echo "== cargo nextest run --workspace"
 cargo nextest run --workspace --no-fail-fast "$@" || status=1
-echo "== chatd-chaos: a bounded chaos run (3 replicas on a private PostgreSQL cluster, faults, invariant check)"
-{ cargo build -q -p chatd -p chatd-testkit --bins \
-  && cargo run -q -p chatd-chaos -- --duration "${CHATD_CHAOS_DURATION:-60s}" --seed "${CHATD_CHAOS_SEED:-20261202}"; } || status=1
 echo "== scripts/test-run-sh.sh (run.sh refuses bad input; no model needed)"
 scripts/test-run-sh.sh || status=1
 if [ -n "${CHATD_SKIP_E2E:-}" ]; then
