@@ -336,7 +336,7 @@ pub async fn bootstrap_admin(pool: &PgPool, token: &str) -> anyhow::Result<()> {
     let token = token.trim();
     anyhow::ensure!(!token.is_empty(), "the bootstrap admin token is empty");
     let hash = hash_token(token);
-    let mut tx = pool.begin().await?;
+    let mut tx = chatd_store::queries::begin(pool).await?;
     let admin_id = users::create_or_promote(&mut *tx, "admin", Role::Admin)
         .await
         .context("creating the admin user")?;
@@ -363,7 +363,7 @@ pub async fn bootstrap_admin(pool: &PgPool, token: &str) -> anyhow::Result<()> {
 pub async fn create_token(pool: &PgPool, username: &str, admin: bool) -> anyhow::Result<String> {
     validate_username(username).map_err(|e| anyhow::anyhow!("invalid user name: {e}"))?;
     let role = if admin { Role::Admin } else { Role::Member };
-    let mut tx = pool.begin().await?;
+    let mut tx = chatd_store::queries::begin(pool).await?;
     let user_id = users::create_or_promote(&mut *tx, username, role)
         .await
         .context("creating the user")?;

@@ -194,7 +194,7 @@ pub fn stable_id(kind: &str, name: &str) -> Uuid {
 /// database error (the transaction is rolled back).
 pub async fn apply(pool: &PgPool, file: &ConfigFile) -> anyhow::Result<()> {
     let plan = plan(file)?;
-    let mut tx = pool.begin().await?;
+    let mut tx = chatd_store::queries::begin(pool).await?;
     locks::lock(&mut tx, AdvisoryLock::ConfigFile).await?;
     locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
     for provider in &plan.providers {

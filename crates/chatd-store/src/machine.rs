@@ -280,7 +280,7 @@ impl Store {
             .into());
         }
         let id = input.id.unwrap_or_else(Uuid::new_v4);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::queries::begin(&self.pool).await?;
         let root_chat_id = match input.parent_chat_id {
             None => None,
             Some(parent) => Some(
@@ -299,8 +299,7 @@ impl Store {
         let to = chat.execution_state(false);
         matrix::check_landing(Transition::CreateChat, ExecutionState::N, to)
             .map_err(StateError::from)?;
-        tx.commit().await?;
-        flush(&buffer);
+        commit_and_flush(tx, buffer).await?;
         record_transition(Transition::CreateChat, "ok");
         Ok(CreateChatResult {
             chat,
@@ -436,7 +435,7 @@ impl Store {
         archived: bool,
         idle_for: Option<Duration>,
     ) -> StoreResult<Option<Vec<Chat>>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::queries::begin(&self.pool).await?;
         // Lock the family in the order the archive below bumps it (root,
         // then children by creation) and read `updated_at` before the bumps
         // overwrite it.
@@ -503,8 +502,7 @@ impl Store {
         for member in &members {
             chats.push(enqueue_publications(&mut tx, *member, &buffer, &self.config).await?);
         }
-        tx.commit().await?;
-        flush(&buffer);
+        commit_and_flush(tx, buffer).await?;
         for (transition, _, _) in &applied {
             record_transition(*transition, "ok");
         }
@@ -568,7 +566,7 @@ impl ChatMachine {
     /// # Ok(()) }
     /// ```
     pub async fn begin(&self) -> StoreResult<ChatTx> {
-        let mut tx = self.store.pool.begin().await?;
+        let mut tx = crate::queries::begin(&self.store.pool).await?;
         let chat = queries::chats::lock_and_bump(&mut tx, self.chat_id)
             .await?
             .ok_or(StateError::ChatNotFound)?;
@@ -604,7 +602,7 @@ impl ChatMachine {
     /// # Ok(()) }
     /// ```
     pub async fn try_begin(&self) -> StoreResult<Option<ChatTx>> {
-        let mut tx = self.store.pool.begin().await?;
+        let mut tx = crate::queries::begin(&self.store.pool).await?;
         let Some(chat) = queries::chats::lock_and_bump_skip_locked(&mut tx, self.chat_id).await?
         else {
             return Ok(None);
@@ -728,7 +726,7 @@ impl ChatMachine {
     /// # Ok(()) }
     /// ```
     pub async fn snapshot(&self) -> StoreResult<LockedChat> {
-        let mut tx = self.store.pool.begin().await?;
+        let mut tx = crate::queries::begin(&self.store.pool).await?;
         queries::set_read_only_snapshot(&mut tx).await?;
         let chat = queries::chats::select(&mut *tx, self.chat_id, LockMode::None)
             .await?
@@ -737,7 +735,7 @@ impl ChatMachine {
     }
 
     async fn lock_with(&self, lock: LockMode) -> StoreResult<LockedChat> {
-        let mut tx = self.store.pool.begin().await?;
+        let mut tx = crate::queries::begin(&self.store.pool).await?;
         let chat = queries::chats::select(&mut *tx, self.chat_id, lock)
             .await?
             .ok_or(StateError::ChatNotFound)?;
@@ -948,8 +946,7 @@ impl ChatTx {
         let buffer = PublishBuffer::new(self.store.publisher.clone());
         let chat =
             enqueue_publications(&mut self.tx, self.chat_id, &buffer, &self.store.config).await?;
-        self.tx.commit().await?;
-        flush(&buffer);
+        commit_and_flush(self.tx, buffer).await?;
         for (transition, _, _) in &self.applied {
             record_transition(*transition, "ok");
         }
@@ -1032,6 +1029,29 @@ pub fn chat_update_payload(chat: &Chat) -> ChatUpdate {
         status: chat.status,
         archived: chat.archived,
     }
+}
+
+/// Commits `tx`, then publishes what `buffer` holds, in a task of its own:
+/// a caller cancelled while its `COMMIT` is in flight (a runner task
+/// aborted, a request whose client went away) cannot leave a committed
+/// transition unpublished, which would leave a runnable chat waiting for
+/// the next acquisition pass (issue 14).
+///
+/// # Errors
+/// The `COMMIT`'s error (nothing is published then); a task that panicked
+/// or was cancelled by a dying runtime is `sqlx::Error::PoolClosed`.
+async fn commit_and_flush(
+    tx: Transaction<'static, Postgres>,
+    buffer: PublishBuffer,
+) -> StoreResult<()> {
+    tokio::spawn(async move {
+        tx.commit().await?;
+        flush(&buffer);
+        Ok(())
+    })
+    .await
+    .unwrap_or(Err(sqlx::Error::PoolClosed))
+    .map_err(StoreError::from)
 }
 
 fn flush(buffer: &PublishBuffer) {

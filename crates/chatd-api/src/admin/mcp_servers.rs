@@ -278,7 +278,7 @@ pub async fn update_mcp_server(
     body: extract::Json<UpdateMcpServerRequest>,
 ) -> ApiResult<Json<McpServer>> {
     let req = body.read().await?;
-    let mut tx = state.store().pool().begin().await?;
+    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
     let current = found(
         mcp_servers::select_for_update(&mut tx, id).await?,
         NOT_FOUND,

@@ -44,7 +44,7 @@ pub(crate) fn found<T>(row: Option<T>, message: &str) -> ApiResult<T> {
 pub(crate) async fn lock_model_configs(
     state: &AppState,
 ) -> ApiResult<Transaction<'static, Postgres>> {
-    let mut tx = state.store().pool().begin().await?;
+    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
     locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
     Ok(tx)
 }

@@ -189,7 +189,7 @@ pub async fn update_provider(
     body: extract::Json<UpdateProviderRequest>,
 ) -> ApiResult<Json<Provider>> {
     let req = body.read().await?;
-    let mut tx = state.store().pool().begin().await?;
+    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
     let current = found(providers::select_for_update(&mut tx, id).await?, NOT_FOUND)?.def;
     let def = ProviderDef {
         id,

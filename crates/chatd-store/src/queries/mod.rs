@@ -48,6 +48,43 @@ pub mod users;
 
 use sqlx::PgConnection;
 
+/// Starts a transaction on a connection of `pool`; what every transaction
+/// of chatd starts with instead of `Pool::begin`.
+///
+/// The `BEGIN` runs in a task of its own, so cancelling the caller (a
+/// timeout, a task aborted when its lease is lost) never cancels it half
+/// way: sqlx counts a transaction only once `BEGIN`'s answer has been read,
+/// so a `Pool::begin` cancelled after sending it would return a connection
+/// to the pool that is still inside a transaction the pool does not know
+/// about (later autocommit statements would run in it, and the next
+/// `BEGIN` would find "a transaction in progress"; issue 14). If the caller
+/// is gone when the task ends, the task drops the transaction, which rolls
+/// it back before the connection goes back to the pool.
+///
+/// # Errors
+///
+/// The pool's error (timeout, closed pool) or the `BEGIN`'s; a task that
+/// panicked or was cancelled by a dying runtime is `sqlx::Error::PoolClosed`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let tx = queries::begin(&pool).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub async fn begin(
+    pool: &sqlx::PgPool,
+) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.begin().await })
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolClosed))
+}
+
 /// Makes the transaction of `conn` a read-only `REPEATABLE READ` one: every
 /// later read in it sees the same snapshot. Must be its first statement.
 ///
@@ -57,7 +94,7 @@ use sqlx::PgConnection;
 /// use chatd_store::queries;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let mut tx = pool.begin().await?;
+/// let mut tx = queries::begin(&pool).await?;
 /// queries::set_read_only_snapshot(&mut tx).await?;
 /// let write = queries::cluster_settings::insert_if_absent(&mut *tx, "k", "v").await;
 /// let code = write.unwrap_err().as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());

@@ -764,3 +764,55 @@ async fn read_lock_admits_concurrent_readers_and_holds_off_writers() {
     assert!(after_release);
     assert_eq!(result.unwrap().1.snapshot_version, snapshot + 1);
 }
+
+// Pool hygiene: a cancelled BEGIN (issue 14: a replica stopped past its
+// lease cancels its tasks mid-statement).
+
+/// `queries::begin` cancelled at every point of its flight (a timeout of
+/// 0 to 400 µs, on a pool of one connection) never hands the pool a
+/// connection that is still inside a transaction: the next autocommit
+/// statement runs in a transaction of its own, and a read-only snapshot can
+/// still be the first statement of the next transaction. With
+/// `Pool::begin` this fails within a few rounds ("SET TRANSACTION
+/// ISOLATION LEVEL must be called before any query").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_begin_cancelled_mid_flight_never_leaves_a_pooled_connection_inside_a_transaction() {
+    let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR)
+        .await
+        .expect("database");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(db.url())
+        .await
+        .expect("pool");
+    let mut cancelled = 0;
+    for round in 0..300u64 {
+        let limit = Duration::from_micros(round % 400);
+        match tokio::time::timeout(limit, chatd_store::queries::begin(&pool)).await {
+            Err(_) => cancelled += 1,
+            Ok(tx) => drop(tx.expect("begin")),
+        }
+        // SAVEPOINT outside a transaction block is refused (25P01, no_active_sql_transaction).
+        let savepoint = sqlx::query("SAVEPOINT hygiene").execute(&pool).await;
+        let code = savepoint
+            .as_ref()
+            .err()
+            .and_then(|e| e.as_database_error())
+            .and_then(|e| e.code())
+            .map(|c| c.into_owned());
+        assert_eq!(
+            code.as_deref(),
+            Some("25P01"),
+            "round {round}: an autocommit statement ran inside a leftover transaction: {savepoint:?}"
+        );
+        let mut tx = chatd_store::queries::begin(&pool).await.expect("begin");
+        chatd_store::queries::set_read_only_snapshot(&mut tx)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: snapshot not first statement: {e}"));
+        tx.commit().await.expect("commit");
+    }
+    assert!(
+        cancelled > 10,
+        "only {cancelled} of 300 begins were cancelled"
+    );
+}

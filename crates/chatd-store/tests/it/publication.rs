@@ -740,3 +740,54 @@ async fn publish_failure_after_commit_keeps_the_commit_and_the_other_publication
     );
     assert_eq!(published.len(), 1);
 }
+
+/// A bundle whose caller is cancelled while its `COMMIT` is in flight is
+/// still published when the commit lands (issue 14: a runner task aborted
+/// mid-commit left a committed, runnable chat unannounced until the next
+/// acquisition pass). Creates are cancelled after 0 to 4 ms; every chat
+/// that exists afterwards has its `chat:update` and its ownership hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_cancelled_during_its_commit_is_still_published() {
+    let h = Harness::new().await;
+    let mut cancelled = 0;
+    for round in 0..300u64 {
+        let limit = Duration::from_micros((round * 13) % 4000);
+        let input = h.chat_input(Uuid::new_v4(), "hi");
+        if tokio::time::timeout(limit, h.store.create_chat(input))
+            .await
+            .is_err()
+        {
+            cancelled += 1;
+        }
+    }
+    // Let cancelled commits finish (they run in tasks of their own).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let published = h.published.take();
+    let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM chats")
+        .fetch_all(h.pool())
+        .await
+        .expect("chats");
+    assert!(
+        cancelled > 10,
+        "only {cancelled} of 300 creates were cancelled"
+    );
+    assert!(
+        ids.len() > 10,
+        "only {} of 300 creates committed",
+        ids.len()
+    );
+    let hinted: std::collections::HashSet<Uuid> =
+        hints(&published).iter().map(|h| h.chat_id).collect();
+    let mut unpublished = Vec::new();
+    for id in &ids {
+        if updates_for(&published, *id).is_empty() || !hinted.contains(id) {
+            unpublished.push(*id);
+        }
+    }
+    assert!(
+        unpublished.is_empty(),
+        "{} of {} committed chats were never published ({cancelled} creates cancelled)",
+        unpublished.len(),
+        ids.len()
+    );
+}
