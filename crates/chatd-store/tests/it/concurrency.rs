@@ -768,13 +768,17 @@ async fn read_lock_admits_concurrent_readers_and_holds_off_writers() {
 // Pool hygiene: a cancelled BEGIN (issue 14: a replica stopped past its
 // lease cancels its tasks mid-statement).
 
-/// `queries::begin` cancelled at every point of its flight (a timeout of
-/// 0 to 400 µs, on a pool of one connection) never hands the pool a
-/// connection that is still inside a transaction: the next autocommit
-/// statement runs in a transaction of its own, and a read-only snapshot can
-/// still be the first statement of the next transaction. With
-/// `Pool::begin` this fails within a few rounds ("SET TRANSACTION
-/// ISOLATION LEVEL must be called before any query").
+/// `queries::begin` cancelled at every point of its flight (after 0 to 63
+/// scheduler yields, or a timeout of 0 to 2 ms, on a pool of one
+/// connection) never hands the pool a connection that is still inside a
+/// transaction: the next autocommit statement runs in a transaction of its
+/// own, and a read-only snapshot can still be the first statement of the
+/// next transaction. With `Pool::begin` this fails within a few rounds
+/// ("SET TRANSACTION ISOLATION LEVEL must be called before any query").
+///
+/// Cancellation points are counted in yields, not time, so a fast machine
+/// (whose BEGIN round trip beats any timer) still cancels mid-flight; the
+/// loop runs until both outcomes were seen often enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_begin_cancelled_mid_flight_never_leaves_a_pooled_connection_inside_a_transaction() {
     let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR)
@@ -785,12 +789,31 @@ async fn a_begin_cancelled_mid_flight_never_leaves_a_pooled_connection_inside_a_
         .connect(db.url())
         .await
         .expect("pool");
-    let mut cancelled = 0;
-    for round in 0..300u64 {
-        let limit = Duration::from_micros(round % 400);
-        match tokio::time::timeout(limit, chatd_store::queries::begin(&pool)).await {
-            Err(_) => cancelled += 1,
-            Ok(tx) => drop(tx.expect("begin")),
+    async fn yields(n: u64) {
+        for _ in 0..n {
+            tokio::task::yield_now().await;
+        }
+    }
+    let (mut cancelled, mut completed) = (0u32, 0u32);
+    let mut round = 0u64;
+    while (cancelled < 100 || completed < 20) && round < 5_000 {
+        let begin = chatd_store::queries::begin(&pool);
+        let outcome = if round % 2 == 0 {
+            tokio::select! {
+                biased;
+                tx = begin => Some(tx),
+                () = yields((round / 2) % 64) => None,
+            }
+        } else {
+            let limit = Duration::from_micros((round / 2) % 2_000);
+            tokio::time::timeout(limit, begin).await.ok()
+        };
+        match outcome {
+            None => cancelled += 1,
+            Some(tx) => {
+                completed += 1;
+                drop(tx.expect("begin"));
+            }
         }
         // SAVEPOINT outside a transaction block is refused (25P01, no_active_sql_transaction).
         let savepoint = sqlx::query("SAVEPOINT hygiene").execute(&pool).await;
@@ -810,9 +833,10 @@ async fn a_begin_cancelled_mid_flight_never_leaves_a_pooled_connection_inside_a_
             .await
             .unwrap_or_else(|e| panic!("round {round}: snapshot not first statement: {e}"));
         tx.commit().await.expect("commit");
+        round += 1;
     }
     assert!(
-        cancelled > 10,
-        "only {cancelled} of 300 begins were cancelled"
+        cancelled >= 100 && completed >= 20,
+        "after {round} rounds only {cancelled} begins were cancelled and {completed} completed"
     );
 }
