@@ -233,8 +233,10 @@ impl Store {
     /// chat, `chat:ownership` after the commit.
     ///
     /// # Errors
-    /// `InvalidInput` for an empty history or a status other than running or
-    /// waiting; `ChatNotFound` when `parent_chat_id` does not exist; database
+    /// `InvalidInput` for an empty history, a status other than running or
+    /// waiting, or an archived parent (or family root; checked under the
+    /// family's share locks, so a concurrent archive either sees the child
+    /// or refuses it); `ChatNotFound` when `parent_chat_id` does not exist; database
     /// errors (an existing `id` is a unique violation).
     ///
     /// # Example
@@ -283,11 +285,19 @@ impl Store {
         let mut tx = crate::queries::begin(&self.pool).await?;
         let root_chat_id = match input.parent_chat_id {
             None => None,
-            Some(parent) => Some(
-                queries::chats::lock_family_root(&mut tx, parent)
+            Some(parent) => {
+                let placement = queries::chats::lock_family_for_child(&mut tx, parent)
                     .await?
-                    .ok_or(StateError::ChatNotFound)?,
-            ),
+                    .ok_or(StateError::ChatNotFound)?;
+                if placement.archived {
+                    return Err(StateError::InvalidInput {
+                        field: "parent_chat_id",
+                        detail: "the parent chat is archived".into(),
+                    }
+                    .into());
+                }
+                Some(placement.root_chat_id)
+            }
         };
         queries::chats::insert(&mut tx, id, root_chat_id, status, &input).await?;
         let mut initial_messages = Vec::with_capacity(input.initial_messages.len());

@@ -213,9 +213,33 @@ pub async fn insert(
     .map(|_| ())
 }
 
-/// Locks chat `parent` `FOR SHARE` (it must not be deleted before the
-/// child's row is inserted) and returns the root of its family (itself
-/// when it is a root); `None` when it does not exist.
+/// Where a child of chat `parent` would go: the family root and whether the
+/// family is closed to new members (the root or `parent` is archived).
+///
+/// Returned by [`lock_family_for_child`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildPlacement {
+    /// The family root (`parent` itself when it is a root).
+    pub root_chat_id: Uuid,
+    /// The root or `parent` is archived: no child may be created under it.
+    pub archived: bool,
+}
+
+/// Locks the family a child of `parent` joins, root first and then
+/// `parent`, both `FOR SHARE`, and returns where the child goes; `None` when
+/// `parent` does not exist.
+///
+/// Root first is the order a family archive locks in (the root, then the
+/// members by creation), so the two cannot deadlock, and the share lock on
+/// the root serialises them: an archive that locked the root first has
+/// committed before this returns (the child sees `archived`), and one that
+/// comes later waits for the child's commit and then archives it with the
+/// rest (issue 14: a child created during an archive stayed unarchived). The
+/// lock on `parent` keeps it from being deleted before the child's row is
+/// inserted.
+///
+/// # Errors
+/// Database errors only.
 ///
 /// # Example
 ///
@@ -228,6 +252,7 @@ pub async fn insert(
 ///     .create_chat(chatd_store::CreateChatInput {
 ///         owner_id: owner,
 ///         parent_chat_id: Some(chat.id),
+///         initial_status: Some(chatd_core::ChatStatus::Waiting),
 ///         initial_messages: vec![chatd_store::NewMessage::user(vec![
 ///             chatd_core::MessagePart::text("sub-task"),
 ///         ])],
@@ -236,18 +261,46 @@ pub async fn insert(
 ///     .await?
 ///     .chat;
 /// let mut tx = pool.begin().await?;
-/// assert_eq!(chats::lock_family_root(&mut tx, chat.id).await?, Some(chat.id));
-/// assert_eq!(chats::lock_family_root(&mut tx, child.id).await?, Some(chat.id));
-/// assert_eq!(chats::lock_family_root(&mut tx, uuid::Uuid::new_v4()).await?, None);
+/// let placement = chats::lock_family_for_child(&mut tx, child.id).await?.unwrap();
+/// assert_eq!((placement.root_chat_id, placement.archived), (chat.id, false));
+/// assert_eq!(chats::lock_family_for_child(&mut tx, uuid::Uuid::new_v4()).await?, None);
 /// # Ok(()) }
 /// ```
-pub async fn lock_family_root(conn: &mut PgConnection, parent: Uuid) -> sqlx::Result<Option<Uuid>> {
-    let row: Option<(Uuid, Option<Uuid>)> =
-        sqlx::query_as("SELECT id, root_chat_id FROM chats WHERE id = $1 FOR SHARE")
+pub async fn lock_family_for_child(
+    conn: &mut PgConnection,
+    parent: Uuid,
+) -> sqlx::Result<Option<ChildPlacement>> {
+    // A chat's root never changes, so it may be read before any lock.
+    let root: Option<Option<Uuid>> =
+        sqlx::query_scalar("SELECT root_chat_id FROM chats WHERE id = $1")
             .bind(parent)
-            .fetch_optional(conn)
+            .fetch_optional(&mut *conn)
             .await?;
-    Ok(row.map(|(id, root)| root.unwrap_or(id)))
+    let Some(root) = root else {
+        return Ok(None);
+    };
+    let root = root.unwrap_or(parent);
+    let mut archived = false;
+    if root != parent {
+        let root_archived: Option<bool> =
+            sqlx::query_scalar("SELECT archived FROM chats WHERE id = $1 FOR SHARE")
+                .bind(root)
+                .fetch_optional(&mut *conn)
+                .await?;
+        match root_archived {
+            Some(a) => archived |= a,
+            None => return Ok(None),
+        }
+    }
+    let parent_archived: Option<bool> =
+        sqlx::query_scalar("SELECT archived FROM chats WHERE id = $1 FOR SHARE")
+            .bind(parent)
+            .fetch_optional(&mut *conn)
+            .await?;
+    Ok(parent_archived.map(|a| ChildPlacement {
+        root_chat_id: root,
+        archived: archived || a,
+    }))
 }
 
 /// Fields of the chat row a transition may set. `None` leaves a column alone.

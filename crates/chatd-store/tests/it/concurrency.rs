@@ -840,3 +840,71 @@ async fn a_begin_cancelled_mid_flight_never_leaves_a_pooled_connection_inside_a_
         "after {round} rounds only {cancelled} begins were cancelled and {completed} completed"
     );
 }
+
+// Family archive against child creation (issue 14: a child created while
+// its family was being archived stayed unarchived).
+
+async fn create_member(h: &Harness, parent: Option<Uuid>) -> StoreResult<Uuid> {
+    h.store
+        .create_chat(chatd_store::CreateChatInput {
+            owner_id: h.owner,
+            parent_chat_id: parent,
+            initial_messages: vec![user_text("hi")],
+            initial_status: Some(ChatStatus::Waiting),
+            ..Default::default()
+        })
+        .await
+        .map(|created| created.chat.id)
+}
+
+/// Archiving a family while children are created under its root and under
+/// one of its children, released together 50 times: every create either
+/// commits a member the archive then archives, or is refused with
+/// `InvalidInput { field: "parent_chat_id" }` because it saw the archive;
+/// never an unarchived member of an archived family, never a deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_family_archive_racing_child_creation_never_leaves_an_unarchived_member() {
+    let h = Arc::new(Harness::new().await);
+    let (mut created, mut refused) = (0, 0);
+    for round in 0..50 {
+        let root = create_member(&h, None).await.expect("root");
+        let child = create_member(&h, Some(root)).await.expect("child");
+        let barrier = Arc::new(Barrier::new(3));
+        let mut tasks = JoinSet::new();
+        for parent in [None, Some(root), Some(child)] {
+            let (h, barrier) = (h.clone(), barrier.clone());
+            tasks.spawn(async move {
+                barrier.wait().await;
+                match parent {
+                    None => h.store.set_family_archived(root, true).await.map(|_| None),
+                    Some(parent) => create_member(&h, Some(parent)).await.map(Some),
+                }
+            });
+        }
+        for result in join_all(tasks).await {
+            match result {
+                Ok(None) => {}
+                Ok(Some(_)) => created += 1,
+                Err(err) => match err.state() {
+                    Some(StateError::InvalidInput {
+                        field: "parent_chat_id",
+                        ..
+                    }) => refused += 1,
+                    _ => panic!("round {round}: {err:?}"),
+                },
+            }
+        }
+        let unarchived: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM chats WHERE (id = $1 OR root_chat_id = $1) AND NOT archived",
+        )
+        .bind(root)
+        .fetch_all(h.pool())
+        .await
+        .unwrap();
+        assert!(
+            unarchived.is_empty(),
+            "round {round}: members {unarchived:?} of archived family {root} are not archived"
+        );
+    }
+    assert_eq!(created + refused, 100);
+}
