@@ -1,9 +1,9 @@
 //! The queue of one chat (API.md "Chat routes": `DELETE
 //! /chats/{chat}/queue/{queued}`, `POST .../promote`;
 //! `spec/chatd-architecture.md` "HTTP endpoints"). Each mutation is one state-machine bundle
-//! (see [`crate::messages`]); an unknown queued message on a non-empty queue
-//! is `404`, any queue operation on an empty queue `409` (the transition
-//! rejects it).
+//! (see [`crate::messages`]); a queued message that is not on the chat is
+//! `404` in every state (API.md: `404` before `409`), so `409` is left for a
+//! state that does not allow the operation on a queued message it holds.
 
 use axum::Json;
 use axum::extract::State;
@@ -21,10 +21,10 @@ use chatd_store::queries::queue;
 /// Opens the bundle of a queue operation on `{chat}`'s queued message
 /// `{queued}` and returns it with the queued message id. Checks in API.md
 /// "Details" order: `400` path, `404` chat, `403` unless `owner_only` is
-/// false or the caller owns the chat, `400` archived, then `404` when the
-/// queue is non-empty and `queued` is not in it. With an empty queue the
-/// transition itself answers `409` (no queue operation is allowed from an
-/// empty-queue state).
+/// false or the caller owns the chat, `400` archived, then `404` when
+/// `queued` is not on the chat's queue, whatever the state (an empty queue
+/// holds no id, so every id is not found there), and only then the
+/// transition's own `409` (issue 14: an empty queue answered `409` first).
 async fn begin_on_queued(
     state: &AppState,
     caller: &Caller,
@@ -39,9 +39,7 @@ async fn begin_on_queued(
     }
     let mut tx = begin(state, id, true).await?;
     let conn = tx.conn();
-    if queue::len(&mut *conn, id).await? > 0
-        && queue::select(&mut *conn, id, queued).await?.is_none()
-    {
+    if queue::select(&mut *conn, id, queued).await?.is_none() {
         return Err(StateError::QueuedMessageNotFound {
             queued_message_id: queued,
         }
@@ -51,8 +49,8 @@ async fn begin_on_queued(
 }
 
 /// `DELETE /api/v2/chats/{chat}/queue/{queued}`: `DeleteQueuedMessage(qid)`
-/// from `E1`, `R1`, `I1`, `A1`. An empty queue is `409`; an unknown id on a
-/// non-empty queue `404`.
+/// from `E1`, `R1`, `I1`, `A1`. An id not on the chat's queue is `404` in
+/// every state (so an empty queue answers `404`).
 #[utoipa::path(
     delete,
     path = "/api/v2/chats/{chat}/queue/{queued}",

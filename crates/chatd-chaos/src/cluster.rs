@@ -1,8 +1,7 @@
-//! The processes a chaos run drives: a private PostgreSQL cluster on its own
-//! port (never the shared server other tests use), the fake LLM, and the
+//! The processes a chaos run drives besides its private PostgreSQL cluster
+//! ([`chatd_testkit::pg_cluster::PgCluster`]): the fake LLM and the
 //! `chatd serve` replicas, each restartable on the same address.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -13,186 +12,10 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
+pub use chatd_testkit::pg_cluster::{PgCluster, find_pg_bin, free_port};
+
 /// The admin token every replica bootstraps; the clients use it.
 pub const ADMIN_TOKEN: &str = "chaos-admin-token-0123456789abcdef";
-
-/// A free TCP port on 127.0.0.1 (bound, then released).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A PostgreSQL cluster of the run's own, in a temporary directory,
-/// listening on 127.0.0.1:`port` with trust auth. Run as the `postgres` OS
-/// user when the harness runs as root (PostgreSQL refuses root).
-pub struct PgCluster {
-    bin: PathBuf,
-    dir: tempfile::TempDir,
-    /// TCP port of the server.
-    pub port: u16,
-}
-
-impl PgCluster {
-    /// `initdb` and start a cluster with the server binaries in `bin`.
-    pub async fn start(bin: PathBuf) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("chatd-chaos-pg-")
-            .tempdir_in("/tmp")?;
-        if nix::unistd::geteuid().is_root() {
-            let status = std::process::Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()?;
-            anyhow::ensure!(status.success(), "chown of the cluster directory failed");
-        }
-        let cluster = Self {
-            bin,
-            dir,
-            port: free_port()?,
-        };
-        let data = cluster.data_dir();
-        cluster
-            .run(
-                "initdb",
-                &[
-                    "-D",
-                    data.to_str().context("path")?,
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
-                    "--locale=C",
-                ],
-            )
-            .await?;
-        cluster.start_server().await?;
-        Ok(cluster)
-    }
-
-    fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    /// The URL of database `chatd` (created by [`PgCluster::create_database`]).
-    pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/chatd", self.port)
-    }
-
-    /// The URL of the maintenance database.
-    pub fn admin_url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-
-    async fn run(&self, program: &str, args: &[&str]) -> anyhow::Result<()> {
-        let path = self.bin.join(program);
-        let mut command = if nix::unistd::geteuid().is_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&path);
-            c
-        } else {
-            Command::new(&path)
-        };
-        let output = command
-            .args(args)
-            .current_dir("/tmp")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .with_context(|| format!("running {}", path.display()))?;
-        if !output.status.success() {
-            bail!(
-                "{program} {args:?} failed: {}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(())
-    }
-
-    /// Starts the server and waits until it accepts connections.
-    pub async fn start_server(&self) -> anyhow::Result<()> {
-        let data = self.data_dir();
-        let log = self.dir.path().join("postgres.log");
-        let options = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -k {} -c max_connections=300 -c fsync=off",
-            self.port,
-            self.dir.path().display()
-        );
-        self.run(
-            "pg_ctl",
-            &[
-                "-D",
-                data.to_str().context("path")?,
-                "-l",
-                log.to_str().context("path")?,
-                "-o",
-                &options,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        )
-        .await
-    }
-
-    /// Stops the server the way a crash does (`-m immediate`).
-    pub async fn crash(&self) -> anyhow::Result<()> {
-        let data = self.data_dir();
-        self.run(
-            "pg_ctl",
-            &[
-                "-D",
-                data.to_str().context("path")?,
-                "-m",
-                "immediate",
-                "-w",
-                "stop",
-            ],
-        )
-        .await
-    }
-
-    /// Creates database `chatd`.
-    pub async fn create_database(&self) -> anyhow::Result<()> {
-        use sqlx::Connection as _;
-        let mut conn = sqlx::PgConnection::connect(&self.admin_url()).await?;
-        sqlx::query("CREATE DATABASE chatd")
-            .execute(&mut conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Stops the server (fast), ignoring errors; the directory is removed
-    /// when `self` drops.
-    pub async fn stop(&self) {
-        let data = self.data_dir();
-        let _ = self
-            .run(
-                "pg_ctl",
-                &["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"],
-            )
-            .await;
-    }
-}
-
-/// The newest `/usr/lib/postgresql/<version>/bin` holding `initdb`.
-pub fn find_pg_bin() -> anyhow::Result<PathBuf> {
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .context("no /usr/lib/postgresql (give --pg-bin)")?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let version: u32 = e.file_name().to_str()?.parse().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("initdb").exists().then_some((version, bin))
-        })
-        .collect();
-    found.sort();
-    found
-        .pop()
-        .map(|(_, bin)| bin)
-        .context("no PostgreSQL server binaries under /usr/lib/postgresql (give --pg-bin)")
-}
 
 /// A child process whose output is drained into a log file.
 struct Process {
@@ -277,8 +100,13 @@ pub struct FakeLlm {
 impl FakeLlm {
     /// Starts `bin` in scripted mode (slow answers in 10 parts 50 ms apart).
     pub async fn start(bin: &Path, log: &Path) -> anyhow::Result<Self> {
+        Self::start_mode(bin, log, "scripted:10:50").await
+    }
+
+    /// Starts `bin` with `--mode mode` (see `fake-llm --help`).
+    pub async fn start_mode(bin: &Path, log: &Path, mode: &str) -> anyhow::Result<Self> {
         let mut command = Command::new(bin);
-        command.args(["--listen", "127.0.0.1:0", "--mode", "scripted:10:50"]);
+        command.args(["--listen", "127.0.0.1:0", "--mode", mode]);
         let (process, line) = spawn_logged(command, log, "listening on", Duration::from_secs(30))
             .await
             .context("starting the fake LLM")?;

@@ -5,6 +5,7 @@
 //! ```text
 //! chatd-chaos [--duration 60s] [--seed N] [--replicas 3] [--clients 6] [--chats 6]
 //!             [--lease 5s] [--chatd PATH] [--fake-llm PATH] [--pg-bin DIR]
+//! chatd-chaos --takeover 10 [--takeover-lease 5s]    # takeover figures instead
 //! ```
 //!
 //! A run:
@@ -36,6 +37,7 @@
 mod check;
 mod client;
 mod cluster;
+mod takeover;
 mod watch;
 
 use std::path::PathBuf;
@@ -89,6 +91,15 @@ struct Args {
     /// /usr/lib/postgresql/*/bin).
     #[arg(long)]
     pg_bin: Option<PathBuf>,
+    /// Instead of a chaos run, measure takeover over this many kills of a
+    /// chat's owner (see `takeover.rs`): kill -9 → new owner and → first
+    /// new part on a watcher, each round printed, then p50 and max.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    takeover: Option<u64>,
+    /// With `--takeover`: the replicas' `--lease-stale-after` (default:
+    /// chatd's own defaults for everything).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    takeover_lease: Option<Duration>,
 }
 
 fn sibling(name: &str) -> anyhow::Result<PathBuf> {
@@ -118,6 +129,20 @@ async fn main() -> anyhow::Result<()> {
         Some(p) => p,
         None => find_pg_bin()?,
     };
+    if let Some(kills) = args.takeover {
+        let logs = tempfile::Builder::new()
+            .prefix("chatd-takeover-logs-")
+            .tempdir()?;
+        return takeover::run(
+            kills as usize,
+            args.takeover_lease,
+            chatd,
+            &fake_llm_bin,
+            pg_bin,
+            logs.path(),
+        )
+        .await;
+    }
     println!(
         "chaos: seed={seed} duration={:?} replicas={} clients={} chats={} lease={:?}",
         args.duration, args.replicas, args.clients, args.chats, args.lease

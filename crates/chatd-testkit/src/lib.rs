@@ -15,10 +15,14 @@
 //!
 //! [`mcp_fixture`] runs the `mcp-fixture` binary, a tiny MCP server (stdio or
 //! streamable HTTP) for tests of the MCP tool host.
+//!
+//! [`pg_cluster::PgCluster`] is a PostgreSQL cluster of a test's own on a
+//! private port, for tests that crash and restart the database.
 
 mod database;
 pub mod fake_llm;
 pub mod mcp_fixture;
+pub mod pg_cluster;
 pub mod store;
 
 pub use database::{TestDatabase, admin_url};

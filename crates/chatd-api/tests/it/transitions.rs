@@ -298,11 +298,13 @@ async fn delete_queued_message_table() {
         (I1, Ok(I0)),
         (A1, Ok(A0)),
         (XE1, Err(400)),
-        (W, Err(409)),
-        (E0, Err(409)),
-        (R0, Err(409)),
-        (I0, Err(409)),
-        (A0, Err(409)),
+        // An empty queue holds no id: 404 (queued message not found) comes
+        // before 409 in API.md's order of checks.
+        (W, Err(404)),
+        (E0, Err(404)),
+        (R0, Err(404)),
+        (I0, Err(404)),
+        (A0, Err(404)),
         (XW, Err(400)),
         (XE0, Err(400)),
     ];
@@ -327,7 +329,7 @@ async fn delete_queued_message_table() {
         assert_eq!(s.state(id).await, to);
         assert_eq!(s.queue_ids(id).await.len(), 1);
     }
-    // Unknown id on a non-empty queue: 404; on an empty queue: 409.
+    // An unknown id is 404 on a non-empty queue and on an empty one alike.
     let id = s.chat_in(&s.alice, R1).await;
     s.delete(&chat_path(id, "/queue/999999"), &s.alice)
         .await
@@ -335,7 +337,7 @@ async fn delete_queued_message_table() {
     let id = s.chat_in(&s.alice, R0).await;
     s.delete(&chat_path(id, "/queue/999999"), &s.alice)
         .await
-        .expect_error(409);
+        .expect_error(404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -347,11 +349,13 @@ async fn promote_queued_message_table() {
         (I1, Ok(I1)),
         (A1, Ok(R0)),
         (XE1, Err(400)),
-        (W, Err(409)),
-        (E0, Err(409)),
-        (R0, Err(409)),
-        (I0, Err(409)),
-        (A0, Err(409)),
+        // An empty queue holds no id: 404 (queued message not found) comes
+        // before 409 in API.md's order of checks.
+        (W, Err(404)),
+        (E0, Err(404)),
+        (R0, Err(404)),
+        (I0, Err(404)),
+        (A0, Err(404)),
         (XW, Err(400)),
         (XE0, Err(400)),
     ];
@@ -394,10 +398,12 @@ async fn promote_queued_message_table() {
             assert_eq!(last["queued_message_id"], second, "promoted into history");
         }
     }
-    let id = s.chat_in(&s.alice, R1).await;
-    s.post_empty(&chat_path(id, "/queue/999999/promote"), &s.alice)
-        .await
-        .expect_error(404);
+    for from in [R1, R0] {
+        let id = s.chat_in(&s.alice, from).await;
+        s.post_empty(&chat_path(id, "/queue/999999/promote"), &s.alice)
+            .await
+            .expect_error(404);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -798,7 +798,7 @@ async fn a_begin_cancelled_mid_flight_never_leaves_a_pooled_connection_inside_a_
     let mut round = 0u64;
     while (cancelled < 100 || completed < 20) && round < 5_000 {
         let begin = chatd_store::queries::begin(&pool);
-        let outcome = if round % 2 == 0 {
+        let outcome = if round.is_multiple_of(2) {
             tokio::select! {
                 biased;
                 tx = begin => Some(tx),

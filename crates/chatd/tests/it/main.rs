@@ -6,6 +6,7 @@
 mod cli;
 mod config_file;
 mod embedded;
+mod pg_restart;
 mod replicas;
 mod stream;
 mod support;
