@@ -2,11 +2,26 @@
 //! crate's [`EventStream`], feeding one server-sent event at a time to the
 //! adapter's [`SseDecoder`], which knows the vendor's payloads.
 //!
-//! Bytes are split into events by `eventsource-stream`, which also buffers a
-//! UTF-8 sequence cut across network reads and a `\r\n` cut between reads, so
-//! the events never depend on how the bytes were chunked (a property test
-//! re-chunks every transcript to check it). An unterminated last event is
-//! discarded at end of input, as the SSE rules say.
+//! Bytes are split into lines and events here ([`Framer`], the HTML
+//! "server-sent events" parsing rules: lines end with CRLF, LF or CR, a
+//! leading BOM is dropped, `:` lines are comments, `event` and `data` are the
+//! only fields used, a blank line dispatches the event). Lines are split on
+//! the bytes `\r` and `\n`, which never occur inside a multi-byte UTF-8
+//! character, and only complete lines are decoded, so a character or a
+//! `\r\n` cut across network reads is reassembled and the events never
+//! depend on how the bytes were chunked (a property test re-chunks every
+//! transcript to check it, another compares the framing of arbitrary bytes
+//! with a reference parser). An unterminated last event is discarded at end
+//! of input, as the SSE rules say. Every byte is looked at once, so the work
+//! is linear in the body's size however it is chunked.
+//!
+//! The framing is where a hostile or broken server could make chatd buffer
+//! without bound (a line that never ends, an event that never gets its
+//! blank line): at most [`MAX_EVENT_BYTES`] of one event are buffered, and
+//! an event that grows past it ends the stream with a non-retryable
+//! `generic` error. A line that is not valid UTF-8 ends the stream with a
+//! retryable `generic` error ("malformed event stream") as soon as it is
+//! complete.
 //!
 //! It is the boundary where model output enters: every event it yields is
 //! sanitised ([`StreamEvent::sanitize`]: a NUL, which PostgreSQL cannot
@@ -28,6 +43,15 @@ use futures::{Stream, StreamExt as _};
 use crate::error::{ErrorKind, ProviderError, truncate};
 use crate::event::StreamEvent;
 use crate::provider::EventStream;
+
+/// Most bytes of one server-sent event that are buffered, 16 MiB: the bytes
+/// of its lines (line ends not counted, comments and unused fields
+/// included) since the blank line before it, the line still being read
+/// included. An event that grows past it ends the stream with a
+/// non-retryable `generic` error: no provider sends an event that large
+/// (a streamed delta is a few bytes to a few KiB), so it is a broken or
+/// hostile server, and asking it again would only repeat it.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Longest `data` payload quoted in an error's `detail`, in bytes.
 const MAX_QUOTED_PAYLOAD: usize = 1024;
@@ -60,6 +84,8 @@ pub trait SseDecoder: Send + 'static {
 /// `bytes` is the body as it arrives, with transport errors already
 /// classified ([`crate::http::transport_error`]). The result follows the
 /// crate's stream invariants: it ends after `Finish` or after one `Err`.
+/// An event larger than [`MAX_EVENT_BYTES`] ends it with a non-retryable
+/// `generic` error; a line that is not UTF-8 with a retryable one.
 pub fn decode<D, S, B>(bytes: S, decoder: D) -> EventStream
 where
     D: SseDecoder,
@@ -67,7 +93,8 @@ where
     B: AsRef<[u8]> + Send + 'static,
 {
     let state = Driver {
-        events: Box::pin(eventsource_stream::EventStream::new(bytes)),
+        bytes: Box::pin(bytes),
+        framer: Framer::new(decoder.provider().to_owned()),
         decoder,
         pending: VecDeque::new(),
         saw_event: false,
@@ -102,7 +129,8 @@ where
 
 /// The state of one decoded response.
 struct Driver<S, D> {
-    events: std::pin::Pin<Box<eventsource_stream::EventStream<S>>>,
+    bytes: std::pin::Pin<Box<S>>,
+    framer: Framer,
     decoder: D,
     pending: VecDeque<Result<StreamEvent, ProviderError>>,
     saw_event: bool,
@@ -117,23 +145,27 @@ where
 {
     /// What the next SSE event (or the end of input) yields.
     async fn next_outcome(&mut self) -> Result<Vec<StreamEvent>, ProviderError> {
-        match self.events.next().await {
-            Some(Ok(event)) => {
-                self.saw_event = true;
-                self.decoder.on_event(&event.event, &event.data)
+        loop {
+            match self.framer.next_event() {
+                Some(Ok(event)) => {
+                    self.saw_event = true;
+                    return self.decoder.on_event(&event.name, &event.data);
+                }
+                Some(Err(err)) => return Err(err),
+                None => {}
             }
-            Some(Err(eventsource_stream::EventStreamError::Transport(err))) => Err(err),
-            Some(Err(other)) => Err(ProviderError::new(
-                ErrorKind::Generic,
-                "the provider sent a malformed event stream",
-                self.decoder.provider(),
-            )
-            .with_detail(other.to_string())),
-            None => {
-                self.done = true;
-                self.decoder
-                    .on_end_of_input()
-                    .unwrap_or_else(|| Err(self.cut_short()))
+            match self.bytes.next().await {
+                Some(Ok(bytes)) => self.framer.push(bytes.as_ref()),
+                Some(Err(err)) => return Err(err),
+                None => {
+                    // The unterminated event in the framer, if any, is
+                    // discarded (the SSE rules).
+                    self.done = true;
+                    return self
+                        .decoder
+                        .on_end_of_input()
+                        .unwrap_or_else(|| Err(self.cut_short()));
+                }
             }
         }
     }
@@ -145,6 +177,180 @@ where
             "the provider closed the stream without sending anything"
         };
         ProviderError::new(ErrorKind::Generic, message, self.decoder.provider())
+    }
+}
+
+/// One dispatched server-sent event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SseEvent {
+    /// The `event` field; `message` when the event had none.
+    name: String,
+    /// The `data` lines' values joined with `\n`.
+    data: String,
+}
+
+/// Splits bytes into server-sent events (the HTML standard's "event stream
+/// interpretation"), fed the body in whatever pieces it arrives. `id` and
+/// `retry` are ignored (no adapter reconnects). After its first error it
+/// yields nothing more.
+struct Framer {
+    provider: String,
+    /// The bytes of the line being read, without its end.
+    line: Vec<u8>,
+    /// The last byte seen was a `\r` ending a line: a `\n` right after it
+    /// is the rest of that line end.
+    after_cr: bool,
+    /// No line has ended yet (a leading BOM is dropped from the first).
+    first_line: bool,
+    /// The event being built.
+    name: String,
+    data: String,
+    /// Bytes of the event's complete lines so far ([`MAX_EVENT_BYTES`]).
+    event_bytes: usize,
+    ready: VecDeque<Result<SseEvent, ProviderError>>,
+    failed: bool,
+}
+
+impl Framer {
+    fn new(provider: String) -> Self {
+        Framer {
+            provider,
+            line: Vec::new(),
+            after_cr: false,
+            first_line: true,
+            name: String::new(),
+            data: String::new(),
+            event_bytes: 0,
+            ready: VecDeque::new(),
+            failed: false,
+        }
+    }
+
+    /// The next event (or error) the bytes pushed so far complete.
+    fn next_event(&mut self) -> Option<Result<SseEvent, ProviderError>> {
+        self.ready.pop_front()
+    }
+
+    /// Takes the next piece of the body.
+    fn push(&mut self, mut bytes: &[u8]) {
+        if self.after_cr && !bytes.is_empty() {
+            self.after_cr = false;
+            if bytes[0] == b'\n' {
+                bytes = &bytes[1..];
+            }
+        }
+        while !self.failed {
+            let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') else {
+                break;
+            };
+            self.line.extend_from_slice(&bytes[..end]);
+            let line = std::mem::take(&mut self.line);
+            self.end_line(&line);
+            self.line = line;
+            self.line.clear();
+            let rest = &bytes[end + 1..];
+            bytes = match (bytes[end], rest.first()) {
+                (b'\r', Some(b'\n')) => &rest[1..],
+                (b'\r', None) => {
+                    self.after_cr = true;
+                    rest
+                }
+                _ => rest,
+            };
+        }
+        if !self.failed {
+            self.line.extend_from_slice(bytes);
+            self.check_size();
+        }
+    }
+
+    /// Interprets one complete line (its end removed).
+    fn end_line(&mut self, mut line: &[u8]) {
+        if std::mem::take(&mut self.first_line) {
+            line = line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line);
+        }
+        if line.is_empty() {
+            self.dispatch();
+            return;
+        }
+        self.event_bytes += line.len();
+        if !self.check_size() {
+            return;
+        }
+        let line = match std::str::from_utf8(line) {
+            Ok(line) => line,
+            Err(err) => {
+                return self.fail(
+                    ProviderError::new(
+                        ErrorKind::Generic,
+                        "the provider sent a malformed event stream",
+                        &self.provider,
+                    )
+                    .with_detail(format!(
+                        "a line is not valid UTF-8: {err}: {}",
+                        String::from_utf8_lossy(&line[..line.len().min(MAX_QUOTED_PAYLOAD)])
+                    )),
+                );
+            }
+        };
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => value.clone_into(&mut self.name),
+            "data" => {
+                self.data.push_str(value);
+                self.data.push('\n');
+            }
+            _ => {}
+        }
+    }
+
+    /// A blank line: the event is complete (an event without data is
+    /// dropped, as the SSE rules say).
+    fn dispatch(&mut self) {
+        let mut name = std::mem::take(&mut self.name);
+        let mut data = std::mem::take(&mut self.data);
+        self.event_bytes = 0;
+        if data.is_empty() {
+            return;
+        }
+        data.pop();
+        if name.is_empty() {
+            name.push_str("message");
+        }
+        self.ready.push_back(Ok(SseEvent { name, data }));
+    }
+
+    /// Whether the event is within [`MAX_EVENT_BYTES`]; fails when not.
+    fn check_size(&mut self) -> bool {
+        let size = self.event_bytes + self.line.len();
+        if size <= MAX_EVENT_BYTES {
+            return true;
+        }
+        self.fail(
+            ProviderError::new(
+                ErrorKind::Generic,
+                format!(
+                    "the provider sent a server-sent event larger than {} MiB",
+                    MAX_EVENT_BYTES / (1024 * 1024)
+                ),
+                &self.provider,
+            )
+            .with_retryable(false),
+        );
+        false
+    }
+
+    fn fail(&mut self, err: ProviderError) {
+        self.failed = true;
+        self.line = Vec::new();
+        self.data = String::new();
+        self.ready.push_back(Err(err));
     }
 }
 

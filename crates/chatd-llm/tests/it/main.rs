@@ -1,10 +1,12 @@
 //! Integration tests of chatd-llm (one binary): recorded transcripts over
-//! HTTP, re-chunking property tests, error classification, request building,
-//! and round trips against the testkit's fake LLM.
+//! HTTP, re-chunking property tests, fuzz tests of the stream decoders, error
+//! classification, request building, and round trips against the testkit's
+//! fake LLM.
 
 mod anthropic;
 mod errors;
 mod fake_llm;
+mod fuzz;
 mod projection;
 mod rechunk;
 mod request;

@@ -80,7 +80,8 @@ pub fn decode_anthropic_pieces(pieces: Vec<Vec<u8>>) -> Items {
     )
 }
 
-fn decode_with(pieces: Vec<Vec<u8>>, decoder: impl SseDecoder) -> Items {
+/// Decodes `pieces` without HTTP with any `decoder`.
+pub fn decode_with(pieces: Vec<Vec<u8>>, decoder: impl SseDecoder) -> Items {
     let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, ProviderError>));
     futures::executor::block_on(decode(stream, decoder).collect())
 }
