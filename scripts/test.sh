@@ -4,7 +4,8 @@
 # Makes sure a PostgreSQL server is reachable at 127.0.0.1:5432 with trust
 # auth for the `postgres` user (installing it from Debian's packages and
 # starting it when it is missing), makes sure cargo-nextest is installed, then
-# runs every test of the workspace and the doc tests, the checks of run.sh's
+# runs every test of the workspace and the doc tests, a bounded chaos run
+# (crates/chatd-chaos, about 2 minutes), the checks of run.sh's
 # answers to bad input (scripts/test-run-sh.sh), then the browser tests
 # of the web UI (scripts/e2e.sh: headless Chromium, installed from Debian's
 # packages when missing; CHATD_SKIP_E2E=1 skips them). Each test creates its
@@ -28,6 +29,16 @@ echo "== cargo test --doc --workspace"
 cargo test --doc --workspace || status=1
 echo "== cargo nextest run --workspace"
 cargo nextest run --workspace --no-fail-fast "$@" || status=1
+# The bounded chaos run (README "The chaos harness"): replicas on a private
+# PostgreSQL cluster, seeded clients and faults, then the invariant check.
+# CHATD_CHAOS_SEED and CHATD_CHAOS_DURATION change the fixed seed and length.
+echo "== chatd-chaos (bounded run: ${CHATD_CHAOS_DURATION:-60s}, seed ${CHATD_CHAOS_SEED:-20261203})"
+if cargo build -p chatd -p chatd-testkit --bins && cargo build -p chatd-chaos; then
+  target/debug/chatd-chaos --duration "${CHATD_CHAOS_DURATION:-60s}" \
+    --seed "${CHATD_CHAOS_SEED:-20261203}" || status=1
+else
+  status=1
+fi
 echo "== scripts/test-run-sh.sh (run.sh refuses bad input; no model needed)"
 scripts/test-run-sh.sh || status=1
 if [ -n "${CHATD_SKIP_E2E:-}" ]; then
