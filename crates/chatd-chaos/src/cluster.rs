@@ -103,6 +103,22 @@ impl FakeLlm {
         Self::start_mode(bin, log, "scripted:10:50").await
     }
 
+    /// Writes `dir/chatd.toml`, a config whose default model is this fake
+    /// (context limit 1,000,000 tokens), and returns its path.
+    pub fn write_config(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        let config = dir.join("chatd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[providers]]\nname = \"fake\"\nprovider = \"openai-compat\"\nbase_url = \"{}\"\n\n\
+                 [[model_configs]]\nname = \"fake-model\"\nprovider = \"fake\"\nmodel = \"fake-model\"\n\
+                 context_limit = 1000000\nis_default = true\n",
+                self.base_url
+            ),
+        )?;
+        Ok(config)
+    }
+
     /// Starts `bin` with `--mode mode` (see `fake-llm --help`).
     pub async fn start_mode(bin: &Path, log: &Path, mode: &str) -> anyhow::Result<Self> {
         let mut command = Command::new(bin);

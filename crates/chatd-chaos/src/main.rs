@@ -158,16 +158,7 @@ async fn main() -> anyhow::Result<()> {
         .context("starting the private PostgreSQL cluster")?;
     pg.create_database().await?;
     let llm = FakeLlm::start(&fake_llm_bin, &logs_path.join("fake-llm.log")).await?;
-    let config = logs_path.join("chatd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[providers]]\nname = \"fake\"\nprovider = \"openai-compat\"\nbase_url = \"{}\"\n\n\
-             [[model_configs]]\nname = \"fake-model\"\nprovider = \"fake\"\nmodel = \"fake-model\"\n\
-             context_limit = 1000000\nis_default = true\n",
-            llm.base_url
-        ),
-    )?;
+    let config = llm.write_config(&logs_path)?;
     let lease = humantime::format_duration(args.lease).to_string();
     let replica_args: Vec<String> = [
         "--postgres-url",

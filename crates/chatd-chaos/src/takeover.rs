@@ -48,16 +48,7 @@ pub async fn run(
         .context("starting the private PostgreSQL cluster")?;
     pg.create_database().await?;
     let llm = FakeLlm::start_mode(fake_llm, &logs.join("fake-llm.log"), "scripted:60:250").await?;
-    let config = logs.join("chatd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[providers]]\nname = \"fake\"\nprovider = \"openai-compat\"\nbase_url = \"{}\"\n\n\
-             [[model_configs]]\nname = \"fake-model\"\nprovider = \"fake\"\nmodel = \"fake-model\"\n\
-             context_limit = 1000000\nis_default = true\n",
-            llm.base_url
-        ),
-    )?;
+    let config = llm.write_config(logs)?;
     let mut args = vec![
         "--postgres-url".to_owned(),
         pg.url(),
