@@ -32,7 +32,9 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{Value, json};
 
-use crate::support::{Items, decode_anthropic_pieces, decode_pieces, decode_with, read_fixture};
+use crate::support::{
+    Items, decode_anthropic_pieces, decode_pieces, decode_with, read_fixture, split_at,
+};
 
 /// A decoder of one provider's wire format.
 type Decode = fn(Vec<Vec<u8>>) -> Items;
@@ -159,21 +161,6 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// `body` cut at `cuts` (taken modulo its length).
-fn pieces(body: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
-    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut out = Vec::new();
-    let mut start = 0;
-    for cut in cuts {
-        out.push(body[start..cut].to_vec());
-        start = cut;
-    }
-    out.push(body[start..].to_vec());
-    out
-}
-
 // ---------------------------------------------------------------------------
 // The SSE framing against a reference parser.
 
@@ -268,7 +255,7 @@ fn reference_events(body: &[u8]) -> (Vec<(String, String)>, bool) {
 /// Checks the framing of `body` in `pieces` against the reference.
 fn check_framing(body: &[u8], cuts: &[usize]) {
     let (want, invalid_utf8) = reference_events(body);
-    let (seen, items) = frame(pieces(body, cuts));
+    let (seen, items) = frame(split_at(body, cuts));
     assert_eq!(seen, want);
     match items.as_slice() {
         [Err(err)] if invalid_utf8 => {
@@ -335,7 +322,7 @@ proptest! {
         cuts in vec(any::<usize>(), 0..32),
     ) {
         for decode in [decode_pieces as Decode, decode_anthropic_pieces] {
-            let items = decode(pieces(&body, &cuts));
+            let items = decode(split_at(&body, &cuts));
             check_items(&items, &body);
             let err = items.last().unwrap().as_ref().expect_err("garbage decoded to a response");
             prop_assert!(OWN_MESSAGES.iter().any(|m| err.message.starts_with(m)), "{:?}", err);
@@ -579,7 +566,7 @@ proptest! {
             body.extend_from_slice(b"data: {\"choices\":\"");
             body.resize(body.len() + 1024 * 1024, b'x');
         }
-        let items = decode(pieces(&body, &cuts));
+        let items = decode(split_at(&body, &cuts));
         check_items(&items, &body);
         if let Some(Ok(StreamEvent::Finish { .. })) = items.last() {
             prop_assert!(
@@ -808,7 +795,7 @@ fn an_event_at_the_size_limit_is_decoded_and_one_byte_more_is_refused() {
         body.resize(6 + payload, b'a');
         body.extend_from_slice(b"\r\n\r\ndata: next\n\n");
         let cuts: Vec<usize> = (1..body.len() / 65536).map(|i| i * 65536).collect();
-        let (seen, items) = frame(pieces(&body, &cuts));
+        let (seen, items) = frame(split_at(&body, &cuts));
         if refused {
             assert!(seen.is_empty());
             assert_too_large(&items, "one byte over");

@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 
-use crate::support::{Items, decode_anthropic_pieces, decode_pieces, read_fixture};
+use crate::support::{Items, decode_anthropic_pieces, decode_pieces, read_fixture, split_at};
 use crate::transcripts::{all, check};
 
 /// A decoder of one provider's wire format.
@@ -21,20 +21,6 @@ fn transcripts() -> Vec<(&'static str, Vec<u8>, Decode)> {
             .map(|body| (e.expected.file, body, decode_anthropic_pieces as Decode))
     });
     openai.chain(anthropic).collect()
-}
-
-fn split_at(body: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
-    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for cut in cuts {
-        pieces.push(body[start..cut].to_vec());
-        start = cut;
-    }
-    pieces.push(body[start..].to_vec());
-    pieces
 }
 
 #[test]

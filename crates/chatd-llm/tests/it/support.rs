@@ -280,3 +280,19 @@ pub async fn run(provider: &dyn Provider, request: &ModelRequest) -> Result<Item
     let stream = provider.stream(request).await?;
     Ok(stream.collect().await)
 }
+
+/// `body` cut at `cuts` (each taken modulo `body.len() + 1`; duplicates
+/// ignored), in order: the pieces concatenate to `body`.
+pub fn split_at(body: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for cut in cuts {
+        pieces.push(body[start..cut].to_vec());
+        start = cut;
+    }
+    pieces.push(body[start..].to_vec());
+    pieces
+}
