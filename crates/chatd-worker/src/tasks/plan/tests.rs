@@ -35,6 +35,11 @@ fn chat() -> Chat {
         mcp_server_ids: Vec::new(),
         plan_mode: None,
         compaction_requested_at: None,
+        context_tokens: None,
+        context_estimated: true,
+        context_limit: None,
+        compactions: 0,
+        compacted_through_message_id: None,
         created_at: Utc::now(),
         updated_at: Utc::now(),
     }
