@@ -40,7 +40,7 @@ use crate::error::{
 };
 use crate::extract::{self, QueryParams, double_option};
 use crate::objects::{
-    ChatError, ChatInputPart, ChatStatus, DynamicTool, PlanMode, ReasoningEffort,
+    ChatContext, ChatError, ChatInputPart, ChatStatus, DynamicTool, PlanMode, ReasoningEffort,
 };
 use crate::validate;
 use chatd_store::LockMode;
@@ -93,6 +93,8 @@ pub struct Chat {
     pub mcp_server_ids: Vec<Uuid>,
     /// Plan mode.
     pub plan_mode: Option<PlanMode>,
+    /// The size of the model context against the model's window.
+    pub context: ChatContext,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change (transitions and metadata updates).
@@ -123,6 +125,7 @@ impl From<&chatd_store::Chat> for Chat {
             dynamic_tools: c.dynamic_tools.clone(),
             mcp_server_ids: c.mcp_server_ids.clone(),
             plan_mode: c.plan_mode.as_deref().map(|_| PlanMode::Plan),
+            context: ChatContext::from(c),
             created_at: c.created_at,
             updated_at: c.updated_at,
         }
