@@ -84,6 +84,15 @@ pub async fn select(
 /// exist. Must be the first write of every transition bundle: the message
 /// triggers stamp rows with the already-bumped version.
 ///
+/// A sub-chat's root and parent are locked `FOR KEY SHARE` first, root
+/// first, in the same statement. PostgreSQL takes those locks anyway when
+/// the transaction updates the row again (a row this transaction already
+/// updated has its foreign keys checked again), and taking them only then,
+/// while holding the child's row, deadlocked against a family archive,
+/// which locks the root first and then each member (race test
+/// `child_transitions_racing_family_archives_never_deadlock`). Taken before
+/// the child's row, every family transaction meets the others at the root.
+///
 /// # Example
 ///
 /// ```
@@ -102,22 +111,35 @@ pub async fn select(
 /// # Ok(()) }
 /// ```
 pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Chat>> {
-    let sql = "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE)
+    let sql = "WITH family AS (
+             SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
+             WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f),
+         locked AS (SELECT id FROM chats
+                    WHERE id = $1 AND (SELECT count(*) FROM family) >= 0 FOR UPDATE)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
          RETURNING chats.*";
     super::keyed::optional(conn, sql, chat_id).await
 }
 
-/// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row is locked
-/// by another transaction or missing.
+/// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row, or the
+/// key-share lock of its root or parent, is held by another transaction, or
+/// the chat is missing.
 ///
 /// Example: [`lock_and_bump`].
 pub async fn lock_and_bump_skip_locked(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<Chat>> {
-    let sql = "WITH locked AS (SELECT id FROM chats WHERE id = $1 FOR UPDATE SKIP LOCKED)
+    let sql = "WITH family AS (
+             SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
+             WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f SKIP LOCKED),
+         expected AS (
+             SELECT count(DISTINCT k) AS n FROM chats c,
+                 unnest(ARRAY[c.root_chat_id, c.parent_chat_id]) AS k WHERE c.id = $1),
+         locked AS (SELECT id FROM chats
+                    WHERE id = $1 AND (SELECT count(*) FROM family) = (SELECT n FROM expected)
+                    FOR UPDATE SKIP LOCKED)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
          RETURNING chats.*";

@@ -1088,3 +1088,81 @@ async fn clear_context_racing_a_send_and_a_compaction_request_is_ordered_by_the_
     }
     assert_eq!(cleared + refused, 30);
 }
+
+/// Transitions of a running child chat (each updates the child's row more
+/// than once, which re-checks its foreign keys to the parent and root:
+/// `FOR KEY SHARE` on them) racing archive attempts of its family (which
+/// lock every member `FOR UPDATE`): 100 rounds of both at once, no
+/// deadlock. The archive is refused (a member is busy) or applies; the
+/// child's transitions all commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn child_transitions_racing_family_archives_never_deadlock() {
+    let h = Arc::new(Harness::new().await);
+    let root = create_member(&h, None).await.expect("root");
+    let child = h
+        .store
+        .create_chat(chatd_store::CreateChatInput {
+            owner_id: h.owner,
+            parent_chat_id: Some(root),
+            initial_messages: vec![user_text("work")],
+            ..Default::default()
+        })
+        .await
+        .expect("child")
+        .chat
+        .id;
+    let mut deadlocks = Vec::new();
+    for round in 0..100 {
+        let barrier = Arc::new(Barrier::new(3));
+        let mut tasks = JoinSet::new();
+        for job in 0..3 {
+            let (h, barrier) = (h.clone(), barrier.clone());
+            tasks.spawn(async move {
+                barrier.wait().await;
+                match job {
+                    0 => h
+                        .store
+                        .set_family_archived(root, round % 2 == 0)
+                        .await
+                        .map(|_| ()),
+                    1 => h
+                        .store
+                        .machine(child)
+                        .update(|tx| {
+                            Box::pin(
+                                async move { tx.record_generation_attempt().await.map(|_| ()) },
+                            )
+                        })
+                        .await
+                        .map(|_| ()),
+                    _ => h
+                        .store
+                        .machine(root)
+                        .update(|tx| {
+                            Box::pin(async move {
+                                tx.send_message(send("root".into(), BusyBehavior::Queue))
+                                    .await
+                                    .map(|_| ())
+                            })
+                        })
+                        .await
+                        .map(|_| ()),
+                }
+            });
+        }
+        for result in join_all(tasks).await {
+            if let Err(err) = result {
+                let text = format!("{err:?}");
+                if text.contains("40P01") || text.contains("deadlock") {
+                    deadlocks.push(format!("round {round}: {text}"));
+                }
+            }
+        }
+    }
+    assert!(
+        deadlocks.is_empty(),
+        "{} deadlocks: {:?}",
+        deadlocks.len(),
+        deadlocks.first()
+    );
+}
