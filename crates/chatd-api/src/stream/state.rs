@@ -543,6 +543,8 @@ mod tests {
             mcp_server_ids: vec![],
             plan_mode: None,
             compaction_requested_at: None,
+            message_count: 0,
+            last_message_preview: None,
             created_at: Utc::now(),
             updated_at: Utc::now(),
         }

@@ -61,8 +61,11 @@ async fn create_chat_answers_201_with_the_full_chat_shape_in_r0() {
     assert_eq!(chat["mcp_server_ids"], json!([mcp_id]));
     assert_eq!(chat["plan_mode"], "plan");
     assert!(chat["created_at"].is_string() && chat["updated_at"].is_string());
+    // The system prompt and the user message; the preview is the newest text.
+    assert_eq!(chat["message_count"], 2);
+    assert_eq!(chat["last_message_preview"], "hello");
     let keys: Vec<&String> = chat.as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 23, "{keys:?}");
+    assert_eq!(keys.len(), 25, "{keys:?}");
     assert_eq!(s.state(id).await, R0);
 
     // The system prompt is the first message, the content the second.
