@@ -378,6 +378,10 @@ async fn main() -> anyhow::Result<()> {
         r.stop().await;
     }
     pg.stop().await;
+    violations.extend(check_postgres_log(
+        &pg.log_path(),
+        &logs_path.join("postgres.log"),
+    ));
     if violations.is_empty() {
         println!("chaos: seed={seed}: no violations");
         let _ = std::fs::remove_dir_all(&logs_path);
@@ -393,6 +397,45 @@ async fn main() -> anyhow::Result<()> {
         );
         std::process::exit(1);
     }
+}
+
+/// Copies the cluster's log next to the replicas' logs and checks it: a
+/// deadlock PostgreSQL detected, or a command on a connection that was
+/// still inside a transaction ("there is already a transaction in
+/// progress": a pooled connection reused in an unknown state), is a
+/// violation. Prints both counts and the first deadlock reports' details
+/// (the statements of each process in the cycle).
+fn check_postgres_log(from: &std::path::Path, to: &std::path::Path) -> Vec<String> {
+    let Ok(log) = std::fs::read_to_string(from) else {
+        return vec!["the PostgreSQL log could not be read".to_owned()];
+    };
+    let _ = std::fs::write(to, &log);
+    let deadlocks = log.matches("deadlock detected").count();
+    let in_progress = log
+        .matches("there is already a transaction in progress")
+        .count();
+    println!("chaos: postgres deadlocks={deadlocks} already_in_transaction={in_progress}");
+    let lines: Vec<&str> = log.lines().collect();
+    for (i, _) in lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("deadlock detected"))
+        .take(3)
+    {
+        for l in &lines[i..(i + 12).min(lines.len())] {
+            println!("chaos:   | {l}");
+        }
+    }
+    let mut violations = Vec::new();
+    if deadlocks > 0 {
+        violations.push(format!("PostgreSQL detected {deadlocks} deadlocks"));
+    }
+    if in_progress > 0 {
+        violations.push(format!(
+            "{in_progress} commands ran on a connection already inside a transaction"
+        ));
+    }
+    violations
 }
 
 fn set_up(shared: &Shared, index: usize, up: bool) {

@@ -22,6 +22,7 @@
 //! transition is legal.
 
 pub mod chat_error;
+pub mod context;
 pub mod error;
 pub mod matrix;
 pub mod message;

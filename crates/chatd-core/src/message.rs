@@ -245,6 +245,11 @@ pub enum MessagePart {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
+    /// The boundary a clear-context leaves (API.md "Context management"):
+    /// the model sees nothing before it. Only on the client-only `system`
+    /// row `ClearContext` inserts.
+    #[serde(rename = "context-cleared")]
+    ContextCleared,
 }
 
 impl MessagePart {
@@ -280,6 +285,7 @@ impl MessagePart {
             MessagePart::ToolCall { args, .. } => args.len(),
             MessagePart::ToolResult { result, .. } => result.to_string().len(),
             MessagePart::File { name, .. } => name.as_ref().map_or(0, String::len),
+            MessagePart::ContextCleared => 0,
         }
     }
 }

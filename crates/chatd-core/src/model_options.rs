@@ -94,7 +94,16 @@ pub struct ModelOptions {
     /// Price of a million output tokens, in micro-dollars (≥ 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_price_micros_per_mtok: Option<i64>,
+    /// Visible messages a compaction keeps verbatim (API.md "Context
+    /// management"), 4..=1000; [`DEFAULT_COMPACT_RECENT_MESSAGES`] when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_recent_messages: Option<i64>,
 }
+
+/// Visible messages a compaction keeps verbatim when a model config does not
+/// say (API.md "Context management").
+pub const DEFAULT_COMPACT_RECENT_MESSAGES: i64 = 12;
 
 /// A model option out of its range: `field` is its path in a model config
 /// (`options.temperature`, ...).
@@ -143,7 +152,22 @@ impl ModelOptions {
                 "must not be negative",
             );
         }
+        if self
+            .compact_recent_messages
+            .is_some_and(|n| !(4..=1000).contains(&n))
+        {
+            return invalid("options.compact_recent_messages", "must be in 4..=1000");
+        }
         Ok(())
+    }
+
+    /// Visible messages a compaction keeps verbatim.
+    pub fn compact_recent_messages(&self) -> usize {
+        usize::try_from(
+            self.compact_recent_messages
+                .unwrap_or(DEFAULT_COMPACT_RECENT_MESSAGES),
+        )
+        .unwrap_or(12)
     }
 
     /// The effective reasoning effort (spec "Reasoning effort"): `requested`

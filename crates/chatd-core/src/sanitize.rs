@@ -129,6 +129,7 @@ pub fn part(part: &mut MessagePart) {
                 string(name);
             }
         }
+        MessagePart::ContextCleared => {}
     }
 }
 

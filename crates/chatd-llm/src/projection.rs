@@ -100,7 +100,8 @@ pub fn project(history: &[RequestMessage], rules: Rules) -> Vec<RequestMessage> 
         for (p, part) in message.parts.iter().enumerate() {
             match part {
                 MessagePart::Text { text } if !text.trim().is_empty() => content.push(part.clone()),
-                MessagePart::Text { .. } => {}
+                // A clear marker never reaches the model; dropped if it did.
+                MessagePart::Text { .. } | MessagePart::ContextCleared => {}
                 MessagePart::Reasoning { .. } => {
                     if message.role == ChatRole::Assistant {
                         content.push(part.clone());

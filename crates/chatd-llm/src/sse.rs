@@ -36,6 +36,12 @@
 //! says it was cut short, which is a retryable `generic` error (a dropped
 //! connection, or a server that closed the stream without a word).
 
+/// The message of the error for a stream that ended before its first event
+/// (llama.cpp's answer to a prompt longer than its window is such a
+/// stream: `200` and nothing). Retryable by itself; the generation task
+/// treats it as a context overflow when the prompt was near the window.
+pub const EMPTY_STREAM: &str = "the provider closed the stream without sending anything";
+
 use std::collections::VecDeque;
 
 use futures::{Stream, StreamExt as _};
@@ -174,7 +180,7 @@ where
         let message = if self.saw_event {
             "the stream ended before the response was complete"
         } else {
-            "the provider closed the stream without sending anything"
+            EMPTY_STREAM
         };
         ProviderError::new(ErrorKind::Generic, message, self.decoder.provider())
     }

@@ -112,6 +112,18 @@ pub struct Chat {
     /// newest visible message that has one; `None` when no visible message
     /// has text. Kept by the same trigger.
     pub last_message_preview: Option<String>,
+    /// Tokens the next model call would send (API.md `Chat.context.tokens`;
+    /// `None` before the history first changed under this column).
+    pub context_tokens: Option<i64>,
+    /// Whether `context_tokens` is (partly) an estimate.
+    pub context_estimated: bool,
+    /// The model's context window when the context was last refreshed, in
+    /// tokens.
+    pub context_limit: Option<i64>,
+    /// Summaries in the active history.
+    pub compactions: i32,
+    /// The last message the newest summary covers.
+    pub compacted_through_message_id: Option<i64>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change time.
@@ -223,11 +235,38 @@ pub struct ChatMessage {
     pub queued_message_id: Option<i64>,
     /// The client's idempotency key of the send that created it.
     pub client_message_id: Option<String>,
+    /// On a boundary row: the last message id it covers (`None` on
+    /// other rows, and on boundaries older than the column: they cover
+    /// everything before them).
+    pub compacted_through_id: Option<i64>,
+    /// The size estimate made when the row was committed, in tokens
+    /// (`chatd_core::context::estimate_tokens`; `None` on older rows).
+    pub token_estimate: Option<i64>,
     /// Insertion time.
     pub created_at: DateTime<Utc>,
 }
 
 impl ChatMessage {
+    /// What the context rules read of this row
+    /// (`chatd_core::context::ContextEntry`); an older row without a stored
+    /// estimate is estimated from its content now.
+    pub fn context_entry(&self) -> chatd_core::context::ContextEntry {
+        chatd_core::context::ContextEntry {
+            id: self.id,
+            role: self.role,
+            visibility: self.visibility,
+            compressed: self.compressed,
+            compacted_through_id: self.compacted_through_id,
+            token_estimate: self
+                .token_estimate
+                .unwrap_or_else(|| chatd_core::context::estimate_tokens(&self.content.0)),
+            usage: self
+                .usage()
+                .filter(|_| self.role == ChatRole::Assistant)
+                .map(|u| (u.prompt_tokens(), u.output_tokens)),
+        }
+    }
+
     /// Usage, when the row carries any token counts.
     ///
     /// # Example
@@ -348,6 +387,8 @@ pub struct NewMessage {
     pub provider_response_id: Option<String>,
     /// Client idempotency key.
     pub client_message_id: Option<String>,
+    /// On a summary boundary: the last message id it covers.
+    pub compacted_through_id: Option<i64>,
 }
 
 impl NewMessage {

@@ -622,8 +622,12 @@ impl Ops<'_> {
         transition: Transition,
         from: ExecutionState,
     ) -> StoreResult<ExecutionState> {
-        let (_, _, to) = self.state().await?;
+        let (chat, _, to) = self.state().await?;
         matrix::check_landing(transition, from, to).map_err(StateError::from)?;
+        // The history changed in this transaction: keep `Chat.context`.
+        if chat.is_some_and(|c| c.history_version == c.snapshot_version) {
+            queries::messages::refresh_context(&mut *self.conn, self.chat_id).await?;
+        }
         self.applied.push((transition, from, to));
         Ok(to)
     }

@@ -75,6 +75,32 @@ pub fn is_title_request(request: &RecordedRequest) -> bool {
     openai || anthropic
 }
 
+/// Whether `request` is one of the worker's compaction (summarization)
+/// calls: its system prompt says it compresses conversations, as the
+/// worker's compaction instructions do.
+pub fn is_compaction_request(request: &RecordedRequest) -> bool {
+    const MARKER: &str = "You compress conversations";
+    let openai = request.body["messages"][0]["role"] == "system"
+        && request.body["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains(MARKER));
+    let anthropic = request.body["system"]
+        .as_str()
+        .is_some_and(|s| s.contains(MARKER));
+    openai || anthropic
+}
+
+/// A short summary answering compaction request `request`: it names how
+/// many characters it summarizes; usage is the request's size over 4 and
+/// the answer's.
+pub fn summary_of(request: &RecordedRequest) -> Script {
+    let chars = request.last_user_text().unwrap_or_default().chars().count();
+    let text = format!("Summary: an earlier conversation of {chars} characters.");
+    let prompt = i64::try_from(request.body.to_string().len() / 4).unwrap_or(i64::MAX);
+    let completion = i64::try_from(text.len() / 4).unwrap_or(0);
+    Script::text(text).usage(prompt, completion)
+}
+
 /// The signature the Anthropic mode sends at the end of a thinking block.
 pub const FAKE_THINKING_SIGNATURE: &str = "fake-signature-AAAA";
 

@@ -93,6 +93,11 @@ impl PgCluster {
         self.dir.path().join("data")
     }
 
+    /// The server's log file (`pg_ctl -l`); it goes when `self` drops.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("postgres.log")
+    }
+
     /// The URL of database `chatd` (created by [`PgCluster::create_database`]).
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/chatd", self.port)
@@ -132,7 +137,7 @@ impl PgCluster {
     /// Starts the server and waits until it accepts connections.
     pub async fn start_server(&self) -> anyhow::Result<()> {
         let data = self.data_dir();
-        let log = self.dir.path().join("postgres.log");
+        let log = self.log_path();
         let options = format!(
             "-p {} -c listen_addresses=127.0.0.1 -k {} -c max_connections=300 -c fsync=off",
             self.port,

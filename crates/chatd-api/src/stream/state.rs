@@ -545,6 +545,11 @@ mod tests {
             compaction_requested_at: None,
             message_count: 0,
             last_message_preview: None,
+            context_tokens: None,
+            context_estimated: true,
+            context_limit: None,
+            compactions: 0,
+            compacted_through_message_id: None,
             created_at: Utc::now(),
             updated_at: Utc::now(),
         }
@@ -576,6 +581,8 @@ mod tests {
             provider_response_id: None,
             queued_message_id: None,
             client_message_id: None,
+            compacted_through_id: None,
+            token_estimate: None,
             created_at: Utc::now(),
         }
     }

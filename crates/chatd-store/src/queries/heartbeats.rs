@@ -55,7 +55,9 @@ pub async fn upsert(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 
 /// Inserts or refreshes the heartbeat rows of every `(chat id, runner id)`
 /// of `runners` in one statement (the spec's heartbeat upsert), skipping
-/// chats deleted meanwhile.
+/// chats deleted meanwhile. Rows are written in key order, so two upserts
+/// that share rows (a replica's old and new runner lists, two replicas
+/// during a takeover) wait on each other instead of deadlocking.
 ///
 /// # Example
 ///
@@ -73,12 +75,16 @@ pub async fn upsert(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 /// # Ok(()) }
 /// ```
 pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) -> sqlx::Result<()> {
-    let (chats, runners): (Vec<Uuid>, Vec<Uuid>) = runners.iter().copied().unzip();
+    let mut sorted = runners.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let (chats, runners): (Vec<Uuid>, Vec<Uuid>) = sorted.into_iter().unzip();
     sqlx::query(
         "INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at)
          SELECT r.chat_id, r.runner_id, now()
          FROM unnest($1::uuid[], $2::uuid[]) AS r(chat_id, runner_id)
          WHERE EXISTS (SELECT 1 FROM chats c WHERE c.id = r.chat_id)
+         ORDER BY r.chat_id, r.runner_id
          ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at",
     )
     .bind(&chats)
@@ -114,7 +120,9 @@ pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 }
 
 /// Deletes every heartbeat row older than `older_than_secs`; returns how
-/// many.
+/// many. Rows another statement holds (a runner's upsert refreshing it) are
+/// skipped, not waited for: the cleanup never joins a lock cycle, and a row
+/// being refreshed is not stale.
 ///
 /// # Example
 ///
@@ -130,7 +138,10 @@ pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 /// ```
 pub async fn delete_stale(conn: impl PgExecutor<'_>, older_than_secs: f64) -> sqlx::Result<u64> {
     Ok(sqlx::query(
-        "DELETE FROM chat_heartbeats WHERE heartbeat_at < now() - make_interval(secs => $1)",
+        "DELETE FROM chat_heartbeats WHERE (chat_id, runner_id) IN (
+             SELECT chat_id, runner_id FROM chat_heartbeats
+             WHERE heartbeat_at < now() - make_interval(secs => $1)
+             FOR UPDATE SKIP LOCKED)",
     )
     .bind(older_than_secs)
     .execute(conn)

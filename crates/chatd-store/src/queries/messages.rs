@@ -3,10 +3,12 @@
 //! `history_version` changes), the model's view of the history, and the
 //! client-visible reads of the message routes and the stream.
 
-use chatd_core::{FinishReason, MessagePart};
+use chatd_core::{ChatRole, FinishReason, MessagePart, Visibility};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
+
+use chatd_core::context::ContextEntry;
 
 use crate::models::{ChatMessage, NewMessage};
 
@@ -43,8 +45,10 @@ pub async fn insert(
         "INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by, model_config_id,
              reasoning_effort, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens,
              cache_creation_tokens, total_tokens, context_limit, total_cost_micros, runtime_ms,
-             provider_response_id, queued_message_id, client_message_id, finish_reason)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+             provider_response_id, queued_message_id, client_message_id, finish_reason,
+             compacted_through_id, token_estimate)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+             $22, $23)
          RETURNING *",
     )
     .bind(chat_id)
@@ -68,6 +72,8 @@ pub async fn insert(
     .bind(queued_message_id)
     .bind(&message.client_message_id)
     .bind(message.finish_reason.map(FinishReason::as_str))
+    .bind(message.compacted_through_id)
+    .bind(chatd_core::context::estimate_tokens(&message.content))
     .fetch_one(conn)
     .await
 }
@@ -99,10 +105,34 @@ pub async fn select(
         .await
 }
 
-/// The model's view of the history: active (not soft-deleted) system
-/// messages, then active messages from the latest compaction boundary (a
-/// `compressed` row) onward, in id order. User-only rows are included; the
-/// caller filters by visibility.
+/// A query of the rows the model context is chosen from
+/// (`chatd_core::context`), selecting `$select` (of alias `m`): the active
+/// (not soft-deleted) rows after what the newest boundary covers, and the
+/// leading system rows; every active row when there is no boundary.
+macro_rules! context_candidates {
+    ($select:literal) => {
+        concat!(
+            "WITH b AS (
+                 SELECT COALESCE(compacted_through_id, id - 1) AS covered FROM chat_messages
+                 WHERE chat_id = $1 AND compressed AND NOT deleted ORDER BY id DESC LIMIT 1) ",
+            $select,
+            " FROM chat_messages m
+             WHERE m.chat_id = $1 AND NOT m.deleted
+               AND (NOT EXISTS (SELECT 1 FROM b) OR m.id > (SELECT covered FROM b)
+                    OR (m.role = 'system' AND m.id < COALESCE(
+                        (SELECT min(id) FROM chat_messages
+                         WHERE chat_id = $1 AND NOT deleted AND role <> 'system'),
+                        9223372036854775807)))
+             ORDER BY m.id"
+        )
+    };
+}
+
+/// The model's view of the history (`chatd_core::context::model_context`):
+/// with no boundary every active row; after a summary the leading system
+/// rows, the summary, then the rows after what it covers; after a
+/// clear-context marker the rows after it. In the order the model reads
+/// them. User-only rows are left out.
 ///
 /// # Example
 ///
@@ -120,11 +150,68 @@ pub async fn active_history(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Vec<ChatMessage>> {
-    let sql = "SELECT * FROM chat_messages
-         WHERE chat_id = $1 AND NOT deleted AND (role = 'system' OR id >= COALESCE(
-             (SELECT max(id) FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND compressed), 0))
-         ORDER BY id";
-    super::keyed::all(conn, sql, chat_id).await
+    let sql = context_candidates!("SELECT m.*");
+    let mut rows: Vec<Option<ChatMessage>> = sqlx::query_as::<_, ChatMessage>(sql)
+        .bind(chat_id)
+        .fetch_all(conn)
+        .await?
+        .into_iter()
+        .map(Some)
+        .collect();
+    let entries: Vec<ContextEntry> = rows
+        .iter()
+        .flatten()
+        .map(ChatMessage::context_entry)
+        .collect();
+    Ok(chatd_core::context::model_context(&entries)
+        .into_iter()
+        .filter_map(|i| rows[i].take())
+        .collect())
+}
+
+/// What the context rules read of the model's rows
+/// ([`active_history`]'s rows, in id order, unordered for the model), without
+/// message bodies (a row older than the stored estimate is estimated from
+/// its size in the database).
+pub async fn context_entries(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+) -> sqlx::Result<Vec<ContextEntry>> {
+    let sql = context_candidates!(
+        "SELECT m.id, m.role, m.visibility, m.compressed, m.compacted_through_id,
+                COALESCE(m.token_estimate, octet_length(m.content::text) / 4 + 4) AS token_estimate,
+                CASE WHEN m.role = 'assistant' AND m.input_tokens IS NOT NULL
+                     THEN m.input_tokens + COALESCE(m.cache_read_tokens, 0)
+                          + COALESCE(m.cache_creation_tokens, 0) END AS prompt_tokens,
+                m.output_tokens"
+    );
+    let rows: Vec<EntryRow> = sqlx::query_as(sql).bind(chat_id).fetch_all(conn).await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(ContextEntry {
+                id: r.id,
+                role: ChatRole::try_from(r.role).ok()?,
+                visibility: Visibility::try_from(r.visibility).ok()?,
+                compressed: r.compressed,
+                compacted_through_id: r.compacted_through_id,
+                token_estimate: r.token_estimate,
+                usage: r.prompt_tokens.map(|p| (p, r.output_tokens.unwrap_or(0))),
+            })
+        })
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct EntryRow {
+    id: i64,
+    role: String,
+    visibility: String,
+    compressed: bool,
+    compacted_through_id: Option<i64>,
+    token_estimate: i64,
+    prompt_tokens: Option<i64>,
+    output_tokens: Option<i64>,
 }
 
 /// Contents of the active messages from the latest user message on (the only
@@ -369,4 +456,57 @@ pub async fn changed_since(
 pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
     let sql = "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id";
     super::keyed::all(conn, sql, chat_id).await
+}
+
+/// Recomputes `Chat.context` from the rows of the model context (no message
+/// bodies but those of rows older than the stored estimate): the tokens and
+/// estimate flag of [`chatd_core::context::context_usage`], the window of
+/// the chat's model config (its last one, else the default), the summaries
+/// in the active history and the last message the newest one covers (none
+/// after a clear-context). Run by every transition that changed the
+/// history, inside its transaction, under the chat's row lock.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::{chats, messages};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// // CreateChat refreshed it: one user message "hi" is an estimate of 1 + 4 tokens.
+/// assert_eq!(created.chat.context_tokens, Some(5));
+/// assert!(created.chat.context_estimated);
+/// let mut tx = pool.begin().await?;
+/// messages::refresh_context(&mut tx, chat.id).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<()> {
+    let entries = context_entries(&mut *conn, chat_id).await?;
+    let order = chatd_core::context::model_context(&entries);
+    let ctx: Vec<&ContextEntry> = order.iter().map(|&i| &entries[i]).collect();
+    let usage = chatd_core::context::context_usage(&ctx);
+    let through = entries
+        .iter()
+        .rev()
+        .find(|e| e.compressed)
+        .filter(|b| !b.is_clear_marker())
+        .map(ContextEntry::covered_through);
+    sqlx::query(
+        "UPDATE chats c SET context_tokens = $2, context_estimated = $3,
+             compacted_through_message_id = $4,
+             compactions = (SELECT count(*) FROM chat_messages
+                            WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'),
+             context_limit = (SELECT context_limit FROM chat_model_configs
+                              WHERE enabled AND (id = c.last_model_config_id OR is_default)
+                              ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)
+         WHERE id = $1",
+    )
+    .bind(chat_id)
+    .bind(usage.tokens)
+    .bind(usage.estimated)
+    .bind(through)
+    .execute(conn)
+    .await
+    .map(|_| ())
 }

@@ -908,3 +908,51 @@ async fn a_family_archive_racing_child_creation_never_leaves_an_unarchived_membe
     }
     assert_eq!(created + refused, 100);
 }
+
+/// The heartbeat statements lock many `chat_heartbeats` rows each: one
+/// replica's upsert of all its runners, another's cleanup of stale rows.
+/// Racing them 30 times over 200 runners of 200 chats (upserted in reverse
+/// order, the cleanup deleting every row it finds old) never deadlocks and
+/// never fails: the upsert takes its rows in key order and the cleanup
+/// skips rows another statement holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heartbeat_upserts_racing_stale_cleanup_never_deadlock() {
+    let h = Arc::new(Harness::new().await);
+    let mut runners = Vec::new();
+    for _ in 0..200 {
+        runners.push((h.create().await, Uuid::new_v4()));
+    }
+    chatd_store::queries::heartbeats::upsert_many(h.pool(), &runners)
+        .await
+        .unwrap();
+    let mut reversed = runners.clone();
+    reversed.reverse();
+    let runners = Arc::new((runners, reversed));
+    for round in 0..30 {
+        let barrier = Arc::new(Barrier::new(4));
+        let mut tasks = JoinSet::new();
+        for job in 0..4 {
+            let (h, barrier, runners) = (h.clone(), barrier.clone(), runners.clone());
+            tasks.spawn(async move {
+                barrier.wait().await;
+                match job {
+                    0 => chatd_store::queries::heartbeats::upsert_many(h.pool(), &runners.0)
+                        .await
+                        .map(|_| ()),
+                    1 => chatd_store::queries::heartbeats::upsert_many(h.pool(), &runners.1)
+                        .await
+                        .map(|_| ()),
+                    // Everything is older than no time at all.
+                    _ => chatd_store::queries::heartbeats::delete_stale(h.pool(), -1.0)
+                        .await
+                        .map(|_| ()),
+                }
+            });
+        }
+        for result in join_all(tasks).await {
+            if let Err(err) = result {
+                panic!("round {round}: {err}");
+            }
+        }
+    }
+}

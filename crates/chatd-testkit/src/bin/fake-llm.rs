@@ -40,13 +40,17 @@
 //! or `content_filter` when it contains `filtered` (any case).
 //!
 //! Every mode reports usage 10/5. Title requests are answered with
-//! `A chat with the fake model` in every mode.
+//! `A chat with the fake model` in every mode, and the worker's compaction
+//! (summarization) requests with a one-line summary
+//! (`chatd_testkit::fake_llm::summary_of`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use chatd_testkit::fake_llm::{FakeLlm, RecordedRequest, Script};
+use chatd_testkit::fake_llm::{
+    FakeLlm, RecordedRequest, Script, is_compaction_request, summary_of,
+};
 
 const USAGE: &str =
     "usage: fake-llm [--listen ADDR] [--mode echo | slow-parts:N:MS | scripted[:N:MS]]";
@@ -197,6 +201,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let server = FakeLlm::start_on(listen.parse().context("--listen address")?).await?;
     server.set_default_fn(move |request| match mode {
+        _ if is_compaction_request(request) => summary_of(request),
         Mode::Echo => Script::echo_of(request),
         Mode::SlowParts { parts, delay } => {
             let text = format!("echo: {}", request.last_user_text().unwrap_or_default());

@@ -11,9 +11,7 @@
 
 use std::sync::Arc;
 
-use chatd_core::{
-    ChatError, ChatErrorKind, FinishReason as MessageFinishReason, MessagePart, Visibility,
-};
+use chatd_core::{ChatError, ChatErrorKind, FinishReason as MessageFinishReason, MessagePart};
 use chatd_llm::{FinishReason, Provider, ResponseBuilder};
 use chatd_store::NewMessage;
 
@@ -33,8 +31,8 @@ pub(super) enum Next {
 }
 
 /// Commits one model response of `call`: its message and `step`'s tool
-/// results in one `CommitStep`, then finishes the turn (no calls, or a
-/// compaction) or waits for client-side results. Then, for a chat's first
+/// results in one `CommitStep`, then finishes the turn (no calls) or waits
+/// for client-side results. Then, for a chat's first
 /// text answer, starts the title generation in the background.
 pub(super) async fn commit_response(
     task: &TaskContext,
@@ -43,8 +41,8 @@ pub(super) async fn commit_response(
     step: ToolStep,
     runtime_ms: i64,
 ) -> TaskResult<()> {
-    let finishes = response.tool_calls().is_empty() || call.compaction;
-    let next = if step.waits_for_client && !call.compaction {
+    let finishes = response.tool_calls().is_empty();
+    let next = if step.waits_for_client {
         Next::RequiresAction
     } else if finishes {
         Next::FinishTurn
@@ -54,14 +52,7 @@ pub(super) async fn commit_response(
     let text = response.text();
     let mut messages = vec![response_message(call, &response, runtime_ms)];
     messages.extend(step.results);
-    commit_step(
-        task,
-        "committing the model response",
-        messages,
-        call.compaction,
-        next,
-    )
-    .await?;
+    commit_step(task, "committing the model response", messages, false, next).await?;
     if call.wants_title && finishes && !text.trim().is_empty() {
         title::after_first_answer(task, call, text);
     }
@@ -151,34 +142,22 @@ pub(super) async fn finish_error(
 }
 
 /// The message a response of `call` is stored as: the assistant message
-/// (an empty answer is still an answer), or for a compaction the
-/// model-only, compressed user message carrying the summary; with the
+/// (an empty answer is still an answer), with the
 /// model config, usage, cost, context limit and `runtime_ms` (ms).
 fn response_message<P>(
     call: &ModelCall<P>,
     response: &ResponseBuilder,
     runtime_ms: i64,
 ) -> NewMessage {
-    let mut message = if call.compaction {
-        let mut summary = NewMessage::user(vec![MessagePart::text(format!(
-            "[Summary of the earlier conversation]\n{}",
-            response.text()
-        ))]);
-        summary.compressed = true;
-        summary.visibility = Visibility::Model;
-        summary
-    } else {
-        let mut content = response.parts();
-        if !content
-            .iter()
-            .any(|p| matches!(p, MessagePart::Text { .. } | MessagePart::ToolCall { .. }))
-        {
-            content.push(MessagePart::text(""));
-        }
-        let mut answer = NewMessage::assistant(content);
-        answer.finish_reason = response.finish_reason().and_then(message_finish_reason);
-        answer
-    };
+    let mut content = response.parts();
+    if !content
+        .iter()
+        .any(|p| matches!(p, MessagePart::Text { .. } | MessagePart::ToolCall { .. }))
+    {
+        content.push(MessagePart::text(""));
+    }
+    let mut message = NewMessage::assistant(content);
+    message.finish_reason = response.finish_reason().and_then(message_finish_reason);
     let usage = response.usage();
     message.model_config_id = Some(call.model_config_id);
     message.usage = usage;

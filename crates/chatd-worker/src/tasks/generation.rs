@@ -17,11 +17,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use chatd_core::{ChatError, ChatErrorKind};
-use chatd_llm::{FinishReason, Provider, ResponseBuilder};
+use chatd_llm::{ErrorKind, FinishReason, Provider, ProviderError, ResponseBuilder};
 use chatd_store::{Chat, ChatMachine, ChatMessage, queries};
 use chatd_tools::McpServerConfig;
 
 use super::commit::{self, Next};
+use super::compaction::{self, Mode};
 use super::plan::{HistoryMessage, ModelCall, Outstanding, Plan, PlanInput, plan};
 use super::retry::{AfterFailure, after_failure, attempts_spent};
 use super::stream::{OpenEpisode, stream_response};
@@ -69,15 +70,154 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             let error = ChatError::new(ChatErrorKind::InvalidRequest, message, false);
             commit::finish_error(task, "ending the turn without a model", error).await
         }
+        Plan::Call(call) if call.compaction => {
+            compact(task, &loaded, *call, Mode::Manual, None).await
+        }
         Plan::Call(call) => {
-            // A compaction call offers no tools.
-            let servers = if call.compaction {
-                &[][..]
-            } else {
-                &loaded.mcp_servers
-            };
-            let router = ToolRouter::list(task, call.dynamic_tools.clone(), servers).await?;
-            call_model(task, *call, &router).await
+            let mut call = *call;
+            let router =
+                ToolRouter::list(task, call.dynamic_tools.clone(), &loaded.mcp_servers).await?;
+            call.request.tools.extend(router.mcp_specs(task.chat_id));
+            // API.md "Context management": compact before the call when the
+            // prompt reached the threshold or does not fit with the answer.
+            let measure = compaction::measure(&call, &loaded.history);
+            if measure.wants_compaction() {
+                return compact(task, &loaded, call, Mode::Auto, None).await;
+            }
+            if measure.does_not_fit() {
+                return commit::finish_error(
+                    task,
+                    "ending a turn whose prompt does not fit",
+                    does_not_fit(&measure, None),
+                )
+                .await;
+            }
+            call_model(task, &loaded, call, &router, measure).await
+        }
+    }
+}
+
+/// The `context_length` error of a prompt that does not fit `measure`'s
+/// window (after the provider's `cause`, if it said so).
+fn does_not_fit(measure: &compaction::Measure, cause: Option<&ProviderError>) -> ChatError {
+    let mut error = ChatError::new(
+        ChatErrorKind::ContextLength,
+        format!(
+            "The conversation no longer fits the model's context of {} tokens (about {} tokens \
+             with room for the answer), and nothing more can be compacted: compact or clear the \
+             context, edit an earlier message, or use a model with a larger window.",
+            measure.limit,
+            measure.tokens + measure.reserve
+        ),
+        false,
+    );
+    if let Some(cause) = cause {
+        error = error.with_detail(cause.message.clone());
+    }
+    error
+}
+
+/// Compacts the history (see [`compaction`]) and commits the summary in one
+/// `CommitStep`, after which the turn goes on (the next generation plans
+/// from the compacted history). Each summarization attempt is a generation
+/// attempt: failures are retried like model calls, and when they run out
+/// the turn ends (`context_length` when the summaries were invalid).
+/// Nothing to compact: a manual compaction commits a visible "nothing to
+/// compact" call and result; an automatic one ends the turn with a
+/// `context_length` error.
+async fn compact(
+    task: &TaskContext,
+    loaded: &Loaded,
+    call: ModelCall<Arc<dyn Provider>>,
+    mode: Mode,
+    cause: Option<ProviderError>,
+) -> TaskResult<()> {
+    let config = &task.ctx.config;
+    let keep = call.options.compact_recent_messages();
+    let Some(selection) = compaction::select(&loaded.history, keep, call.context_limit, mode)
+    else {
+        if mode == Mode::Manual {
+            let rows = compaction::messages(&call, None, None, 0);
+            return commit::commit_step(
+                task,
+                "committing an empty compaction",
+                rows,
+                true,
+                Next::Generate,
+            )
+            .await;
+        }
+        let measure = compaction::measure(&call, &loaded.history);
+        let error = does_not_fit(&measure, cause.as_ref());
+        return commit::finish_error(task, "ending a turn with nothing to compact", error).await;
+    };
+    let mut invalid_summary = None;
+    loop {
+        let attempt = task
+            .transition("recording a compaction attempt", |tx, _| {
+                Box::pin(async move { tx.record_generation_attempt().await })
+            })
+            .await?;
+        if let Some(error) = attempts_spent(attempt, config) {
+            let error = invalid_summary.take().unwrap_or(error);
+            return commit::finish_error(
+                task,
+                "ending the turn after too many compaction attempts",
+                error,
+            )
+            .await;
+        }
+        let started = Instant::now();
+        let err = match task
+            .cancellable(compaction::summarize(&call, &selection))
+            .await?
+        {
+            Ok(summary) => {
+                let runtime_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+                tracing::info!(chat_id = %task.chat_id, ?mode, summarized = selection.summarized.len(), tokens_before = selection.tokens_before(), calls = summary.calls, runtime_ms, "compacted the history");
+                let rows =
+                    compaction::messages(&call, Some(&selection), Some(&summary), runtime_ms);
+                return commit::commit_step(
+                    task,
+                    "committing a compaction",
+                    rows,
+                    mode == Mode::Manual,
+                    Next::Generate,
+                )
+                .await;
+            }
+            Err(err) => err,
+        };
+        if err.message.starts_with("the compaction summary") {
+            invalid_summary = Some(
+                ChatError::new(
+                    ChatErrorKind::ContextLength,
+                    "The history could not be compacted: the model's summaries were unusable.",
+                    false,
+                )
+                .with_detail(err.message.clone()),
+            );
+        }
+        match after_failure(&err, attempt, config, chrono::Utc::now()) {
+            AfterFailure::Retry { state, delay } => {
+                tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "compaction failed; retrying");
+                task.transition("recording the retry state", move |tx, _| {
+                    let state = state.clone();
+                    Box::pin(async move { tx.record_retry_state(state).await.map(|_| ()) })
+                })
+                .await?;
+                task.sleep(delay).await?;
+            }
+            AfterFailure::Fail(error) => {
+                tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "compaction failed; ending the turn");
+                let error = invalid_summary.take().unwrap_or(error);
+                return commit::finish_error(
+                    task,
+                    "ending the turn after a failed compaction",
+                    error,
+                )
+                .await;
+            }
         }
     }
 }
@@ -155,14 +295,18 @@ async fn answer_outstanding(
 }
 
 /// Calls the model until one attempt answers (then commits it) or the
-/// attempts end the turn with an error.
+/// attempts end the turn with an error. A provider that says the prompt is
+/// too long, or an empty stream after a prompt near the window (`measure`),
+/// is a context overflow: compacted with a short tail when automatic
+/// compaction is on, else the turn ends with `context_length` at once.
 async fn call_model(
     task: &TaskContext,
-    mut call: ModelCall<Arc<dyn Provider>>,
+    loaded: &Loaded,
+    call: ModelCall<Arc<dyn Provider>>,
     router: &ToolRouter,
+    measure: compaction::Measure,
 ) -> TaskResult<()> {
     let config = &task.ctx.config;
-    call.request.tools.extend(router.mcp_specs(task.chat_id));
     loop {
         let attempt = task
             .transition("recording a generation attempt", |tx, _| {
@@ -190,6 +334,17 @@ async fn call_model(
             Err(err) => err,
         };
         drop(episode);
+        let overflow = err.kind == ErrorKind::ContextLength
+            || (err.message == chatd_llm::sse::EMPTY_STREAM && measure.near_window());
+        if overflow {
+            tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "the prompt is too long for the model");
+            if measure.threshold.is_some() {
+                return compact(task, loaded, call, Mode::Overflow, Some(err)).await;
+            }
+            let error = does_not_fit(&measure, Some(&err));
+            return commit::finish_error(task, "ending a turn whose prompt is too long", error)
+                .await;
+        }
         match after_failure(&err, attempt, config, chrono::Utc::now()) {
             AfterFailure::Retry { state, delay } => {
                 tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "provider call failed; retrying");

@@ -17,6 +17,7 @@
 //!   timeout goroutine" and "Abandon chat goroutine".
 
 mod commit;
+mod compaction;
 mod generation;
 mod interrupt;
 mod plan;

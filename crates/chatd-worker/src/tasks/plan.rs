@@ -17,8 +17,8 @@
 //! 5. the turn used its step budget: stop with an error;
 //! 6. otherwise call the model (or fail the turn when the chat has none).
 //!
-//! A requested compaction skips 1 to 5: the model summarizes the history,
-//! without tools.
+//! A requested compaction skips 1 to 5: the history is compacted
+//! ([`super::compaction`]).
 
 use std::collections::HashSet;
 
@@ -100,7 +100,7 @@ pub(super) struct Outstanding {
 /// One model call of the turn.
 #[derive(Debug)]
 pub(super) struct ModelCall<P> {
-    /// The request: the model-visible history (plus the compaction prompt),
+    /// The request: the model-visible history,
     /// the dynamic tools (MCP tools are added once listed), the model's
     /// options.
     pub(super) request: ModelRequest,
@@ -110,21 +110,20 @@ pub(super) struct ModelCall<P> {
     pub(super) model_config_id: Uuid,
     /// The model's context window, in tokens.
     pub(super) context_limit: i64,
+    /// Percent of the window at which the prompt is compacted first
+    /// (0: never automatically).
+    pub(super) compression_threshold: i32,
     /// The model config's options (cost of the answer).
     pub(super) options: ModelOptions,
     /// Names of the chat's dynamic (client-side) tools.
     pub(super) dynamic_tools: HashSet<String>,
-    /// The call summarizes the history (`RequestCompaction`).
+    /// A manual compaction was requested (`RequestCompaction`): the
+    /// history is compacted instead of answered ([`super::compaction`]).
     pub(super) compaction: bool,
     /// Generate a title once this answer is committed (spec-free extra:
     /// issue "Title"): no text answer yet and the default title.
     pub(super) wants_title: bool,
 }
-
-/// The prompt appended to the history of a compaction call.
-pub(super) const COMPACTION_PROMPT: &str = "Summarize the conversation so far for your own later use: the user's goals, \
-decisions made, facts established, open questions and the current state of any task. Be complete but concise; \
-answer with the summary only.";
 
 /// Decides the next step; see the module doc for the order.
 pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
@@ -155,7 +154,7 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         && !compaction
         && !answered_before
         && chat.title == DEFAULT_CHAT_TITLE;
-    let mut messages: Vec<RequestMessage> = history
+    let messages: Vec<RequestMessage> = history
         .iter()
         .map(|m| RequestMessage {
             role: m.role,
@@ -163,10 +162,6 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         })
         .collect();
     let tools = if compaction {
-        messages.push(RequestMessage {
-            role: ChatRole::User,
-            parts: vec![MessagePart::text(COMPACTION_PROMPT)],
-        });
         Vec::new()
     } else {
         dynamic_tool_specs(&chat.dynamic_tools)
@@ -187,6 +182,7 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         provider,
         model_config_id: model.id,
         context_limit: model.context_limit,
+        compression_threshold: model.compression_threshold,
         options,
         dynamic_tools: dynamic,
         compaction,
