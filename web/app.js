@@ -1041,6 +1041,13 @@ function buildChatDom(view) {
   const status = h('span', { class: 'status-badge', testid: 'chat-status' }, '…');
   const connection = h('span', { class: 'connection', testid: 'connection', role: 'status', 'aria-label': 'Connection' }, 'reconnecting');
   const usage = h('span', { class: 'usage', testid: 'usage', title: 'Token usage: input / output / total' });
+  const context = h(
+    'span',
+    { class: 'context-meter', testid: 'context-meter', role: 'meter', 'aria-label': 'Context used', 'aria-valuemin': '0', 'aria-valuemax': '100' },
+    h('span', { class: 'context-bar' }, h('span', { class: 'context-fill' })),
+    h('span', { class: 'context-label', testid: 'context-label' }, ''),
+  );
+  const contextTools = h('span', { class: 'context-tools' });
   const archive = h('span', { class: 'archive-slot' });
   const banners = h('div', { class: 'banners' });
   const messages = h('div', { class: 'messages', testid: 'messages', role: 'log', 'aria-label': 'Messages' });
@@ -1064,13 +1071,13 @@ function buildChatDom(view) {
       'header',
       { class: 'chat-header' },
       h('div', { class: 'chat-header-main' }, title, status, connection),
-      h('div', { class: 'chat-header-tools' }, usage, archive),
+      h('div', { class: 'chat-header-tools' }, context, contextTools, usage, archive),
     ),
     banners,
     scroller,
     h('div', { class: 'dock' }, action, queue, composer.root),
   );
-  return { root, title, status, connection, usage, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null };
+  return { root, title, status, connection, usage, context, contextTools, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null };
 }
 
 /** Re-renders every part of the chat view from `view` (the preview at the next frame). */
@@ -1084,6 +1091,7 @@ function render(view) {
   renderActionRequired(view);
   renderQueue(view);
   renderUsage(view);
+  renderContext(view);
   if (stick) scrollToBottom(view);
 }
 
@@ -1239,7 +1247,45 @@ function textOf(parts) {
   return parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
 }
 
+/** The name of the visible tool call a compaction leaves. */
+const COMPACTION_TOOL = 'chatd_compact';
+
+/**
+ * A compaction's record (its visible `chatd_compact` call and result) as
+ * one collapsed "Context compacted" entry that opens to the summary, and a
+ * clear-context boundary as a divider; `null` for any other message.
+ */
+function renderContextRecord(message) {
+  const dataset = { role: message.role, messageId: String(message.id), revision: String(message.revision) };
+  const parts = message.content;
+  if (parts.length && parts.every((p) => p.type === 'tool-call' && p.tool_name === COMPACTION_TOOL)) {
+    // The result below says it all.
+    return h('div', { class: 'compaction-call', hidden: true, dataset });
+  }
+  const result = parts.find((p) => p.type === 'tool-result' && p.tool_name === COMPACTION_TOOL);
+  if (result) {
+    const r = result.result || {};
+    if (result.is_error) {
+      return h('div', { class: 'compaction compaction-none', testid: 'compaction', dataset }, `Context not compacted: ${r.error || 'failed'}`);
+    }
+    const n = Number(r.summarized_messages) || 0;
+    return h(
+      'details',
+      { class: 'compaction', testid: 'compaction', dataset },
+      h('summary', { testid: 'compaction-summary' }, `Context compacted: ${n} message${n === 1 ? '' : 's'} summarised`,
+        h('span', { class: 'compaction-tokens' }, ` (~${numberFormat.format(r.tokens_before || 0)} → ~${numberFormat.format(r.tokens_after || 0)} tokens)`)),
+      h('div', { class: 'compaction-text', testid: 'compaction-text' }, r.summary || ''),
+    );
+  }
+  if (message.role === 'system' && parts.some((p) => p.type === 'context-cleared')) {
+    return h('div', { class: 'context-cleared', testid: 'context-cleared', role: 'separator', dataset }, h('span', {}, 'Context cleared: the model sees nothing above this line'));
+  }
+  return null;
+}
+
 function renderMessage(view, message) {
+  const record = renderContextRecord(message);
+  if (record) return record;
   const text = textOf(message.content);
   const canEdit = message.role === 'user' && !view.chat.archived;
   const models = app.modelsResolved;
@@ -1658,6 +1704,51 @@ function renderUsage(view) {
   view.dom.usage.textContent = text;
 }
 
+/**
+ * The context meter (API.md "Context management": `Chat.context`, kept up
+ * to date by the stream's `context` event) and the "Compact now" and
+ * "Clear context" actions, offered while the chat is idle.
+ */
+function renderContext(view) {
+  const { chat, dom } = view;
+  const c = chat.context;
+  const fill = dom.context.querySelector('.context-fill');
+  const label = dom.context.querySelector('.context-label');
+  if (!c || !c.limit) {
+    dom.context.hidden = true;
+  } else {
+    dom.context.hidden = false;
+    const percent = Math.max(0, c.percent);
+    fill.style.width = `${Math.min(100, percent)}%`;
+    dom.context.classList.toggle('context-high', percent >= 70);
+    dom.context.setAttribute('aria-valuenow', String(Math.min(100, percent)));
+    const about = c.estimated ? '~' : '';
+    label.textContent = `${percent}% context`;
+    const compactions = c.compactions ? `, ${c.compactions} compaction${c.compactions === 1 ? '' : 's'}` : '';
+    dom.context.title = `Context: ${about}${numberFormat.format(c.tokens)} of ${numberFormat.format(c.limit)} tokens${compactions}`;
+    dom.context.dataset.tokens = String(c.tokens);
+    dom.context.dataset.percent = String(percent);
+  }
+  const idle = (chat.status === 'waiting' || chat.status === 'error') && !chat.archived;
+  const key = idle ? 'idle' : 'busy';
+  if (dom.contextTools.dataset.key === key) return;
+  dom.contextTools.dataset.key = key;
+  dom.contextTools.replaceChildren(
+    ...(idle
+      ? [
+          h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'compact-now', title: 'Summarise the older messages for the model now', onclick: () => contextAction(view, '/compact') }, 'Compact'),
+          h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'clear-context', title: 'The model forgets everything before this point (messages stay visible)', onclick: () => contextAction(view, '/clear-context') }, 'Clear context'),
+        ]
+      : []),
+  );
+}
+
+/** `POST /chats/{chat}/compact` or `/clear-context`; refusals become a toast. */
+async function contextAction(view, path) {
+  const chat = await attempt(() => api('POST', `/chats/${view.chatId}${path}`));
+  if (chat && !view.closed) applyChat(view, chat);
+}
+
 /** Updates the deadline and retry countdowns (every second). */
 function updateCountdowns(view) {
   if (!view || view.closed || !view.dom) return;
@@ -1913,6 +2004,9 @@ function applyEvent(view, event, frame) {
       // A new attempt (or a new turn) has started, unless the reset came
       // with the retry, from the same database read.
       if (!frame.retry) view.retry = null;
+      break;
+    case 'context':
+      if (view.chat) view.chat = { ...view.chat, context: event.context };
       break;
     case 'history_reset':
       // Every current message follows: nothing stays omitted.

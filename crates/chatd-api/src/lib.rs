@@ -129,6 +129,7 @@ fn chat_routes() -> Router<AppState> {
             post(chats::actions::reconcile_invalid),
         )
         .route("/{chat}/compact", post(chats::actions::compact))
+        .route("/{chat}/clear-context", post(chats::actions::clear_context))
         .route("/{chat}/stream", get(stream::routes::stream_ws))
         .route("/{chat}/events", get(stream::routes::stream_sse))
         .route("/{chat}/stream/parts", get(stream::parts::parts_endpoint))

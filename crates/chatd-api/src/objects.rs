@@ -238,3 +238,40 @@ mod tests {
         );
     }
 }
+
+/// `Chat.context` and the payload of the stream's `context` event (API.md
+/// "Context management (compaction, context accounting)").
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ChatContext {
+    /// Tokens the next model call would send: the provider's reported
+    /// input plus output tokens of the last call when known, else an
+    /// estimate.
+    pub tokens: i64,
+    /// The model's context window, in tokens (0 when no model is
+    /// configured).
+    pub limit: i64,
+    /// `tokens` as a percentage of `limit`, rounded down (0 when `limit` is
+    /// 0; above 100 when the history no longer fits).
+    pub percent: i64,
+    /// Some of `tokens` is an estimate.
+    pub estimated: bool,
+    /// Summaries in the active history.
+    pub compactions: i64,
+    /// The last message the newest summary covers.
+    pub compacted_through_message_id: Option<i64>,
+}
+
+impl From<&chatd_store::Chat> for ChatContext {
+    fn from(c: &chatd_store::Chat) -> Self {
+        let tokens = c.context_tokens.unwrap_or(0);
+        let limit = c.context_limit.unwrap_or(0);
+        ChatContext {
+            tokens,
+            limit,
+            percent: if limit > 0 { tokens * 100 / limit } else { 0 },
+            estimated: c.context_tokens.is_none() || c.context_estimated,
+            compactions: i64::from(c.compactions),
+            compacted_through_message_id: c.compacted_through_message_id,
+        }
+    }
+}

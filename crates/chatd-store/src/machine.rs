@@ -304,6 +304,7 @@ impl Store {
         for message in &input.initial_messages {
             initial_messages.push(queries::messages::insert(&mut tx, id, message, None).await?);
         }
+        queries::messages::refresh_context(&mut tx, id).await?;
         let buffer = PublishBuffer::new(self.publisher.clone());
         let chat = enqueue_publications(&mut tx, id, &buffer, &self.config).await?;
         let to = chat.execution_state(false);

@@ -281,6 +281,11 @@ pub enum Step {
     Disconnect,
     /// Send nothing more until the client goes away.
     Hang,
+    /// Answer `200` with `text/event-stream` and an empty body, closed
+    /// cleanly (llama.cpp's answer to a prompt longer than its window,
+    /// fixture `llamacpp-error-context-stream.sse`); only honoured as the
+    /// first step.
+    EmptyStream,
 }
 
 impl Script {
@@ -393,6 +398,11 @@ impl Script {
             message: message.to_owned(),
             error_type: error_type.to_owned(),
         })
+    }
+
+    /// A `200` event stream with an empty body ([`Step::EmptyStream`]).
+    pub fn empty_stream() -> Self {
+        Self::new().step(Step::EmptyStream)
     }
 
     /// Aborts the body here.
@@ -699,6 +709,15 @@ fn play(
     if let Some(Step::HttpError { status, body }) = script.steps.first() {
         state.responses.fetch_add(1, Ordering::SeqCst);
         return error_response(*status, body.clone());
+    }
+    if let Some(Step::EmptyStream) = script.steps.first() {
+        state.responses.fetch_add(1, Ordering::SeqCst);
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
+            "",
+        )
+            .into_response();
     }
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     let n = NEXT_ID.fetch_add(1, Ordering::SeqCst);
@@ -1010,7 +1029,7 @@ fn play_transport_step(step: &Step, out: &mut Vec<Action>) -> bool {
             return true;
         }
         // Only honoured as the first step (see `play`).
-        Step::HttpError { .. } => {}
+        Step::HttpError { .. } | Step::EmptyStream => {}
         // The wire format's own steps.
         Step::Text(_)
         | Step::Reasoning(_)

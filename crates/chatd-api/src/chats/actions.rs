@@ -59,14 +59,17 @@ pub async fn reconcile_invalid(
     commit(tx).await
 }
 
-/// Fewest client-visible messages since the latest compaction boundary that
-/// make a compaction worthwhile.
+/// Fewest messages of the model context (besides system rows and the
+/// current summary) that make a compaction worthwhile: half of them are
+/// summarized.
 pub const MIN_MESSAGES_TO_COMPACT: i64 = 4;
 
 /// `POST /api/v2/chats/{chat}/compact`: `RequestCompaction` (`W/E0 → R0`,
 /// `E1 → R1`). Owner-only. Busy → `409`; archived → `400`; fewer than 4
-/// visible messages since the latest compaction boundary → `409` "Nothing
-/// to compact."
+/// messages in the model context besides system rows and the current
+/// summary → `409` "Nothing to compact." The worker then compacts on the
+/// same path as automatic compaction (keeping half of them verbatim) and
+/// the chat waits again.
 #[utoipa::path(
     post,
     path = "/api/v2/chats/{chat}/compact",
@@ -85,12 +88,53 @@ pub async fn compact(State(state): State<AppState>, target: ChatTarget) -> ApiRe
         )));
     }
     if exec != ExecutionState::Invalid
-        && messages::visible_since_boundary(tx.conn(), id).await? < MIN_MESSAGES_TO_COMPACT
+        && messages::compactable_count(tx.conn(), id).await? < MIN_MESSAGES_TO_COMPACT
     {
         return Err(ApiError::conflict("Nothing to compact.").with_detail(format!(
             "Compaction needs at least {MIN_MESSAGES_TO_COMPACT} messages since the last compaction."
         )));
     }
     tx.request_compaction().await?;
+    commit(tx).await
+}
+
+/// `POST /api/v2/chats/{chat}/clear-context`: `ClearContext` (`W/E0 → W`,
+/// clearing `last_error`; API.md "Context management"). Owner-only. It
+/// inserts a client-visible `system` message `[{type: "context-cleared"}]`
+/// that the model never sees, and the model sees nothing before it. Busy
+/// or `E1` (messages queued behind an error) → `409`; archived → `400`.
+#[utoipa::path(
+    post,
+    path = "/api/v2/chats/{chat}/clear-context",
+    tag = "messages",
+    params(("chat" = Uuid, Path, description = "Chat id")),
+    responses((status = 200, description = "Context cleared; the chat waits", body = Chat), E400, E401, E403, E404, E409)
+)]
+pub async fn clear_context(
+    State(state): State<AppState>,
+    target: ChatTarget,
+) -> ApiResult<Json<Chat>> {
+    target.require_owner()?;
+    let id = target.id();
+    let mut tx = begin(&state, id, true).await?;
+    let exec = tx.execution_state().await?;
+    if !matches!(exec, ExecutionState::W | ExecutionState::E0) {
+        let detail = if exec.is_runnable() {
+            format!("Its execution state is {exec}; clear the context once it is idle.")
+        } else {
+            format!(
+                "Its execution state is {exec}; only an idle chat, or one whose error has no queued messages behind it, can be cleared."
+            )
+        };
+        return Err(ApiError::conflict("The context cannot be cleared now.").with_detail(detail));
+    }
+    let mut boundary = chatd_store::NewMessage::new(
+        chatd_core::ChatRole::System,
+        vec![chatd_core::MessagePart::ContextCleared],
+    )
+    .created_by(target.caller.id());
+    boundary.visibility = chatd_core::Visibility::User;
+    boundary.compressed = true;
+    tx.clear_context(vec![boundary]).await?;
     commit(tx).await
 }

@@ -40,7 +40,7 @@ use crate::error::{
 };
 use crate::extract::{self, QueryParams, double_option};
 use crate::objects::{
-    ChatError, ChatInputPart, ChatStatus, DynamicTool, PlanMode, ReasoningEffort,
+    ChatContext, ChatError, ChatInputPart, ChatStatus, DynamicTool, PlanMode, ReasoningEffort,
 };
 use crate::validate;
 use chatd_store::LockMode;
@@ -103,6 +103,8 @@ pub struct Chat {
     /// `null` when no visible message has text. Kept as a column: listing
     /// chats never reads message bodies.
     pub last_message_preview: Option<String>,
+    /// The size of the model context against the model's window.
+    pub context: ChatContext,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change (transitions and metadata updates).
@@ -135,6 +137,7 @@ impl From<&chatd_store::Chat> for Chat {
             plan_mode: c.plan_mode.as_deref().map(|_| PlanMode::Plan),
             message_count: c.message_count,
             last_message_preview: c.last_message_preview.clone(),
+            context: ChatContext::from(c),
             created_at: c.created_at,
             updated_at: c.updated_at,
         }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::objects::{ChatMessage, ChatQueuedMessage, ChatStatus};
+use crate::objects::{ChatContext, ChatMessage, ChatQueuedMessage, ChatStatus};
 
 /// One event of the live stream.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -76,6 +76,11 @@ pub enum StreamPayload {
         /// `{attempt, delay_ms, error: ChatError, retrying_at}`.
         retry: RetryState,
     },
+    /// The size of the model context changed (and on connect).
+    Context {
+        /// `Chat.context`.
+        context: ChatContext,
+    },
     /// Drop the in-progress preview built from `message_part`s.
     PreviewReset,
     /// Drop cached messages: every current message follows as `message`.
@@ -93,6 +98,7 @@ impl StreamPayload {
             StreamPayload::QueueUpdate { .. } => "queue_update",
             StreamPayload::ActionRequired { .. } => "action_required",
             StreamPayload::Retry { .. } => "retry",
+            StreamPayload::Context { .. } => "context",
             StreamPayload::PreviewReset => "preview_reset",
             StreamPayload::HistoryReset => "history_reset",
         }

@@ -33,7 +33,7 @@ use super::event::{
     ActionRequired, ChatStreamEvent, MessagePartPayload, PendingToolCall, StatusPayload,
     StreamPayload,
 };
-use crate::objects::{ChatQueuedMessage, client_visible};
+use crate::objects::{ChatContext, ChatQueuedMessage, client_visible};
 
 /// Hints of a `Sync` (spec "How pubsub notifications trigger sync"). Every
 /// field is optional; `worker_id` is tri-state: absent, present and null,
@@ -211,6 +211,8 @@ pub struct StreamState {
     after_id: i64,
     /// No `Sync` was applied yet (the bootstrap is still to come).
     bootstrap: bool,
+    /// `Chat.context` last sent.
+    context: Option<ChatContext>,
 }
 
 impl StreamState {
@@ -232,6 +234,7 @@ impl StreamState {
             last_part_seq: 0,
             after_id: after_id.max(0),
             bootstrap: true,
+            context: None,
         }
     }
 
@@ -375,6 +378,16 @@ impl StreamState {
                 }
             }
             self.after_id = 0;
+        }
+
+        // 1b. Context (API.md "Context management"): after message
+        // synchronisation, on connect and whenever it changed.
+        let context = ChatContext::from(chat);
+        if self.context.as_ref() != Some(&context) {
+            events.push(event(StreamPayload::Context {
+                context: context.clone(),
+            }));
+            self.context = Some(context);
         }
 
         // 2. Queue synchronisation.
@@ -667,6 +680,7 @@ mod tests {
             [
                 "message:1",
                 "message:2",
+                "context",
                 "queue_update",
                 "status:running",
                 "preview_reset"
@@ -795,6 +809,7 @@ mod tests {
             [
                 "message:3",
                 "message:4",
+                "context",
                 "queue_update",
                 "status:running",
                 "preview_reset"
@@ -810,7 +825,7 @@ mod tests {
         let out = sync(&mut s, chat(4, 4), &rows);
         assert_eq!(
             kinds(&out),
-            ["queue_update", "status:running", "preview_reset"]
+            ["context", "queue_update", "status:running", "preview_reset"]
         );
         // ...one newer than the client's view does.
         let rows = [msg(1, 1), deleted(2, 6), deleted(3, 6), msg(5, 6)];
@@ -822,10 +837,38 @@ mod tests {
                 "history_reset",
                 "message:1",
                 "message:5",
+                "context",
                 "queue_update",
                 "status:running",
                 "preview_reset"
             ]
+        );
+    }
+
+    #[test]
+    fn context_is_sent_on_connect_and_only_when_it_changes() {
+        let mut s = StreamState::new(CHAT, 0);
+        let out = sync(&mut s, chat(1, 1), &[msg(1, 1)]);
+        assert!(kinds(&out).contains(&"context".to_owned()));
+        let out = sync(&mut s, chat(2, 1), &[]);
+        assert!(!kinds(&out).contains(&"context".to_owned()), "unchanged");
+        let mut c = chat(3, 3);
+        c.context_tokens = Some(1200);
+        c.context_limit = Some(8192);
+        let out = sync(&mut s, c, &[msg(2, 3)]);
+        let k = kinds(&out);
+        assert_eq!(&k[..2], ["message:2", "context"], "after the messages");
+        let context = out
+            .events
+            .iter()
+            .find_map(|e| match &e.payload {
+                StreamPayload::Context { context } => Some(context.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            (context.tokens, context.limit, context.percent),
+            (1200, 8192, 14)
         );
     }
 

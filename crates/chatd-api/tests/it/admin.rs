@@ -229,6 +229,14 @@ async fn model_configs_keep_exactly_one_enabled_default() {
             "compression_threshold",
         ),
         (
+            json!({"provider_id": p, "model": "c", "context_limit": 10, "options": {"compact_recent_messages": 3}}),
+            "options.compact_recent_messages",
+        ),
+        (
+            json!({"provider_id": p, "model": "c", "context_limit": 10, "options": {"compact_recent_messages": "many"}}),
+            "options.compact_recent_messages",
+        ),
+        (
             json!({"provider_id": p, "model": "", "context_limit": 10}),
             "model",
         ),

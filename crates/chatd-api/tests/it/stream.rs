@@ -44,20 +44,24 @@ async fn a_turn_streams_status_parts_the_committed_message_and_waiting_with_queu
     let chat = env.create_chat(&env.alice, chat_body("hi")).await;
     let mut ws = env.watch(chat, None).await;
 
-    // Bootstrap: the full state, in the spec's order.
-    let boot = ws.take(4).await;
+    // Bootstrap: the full state, in the spec's order (the context after
+    // the messages: API.md "Context management").
+    let boot = ws.take(5).await;
     let user_id = boot[0]["message"]["id"].as_i64().unwrap();
     assert_eq!(
         labels(&boot),
         [
             format!("message:{user_id}"),
+            "context".into(),
             "queue_update".into(),
             "status:running".into(),
             "preview_reset".into()
         ]
     );
-    assert_eq!(boot[1]["queued_messages"], json!([]));
-    assert_eq!(boot[2]["status"]["history_version"], 1);
+    assert!(boot[1]["context"]["tokens"].as_i64().unwrap() > 0);
+    assert!(boot[1]["context"]["limit"].as_i64().unwrap() > 0);
+    assert_eq!(boot[2]["queued_messages"], json!([]));
+    assert_eq!(boot[3]["status"]["history_version"], 1);
     for event in &boot {
         assert_eq!(event["chat_id"], json!(chat));
     }
@@ -308,7 +312,7 @@ async fn editing_while_watching_resets_history_and_resends_exactly_the_current_m
     env.stop_worker().await;
 
     let mut ws = env.watch(chat, None).await;
-    let boot = ws.take(5).await;
+    let boot = ws.take(6).await;
     let user_id = boot[0]["message"]["id"].as_i64().unwrap();
     let answer_id = boot[1]["message"]["id"].as_i64().unwrap();
     assert_eq!(
@@ -316,6 +320,7 @@ async fn editing_while_watching_resets_history_and_resends_exactly_the_current_m
         [
             format!("message:{user_id}"),
             format!("message:{answer_id}"),
+            "context".into(),
             "queue_update".into(),
             "status:waiting".into(),
             "preview_reset".into()
@@ -331,7 +336,7 @@ async fn editing_while_watching_resets_history_and_resends_exactly_the_current_m
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let after = ws.take(4).await;
+    let after = ws.take(5).await;
     let current = env.messages(&env.alice, chat).await;
     assert_eq!(current.len(), 1);
     let new_id = current[0]["id"].as_i64().unwrap();
@@ -340,6 +345,7 @@ async fn editing_while_watching_resets_history_and_resends_exactly_the_current_m
         [
             "history_reset".to_owned(),
             format!("message:{new_id}"),
+            "context".into(),
             "status:running".into(),
             "preview_reset".into()
         ]

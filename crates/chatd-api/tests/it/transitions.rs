@@ -607,6 +607,63 @@ async fn compact_table_and_nothing_to_compact() {
     assert_eq!(s.dump().await, before);
 }
 
+/// `POST /clear-context` (API.md "Context management"): `W`/`E0` land `W`
+/// with a visible `context-cleared` system row and no error; busy, `E1`,
+/// archived, another user's chat: refused, nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_context_table() {
+    let s = Server::start().await;
+    for from in [W, E0] {
+        let id = s.chat_in(&s.alice, from).await;
+        let before = s.get(&chat_path(id, ""), &s.alice).await;
+        let before = before.expect(200);
+        let answer = s
+            .post_empty(&chat_path(id, "/clear-context"), &s.alice)
+            .await;
+        let chat = answer.expect(200);
+        assert_eq!(chat["status"], "waiting", "from {from}");
+        assert_eq!(chat["last_error"], serde_json::Value::Null);
+        assert_eq!(s.state(id).await, W);
+        // The model context is only the boundary now: nothing to estimate.
+        assert!(
+            chat["context"]["tokens"].as_i64() < before["context"]["tokens"].as_i64(),
+            "{chat}"
+        );
+        assert_eq!(chat["context"]["tokens"], 0);
+        let page = s.get(&chat_path(id, "/messages"), &s.alice).await;
+        let page = page.expect(200);
+        let last = page["messages"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["role"], "system");
+        assert_eq!(
+            last["content"],
+            serde_json::json!([{"type": "context-cleared"}])
+        );
+        let model_view = chatd_store::queries::messages::active_history(s.pool(), id)
+            .await
+            .unwrap();
+        assert!(model_view.is_empty(), "the model sees nothing before it");
+    }
+    for from in [R0, R1, I0, I1, A0, A1, E1] {
+        let id = s.chat_in(&s.alice, from).await;
+        let before = s.dump().await;
+        let answer = s
+            .post_empty(&chat_path(id, "/clear-context"), &s.alice)
+            .await;
+        answer.expect_error(409);
+        assert_eq!(s.dump().await, before, "from {from}");
+    }
+    let id = s.chat_in(&s.alice, XW).await;
+    let other = s.chat_in(&s.alice, W).await;
+    let before = s.dump().await;
+    s.post_empty(&chat_path(id, "/clear-context"), &s.alice)
+        .await
+        .expect_error(400);
+    s.post_empty(&chat_path(other, "/clear-context"), &s.bob)
+        .await
+        .expect_error(404);
+    assert_eq!(s.dump().await, before);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_transition_names_the_chat_state_in_api_terms() {
     let s = Server::start().await;

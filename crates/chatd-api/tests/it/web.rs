@@ -320,13 +320,13 @@ async fn a_websocket_authenticated_by_subprotocol_gets_chatd_selected_and_the_bo
     }
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(
-        &types[..3],
-        ["message", "queue_update", "status"],
+        &types[..4],
+        ["message", "context", "queue_update", "status"],
         "{events:#?}"
     );
     assert_eq!(events[0]["message"]["content"][0]["text"], "hello there");
     assert_eq!(events[0]["chat_id"], chat.to_string());
-    assert_eq!(events[2]["status"]["status"], "running");
+    assert_eq!(events[3]["status"]["status"], "running");
     let _ = ws.close(None).await;
 }
 

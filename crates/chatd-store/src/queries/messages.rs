@@ -391,8 +391,9 @@ pub async fn count_visible_between(
     .await
 }
 
-/// Number of client-visible messages after the latest compaction boundary
-/// (a `compressed` row), or in the whole history when there is none.
+/// Number of messages a compaction could summarize or keep: the rows of
+/// the model context ([`active_history`]) that are neither system rows nor
+/// a summary (after a clear-context, only those after it).
 ///
 /// # Example
 ///
@@ -401,15 +402,16 @@ pub async fn count_visible_between(
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
 /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// assert_eq!(messages::visible_since_boundary(pool, chat.id).await?, 1);
+/// assert_eq!(messages::compactable_count(pool, chat.id).await?, 1);
 /// # Ok(()) }
 /// ```
-pub async fn visible_since_boundary(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
-    let sql = "SELECT count(*) FROM chat_messages
-         WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
-           AND id > COALESCE((SELECT max(id) FROM chat_messages
-                              WHERE chat_id = $1 AND compressed AND NOT deleted), 0)";
-    super::keyed::scalar(conn, sql, chat_id).await
+pub async fn compactable_count(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
+    let entries = context_entries(conn, chat_id).await?;
+    let count = chatd_core::context::model_context(&entries)
+        .into_iter()
+        .filter(|&i| entries[i].role != ChatRole::System && !entries[i].compressed)
+        .count();
+    Ok(i64::try_from(count).unwrap_or(i64::MAX))
 }
 
 /// Rows of the chat changed after history version `since` (`revision >

@@ -117,11 +117,17 @@ fn does_not_fit(measure: &compaction::Measure, cause: Option<&ProviderError>) ->
     error
 }
 
+/// Unusable summaries (empty, or not smaller than what they replace) after
+/// which a compaction gives up even with retries left: the same input
+/// tends to give the same answer.
+const MAX_INVALID_SUMMARIES: u32 = 3;
+
 /// Compacts the history (see [`compaction`]) and commits the summary in one
 /// `CommitStep`, after which the turn goes on (the next generation plans
 /// from the compacted history). Each summarization attempt is a generation
 /// attempt: failures are retried like model calls, and when they run out
-/// the turn ends (`context_length` when the summaries were invalid).
+/// (or after [`MAX_INVALID_SUMMARIES`] unusable summaries) the turn ends
+/// (`context_length` when the summaries were unusable).
 /// Nothing to compact: a manual compaction commits a visible "nothing to
 /// compact" call and result; an automatic one ends the turn with a
 /// `context_length` error.
@@ -152,6 +158,7 @@ async fn compact(
         return commit::finish_error(task, "ending a turn with nothing to compact", error).await;
     };
     let mut invalid_summary = None;
+    let mut invalid_summaries = 0;
     loop {
         let attempt = task
             .transition("recording a compaction attempt", |tx, _| {
@@ -189,6 +196,7 @@ async fn compact(
             Err(err) => err,
         };
         if err.message.starts_with("the compaction summary") {
+            invalid_summaries += 1;
             invalid_summary = Some(
                 ChatError::new(
                     ChatErrorKind::ContextLength,
@@ -198,7 +206,12 @@ async fn compact(
                 .with_detail(err.message.clone()),
             );
         }
-        match after_failure(&err, attempt, config, chrono::Utc::now()) {
+        let failure = if invalid_summaries >= MAX_INVALID_SUMMARIES {
+            AfterFailure::Fail(err.to_chat_error())
+        } else {
+            after_failure(&err, attempt, config, chrono::Utc::now())
+        };
+        match failure {
             AfterFailure::Retry { state, delay } => {
                 tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "compaction failed; retrying");
                 task.transition("recording the retry state", move |tx, _| {

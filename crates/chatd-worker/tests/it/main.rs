@@ -6,6 +6,7 @@
 mod anthropic;
 mod archive;
 mod common;
+mod compaction;
 mod mcp;
 mod replicas;
 mod titles;

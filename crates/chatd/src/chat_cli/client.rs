@@ -79,6 +79,9 @@ pub struct Chat {
     /// Its persisted error, if any.
     #[serde(default)]
     pub last_error: Option<super::render::ChatError>,
+    /// The size of its model context (absent from older servers).
+    #[serde(default)]
+    pub context: Option<super::render::ContextInfo>,
 }
 
 /// The answer of `POST /chats/{chat}/messages`.

@@ -156,6 +156,24 @@ enum ChatCommand {
         /// The chat id.
         chat: Uuid,
     },
+    /// Compact an idle chat's history now: the model summarises all but
+    /// the most recent messages, which the model then reads instead of
+    /// them (the messages themselves stay). Waits for it and prints the
+    /// outcome and the context's new size. Exit 1 when the chat ends in
+    /// error; 409 errors (busy, nothing to compact) are printed.
+    Compact {
+        /// The chat id.
+        chat: Uuid,
+        /// Do not wait for the compaction.
+        #[arg(long)]
+        no_watch: bool,
+    },
+    /// Clear an idle chat's context: the model sees nothing before this
+    /// point (the messages stay visible). Prints the context's new size.
+    ClearContext {
+        /// The chat id.
+        chat: Uuid,
+    },
     /// Answer the pending client-side tool calls of a chat in
     /// requires_action, then stream the model's continuation.
     ///
@@ -290,6 +308,17 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             stdout(format!("{}\n", chat.status))?;
             Ok(ExitCode::SUCCESS)
         }
+        ChatCommand::Compact { chat, no_watch } => {
+            compact(&client, &chat.to_string(), no_watch).await
+        }
+        ChatCommand::ClearContext { chat } => {
+            let chat: client::Chat = client
+                .call(Method::POST, &format!("/chats/{chat}/clear-context"), None)
+                .await?;
+            let size = chat.context.map(|c| c.describe()).unwrap_or_default();
+            stdout(format!("context cleared; {size}\n"))?;
+            Ok(ExitCode::SUCCESS)
+        }
         ChatCommand::ToolResults {
             chat,
             result,
@@ -309,6 +338,54 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
 fn hint_url(url: &str, env_url: Option<&str>) -> Option<String> {
     let without_flag = env_url.filter(|u| !u.is_empty()).unwrap_or(DEFAULT_URL);
     (url.trim_end_matches('/') != without_flag.trim_end_matches('/')).then(|| url.to_owned())
+}
+
+/// `chatd chat compact`: requests the compaction, then (unless `no_watch`)
+/// polls the chat until the worker is done and prints the newest
+/// compaction's outcome and the context's size.
+async fn compact(client: &Client, chat: &str, no_watch: bool) -> anyhow::Result<ExitCode> {
+    let requested: client::Chat = client
+        .call(Method::POST, &format!("/chats/{chat}/compact"), None)
+        .await?;
+    if no_watch {
+        stdout(format!("{}\n", requested.status))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+    let done = loop {
+        let now: client::Chat = client
+            .call(Method::GET, &format!("/chats/{chat}"), None)
+            .await?;
+        if now.status != "running" || std::time::Instant::now() > deadline {
+            break now;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    if let Some(error) = &done.last_error
+        && done.status == "error"
+    {
+        eprintln!("chatd: the compaction failed: {}", error.describe());
+        return Ok(ExitCode::from(EXIT_ERROR));
+    }
+    let page: Value = client
+        .call(
+            Method::GET,
+            &format!("/chats/{chat}/messages?limit=10&before_id=9223372036854775807"),
+            None,
+        )
+        .await?;
+    let outcome = page["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|p| p["type"] == "tool-result" && p["tool_name"] == render::COMPACTION_TOOL)
+        .map(|p| render::describe_compaction(&p["result"], p["is_error"] == true))
+        .unwrap_or_else(|| format!("[status: {}]", done.status));
+    let size = done.context.map(|c| c.describe()).unwrap_or_default();
+    stdout(format!("{outcome}\n{size}\n"))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `chatd chat list`.

@@ -88,6 +88,11 @@ pub enum StreamEvent {
         /// The retry.
         retry: Retry,
     },
+    /// The size of the model context (on connect and when it changes).
+    Context {
+        /// `Chat.context`.
+        context: ContextInfo,
+    },
     /// Drop the in-progress preview.
     PreviewReset,
     /// Drop cached messages; every current message follows.
@@ -95,6 +100,56 @@ pub enum StreamEvent {
     /// An event type this client does not know; ignored.
     #[serde(other)]
     Unknown,
+}
+
+/// `Chat.context` (API.md "Context management"), as the CLI prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub struct ContextInfo {
+    /// Tokens the next model call would send.
+    pub tokens: i64,
+    /// The model's window, in tokens.
+    pub limit: i64,
+    /// `tokens` as a percentage of `limit`.
+    pub percent: i64,
+    /// Whether `tokens` is (partly) an estimate.
+    #[serde(default)]
+    pub estimated: bool,
+    /// Summaries in the active history.
+    #[serde(default)]
+    pub compactions: i64,
+}
+
+impl ContextInfo {
+    /// `context: 1234 of 8192 tokens (15%), 2 compactions` (`about` before
+    /// an estimate).
+    pub fn describe(&self) -> String {
+        let about = if self.estimated { "about " } else { "" };
+        let compactions = match self.compactions {
+            0 => String::new(),
+            1 => ", 1 compaction".to_owned(),
+            n => format!(", {n} compactions"),
+        };
+        format!(
+            "context: {about}{} of {} tokens ({}%){compactions}",
+            self.tokens, self.limit, self.percent
+        )
+    }
+}
+
+/// The tool name of the visible record of a compaction.
+pub const COMPACTION_TOOL: &str = "chatd_compact";
+
+/// `[context compacted: 12 messages summarised, about 4000 → 600 tokens]`
+/// for the result of a `chatd_compact` call.
+pub fn describe_compaction(result: &Value, is_error: bool) -> String {
+    if is_error {
+        let why = result["error"].as_str().unwrap_or("failed");
+        return format!("[context not compacted: {why}]");
+    }
+    format!(
+        "[context compacted: {} messages summarised, about {} → {} tokens]",
+        result["summarized_messages"], result["tokens_before"], result["tokens_after"]
+    )
 }
 
 /// Payload of `message_part`.
@@ -415,6 +470,8 @@ pub struct Renderer {
     queue: Option<Vec<i64>>,
     error_reported: bool,
     action_reported: bool,
+    /// The context last printed (watch mode).
+    context: Option<ContextInfo>,
     open: Option<OpenLine>,
     /// An assistant text block is being printed: its role prefix is out,
     /// and lines that follow a newline inside it get none.
@@ -449,6 +506,7 @@ impl Renderer {
             queue: None,
             error_reported: false,
             action_reported: false,
+            context: None,
             open: None,
             in_text: false,
             out: Vec::new(),
@@ -498,6 +556,12 @@ impl Renderer {
                     retry.attempt,
                     retry.delay_ms as f64 / 1000.0
                 ));
+            }
+            StreamEvent::Context { context } => {
+                if self.mode == Mode::Watch && self.context.as_ref() != Some(context) {
+                    self.notice(format!("[{}]", context.describe()));
+                }
+                self.context = Some(context.clone());
             }
             StreamEvent::PreviewReset => {}
             StreamEvent::HistoryReset => {
@@ -731,6 +795,10 @@ impl Renderer {
                 ..
             } = part
             {
+                if tool_name == COMPACTION_TOOL {
+                    // Its result says what happened (`on_tool_results`).
+                    continue;
+                }
                 let args = args.as_deref().unwrap_or_default();
                 match self.mode {
                     Mode::Watch => self.line_out(format!(
@@ -756,6 +824,10 @@ impl Renderer {
                 is_error,
             } = part
             {
+                if tool_name == COMPACTION_TOOL {
+                    self.notice(describe_compaction(result, *is_error));
+                    continue;
+                }
                 let result = match result {
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
