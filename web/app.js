@@ -18,7 +18,9 @@
 //   collapsed), the live preview (re-rendered at most once per animation
 //   frame), interrupted and cut-short answers marked, queue,
 //   action-required form, error and retry banners, usage, archive, edit,
-//   stop;
+//   stop; a long chat opens as a window (GET .../messages?window=true: its
+//   first and last messages) with a "load earlier" control where the
+//   omitted middle is, which pages it in place with `before_id`;
 // - the composer: Enter sends, Shift+Enter is a new line (never while an
 //   IME composes), a model picker on every message (remembered per chat),
 //   long pastes collapsed into blocks;
@@ -43,6 +45,8 @@ const TOAST_MS = 6000;
 const LONG_LINES = 20;
 const LONG_CHARS = 2000;
 const PHONE_QUERY = '(max-width: 720px)';
+/** Messages fetched per "load earlier" click (the server also bounds the page by bytes). */
+const LOAD_EARLIER_LIMIT = 50;
 
 /** What a finish reason says under an answer (absent or null: nothing). */
 const FINISH_MARKS = {
@@ -74,6 +78,8 @@ function chatView(chatId) {
     chatId,
     chat: null, // Chat object (GET /chats/{id}); status kept current by events
     messages: new Map(), // id -> ChatMessage
+    gap: null, // {after, before, omitted}: visible messages after < id < before are not loaded yet
+    loadingEarlier: false,
     preview: null, // {hv, ga, seq, role, parts: [...]}
     finishedEpisodes: new Set(), // "hv:ga" whose preview a commit replaced
     lastEpisode: null, // {hv, ga} of the newest part seen
@@ -410,7 +416,7 @@ function renderChatList() {
   const items = app.chats.map((chat) => {
     const status = openId === chat.id && app.view.chat ? app.view.chat.status : chat.status;
     const date = formatRelative(chat.updated_at);
-    const key = JSON.stringify([chat.title, status, date, chat.archived, openId === chat.id]);
+    const key = JSON.stringify([chat.title, status, date, chat.archived, openId === chat.id, chat.last_message_preview, chat.message_count]);
     const old = existing.get(chat.id);
     if (old && old.dataset.key === key) return old;
     const item = chatListItem(chat, status, date, openId === chat.id);
@@ -439,7 +445,13 @@ function chatListItem(chat, status, date, open) {
     { testid: 'chat-item', dataset: { chatId: chat.id }, class: 'chat-item' },
     h(
       'a',
-      { href: `#/chats/${chat.id}`, class: 'chat-link', 'aria-current': open ? 'page' : null },
+      {
+        href: `#/chats/${chat.id}`,
+        class: 'chat-link',
+        'aria-current': open ? 'page' : null,
+        // The newest text and the message count, from the list itself.
+        title: chatTooltip(chat),
+      },
       h('span', { class: 'chat-title', testid: 'chat-title' }, title),
       h(
         'span',
@@ -455,6 +467,12 @@ function chatListItem(chat, status, date, open) {
       h('button', { type: 'button', class: 'btn btn-icon btn-danger-quiet', testid: 'chat-delete', 'aria-label': `Delete chat “${title}”`, title: 'Delete', onclick: () => deleteChat(chat.id) }, icon('trash')),
     ),
   );
+}
+
+function chatTooltip(chat) {
+  if (typeof chat.message_count !== 'number') return null;
+  const count = `${chat.message_count} message${chat.message_count === 1 ? '' : 's'}`;
+  return chat.last_message_preview ? `${chat.last_message_preview}\n(${count})` : count;
 }
 
 function statusBadge(status, testid) {
@@ -1001,6 +1019,15 @@ async function openChat(chatId) {
   view.historyVersion = chat.history_version;
   view.error = chat.status === 'error' ? chat.last_error : null;
   view.announced = chat.status;
+  // The first and last messages; the stream then sends what is newer.
+  const page = await attempt(() => api('GET', `/chats/${chatId}/messages?window=true`));
+  if (view.closed) return;
+  if (page) {
+    for (const m of page.messages) view.messages.set(m.id, m);
+    view.queue = page.queued_messages || [];
+    const w = page.window;
+    if (w && w.omitted > 0) view.gap = { after: w.head_last_id, before: w.tail_first_id, omitted: w.omitted };
+  }
   render(view);
   fillModelSelect(view.dom.composer.model, chat);
   loadModels().then(() => {
@@ -1136,8 +1163,9 @@ function finishReasonOf(view, message) {
 function renderMessages(view) {
   const container = view.dom.messages;
   const existing = new Map();
-  for (const el of container.children) existing.set(Number(el.dataset.messageId), el);
+  for (const el of container.children) if (el.dataset.messageId) existing.set(Number(el.dataset.messageId), el);
   const ids = [...view.messages.keys()].sort((a, b) => a - b);
+  const gap = view.gap && view.messages.has(view.gap.after) ? gapControl(view) : null;
   const editable = !view.chat?.archived;
   let previous = null;
   for (const id of ids) {
@@ -1161,8 +1189,58 @@ function renderMessages(view) {
     const expectedPosition = previous ? previous.nextSibling : container.firstChild;
     if (el !== expectedPosition) container.insertBefore(el, expectedPosition);
     previous = el;
+    if (gap && id === view.gap.after) {
+      if (gap !== previous.nextSibling) container.insertBefore(gap, previous.nextSibling);
+      previous = gap;
+    }
   }
   for (const el of existing.values()) el.remove();
+  for (const el of [...container.querySelectorAll(':scope > .load-earlier')]) if (el !== gap) el.remove();
+}
+
+/** The "load earlier" control between the loaded head and tail of a long chat. */
+function gapControl(view) {
+  const { omitted } = view.gap;
+  const label = view.loadingEarlier ? 'Loading…' : `Load earlier messages (${omitted} more)`;
+  let el = view.dom.gapEl;
+  if (!el) {
+    const button = h('button', { type: 'button', class: 'btn', testid: 'load-earlier', onclick: () => loadEarlier(view) });
+    el = h('div', { class: 'load-earlier', testid: 'load-earlier-gap', role: 'separator' }, button);
+    view.dom.gapEl = el;
+  }
+  const button = el.firstChild;
+  button.textContent = label;
+  button.disabled = view.loadingEarlier;
+  return el;
+}
+
+/**
+ * Loads the newest page of the omitted middle (before the loaded tail) and
+ * inserts it in place; the control stays above it until the gap is closed.
+ */
+async function loadEarlier(view) {
+  const gap = view.gap;
+  if (!gap || view.loadingEarlier) return;
+  view.loadingEarlier = true;
+  render(view);
+  const path = `/chats/${view.chatId}/messages?before_id=${gap.before}&limit=${LOAD_EARLIER_LIMIT}`;
+  const page = await attempt(() => api('GET', path));
+  view.loadingEarlier = false;
+  if (view.closed || view.gap !== gap) return;
+  if (page) {
+    const fresh = page.messages.filter((m) => m.id > gap.after);
+    for (const m of fresh) {
+      const known = view.messages.get(m.id);
+      if (!known || known.revision < m.revision) view.messages.set(m.id, m);
+    }
+    if (fresh.length < page.messages.length || !page.has_more || fresh.length === 0) {
+      view.gap = null;
+    } else {
+      view.gap = { after: gap.after, before: fresh[0].id, omitted: Math.max(0, gap.omitted - fresh.length) };
+    }
+    announce(`${fresh.length} earlier message${fresh.length === 1 ? '' : 's'} loaded`);
+  }
+  render(view);
 }
 
 function textOf(parts) {
@@ -1368,7 +1446,10 @@ async function saveEdit(view, id, text) {
 
 /** Applies a PATCH answer: drop `deleted_message_ids`, upsert the rest. */
 function applyEditResult(view, result) {
-  for (const deleted of result.deleted_message_ids || []) view.messages.delete(deleted);
+  const deletedIds = result.deleted_message_ids || [];
+  // An edit before the loaded tail deleted the omitted middle too.
+  if (view.gap && deletedIds.some((id) => id < view.gap.before)) view.gap = null;
+  for (const deleted of deletedIds) view.messages.delete(deleted);
   for (const message of result.messages || []) upsertMessage(view, message);
   if (result.message) upsertMessage(view, result.message);
   view.preview = null;
@@ -1928,7 +2009,9 @@ function applyEvent(view, event, frame) {
       if (view.chat) view.chat = { ...view.chat, context: event.context };
       break;
     case 'history_reset':
+      // Every current message follows: nothing stays omitted.
       view.messages.clear();
+      view.gap = null;
       view.editing = null;
       view.retry = null;
       break;

@@ -13,8 +13,10 @@
 //!   and, unchanged, `/api/experimental/chats`;
 //! - providers, model configs and MCP servers ([`admin`]);
 //! - the live stream: `/stream` (WebSocket), `/events` (SSE) and the
-//!   replica-to-replica `/stream/parts` ([`stream`]), once the state has its
-//!   [`StreamDeps`] ([`AppState::with_stream`]).
+//!   replica-to-replica `/stream/parts` ([`stream`]), and the long-poll
+//!   `/updates`, once the state has its [`StreamDeps`]
+//!   ([`AppState::with_stream`]);
+//! - message windows and paging by size ([`paging`]).
 //!
 //! Every execution-state change goes through `chatd_store`'s
 //! `ChatMachine`, and every read and metadata write through its `queries`
@@ -51,6 +53,7 @@ pub mod http_metrics;
 pub mod messages;
 pub mod objects;
 pub mod openapi;
+pub mod paging;
 pub mod queue;
 pub mod stream;
 pub mod tools;
@@ -130,6 +133,7 @@ fn chat_routes() -> Router<AppState> {
         .route("/{chat}/stream", get(stream::routes::stream_ws))
         .route("/{chat}/events", get(stream::routes::stream_sse))
         .route("/{chat}/stream/parts", get(stream::parts::parts_endpoint))
+        .route("/{chat}/updates", get(stream::updates::long_poll_updates))
 }
 
 /// The whole HTTP API (see the crate doc). Every route records request

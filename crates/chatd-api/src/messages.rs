@@ -41,6 +41,7 @@ use crate::objects::{
     BusyBehavior, ChatInputPart, ChatMessage, ChatQueuedMessage, ReasoningEffort, client_visible,
     visible_messages,
 };
+use crate::paging::{self, MessageWindow};
 use crate::validate;
 use chatd_store::queries::messages::{self, Cursor};
 use chatd_store::queries::{queue, send_receipts};
@@ -54,9 +55,19 @@ pub struct ListMessagesParams {
     before_id: Option<i64>,
     /// Oldest `limit` messages with an id above this one.
     after_id: Option<i64>,
-    /// Page size, 1..=200 (default 50).
+    /// Page size, 1..=200 (default 50). Not used with `window=true`.
     #[param(minimum = 1, maximum = 200)]
     limit: Option<i64>,
+    /// Page size in bytes, 1..=4194304 (default 524288): the page ends
+    /// before the tool-call group that would pass it, and holds at least one
+    /// message. A message's size is the length of its JSON as returned.
+    /// Not used with `window=true`.
+    #[param(minimum = 1, maximum = 4194304)]
+    max_bytes: Option<i64>,
+    /// `true`: the first 20 (at most 128 KiB) and the last 100 (at most
+    /// 384 KiB) visible messages, with `window` saying what lies between.
+    /// Not allowed with `before_id` or `after_id`.
+    window: Option<bool>,
 }
 
 /// A page of messages.
@@ -67,8 +78,12 @@ pub struct MessagesPage {
     /// The whole queue, head first.
     pub queued_messages: Vec<ChatQueuedMessage>,
     /// Without a cursor or with `before_id`: whether older messages exist;
-    /// with `after_id`: whether newer ones exist.
+    /// with `after_id`: whether newer ones exist; with `window=true`:
+    /// whether the window omits messages (`window.omitted > 0`).
     pub has_more: bool,
+    /// Only with `window=true`: where the head ends and the tail starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<MessageWindow>,
 }
 
 /// Body of `POST /chats/{chat}/messages`.
@@ -135,12 +150,18 @@ pub struct EditMessageResponse {
 
 /// `GET /api/v2/chats/{chat}/messages`: one page of client-visible messages
 /// (ascending by id) and the whole queue, read in one snapshot.
+///
+/// Cut by `limit` and `max_bytes` between tool-call groups
+/// ([`crate::paging`]). `window=true` answers the head and the tail of the
+/// history and [`MessageWindow`] instead of one page. Bad `limit`,
+/// `max_bytes`, `before_id`, `after_id` or `window` (not `true`/`false`, or
+/// `true` with a cursor) → `400` naming the field.
 #[utoipa::path(
     get,
     path = "/api/v2/chats/{chat}/messages",
     tag = "messages",
     params(("chat" = Uuid, Path, description = "Chat id"), ListMessagesParams),
-    responses((status = 200, description = "A page of messages", body = MessagesPage), E400, E401, E404)
+    responses((status = 200, description = "A page of messages (or a window)", body = MessagesPage), E400, E401, E404)
 )]
 pub async fn list_messages(
     State(state): State<AppState>,
@@ -150,6 +171,13 @@ pub async fn list_messages(
     let id = target.id();
     let query = QueryParams::parse(query.as_deref())?;
     let limit = query.int_in("limit", 1, 200, 50)?;
+    let max_bytes = query.int_in(
+        "max_bytes",
+        1,
+        paging::MAX_MAX_BYTES,
+        paging::DEFAULT_MAX_BYTES,
+    )?;
+    let window = query.bool("window")?.unwrap_or(false);
     let before = query.id("before_id")?;
     let after = query.id("after_id")?;
     let cursor = match (before, after) {
@@ -163,15 +191,87 @@ pub async fn list_messages(
         (None, Some(a)) => Cursor::After(a),
         (None, None) => Cursor::Latest,
     };
+    if window && cursor != Cursor::Latest {
+        return Err(ApiError::invalid_query(
+            "window",
+            "window=true takes no before_id or after_id; page the omitted middle with them instead",
+        ));
+    }
     let mut snapshot = state.store().machine(id).snapshot().await?;
-    let (rows, has_more) = messages::page(snapshot.conn(), id, cursor, limit).await?;
+    let conn = snapshot.conn();
+    let (messages, has_more, window) = if window {
+        let head = page(
+            &mut *conn,
+            id,
+            Cursor::After(0),
+            paging::WINDOW_HEAD_MESSAGES,
+            paging::WINDOW_HEAD_BYTES,
+        )
+        .await?
+        .0;
+        let tail = page(
+            &mut *conn,
+            id,
+            Cursor::Latest,
+            paging::WINDOW_TAIL_MESSAGES,
+            paging::WINDOW_TAIL_BYTES,
+        )
+        .await?
+        .0;
+        let head_last_id = head.last().map(|m| m.id);
+        let tail_first_id = tail.first().map(|m| m.id);
+        let omitted = match (head_last_id, tail_first_id) {
+            (Some(h), Some(t)) if h < t => {
+                messages::count_visible_between(&mut *conn, id, h, t).await?
+            }
+            _ => 0,
+        };
+        let mut all = head;
+        all.extend(tail.into_iter().filter(|m| Some(m.id) > head_last_id));
+        let window = MessageWindow {
+            head_last_id,
+            tail_first_id,
+            omitted,
+        };
+        (all, omitted > 0, Some(window))
+    } else {
+        let (rows, has_more) = page(&mut *conn, id, cursor, limit, max_bytes).await?;
+        (rows, has_more, None)
+    };
     let queue = queue::list(snapshot.conn(), id).await?;
     snapshot.finish().await?;
     Ok(Json(MessagesPage {
-        messages: rows.iter().map(ChatMessage::from).collect(),
+        messages,
         queued_messages: queue.iter().map(ChatQueuedMessage::from).collect(),
         has_more,
+        window,
     }))
+}
+
+/// One page from `cursor` (ascending by id) cut by [`paging::cut`], and
+/// whether more messages exist beyond it in the paging direction.
+async fn page(
+    conn: &mut sqlx::PgConnection,
+    chat_id: Uuid,
+    cursor: Cursor,
+    limit: i64,
+    max_bytes: i64,
+) -> ApiResult<(Vec<ChatMessage>, bool)> {
+    // One row more than the page can hold: it says whether more exist and
+    // whether the page's last row ends a tool-call group.
+    let rows = messages::scan(conn, chat_id, cursor, limit + 1).await?;
+    let mut rows: Vec<ChatMessage> = rows.iter().map(ChatMessage::from).collect();
+    let direction = match cursor {
+        Cursor::After(_) => paging::Direction::Forward,
+        Cursor::Latest | Cursor::Before(_) => paging::Direction::Backward,
+    };
+    let n = paging::cut(&rows, direction, limit as usize, max_bytes);
+    let has_more = rows.len() > n;
+    rows.truncate(n);
+    if direction == paging::Direction::Backward {
+        rows.reverse();
+    }
+    Ok((rows, has_more))
 }
 
 /// The part of a send that identifies it for `client_message_id`

@@ -104,6 +104,14 @@ pub struct Chat {
     pub plan_mode: Option<String>,
     /// Set by `RequestCompaction`, consumed by the compaction `CommitStep`.
     pub compaction_requested_at: Option<DateTime<Utc>>,
+    /// Number of client-visible messages (not soft-deleted, not
+    /// model-only); kept by the `maintain_chat_message_summary` trigger
+    /// (migration `0005_message_windows.sql`), never counted at read time.
+    pub message_count: i64,
+    /// The first 200 characters of the newest non-empty text part of the
+    /// newest visible message that has one; `None` when no visible message
+    /// has text. Kept by the same trigger.
+    pub last_message_preview: Option<String>,
     /// Tokens the next model call would send (API.md `Chat.context.tokens`;
     /// `None` before the history first changed under this column).
     pub context_tokens: Option<i64>,

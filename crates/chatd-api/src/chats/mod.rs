@@ -93,6 +93,16 @@ pub struct Chat {
     pub mcp_server_ids: Vec<Uuid>,
     /// Plan mode.
     pub plan_mode: Option<PlanMode>,
+    /// Number of client-visible messages (what `GET .../messages` can
+    /// return; model-only rows such as compaction summaries and soft-deleted
+    /// rows are never counted). Kept as a column, never counted on read
+    /// (API.md "Message windows and paging by size").
+    pub message_count: i64,
+    /// The first 200 characters (Unicode scalar values) of the newest
+    /// non-empty `text` part of the newest visible message that has one, or
+    /// `null` when no visible message has text. Kept as a column: listing
+    /// chats never reads message bodies.
+    pub last_message_preview: Option<String>,
     /// The size of the model context against the model's window.
     pub context: ChatContext,
     /// Creation time.
@@ -125,6 +135,8 @@ impl From<&chatd_store::Chat> for Chat {
             dynamic_tools: c.dynamic_tools.clone(),
             mcp_server_ids: c.mcp_server_ids.clone(),
             plan_mode: c.plan_mode.as_deref().map(|_| PlanMode::Plan),
+            message_count: c.message_count,
+            last_message_preview: c.last_message_preview.clone(),
             context: ChatContext::from(c),
             created_at: c.created_at,
             updated_at: c.updated_at,

@@ -12,7 +12,9 @@
 //!   Server-Sent Events, resumable with `Last-Event-ID` ([`sse`],
 //!   [`routes::stream_sse`]);
 //! - `GET /api/v2/chats/{chat}/stream/parts`: the replica-to-replica parts
-//!   endpoint, authenticated with the relay secret ([`parts`]).
+//!   endpoint, authenticated with the relay secret ([`parts`]);
+//! - `GET /api/v2/chats/{chat}/updates`: the long-poll fallback, woken by
+//!   the same subscription and sync poller as a stream loop ([`updates`]).
 //!
 //! Each stream runs one loop ([`session::StreamLoop`]) whose decisions are
 //! the pure [`state::StreamState`]. Endpoint lifecycle, in this order: check
@@ -41,6 +43,7 @@ pub mod service;
 pub mod session;
 pub mod sse;
 pub mod state;
+pub mod updates;
 pub mod ws;
 
 pub use config::{StreamConfig, StreamDeps};

@@ -556,6 +556,8 @@ mod tests {
             mcp_server_ids: vec![],
             plan_mode: None,
             compaction_requested_at: None,
+            message_count: 0,
+            last_message_preview: None,
             context_tokens: None,
             context_estimated: true,
             context_limit: None,

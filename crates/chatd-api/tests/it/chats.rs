@@ -61,6 +61,9 @@ async fn create_chat_answers_201_with_the_full_chat_shape_in_r0() {
     assert_eq!(chat["mcp_server_ids"], json!([mcp_id]));
     assert_eq!(chat["plan_mode"], "plan");
     assert!(chat["created_at"].is_string() && chat["updated_at"].is_string());
+    // The system prompt and the user message; the preview is the newest text.
+    assert_eq!(chat["message_count"], 2);
+    assert_eq!(chat["last_message_preview"], "hello");
     // API.md "Context management": two messages estimated, the default
     // model's window.
     assert_eq!(chat["context"]["limit"], 128000, "the test model's window");
@@ -69,7 +72,7 @@ async fn create_chat_answers_201_with_the_full_chat_shape_in_r0() {
     assert_eq!(chat["context"]["compactions"], 0);
     assert_eq!(chat["context"]["compacted_through_message_id"], Value::Null);
     let keys: Vec<&String> = chat.as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 24, "{keys:?}");
+    assert_eq!(keys.len(), 26, "{keys:?}");
     assert_eq!(s.state(id).await, R0);
 
     // The system prompt is the first message, the content the second.

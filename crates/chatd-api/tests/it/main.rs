@@ -14,3 +14,4 @@ mod stream;
 mod stream_support;
 mod transitions;
 mod web;
+mod windows;

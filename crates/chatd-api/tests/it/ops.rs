@@ -176,7 +176,13 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
         assert!(schemas.contains_key(schema), "missing schema {schema}");
     }
     let chat_props = schemas["Chat"]["properties"].as_object().unwrap();
-    assert_eq!(chat_props.len(), 24, "Chat gained context (issue 13)");
+    assert_eq!(
+        chat_props.len(),
+        26,
+        "Chat gained context, message_count and last_message_preview (issue 13)"
+    );
+    assert!(chat_props.contains_key("message_count"));
+    assert!(chat_props.contains_key("last_message_preview"));
     assert_eq!(
         doc["components"]["securitySchemes"]["bearer"]["scheme"],
         "bearer"

@@ -280,9 +280,9 @@ pub async fn soft_delete_from(
     Ok(ids)
 }
 
-/// Where a page of [`page`] starts.
+/// Where a page of [`scan`] starts.
 ///
-/// Example: [`page`].
+/// Example: [`scan`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cursor {
     /// The newest messages.
@@ -293,9 +293,12 @@ pub enum Cursor {
     After(i64),
 }
 
-/// A page of at most `limit` client-visible messages (not deleted, not
-/// model-only), ascending by id, and whether more exist beyond it in the
-/// paging direction.
+/// At most `n` client-visible messages (not deleted, not model-only) from
+/// `cursor`, **in paging order**: ascending by id for [`Cursor::After`],
+/// descending (newest first) for [`Cursor::Latest`] and [`Cursor::Before`].
+/// The message routes fetch one row more than a page can hold and cut the
+/// page themselves (by count, by bytes and at tool-call groups; API.md
+/// "Message windows and paging by size").
 ///
 /// # Example
 ///
@@ -305,18 +308,18 @@ pub enum Cursor {
 /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
 /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let first = created.initial_messages[0].id;
-/// let (rows, has_more) = messages::page(pool, chat.id, Cursor::Latest, 50).await?;
-/// assert_eq!((rows.len(), has_more), (1, false));
-/// let (rows, _) = messages::page(pool, chat.id, Cursor::After(first), 50).await?;
-/// assert!(rows.is_empty());
+/// let rows = messages::scan(pool, chat.id, Cursor::Latest, 51).await?;
+/// assert_eq!(rows.iter().map(|m| m.id).collect::<Vec<_>>(), vec![first]);
+/// assert!(messages::scan(pool, chat.id, Cursor::After(first), 51).await?.is_empty());
+/// assert_eq!(messages::scan(pool, chat.id, Cursor::Before(first + 1), 1).await?.len(), 1);
 /// # Ok(()) }
 /// ```
-pub async fn page(
+pub async fn scan(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
     cursor: Cursor,
-    limit: i64,
-) -> sqlx::Result<(Vec<ChatMessage>, bool)> {
+    n: i64,
+) -> sqlx::Result<Vec<ChatMessage>> {
     // Client-visible rows of the chat.
     macro_rules! visible {
         () => {
@@ -326,17 +329,17 @@ pub async fn page(
     let (sql, bound): (&'static str, Option<i64>) = match cursor {
         Cursor::Latest => (
             concat!(
-                "SELECT * FROM (SELECT * FROM chat_messages WHERE ",
+                "SELECT * FROM chat_messages WHERE ",
                 visible!(),
-                " ORDER BY id DESC LIMIT $2) m ORDER BY id"
+                " ORDER BY id DESC LIMIT $2"
             ),
             None,
         ),
         Cursor::Before(id) => (
             concat!(
-                "SELECT * FROM (SELECT * FROM chat_messages WHERE ",
+                "SELECT * FROM chat_messages WHERE ",
                 visible!(),
-                " AND id < $3 ORDER BY id DESC LIMIT $2) m ORDER BY id"
+                " AND id < $3 ORDER BY id DESC LIMIT $2"
             ),
             Some(id),
         ),
@@ -349,25 +352,43 @@ pub async fn page(
             Some(id),
         ),
     };
-    let mut query = sqlx::query_as::<_, ChatMessage>(sql)
-        .bind(chat_id)
-        .bind(limit + 1);
+    let mut query = sqlx::query_as::<_, ChatMessage>(sql).bind(chat_id).bind(n);
     if let Some(id) = bound {
         query = query.bind(id);
     }
-    let mut rows = query.fetch_all(conn).await?;
-    let has_more = rows.len() as i64 > limit;
-    if has_more {
-        match cursor {
-            Cursor::After(_) => {
-                rows.pop();
-            }
-            _ => {
-                rows.remove(0);
-            }
-        }
-    }
-    Ok((rows, has_more))
+    query.fetch_all(conn).await
+}
+
+/// Number of client-visible messages with `after < id < before` (the
+/// omitted middle of a message window).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::messages;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let first = created.initial_messages[0].id;
+/// assert_eq!(messages::count_visible_between(pool, chat.id, 0, first + 1).await?, 1);
+/// assert_eq!(messages::count_visible_between(pool, chat.id, first, first + 1).await?, 0);
+/// # Ok(()) }
+/// ```
+pub async fn count_visible_between(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    after: i64,
+    before: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM chat_messages
+         WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' AND id > $2 AND id < $3",
+    )
+    .bind(chat_id)
+    .bind(after)
+    .bind(before)
+    .fetch_one(conn)
+    .await
 }
 
 /// Number of messages a compaction could summarize or keep: the rows of

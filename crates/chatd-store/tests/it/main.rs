@@ -8,3 +8,4 @@ mod model;
 mod publication;
 mod transitions;
 mod triggers;
+mod windows;

@@ -35,6 +35,8 @@ fn chat() -> Chat {
         mcp_server_ids: Vec::new(),
         plan_mode: None,
         compaction_requested_at: None,
+        message_count: 0,
+        last_message_preview: None,
         context_tokens: None,
         context_estimated: true,
         context_limit: None,
