@@ -13,8 +13,8 @@
 #   turn=30 wall_s=12.4 status=waiting prompt_tokens=3120 context_tokens=3301 \
 #     context_percent=40 estimated=false compactions=2
 #
-# `prompt_tokens` is the input tokens the model server reported for the
-# turn's last model call (`-` when it reports none); `context_*` and
+# `prompt_tokens` is the whole prompt the model server reported for the
+# turn's last model call, cached part included (`-` when it reports none); `context_*` and
 # `compactions` come from `Chat.context`. A turn that does not end in
 # `waiting` fails the run (exit 1) after printing the chat's last error; at
 # the end it prints a summary (turns, compactions, wall time per turn p50 and
@@ -91,7 +91,10 @@ for m in reversed(page["messages"]):
         tool_names = [p.get("tool_name") for p in m["content"] if p["type"] == "tool-call"]
         if "chatd_compact" in tool_names:
             continue
-        prompt = m["usage"]["input_tokens"]
+        # The whole prompt: llama.cpp reports the part it had cached
+        # separately (cache_read_tokens).
+        u = m["usage"]
+        prompt = (u.get("input_tokens") or 0) + (u.get("cache_read_tokens") or 0) + (u.get("cache_creation_tokens") or 0)
         break
 ctx = chat.get("context") or {}
 row = [turn, wall, chat["status"], prompt, ctx.get("tokens", "-"), ctx.get("percent", "-"),
