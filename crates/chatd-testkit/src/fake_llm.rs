@@ -64,14 +64,19 @@ pub const DEFAULT_FAKE_TITLE: &str = "A chat with the fake model";
 /// first `system` message or Anthropic's `system` parameter) asks for titles
 /// of chat conversations, as the worker's title prompt does.
 pub fn is_title_request(request: &RecordedRequest) -> bool {
-    const MARKER: &str = "titles for chat conversations";
+    system_prompt_contains(request, "titles for chat conversations")
+}
+
+/// Whether the system prompt of `request` (OpenAI's first `system` message
+/// or Anthropic's `system` parameter) contains `marker`.
+fn system_prompt_contains(request: &RecordedRequest, marker: &str) -> bool {
     let openai = request.body["messages"][0]["role"] == "system"
         && request.body["messages"][0]["content"]
             .as_str()
-            .is_some_and(|s| s.contains(MARKER));
+            .is_some_and(|s| s.contains(marker));
     let anthropic = request.body["system"]
         .as_str()
-        .is_some_and(|s| s.contains(MARKER));
+        .is_some_and(|s| s.contains(marker));
     openai || anthropic
 }
 
@@ -79,15 +84,7 @@ pub fn is_title_request(request: &RecordedRequest) -> bool {
 /// calls: its system prompt says it compresses conversations, as the
 /// worker's compaction instructions do.
 pub fn is_compaction_request(request: &RecordedRequest) -> bool {
-    const MARKER: &str = "You compress conversations";
-    let openai = request.body["messages"][0]["role"] == "system"
-        && request.body["messages"][0]["content"]
-            .as_str()
-            .is_some_and(|s| s.contains(MARKER));
-    let anthropic = request.body["system"]
-        .as_str()
-        .is_some_and(|s| s.contains(MARKER));
-    openai || anthropic
+    system_prompt_contains(request, "You compress conversations")
 }
 
 /// A short summary answering compaction request `request`: it names how

@@ -214,12 +214,7 @@ async fn compact(
         match failure {
             AfterFailure::Retry { state, delay } => {
                 tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "compaction failed; retrying");
-                task.transition("recording the retry state", move |tx, _| {
-                    let state = state.clone();
-                    Box::pin(async move { tx.record_retry_state(state).await.map(|_| ()) })
-                })
-                .await?;
-                task.sleep(delay).await?;
+                back_off(task, state, delay).await?;
             }
             AfterFailure::Fail(error) => {
                 tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "compaction failed; ending the turn");
@@ -361,12 +356,7 @@ async fn call_model(
         match after_failure(&err, attempt, config, chrono::Utc::now()) {
             AfterFailure::Retry { state, delay } => {
                 tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "provider call failed; retrying");
-                task.transition("recording the retry state", move |tx, _| {
-                    let state = state.clone();
-                    Box::pin(async move { tx.record_retry_state(state).await.map(|_| ()) })
-                })
-                .await?;
-                task.sleep(delay).await?;
+                back_off(task, state, delay).await?;
             }
             AfterFailure::Fail(error) => {
                 tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "provider call failed; ending the turn");
@@ -374,6 +364,22 @@ async fn call_model(
             }
         }
     }
+}
+
+/// `RecordRetryState(state)` for clients, then waits `delay` (unless the
+/// task is cancelled first): the back-off before a retried model or
+/// summarization call.
+async fn back_off(
+    task: &TaskContext,
+    state: chatd_core::RetryState,
+    delay: std::time::Duration,
+) -> TaskResult<()> {
+    task.transition("recording the retry state", move |tx, _| {
+        let state = state.clone();
+        Box::pin(async move { tx.record_retry_state(state).await.map(|_| ()) })
+    })
+    .await?;
+    task.sleep(delay).await
 }
 
 /// Routes the tool calls of `response`: a call is cut off when the stream
