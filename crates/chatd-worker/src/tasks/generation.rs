@@ -80,8 +80,14 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             call.request.tools.extend(router.mcp_specs(task.chat_id));
             // API.md "Context management": compact before the call when the
             // prompt reached the threshold or does not fit with the answer.
+            // Past the threshold with nothing to summarize yet (everything
+            // is in the verbatim tail), a prompt that fits is still sent.
             let measure = compaction::measure(&call, &loaded.history);
-            if measure.wants_compaction() {
+            let keep = call.options.compact_recent_messages();
+            if measure.wants_compaction()
+                && compaction::select(&loaded.history, keep, call.context_limit, Mode::Auto)
+                    .is_some()
+            {
                 return compact(task, &loaded, call, Mode::Auto, None).await;
             }
             if measure.does_not_fit() {

@@ -335,3 +335,22 @@ async fn a_crash_mid_compaction_loses_nothing_and_the_new_owner_compacts_once() 
     assert_eq!(env.active_messages(chat_id).await.len(), 8 + 3);
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn past_the_threshold_with_nothing_to_summarize_a_prompt_that_fits_is_still_answered() {
+    let env = Env::new().await;
+    // 10 % of 2,000 tokens: the first long message alone passes it, and
+    // the verbatim tail holds everything there is.
+    set_context(&env, 2000, 10, 4).await;
+    env.llm.set_default_fn(realistic);
+    let worker = env.worker();
+    let first = format!("q0 {}", "lorem ipsum ".repeat(100)); // about 300 tokens
+    let chat_id = env.create_chat(&first).await;
+    let chat = env.wait_status(chat_id, ChatStatus::Waiting).await;
+    assert!(chat.last_error.is_none(), "{:?}", chat.last_error);
+    let (summaries, results) = compactions(&env, chat_id).await;
+    assert!(summaries.is_empty() && results.is_empty());
+    let last = env.active_messages(chat_id).await;
+    assert_eq!(text_of(last.last().unwrap()), format!("answer to {first}"));
+    worker.shutdown().await;
+}
