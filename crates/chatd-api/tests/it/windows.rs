@@ -95,6 +95,11 @@ async fn recount(s: &Server, id: Uuid) -> (i64, Option<String>) {
     (visible.len() as i64, preview)
 }
 
+/// `GET /chats/{id}{path}` as alice.
+async fn messages_page(s: &Server, id: Uuid, path: &str) -> Answer {
+    s.get(&chat_path(id, path), &s.alice).await
+}
+
 async fn chat_json(s: &Server, id: Uuid) -> Value {
     s.get(&chat_path(id, ""), &s.alice)
         .await
@@ -113,20 +118,10 @@ async fn max_bytes_ends_a_page_before_the_message_that_would_pass_it_and_keeps_o
 
     // Newest first: the budget of the last three messages fits three.
     let three: i64 = size[7..].iter().sum();
-    let page = s
-        .get(
-            &chat_path(id, &format!("/messages?max_bytes={three}")),
-            &s.alice,
-        )
-        .await;
+    let page = messages_page(&s, id, &format!("/messages?max_bytes={three}")).await;
     assert_eq!(ids(page.expect(200)), all[7..]);
     assert_eq!(page.body["has_more"], true);
-    let page = s
-        .get(
-            &chat_path(id, &format!("/messages?max_bytes={}", three - 1)),
-            &s.alice,
-        )
-        .await;
+    let page = messages_page(&s, id, &format!("/messages?max_bytes={}", three - 1)).await;
     assert_eq!(ids(page.expect(200)), all[8..]);
 
     // Forward from the first message, and the has_more at the end.
@@ -226,12 +221,7 @@ async fn pages_never_separate_a_tool_call_from_its_results() {
     // Newest first with room for a2 and both results but not the call: the
     // page ends before the group, at a2.
     let budget: i64 = size[3..].iter().sum::<i64>() + size[2] - 1;
-    let page = s
-        .get(
-            &chat_path(id, &format!("/messages?max_bytes={budget}")),
-            &s.alice,
-        )
-        .await;
+    let page = messages_page(&s, id, &format!("/messages?max_bytes={budget}")).await;
     assert_eq!(ids(page.expect(200)), all[5..]);
     // By count alike: limit 3 would start at a result.
     let page = s.get(&chat_path(id, "/messages?limit=3"), &s.alice).await;
@@ -239,39 +229,24 @@ async fn pages_never_separate_a_tool_call_from_its_results() {
     let page = s.get(&chat_path(id, "/messages?limit=4"), &s.alice).await;
     assert_eq!(ids(page.expect(200)), all[2..]);
     // The next page back ends exactly where the group starts.
-    let page = s
-        .get(
-            &chat_path(id, &format!("/messages?before_id={}&limit=3", all[5])),
-            &s.alice,
-        )
-        .await;
+    let page = messages_page(&s, id, &format!("/messages?before_id={}&limit=3", all[5])).await;
     assert_eq!(ids(page.expect(200)), all[2..5]);
     assert_eq!(page.body["has_more"], true);
 
     // Forward: after a1 with room for the call only: the whole group (at
     // least one group, never split).
-    let page = s
-        .get(
-            &chat_path(id, &format!("/messages?after_id={}&max_bytes=1", all[1])),
-            &s.alice,
-        )
-        .await;
+    let page = messages_page(
+        &s,
+        id,
+        &format!("/messages?after_id={}&max_bytes=1", all[1]),
+    )
+    .await;
     assert_eq!(ids(page.expect(200)), all[2..5]);
     assert_eq!(page.body["has_more"], true);
-    let page = s
-        .get(
-            &chat_path(id, &format!("/messages?after_id={}&limit=2", all[0])),
-            &s.alice,
-        )
-        .await;
+    let page = messages_page(&s, id, &format!("/messages?after_id={}&limit=2", all[0])).await;
     assert_eq!(ids(page.expect(200)), all[1..2]);
     // A group of more messages than the limit is split (the only case).
-    let page = s
-        .get(
-            &chat_path(id, &format!("/messages?after_id={}&limit=2", all[1])),
-            &s.alice,
-        )
-        .await;
+    let page = messages_page(&s, id, &format!("/messages?after_id={}&limit=2", all[1])).await;
     assert_eq!(ids(page.expect(200)), all[2..4]);
 }
 
@@ -303,12 +278,7 @@ async fn window_returns_head_and_tail_and_the_omitted_middle_pages_in_place() {
     let mut middle = vec![];
     let mut after = all[19];
     loop {
-        let p = s
-            .get(
-                &chat_path(id, &format!("/messages?after_id={after}&limit=7")),
-                &s.alice,
-            )
-            .await;
+        let p = messages_page(&s, id, &format!("/messages?after_id={after}&limit=7")).await;
         let p = ids(p.expect(200));
         let inside: Vec<i64> = p
             .into_iter()
