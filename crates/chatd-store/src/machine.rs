@@ -714,6 +714,35 @@ impl ChatMachine {
         self.lock_with(LockMode::Share).await
     }
 
+    /// Like [`ChatMachine::lock`] for a transaction that only reads (a
+    /// worker task's fence check before it reads the history): its commit
+    /// does not wait for a WAL flush
+    /// ([`queries::chats::select_for_update_to_read`]). Never write
+    /// through it.
+    ///
+    /// # Errors
+    /// `ChatNotFound`; database errors.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// let mut locked = store.machine(chat.id).lock_to_read().await?;
+    /// let history = chatd_store::queries::messages::active_history(locked.conn(), chat.id).await?;
+    /// assert_eq!(history.len(), 1);
+    /// locked.finish().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_to_read(&self) -> StoreResult<LockedChat> {
+        let mut tx = crate::queries::begin(&self.store.pool).await?;
+        let chat = queries::chats::select_for_update_to_read(&mut tx, self.chat_id)
+            .await?
+            .ok_or(StateError::ChatNotFound)?;
+        Ok(LockedChat { tx, chat })
+    }
+
     /// Opens a read-only `REPEATABLE READ` transaction and reads the chat row
     /// in it, without any row lock: every read made through the returned
     /// [`LockedChat`] sees the same snapshot (the stream loop's "all reads of
@@ -866,7 +895,7 @@ impl ChatTx {
             snapshot_version,
             store,
             applied: Vec::new(),
-            known: bumped.current_facts().ok(),
+            known: bumped.current_facts(),
         }
     }
 

@@ -1007,12 +1007,14 @@ impl Ops<'_> {
     pub(crate) async fn acquire(&mut self, worker_id: Uuid, runner_id: Uuid) -> StoreResult<()> {
         let t = Transition::Acquire;
         let (_, _, from) = self.enter(t).await?;
+        // The heartbeat first, so that the ownership change is the last
+        // write and its returned facts are what `land` checks.
+        queries::heartbeats::upsert(db!(self), self.chat_id, runner_id).await?;
         self.change(ChatChanges {
             ownership: Some((Some(worker_id), Some(runner_id))),
             ..ChatChanges::default()
         })
         .await?;
-        queries::heartbeats::upsert(db!(self), self.chat_id, runner_id).await?;
         self.land(t, from).await?;
         Ok(())
     }
@@ -1024,14 +1026,15 @@ impl Ops<'_> {
             let err = chatd_core::TransitionError::new(t, from, "chat is not owned");
             return Err(self.reject(t, StateError::TransitionNotAllowed(err)));
         }
+        // The heartbeat first: the ownership change is the last write.
+        if let Some(runner) = chat.runner_id {
+            queries::heartbeats::delete(db!(self), self.chat_id, runner).await?;
+        }
         self.change(ChatChanges {
             ownership: Some((None, None)),
             ..ChatChanges::default()
         })
         .await?;
-        if let Some(runner) = chat.runner_id {
-            queries::heartbeats::delete(db!(self), self.chat_id, runner).await?;
-        }
         self.land(t, from).await?;
         Ok(())
     }

@@ -1,22 +1,36 @@
-//! Benchmark of one worker (issue "The chat worker", Measure).
+//! Benchmark of one worker (issues "The chat worker" and 15).
 //!
-//! 1. With the fake LLM answering instantly: turns per second and p50/p99 of
-//!    the time from the send (the `SendMessage` commit) to the
-//!    `chat:update` that carries the committed final assistant message, for
-//!    1, 10 and 100 concurrent chats.
-//! 2. With a fake LLM that streams 50 parts over 1 s: how many concurrent
-//!    chats one worker sustains (turn time stays near 1 s) and its memory per
-//!    running chat (peak RSS growth over the idle process, divided by the
-//!    number of chats; the in-process fake LLM's connections are included, so
-//!    this is an upper bound).
+//! 1. With the fake LLM answering at once: turns per second and p50/p99 of
+//!    the time from the send (the start of the `SendMessage` bundle) to the
+//!    `chat:update` that says the chat waits again, for 1, 10 and 100
+//!    concurrent chats; for each level, where a turn's time goes (the
+//!    worker's [`chatd_worker::timeline`] hops, p50 since the send and since
+//!    the hop before); and, in the same run, a raw-SQL ceiling: the same
+//!    number of clients running one turn's transactions (send, acquire,
+//!    history read, attempt, step and finish, abandon) as bare statements
+//!    back to back, and the ratio of our turns/s to it, printed as
+//!    `turn ceiling ratio: chats=100 ratio=0.83`.
+//! 2. With a fake LLM that streams 50 parts over 10 s (`--stream-time`),
+//!    the chats starting evenly over 5 s (`--ramp`), so that they all
+//!    stream at once at the peak (the table's `streaming` column counts
+//!    them): the turn time against the model's own time (`streaming ratio:
+//!    chats=1000 ratio=0.91`, model time / p50 turn time) and the memory
+//!    per running chat (peak RSS growth over the idle process, divided by the number of
+//!    chats; the in-process fake LLM and its connections are included, so
+//!    this is an upper bound: `memory per running chat: chats=1000 kib=31.2`).
 //!
 //! ```text
-//! cargo run --release -p chatd-worker --example bench_worker [-- --turns 20 --slow 50,100,200,400]
+//! cargo run --release -p chatd-worker --example bench_worker \
+//!     [-- --turns 20 --fast 1,10,100 --slow 100,400,1000]
 //! ```
-//! Uses `CHATD_TEST_DATABASE_URL` (default the local server); creates and
-//! drops its own database.
+//! `--quick` runs a short version (5 turns; 1, 10 and 100 chats; 200
+//! streaming chats over 3 s, starting within 1 s); `--min-ratio 1=0.3,10=0.3,100=0.3,stream=0.6` makes it
+//! exit non-zero when a ratio is below its floor (the test command's quick
+//! benchmark, `scripts/bench-quick.sh`). Uses `CHATD_TEST_DATABASE_URL`
+//! (default the local server); creates and drops its own database.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chatd_core::{BusyBehavior, ChatStatus, MessagePart};
@@ -24,7 +38,9 @@ use chatd_pubsub::{ChatUpdate, PgPubsub, Pubsub, PubsubEvent, chat_update_channe
 use chatd_store::{CreateChatInput, NewMessage, SendMessageInput, Store, StoreConfig};
 use chatd_testkit::TestDatabase;
 use chatd_testkit::fake_llm::{FakeLlm, Script};
+use chatd_worker::timeline::{Hop, Timeline, TimelineSink};
 use chatd_worker::{DefaultProviderFactory, PartBuffer, Worker, WorkerConfig, WorkerDeps};
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -34,34 +50,95 @@ struct Bench {
     owner: Uuid,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let mut turns = 20usize;
-    let mut slow_levels = vec![50usize, 100, 200, 400];
-    let mut fast_levels = vec![1usize, 10, 100];
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
+/// Every hop the worker reported, in arrival order.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<(Uuid, Hop, Instant)>>);
+
+impl TimelineSink for Recorder {
+    fn hop(&self, chat_id: Uuid, hop: Hop, at: Instant) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((chat_id, hop, at));
+    }
+}
+
+/// One turn as the client saw it.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    chat_id: Uuid,
+    /// Before the send's bundle began.
+    started: Instant,
+    /// The send's bundle committed.
+    committed: Instant,
+    /// The `chat:update` saying the chat waits again arrived.
+    done: Instant,
+}
+
+impl Turn {
+    fn latency(&self) -> Duration {
+        self.done - self.started
+    }
+}
+
+struct Args {
+    turns: usize,
+    fast: Vec<usize>,
+    slow: Vec<usize>,
+    floors: BTreeMap<String, f64>,
+    /// How long the streaming fake model takes to answer.
+    stream_time: Duration,
+    /// Over how long the streaming chats start.
+    ramp: Duration,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let list = |v: String| -> Vec<usize> {
+        v.split(',')
+            .map(|n| n.trim().parse().expect("a number"))
+            .collect()
+    };
+    let mut args = Args {
+        turns: 20,
+        fast: vec![1, 10, 100],
+        slow: vec![100, 400, 1000],
+        floors: BTreeMap::new(),
+        stream_time: Duration::from_secs(10),
+        ramp: Duration::from_secs(5),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
         match flag.as_str() {
-            "--turns" => turns = args.next().expect("--turns N").parse()?,
-            "--fast" => {
-                fast_levels = args
-                    .next()
-                    .expect("--fast A,B")
-                    .split(',')
-                    .map(|n| n.parse().expect("number"))
-                    .collect()
+            "--quick" => {
+                args.turns = 5;
+                args.fast = vec![1, 10, 100];
+                args.slow = vec![200];
+                args.stream_time = Duration::from_secs(3);
+                args.ramp = Duration::from_secs(1);
             }
-            "--slow" => {
-                slow_levels = args
-                    .next()
-                    .expect("--slow A,B")
-                    .split(',')
-                    .map(|n| n.parse().expect("number"))
-                    .collect()
+            "--stream-time" => {
+                args.stream_time =
+                    Duration::from_millis(it.next().expect("--stream-time MS").parse()?)
+            }
+            "--ramp" => args.ramp = Duration::from_millis(it.next().expect("--ramp MS").parse()?),
+            "--turns" => args.turns = it.next().expect("--turns N").parse()?,
+            "--fast" => args.fast = list(it.next().expect("--fast A,B")),
+            "--slow" => args.slow = list(it.next().expect("--slow A,B")),
+            "--min-ratio" => {
+                for pair in it.next().expect("--min-ratio K=V,...").split(',') {
+                    let (k, v) = pair.split_once('=').expect("K=V");
+                    args.floors.insert(k.trim().to_owned(), v.trim().parse()?);
+                }
             }
             other => anyhow::bail!("unknown flag {other}"),
         }
     }
+    Ok(args)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -97,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
         .bind(provider)
         .execute(&pool)
         .await?;
+    let recorder = Arc::new(Recorder::default());
     let worker = Worker::start(WorkerDeps {
         store: store.clone(),
         pubsub: Arc::new(pubsub.clone()) as Arc<dyn Pubsub>,
@@ -104,6 +182,8 @@ async fn main() -> anyhow::Result<()> {
         providers: Arc::new(DefaultProviderFactory),
         config: WorkerConfig {
             acquisition_interval: Duration::from_secs(1),
+            generate_titles: false,
+            timeline: Timeline::new(recorder.clone()),
             ..WorkerConfig::default()
         },
     });
@@ -112,45 +192,65 @@ async fn main() -> anyhow::Result<()> {
         pubsub: pubsub.clone(),
         owner,
     });
+    let mut ratios: Vec<(String, f64)> = Vec::new();
 
-    println!("== fake LLM answering instantly; {turns} turns per chat");
     println!(
-        "{:>6} {:>8} {:>10} {:>10} {:>10}",
-        "chats", "turns", "turns/s", "p50 ms", "p99 ms"
+        "== fake LLM answering at once; {} turns per chat",
+        args.turns
+    );
+    println!(
+        "{:>6} {:>8} {:>10} {:>10} {:>10} {:>12} {:>8}",
+        "chats", "turns", "turns/s", "p50 ms", "p99 ms", "ceiling/s", "ratio"
     );
     llm.set_default(Script::text("ok").usage(10, 1));
-    for concurrency in fast_levels.iter().copied() {
+    for concurrency in args.fast.iter().copied() {
+        recorder.0.lock().unwrap().clear();
         let started = Instant::now();
         let mut tasks = Vec::new();
         for _ in 0..concurrency {
             let bench = bench.clone();
+            let turns = args.turns;
             tasks.push(tokio::spawn(async move { bench.run_chat(turns).await }));
         }
-        let mut latencies = Vec::new();
+        let mut turns = Vec::new();
         for task in tasks {
-            latencies.extend(task.await??);
+            turns.extend(task.await??);
         }
         let elapsed = started.elapsed();
+        let ceiling = raw_ceiling(&pool, owner, concurrency, args.turns).await?;
+        let mut latencies: Vec<Duration> = turns.iter().map(Turn::latency).collect();
         latencies.sort();
+        let ours = turns.len() as f64 / elapsed.as_secs_f64();
+        let ratio = ours / ceiling;
         println!(
-            "{:>6} {:>8} {:>10.1} {:>10.1} {:>10.1}",
+            "{:>6} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>12.1} {:>8.2}",
             concurrency,
-            latencies.len(),
-            latencies.len() as f64 / elapsed.as_secs_f64(),
+            turns.len(),
+            ours,
             percentile(&latencies, 0.50),
-            percentile(&latencies, 0.99)
+            percentile(&latencies, 0.99),
+            ceiling,
+            ratio
         );
+        let hops = recorder.0.lock().unwrap().clone();
+        print_breakdown(concurrency, &turns, &hops);
+        println!("turn ceiling ratio: chats={concurrency} ratio={ratio:.2}");
+        ratios.push((concurrency.to_string(), ratio));
     }
 
-    println!("\n== fake LLM streaming 50 parts over 1 s; one turn per chat, all chats at once");
+    let model_time = args.stream_time;
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>14}",
-        "chats", "p50 ms", "p99 ms", "max ms", "KiB per chat"
+        "\n== fake LLM streaming 50 parts over {} ms; one turn per chat, the chats starting evenly over {} ms",
+        model_time.as_millis(),
+        args.ramp.as_millis()
     );
-    llm.set_default(
-        Script::text_in_parts(&"word ".repeat(50), 50, Duration::from_millis(20)).usage(10, 50),
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>14}",
+        "chats", "streaming", "p50 ms", "p99 ms", "max ms", "KiB per chat"
     );
-    for level in slow_levels {
+    llm.set_default(Script::text_in_parts(&"word ".repeat(50), 50, model_time / 50).usage(10, 50));
+    for level in args.slow.iter().copied() {
+        recorder.0.lock().unwrap().clear();
         tokio::time::sleep(Duration::from_millis(500)).await;
         let base = rss_kib();
         let peak = Arc::new(std::sync::atomic::AtomicU64::new(base));
@@ -164,41 +264,289 @@ async fn main() -> anyhow::Result<()> {
             })
         };
         let mut tasks = Vec::new();
-        for _ in 0..level {
+        let step = args.ramp / level.max(1) as u32;
+        let ramp_start = tokio::time::Instant::now();
+        for i in 0..level {
             let bench = bench.clone();
-            tasks.push(tokio::spawn(async move { bench.run_chat(1).await }));
+            let start_at = ramp_start + step * i as u32;
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep_until(start_at).await;
+                bench.run_chat(1).await
+            }));
         }
-        let mut latencies = Vec::new();
+        let mut turns = Vec::new();
         for task in tasks {
-            latencies.extend(task.await??);
+            turns.extend(task.await??);
         }
         sampler.abort();
+        let mut latencies: Vec<Duration> = turns.iter().map(Turn::latency).collect();
         latencies.sort();
         let per_chat = peak
             .load(std::sync::atomic::Ordering::Relaxed)
             .saturating_sub(base) as f64
             / level as f64;
+        let hops = recorder.0.lock().unwrap().clone();
+        let streaming = peak_streaming(&hops);
+        let p50 = percentile(&latencies, 0.50);
         println!(
-            "{:>6} {:>10.1} {:>10.1} {:>10.1} {:>14.1}",
+            "{:>6} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>14.1}",
             level,
-            percentile(&latencies, 0.50),
+            streaming,
+            p50,
             percentile(&latencies, 0.99),
             latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
             per_chat
         );
+        print_breakdown(level, &turns, &hops);
+        let ratio = model_time.as_secs_f64() * 1000.0 / p50;
+        println!("streaming ratio: chats={level} ratio={ratio:.2}");
+        println!("memory per running chat: chats={level} kib={per_chat:.1}");
+        ratios.push(("stream".into(), ratio));
     }
     worker.shutdown().await;
     pubsub.close().await;
+
+    let mut failed = false;
+    for (key, floor) in &args.floors {
+        for (name, ratio) in ratios.iter().filter(|(name, _)| name == key) {
+            if ratio < floor {
+                println!("FLOOR MISSED: {name} ratio {ratio:.2} < floor {floor:.2}");
+                failed = true;
+            } else {
+                println!("floor kept: {name} ratio {ratio:.2} >= {floor:.2}");
+            }
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
     Ok(())
+}
+
+/// The most chats streaming at once: between their first part and the end
+/// of their response.
+fn peak_streaming(hops: &[(Uuid, Hop, Instant)]) -> usize {
+    let mut edges: Vec<(Instant, i32)> = hops
+        .iter()
+        .filter_map(|(_, hop, at)| match hop {
+            Hop::FirstPart => Some((*at, 1)),
+            Hop::ResponseDone => Some((*at, -1)),
+            _ => None,
+        })
+        .collect();
+    edges.sort_by_key(|(at, delta)| (*at, *delta));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, delta) in edges {
+        now += delta;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// Prints, for the turns of one level, the p50 of each hop since the send
+/// started and since the hop before it (only the hops every turn met are
+/// compared with the one before).
+fn print_breakdown(level: usize, turns: &[Turn], hops: &[(Uuid, Hop, Instant)]) {
+    let mut by_chat: BTreeMap<Uuid, Vec<(Hop, Instant)>> = BTreeMap::new();
+    for (chat, hop, at) in hops {
+        by_chat.entry(*chat).or_default().push((*hop, *at));
+    }
+    // Rows: ("send committed", …hops…, "update seen"): offsets in ms.
+    let mut rows: Vec<(&'static str, Vec<f64>)> = vec![("send committed", Vec::new())];
+    rows.extend(Hop::ALL.iter().map(|h| (h.name(), Vec::new())));
+    rows.push(("waiting update seen", Vec::new()));
+    let mut deltas: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    for turn in turns {
+        let events = by_chat.get(&turn.chat_id).map(Vec::as_slice).unwrap_or(&[]);
+        let mut offsets: Vec<Option<f64>> = vec![Some(ms(turn.committed - turn.started))];
+        for hop in Hop::ALL {
+            // The first report of the hop at or after the send; the abandon
+            // may come after the client saw the update (up to 1 s later).
+            let end = turn.done + Duration::from_secs(1);
+            let at = events
+                .iter()
+                .filter(|(h, at)| *h == hop && *at >= turn.started && *at <= end)
+                .map(|(_, at)| *at)
+                .min();
+            offsets.push(at.map(|at| ms(at - turn.started)));
+        }
+        offsets.push(Some(ms(turn.latency())));
+        let mut previous = Some(0.0);
+        for (i, offset) in offsets.iter().enumerate() {
+            if let Some(offset) = offset {
+                rows[i].1.push(*offset);
+                if let Some(previous) = previous {
+                    deltas[i].push(offset - previous);
+                }
+            }
+            previous = *offset;
+        }
+    }
+    println!(
+        "   where a turn's time goes (chats={level}, {} turns; p50 ms)",
+        turns.len()
+    );
+    println!(
+        "   {:<22} {:>8} {:>12} {:>14}",
+        "hop", "turns", "since send", "since previous"
+    );
+    for (i, (name, values)) in rows.iter_mut().enumerate() {
+        if values.is_empty() {
+            println!("   {name:<22} {:>8}", 0);
+            continue;
+        }
+        values.sort_by(f64::total_cmp);
+        deltas[i].sort_by(f64::total_cmp);
+        let p50 = |v: &[f64]| {
+            if v.is_empty() {
+                f64::NAN
+            } else {
+                v[(v.len() - 1) / 2]
+            }
+        };
+        println!(
+            "   {:<22} {:>8} {:>12.2} {:>14.2}",
+            name,
+            values.len(),
+            p50(values),
+            p50(&deltas[i])
+        );
+    }
+}
+
+/// Turns per second of `clients` clients each running `turns` raw-SQL turns
+/// back to back: the transactions of one turn as bare statements on the
+/// same schema (triggers included), without validation, publication,
+/// providers or waiting for notifications.
+async fn raw_ceiling(
+    pool: &PgPool,
+    owner: Uuid,
+    clients: usize,
+    turns: usize,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let chat = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO chats (id, owner_id, status, snapshot_version) VALUES ($1, $2, 'waiting', 1)",
+            )
+            .bind(chat)
+            .bind(owner)
+            .execute(&pool)
+            .await?;
+            for _ in 0..turns {
+                raw_turn(&pool, chat).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((clients * turns) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// One turn's transactions: send, acquire, the history read, the attempt,
+/// the step with its finish, the abandon.
+async fn raw_turn(pool: &PgPool, chat: Uuid) -> anyhow::Result<()> {
+    let runner = Uuid::new_v4();
+    let text = serde_json::json!([{"type": "text", "text": "turn"}]);
+    // Send.
+    let mut tx = raw_begin(pool, chat).await?;
+    sqlx::query("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'user', $2)")
+        .bind(chat)
+        .bind(&text)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE chats SET status = 'running' WHERE id = $1")
+        .bind(chat)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    // Acquire.
+    let mut tx = raw_begin(pool, chat).await?;
+    sqlx::query("UPDATE chats SET worker_id = $2, runner_id = $2 WHERE id = $1")
+        .bind(chat)
+        .bind(runner)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at) VALUES ($1, $2, now())",
+    )
+    .bind(chat)
+    .bind(runner)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    // The history the model call needs.
+    sqlx::query("SELECT id, role, content FROM chat_messages WHERE chat_id = $1 AND NOT deleted ORDER BY id")
+        .bind(chat)
+        .fetch_all(pool)
+        .await?;
+    // Attempt.
+    let mut tx = raw_begin(pool, chat).await?;
+    sqlx::query("UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = $1")
+        .bind(chat)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    // Step and finish.
+    let mut tx = raw_begin(pool, chat).await?;
+    sqlx::query("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'assistant', $2)")
+        .bind(chat)
+        .bind(&text)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE chats SET status = 'waiting' WHERE id = $1")
+        .bind(chat)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    // Abandon.
+    let mut tx = raw_begin(pool, chat).await?;
+    sqlx::query("DELETE FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2")
+        .bind(chat)
+        .bind(runner)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE chats SET worker_id = NULL, runner_id = NULL WHERE id = $1")
+        .bind(chat)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A raw bundle's start: lock the row, bump `snapshot_version`.
+async fn raw_begin(
+    pool: &PgPool,
+    chat: Uuid,
+) -> anyhow::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
+        .bind(chat)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "UPDATE chats SET snapshot_version = snapshot_version + 1, updated_at = now() WHERE id = $1",
+    )
+    .bind(chat)
+    .execute(&mut *tx)
+    .await?;
+    Ok(tx)
 }
 
 impl Bench {
     /// Creates a chat, then sends `turns - 1` more messages, one after each
-    /// answer; returns the latency of each turn.
-    async fn run_chat(&self, turns: usize) -> anyhow::Result<Vec<Duration>> {
+    /// answer; returns each turn.
+    async fn run_chat(&self, turns: usize) -> anyhow::Result<Vec<Turn>> {
         let chat_id = Uuid::new_v4();
         let mut updates = self.pubsub.subscribe(&chat_update_channel(chat_id)).await?;
-        let mut latencies = Vec::with_capacity(turns);
+        let mut out = Vec::with_capacity(turns);
         for turn in 0..turns {
             let started = Instant::now();
             let message = NewMessage::user(vec![MessagePart::text(format!("turn {turn}"))])
@@ -227,6 +575,7 @@ impl Bench {
                     })
                     .await?;
             }
+            let committed = Instant::now();
             loop {
                 let event = tokio::time::timeout(Duration::from_secs(60), updates.recv())
                     .await?
@@ -239,9 +588,14 @@ impl Bench {
                     break;
                 }
             }
-            latencies.push(started.elapsed());
+            out.push(Turn {
+                chat_id,
+                started,
+                committed,
+                done: Instant::now(),
+            });
         }
-        Ok(latencies)
+        Ok(out)
     }
 }
 
@@ -249,7 +603,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    let index = ((sorted.len() as f64 - 1.0) * p).floor() as usize;
     sorted[index].as_secs_f64() * 1000.0
 }
 

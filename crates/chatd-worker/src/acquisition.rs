@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt as _;
+
 use chatd_pubsub::OWNERSHIP_CHANNEL;
 use chatd_store::queries;
 use tokio_util::sync::CancellationToken;
@@ -17,7 +19,10 @@ use uuid::Uuid;
 use crate::context::WorkerContext;
 use crate::manager::ManagerHandle;
 use crate::runner::RunnerKey;
+use crate::timeline::Hop;
 
+/// How many candidates one pass claims at the same time.
+const CLAIM_CONCURRENCY: usize = 8;
 /// Retries of a pass that skipped locked rows before waiting for the timer.
 const LOCKED_RETRIES: u32 = 20;
 /// Delay between those retries.
@@ -73,7 +78,13 @@ impl AcquisitionLoop {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => true,
                 _ = self.wake.notified() => false,
-                event = subscription.recv() => if event.is_none() { return } else { false },
+                event = subscription.recv() => match event {
+                    None => return,
+                    Some(event) => {
+                        self.report_hint(&event);
+                        false
+                    }
+                },
             };
             // Keep passing while a full batch was claimed (there may be
             // more), and retry soon when rows were locked by another
@@ -129,6 +140,16 @@ impl AcquisitionLoop {
         }
     }
 
+    /// Reports a hint to the timeline, when one is installed.
+    fn report_hint(&self, event: &chatd_pubsub::PubsubEvent) {
+        let timeline = &self.ctx.config.timeline;
+        if let (true, chatd_pubsub::PubsubEvent::Message(payload)) = (timeline.is_on(), event)
+            && let Ok(hint) = serde_json::from_slice::<chatd_pubsub::OwnershipHint>(payload)
+        {
+            timeline.hop(hint.chat_id, Hop::Hint);
+        }
+    }
+
     /// One pass over the candidates.
     pub(crate) async fn pass(&self) -> chatd_store::StoreResult<Pass> {
         let stale = self.ctx.config.lease_stale_after.as_secs_f64();
@@ -141,9 +162,15 @@ impl AcquisitionLoop {
         let mut pass = Pass::default();
         // One candidate that fails (a transient database error, a row in a
         // state that cannot be read) must not keep the others unowned: log
-        // it and go on; the next pass tries it again.
-        for chat_id in candidates {
-            match self.claim(chat_id).await {
+        // it and go on; the next pass tries it again. Claims run a few at a
+        // time: each is a short transaction that never waits for a lock
+        // (`SKIP LOCKED`), and one after the other a burst of new chats
+        // waited for every claim before it (issue 15).
+        let mut claims = futures::stream::iter(candidates)
+            .map(|chat_id| async move { (chat_id, self.claim(chat_id).await) })
+            .buffer_unordered(CLAIM_CONCURRENCY);
+        while let Some((chat_id, claimed)) = claims.next().await {
+            match claimed {
                 Ok(Claim::Acquired) => pass.claimed += 1,
                 Ok(Claim::Locked) => pass.skipped_locked += 1,
                 Ok(Claim::NotACandidate) => {}
@@ -176,6 +203,7 @@ impl AcquisitionLoop {
         let runner_id = Uuid::new_v4();
         tx.acquire(self.ctx.config.worker_id, runner_id).await?;
         let acquired = tx.commit().await?;
+        self.ctx.config.timeline.hop(chat_id, Hop::Acquired);
         tracing::info!(%chat_id, %runner_id, previous_worker = ?chat.worker_id, "acquired chat");
         self.manager
             .spawn(RunnerKey { chat_id, runner_id }, acquired.snapshot_version);

@@ -58,6 +58,17 @@ pub struct WorkerConfig {
     /// How often the auto-archive loop looks for such chats (1 h; the first
     /// pass runs at start).
     pub auto_archive_interval: Duration,
+    /// How long a runner keeps a chat that went idle (`waiting` or
+    /// `error`) before its abandon goroutine applies `Abandon` (1 s): a
+    /// message sent meanwhile is answered by the same runner, without a new
+    /// `Acquire` and bootstrap (issue 15). Archived chats are abandoned at
+    /// once, and a graceful shutdown abandons every chat it owns. A replica
+    /// that dies in this window leaves the chat to be taken over when its
+    /// lease goes stale.
+    pub abandon_idle_after: Duration,
+    /// Where the hops of every turn are reported ([`crate::timeline`]);
+    /// default nowhere. The benchmark `bench_worker` sets it.
+    pub timeline: crate::timeline::Timeline,
 }
 
 impl Default for WorkerConfig {
@@ -82,6 +93,8 @@ impl Default for WorkerConfig {
             title_timeout: Duration::from_secs(60),
             auto_archive_after: Some(Duration::from_secs(90 * 24 * 60 * 60)),
             auto_archive_interval: Duration::from_secs(60 * 60),
+            abandon_idle_after: Duration::from_secs(1),
+            timeline: crate::timeline::Timeline::default(),
         }
     }
 }

@@ -94,12 +94,13 @@ where
 
 /// Locks the chat row (`FOR UPDATE`, no snapshot bump) and checks `fence`;
 /// the returned lock keeps the row locked for consistent related reads until
-/// it is finished or dropped.
+/// it is finished or dropped. For reads only: its commit does not wait for
+/// a WAL flush ([`ChatMachine::lock_to_read`]).
 ///
 /// # Errors
 /// `Stale` when the fence fails or the chat is gone; database errors.
 pub async fn fenced_lock(machine: &ChatMachine, fence: &Fence) -> Result<LockedChat, FenceError> {
-    let locked = machine.lock().await.map_err(map_missing)?;
+    let locked = machine.lock_to_read().await.map_err(map_missing)?;
     if !fence.holds(&locked.chat) {
         return Err(FenceError::Stale);
     }

@@ -26,6 +26,7 @@ pub mod providers;
 pub mod runner;
 mod tasks;
 mod ticker;
+pub mod timeline;
 mod worker;
 
 pub use archive::auto_archive_pass;

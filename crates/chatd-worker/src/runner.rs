@@ -11,6 +11,7 @@
 //! the chat, so an update committed in between is not missed.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chatd_core::ChatStatus;
 use chatd_pubsub::{ChatUpdate, PubsubEvent, chat_update_channel};
@@ -209,6 +210,12 @@ impl Runner {
         if event.snapshot_version <= watermark {
             return;
         }
+        if self.local.is_none() {
+            self.ctx
+                .config
+                .timeline
+                .hop(self.key.chat_id, crate::timeline::Hop::Bootstrapped);
+        }
         let next = Local {
             snapshot_version: event.snapshot_version,
             history_version: event.history_version,
@@ -272,6 +279,13 @@ impl Runner {
             ctx: self.ctx.clone(),
             cancel: cancel.clone(),
             notify: self.input_tx.clone(),
+            // Step 10 (idle) keeps the chat a moment; step 6 (archived)
+            // lets go at once.
+            abandon_after: if kind == TaskKind::Abandon && !event.archived {
+                self.ctx.config.abandon_idle_after
+            } else {
+                Duration::ZERO
+            },
         };
         tracing::debug!(chat_id = %self.key.chat_id, runner_id = %self.key.runner_id, ?kind, history_version = event.history_version, "spawning runner task");
         let handle = tokio::spawn(tasks::run(kind, task));
@@ -311,6 +325,9 @@ async fn bootstrap(
             }
         }
     };
+    ctx.config
+        .timeline
+        .hop(key.chat_id, crate::timeline::Hop::Subscribed);
     // Subscribe first, then read: an update committed between the two is
     // either in the read or delivered on the subscription.
     tokio::spawn(refetch(key, ctx.clone(), inputs.clone()));

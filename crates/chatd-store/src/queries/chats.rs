@@ -79,6 +79,38 @@ pub async fn select(
         .await
 }
 
+/// Reads chat `chat_id` `FOR UPDATE` in a transaction that will only read
+/// (a worker task checking its fence before it reads the history): the
+/// same statement turns `synchronous_commit` off for the transaction, so
+/// its commit, which only releases the row lock, does not wait for a WAL
+/// flush. Never write through such a transaction: its commit may be lost
+/// in a crash.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// let row = chats::select_for_update_to_read(&mut tx, chat.id).await?.expect("exists");
+/// assert_eq!(row.snapshot_version, chat.snapshot_version);
+/// let setting: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await?;
+/// assert_eq!(setting, "off");
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub async fn select_for_update_to_read(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+) -> sqlx::Result<Option<Chat>> {
+    let sql = "SELECT c.* FROM chats c
+         CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS s
+         WHERE c.id = $1 FOR UPDATE OF c";
+    super::keyed::optional(conn, sql, chat_id).await
+}
+
 /// Locks the chat row `FOR UPDATE` and advances `snapshot_version` by one in
 /// the same statement, returning the bumped row; `None` when the chat does not
 /// exist. Must be the first write of every transition bundle: the message
@@ -224,18 +256,11 @@ pub struct Bumped {
 
 impl Bumped {
     /// The facts when they are current (no transaction committed a change
-    /// of the chat between the statement's snapshot and its lock), else
-    /// only the row, which always is.
-    ///
-    /// # Errors
-    /// `Err(row)` when the queue length and heartbeat age may be stale and
-    /// must be read again ([`select_facts`]).
-    pub fn current_facts(self) -> Result<ChatFacts, Chat> {
-        if self.snapshot_seen == Some(self.facts.chat.snapshot_version - 1) {
-            Ok(self.facts)
-        } else {
-            Err(self.facts.chat)
-        }
+    /// of the chat between the statement's snapshot and its lock); `None`
+    /// when the queue length and heartbeat age may be stale and must be
+    /// read again ([`select_facts`]). The row itself always is current.
+    pub fn current_facts(self) -> Option<ChatFacts> {
+        (self.snapshot_seen == Some(self.facts.chat.snapshot_version - 1)).then_some(self.facts)
     }
 }
 

@@ -53,6 +53,7 @@ pub(super) async fn commit_response(
     let mut messages = vec![response_message(call, &response, runtime_ms)];
     messages.extend(step.results);
     commit_step(task, "committing the model response", messages, false, next).await?;
+    task.hop(crate::timeline::Hop::StepCommitted);
     if call.wants_title && finishes && !text.trim().is_empty() {
         title::after_first_answer(task, call, text);
     }

@@ -30,6 +30,7 @@ use super::tools::{ToolCall, ToolRouter, ToolStep};
 use super::{TaskContext, TaskResult};
 use crate::fence::{FenceError, fenced_lock};
 use crate::providers::{ResolvedModel, load_mcp_servers, resolve_model};
+use crate::timeline::Hop;
 
 /// Plans the next step of the task's history and carries it out.
 pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
@@ -37,6 +38,7 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
     let loaded = task
         .retrying("reading the chat history", || load(task, &machine))
         .await?;
+    task.hop(Hop::HistoryLoaded);
     let config = &task.ctx.config;
     let history: Vec<HistoryMessage<'_>> = loaded.history.iter().map(Into::into).collect();
     let next = plan(PlanInput {
@@ -331,11 +333,15 @@ async fn call_model(
             return commit::finish_error(task, "ending the turn after too many attempts", error)
                 .await;
         }
+        task.hop(Hop::AttemptRecorded);
         let episode = OpenEpisode::create(&task.ctx.parts, task.episode(attempt));
         let started = Instant::now();
-        let outcome = task.cancellable(stream_response(&call, &episode)).await?;
+        let outcome = task
+            .cancellable(stream_response(&call, &episode, &config.timeline))
+            .await?;
         let err = match outcome {
             Ok(response) => {
+                task.hop(Hop::ResponseDone);
                 let runtime_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
                 // Tool results stream into the same episode, so it stays open
                 // until they are all in.

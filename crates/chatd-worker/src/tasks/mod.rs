@@ -46,6 +46,10 @@ pub(crate) struct TaskContext {
     pub(crate) ctx: Arc<WorkerContext>,
     pub(crate) cancel: CancellationToken,
     pub(crate) notify: mpsc::UnboundedSender<RunnerInput>,
+    /// For an abandon task: how long to wait first (the runner's idle
+    /// grace, [`crate::WorkerConfig::abandon_idle_after`]; zero for an
+    /// archived chat). A new event cancels the wait with the task.
+    pub(crate) abandon_after: Duration,
 }
 
 /// How a task ended early.
@@ -108,6 +112,11 @@ impl TaskContext {
         }
     }
 
+    /// Reports `hop` of this task's chat to the worker's timeline.
+    fn hop(&self, hop: crate::timeline::Hop) {
+        self.ctx.config.timeline.hop(self.chat_id, hop);
+    }
+
     fn publish_local(&self, chat: &Chat) {
         // The fast path: the runner sees our own commit without waiting for
         // the notification.
@@ -120,10 +129,15 @@ impl TaskContext {
 /// "Abandon chat goroutine": `Abandon`, once the fence shows the runner
 /// still owns the chat.
 async fn abandon(task: &TaskContext) -> TaskResult<()> {
+    if !task.abandon_after.is_zero() {
+        task.sleep(task.abandon_after).await?;
+    }
     task.transition("abandoning the chat", |tx, _| {
         Box::pin(async move { tx.abandon().await })
     })
-    .await
+    .await?;
+    task.hop(crate::timeline::Hop::Abandoned);
+    Ok(())
 }
 
 /// "Dynamic tools timeout goroutine": waits until the requires-action

@@ -6,6 +6,7 @@
 //! Adding parts is best effort: a full or closed episode drops them. A
 //! prompt far over the model's context window is refused before the call.
 
+use crate::timeline::{Hop, Timeline};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -55,6 +56,7 @@ impl Drop for OpenEpisode<'_> {
 pub(super) async fn stream_response(
     call: &ModelCall<Arc<dyn Provider>>,
     episode: &OpenEpisode<'_>,
+    timeline: &Timeline,
 ) -> Result<ResponseBuilder, ProviderError> {
     let add = |part: PartDelta| episode.add(ChatRole::Assistant, part);
     if let Some(at_least) = prompt_clearly_exceeds(&call.request, call.context_limit) {
@@ -75,8 +77,12 @@ pub(super) async fn stream_response(
     let mut stream = call.provider.stream(&call.request).await?;
     let mut response = ResponseBuilder::new();
     let mut calls: HashMap<usize, (String, String)> = HashMap::new();
+    let mut first = true;
     while let Some(event) = stream.next().await {
         let event = event?;
+        if std::mem::take(&mut first) {
+            timeline.hop(episode.episode.chat_id, Hop::FirstPart);
+        }
         response.push(&event);
         match event {
             StreamEvent::TextDelta(text) => add(PartDelta::Text { text }),
