@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::acquisition::AcquisitionLoop;
 use crate::archive::AutoArchiveLoop;
+use crate::idempotency_sweep::IdempotencySweepLoop;
 use crate::config::WorkerConfig;
 use crate::context::{LocalLocks, WorkerContext};
 use crate::fence::{Fence, FenceError, fenced_update};
@@ -85,6 +86,12 @@ impl Worker {
             .run(acquisition_cancel.clone()),
         );
         tracker.spawn(AutoArchiveLoop { ctx: ctx.clone() }.run(cancel.clone()));
+        tracker.spawn(
+            IdempotencySweepLoop {
+                store: ctx.store.clone(),
+            }
+            .run(cancel.clone()),
+        );
         tracing::info!(worker_id = %ctx.config.worker_id, "worker started");
         Self {
             ctx,
