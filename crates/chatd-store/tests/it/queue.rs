@@ -213,13 +213,13 @@ async fn reject_refuses_a_busy_chat_naming_its_state_and_sends_when_idle() {
 async fn edit_queued_message_replaces_fields_and_advances_queue_version() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
-    let ids = queue_all(&h, id, &[("tpyo", BusyBehavior::Queue)]).await;
+    let qid = queue_all(&h, id, &[("tpyo", BusyBehavior::Queue)]).await[0];
     let model = None;
     let (row, chat) = h
         .run(id, move |tx| {
             Box::pin(async move {
                 tx.edit_queued_message(EditQueuedMessageInput {
-                    queued_message_id: ids[0],
+                    queued_message_id: qid,
                     content: Some(vec![MessagePart::text("typo")]),
                     model_config_id: Some(model),
                     steer: Some(true),
@@ -236,7 +236,7 @@ async fn edit_queued_message_replaces_fields_and_advances_queue_version() {
         .run(id, move |tx| {
             Box::pin(async move {
                 tx.edit_queued_message(EditQueuedMessageInput {
-                    queued_message_id: ids[0],
+                    queued_message_id: qid,
                     ..Default::default()
                 })
                 .await
@@ -319,8 +319,9 @@ async fn move_queued_message_reorders_and_later_inserts_keep_their_ends() {
         (2, 0, ["c", "a", "b", "d"]),
         (2, 99, ["a", "b", "d", "c"]),
         (0, 2, ["b", "d", "a", "c"]),
-        (3, 3, ["b", "d", "a", "c"]),
-        (1, 1, ["b", "d", "a", "c"]),
+        (3, 3, ["b", "a", "c", "d"]),
+        // Already there: the order stays, the queue version still moves.
+        (1, 0, ["b", "a", "c", "d"]),
     ];
     for (who, index, expected) in cases {
         let qid = ids[who];
@@ -339,7 +340,7 @@ async fn move_queued_message_reorders_and_later_inserts_keep_their_ends() {
         .await;
     assert_eq!(
         queue_texts(&h.queue(id).await),
-        ["head", "b", "d", "a", "c", "tail"]
+        ["head", "b", "a", "c", "d", "tail"]
     );
 }
 
@@ -481,7 +482,7 @@ async fn moving_a_queued_message_races_a_steering_step() {
             assert_eq!(step.steered_messages[0].queued_message_id, Some(steer));
             assert_eq!(queue_texts(&h.queue(id).await), ["q"]);
             match moved {
-                Ok(queue) => assert_eq!(queue_texts(&queue), ["s", "q"]),
+                Ok((queue, _)) => assert_eq!(queue_texts(&queue), ["s", "q"]),
                 Err(StoreError::State(StateError::QueuedMessageNotFound { .. })) => {}
                 Err(other) => panic!("unexpected error {other:?}"),
             }
