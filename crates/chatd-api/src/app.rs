@@ -66,9 +66,7 @@ impl AppState {
     pub fn new(store: chatd_store::Store, options: ApiOptions) -> Self {
         Self {
             inner: Arc::new(Inner {
-                idempotency_pool: chatd_store::queries::idempotency_keys::claim_pool(
-                    store.pool(),
-                ),
+                idempotency_pool: chatd_store::queries::idempotency_keys::claim_pool(store.pool()),
                 store,
                 options,
                 metrics: install_metrics_recorder(),

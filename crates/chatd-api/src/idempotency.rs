@@ -43,12 +43,12 @@
 use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
+use axum::extract::FromRequestParts;
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::extract::FromRequestParts;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
@@ -113,7 +113,10 @@ fn chat_route(path: &str) -> Option<&str> {
 /// `400` naming `Idempotency-Key`.
 pub fn parse_key(value: &HeaderValue) -> Result<String, ApiError> {
     let bytes = value.as_bytes();
-    if bytes.is_empty() || bytes.len() > MAX_KEY_LEN || !bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
+    if bytes.is_empty()
+        || bytes.len() > MAX_KEY_LEN
+        || !bytes.iter().all(|b| (0x20..0x7f).contains(b))
+    {
         return Err(ApiError::invalid(
             "Idempotency-Key",
             format!("must be 1 to {MAX_KEY_LEN} printable ASCII characters"),
@@ -156,7 +159,8 @@ async fn keyed(
     let user = caller.id();
     parts.extensions.insert(caller);
 
-    let internal = |err: sqlx::Error| ApiError::from(chatd_store::StoreError::from(err)).into_response();
+    let internal =
+        |err: sqlx::Error| ApiError::from(chatd_store::StoreError::from(err)).into_response();
     let mut claim_tx = state.idempotency_pool().begin().await.map_err(internal)?;
     let ttl = KEY_TTL.as_secs_f64();
     match idempotency_keys::claim(&mut claim_tx, user, &key, &route, &hash, ttl)
@@ -185,9 +189,9 @@ async fn keyed(
                 return Ok(response);
             }
             let (parts, body) = response.into_parts();
-            let body = to_bytes(body, usize::MAX).await.map_err(|err| {
-                ApiError::internal(err).into_response()
-            })?;
+            let body = to_bytes(body, usize::MAX)
+                .await
+                .map_err(|err| ApiError::internal(err).into_response())?;
             let content_type = parts
                 .headers
                 .get(CONTENT_TYPE)
@@ -240,7 +244,10 @@ mod tests {
         assert!(!applies(&Method::GET, "/api/v2/chats/x/messages"));
         assert!(!applies(&Method::POST, "/api/v2/users"));
         assert!(!applies(&Method::POST, "/api/v2/chatsx"));
-        assert_eq!(chat_route("/api/experimental/chats/a/b"), chat_route("/api/v2/chats/a/b"));
+        assert_eq!(
+            chat_route("/api/experimental/chats/a/b"),
+            chat_route("/api/v2/chats/a/b")
+        );
     }
 
     #[test]
@@ -258,7 +265,10 @@ mod tests {
 
     #[test]
     fn body_hash_ignores_json_key_order_and_whitespace_only() {
-        assert_eq!(body_hash(br#"{"a":1,"b":[2]}"#), body_hash(b"{ \"b\": [2], \"a\": 1 }"));
+        assert_eq!(
+            body_hash(br#"{"a":1,"b":[2]}"#),
+            body_hash(b"{ \"b\": [2], \"a\": 1 }")
+        );
         assert_ne!(body_hash(br#"{"a":1}"#), body_hash(br#"{"a":2}"#));
         assert_ne!(body_hash(b""), body_hash(b"{}"));
     }

@@ -377,7 +377,7 @@ pub async fn send_message(
         },
         queued_message: match &result.queued_message {
             Some(q) => {
-                let position = queue::index_of(tx.conn(), id, q.id)
+                let position = queue::index_of(tx.reader(), id, q.id)
                     .await?
                     .unwrap_or_default();
                 Some(ChatQueuedMessage::at(position, q))

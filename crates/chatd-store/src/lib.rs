@@ -38,9 +38,8 @@ pub use queries::model_configs::ModelConfigRow;
 pub use queries::providers::ProviderRow;
 pub use transitions::{
     CommitStepResult, CompleteRequiresActionInput, EditMessageInput, EditMessageResult,
-    EditQueuedMessageInput, FinishInterruptionResult,
-    FinishTurnResult, PromoteQueuedMessageResult, SendMessageInput, SendMessageResult,
-    ToolResultInput, validate_tool_results,
+    EditQueuedMessageInput, FinishInterruptionResult, FinishTurnResult, PromoteQueuedMessageResult,
+    SendMessageInput, SendMessageResult, ToolResultInput, validate_tool_results,
 };
 
 /// The embedded migrations (`crates/chatd-store/migrations`).

@@ -12,10 +12,10 @@ use uuid::Uuid;
 
 use crate::acquisition::AcquisitionLoop;
 use crate::archive::AutoArchiveLoop;
-use crate::idempotency_sweep::IdempotencySweepLoop;
 use crate::config::WorkerConfig;
 use crate::context::{LocalLocks, WorkerContext};
 use crate::fence::{Fence, FenceError, fenced_update};
+use crate::idempotency_sweep::IdempotencySweepLoop;
 use crate::manager::{ManagerHandle, RunnerManager, SHUTDOWN_GRACE};
 use crate::part_buffer::PartBuffer;
 use crate::providers::ProviderFactory;

@@ -187,11 +187,12 @@ async fn steer(bench: &Bench, args: &Args) -> anyhow::Result<()> {
     let mut streaming_ms = Vec::new();
     for run in 0..args.runs {
         for i in 0..2 {
-            bench.llm.push(
-                Script::new()
-                    .delay(step)
-                    .tool_call(&format!("call_{run}_{i}"), "calc__add", r#"{"a": 2, "b": 3}"#, 1),
-            );
+            bench.llm.push(Script::new().delay(step).tool_call(
+                &format!("call_{run}_{i}"),
+                "calc__add",
+                r#"{"a": 2, "b": 3}"#,
+                1,
+            ));
         }
         bench.llm.push(Script::new().delay(step).then_text("done"));
         let before = bench.llm.requests().len();
@@ -219,7 +220,10 @@ async fn steer(bench: &Bench, args: &Args) -> anyhow::Result<()> {
                 None,
             )
             .await?;
-        anyhow::ensure!(answer["queued_message"]["steer"] == true, "not steered: {answer}");
+        anyhow::ensure!(
+            answer["queued_message"]["steer"] == true,
+            "not steered: {answer}"
+        );
         let mut n = in_flight + 1;
         let received = loop {
             let request = bench
@@ -333,10 +337,7 @@ async fn idempotency(bench: &Bench, args: &Args) -> anyhow::Result<()> {
     let (without, with) = (rate(totals[0]), rate(totals[1]));
     println!(
         "== Idempotency-Key on POST /messages: {} clients over {} busy chats, {} alternating periods of {:?} each",
-        args.clients,
-        args.chats,
-        args.rounds,
-        args.period
+        args.clients, args.chats, args.rounds, args.period
     );
     println!(
         "without the header: {without:.0} requests/s; with a fresh key per request: {with:.0} requests/s; ratio with/without {:.3}",

@@ -455,11 +455,7 @@ async fn hostile_inputs_answer_4xx_and_change_nothing() {
                 chat_path(chat, &format!("/queue/{bad}/promote")),
                 "queued",
             ),
-            (
-                "PATCH",
-                chat_path(chat, &format!("/queue/{bad}")),
-                "queued",
-            ),
+            ("PATCH", chat_path(chat, &format!("/queue/{bad}")), "queued"),
             (
                 "POST",
                 chat_path(chat, &format!("/queue/{bad}/move")),

@@ -28,7 +28,9 @@ async fn a_repeat_returns_the_first_response_even_after_the_chat_moved_on() {
     assert!(headers.get("idempotent-replayed").is_none());
     // The chat moves on: the turn ends and another message is sent.
     s.step(id, Step::FinishTurn).await;
-    s.post(&path, &s.alice, send_body("other")).await.expect(200);
+    s.post(&path, &s.alice, send_body("other"))
+        .await
+        .expect(200);
     let before = s.dump().await;
     for repeat_path in [path.clone(), path.replace("/api/v2/", "/api/experimental/")] {
         let (again, headers) = s
@@ -49,7 +51,13 @@ async fn every_mutating_chat_route_takes_a_key() {
     let create = json!({"content": [{"type": "text", "text": "hello"}]});
     let key = [("Idempotency-Key", "create-1")];
     let (first, _) = s
-        .call_with_headers("POST", "/api/v2/chats", &s.alice, Some(create.clone()), &key)
+        .call_with_headers(
+            "POST",
+            "/api/v2/chats",
+            &s.alice,
+            Some(create.clone()),
+            &key,
+        )
         .await;
     first.expect(201);
     let (again, _) = s
@@ -65,13 +73,17 @@ async fn every_mutating_chat_route_takes_a_key() {
     let id = s.chat_in(&s.alice, R0).await;
     let key = [("Idempotency-Key", "stop-1")];
     let path = chat_path(id, "/interrupt");
-    let (first, _) = s.call_with_headers("POST", &path, &s.alice, None, &key).await;
+    let (first, _) = s
+        .call_with_headers("POST", &path, &s.alice, None, &key)
+        .await;
     assert_eq!(first.expect(200)["status"], "interrupting");
     s.apply(id, |tx| {
         Box::pin(async move { tx.finish_interruption(vec![]).await.map(|_| ()) })
     })
     .await;
-    let (again, _) = s.call_with_headers("POST", &path, &s.alice, None, &key).await;
+    let (again, _) = s
+        .call_with_headers("POST", &path, &s.alice, None, &key)
+        .await;
     assert_eq!((again.status, &again.body), (200, &first.body));
     assert_eq!(s.state(id).await, W);
     // DELETE /queue/{queued}: 204, replayed without a second delete.
@@ -79,9 +91,13 @@ async fn every_mutating_chat_route_takes_a_key() {
     let head = s.queue_ids(id).await[0];
     let key = [("Idempotency-Key", "drop-1")];
     let path = chat_path(id, &format!("/queue/{head}"));
-    let (first, _) = s.call_with_headers("DELETE", &path, &s.alice, None, &key).await;
+    let (first, _) = s
+        .call_with_headers("DELETE", &path, &s.alice, None, &key)
+        .await;
     first.expect(204);
-    let (again, headers) = s.call_with_headers("DELETE", &path, &s.alice, None, &key).await;
+    let (again, headers) = s
+        .call_with_headers("DELETE", &path, &s.alice, None, &key)
+        .await;
     assert_eq!(again.status, 204);
     assert_eq!(headers["idempotent-replayed"], "true");
     assert_eq!(s.queue_ids(id).await.len(), 1);
@@ -108,8 +124,16 @@ async fn the_same_key_with_another_body_or_route_is_409_and_changes_nothing() {
     for (method, p, body) in conflicts {
         let (answer, _) = s.call_with_headers(method, &p, &s.alice, body, &key).await;
         answer.expect_error(409);
-        assert!(answer.message().contains("Idempotency-Key"), "{}", answer.text);
-        assert_eq!(s.dump().await, before_other, "{method} {p} changed something");
+        assert!(
+            answer.message().contains("Idempotency-Key"),
+            "{}",
+            answer.text
+        );
+        assert_eq!(
+            s.dump().await,
+            before_other,
+            "{method} {p} changed something"
+        );
     }
     // Key order and whitespace of the JSON do not make another body.
     let reordered = br#"{ "content" : [ { "text": "a", "type": "text" } ] }"#.to_vec();
@@ -135,14 +159,29 @@ async fn keys_are_per_user_and_failures_are_not_remembered() {
     let bob_chat = s.chat_in(&s.bob, W).await;
     let key = [("Idempotency-Key", "shared-text")];
     let (a, _) = s
-        .call_with_headers("POST", &chat_path(alice_chat, "/messages"), &s.alice, Some(send_body("a")), &key)
+        .call_with_headers(
+            "POST",
+            &chat_path(alice_chat, "/messages"),
+            &s.alice,
+            Some(send_body("a")),
+            &key,
+        )
         .await;
     a.expect(200);
     let (b, headers) = s
-        .call_with_headers("POST", &chat_path(bob_chat, "/messages"), &s.bob, Some(send_body("b")), &key)
+        .call_with_headers(
+            "POST",
+            &chat_path(bob_chat, "/messages"),
+            &s.bob,
+            Some(send_body("b")),
+            &key,
+        )
         .await;
     b.expect(200);
-    assert!(headers.get("idempotent-replayed").is_none(), "bob's key is his own");
+    assert!(
+        headers.get("idempotent-replayed").is_none(),
+        "bob's key is his own"
+    );
     // A refused request changed nothing and is not stored: once the chat
     // allows it, the same key and body run.
     let busy = s.chat_in(&s.alice, R0).await;
@@ -170,7 +209,13 @@ async fn bad_keys_are_400_naming_the_header_and_change_nothing() {
     let long = "k".repeat(256);
     for bad in ["", long.as_str(), "tab\there"] {
         let (answer, _) = s
-            .call_with_headers("POST", &path, &s.alice, Some(send_body("x")), &[("Idempotency-Key", bad)])
+            .call_with_headers(
+                "POST",
+                &path,
+                &s.alice,
+                Some(send_body("x")),
+                &[("Idempotency-Key", bad)],
+            )
             .await;
         answer.expect_error(400);
         assert_eq!(answer.fields(), vec!["Idempotency-Key"], "{bad:?}");
@@ -180,7 +225,10 @@ async fn bad_keys_are_400_naming_the_header_and_change_nothing() {
         .post(format!("{}{}", s.base, path))
         .bearer_auth(&s.alice.token)
         .header("content-type", "application/json")
-        .header("Idempotency-Key", reqwest::header::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap())
+        .header(
+            "Idempotency-Key",
+            reqwest::header::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+        )
         .body(serde_json::to_vec(&send_body("x")).unwrap())
         .send()
         .await
@@ -209,8 +257,14 @@ async fn concurrent_duplicates_wait_for_the_first_and_get_its_response() {
         let (s, path, barrier) = (s.clone(), path.clone(), barrier.clone());
         tasks.spawn(async move {
             barrier.wait().await;
-            s.call_with_headers("POST", &path, &s.alice, Some(send_body("once")), &[("Idempotency-Key", "dup")])
-                .await
+            s.call_with_headers(
+                "POST",
+                &path,
+                &s.alice,
+                Some(send_body("once")),
+                &[("Idempotency-Key", "dup")],
+            )
+            .await
         });
     }
     let mut bodies = Vec::new();
@@ -221,7 +275,10 @@ async fn concurrent_duplicates_wait_for_the_first_and_get_its_response() {
         replayed += usize::from(headers.get("idempotent-replayed").is_some());
         bodies.push(answer.body);
     }
-    assert!(bodies.iter().all(|b| *b == bodies[0]), "one response for all");
+    assert!(
+        bodies.iter().all(|b| *b == bodies[0]),
+        "one response for all"
+    );
     assert_eq!(replayed, 11, "one ran, eleven waited for it");
     let sent: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM chat_messages WHERE chat_id = $1 AND content @> '[{\"text\": \"once\"}]'",

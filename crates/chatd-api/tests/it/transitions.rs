@@ -765,7 +765,11 @@ async fn send_message_reject_table() {
     })
     .await;
     // The 409 names the status.
-    for (from, status) in [(R0, "running"), (I1, "interrupting"), (A0, "requires_action")] {
+    for (from, status) in [
+        (R0, "running"),
+        (I1, "interrupting"),
+        (A0, "requires_action"),
+    ] {
         let id = s.chat_in(&s.alice, from).await;
         let answer = s
             .post(
@@ -824,7 +828,10 @@ async fn edit_queued_message_table() {
         .clone();
     assert_eq!(body["id"], ids[1]);
     assert_eq!(body["content"], json!([{"type": "text", "text": "fixed"}]));
-    assert_eq!((body["steer"].clone(), body["position"].clone()), (json!(true), json!(1)));
+    assert_eq!(
+        (body["steer"].clone(), body["position"].clone()),
+        (json!(true), json!(1))
+    );
     let chat = s.get(&chat_path(id, ""), &s.alice).await.body;
     assert!(chat["queue_version"].as_i64() > before.as_i64());
     assert_eq!(chat["queue_version"], chat["snapshot_version"]);
@@ -898,24 +905,55 @@ async fn queue_edit_and_move_are_owner_only_and_validate_before_changing_anythin
         ("POST", &mv, json!({}), 400, None),
         ("PATCH", &edit, json!({"content": []}), 400, Some("content")),
         ("PATCH", &edit, json!({"steer": "yes"}), 400, Some("steer")),
-        ("PATCH", &edit, json!({"model_config_id": uuid::Uuid::new_v4()}), 400, Some("model_config_id")),
+        (
+            "PATCH",
+            &edit,
+            json!({"model_config_id": uuid::Uuid::new_v4()}),
+            400,
+            Some("model_config_id"),
+        ),
         ("PATCH", &edit, json!({"colour": "red"}), 400, None),
     ];
     for (method, path, body, status, field) in cases {
-        let answer = s.call(method, path, Some(&s.alice.token), Some(body.clone())).await;
+        let answer = s
+            .call(method, path, Some(&s.alice.token), Some(body.clone()))
+            .await;
         answer.expect_error(status);
         if let Some(field) = field {
-            assert!(answer.fields().iter().any(|f| f == field), "{body}: {:?}", answer.text);
+            assert!(
+                answer.fields().iter().any(|f| f == field),
+                "{body}: {:?}",
+                answer.text
+            );
         }
         assert_eq!(s.dump().await, before, "{method} {body} changed something");
     }
     // Another member sees no chat; an admin is not the owner.
-    let answer = s.call("POST", &mv, Some(&s.bob.token), Some(json!({"position": 1}))).await;
+    let answer = s
+        .call(
+            "POST",
+            &mv,
+            Some(&s.bob.token),
+            Some(json!({"position": 1})),
+        )
+        .await;
     answer.expect_error(404);
-    let answer = s.call("POST", &mv, Some(&s.admin.token), Some(json!({"position": 1}))).await;
+    let answer = s
+        .call(
+            "POST",
+            &mv,
+            Some(&s.admin.token),
+            Some(json!({"position": 1})),
+        )
+        .await;
     answer.expect_error(403);
     let answer = s
-        .call("PATCH", &edit, Some(&s.admin.token), Some(json!({"steer": true})))
+        .call(
+            "PATCH",
+            &edit,
+            Some(&s.admin.token),
+            Some(json!({"steer": true})),
+        )
         .await;
     answer.expect_error(403);
     assert_eq!(s.dump().await, before);

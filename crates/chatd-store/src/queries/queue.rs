@@ -377,12 +377,11 @@ pub async fn move_to_head(
 /// # Ok(()) }
 /// ```
 pub async fn pop_steer(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
-    let mut rows: Vec<QueuedMessage> = sqlx::query_as(
-        "DELETE FROM chat_queued_messages WHERE chat_id = $1 AND steer RETURNING *",
-    )
-    .bind(chat_id)
-    .fetch_all(conn)
-    .await?;
+    let mut rows: Vec<QueuedMessage> =
+        sqlx::query_as("DELETE FROM chat_queued_messages WHERE chat_id = $1 AND steer RETURNING *")
+            .bind(chat_id)
+            .fetch_all(conn)
+            .await?;
     rows.sort_by_key(|q| (q.position, q.id));
     Ok(rows)
 }

@@ -95,10 +95,9 @@ async fn apply(
             })
             .await
             .map(|_| ())?,
-        Transition::MoveQueuedMessage => tx
-            .move_queued_message(first_queued, 5)
-            .await
-            .map(|_| ())?,
+        Transition::MoveQueuedMessage => {
+            tx.move_queued_message(first_queued, 5).await.map(|_| ())?
+        }
         Transition::Interrupt => tx.interrupt().await.map(|_| ())?,
         Transition::CompleteRequiresAction => tx
             .complete_requires_action(pending_call_answer("{\"color\":\"red\"}"))

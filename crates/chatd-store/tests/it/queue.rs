@@ -40,7 +40,9 @@ async fn queue_all(h: &Harness, id: Uuid, texts: &[(&str, BusyBehavior)]) -> Vec
     for (text, behavior) in texts {
         let input = send(text, *behavior);
         let (sent, _) = h
-            .run(id, |tx| Box::pin(async move { tx.send_message(input).await }))
+            .run(id, |tx| {
+                Box::pin(async move { tx.send_message(input).await })
+            })
             .await;
         ids.push(sent.queued_message.expect("queued").id);
     }
@@ -98,13 +100,15 @@ async fn steer_messages_enter_history_right_after_the_step_that_continues_the_tu
     );
     // History: ..., the call, its result, then the steer messages.
     let active = h.active_messages(id).await;
-    let tail: Vec<_> = active[active.len() - 4..]
-        .iter()
-        .map(|m| m.role)
-        .collect();
+    let tail: Vec<_> = active[active.len() - 4..].iter().map(|m| m.role).collect();
     assert_eq!(
         tail,
-        [ChatRole::Assistant, ChatRole::Tool, ChatRole::User, ChatRole::User]
+        [
+            ChatRole::Assistant,
+            ChatRole::Tool,
+            ChatRole::User,
+            ChatRole::User
+        ]
     );
     assert_eq!(queue_texts(&h.queue(id).await), ["q1"]);
     // One transaction: history and queue changed in the step's snapshot.
@@ -336,8 +340,10 @@ async fn move_queued_message_reorders_and_later_inserts_keep_their_ends() {
     }
     queue_all(&h, id, &[("tail", BusyBehavior::Queue)]).await;
     let input = send("head", BusyBehavior::Interrupt);
-    h.run(id, |tx| Box::pin(async move { tx.send_message(input).await }))
-        .await;
+    h.run(id, |tx| {
+        Box::pin(async move { tx.send_message(input).await })
+    })
+    .await;
     assert_eq!(
         queue_texts(&h.queue(id).await),
         ["head", "b", "a", "c", "d", "tail"]
@@ -377,10 +383,8 @@ where
             let m2 = h.store.machine(id);
             let editor = tokio::spawn(async move {
                 b1.wait().await;
-                m1.update(move |tx| {
-                    Box::pin(async move { tx.edit_queued_message(input).await })
-                })
-                .await
+                m1.update(move |tx| Box::pin(async move { tx.edit_queued_message(input).await }))
+                    .await
             });
             let worker = tokio::spawn(async move {
                 b2.wait().await;
@@ -392,12 +396,14 @@ where
             let edited = match edited {
                 Ok(_) => true,
                 Err(StoreError::State(
-                    StateError::QueuedMessageNotFound { .. }
-                    | StateError::TransitionNotAllowed(_),
+                    StateError::QueuedMessageNotFound { .. } | StateError::TransitionNotAllowed(_),
                 )) => false,
                 Err(other) => panic!("unexpected error {other:?}"),
             };
-            assert!(h.queue(id).await.is_empty(), "promoted, so no longer queued");
+            assert!(
+                h.queue(id).await.is_empty(),
+                "promoted, so no longer queued"
+            );
             let promoted = finished.promoted_message.expect("promoted");
             assert_eq!(promoted.queued_message_id, Some(ids[0]));
             let in_history = h
@@ -408,7 +414,10 @@ where
                 .count();
             assert_eq!(in_history, 1, "promoted exactly once");
             let last = h.chat(id).await;
-            assert_eq!(last.queue_version, chat.snapshot_version, "the promotion was the last queue change");
+            assert_eq!(
+                last.queue_version, chat.snapshot_version,
+                "the promotion was the last queue change"
+            );
             RaceOutcome {
                 edited,
                 promoted: text_of(&promoted.content.0),
@@ -462,10 +471,8 @@ async fn moving_a_queued_message_races_a_steering_step() {
             let steer = ids[1];
             let mover = tokio::spawn(async move {
                 b1.wait().await;
-                m1.update(move |tx| {
-                    Box::pin(async move { tx.move_queued_message(steer, 0).await })
-                })
-                .await
+                m1.update(move |tx| Box::pin(async move { tx.move_queued_message(steer, 0).await }))
+                    .await
             });
             let worker = tokio::spawn(async move {
                 b2.wait().await;

@@ -332,8 +332,12 @@ async fn a_steer_message_reaches_the_next_model_call_of_the_running_turn() {
         .unwrap();
     env.send(chat_id, "later, please", chatd_core::BusyBehavior::Queue)
         .await;
-    env.send(chat_id, "answer in base ten", chatd_core::BusyBehavior::Steer)
-        .await;
+    env.send(
+        chat_id,
+        "answer in base ten",
+        chatd_core::BusyBehavior::Steer,
+    )
+    .await;
     let second = env
         .llm
         .wait_for_request(2, std::time::Duration::from_secs(30))
@@ -342,7 +346,10 @@ async fn a_steer_message_reaches_the_next_model_call_of_the_running_turn() {
     let sent = second.body["messages"].as_array().unwrap();
     let n = sent.len();
     assert_eq!(sent[n - 2]["role"], "tool", "{sent:?}");
-    assert_eq!(second.last_user_text().as_deref(), Some("answer in base ten"));
+    assert_eq!(
+        second.last_user_text().as_deref(),
+        Some("answer in base ten")
+    );
     assert_eq!(sent[n - 1]["role"], "user");
     // The queued message became the next turn.
     let third = env

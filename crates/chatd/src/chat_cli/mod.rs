@@ -490,7 +490,11 @@ async fn queue(client: &Client, command: QueueCommand) -> anyhow::Result<ExitCod
     let queued: Vec<Value> = match command {
         QueueCommand::List { chat } => {
             let page: Value = client
-                .call(Method::GET, &format!("/chats/{chat}/messages?limit=1"), None)
+                .call(
+                    Method::GET,
+                    &format!("/chats/{chat}/messages?limit=1"),
+                    None,
+                )
                 .await?;
             page["queued_messages"]
                 .as_array()

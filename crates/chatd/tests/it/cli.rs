@@ -246,8 +246,7 @@ async fn send_reject_refuses_a_busy_chat_and_queue_list_edit_move_and_send_steer
     let (code, _, stderr) = output(cli(&url, &["send", "--reject", &id, "x"])).await?;
     assert_eq!(code, Some(1), "stderr: {stderr}");
     assert!(stderr.contains("status is running"), "stderr: {stderr}");
-    let (code, _, stderr) =
-        output(cli(&url, &["send", "--reject", "--steer", &id, "x"])).await?;
+    let (code, _, stderr) = output(cli(&url, &["send", "--reject", "--steer", &id, "x"])).await?;
     assert_eq!(code, Some(2), "conflicting flags: {stderr}");
 
     let mut ids = Vec::new();
@@ -278,14 +277,14 @@ async fn send_reject_refuses_a_busy_chat_and_queue_list_edit_move_and_send_steer
     assert_eq!(code, Some(1), "nothing to change: {stderr}");
     let (code, _, stderr) = output(cli(&url, &["send", "--steer", "--no-watch", &id, "s"])).await?;
     assert_eq!(code, Some(0), "stderr: {stderr}");
-    assert!(stderr.contains("reads it at its next step"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("reads it at its next step"),
+        "stderr: {stderr}"
+    );
     wait_status(&setup.server, chat, "waiting").await?;
     // The steer messages went first, together, as the next turn; then b.
     let requests = model_requests(&setup.llm);
-    let users: Vec<String> = requests
-        .iter()
-        .filter_map(|r| r.last_user_text())
-        .collect();
+    let users: Vec<String> = requests.iter().filter_map(|r| r.last_user_text()).collect();
     assert_eq!(users, ["first", "s", "b"], "{users:?}");
     Ok(())
 }
