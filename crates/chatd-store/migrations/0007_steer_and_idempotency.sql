@@ -8,11 +8,12 @@
 ALTER TABLE chat_queued_messages ADD COLUMN steer boolean NOT NULL DEFAULT false;
 
 -- Every client-visible change of a queued row advances queue_version (spec
--- "Queue version"): the steer flag and the reasoning effort are edited by
--- PATCH /queue/{queued} now, so the update trigger watches them too.
+-- "Queue version"): the steer flag is client-visible and edited by
+-- PATCH /queue/{queued}, so the update trigger watches it too (the other
+-- columns as in the spec's trigger).
 DROP TRIGGER trigger_bump_chat_queue_version_on_queued_message_update ON chat_queued_messages;
 CREATE TRIGGER trigger_bump_chat_queue_version_on_queued_message_update
-AFTER UPDATE OF content, model_config_id, reasoning_effort, position, created_by, steer ON chat_queued_messages
+AFTER UPDATE OF content, model_config_id, position, created_by, steer ON chat_queued_messages
 FOR EACH ROW
 EXECUTE FUNCTION bump_chat_queue_version_on_queued_message_change();
 

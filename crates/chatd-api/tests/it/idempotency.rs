@@ -319,3 +319,32 @@ async fn an_expired_key_counts_as_absent() {
     assert!(headers.get("idempotent-replayed").is_none());
     assert_eq!(s.queue_ids(id).await.len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_names_the_header_on_mutating_chat_routes_only() {
+    let s = Server::start().await;
+    let doc = s.call("GET", "/api/v2/openapi.json", None, None).await.body;
+    let names = |path: &str, method: &str| -> Vec<String> {
+        doc["paths"][path][method]["parameters"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .filter_map(|p| p["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for (path, method) in [
+        ("/api/v2/chats", "post"),
+        ("/api/v2/chats/{chat}/messages", "post"),
+        ("/api/experimental/chats/{chat}/messages", "post"),
+        ("/api/v2/chats/{chat}/queue/{queued}", "patch"),
+        ("/api/v2/chats/{chat}", "delete"),
+    ] {
+        assert!(
+            names(path, method).contains(&"Idempotency-Key".to_owned()),
+            "{method} {path}"
+        );
+    }
+    assert!(!names("/api/v2/chats/{chat}/messages", "get").contains(&"Idempotency-Key".to_owned()));
+}
