@@ -9,7 +9,9 @@
 //! 1. The header must be 1..=255 printable ASCII characters, else `400`
 //!    naming `Idempotency-Key`. The caller is authenticated here (`401`),
 //!    and the handler reuses that [`Caller`].
-//! 2. The body is read (within the body limit, `413`) and hashed: SHA-256
+//! 2. The body is read (within the body limit, `413`; a body whose
+//!    `Content-Length` is over the limit goes to the handler untouched, which
+//!    answers in API.md's order) and hashed: SHA-256
 //!    of its canonical JSON (object keys sorted, no whitespace) when it is
 //!    JSON, of its bytes otherwise.
 //! 3. The key is claimed in a transaction of its own
@@ -82,9 +84,25 @@ pub async fn idempotency_layer(
     let Some(key) = request.headers().get(&IDEMPOTENCY_KEY).cloned() else {
         return next.run(request).await;
     };
+    // A body declared over the limit is refused by the handler, after its
+    // own earlier checks (API.md: `404` before `413`); nothing to remember.
+    if declared_length(&request) > Some(state.options().body_limit_bytes as u64) {
+        return next.run(request).await;
+    }
     match keyed(&state, key, request, next).await {
         Ok(response) | Err(response) => response,
     }
+}
+
+/// The request's `Content-Length`, if it has a valid one.
+fn declared_length(request: &Request) -> Option<u64> {
+    request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// Whether a request is a mutating chat route.

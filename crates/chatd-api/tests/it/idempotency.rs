@@ -348,3 +348,33 @@ async fn the_openapi_document_names_the_header_on_mutating_chat_routes_only() {
     }
     assert!(!names("/api/v2/chats/{chat}/messages", "get").contains(&"Idempotency-Key".to_owned()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_with_a_key_keeps_the_order_of_checks_and_is_not_stored() {
+    let s = Server::start().await;
+    let id = s.chat_in(&s.alice, W).await;
+    let big = json!({"content": [{"type": "text", "text": "x".repeat(1_100_000)}]});
+    let before = s.dump().await;
+    // Not visible: 404 before 413, key or not.
+    let (hidden, _) = s
+        .call_with_headers(
+            "POST",
+            &chat_path(id, "/messages"),
+            &s.bob,
+            Some(big.clone()),
+            &[("Idempotency-Key", "big")],
+        )
+        .await;
+    hidden.expect_error(404);
+    let (own, _) = s
+        .call_with_headers(
+            "POST",
+            &chat_path(id, "/messages"),
+            &s.alice,
+            Some(big),
+            &[("Idempotency-Key", "big")],
+        )
+        .await;
+    own.expect_error(413);
+    assert_eq!(s.dump().await, before);
+}
