@@ -588,7 +588,8 @@ impl ChatTx {
     /// steer message waiting in the queue enters history, in queue order, in
     /// the same transaction (API.md "Busy behaviours and the queue"), so the
     /// next model call reads them. `R1` lands in `R0` when that empties the
-    /// queue.
+    /// queue. When a tool call is still without its result after the step,
+    /// nothing is steered (a user message would cancel the call).
     ///
     /// # Errors
     /// As [`ChatTx::commit_step`].
@@ -1338,9 +1339,12 @@ impl Ops<'_> {
         for message in &messages {
             inserted.push(self.insert(message).await?);
         }
-        // The step's tool results are all in, so nothing is outstanding
-        // and the steer messages follow them directly.
-        let steered_messages = if steer {
+        // The steer messages follow the step's tool results directly. A
+        // step that leaves a call without its result does not continue the
+        // turn: inserting a user message would cancel that call, so the
+        // steer messages wait (for the next continuing step or the turn's
+        // end).
+        let steered_messages = if steer && self.pending_calls().await?.is_empty() {
             self.promote_steer(CANCELLED_TOOL_RESULT).await?
         } else {
             Vec::new()

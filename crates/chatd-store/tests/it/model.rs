@@ -210,7 +210,9 @@ impl Model {
                 let last = self.queue.pop().expect("non-empty");
                 self.queue.insert(0, last);
             }
-            Op::CommitSteering => self.queue.retain(|steer| !steer),
+            // Steer messages join only a step that leaves no call open.
+            Op::CommitSteering if self.pending == 0 => self.queue.retain(|steer| !steer),
+            Op::CommitSteering => {}
             Op::Interrupt => match from {
                 S::R0 | S::R1 => self.status = Interrupting,
                 _ => {

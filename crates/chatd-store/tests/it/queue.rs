@@ -502,3 +502,28 @@ async fn moving_a_queued_message_races_a_steering_step() {
         joined.expect("race task");
     }
 }
+
+#[tokio::test]
+async fn a_steering_step_that_leaves_a_call_open_steers_nothing_and_cancels_nothing() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    queue_all(&h, id, &[("s", BusyBehavior::Steer)]).await;
+    let call = vec![NewMessage::assistant(vec![MessagePart::ToolCall {
+        tool_call_id: "open-call".into(),
+        tool_name: "pick".into(),
+        args: "{}".into(),
+    }])];
+    let (result, _) = h
+        .run(id, |tx| {
+            Box::pin(async move { tx.commit_step_steering(call, false).await })
+        })
+        .await;
+    assert!(result.steered_messages.is_empty());
+    assert_eq!(
+        h.outstanding_calls(id).await.len(),
+        1,
+        "the call stays open"
+    );
+    assert_eq!(queue_texts(&h.queue(id).await), ["s"]);
+    assert_eq!(h.state(id).await, ExecutionState::R1);
+}
