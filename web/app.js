@@ -834,6 +834,15 @@ function buildComposer({ newChat }) {
         title: 'Stop the running reply and send this now',
         hidden: true,
       }, 'Send now');
+  const sendSteer = newChat
+    ? null
+    : h('button', {
+        type: 'button',
+        class: 'btn',
+        testid: 'send-steer',
+        title: 'Tell the running reply this without stopping it: the model reads it at its next step',
+        hidden: true,
+      }, 'Steer');
   const stop = newChat
     ? null
     : h('button', {
@@ -854,10 +863,10 @@ function buildComposer({ newChat }) {
       { class: 'composer-bar' },
       h('span', { class: 'model-field' }, h('label', { for: modelId }, 'Model'), model),
       h('span', { class: 'composer-hint', id: 'composer-hint' }, 'Enter sends · Shift+Enter: new line'),
-      h('span', { class: 'composer-actions' }, stop, sendInterrupt, sendQueue),
+      h('span', { class: 'composer-actions' }, stop, sendSteer, sendInterrupt, sendQueue),
     ),
   );
-  const composer = { root, input, model, sendQueue, sendInterrupt, stop, pastes, pasted: [], sending: false };
+  const composer = { root, input, model, sendQueue, sendInterrupt, sendSteer, stop, pastes, pasted: [], sending: false };
 
   /** The message: pasted blocks (in order), then what was typed. */
   const messageText = () => [...composer.pasted.map((p) => p.text), input.value].filter((t) => t.trim()).join('\n\n');
@@ -890,6 +899,7 @@ function buildComposer({ newChat }) {
     submit('queue');
   });
   if (sendInterrupt) sendInterrupt.addEventListener('click', () => submit('interrupt'));
+  if (sendSteer) sendSteer.addEventListener('click', () => submit('steer'));
   if (stop) stop.addEventListener('click', () => app.view && app.view.chat && interruptChat(app.view));
   input.addEventListener('keydown', (e) => {
     // Enter sends; Shift+Enter (or Alt+Enter) is a new line; an Enter that
@@ -1126,6 +1136,8 @@ function renderHeader(view) {
       : 'Write a message…';
   composer.sendQueue.textContent = busy ? 'Queue' : 'Send';
   composer.sendInterrupt.hidden = !busy || chat.archived;
+  // Steering is for a running reply (elsewhere the server queues it).
+  composer.sendSteer.hidden = chat.status !== 'running' || chat.archived;
   // The stop button: shown while the agent works (running, retrying,
   // interrupting), usable while it runs.
   composer.stop.hidden = !working || chat.archived;
@@ -1135,6 +1147,7 @@ function renderHeader(view) {
   if (!composer.sending) {
     composer.sendQueue.disabled = chat.archived;
     composer.sendInterrupt.disabled = chat.archived;
+    composer.sendSteer.disabled = chat.archived;
     composer.stop.disabled = chat.status !== 'running' || chat.archived;
   }
 }
@@ -1649,22 +1662,88 @@ function renderBanners(view) {
   updateCountdowns(view);
 }
 
+/**
+ * The queue panel (API.md "Busy behaviours and the queue"): each queued
+ * message with a "steer" badge when it steers the running reply, and
+ * Promote, Edit and Delete; drag a message by its handle to reorder the
+ * queue. Editing happens in place (`view.queueEdit`); the panel is only
+ * rebuilt when the queue or the message being edited changes, so a stream
+ * event does not throw away what is being typed.
+ */
 function renderQueue(view) {
   const panel = view.dom.queue;
   panel.hidden = view.queue.length === 0;
-  const items = view.queue.map((q, i) =>
-    h(
+  const editing = view.queueEdit && view.queue.some((q) => q.id === view.queueEdit.id) ? view.queueEdit.id : null;
+  if (!editing) view.queueEdit = null;
+  const key = JSON.stringify([view.queue.map((q) => [q.id, q.steer, q.content]), editing]);
+  if (panel.dataset.key === key) return;
+  panel.dataset.key = key;
+  const items = view.queue.map((q, i) => {
+    const label = `queued message ${i + 1}`;
+    if (q.id === editing) {
+      const input = h('textarea', { class: 'queued-edit-input', testid: 'queue-edit-input', rows: 2, 'aria-label': `Edit ${label}` });
+      input.value = textOf(q.content);
+      const steer = h('input', { type: 'checkbox', testid: 'queue-edit-steer' });
+      steer.checked = Boolean(q.steer);
+      const save = () => editQueued(view, q.id, input.value, steer.checked);
+      input.addEventListener('keydown', (e) => {
+        if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+          e.preventDefault();
+          save();
+        } else if (e.key === 'Escape') {
+          view.queueEdit = null;
+          renderQueue(view);
+        }
+      });
+      queueMicrotask(() => input.focus());
+      return h(
+        'li',
+        { class: 'queued queued-editing', testid: 'queued-message', dataset: { queuedId: String(q.id) } },
+        input,
+        h(
+          'span',
+          { class: 'queued-actions' },
+          h('label', { class: 'queued-steer-toggle' }, steer, ' Steer'),
+          h('button', { type: 'button', class: 'btn btn-small btn-primary', testid: 'queue-edit-save', onclick: save }, 'Save'),
+          h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'queue-edit-cancel', onclick: () => { view.queueEdit = null; renderQueue(view); } }, 'Cancel'),
+        ),
+      );
+    }
+    const item = h(
       'li',
-      { class: 'queued', testid: 'queued-message', dataset: { queuedId: String(q.id) } },
+      { class: 'queued', testid: 'queued-message', draggable: 'true', dataset: { queuedId: String(q.id) } },
+      h('span', { class: 'queued-handle', 'aria-hidden': 'true', title: 'Drag to reorder' }, '⠿'),
+      q.steer ? h('span', { class: 'queued-steer', testid: 'queued-steer', title: 'Read by the running reply at its next step' }, 'steer') : null,
       h('span', { class: 'queued-text' }, textOf(q.content) || '(no text)'),
       h(
         'span',
         { class: 'queued-actions' },
-        h('button', { type: 'button', class: 'btn btn-small', testid: 'queue-promote', 'aria-label': `Send queued message ${i + 1} next`, onclick: () => promoteQueued(view, q.id) }, 'Promote'),
-        h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'queue-delete', 'aria-label': `Delete queued message ${i + 1}`, onclick: () => deleteQueued(view, q.id) }, 'Delete'),
+        h('button', { type: 'button', class: 'btn btn-small', testid: 'queue-promote', 'aria-label': `Send ${label} next`, onclick: () => promoteQueued(view, q.id) }, 'Promote'),
+        h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'queue-edit', 'aria-label': `Edit ${label}`, onclick: () => { view.queueEdit = { id: q.id }; renderQueue(view); } }, 'Edit'),
+        h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'queue-delete', 'aria-label': `Delete ${label}`, onclick: () => deleteQueued(view, q.id) }, 'Delete'),
       ),
-    ),
-  );
+    );
+    item.addEventListener('dragstart', (e) => {
+      e.dataTransfer.setData('text/x-chatd-queued', String(q.id));
+      e.dataTransfer.effectAllowed = 'move';
+      item.classList.add('dragging');
+    });
+    item.addEventListener('dragend', () => item.classList.remove('dragging'));
+    item.addEventListener('dragover', (e) => {
+      if (!e.dataTransfer.types.includes('text/x-chatd-queued')) return;
+      e.preventDefault();
+      e.dataTransfer.dropEffect = 'move';
+      item.classList.add('drop-target');
+    });
+    item.addEventListener('dragleave', () => item.classList.remove('drop-target'));
+    item.addEventListener('drop', (e) => {
+      e.preventDefault();
+      item.classList.remove('drop-target');
+      const moved = Number(e.dataTransfer.getData('text/x-chatd-queued'));
+      if (moved && moved !== q.id) moveQueued(view, moved, i);
+    });
+    return item;
+  });
   panel.replaceChildren(h('h2', {}, `Queued (${view.queue.length})`), h('ol', { class: 'queue-list' }, items));
 }
 
@@ -1819,6 +1898,28 @@ async function promoteQueued(view, id) {
   if (view.chat.status === 'running') armInterrupt(view);
   const chat = await attempt(() => api('POST', `/chats/${view.chatId}/queue/${id}/promote`));
   if (chat && !view.closed) applyChat(view, chat);
+}
+
+/** Saves an edit of a queued message (text and steer flag). */
+async function editQueued(view, id, text, steer) {
+  if (!text.trim()) {
+    toast('A queued message needs some text.');
+    return;
+  }
+  const body = { content: [{ type: 'text', text }], steer };
+  const edited = await attempt(() => api('PATCH', `/chats/${view.chatId}/queue/${id}`, body));
+  if (!edited || view.closed) return;
+  view.queueEdit = null;
+  view.queue = view.queue.map((q) => (q.id === id ? edited : q));
+  render(view);
+}
+
+/** Moves a queued message to 0-based `position`; the answer is the new queue. */
+async function moveQueued(view, id, position) {
+  const queue = await attempt(() => api('POST', `/chats/${view.chatId}/queue/${id}/move`, { position }));
+  if (!queue || view.closed) return;
+  view.queue = queue;
+  render(view);
 }
 
 async function deleteQueued(view, id) {

@@ -45,6 +45,7 @@ pub struct AppState {
 
 struct Inner {
     store: chatd_store::Store,
+    idempotency_pool: sqlx::PgPool,
     options: ApiOptions,
     metrics: PrometheusHandle,
     streams: Option<StreamService>,
@@ -65,6 +66,7 @@ impl AppState {
     pub fn new(store: chatd_store::Store, options: ApiOptions) -> Self {
         Self {
             inner: Arc::new(Inner {
+                idempotency_pool: chatd_store::queries::idempotency_keys::claim_pool(store.pool()),
                 store,
                 options,
                 metrics: install_metrics_recorder(),
@@ -87,6 +89,7 @@ impl AppState {
         Self {
             inner: Arc::new(Inner {
                 store: self.inner.store.clone(),
+                idempotency_pool: self.inner.idempotency_pool.clone(),
                 options: self.inner.options.clone(),
                 metrics: self.inner.metrics.clone(),
                 streams: Some(streams),
@@ -107,6 +110,12 @@ impl AppState {
     /// The store.
     pub fn store(&self) -> &chatd_store::Store {
         &self.inner.store
+    }
+
+    /// The pool of `Idempotency-Key` claims
+    /// ([`chatd_store::queries::idempotency_keys::claim_pool`]).
+    pub fn idempotency_pool(&self) -> &sqlx::PgPool {
+        &self.inner.idempotency_pool
     }
 
     /// The options.

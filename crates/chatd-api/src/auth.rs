@@ -146,6 +146,10 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
+        // Authenticated once already by the idempotency layer.
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            return Ok(caller.clone());
+        }
         let token = request_token(&parts.headers).ok_or_else(ApiError::unauthorized)?;
         let row = tokens::user_by_secret_hash(state.store().pool(), &hash_token(token)).await?;
         let user = row.ok_or_else(ApiError::unauthorized)?.into();

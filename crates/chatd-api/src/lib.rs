@@ -16,7 +16,8 @@
 //!   replica-to-replica `/stream/parts` ([`stream`]), and the long-poll
 //!   `/updates`, once the state has its [`StreamDeps`]
 //!   ([`AppState::with_stream`]);
-//! - message windows and paging by size ([`paging`]).
+//! - message windows and paging by size ([`paging`]);
+//! - `Idempotency-Key` on every mutating chat route ([`idempotency`]).
 //!
 //! Every execution-state change goes through `chatd_store`'s
 //! `ChatMachine`, and every read and metadata write through its `queries`
@@ -50,6 +51,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod http_metrics;
+pub mod idempotency;
 pub mod messages;
 pub mod objects;
 pub mod openapi;
@@ -116,7 +118,11 @@ fn chat_routes() -> Router<AppState> {
         .route("/{chat}/messages/{message}", patch(messages::edit_message))
         .route(
             "/{chat}/queue/{queued}",
-            delete(queue::delete_queued_message),
+            delete(queue::delete_queued_message).patch(queue::edit_queued_message),
+        )
+        .route(
+            "/{chat}/queue/{queued}/move",
+            post(queue::move_queued_message),
         )
         .route(
             "/{chat}/queue/{queued}/promote",
@@ -165,6 +171,10 @@ pub fn router(state: AppState) -> Router {
         )
         .nest("/api/v2/chats", chats.clone())
         .nest("/api/experimental/chats", chats)
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            idempotency::idempotency_layer,
+        ))
         .route_layer(axum::middleware::from_fn(http_metrics::track_metrics))
         .method_not_allowed_fallback(health::method_not_allowed)
         .fallback(health::not_found)

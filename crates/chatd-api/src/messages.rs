@@ -242,7 +242,7 @@ pub async fn list_messages(
     snapshot.finish().await?;
     Ok(Json(MessagesPage {
         messages,
-        queued_messages: queue.iter().map(ChatQueuedMessage::from).collect(),
+        queued_messages: ChatQueuedMessage::list(&queue),
         has_more,
         window,
     }))
@@ -287,8 +287,11 @@ struct SendFingerprint<'a> {
 /// `POST /api/v2/chats/{chat}/messages`: `SendMessage(m, busy_behavior)`.
 /// Owner-only. From `W`/`E0` the message enters history (`R0`); from `E1`
 /// it is queued and the queue head is promoted (`R1`); busy chats queue it
-/// (`queue`) or queue it at the head and interrupt (`interrupt`: `R* → I1`,
-/// `I* → I1`, `A* → R1`).
+/// (`queue`), queue it at the head and interrupt (`interrupt`: `R* → I1`,
+/// `I* → I1`, `A* → R1`), queue it as a steer message that enters history at
+/// the running turn's next step boundary (`steer` while running; as `queue`
+/// in other states), or refuse it with `409` naming the status (`reject`;
+/// API.md "Busy behaviours and the queue").
 #[utoipa::path(
     post,
     path = "/api/v2/chats/{chat}/messages",
@@ -372,7 +375,15 @@ pub async fn send_message(
                 .filter(|m| m.role == chatd_core::ChatRole::User)
                 .map(ChatMessage::from)
         },
-        queued_message: result.queued_message.as_ref().map(ChatQueuedMessage::from),
+        queued_message: match &result.queued_message {
+            Some(q) => {
+                let position = queue::index_of(tx.reader(), id, q.id)
+                    .await?
+                    .unwrap_or_default();
+                Some(ChatQueuedMessage::at(position, q))
+            }
+            None => None,
+        },
         messages,
     };
     let response = serde_json::to_value(&response).map_err(ApiError::internal)?;

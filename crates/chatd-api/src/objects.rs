@@ -167,7 +167,7 @@ pub fn visible_messages<'a>(
     out
 }
 
-/// `ChatQueuedMessage`.
+/// `ChatQueuedMessage` (API.md "Objects", "Busy behaviours and the queue").
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ChatQueuedMessage {
     /// Queued message id.
@@ -182,10 +182,16 @@ pub struct ChatQueuedMessage {
     pub created_by: Option<Uuid>,
     /// Model config requested with it.
     pub model_config_id: Option<Uuid>,
+    /// Sent with `busy_behavior: "steer"` while the chat ran: it enters
+    /// history at the next step boundary of the running turn.
+    pub steer: bool,
+    /// 0-based index in queue order (0 = next).
+    pub position: i64,
 }
 
-impl From<&chatd_store::QueuedMessage> for ChatQueuedMessage {
-    fn from(q: &chatd_store::QueuedMessage) -> Self {
+impl ChatQueuedMessage {
+    /// The object of row `q` at 0-based queue index `position`.
+    pub fn at(position: i64, q: &chatd_store::QueuedMessage) -> Self {
         ChatQueuedMessage {
             id: q.id,
             chat_id: q.chat_id,
@@ -193,7 +199,17 @@ impl From<&chatd_store::QueuedMessage> for ChatQueuedMessage {
             created_at: q.created_at,
             created_by: q.created_by,
             model_config_id: q.model_config_id,
+            steer: q.steer,
+            position,
         }
+    }
+
+    /// The objects of a whole queue, `rows` head first.
+    pub fn list(rows: &[chatd_store::QueuedMessage]) -> Vec<Self> {
+        rows.iter()
+            .zip(0..)
+            .map(|(q, position)| Self::at(position, q))
+            .collect()
     }
 }
 

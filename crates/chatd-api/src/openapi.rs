@@ -46,6 +46,8 @@ Every non-2xx response has the body ErrorBody.",
         crate::messages::edit_message,
         crate::queue::delete_queued_message,
         crate::queue::promote_queued_message,
+        crate::queue::edit_queued_message,
+        crate::queue::move_queued_message,
         crate::chats::actions::interrupt,
         crate::tools::submit_tool_results,
         crate::chats::actions::reconcile_invalid,
@@ -90,7 +92,7 @@ Every non-2xx response has the body ErrorBody.",
         crate::stream::event::EpisodeSelection,
         crate::paging::MessageWindow,
     )),
-    modifiers(&SecurityAddon, &ExperimentalMount),
+    modifiers(&SecurityAddon, &IdempotencyHeader, &ExperimentalMount),
     security(("bearer" = [])),
     tags(
         (name = "chats", description = "Chats (also under /api/experimental/chats)"),
@@ -146,6 +148,48 @@ impl Modify for SecurityAddon {
                     .build(),
             ),
         );
+    }
+}
+
+/// Documents the `Idempotency-Key` header on every mutating chat route
+/// ([`crate::idempotency`]). Runs before [`ExperimentalMount`], so both
+/// mounts carry it.
+struct IdempotencyHeader;
+
+impl Modify for IdempotencyHeader {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if !path.starts_with("/api/v2/chats") {
+                continue;
+            }
+            let mutating = [
+                item.post.as_mut(),
+                item.put.as_mut(),
+                item.patch.as_mut(),
+                item.delete.as_mut(),
+            ];
+            for op in mutating.into_iter().flatten() {
+                let header = ParameterBuilder::new()
+                    .name("Idempotency-Key")
+                    .parameter_in(ParameterIn::Header)
+                    .required(utoipa::openapi::Required::False)
+                    .description(Some(
+                        "1 to 255 printable ASCII characters, per user. A repeat with the same key, method, path and body within 24 hours answers the first 2xx response (with `Idempotent-Replayed: true`) and changes nothing; the same key with another method, path or body is 409. Concurrent duplicates wait for the first. A request that failed is not remembered.",
+                    ))
+                    .schema(Some(
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .min_length(Some(1))
+                            .max_length(Some(255)),
+                    ))
+                    .build();
+                op.parameters
+                    .get_or_insert_with(Vec::new)
+                    .push(utoipa::openapi::RefOr::T(header));
+            }
+        }
     }
 }
 

@@ -17,12 +17,21 @@
 //!   `R1`: busy chats answer `409` at the API.
 //! - `ClearContext` (package doc: "lands in waiting") is allowed from `W` and
 //!   `E0`; from `E1` it would strand a queue in `waiting`, an invalid state.
+//! - `SendMessage(steer)` has the rows of `SendMessage(queue)` (API.md: in
+//!   states other than running it behaves as `queue`); `SendMessage(reject)`
+//!   only the idle and error rows, so a busy chat refuses it with `409`.
+//! - `EditQueuedMessage` and `MoveQueuedMessage` (API.md "Busy behaviours
+//!   and the queue") keep the state and are allowed wherever the queue is
+//!   non-empty and the chat not archived (`E1`, `R1`, `I1`, `A1`).
+//! - `CommitStep` from `R1` may land in `R0`: the step that continues a turn
+//!   takes the waiting steer messages into history with it, which can empty
+//!   the queue. A plain step keeps `R1` (listed first).
 
 use crate::error::TransitionError;
 use crate::state::ExecutionState;
 use crate::transition::{BusyBehavior, Transition};
 
-use BusyBehavior::{Interrupt as Int, Queue};
+use BusyBehavior::{Interrupt as Int, Queue, Reject, Steer};
 use ExecutionState::*;
 
 const fn archive(archived: bool) -> Transition {
@@ -85,6 +94,20 @@ pub const MATRIX: &[Row] = &[
     row(send(Int), I1, &[I1]),
     row(send(Int), A0, &[R1]),
     row(send(Int), A1, &[R1]),
+    // SendMessage(steer): as queue; steered only while running.
+    row(send(Steer), W, &[R0]),
+    row(send(Steer), E0, &[R0]),
+    row(send(Steer), E1, &[R1]),
+    row(send(Steer), R0, &[R1]),
+    row(send(Steer), R1, &[R1]),
+    row(send(Steer), I0, &[I1]),
+    row(send(Steer), I1, &[I1]),
+    row(send(Steer), A0, &[A1]),
+    row(send(Steer), A1, &[A1]),
+    // SendMessage(reject): idle and error only.
+    row(send(Reject), W, &[R0]),
+    row(send(Reject), E0, &[R0]),
+    row(send(Reject), E1, &[R1]),
     // EditMessage.
     row(Transition::EditMessage, W, &[R0]),
     row(Transition::EditMessage, E0, &[R0]),
@@ -111,6 +134,15 @@ pub const MATRIX: &[Row] = &[
     row(Transition::PromoteQueuedMessage, R1, &[I1]),
     row(Transition::PromoteQueuedMessage, I1, &[I1]),
     row(Transition::PromoteQueuedMessage, A1, &[R0, R1]),
+    // EditQueuedMessage and MoveQueuedMessage (the queue stays non-empty).
+    row(Transition::EditQueuedMessage, E1, &[E1]),
+    row(Transition::EditQueuedMessage, R1, &[R1]),
+    row(Transition::EditQueuedMessage, I1, &[I1]),
+    row(Transition::EditQueuedMessage, A1, &[A1]),
+    row(Transition::MoveQueuedMessage, E1, &[E1]),
+    row(Transition::MoveQueuedMessage, R1, &[R1]),
+    row(Transition::MoveQueuedMessage, I1, &[I1]),
+    row(Transition::MoveQueuedMessage, A1, &[A1]),
     // Interrupt.
     row(Transition::Interrupt, R0, &[I0]),
     row(Transition::Interrupt, R1, &[I1]),
@@ -125,7 +157,7 @@ pub const MATRIX: &[Row] = &[
     row(Transition::RecordRetryState, R0, &[R0]),
     row(Transition::RecordRetryState, R1, &[R1]),
     row(Transition::CommitStep, R0, &[R0]),
-    row(Transition::CommitStep, R1, &[R1]),
+    row(Transition::CommitStep, R1, &[R1, R0]),
     row(Transition::EnterRequiresAction, R0, &[A0]),
     row(Transition::EnterRequiresAction, R1, &[A1]),
     row(Transition::FinishTurn, R0, &[W]),
@@ -305,6 +337,38 @@ mod tests {
             allowed_targets(Transition::FinishTurn, R1),
             Some(&[R0, R1][..])
         );
+    }
+
+    #[test]
+    fn steer_sends_like_queue_and_reject_refuses_every_busy_state() {
+        for from in ExecutionState::ALL {
+            assert_eq!(
+                allowed_targets(send(Steer), from),
+                allowed_targets(send(Queue), from),
+                "{from}"
+            );
+            let busy = matches!(from, R0 | R1 | I0 | I1 | A0 | A1);
+            let expected = if busy {
+                None
+            } else {
+                allowed_targets(send(Queue), from)
+            };
+            assert_eq!(allowed_targets(send(Reject), from), expected, "{from}");
+        }
+    }
+
+    #[test]
+    fn queue_edits_need_a_non_empty_queue_and_keep_the_state() {
+        for t in [Transition::EditQueuedMessage, Transition::MoveQueuedMessage] {
+            for from in ExecutionState::ALL {
+                let expected = matches!(from, E1 | R1 | I1 | A1).then_some(from);
+                assert_eq!(
+                    allowed_targets(t, from).map(|to| to[0]),
+                    expected,
+                    "{t} from {from}"
+                );
+            }
+        }
     }
 
     #[test]

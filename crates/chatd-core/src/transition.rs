@@ -5,13 +5,16 @@
 //! `(transition, from) → to` pairs live in [`crate::matrix`]. The two
 //! transitions whose legal targets depend on an argument carry it:
 //! `SetArchived { archived }` and `SendMessage { busy_behavior }`.
+//! Queue edit and move (API.md "Busy behaviours and the queue") are
+//! transitions like the others: `EditQueuedMessage`, `MoveQueuedMessage`.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 /// How `SendMessage` behaves when the chat is busy (`R*`, `I*`, `A*`). From
-/// idle and error states both behave the same.
+/// idle and error states all four behave the same (API.md "Busy behaviours
+/// and the queue").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -22,14 +25,33 @@ pub enum BusyBehavior {
     /// Put the message at the head of the queue and interrupt active work (or
     /// cancel a pending dynamic-tool action).
     Interrupt,
+    /// While running (`R*`): queue the message with `steer: true`, so that
+    /// the step commit that continues the turn puts it into history (the
+    /// model reads it in its next call) and `FinishTurn` promotes it first.
+    /// In other states: as `Queue`.
+    Steer,
+    /// While busy (`R*`, `I*`, `A*`): refuse the send (the matrix lists no
+    /// busy row, so it is `TransitionNotAllowed`, `409`), nothing changes.
+    /// Idle: as `Queue`.
+    Reject,
 }
 
 impl BusyBehavior {
-    /// Wire spelling (`queue` or `interrupt`).
+    /// Every value, in wire order.
+    pub const ALL: [BusyBehavior; 4] = [
+        BusyBehavior::Queue,
+        BusyBehavior::Interrupt,
+        BusyBehavior::Steer,
+        BusyBehavior::Reject,
+    ];
+
+    /// Wire spelling (`queue`, `interrupt`, `steer` or `reject`).
     pub fn as_str(self) -> &'static str {
         match self {
             BusyBehavior::Queue => "queue",
             BusyBehavior::Interrupt => "interrupt",
+            BusyBehavior::Steer => "steer",
+            BusyBehavior::Reject => "reject",
         }
     }
 }
@@ -60,6 +82,10 @@ pub enum Transition {
     DeleteQueuedMessage,
     /// Make a queued message the next one to process.
     PromoteQueuedMessage,
+    /// Replace a queued message's content, model config or steer flag.
+    EditQueuedMessage,
+    /// Move a queued message to another index of the queue.
+    MoveQueuedMessage,
     /// Request cancellation of active work or close a pending action.
     Interrupt,
     /// Store client-submitted dynamic tool results.
@@ -91,7 +117,7 @@ pub enum Transition {
 impl Transition {
     /// Every transition value, both arguments of the parametrised ones
     /// included: the rows of the exhaustive matrix test.
-    pub const ALL: [Transition; 23] = [
+    pub const ALL: [Transition; 27] = [
         Transition::CreateChat,
         Transition::SetArchived { archived: true },
         Transition::SetArchived { archived: false },
@@ -101,11 +127,19 @@ impl Transition {
         Transition::SendMessage {
             busy_behavior: BusyBehavior::Interrupt,
         },
+        Transition::SendMessage {
+            busy_behavior: BusyBehavior::Steer,
+        },
+        Transition::SendMessage {
+            busy_behavior: BusyBehavior::Reject,
+        },
         Transition::EditMessage,
         Transition::RequestCompaction,
         Transition::ClearContext,
         Transition::DeleteQueuedMessage,
         Transition::PromoteQueuedMessage,
+        Transition::EditQueuedMessage,
+        Transition::MoveQueuedMessage,
         Transition::Interrupt,
         Transition::CompleteRequiresAction,
         Transition::Acquire,
@@ -133,6 +167,8 @@ impl Transition {
             Transition::ClearContext => "ClearContext",
             Transition::DeleteQueuedMessage => "DeleteQueuedMessage",
             Transition::PromoteQueuedMessage => "PromoteQueuedMessage",
+            Transition::EditQueuedMessage => "EditQueuedMessage",
+            Transition::MoveQueuedMessage => "MoveQueuedMessage",
             Transition::Interrupt => "Interrupt",
             Transition::CompleteRequiresAction => "CompleteRequiresAction",
             Transition::Acquire => "Acquire",

@@ -37,9 +37,9 @@ pub use queries::mcp_servers::McpServerRow;
 pub use queries::model_configs::ModelConfigRow;
 pub use queries::providers::ProviderRow;
 pub use transitions::{
-    CompleteRequiresActionInput, EditMessageInput, EditMessageResult, FinishInterruptionResult,
-    FinishTurnResult, PromoteQueuedMessageResult, SendMessageInput, SendMessageResult,
-    ToolResultInput, validate_tool_results,
+    CommitStepResult, CompleteRequiresActionInput, EditMessageInput, EditMessageResult,
+    EditQueuedMessageInput, FinishInterruptionResult, FinishTurnResult, PromoteQueuedMessageResult,
+    SendMessageInput, SendMessageResult, ToolResultInput, validate_tool_results,
 };
 
 /// The embedded migrations (`crates/chatd-store/migrations`).

@@ -352,6 +352,10 @@ pub struct QueuedMessage {
     pub client_message_id: Option<String>,
     /// Insertion time.
     pub created_at: DateTime<Utc>,
+    /// Sent with `busy_behavior: "steer"` while the chat ran: the step
+    /// commit that continues the turn takes it into history, and
+    /// `FinishTurn` promotes it ahead of ordinary queued messages.
+    pub steer: bool,
 }
 
 /// A message to insert (spec chatstate `Message`).

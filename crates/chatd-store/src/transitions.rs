@@ -33,7 +33,11 @@ use uuid::Uuid;
 use crate::error::StoreResult;
 use crate::machine::{ChatTx, StoreConfig, record_transition};
 use crate::models::{Chat, ChatMessage, NewMessage, QueuedMessage};
-use crate::queries::{self, chats::ChatChanges, queue::QueueEnd};
+use crate::queries::{
+    self,
+    chats::ChatChanges,
+    queue::{QueueEnd, QueuedChanges},
+};
 
 /// Input of [`ChatTx::send_message`].
 ///
@@ -148,10 +152,41 @@ pub struct FinishInterruptionResult {
 /// See [`ChatTx::finish_turn`] and its tests.
 #[derive(Debug, Clone, Default)]
 pub struct FinishTurnResult {
-    /// The promoted queue head (`R1`).
+    /// The last promoted user message (`R1`): the queue head, or the last
+    /// steer message when steer messages were waiting.
     pub promoted_message: Option<ChatMessage>,
+    /// Every user message promoted, in queue order: all waiting steer
+    /// messages, or else the queue head alone.
+    pub promoted_messages: Vec<ChatMessage>,
     /// Synthetic results inserted before the promoted message.
     pub cancellation_messages: Vec<ChatMessage>,
+}
+
+/// Result of [`ChatTx::commit_step_steering`].
+///
+/// See [`ChatTx::commit_step_steering`] and its tests.
+#[derive(Debug, Clone, Default)]
+pub struct CommitStepResult {
+    /// The step's rows, in id order.
+    pub inserted_messages: Vec<ChatMessage>,
+    /// The steer messages taken from the queue into history after the step,
+    /// in queue order (each with its `queued_message_id`).
+    pub steered_messages: Vec<ChatMessage>,
+}
+
+/// Input of [`ChatTx::edit_queued_message`]; `None` keeps a field.
+///
+/// See [`ChatTx::edit_queued_message`] and its tests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EditQueuedMessageInput {
+    /// The queued message.
+    pub queued_message_id: i64,
+    /// New parts (validated and sanitised by the caller).
+    pub content: Option<Vec<MessagePart>>,
+    /// New model config (`Some(None)` clears it).
+    pub model_config_id: Option<Option<Uuid>>,
+    /// New steer flag.
+    pub steer: Option<bool>,
 }
 
 /// Checks submitted results against the pending calls (spec chatstate
@@ -346,6 +381,97 @@ impl ChatTx {
         self.ops().promote_queued_message(queued_message_id).await
     }
 
+    /// `EditQueuedMessage(qid, changes)` from `E1`, `R1`, `I1`, `A1`: replaces
+    /// the content, model config or steer flag of one queued message (API.md
+    /// `PATCH /queue/{queued}`); the state is kept and the trigger advances
+    /// `queue_version`. Returns the new row.
+    ///
+    /// # Errors
+    /// Not allowed elsewhere (an empty queue); `QueuedMessageNotFound` when
+    /// `qid` is not queued on this chat; `InvalidInput` (`content`) for
+    /// empty content.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{BusyBehavior, MessagePart};
+    /// use chatd_store::{EditQueuedMessageInput, NewMessage, SendMessageInput};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// let send = SendMessageInput {
+    ///     message: NewMessage::user(vec![MessagePart::text("tpyo")]),
+    ///     busy_behavior: BusyBehavior::Queue,
+    ///     max_queue_size: None,
+    /// };
+    /// let queued = tx.send_message(send).await?.queued_message.expect("queued");
+    /// let edit = EditQueuedMessageInput {
+    ///     queued_message_id: queued.id,
+    ///     content: Some(vec![MessagePart::text("typo")]),
+    ///     ..Default::default()
+    /// };
+    /// let edited = tx.edit_queued_message(edit).await?;
+    /// assert_eq!(edited.content.0, vec![MessagePart::text("typo")]);
+    /// let chat = tx.commit().await?;
+    /// assert_eq!(chat.queue_version, chat.snapshot_version);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// More in `tests/it/transitions.rs` (`edit_queued_message_*`) and
+    /// `tests/it/matrix.rs` (`matrix_edit_queued_message`).
+    pub async fn edit_queued_message(
+        &mut self,
+        input: EditQueuedMessageInput,
+    ) -> StoreResult<QueuedMessage> {
+        self.ops().edit_queued_message(input).await
+    }
+
+    /// `MoveQueuedMessage(qid, index)` from `E1`, `R1`, `I1`, `A1`: moves one
+    /// queued message to the 0-based `index` of the queue (past the end:
+    /// last); the state is kept and the trigger advances `queue_version`.
+    /// Returns the whole queue in its new order.
+    ///
+    /// # Errors
+    /// Not allowed elsewhere (an empty queue); `QueuedMessageNotFound` when
+    /// `qid` is not queued on this chat.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{BusyBehavior, MessagePart};
+    /// use chatd_store::{NewMessage, SendMessageInput};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// let mut ids = vec![];
+    /// for text in ["a", "b", "c"] {
+    ///     let send = SendMessageInput {
+    ///         message: NewMessage::user(vec![MessagePart::text(text)]),
+    ///         busy_behavior: BusyBehavior::Queue,
+    ///         max_queue_size: None,
+    ///     };
+    ///     ids.push(tx.send_message(send).await?.queued_message.expect("queued").id);
+    /// }
+    /// let queue = tx.move_queued_message(ids[2], 0).await?;
+    /// assert_eq!(queue.iter().map(|q| q.id).collect::<Vec<_>>(), vec![ids[2], ids[0], ids[1]]);
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// More in `tests/it/transitions.rs` (`move_queued_message_*`) and
+    /// `tests/it/matrix.rs` (`matrix_move_queued_message`).
+    pub async fn move_queued_message(
+        &mut self,
+        queued_message_id: i64,
+        index: u64,
+    ) -> StoreResult<Vec<QueuedMessage>> {
+        self.ops()
+            .move_queued_message(queued_message_id, index)
+            .await
+    }
+
     /// `Interrupt`: `R0/R1 → I0/I1`; `A0/A1 → R0/R1` with every pending call
     /// answered "interrupted by user". Returns the synthetic result rows.
     ///
@@ -454,6 +580,52 @@ impl ChatTx {
     ) -> StoreResult<Vec<ChatMessage>> {
         self.ops()
             .commit_step(messages, consume_compaction_request)
+            .await
+    }
+
+    /// `CommitStep(messages)` for a step that continues the turn (the model
+    /// is called again on the new history): after the step's rows, every
+    /// steer message waiting in the queue enters history, in queue order, in
+    /// the same transaction (API.md "Busy behaviours and the queue"), so the
+    /// next model call reads them. `R1` lands in `R0` when that empties the
+    /// queue. When a tool call is still without its result after the step,
+    /// nothing is steered (a user message would cancel the call).
+    ///
+    /// # Errors
+    /// As [`ChatTx::commit_step`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{BusyBehavior, ExecutionState, MessagePart};
+    /// use chatd_store::{NewMessage, SendMessageInput};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// let steer = SendMessageInput {
+    ///     message: NewMessage::user(vec![MessagePart::text("use tabs")]),
+    ///     busy_behavior: BusyBehavior::Steer,
+    ///     max_queue_size: None,
+    /// };
+    /// assert!(tx.send_message(steer).await?.queued_message.expect("queued").steer);
+    /// let step = vec![NewMessage::assistant(vec![MessagePart::text("working")])];
+    /// let result = tx.commit_step_steering(step, false).await?;
+    /// assert_eq!(result.steered_messages[0].content.0, vec![MessagePart::text("use tabs")]);
+    /// assert_eq!(tx.execution_state().await?, ExecutionState::R0);
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// More in `tests/it/transitions.rs` (`steer_*`) and `tests/it/matrix.rs`
+    /// (`matrix_commit_step_steering`).
+    pub async fn commit_step_steering(
+        &mut self,
+        messages: Vec<NewMessage>,
+        consume_compaction_request: bool,
+    ) -> StoreResult<CommitStepResult> {
+        self.ops()
+            .commit_step_with(messages, consume_compaction_request, true)
             .await
     }
 
@@ -728,6 +900,22 @@ impl Ops<'_> {
         Ok(Some((head, inserted)))
     }
 
+    /// Takes every steer message out of the queue into history, in queue
+    /// order; returns the user rows (an outstanding call, which a caller
+    /// has normally answered already, gets the synthetic `reason` first and
+    /// is not returned).
+    async fn promote_steer(&mut self, reason: &str) -> StoreResult<Vec<ChatMessage>> {
+        let steer = queries::queue::pop_steer(db!(self), self.chat_id).await?;
+        let mut promoted = Vec::with_capacity(steer.len());
+        for queued in &steer {
+            let mut inserted = self
+                .insert_user(&queued_to_message(queued), Some(queued.id), reason)
+                .await?;
+            promoted.extend(inserted.pop());
+        }
+        Ok(promoted)
+    }
+
     /// Writes execution-state columns; the returned facts are what
     /// [`Ops::land`] checks when nothing else touches the connection first.
     async fn change(&mut self, changes: ChatChanges) -> StoreResult<Chat> {
@@ -775,6 +963,8 @@ impl Ops<'_> {
         let mut message = input.message;
         message.role = Some(ChatRole::User);
         let interrupt = input.busy_behavior == BusyBehavior::Interrupt;
+        // Steering is for a running turn; elsewhere a steer send queues.
+        let steer = input.busy_behavior == BusyBehavior::Steer && matches!(from, S::R0 | S::R1);
         let mut result = SendMessageResult::default();
         match from {
             S::W | S::E0 => {
@@ -801,8 +991,10 @@ impl Ops<'_> {
                 } else {
                     QueueEnd::Tail
                 };
-                result.queued_message =
-                    Some(queries::queue::enqueue(db!(self), self.chat_id, &message, end).await?);
+                result.queued_message = Some(
+                    queries::queue::enqueue_flagged(db!(self), self.chat_id, &message, end, steer)
+                        .await?,
+                );
                 if interrupt {
                     match from {
                         S::R0 | S::R1 => {
@@ -947,6 +1139,59 @@ impl Ops<'_> {
         Ok(result)
     }
 
+    pub(crate) async fn edit_queued_message(
+        &mut self,
+        input: EditQueuedMessageInput,
+    ) -> StoreResult<QueuedMessage> {
+        let t = Transition::EditQueuedMessage;
+        let (_, _, from) = self.enter(t).await?;
+        if input.content.as_ref().is_some_and(Vec::is_empty) {
+            return Err(self.reject(
+                t,
+                StateError::InvalidInput {
+                    field: "content",
+                    detail: "must not be empty".into(),
+                },
+            ));
+        }
+        let changes = QueuedChanges {
+            content: input.content,
+            model_config_id: input.model_config_id,
+            steer: input.steer,
+        };
+        let id = input.queued_message_id;
+        let Some(edited) = queries::queue::update(db!(self), self.chat_id, id, &changes).await?
+        else {
+            return Err(self.reject(
+                t,
+                StateError::QueuedMessageNotFound {
+                    queued_message_id: id,
+                },
+            ));
+        };
+        self.land(t, from).await?;
+        Ok(edited)
+    }
+
+    pub(crate) async fn move_queued_message(
+        &mut self,
+        id: i64,
+        index: u64,
+    ) -> StoreResult<Vec<QueuedMessage>> {
+        let t = Transition::MoveQueuedMessage;
+        let (_, _, from) = self.enter(t).await?;
+        let Some(queue) = queries::queue::move_to(db!(self), self.chat_id, id, index).await? else {
+            return Err(self.reject(
+                t,
+                StateError::QueuedMessageNotFound {
+                    queued_message_id: id,
+                },
+            ));
+        };
+        self.land(t, from).await?;
+        Ok(queue)
+    }
+
     pub(crate) async fn interrupt(&mut self) -> StoreResult<Vec<ChatMessage>> {
         use ExecutionState as S;
         let t = Transition::Interrupt;
@@ -1070,6 +1315,18 @@ impl Ops<'_> {
         messages: Vec<NewMessage>,
         consume_compaction_request: bool,
     ) -> StoreResult<Vec<ChatMessage>> {
+        let result = self
+            .commit_step_with(messages, consume_compaction_request, false)
+            .await?;
+        Ok(result.inserted_messages)
+    }
+
+    pub(crate) async fn commit_step_with(
+        &mut self,
+        messages: Vec<NewMessage>,
+        consume_compaction_request: bool,
+        steer: bool,
+    ) -> StoreResult<CommitStepResult> {
         let t = Transition::CommitStep;
         let (_, _, from) = self.enter(t).await?;
         if messages.is_empty() {
@@ -1085,6 +1342,16 @@ impl Ops<'_> {
         for message in &messages {
             inserted.push(self.insert(message).await?);
         }
+        // The steer messages follow the step's tool results directly. A
+        // step that leaves a call without its result does not continue the
+        // turn: inserting a user message would cancel that call, so the
+        // steer messages wait (for the next continuing step or the turn's
+        // end).
+        let steered_messages = if steer && self.pending_calls().await?.is_empty() {
+            self.promote_steer(CANCELLED_TOOL_RESULT).await?
+        } else {
+            Vec::new()
+        };
         if consume_compaction_request {
             self.change(ChatChanges {
                 compaction_requested: Some(false),
@@ -1093,7 +1360,10 @@ impl Ops<'_> {
             .await?;
         }
         self.land(t, from).await?;
-        Ok(inserted)
+        Ok(CommitStepResult {
+            inserted_messages: inserted,
+            steered_messages,
+        })
     }
 
     pub(crate) async fn enter_requires_action(&mut self) -> StoreResult<DateTime<Utc>> {
@@ -1151,8 +1421,16 @@ impl Ops<'_> {
         let mut result = FinishTurnResult::default();
         let mut changes = ending_generation(ChatChanges::default());
         if from == ExecutionState::R1 {
-            if let Some((_, mut inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await? {
+            // Steer messages were meant for this turn: they go first, all
+            // together, as the next one.
+            let steered = self.promote_steer(CANCELLED_TOOL_RESULT).await?;
+            if !steered.is_empty() {
+                result.promoted_message = steered.last().cloned();
+                result.promoted_messages = steered;
+            } else if let Some((_, mut inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await?
+            {
                 result.promoted_message = inserted.pop();
+                result.promoted_messages = result.promoted_message.iter().cloned().collect();
                 result.cancellation_messages = inserted;
             }
         } else {

@@ -9,6 +9,7 @@
 //!   Anthropic), reasoning effort, cost, the chat's MCP servers.
 //! - [`title`]: the background title of a chat's first answer.
 //! - [`archive`]: the auto-archive loop of old, unused chats.
+//! - [`idempotency_sweep`]: the loop deleting expired `Idempotency-Key` rows.
 //!
 //! The runner's fence is `runner_id`: every task checks, under the chat row
 //! lock, that the row still names this worker, its runner and the history
@@ -20,6 +21,7 @@ pub mod archive;
 pub mod config;
 mod context;
 pub mod fence;
+pub mod idempotency_sweep;
 mod manager;
 pub mod part_buffer;
 pub mod providers;

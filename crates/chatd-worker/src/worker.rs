@@ -15,6 +15,7 @@ use crate::archive::AutoArchiveLoop;
 use crate::config::WorkerConfig;
 use crate::context::{LocalLocks, WorkerContext};
 use crate::fence::{Fence, FenceError, fenced_update};
+use crate::idempotency_sweep::IdempotencySweepLoop;
 use crate::manager::{ManagerHandle, RunnerManager, SHUTDOWN_GRACE};
 use crate::part_buffer::PartBuffer;
 use crate::providers::ProviderFactory;
@@ -85,6 +86,12 @@ impl Worker {
             .run(acquisition_cancel.clone()),
         );
         tracker.spawn(AutoArchiveLoop { ctx: ctx.clone() }.run(cancel.clone()));
+        tracker.spawn(
+            IdempotencySweepLoop {
+                store: ctx.store.clone(),
+            }
+            .run(cancel.clone()),
+        );
         tracing::info!(worker_id = %ctx.config.worker_id, "worker started");
         Self {
             ctx,

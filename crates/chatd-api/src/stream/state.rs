@@ -393,7 +393,7 @@ impl StreamState {
         // 2. Queue synchronisation.
         if let Some(queue) = db.queue {
             events.push(event(StreamPayload::QueueUpdate {
-                queued_messages: queue.iter().map(ChatQueuedMessage::from).collect(),
+                queued_messages: ChatQueuedMessage::list(&queue),
             }));
         }
 

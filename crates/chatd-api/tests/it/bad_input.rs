@@ -247,6 +247,20 @@ async fn hostile_inputs_answer_4xx_and_change_nothing() {
             user: alice.clone(),
         },
         Route {
+            method: "PATCH",
+            path: chat_path(chat, &format!("/queue/{queued}")),
+            body: Some(json!({"content": content, "model_config_id": config, "steer": true})),
+            any: vec![],
+            user: alice.clone(),
+        },
+        Route {
+            method: "POST",
+            path: chat_path(chat, &format!("/queue/{queued}/move")),
+            body: Some(json!({"position": 1})),
+            any: vec![],
+            user: alice.clone(),
+        },
+        Route {
             method: "POST",
             path: chat_path(a0, "/tool-results"),
             body: Some(
@@ -404,6 +418,8 @@ async fn hostile_inputs_answer_4xx_and_change_nothing() {
         ("PATCH", format!("/messages/{message}")),
         ("DELETE", format!("/queue/{queued}")),
         ("POST", format!("/queue/{queued}/promote")),
+        ("PATCH", format!("/queue/{queued}")),
+        ("POST", format!("/queue/{queued}/move")),
         ("POST", "/interrupt".into()),
         ("POST", "/tool-results".into()),
         ("POST", "/reconcile-invalid".into()),
@@ -437,6 +453,12 @@ async fn hostile_inputs_answer_4xx_and_change_nothing() {
             (
                 "POST",
                 chat_path(chat, &format!("/queue/{bad}/promote")),
+                "queued",
+            ),
+            ("PATCH", chat_path(chat, &format!("/queue/{bad}")), "queued"),
+            (
+                "POST",
+                chat_path(chat, &format!("/queue/{bad}/move")),
                 "queued",
             ),
         ] {

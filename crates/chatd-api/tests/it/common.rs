@@ -196,6 +196,37 @@ impl Server {
         Answer { status, body, text }
     }
 
+    /// Sends a request with a JSON body (if any) and extra headers; returns
+    /// the answer and its response headers.
+    pub async fn call_with_headers(
+        &self,
+        method: &str,
+        path: &str,
+        user: &User,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (Answer, reqwest::header::HeaderMap) {
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(&user.token);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(body) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&body).expect("json"));
+        }
+        let resp = req.send().await.expect("send");
+        let status = resp.status().as_u16();
+        let response_headers = resp.headers().clone();
+        let text = resp.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        (Answer { status, body, text }, response_headers)
+    }
+
     pub async fn get(&self, path: &str, user: &User) -> Answer {
         self.call("GET", path, Some(&user.token), None).await
     }
@@ -331,6 +362,7 @@ impl Server {
             "chat_queued_messages",
             "chat_send_receipts",
             "chat_heartbeats",
+            "idempotency_keys",
         ];
         let mut out = serde_json::Map::new();
         for table in tables {

@@ -59,7 +59,13 @@ async fn message_pages_are_ascending_with_cursors_and_hide_model_only_and_delete
     assert_eq!(latest["queued_messages"].as_array().unwrap().len(), 1);
     let q = &latest["queued_messages"][0];
     assert_eq!(q["content"], json!([{"type": "text", "text": "queued"}]));
-    assert_eq!(q.as_object().unwrap().len(), 6);
+    // API.md "Busy behaviours and the queue": `steer` and `position` joined
+    // the original six fields.
+    assert_eq!(q.as_object().unwrap().len(), 8);
+    assert_eq!(
+        (q["steer"].clone(), q["position"].clone()),
+        (json!(false), json!(0))
+    );
 
     let before = s
         .get(

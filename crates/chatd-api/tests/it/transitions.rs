@@ -691,3 +691,270 @@ async fn a_refused_transition_names_the_chat_state_in_api_terms() {
         assert_eq!(body["detail"], serde_json::json!(detail), "{body}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_message_steer_table() {
+    let s = Server::start().await;
+    // As queue everywhere (API.md: steer outside running behaves as queue).
+    let expected = [
+        (W, Ok(R0)),
+        (E0, Ok(R0)),
+        (E1, Ok(R1)),
+        (R0, Ok(R1)),
+        (R1, Ok(R1)),
+        (I0, Ok(I1)),
+        (I1, Ok(I1)),
+        (A0, Ok(A1)),
+        (A1, Ok(A1)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+        (XE1, Err(400)),
+        (Invalid, Err(409)),
+    ];
+    table(&s, "SendMessage(steer)", &expected, &|id, _, _| {
+        (
+            "POST",
+            chat_path(id, "/messages"),
+            Some(json!({"content": [{"type": "text", "text": "also"}], "busy_behavior": "steer"})),
+        )
+    })
+    .await;
+    // Running: queued with steer true, at the tail, with its position.
+    for (from, steer) in [(R0, true), (R1, true), (I0, false), (A1, false)] {
+        let id = s.chat_in(&s.alice, from).await;
+        let body = s
+            .post(
+                &chat_path(id, "/messages"),
+                &s.alice,
+                json!({"content": [{"type": "text", "text": "also"}], "busy_behavior": "steer"}),
+            )
+            .await
+            .expect(200)
+            .clone();
+        let queued = &body["queued_message"];
+        assert_eq!(queued["steer"], steer, "steer from {from}");
+        let len = s.queue_ids(id).await.len() as i64;
+        assert_eq!(queued["position"], len - 1, "at the tail from {from}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_message_reject_table() {
+    let s = Server::start().await;
+    let expected = [
+        (W, Ok(R0)),
+        (E0, Ok(R0)),
+        (E1, Ok(R1)),
+        (R0, Err(409)),
+        (R1, Err(409)),
+        (I0, Err(409)),
+        (I1, Err(409)),
+        (A0, Err(409)),
+        (A1, Err(409)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+        (XE1, Err(400)),
+        (Invalid, Err(409)),
+    ];
+    table(&s, "SendMessage(reject)", &expected, &|id, _, _| {
+        (
+            "POST",
+            chat_path(id, "/messages"),
+            Some(json!({"content": [{"type": "text", "text": "x"}], "busy_behavior": "reject"})),
+        )
+    })
+    .await;
+    // The 409 names the status.
+    for (from, status) in [
+        (R0, "running"),
+        (I1, "interrupting"),
+        (A0, "requires_action"),
+    ] {
+        let id = s.chat_in(&s.alice, from).await;
+        let answer = s
+            .post(
+                &chat_path(id, "/messages"),
+                &s.alice,
+                json!({"content": [{"type": "text", "text": "x"}], "busy_behavior": "reject"}),
+            )
+            .await;
+        let body = answer.expect_error(409);
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains(&format!("status is {status}")),
+            "{from}: {detail}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit_queued_message_table() {
+    let s = Server::start().await;
+    let expected = [
+        (E1, Ok(E1)),
+        (R1, Ok(R1)),
+        (I1, Ok(I1)),
+        (A1, Ok(A1)),
+        (XE1, Err(400)),
+        (W, Err(404)),
+        (E0, Err(404)),
+        (R0, Err(404)),
+        (I0, Err(404)),
+        (A0, Err(404)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+    ];
+    table(&s, "EditQueuedMessage", &expected, &|id, head, _| {
+        let head = head.unwrap_or(1);
+        (
+            "PATCH",
+            chat_path(id, &format!("/queue/{head}")),
+            Some(json!({"content": [{"type": "text", "text": "fixed"}], "steer": true})),
+        )
+    })
+    .await;
+    // The answer is the edited object; the queue version moves.
+    let id = s.two_queued(&s.alice, R1).await;
+    let ids = s.queue_ids(id).await;
+    let before = s.get(&chat_path(id, ""), &s.alice).await.body["queue_version"].clone();
+    let body = s
+        .patch(
+            &chat_path(id, &format!("/queue/{}", ids[1])),
+            &s.alice,
+            json!({"content": [{"type": "text", "text": "fixed"}], "steer": true}),
+        )
+        .await
+        .expect(200)
+        .clone();
+    assert_eq!(body["id"], ids[1]);
+    assert_eq!(body["content"], json!([{"type": "text", "text": "fixed"}]));
+    assert_eq!(
+        (body["steer"].clone(), body["position"].clone()),
+        (json!(true), json!(1))
+    );
+    let chat = s.get(&chat_path(id, ""), &s.alice).await.body;
+    assert!(chat["queue_version"].as_i64() > before.as_i64());
+    assert_eq!(chat["queue_version"], chat["snapshot_version"]);
+    let page = s.get(&chat_path(id, "/messages"), &s.alice).await.body;
+    assert_eq!(page["queued_messages"][1], body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn move_queued_message_table() {
+    let s = Server::start().await;
+    let expected = [
+        (E1, Ok(E1)),
+        (R1, Ok(R1)),
+        (I1, Ok(I1)),
+        (A1, Ok(A1)),
+        (XE1, Err(400)),
+        (W, Err(404)),
+        (E0, Err(404)),
+        (R0, Err(404)),
+        (I0, Err(404)),
+        (A0, Err(404)),
+        (XW, Err(400)),
+        (XE0, Err(400)),
+    ];
+    table(&s, "MoveQueuedMessage", &expected, &|id, head, _| {
+        let head = head.unwrap_or(1);
+        (
+            "POST",
+            chat_path(id, &format!("/queue/{head}/move")),
+            Some(json!({"position": 3})),
+        )
+    })
+    .await;
+    for from in [E1, R1, I1, A1] {
+        let id = s.two_queued(&s.alice, from).await;
+        let ids = s.queue_ids(id).await;
+        let body = s
+            .post(
+                &chat_path(id, &format!("/queue/{}/move", ids[1])),
+                &s.alice,
+                json!({"position": 0}),
+            )
+            .await
+            .expect(200)
+            .clone();
+        let order: Vec<(i64, i64)> = body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| (q["id"].as_i64().unwrap(), q["position"].as_i64().unwrap()))
+            .collect();
+        assert_eq!(order, vec![(ids[1], 0), (ids[0], 1)], "from {from}");
+        assert_eq!(s.queue_ids(id).await, vec![ids[1], ids[0]]);
+        assert_eq!(s.state(id).await, from);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_edit_and_move_are_owner_only_and_validate_before_changing_anything() {
+    let s = Server::start().await;
+    let id = s.two_queued(&s.alice, R1).await;
+    let head = s.queue_ids(id).await[0];
+    let edit = chat_path(id, &format!("/queue/{head}"));
+    let mv = chat_path(id, &format!("/queue/{head}/move"));
+    let before = s.dump().await;
+    // (method, path, body, status, field)
+    let cases: Vec<(&str, &str, Value, u16, Option<&str>)> = vec![
+        ("POST", &mv, json!({"position": -1}), 400, Some("position")),
+        ("POST", &mv, json!({"position": 1.5}), 400, Some("position")),
+        ("POST", &mv, json!({"position": "1"}), 400, Some("position")),
+        ("POST", &mv, json!({}), 400, None),
+        ("PATCH", &edit, json!({"content": []}), 400, Some("content")),
+        ("PATCH", &edit, json!({"steer": "yes"}), 400, Some("steer")),
+        (
+            "PATCH",
+            &edit,
+            json!({"model_config_id": uuid::Uuid::new_v4()}),
+            400,
+            Some("model_config_id"),
+        ),
+        ("PATCH", &edit, json!({"colour": "red"}), 400, None),
+    ];
+    for (method, path, body, status, field) in cases {
+        let answer = s
+            .call(method, path, Some(&s.alice.token), Some(body.clone()))
+            .await;
+        answer.expect_error(status);
+        if let Some(field) = field {
+            assert!(
+                answer.fields().iter().any(|f| f == field),
+                "{body}: {:?}",
+                answer.text
+            );
+        }
+        assert_eq!(s.dump().await, before, "{method} {body} changed something");
+    }
+    // Another member sees no chat; an admin is not the owner.
+    let answer = s
+        .call(
+            "POST",
+            &mv,
+            Some(&s.bob.token),
+            Some(json!({"position": 1})),
+        )
+        .await;
+    answer.expect_error(404);
+    let answer = s
+        .call(
+            "POST",
+            &mv,
+            Some(&s.admin.token),
+            Some(json!({"position": 1})),
+        )
+        .await;
+    answer.expect_error(403);
+    let answer = s
+        .call(
+            "PATCH",
+            &edit,
+            Some(&s.admin.token),
+            Some(json!({"steer": true})),
+        )
+        .await;
+    answer.expect_error(403);
+    assert_eq!(s.dump().await, before);
+}

@@ -19,6 +19,7 @@
 //! | [`queue`] | `chat_queued_messages` |
 //! | [`heartbeats`] | `chat_heartbeats` |
 //! | [`send_receipts`] | `chat_send_receipts` |
+//! | [`idempotency_keys`] | `idempotency_keys` |
 //! | [`users`] | `users` |
 //! | [`tokens`] | `api_keys` |
 //! | [`replicas`] | `replicas` |
@@ -100,6 +101,7 @@ pub mod chats;
 pub mod cluster_settings;
 pub mod database;
 pub mod heartbeats;
+pub mod idempotency_keys;
 pub mod locks;
 pub mod mcp_servers;
 pub mod messages;

@@ -6,6 +6,8 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
+use chatd_core::MessagePart;
+
 use crate::models::{NewMessage, QueuedMessage};
 
 /// Number of queued messages of the chat.
@@ -140,16 +142,46 @@ pub async fn enqueue(
     message: &NewMessage,
     end: QueueEnd,
 ) -> sqlx::Result<QueuedMessage> {
+    enqueue_flagged(conn, chat_id, message, end, false).await
+}
+
+/// [`enqueue`] with the steer flag (`steer`: the message was sent with
+/// `busy_behavior: "steer"` while the chat ran).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::MessagePart;
+/// use chatd_store::NewMessage;
+/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// chats::lock_and_bump(&mut tx, chat.id).await?;
+/// let text = NewMessage::user(vec![MessagePart::text("look at b.rs too")]);
+/// let row = queue::enqueue_flagged(&mut tx, chat.id, &text, QueueEnd::Tail, true).await?;
+/// assert!(row.steer);
+/// tx.rollback().await?; // ChatTx::send_message does this for real
+/// # Ok(()) }
+/// ```
+pub async fn enqueue_flagged(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    message: &NewMessage,
+    end: QueueEnd,
+    steer: bool,
+) -> sqlx::Result<QueuedMessage> {
     let sql = match end {
         QueueEnd::Tail => {
-            "INSERT INTO chat_queued_messages (chat_id, position, content, created_by, model_config_id, reasoning_effort, client_message_id)
-             VALUES ($1, nextval('chat_queued_message_position_seq'), $2, $3, $4, $5, $6) RETURNING *"
+            "INSERT INTO chat_queued_messages (chat_id, position, content, created_by, model_config_id, reasoning_effort, client_message_id, steer)
+             VALUES ($1, nextval('chat_queued_message_position_seq'), $2, $3, $4, $5, $6, $7) RETURNING *"
         }
         QueueEnd::Head => {
-            "INSERT INTO chat_queued_messages (chat_id, position, content, created_by, model_config_id, reasoning_effort, client_message_id)
+            "INSERT INTO chat_queued_messages (chat_id, position, content, created_by, model_config_id, reasoning_effort, client_message_id, steer)
              VALUES ($1, (SELECT COALESCE(min(position) - 1, nextval('chat_queued_message_position_seq'))
                           FROM chat_queued_messages WHERE chat_id = $1),
-                     $2, $3, $4, $5, $6) RETURNING *"
+                     $2, $3, $4, $5, $6, $7) RETURNING *"
         }
     };
     sqlx::query_as(sql)
@@ -159,6 +191,7 @@ pub async fn enqueue(
         .bind(message.model_config_id)
         .bind(&message.reasoning_effort)
         .bind(&message.client_message_id)
+        .bind(steer)
         .fetch_one(conn)
         .await
 }
@@ -313,6 +346,192 @@ pub async fn move_to_head(
          FROM (SELECT min(position) AS min_position FROM chat_queued_messages WHERE chat_id = $1) h
          WHERE q.chat_id = $1 AND q.id = $2 AND q.position <> h.min_position
          RETURNING q.*",
+    )
+    .bind(chat_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Removes and returns every steer message of the chat's queue, in queue
+/// order (empty when there is none).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::MessagePart;
+/// use chatd_store::NewMessage;
+/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// chats::lock_and_bump(&mut tx, chat.id).await?;
+/// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
+/// let plain = queue::enqueue(&mut tx, chat.id, &text("later"), QueueEnd::Tail).await?;
+/// let steer = queue::enqueue_flagged(&mut tx, chat.id, &text("now"), QueueEnd::Tail, true).await?;
+/// let popped = queue::pop_steer(&mut tx, chat.id).await?;
+/// assert_eq!(popped.iter().map(|q| q.id).collect::<Vec<_>>(), vec![steer.id]);
+/// assert_eq!(queue::list(&mut *tx, chat.id).await?[0].id, plain.id);
+/// tx.rollback().await?; // ChatTx::commit_step_steering does this for real
+/// # Ok(()) }
+/// ```
+pub async fn pop_steer(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
+    let mut rows: Vec<QueuedMessage> =
+        sqlx::query_as("DELETE FROM chat_queued_messages WHERE chat_id = $1 AND steer RETURNING *")
+            .bind(chat_id)
+            .fetch_all(conn)
+            .await?;
+    rows.sort_by_key(|q| (q.position, q.id));
+    Ok(rows)
+}
+
+/// The changes of [`update`]; `None` keeps a field.
+///
+/// Example: [`update`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueuedChanges {
+    /// New parts.
+    pub content: Option<Vec<MessagePart>>,
+    /// New model config (`Some(None)` clears it).
+    pub model_config_id: Option<Option<Uuid>>,
+    /// New steer flag.
+    pub steer: Option<bool>,
+}
+
+/// Applies `changes` to one queued message of the chat and returns the new
+/// row (`None` when it is not queued on the chat). Every listed column is
+/// written, changed or not, so the update trigger advances `queue_version`
+/// even for an edit that repeats the current values.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::MessagePart;
+/// use chatd_store::NewMessage;
+/// use chatd_store::queries::{chats, queue::{self, QueueEnd, QueuedChanges}};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// chats::lock_and_bump(&mut tx, chat.id).await?;
+/// let row = queue::enqueue(&mut tx, chat.id, &NewMessage::user(vec![MessagePart::text("typo")]), QueueEnd::Tail).await?;
+/// let changes = QueuedChanges { content: Some(vec![MessagePart::text("fixed")]), steer: Some(true), ..Default::default() };
+/// let edited = queue::update(&mut tx, chat.id, row.id, &changes).await?.expect("queued");
+/// assert_eq!((edited.content.0.clone(), edited.steer), (vec![MessagePart::text("fixed")], true));
+/// tx.rollback().await?; // ChatTx::edit_queued_message does this for real
+/// # Ok(()) }
+/// ```
+pub async fn update(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+    changes: &QueuedChanges,
+) -> sqlx::Result<Option<QueuedMessage>> {
+    sqlx::query_as(
+        "UPDATE chat_queued_messages SET
+             content = COALESCE($3, content),
+             model_config_id = CASE WHEN $4 THEN $5 ELSE model_config_id END,
+             steer = COALESCE($6, steer)
+         WHERE chat_id = $1 AND id = $2
+         RETURNING *",
+    )
+    .bind(chat_id)
+    .bind(id)
+    .bind(changes.content.as_ref().map(Json))
+    .bind(changes.model_config_id.is_some())
+    .bind(changes.model_config_id.flatten())
+    .bind(changes.steer)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Moves one queued message to 0-based `index` of the chat's queue (past
+/// the end: last) and renumbers the queue densely from its current lowest
+/// position, so later tail and head inserts keep their order. Returns the
+/// whole queue in its new order, or `None` when `id` is not queued on the
+/// chat. Every row is rewritten, so the trigger advances `queue_version`
+/// even when nothing moves.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::MessagePart;
+/// use chatd_store::NewMessage;
+/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// chats::lock_and_bump(&mut tx, chat.id).await?;
+/// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
+/// let a = queue::enqueue(&mut tx, chat.id, &text("a"), QueueEnd::Tail).await?;
+/// let b = queue::enqueue(&mut tx, chat.id, &text("b"), QueueEnd::Tail).await?;
+/// let order = queue::move_to(&mut tx, chat.id, b.id, 0).await?.expect("queued");
+/// assert_eq!(order.iter().map(|q| q.id).collect::<Vec<_>>(), vec![b.id, a.id]);
+/// tx.rollback().await?; // ChatTx::move_queued_message does this for real
+/// # Ok(()) }
+/// ```
+pub async fn move_to(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+    index: u64,
+) -> sqlx::Result<Option<Vec<QueuedMessage>>> {
+    let rows = list(&mut *conn, chat_id).await?;
+    let Some(from) = rows.iter().position(|q| q.id == id) else {
+        return Ok(None);
+    };
+    let base = rows.iter().map(|q| q.position).min().unwrap_or(0);
+    let mut ids: Vec<i64> = rows.iter().map(|q| q.id).collect();
+    let moved = ids.remove(from);
+    let to = usize::try_from(index).unwrap_or(usize::MAX).min(ids.len());
+    ids.insert(to, moved);
+    // The i-th smallest of n distinct positions is at least `base + i`, so
+    // the new positions never pass the sequence: tail inserts stay last.
+    sqlx::query(
+        "UPDATE chat_queued_messages q SET position = $2 + o.ord - 1
+         FROM unnest($3::bigint[]) WITH ORDINALITY AS o(id, ord)
+         WHERE q.chat_id = $1 AND q.id = o.id",
+    )
+    .bind(chat_id)
+    .bind(base)
+    .bind(&ids)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Some(list(&mut *conn, chat_id).await?))
+}
+
+/// The 0-based index of queued message `id` in the chat's queue (`None`
+/// when it is not queued there): `ChatQueuedMessage.position`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::MessagePart;
+/// use chatd_store::NewMessage;
+/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let mut tx = pool.begin().await?;
+/// chats::lock_and_bump(&mut tx, chat.id).await?;
+/// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
+/// queue::enqueue(&mut tx, chat.id, &text("a"), QueueEnd::Tail).await?;
+/// let b = queue::enqueue(&mut tx, chat.id, &text("b"), QueueEnd::Tail).await?;
+/// assert_eq!(queue::index_of(&mut *tx, chat.id, b.id).await?, Some(1));
+/// tx.rollback().await?;
+/// # Ok(()) }
+/// ```
+pub async fn index_of(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM chat_queued_messages o
+                 WHERE o.chat_id = q.chat_id AND (o.position, o.id) < (q.position, q.id))
+         FROM chat_queued_messages q WHERE q.chat_id = $1 AND q.id = $2",
     )
     .bind(chat_id)
     .bind(id)

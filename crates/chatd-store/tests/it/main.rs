@@ -6,6 +6,7 @@ mod concurrency;
 mod matrix;
 mod model;
 mod publication;
+mod queue;
 mod transitions;
 mod triggers;
 mod windows;

@@ -4,21 +4,39 @@
 //! every other pair is rejected with the right error and changes nothing
 //! (row, messages, queue, heartbeats and `snapshot_version` untouched).
 //! Every chat has been through a retry while it ran, so that the effects on
-//! `retry_state` show.
+//! `retry_state` show. `CommitStep` is also checked in its steering form
+//! (the step that continues a turn) with a steer message queued.
 
 use chatd_core::{
     BusyBehavior, ChatError, ChatErrorKind, ExecutionState, MessagePart, StateError, Transition,
     matrix,
 };
-use chatd_store::{EditMessageInput, NewMessage, SendMessageInput, StoreError};
+use chatd_store::{
+    EditMessageInput, EditQueuedMessageInput, NewMessage, SendMessageInput, StoreError,
+};
 use uuid::Uuid;
 
 use crate::common::{
     Harness, PENDING_CALL, chat_error, pending_call_answer, retry_state, user_text,
 };
 
+/// Which form of a transition the matrix test applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The ordinary inputs.
+    Plain,
+    /// `CommitStep` as the step that continues the turn
+    /// (`commit_step_steering`), every queued message marked steer first.
+    Steering,
+}
+
 /// Applies `transition` to chat `id` with ordinary inputs in one bundle.
-async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), StoreError> {
+async fn apply(
+    h: &Harness,
+    id: Uuid,
+    transition: Transition,
+    form: Form,
+) -> Result<(), StoreError> {
     if transition == Transition::CreateChat {
         let input = h.chat_input(id, "hi");
         return h.store.create_chat(input).await.map(|_| ());
@@ -68,6 +86,18 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
         Transition::PromoteQueuedMessage => {
             tx.promote_queued_message(first_queued).await.map(|_| ())?
         }
+        Transition::EditQueuedMessage => tx
+            .edit_queued_message(EditQueuedMessageInput {
+                queued_message_id: first_queued,
+                content: Some(vec![MessagePart::text("edited queued")]),
+                model_config_id: None,
+                steer: Some(true),
+            })
+            .await
+            .map(|_| ())?,
+        Transition::MoveQueuedMessage => {
+            tx.move_queued_message(first_queued, 5).await.map(|_| ())?
+        }
         Transition::Interrupt => tx.interrupt().await.map(|_| ())?,
         Transition::CompleteRequiresAction => tx
             .complete_requires_action(pending_call_answer("{\"color\":\"red\"}"))
@@ -77,6 +107,13 @@ async fn apply(h: &Harness, id: Uuid, transition: Transition) -> Result<(), Stor
         Transition::Abandon => tx.abandon().await?,
         Transition::RecordGenerationAttempt => tx.record_generation_attempt().await.map(|_| ())?,
         Transition::RecordRetryState => tx.record_retry_state(retry_state(1)).await.map(|_| ())?,
+        Transition::CommitStep if form == Form::Steering => tx
+            .commit_step_steering(
+                vec![NewMessage::assistant(vec![MessagePart::text("step")])],
+                false,
+            )
+            .await
+            .map(|_| ())?,
         Transition::CommitStep => tx
             .commit_step(
                 vec![NewMessage::assistant(vec![MessagePart::text("step")])],
@@ -119,9 +156,21 @@ async fn lowest_id(h: &Harness, sql: &'static str, id: Uuid) -> i64 {
 
 /// Checks one transition against every state.
 async fn check_transition(transition: Transition) {
+    check_form(transition, Form::Plain).await;
+}
+
+/// Checks one form of a transition against every state.
+async fn check_form(transition: Transition, form: Form) {
     let h = Harness::new().await;
     for from in ExecutionState::ALL {
         let id = h.chat_in_retrying(from).await;
+        if form == Form::Steering {
+            sqlx::query("UPDATE chat_queued_messages SET steer = true WHERE chat_id = $1")
+                .bind(id)
+                .execute(h.pool())
+                .await
+                .expect("mark steer");
+        }
         let before = h.dump(id).await;
         let (version_before, retry_before) = if from == ExecutionState::N {
             (0, None)
@@ -129,7 +178,7 @@ async fn check_transition(transition: Transition) {
             let chat = h.chat(id).await;
             (chat.snapshot_version, chat.retry_state)
         };
-        let result = apply(&h, id, transition).await;
+        let result = apply(&h, id, transition, form).await;
         match matrix::allowed_targets(transition, from) {
             Some(targets) => {
                 result.unwrap_or_else(|err| {
@@ -137,8 +186,15 @@ async fn check_transition(transition: Transition) {
                 });
                 let to = h.state(id).await;
                 // The builders leave at most one queued message, so a
-                // transition with two targets lands in the first (emptied) one.
-                assert_eq!(to, targets[0], "{transition} from {from} landed in {to}");
+                // transition with two targets lands in the first (emptied)
+                // one; a steering step takes the (steer) message in, which
+                // empties the queue.
+                let expected = match (form, from) {
+                    (Form::Steering, ExecutionState::R1) => ExecutionState::R0,
+                    _ => targets[0],
+                };
+                assert!(targets.contains(&expected));
+                assert_eq!(to, expected, "{transition} from {from} landed in {to}");
                 let chat = h.chat(id).await;
                 assert_eq!(
                     chat.snapshot_version,
@@ -146,6 +202,7 @@ async fn check_transition(transition: Transition) {
                     "{transition} from {from}: snapshot advances once"
                 );
                 check_effects(&h, id, transition, from, to, &chat).await;
+                check_queue_effects(&h, id, transition, form, from, &before, &chat).await;
                 check_retry_state(transition, from, to, retry_before.is_some(), &chat);
             }
             None => {
@@ -267,6 +324,60 @@ async fn check_effects(
     }
 }
 
+/// The queue-side effects: steer sends are flagged only while running,
+/// queue edits and moves advance `queue_version`, and a steering step
+/// puts the steer message into history right after its own row.
+async fn check_queue_effects(
+    h: &Harness,
+    id: Uuid,
+    transition: Transition,
+    form: Form,
+    from: ExecutionState,
+    before: &serde_json::Value,
+    chat: &chatd_store::Chat,
+) {
+    use ExecutionState as S;
+    let queue = h.queue(id).await;
+    match transition {
+        Transition::SendMessage {
+            busy_behavior: BusyBehavior::Steer,
+        } if matches!(from, S::R0 | S::R1 | S::I0 | S::I1 | S::A0 | S::A1) => {
+            let sent = queue
+                .iter()
+                .find(|q| q.content.0 == vec![MessagePart::text("new")])
+                .expect("a busy steer send is queued");
+            assert_eq!(
+                sent.steer,
+                matches!(from, S::R0 | S::R1),
+                "steer from {from}: flagged only while running"
+            );
+        }
+        Transition::EditQueuedMessage => {
+            assert_eq!(chat.queue_version, chat.snapshot_version);
+            assert_eq!(queue[0].content.0, vec![MessagePart::text("edited queued")]);
+            assert!(queue[0].steer);
+        }
+        Transition::MoveQueuedMessage => {
+            assert_eq!(chat.queue_version, chat.snapshot_version);
+            assert_eq!(
+                queue.len(),
+                before["queue"].as_array().map_or(0, Vec::len),
+                "a move keeps every queued message"
+            );
+        }
+        Transition::CommitStep if form == Form::Steering && from == S::R1 => {
+            assert!(queue.is_empty(), "the steer message left the queue");
+            assert_eq!(chat.queue_version, chat.snapshot_version);
+            let active = h.active_messages(id).await;
+            let n = active.len();
+            assert_eq!(active[n - 2].content.0, vec![MessagePart::text("step")]);
+            assert_eq!(active[n - 1].role, chatd_core::ChatRole::User);
+            assert!(active[n - 1].queued_message_id.is_some());
+        }
+        _ => {}
+    }
+}
+
 /// A retry state belongs to one generation: the transitions that end it
 /// clear it, so no valid chat outside `R*`/`I*` keeps one (an `Invalid` chat,
 /// archived while running, keeps what it had until it is reconciled), and
@@ -318,11 +429,15 @@ matrix_tests! {
     matrix_set_archived_false => Transition::SetArchived { archived: false },
     matrix_send_message_queue => Transition::SendMessage { busy_behavior: BusyBehavior::Queue },
     matrix_send_message_interrupt => Transition::SendMessage { busy_behavior: BusyBehavior::Interrupt },
+    matrix_send_message_steer => Transition::SendMessage { busy_behavior: BusyBehavior::Steer },
+    matrix_send_message_reject => Transition::SendMessage { busy_behavior: BusyBehavior::Reject },
     matrix_edit_message => Transition::EditMessage,
     matrix_request_compaction => Transition::RequestCompaction,
     matrix_clear_context => Transition::ClearContext,
     matrix_delete_queued_message => Transition::DeleteQueuedMessage,
     matrix_promote_queued_message => Transition::PromoteQueuedMessage,
+    matrix_edit_queued_message => Transition::EditQueuedMessage,
+    matrix_move_queued_message => Transition::MoveQueuedMessage,
     matrix_interrupt => Transition::Interrupt,
     matrix_complete_requires_action => Transition::CompleteRequiresAction,
     matrix_acquire => Transition::Acquire,
@@ -338,8 +453,13 @@ matrix_tests! {
     matrix_reconcile_invalid_state => Transition::ReconcileInvalidState,
 }
 
+#[tokio::test]
+async fn matrix_commit_step_steering() {
+    check_form(Transition::CommitStep, Form::Steering).await;
+}
+
 #[test]
 fn matrix_tests_cover_every_transition() {
-    // 23 generated tests above, one per entry of Transition::ALL.
-    assert_eq!(Transition::ALL.len(), 23);
+    // 27 generated tests above, one per entry of Transition::ALL.
+    assert_eq!(Transition::ALL.len(), 27);
 }

@@ -4,13 +4,14 @@
 //! state.
 //!
 //! The model is deliberately independent of the store's code: it knows the
-//! matrix (from `chatd-core`) and a few counters (queue length, pending tool
-//! calls, ownership), and derives each landing state from the spec's prose.
+//! matrix (from `chatd-core`), the queue as its steer flags in order, a few
+//! counters (pending tool calls, ownership), and derives each landing state
+//! from the spec's prose and API.md "Busy behaviours and the queue".
 
 use chatd_core::{BusyBehavior, ChatStatus, ExecutionState, Transition, classify, matrix};
 use chatd_store::{
-    CompleteRequiresActionInput, EditMessageInput, SendMessageInput, StoreConfig, StoreError,
-    ToolResultInput,
+    CompleteRequiresActionInput, EditMessageInput, EditQueuedMessageInput, SendMessageInput,
+    StoreConfig, StoreError, ToolResultInput,
 };
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -27,6 +28,10 @@ enum Op {
     Edit,
     DeleteHead,
     PromoteLast,
+    /// `EditQueuedMessage` of the head: mark it steer.
+    SteerHead,
+    /// `MoveQueuedMessage` of the last queued message to position 0.
+    MoveLastToHead,
     Interrupt,
     Complete,
     Acquire,
@@ -35,6 +40,8 @@ enum Op {
     Retry,
     CommitText,
     CommitToolCall,
+    /// `CommitStep` of a step that continues the turn (steer messages join).
+    CommitSteering,
     EnterAction,
     FinishInterruption,
     FinishTurn,
@@ -51,6 +58,11 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => Just(Op::Send(BusyBehavior::Queue)),
         2 => Just(Op::Send(BusyBehavior::Interrupt)),
+        2 => Just(Op::Send(BusyBehavior::Steer)),
+        1 => Just(Op::Send(BusyBehavior::Reject)),
+        1 => Just(Op::SteerHead),
+        1 => Just(Op::MoveLastToHead),
+        1 => Just(Op::CommitSteering),
         1 => Just(Op::Edit),
         1 => Just(Op::DeleteHead),
         1 => Just(Op::PromoteLast),
@@ -80,7 +92,8 @@ fn op() -> impl Strategy<Value = Op> {
 struct Model {
     status: ChatStatus,
     archived: bool,
-    queue: usize,
+    /// The queue, head first: each message's steer flag.
+    queue: Vec<bool>,
     /// Tool calls without results in active history.
     pending: usize,
     owned: bool,
@@ -88,7 +101,7 @@ struct Model {
 
 impl Model {
     fn state(&self) -> ExecutionState {
-        classify(Some((self.status, self.archived, self.queue > 0)))
+        classify(Some((self.status, self.archived, !self.queue.is_empty())))
     }
 
     fn transition(op: Op) -> Option<Transition> {
@@ -97,13 +110,15 @@ impl Model {
             Op::Edit => Transition::EditMessage,
             Op::DeleteHead => Transition::DeleteQueuedMessage,
             Op::PromoteLast => Transition::PromoteQueuedMessage,
+            Op::SteerHead => Transition::EditQueuedMessage,
+            Op::MoveLastToHead => Transition::MoveQueuedMessage,
             Op::Interrupt => Transition::Interrupt,
             Op::Complete => Transition::CompleteRequiresAction,
             Op::Acquire => Transition::Acquire,
             Op::Abandon => Transition::Abandon,
             Op::Attempt => Transition::RecordGenerationAttempt,
             Op::Retry => Transition::RecordRetryState,
-            Op::CommitText | Op::CommitToolCall => Transition::CommitStep,
+            Op::CommitText | Op::CommitToolCall | Op::CommitSteering => Transition::CommitStep,
             Op::EnterAction => Transition::EnterRequiresAction,
             Op::FinishInterruption => Transition::FinishInterruption,
             Op::FinishTurn => Transition::FinishTurn,
@@ -138,17 +153,26 @@ impl Model {
                     self.status = Running;
                 }
                 S::E1 => {
-                    if self.queue >= QUEUE_CAP {
+                    if self.queue.len() >= QUEUE_CAP {
                         return false;
                     }
+                    // Queued at the tail, then the head goes into history.
+                    self.queue.push(false);
+                    self.queue.remove(0);
                     self.pending = 0;
                     self.status = Running;
                 }
                 _ => {
-                    if self.queue >= QUEUE_CAP {
+                    if self.queue.len() >= QUEUE_CAP {
                         return false;
                     }
-                    self.queue += 1;
+                    if behavior == BusyBehavior::Interrupt {
+                        self.queue.insert(0, false);
+                    } else {
+                        let steer =
+                            behavior == BusyBehavior::Steer && matches!(from, S::R0 | S::R1);
+                        self.queue.push(steer);
+                    }
                     if behavior == BusyBehavior::Interrupt {
                         match from {
                             S::R0 | S::R1 => self.status = Interrupting,
@@ -162,19 +186,33 @@ impl Model {
                 }
             },
             Op::Edit => {
-                self.queue = 0;
+                self.queue.clear();
                 self.pending = 0;
                 self.status = Running;
             }
-            Op::DeleteHead => self.queue -= 1,
+            Op::DeleteHead => {
+                self.queue.remove(0);
+            }
             Op::PromoteLast => match from {
                 S::E1 | S::A1 => {
-                    self.queue -= 1;
+                    self.queue.pop();
                     self.pending = 0;
                     self.status = Running;
                 }
-                _ => self.status = Interrupting,
+                _ => {
+                    let last = self.queue.pop().expect("non-empty");
+                    self.queue.insert(0, last);
+                    self.status = Interrupting;
+                }
             },
+            Op::SteerHead => self.queue[0] = true,
+            Op::MoveLastToHead => {
+                let last = self.queue.pop().expect("non-empty");
+                self.queue.insert(0, last);
+            }
+            // Steer messages join only a step that leaves no call open.
+            Op::CommitSteering if self.pending == 0 => self.queue.retain(|steer| !steer),
+            Op::CommitSteering => {}
             Op::Interrupt => match from {
                 S::R0 | S::R1 => self.status = Interrupting,
                 _ => {
@@ -198,16 +236,21 @@ impl Model {
             Op::EnterAction => self.status = RequiresAction,
             Op::FinishInterruption => {
                 self.pending = 0;
-                if self.queue > 0 {
-                    self.queue -= 1;
+                if !self.queue.is_empty() {
+                    self.queue.remove(0);
                     self.status = Running;
                 } else {
                     self.status = Waiting;
                 }
             }
             Op::FinishTurn => {
-                if self.queue > 0 {
-                    self.queue -= 1;
+                if !self.queue.is_empty() {
+                    // Steer messages go first, all together; else the head.
+                    if self.queue.contains(&true) {
+                        self.queue.retain(|steer| !steer);
+                    } else {
+                        self.queue.remove(0);
+                    }
                     self.pending = 0;
                 } else {
                     self.status = Waiting;
@@ -275,6 +318,18 @@ async fn apply_db(h: &Harness, id: Uuid, op: Op) -> Result<bool, StoreError> {
             .promote_queued_message(queue.last().map_or(1, |q| q.id))
             .await
             .map(|_| ()),
+        Op::SteerHead => tx
+            .edit_queued_message(EditQueuedMessageInput {
+                queued_message_id: queue.first().map_or(1, |q| q.id),
+                steer: Some(true),
+                ..EditQueuedMessageInput::default()
+            })
+            .await
+            .map(|_| ()),
+        Op::MoveLastToHead => tx
+            .move_queued_message(queue.last().map_or(1, |q| q.id), 0)
+            .await
+            .map(|_| ()),
         Op::Interrupt => tx.interrupt().await.map(|_| ()),
         Op::Complete => tx
             .complete_requires_action(CompleteRequiresActionInput {
@@ -300,6 +355,10 @@ async fn apply_db(h: &Harness, id: Uuid, op: Op) -> Result<bool, StoreError> {
             .map(|_| ()),
         Op::CommitToolCall => tx
             .commit_step(vec![tool_call_message(&Uuid::new_v4().to_string())], false)
+            .await
+            .map(|_| ()),
+        Op::CommitSteering => tx
+            .commit_step_steering(vec![assistant_text("t")], false)
             .await
             .map(|_| ()),
         Op::EnterAction => tx.enter_requires_action().await.map(|_| ()),
@@ -344,7 +403,7 @@ fn random_transition_sequences_agree_with_the_pure_model() {
     proptest!(config, |(ops in proptest::collection::vec(op(), 1..40))| {
         runtime.block_on(async {
             let id = h.create().await;
-            let mut model = Model { status: ChatStatus::Running, archived: false, queue: 0, pending: 0, owned: false };
+            let mut model = Model { status: ChatStatus::Running, archived: false, queue: vec![], pending: 0, owned: false };
             for (step, op) in ops.iter().enumerate() {
                 let expected = model.clone().apply(*op);
                 let accepted = apply_db(&h, id, *op).await.unwrap_or_else(|e| panic!("step {step} {op:?}: database error {e}"));
@@ -354,7 +413,9 @@ fn random_transition_sequences_agree_with_the_pure_model() {
                 }
                 let actual = h.state(id).await;
                 assert_eq!(actual, model.state(), "step {step} {op:?}: database and model disagree (model {model:?})");
-                assert_eq!(h.queue(id).await.len(), model.queue, "step {step} {op:?}: queue length");
+                let flags: Vec<bool> = h.queue(id).await.iter().map(|q| q.steer).collect();
+                assert_eq!(flags.len(), model.queue.len(), "step {step} {op:?}: queue length");
+                assert_eq!(flags, model.queue, "step {step} {op:?}: queue order and steer flags");
                 assert_eq!(h.outstanding_calls(id).await.len(), model.pending, "step {step} {op:?}: pending tool calls");
                 if !matches!(actual, ExecutionState::R0 | ExecutionState::R1 | ExecutionState::I0 | ExecutionState::I1 | ExecutionState::Invalid) {
                     assert_eq!(h.chat(id).await.retry_state, None, "step {step} {op:?}: retry_state outlived the generation");

@@ -412,6 +412,23 @@ async fn queued_message_update_of_position_content_model_config_or_author_sets_q
 }
 
 #[tokio::test]
+async fn queued_message_update_of_the_steer_flag_sets_queue_version() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R1).await;
+    let queued = h.queue(id).await[0].id;
+    let before = h.chat(id).await;
+    let (mut tx, version) = begin_bumped(&h, id).await;
+    assert!(before.queue_version < version);
+    sqlx::query("UPDATE chat_queued_messages SET steer = NOT steer WHERE id = $1")
+        .bind(queued)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(h.chat(id).await.queue_version, version);
+}
+
+#[tokio::test]
 async fn queued_message_update_of_other_columns_keeps_queue_version() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R1).await;

@@ -5,7 +5,9 @@
 //!
 //! A step commits its messages (the assistant message and every tool result
 //! of the step) in one `CommitStep`, followed in the same bundle by the next
-//! transition, so `history_version` advances once per step. The other
+//! transition, so `history_version` advances once per step. A step after
+//! which the model is called again takes the waiting steer messages into
+//! history in the same `CommitStep` (`ChatTx::commit_step_steering`). The other
 //! endings of a turn are one transition each. Every bundle is fenced and
 //! retried by [`TaskContext::transition`].
 
@@ -101,11 +103,22 @@ async fn try_commit_step(
     task.transition(what, move |tx, _| {
         let messages = messages.clone();
         Box::pin(async move {
-            tx.commit_step(messages, compaction).await?;
             match next {
-                Next::FinishTurn => tx.finish_turn().await.map(|_| ()),
-                Next::RequiresAction => tx.enter_requires_action().await.map(|_| ()),
-                Next::Generate => Ok(()),
+                Next::FinishTurn => {
+                    tx.commit_step(messages, compaction).await?;
+                    tx.finish_turn().await.map(|_| ())
+                }
+                Next::RequiresAction => {
+                    tx.commit_step(messages, compaction).await?;
+                    tx.enter_requires_action().await.map(|_| ())
+                }
+                // The turn goes on: waiting steer messages join the step
+                // (API.md "Busy behaviours and the queue"), so the next
+                // model call reads them.
+                Next::Generate => tx
+                    .commit_step_steering(messages, compaction)
+                    .await
+                    .map(|_| ()),
             }
         })
     })

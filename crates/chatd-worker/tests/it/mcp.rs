@@ -308,3 +308,76 @@ async fn an_mcp_call_left_without_a_result_is_run_before_the_model_is_called_aga
     assert_eq!(env.llm.requests().len(), 1);
     worker.shutdown().await;
 }
+
+/// API.md "Busy behaviours and the queue": a steer message sent while the
+/// model works goes into history with the step that continues the turn,
+/// right after its tool result, so the very next model request reads it;
+/// an ordinary queued message waits for the end of the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_message_reaches_the_next_model_call_of_the_running_turn() {
+    let env = Env::new().await;
+    let server = calc_server(&env).await;
+    env.llm.push(
+        Script::new()
+            .delay(std::time::Duration::from_millis(400))
+            .tool_call("call_add", "calc__add", r#"{"a": 2, "b": 3}"#, 2),
+    );
+    env.llm.push(Script::text("5, in base ten."));
+    env.llm.push(Script::text("Queued one answered."));
+    let worker = env.worker();
+    let chat_id = env.create_chat_with_mcp("2+3?", vec![server], None).await;
+    env.llm
+        .wait_for_request(1, std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    env.send(chat_id, "later, please", chatd_core::BusyBehavior::Queue)
+        .await;
+    env.send(
+        chat_id,
+        "answer in base ten",
+        chatd_core::BusyBehavior::Steer,
+    )
+    .await;
+    let second = env
+        .llm
+        .wait_for_request(2, std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    let sent = second.body["messages"].as_array().unwrap();
+    let n = sent.len();
+    assert_eq!(sent[n - 2]["role"], "tool", "{sent:?}");
+    assert_eq!(
+        second.last_user_text().as_deref(),
+        Some("answer in base ten")
+    );
+    assert_eq!(sent[n - 1]["role"], "user");
+    // The queued message became the next turn.
+    let third = env
+        .llm
+        .wait_for_request(3, std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(third.last_user_text().as_deref(), Some("later, please"));
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let transcript = crate::common::transcript(&env, chat_id).await;
+    let roles: Vec<ChatRole> = transcript.iter().map(|(r, _)| *r).collect();
+    assert_eq!(
+        roles,
+        [
+            ChatRole::User,
+            ChatRole::Assistant,
+            ChatRole::Tool,
+            ChatRole::User,
+            ChatRole::Assistant,
+            ChatRole::User,
+            ChatRole::Assistant
+        ]
+    );
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(
+        messages[2].revision, messages[3].revision,
+        "the steer message was committed with the step"
+    );
+    assert!(messages[3].queued_message_id.is_some());
+    worker.shutdown().await;
+}

@@ -4,7 +4,7 @@
 //! The server comes from `--url` / `CHATD_URL` (default
 //! `http://127.0.0.1:3000`), the API token from `--token` / `CHATD_TOKEN`
 //! (required). Subcommands: `list`, `new`, `send`, `watch`, `interrupt`,
-//! `tool-results`.
+//! `tool-results`, `queue list|edit|move`.
 //!
 //! `new` and `send` stream the assistant's reply to standard output as it
 //! is generated and exit when the chat is idle again; `watch` prints the
@@ -122,19 +122,33 @@ enum ChatCommand {
     /// Send a message to a chat and stream the reply.
     ///
     /// A busy chat queues the message (or, with --interrupt, interrupts the
-    /// running turn); the reply streamed is the one to this message.
+    /// running turn; with --steer, the running turn reads it at its next
+    /// step; with --reject, a busy chat refuses it); the reply streamed is
+    /// the one to this message.
     Send {
         /// The chat id.
         chat: Uuid,
         /// Interrupt the running turn instead of queueing behind it.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["steer", "reject"])]
         interrupt: bool,
+        /// Steer the running turn: the model reads the message at its next
+        /// step, without the turn being interrupted.
+        #[arg(long, conflicts_with = "reject")]
+        steer: bool,
+        /// Refuse to send to a busy chat (exit 1 naming its status).
+        #[arg(long)]
+        reject: bool,
         /// Do not wait for the reply.
         #[arg(long)]
         no_watch: bool,
         /// The message; `-` or nothing reads it from standard input.
         #[arg(value_name = "TEXT")]
         text: Vec<String>,
+    },
+    /// List, edit or reorder a chat's queued messages.
+    Queue {
+        #[command(subcommand)]
+        command: QueueCommand,
     },
     /// Print a chat's messages and follow it live until Ctrl-C.
     ///
@@ -202,6 +216,45 @@ enum ChatCommand {
         /// Do not wait for the continuation.
         #[arg(long)]
         no_watch: bool,
+    },
+}
+
+/// The subcommands of `chatd chat queue` (API.md "Busy behaviours and the
+/// queue").
+#[derive(Debug, Subcommand)]
+enum QueueCommand {
+    /// Print the queue, next first: position, id, `steer` when it steers
+    /// the running turn, and the text.
+    List {
+        /// The chat id.
+        chat: Uuid,
+    },
+    /// Replace a queued message's text, or mark it (not) steering; prints
+    /// it as `list` does.
+    Edit {
+        /// The chat id.
+        chat: Uuid,
+        /// The queued message id (`list` shows it).
+        queued: i64,
+        /// Make it a steer message.
+        #[arg(long, conflicts_with = "no_steer")]
+        steer: bool,
+        /// Make it an ordinary queued message.
+        #[arg(long)]
+        no_steer: bool,
+        /// The new text; nothing keeps the text (`-` reads standard input).
+        #[arg(value_name = "TEXT")]
+        text: Vec<String>,
+    },
+    /// Move a queued message to POSITION (0 = next; past the end = last);
+    /// prints the new queue.
+    Move {
+        /// The chat id.
+        chat: Uuid,
+        /// The queued message id (`list` shows it).
+        queued: i64,
+        /// The 0-based position in the queue.
+        position: u32,
     },
 }
 
@@ -282,12 +335,21 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
         ChatCommand::Send {
             chat,
             interrupt,
+            steer,
+            reject,
             no_watch,
             text,
         } => {
             let chat = chat.to_string();
-            send(&client, &chat, hint_url, interrupt, no_watch, &text).await
+            let busy = match (interrupt, steer, reject) {
+                (true, _, _) => "interrupt",
+                (_, true, _) => "steer",
+                (_, _, true) => "reject",
+                _ => "queue",
+            };
+            send(&client, &chat, hint_url, busy, no_watch, &text).await
         }
+        ChatCommand::Queue { command } => queue(&client, command).await,
         ChatCommand::Watch {
             chat,
             after_id,
@@ -423,11 +485,96 @@ fn format_chat_list(chats: &[client::Chat]) -> String {
 }
 
 /// `chatd chat send`.
+/// `chatd chat queue ...`.
+async fn queue(client: &Client, command: QueueCommand) -> anyhow::Result<ExitCode> {
+    let queued: Vec<Value> = match command {
+        QueueCommand::List { chat } => {
+            let page: Value = client
+                .call(
+                    Method::GET,
+                    &format!("/chats/{chat}/messages?limit=1"),
+                    None,
+                )
+                .await?;
+            page["queued_messages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        }
+        QueueCommand::Edit {
+            chat,
+            queued,
+            steer,
+            no_steer,
+            text,
+        } => {
+            let mut body = json!({});
+            if !text.is_empty() {
+                body["content"] = json!([{"type": "text", "text": message_text(&text)?}]);
+            }
+            if steer || no_steer {
+                body["steer"] = json!(steer);
+            }
+            if body.as_object().is_some_and(serde_json::Map::is_empty) {
+                bail!("nothing to change: give a TEXT, --steer or --no-steer");
+            }
+            let edited: Value = client
+                .call(
+                    Method::PATCH,
+                    &format!("/chats/{chat}/queue/{queued}"),
+                    Some(&body),
+                )
+                .await?;
+            vec![edited]
+        }
+        QueueCommand::Move {
+            chat,
+            queued,
+            position,
+        } => {
+            client
+                .call(
+                    Method::POST,
+                    &format!("/chats/{chat}/queue/{queued}/move"),
+                    Some(&json!({"position": position})),
+                )
+                .await?
+        }
+    };
+    stdout(format_queue(&queued))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line per queued message: `position  id  [steer]  text`.
+fn format_queue(queued: &[Value]) -> String {
+    let mut out = String::new();
+    for q in queued {
+        let text: Vec<&str> = q["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["text"].as_str())
+            .collect();
+        let steer = if q["steer"].as_bool() == Some(true) {
+            "steer "
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "{}\t{}\t{steer}{}\n",
+            q["position"],
+            q["id"],
+            text.join(" ").replace('\n', " ")
+        ));
+    }
+    out
+}
+
 async fn send(
     client: &Client,
     chat: &str,
     hint_url: Option<&str>,
-    interrupt: bool,
+    busy_behavior: &str,
     no_watch: bool,
     text: &[String],
 ) -> anyhow::Result<ExitCode> {
@@ -441,7 +588,7 @@ async fn send(
     };
     let body = json!({
         "content": [{"type": "text", "text": text}],
-        "busy_behavior": if interrupt { "interrupt" } else { "queue" },
+        "busy_behavior": busy_behavior,
     });
     let sent: SendResponse = client
         .call(
@@ -452,9 +599,14 @@ async fn send(
         .await?;
     let (awaiting_queued, after_id, own) = match (sent.queued, sent.queued_message, sent.message) {
         (true, Some(queued), _) => {
-            if interrupt {
+            if busy_behavior == "interrupt" {
                 eprintln!(
                     "queued (message {}); interrupting the running turn",
+                    queued.id
+                );
+            } else if busy_behavior == "steer" {
+                eprintln!(
+                    "queued (message {}); the running turn reads it at its next step",
                     queued.id
                 );
             } else {
@@ -977,6 +1129,15 @@ mod tests {
             err.starts_with(&format!("cannot read {}", missing.display())),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_queue_prints_position_id_steer_and_one_line_of_text() {
+        let queued = vec![
+            json!({"id": 7, "position": 0, "steer": true, "content": [{"type": "text", "text": "use\ntabs"}]}),
+            json!({"id": 5, "position": 1, "steer": false, "content": [{"type": "text", "text": "later"}]}),
+        ];
+        assert_eq!(format_queue(&queued), "0\t7\tsteer use tabs\n1\t5\tlater\n");
     }
 
     #[test]

@@ -228,6 +228,68 @@ async fn chat_send_to_a_busy_chat_queues_and_streams_the_reply_to_the_queued_mes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_reject_refuses_a_busy_chat_and_queue_list_edit_move_and_send_steer_manage_the_queue()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    setup.llm.push(Script::text_in_parts(
+        "a slow answer",
+        5,
+        Duration::from_millis(1500),
+    ));
+    setup.llm.set_default(Script::text("ok"));
+    let url = setup.server.url();
+    let (code, _, stderr) = output(cli(&url, &["new", "--no-watch", "first"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let chat = chat_id(&stderr)?;
+    let id = chat.to_string();
+
+    let (code, _, stderr) = output(cli(&url, &["send", "--reject", &id, "x"])).await?;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert!(stderr.contains("status is running"), "stderr: {stderr}");
+    let (code, _, stderr) = output(cli(&url, &["send", "--reject", "--steer", &id, "x"])).await?;
+    assert_eq!(code, Some(2), "conflicting flags: {stderr}");
+
+    let mut ids = Vec::new();
+    for text in ["a", "b"] {
+        let (code, _, stderr) = output(cli(&url, &["send", "--no-watch", &id, text])).await?;
+        assert_eq!(code, Some(0), "stderr: {stderr}");
+        ids.push(
+            stderr
+                .split("message ")
+                .nth(1)
+                .and_then(|rest| rest.split(')').next())
+                .context("queued id")?
+                .to_owned(),
+        );
+    }
+    let (a, b) = (&ids[0], &ids[1]);
+    let (code, stdout, stderr) = output(cli(&url, &["queue", "list", &id])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, format!("0\t{a}\ta\n1\t{b}\tb\n"));
+    let (code, stdout, stderr) = output(cli(&url, &["queue", "move", &id, b, "0"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, format!("0\t{b}\tb\n1\t{a}\ta\n"));
+    let (code, stdout, stderr) =
+        output(cli(&url, &["queue", "edit", &id, a, "--steer", "fixed"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, format!("1\t{a}\tsteer fixed\n"));
+    let (code, _, stderr) = output(cli(&url, &["queue", "edit", &id, a])).await?;
+    assert_eq!(code, Some(1), "nothing to change: {stderr}");
+    let (code, _, stderr) = output(cli(&url, &["send", "--steer", "--no-watch", &id, "s"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert!(
+        stderr.contains("reads it at its next step"),
+        "stderr: {stderr}"
+    );
+    wait_status(&setup.server, chat, "waiting").await?;
+    // The steer messages went first, together, as the next turn; then b.
+    let requests = model_requests(&setup.llm);
+    let users: Vec<String> = requests.iter().filter_map(|r| r.last_user_text()).collect();
+    assert_eq!(users, ["first", "s", "b"], "{users:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_interrupt_stops_a_slow_reply_that_watch_once_follows() -> anyhow::Result<()> {
     let setup = setup().await?;
     setup
