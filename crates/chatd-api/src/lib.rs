@@ -16,7 +16,8 @@
 //!   replica-to-replica `/stream/parts` ([`stream`]), and the long-poll
 //!   `/updates`, once the state has its [`StreamDeps`]
 //!   ([`AppState::with_stream`]);
-//! - message windows and paging by size ([`paging`]).
+//! - message windows and paging by size ([`paging`]);
+//! - files: upload and download ([`files`]).
 //!
 //! Every execution-state change goes through `chatd_store`'s
 //! `ChatMachine`, and every read and metadata write through its `queries`
@@ -48,6 +49,7 @@ pub mod config_file;
 pub mod drain;
 pub mod error;
 pub mod extract;
+pub mod files;
 pub mod health;
 pub mod http_metrics;
 pub mod messages;
@@ -155,6 +157,8 @@ pub fn router(state: AppState) -> Router {
             post(users::create_user_token),
         )
         .route("/api/v2/replicas", get(users::list_replicas))
+        .route("/api/v2/files", post(files::upload_file))
+        .route("/api/v2/files/{id}", get(files::download_file))
         .route(
             "/api/v2/chats",
             get(chats::list_chats).post(chats::create_chat),

@@ -19,6 +19,7 @@
 //! | [`queue`] | `chat_queued_messages` |
 //! | [`heartbeats`] | `chat_heartbeats` |
 //! | [`send_receipts`] | `chat_send_receipts` |
+//! | [`files`] | `chat_files`, `chat_file_chunks` |
 //! | [`users`] | `users` |
 //! | [`tokens`] | `api_keys` |
 //! | [`replicas`] | `replicas` |
@@ -31,6 +32,7 @@
 //! | [`database`] | the database itself (`CREATE DATABASE`) |
 
 pub mod chats;
+pub mod files;
 pub mod cluster_settings;
 pub mod database;
 pub mod heartbeats;
