@@ -7,6 +7,7 @@ mod auth;
 mod bad_input;
 mod chats;
 mod common;
+mod files;
 mod isolation;
 mod messages;
 mod ops;
