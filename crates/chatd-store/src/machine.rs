@@ -324,9 +324,12 @@ impl Store {
         for message in &messages {
             initial_messages.push(queries::messages::insert(&mut tx, id, message, None).await?);
         }
-        queries::messages::refresh_context(&mut tx, id).await?;
         let buffer = PublishBuffer::new(self.publisher.clone());
-        let chat = enqueue_publications(&mut tx, id, &buffer, &self.config).await?;
+        let mut facts = queries::chats::select_facts(&mut tx, id)
+            .await?
+            .ok_or(StateError::ChatNotFound)?;
+        facts.chat = queries::messages::refresh_context(&mut tx, id).await?;
+        let chat = enqueue_publications(facts, &buffer, &self.config);
         let to = chat.execution_state(false);
         matrix::check_landing(Transition::CreateChat, ExecutionState::N, to)
             .map_err(StateError::from)?;
@@ -477,7 +480,9 @@ impl Store {
         }
         let root = queries::chats::lock_and_bump(&mut tx, root_id)
             .await?
-            .ok_or(StateError::ChatNotFound)?;
+            .ok_or(StateError::ChatNotFound)?
+            .facts
+            .chat;
         if root.parent_chat_id.is_some() {
             return Err(StateError::ChatNotRoot.into());
         }
@@ -492,11 +497,14 @@ impl Store {
                     .await?
                     .ok_or(StateError::ChatNotFound)?;
             }
+            let mut known = None;
             let mut ops = crate::transitions::Ops {
                 conn: &mut tx,
                 chat_id: *member,
                 config: &self.config,
                 applied: &mut applied,
+                known: &mut known,
+                landing: None,
             };
             let chat = queries::chats::select(&mut *ops.conn, *member, LockMode::None)
                 .await?
@@ -531,7 +539,10 @@ impl Store {
         }
         let mut chats = Vec::with_capacity(members.len());
         for member in &members {
-            chats.push(enqueue_publications(&mut tx, *member, &buffer, &self.config).await?);
+            let facts = queries::chats::select_facts(&mut tx, *member)
+                .await?
+                .ok_or(StateError::ChatNotFound)?;
+            chats.push(enqueue_publications(facts, &buffer, &self.config));
         }
         commit_and_flush(tx, buffer).await?;
         for (transition, _, _) in &applied {
@@ -598,16 +609,10 @@ impl ChatMachine {
     /// ```
     pub async fn begin(&self) -> StoreResult<ChatTx> {
         let mut tx = crate::queries::begin(&self.store.pool).await?;
-        let chat = queries::chats::lock_and_bump(&mut tx, self.chat_id)
+        let facts = queries::chats::lock_and_bump(&mut tx, self.chat_id)
             .await?
             .ok_or(StateError::ChatNotFound)?;
-        Ok(ChatTx {
-            tx,
-            chat_id: self.chat_id,
-            snapshot_version: chat.snapshot_version,
-            store: self.store.clone(),
-            applied: Vec::new(),
-        })
+        Ok(ChatTx::new(tx, facts, self.store.clone()))
     }
 
     /// Like [`ChatMachine::begin`], but never waits for the row lock: returns
@@ -634,17 +639,11 @@ impl ChatMachine {
     /// ```
     pub async fn try_begin(&self) -> StoreResult<Option<ChatTx>> {
         let mut tx = crate::queries::begin(&self.store.pool).await?;
-        let Some(chat) = queries::chats::lock_and_bump_skip_locked(&mut tx, self.chat_id).await?
+        let Some(facts) = queries::chats::lock_and_bump_skip_locked(&mut tx, self.chat_id).await?
         else {
             return Ok(None);
         };
-        Ok(Some(ChatTx {
-            tx,
-            chat_id: self.chat_id,
-            snapshot_version: chat.snapshot_version,
-            store: self.store.clone(),
-            applied: Vec::new(),
-        }))
+        Ok(Some(ChatTx::new(tx, facts, self.store.clone())))
     }
 
     /// Runs `f` inside a transition bundle ([`ChatMachine::begin`]) and
@@ -700,7 +699,7 @@ impl ChatMachine {
     /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut locked = store.machine(chat.id).lock().await?;
     /// // Related reads in the same transaction see the locked row's state.
-    /// let facts = chats::publication_facts(locked.conn(), chat.id, 30.0).await?;
+    /// let facts = chats::select_facts(locked.conn(), chat.id).await?.expect("locked");
     /// assert_eq!(facts.chat.snapshot_version, locked.chat.snapshot_version);
     /// locked.finish().await?;
     /// # Ok(()) }
@@ -855,6 +854,12 @@ pub struct ChatTx {
     pub(crate) snapshot_version: i64,
     pub(crate) store: Store,
     pub(crate) applied: Vec<(Transition, ExecutionState, ExecutionState)>,
+    /// The row, queue length and heartbeat age as of the last statement
+    /// that read them (the lock-and-bump, or the landing check of the last
+    /// transition), while nothing has written since: transitions and the
+    /// commit use it instead of reading again. `None` once anything may have
+    /// changed them ([`ChatTx::conn`], or a transition under way).
+    pub(crate) known: Option<queries::chats::ChatFacts>,
 }
 
 impl std::fmt::Debug for ChatTx {
@@ -868,6 +873,23 @@ impl std::fmt::Debug for ChatTx {
 }
 
 impl ChatTx {
+    fn new(
+        tx: Transaction<'static, Postgres>,
+        bumped: queries::chats::Bumped,
+        store: Store,
+    ) -> Self {
+        let chat = &bumped.facts.chat;
+        let (chat_id, snapshot_version) = (chat.id, chat.snapshot_version);
+        Self {
+            tx,
+            chat_id,
+            snapshot_version,
+            store,
+            applied: Vec::new(),
+            known: bumped.current_facts().ok(),
+        }
+    }
+
     /// The chat this bundle is scoped to.
     ///
     /// Example: [`ChatTx::commit`].
@@ -904,10 +926,37 @@ impl ChatTx {
     /// # Ok(()) }
     /// ```
     pub fn conn(&mut self) -> &mut PgConnection {
+        // Anything may be written through it: read the row again next time.
+        self.known = None;
         &mut self.tx
     }
 
-    /// The current chat row, read in this transaction.
+    /// The open transaction for reads only (a heartbeat's freshness, the
+    /// queue's rows): unlike [`ChatTx::conn`] it keeps what the bundle knows
+    /// of the row, so the next transition need not read it again. Writing
+    /// through it is a bug; use [`ChatTx::conn`] for writes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_store::queries::queue;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// assert_eq!(queue::len(tx.reader(), chat.id).await?, 0);
+    /// tx.interrupt().await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reader(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    /// The current chat row in this transaction: as the lock-and-bump or
+    /// the last transition left it, or read again after a write through
+    /// [`ChatTx::conn`]. `Chat.context` is brought up to date only by the
+    /// commit.
     ///
     /// # Errors
     /// `ChatNotFound` (deleted under us cannot happen while locked, but the
@@ -915,23 +964,29 @@ impl ChatTx {
     ///
     /// Example: [`ChatTx::commit`].
     pub async fn chat(&mut self) -> StoreResult<Chat> {
-        Ok(
-            queries::chats::select(&mut *self.tx, self.chat_id, LockMode::None)
-                .await?
-                .ok_or(StateError::ChatNotFound)?,
-        )
+        Ok(self.facts().await?.chat.clone())
     }
 
-    /// The current execution state, read in this transaction.
+    /// The current execution state in this transaction (the row and the
+    /// queue as [`ChatTx::chat`] sees them).
     ///
     /// # Errors
     /// Database errors.
     ///
     /// Example: [`ChatTx::commit`].
     pub async fn execution_state(&mut self) -> StoreResult<ExecutionState> {
-        let chat = self.chat().await?;
-        let queued = queries::queue::len(&mut *self.tx, self.chat_id).await? > 0;
-        Ok(chat.execution_state(queued))
+        Ok(self.facts().await?.execution_state())
+    }
+
+    /// What the bundle knows of the row, read now when it knows nothing.
+    async fn facts(&mut self) -> StoreResult<&queries::chats::ChatFacts> {
+        if self.known.is_none() {
+            let facts = queries::chats::select_facts(&mut self.tx, self.chat_id)
+                .await?
+                .ok_or(StateError::ChatNotFound)?;
+            self.known = Some(facts);
+        }
+        Ok(self.known.as_ref().expect("just read"))
     }
 
     /// The transitions applied so far: `(transition, from, to)`.
@@ -975,8 +1030,20 @@ impl ChatTx {
     /// ```
     pub async fn commit(mut self) -> StoreResult<Chat> {
         let buffer = PublishBuffer::new(self.store.publisher.clone());
-        let chat =
-            enqueue_publications(&mut self.tx, self.chat_id, &buffer, &self.store.config).await?;
+        self.facts().await?;
+        let mut facts = self.known.take().expect("just read");
+        // The history changed in this bundle (the message triggers stamp
+        // `history_version` with the bumped snapshot): keep `Chat.context`.
+        if facts.chat.history_version == facts.chat.snapshot_version {
+            facts.chat = match facts.take_context_entries() {
+                Some(entries) => {
+                    queries::messages::refresh_context_from(&mut self.tx, self.chat_id, &entries)
+                        .await?
+                }
+                None => queries::messages::refresh_context(&mut self.tx, self.chat_id).await?,
+            };
+        }
+        let chat = enqueue_publications(facts, &buffer, &self.store.config);
         commit_and_flush(self.tx, buffer).await?;
         for (transition, _, _) in &self.applied {
             record_transition(*transition, "ok");
@@ -1033,28 +1100,23 @@ impl ChatTx {
             chat_id: self.chat_id,
             config: &self.store.config,
             applied: &mut self.applied,
+            known: &mut self.known,
+            landing: None,
         }
     }
 }
 
-/// Reads the post-transition facts inside the transaction and buffers the
-/// publications they call for (spec "Notification emission rules").
-async fn enqueue_publications(
-    conn: &mut PgConnection,
-    chat_id: Uuid,
+/// Buffers the publications that the post-transition facts call for (spec
+/// "Notification emission rules"); returns the row.
+fn enqueue_publications(
+    facts: queries::chats::ChatFacts,
     buffer: &PublishBuffer,
     config: &StoreConfig,
-) -> StoreResult<Chat> {
-    let queries::chats::PublicationFacts {
-        chat,
-        queued,
-        fresh,
-    } = queries::chats::publication_facts(
-        conn,
-        chat_id,
-        config.heartbeat_stale_after.as_secs_f64(),
-    )
-    .await?;
+) -> Chat {
+    let fresh = facts.fresh(config.heartbeat_stale_after.as_secs_f64());
+    let queued = facts.queue_len > 0;
+    let chat = facts.chat;
+    let chat_id = chat.id;
     let update = chat_update_payload(&chat);
     let payload = serde_json::to_vec(&update).expect("ChatUpdate serializes");
     // A full in-memory buffer cannot fail before flush; errors here would be
@@ -1074,7 +1136,7 @@ async fn enqueue_publications(
             tracing::warn!(%chat_id, error = %err, "buffering chat:ownership failed");
         }
     }
-    Ok(chat)
+    chat
 }
 
 /// The `chat:update` payload for a committed row.

@@ -588,22 +588,45 @@ pub(crate) struct Ops<'a> {
     pub(crate) chat_id: Uuid,
     pub(crate) config: &'a StoreConfig,
     pub(crate) applied: &'a mut Vec<(Transition, ExecutionState, ExecutionState)>,
+    /// [`crate::ChatTx`]'s knowledge of the row: taken by [`Ops::enter`]
+    /// (so nothing written after it is mistaken for the state), set again by
+    /// [`Ops::land`] from its post-transition read.
+    pub(crate) known: &'a mut Option<queries::chats::ChatFacts>,
+    /// The facts returned by the transition's last statement when it was
+    /// [`Ops::change`]: [`Ops::land`] checks them instead of reading the
+    /// row. Any other use of the connection ([`Ops::db`]) forgets them.
+    pub(crate) landing: Option<queries::chats::ChatFacts>,
+}
+
+/// The connection of an [`Ops`], for any statement: forgets the facts of
+/// an earlier [`Ops::change`], which that statement may make stale. (A
+/// macro, so that it borrows only the `conn` field and `self.chat_id` can
+/// be passed beside it.)
+macro_rules! db {
+    ($ops:expr) => {{
+        $ops.landing = None;
+        &mut *$ops.conn
+    }};
 }
 
 impl Ops<'_> {
     /// The chat row (`None` for a missing chat, `N`), its queue length and
-    /// its execution state.
+    /// its execution state: what the bundle knows when nothing was written
+    /// since it was read, else read now. Either way the bundle knows nothing
+    /// afterwards, until the next [`Ops::land`].
     async fn state(&mut self) -> StoreResult<(Option<Chat>, i64, ExecutionState)> {
-        let Some(row) =
-            queries::chats::select_with_queue_len(&mut *self.conn, self.chat_id).await?
-        else {
+        let facts = match self.known.take() {
+            Some(facts) => Some(facts),
+            None => queries::chats::select_facts(db!(self), self.chat_id).await?,
+        };
+        let Some(facts) = facts else {
             return Ok((None, 0, classify(None)));
         };
-        let state = row.chat.execution_state(row.queue_len > 0);
-        Ok((Some(row.chat), row.queue_len, state))
+        let state = facts.execution_state();
+        Ok((Some(facts.chat), facts.queue_len, state))
     }
 
-    /// Reads the state and validates the transition against the matrix.
+    /// Takes the state and validates the transition against the matrix.
     async fn enter(&mut self, transition: Transition) -> StoreResult<(Chat, i64, ExecutionState)> {
         let (chat, queued, from) = self.state().await?;
         if let Err(err) = matrix::check(transition, from) {
@@ -616,18 +639,25 @@ impl Ops<'_> {
         Ok((chat, queued, from))
     }
 
-    /// Classifies the result and checks the matrix lists it.
+    /// Reads the result, classifies it and checks the matrix lists it. The
+    /// read is what the bundle knows next: the following transition and the
+    /// commit (which brings `Chat.context` up to date once, when the bundle
+    /// changed the history) do not read it again.
     async fn land(
         &mut self,
         transition: Transition,
         from: ExecutionState,
     ) -> StoreResult<ExecutionState> {
-        let (chat, _, to) = self.state().await?;
+        let facts = match self.landing.take() {
+            Some(facts) => Some(facts),
+            None => queries::chats::select_facts(db!(self), self.chat_id).await?,
+        };
+        let to = match &facts {
+            Some(facts) => facts.execution_state(),
+            None => classify(None),
+        };
         matrix::check_landing(transition, from, to).map_err(StateError::from)?;
-        // The history changed in this transaction: keep `Chat.context`.
-        if chat.is_some_and(|c| c.history_version == c.snapshot_version) {
-            queries::messages::refresh_context(&mut *self.conn, self.chat_id).await?;
-        }
+        *self.known = facts;
         self.applied.push((transition, from, to));
         Ok(to)
     }
@@ -638,13 +668,13 @@ impl Ops<'_> {
     }
 
     async fn insert(&mut self, message: &NewMessage) -> StoreResult<ChatMessage> {
-        Ok(queries::messages::insert(&mut *self.conn, self.chat_id, message, None).await?)
+        Ok(queries::messages::insert(db!(self), self.chat_id, message, None).await?)
     }
 
     /// Answers every outstanding tool call of active history with a
     /// synthetic error result `reason`, one `tool` message per call.
     async fn answer_outstanding(&mut self, reason: &str) -> StoreResult<Vec<ChatMessage>> {
-        let tail = queries::messages::tail_contents(&mut *self.conn, self.chat_id).await?;
+        let tail = queries::messages::tail_contents(db!(self), self.chat_id).await?;
         let outstanding = outstanding_tool_calls(tail.iter().map(Vec::as_slice));
         let mut inserted = Vec::with_capacity(outstanding.len());
         for call in &outstanding {
@@ -655,7 +685,7 @@ impl Ops<'_> {
     }
 
     async fn pending_calls(&mut self) -> StoreResult<Vec<ToolCallRef>> {
-        let tail = queries::messages::tail_contents(&mut *self.conn, self.chat_id).await?;
+        let tail = queries::messages::tail_contents(db!(self), self.chat_id).await?;
         Ok(outstanding_tool_calls(tail.iter().map(Vec::as_slice)))
     }
 
@@ -671,8 +701,7 @@ impl Ops<'_> {
         let mut message = message.clone();
         message.role = Some(ChatRole::User);
         inserted.push(
-            queries::messages::insert(&mut *self.conn, self.chat_id, &message, queued_message_id)
-                .await?,
+            queries::messages::insert(db!(self), self.chat_id, &message, queued_message_id).await?,
         );
         if message.model_config_id.is_some() || message.reasoning_effort.is_some() {
             let changes = ChatChanges {
@@ -680,7 +709,7 @@ impl Ops<'_> {
                 last_reasoning_effort: message.reasoning_effort.clone(),
                 ..ChatChanges::default()
             };
-            queries::chats::update_execution(&mut *self.conn, self.chat_id, &changes).await?;
+            queries::chats::update_execution(db!(self), self.chat_id, &changes).await?;
         }
         Ok(inserted)
     }
@@ -690,7 +719,7 @@ impl Ops<'_> {
         &mut self,
         reason: &str,
     ) -> StoreResult<Option<(QueuedMessage, Vec<ChatMessage>)>> {
-        let Some(head) = queries::queue::pop_head(&mut *self.conn, self.chat_id).await? else {
+        let Some(head) = queries::queue::pop_head(db!(self), self.chat_id).await? else {
             return Ok(None);
         };
         let inserted = self
@@ -699,8 +728,14 @@ impl Ops<'_> {
         Ok(Some((head, inserted)))
     }
 
+    /// Writes execution-state columns; the returned facts are what
+    /// [`Ops::land`] checks when nothing else touches the connection first.
     async fn change(&mut self, changes: ChatChanges) -> StoreResult<Chat> {
-        Ok(queries::chats::update_execution(&mut *self.conn, self.chat_id, &changes).await?)
+        let facts =
+            queries::chats::update_execution_facts(db!(self), self.chat_id, &changes).await?;
+        let chat = facts.chat.clone();
+        self.landing = Some(facts);
+        Ok(chat)
     }
 
     fn check_queue_room(&self, transition: Transition, queued: i64, max: i64) -> StoreResult<()> {
@@ -751,13 +786,8 @@ impl Ops<'_> {
             S::E1 => {
                 self.check_queue_room(t, queued, max)?;
                 result.queued_message = Some(
-                    queries::queue::enqueue(
-                        &mut *self.conn,
-                        self.chat_id,
-                        &message,
-                        QueueEnd::Tail,
-                    )
-                    .await?,
+                    queries::queue::enqueue(db!(self), self.chat_id, &message, QueueEnd::Tail)
+                        .await?,
                 );
                 if let Some((_, inserted)) = self.promote_head(CANCELLED_TOOL_RESULT).await? {
                     result.inserted_messages = inserted;
@@ -771,9 +801,8 @@ impl Ops<'_> {
                 } else {
                     QueueEnd::Tail
                 };
-                result.queued_message = Some(
-                    queries::queue::enqueue(&mut *self.conn, self.chat_id, &message, end).await?,
-                );
+                result.queued_message =
+                    Some(queries::queue::enqueue(db!(self), self.chat_id, &message, end).await?);
                 if interrupt {
                     match from {
                         S::R0 | S::R1 => {
@@ -800,8 +829,7 @@ impl Ops<'_> {
     ) -> StoreResult<EditMessageResult> {
         let t = Transition::EditMessage;
         let (_, _, from) = self.enter(t).await?;
-        let target =
-            queries::messages::select(&mut *self.conn, self.chat_id, input.message_id).await?;
+        let target = queries::messages::select(db!(self), self.chat_id, input.message_id).await?;
         let target = match target {
             Some(m) if !m.deleted && m.visibility.client_visible() => m,
             _ => {
@@ -821,10 +849,9 @@ impl Ops<'_> {
                 },
             ));
         }
-        let deleted_queued_message_ids =
-            queries::queue::clear(&mut *self.conn, self.chat_id).await?;
+        let deleted_queued_message_ids = queries::queue::clear(db!(self), self.chat_id).await?;
         let deleted_message_ids =
-            queries::messages::soft_delete_from(&mut *self.conn, self.chat_id, target.id).await?;
+            queries::messages::soft_delete_from(db!(self), self.chat_id, target.id).await?;
         let cancellation_messages = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
         let mut replacement = input.replacement;
         replacement.role = Some(ChatRole::User);
@@ -856,7 +883,7 @@ impl Ops<'_> {
     pub(crate) async fn delete_queued_message(&mut self, id: i64) -> StoreResult<QueuedMessage> {
         let t = Transition::DeleteQueuedMessage;
         let (_, _, from) = self.enter(t).await?;
-        let Some(deleted) = queries::queue::delete(&mut *self.conn, self.chat_id, id).await? else {
+        let Some(deleted) = queries::queue::delete(db!(self), self.chat_id, id).await? else {
             return Err(self.reject(
                 t,
                 StateError::QueuedMessageNotFound {
@@ -875,7 +902,7 @@ impl Ops<'_> {
         use ExecutionState as S;
         let t = Transition::PromoteQueuedMessage;
         let (_, _, from) = self.enter(t).await?;
-        let Some(queued) = queries::queue::select(&mut *self.conn, self.chat_id, id).await? else {
+        let Some(queued) = queries::queue::select(db!(self), self.chat_id, id).await? else {
             return Err(self.reject(
                 t,
                 StateError::QueuedMessageNotFound {
@@ -890,7 +917,7 @@ impl Ops<'_> {
         };
         match from {
             S::E1 | S::A1 => {
-                queries::queue::delete(&mut *self.conn, self.chat_id, id).await?;
+                queries::queue::delete(db!(self), self.chat_id, id).await?;
                 let mut inserted = self
                     .insert_user(
                         &queued_to_message(&queued),
@@ -908,7 +935,7 @@ impl Ops<'_> {
             }
             S::R1 | S::I1 => {
                 if let Some(moved) =
-                    queries::queue::move_to_head(&mut *self.conn, self.chat_id, id).await?
+                    queries::queue::move_to_head(db!(self), self.chat_id, id).await?
                 {
                     result.queued_message = moved;
                 }
@@ -985,7 +1012,7 @@ impl Ops<'_> {
             ..ChatChanges::default()
         })
         .await?;
-        queries::heartbeats::upsert(&mut *self.conn, self.chat_id, runner_id).await?;
+        queries::heartbeats::upsert(db!(self), self.chat_id, runner_id).await?;
         self.land(t, from).await?;
         Ok(())
     }
@@ -1003,7 +1030,7 @@ impl Ops<'_> {
         })
         .await?;
         if let Some(runner) = chat.runner_id {
-            queries::heartbeats::delete(&mut *self.conn, self.chat_id, runner).await?;
+            queries::heartbeats::delete(db!(self), self.chat_id, runner).await?;
         }
         self.land(t, from).await?;
         Ok(())

@@ -4,8 +4,9 @@
 //! Two background tasks, both spawned on one `TaskTracker` and stopped by one
 //! `CancellationToken`:
 //!
-//! - the **notifier** (`notifier.rs`) runs `SELECT pg_notify($1, $2)` on the
-//!   dedicated connection for every publication, one at a time in publish order.
+//! - the **notifier** (`notifier.rs`) runs `pg_notify` on the dedicated
+//!   connection, in publish order, everything queued at once in one
+//!   statement (a batch; see its docs for order and identical payloads).
 //!   [`Publisher::publish`] only enqueues, so it never waits on I/O. Failed
 //!   notifications are retried a few times, then logged and dropped:
 //!   notifications are hints and receivers tolerate drops.

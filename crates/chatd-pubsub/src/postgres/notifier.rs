@@ -1,11 +1,20 @@
 //! The notifier task of [`super::PgPubsub`]: sends queued publications with
-//! `pg_notify`, one at a time, in publish order (`spec/chatd-architecture.md`,
+//! `pg_notify`, in publish order (`spec/chatd-architecture.md`,
 //! "Notification emission rules": post-commit, best effort).
 //!
-//! One notification is committed before the next is sent, so PostgreSQL
-//! delivers them in publish order. Batching several into one transaction
-//! would be faster but PostgreSQL folds identical notifications of one
-//! transaction into one.
+//! Everything queued when the task wakes goes out in one statement (at most
+//! [`MAX_BATCH`]), so one round trip and one commit carry a burst of
+//! publications (issue 15: one notification per transaction capped a
+//! replica at about a thousand a second). PostgreSQL delivers the
+//! notifications of one transaction in the order they were sent, and
+//! transactions in commit order, so publish order holds. It folds identical
+//! notifications (same channel and payload) of one transaction into one: a
+//! batch ends before a publication identical to one already in it, which
+//! goes into the next.
+//!
+//! The statement commits with `synchronous_commit` off: a notification
+//! transaction writes nothing durable, and listeners hear it at its commit
+//! either way, so waiting for its WAL flush only delays the next batch.
 //!
 //! Error policy: a failed `pg_notify` is retried after 50 ms, 100 ms, … up
 //! to `publish_attempts` attempts, then logged and dropped; receivers
@@ -19,8 +28,15 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Sends one notification.
-const NOTIFY_SQL: &str = "SELECT pg_notify($1, $2)";
+/// Sends a batch: `$1` the channels, `$2` the payloads, in order (a
+/// function scan yields the arrays' elements in order, and each row's
+/// `pg_notify` runs as it is produced).
+const NOTIFY_SQL: &str = "SELECT count(pg_notify(t.c, t.p))
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS s,
+          unnest($1::text[], $2::text[]) AS t(c, p)";
+
+/// Most publications in one statement.
+pub(crate) const MAX_BATCH: usize = 256;
 
 /// Delay before the first retry; retry `n` waits `n` times this.
 const RETRY_DELAY: Duration = Duration::from_millis(50);
@@ -29,6 +45,7 @@ const RETRY_DELAY: Duration = Duration::from_millis(50);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A validated publication waiting to be sent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Notification {
     pub(crate) channel: String,
     pub(crate) payload: String,
@@ -56,27 +73,36 @@ impl NotifierLoop {
 
     /// Sends queued notifications until `cancel` fires, then drains.
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
+        // A publication that did not fit the last batch (a duplicate of
+        // one in it) starts the next.
+        let mut carried: Option<Notification> = None;
         loop {
-            let notification = tokio::select! {
-                biased;
-                () = cancel.cancelled() => break,
-                next = self.queue.recv() => match next {
-                    Some(notification) => notification,
-                    None => return,
+            let first = match carried.take() {
+                Some(notification) => notification,
+                None => tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => break,
+                    next = self.queue.recv() => match next {
+                        Some(notification) => notification,
+                        None => return,
+                    },
                 },
             };
-            self.send_with_retries(&notification).await;
+            let (batch, rest) = next_batch(first, &mut self.queue);
+            carried = rest;
+            self.send_with_retries(&batch).await;
         }
         self.drain().await;
     }
 
-    async fn send_with_retries(&self, notification: &Notification) {
+    async fn send_with_retries(&self, batch: &[Notification]) {
         for attempt in 1..=self.attempts {
-            match notify(&self.pool, notification).await {
+            match notify(&self.pool, batch).await {
                 Ok(()) => return,
                 Err(error) if attempt < self.attempts => {
                     tracing::warn!(
-                        channel = %notification.channel,
+                        channel = %batch[0].channel,
+                        batch = batch.len(),
                         attempt,
                         %error,
                         "pubsub notify failed; retrying"
@@ -84,10 +110,11 @@ impl NotifierLoop {
                     tokio::time::sleep(RETRY_DELAY * attempt).await;
                 }
                 Err(error) => tracing::error!(
-                    channel = %notification.channel,
+                    channel = %batch[0].channel,
+                    batch = batch.len(),
                     attempts = self.attempts,
                     %error,
-                    "pubsub notify failed; dropping the notification"
+                    "pubsub notify failed; dropping the notifications"
                 ),
             }
         }
@@ -96,31 +123,109 @@ impl NotifierLoop {
     async fn drain(mut self) {
         self.queue.close();
         let deadline = Instant::now() + DRAIN_TIMEOUT;
-        while let Ok(notification) = self.queue.try_recv() {
-            match tokio::time::timeout_at(deadline, notify(&self.pool, &notification)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::warn!(
-                    channel = %notification.channel,
-                    %error,
-                    "pubsub notify failed during shutdown; dropping the notification"
-                ),
-                Err(_elapsed) => {
-                    tracing::warn!(
-                        dropped = self.queue.len() + 1,
-                        "pubsub shutdown deadline passed; dropping queued notifications"
-                    );
-                    return;
+        while let Ok(first) = self.queue.try_recv() {
+            let mut pending = Some(first);
+            while let Some(first) = pending.take() {
+                let (batch, rest) = next_batch(first, &mut self.queue);
+                pending = rest;
+                match tokio::time::timeout_at(deadline, notify(&self.pool, &batch)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::warn!(
+                        batch = batch.len(),
+                        %error,
+                        "pubsub notify failed during shutdown; dropping the notifications"
+                    ),
+                    Err(_elapsed) => {
+                        tracing::warn!(
+                            dropped =
+                                self.queue.len() + batch.len() + usize::from(pending.is_some()),
+                            "pubsub shutdown deadline passed; dropping queued notifications"
+                        );
+                        return;
+                    }
                 }
             }
         }
     }
 }
 
-async fn notify(pool: &PgPool, notification: &Notification) -> Result<(), sqlx::Error> {
+/// `first` and what else is queued now, in order, up to [`MAX_BATCH`] and
+/// stopping before a publication identical to one already taken (returned
+/// as the second value, to start the next batch).
+fn next_batch(
+    first: Notification,
+    queue: &mut mpsc::UnboundedReceiver<Notification>,
+) -> (Vec<Notification>, Option<Notification>) {
+    let mut seen = std::collections::HashSet::new();
+    seen.insert(first.clone());
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        let Ok(next) = queue.try_recv() else { break };
+        if !seen.insert(next.clone()) {
+            return (batch, Some(next));
+        }
+        batch.push(next);
+    }
+    (batch, None)
+}
+
+async fn notify(pool: &PgPool, batch: &[Notification]) -> Result<(), sqlx::Error> {
+    let channels: Vec<&str> = batch.iter().map(|n| n.channel.as_str()).collect();
+    let payloads: Vec<&str> = batch.iter().map(|n| n.payload.as_str()).collect();
     sqlx::query(NOTIFY_SQL)
-        .bind(&notification.channel)
-        .bind(&notification.payload)
+        .bind(channels)
+        .bind(payloads)
         .execute(pool)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(channel: &str, payload: &str) -> Notification {
+        Notification {
+            channel: channel.into(),
+            payload: payload.into(),
+        }
+    }
+
+    #[test]
+    fn a_batch_takes_what_is_queued_in_order_and_stops_before_a_duplicate() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for item in [
+            n("a", "1"),
+            n("b", "1"),
+            n("a", "2"),
+            n("a", "1"),
+            n("c", "3"),
+        ] {
+            tx.send(item).unwrap();
+        }
+        let first = rx.try_recv().unwrap();
+        let (batch, rest) = next_batch(first, &mut rx);
+        assert_eq!(batch, vec![n("a", "1"), n("b", "1"), n("a", "2")]);
+        assert_eq!(
+            rest,
+            Some(n("a", "1")),
+            "the duplicate starts the next batch"
+        );
+        let (batch, rest) = next_batch(rest.unwrap(), &mut rx);
+        assert_eq!(batch, vec![n("a", "1"), n("c", "3")]);
+        assert_eq!(rest, None);
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_max_batch_publications() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for i in 0..MAX_BATCH + 5 {
+            tx.send(n("a", &i.to_string())).unwrap();
+        }
+        let first = rx.try_recv().unwrap();
+        let (batch, rest) = next_batch(first, &mut rx);
+        assert_eq!(batch.len(), MAX_BATCH);
+        assert_eq!(rest, None);
+        assert_eq!(rx.len(), 5, "the rest waits for the next batch");
+    }
 }

@@ -420,3 +420,39 @@ async fn pg_frequent_listener_health_checks_do_not_disturb_delivery() {
     );
     pubsub.close().await;
 }
+
+/// A burst larger than one batch, with identical publications in it (which
+/// PostgreSQL would fold within one transaction), arrives complete and in
+/// publish order, duplicates included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_a_burst_with_identical_publications_arrives_complete_and_in_order() {
+    let db = test_database().await;
+    let pubsub = PgPubsub::connect(db.pool().clone()).await.unwrap();
+    let channel = "chat:update:burst";
+    let mut subscription = pubsub.subscribe(channel).await.unwrap();
+    // 0, 1, 1, 2, 3, 3, ... : every odd number twice in a row; 600 in all.
+    let sent: Vec<String> = (0..400)
+        .flat_map(|i: usize| {
+            let copies = if i % 2 == 1 { 2 } else { 1 };
+            std::iter::repeat_n(i.to_string(), copies)
+        })
+        .collect();
+    for payload in &sent {
+        pubsub.publish(channel, payload.as_bytes()).unwrap();
+    }
+    let mut received = Vec::with_capacity(sent.len());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while received.len() < sent.len() {
+        let event = tokio::time::timeout_at(deadline, subscription.recv())
+            .await
+            .expect("the burst arrives within 30 s")
+            .expect("subscription open");
+        let PubsubEvent::Message(payload) = event else {
+            panic!("no message may be lost: got {event:?}");
+        };
+        received.push(String::from_utf8(payload.to_vec()).unwrap());
+    }
+    assert_eq!(received, sent);
+    assert_quiet(&mut subscription).await;
+    pubsub.close().await;
+}

@@ -102,7 +102,10 @@ pub async fn select(
 /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut tx = pool.begin().await?;
 /// let bumped = chats::lock_and_bump(&mut tx, chat.id).await?.expect("exists");
-/// assert_eq!(bumped.snapshot_version, chat.snapshot_version + 1);
+/// assert_eq!(bumped.facts.chat.snapshot_version, chat.snapshot_version + 1);
+/// // Nobody changed the chat while the statement waited for its lock.
+/// let facts = bumped.current_facts().expect("uncontended");
+/// assert_eq!((facts.queue_len, facts.heartbeat_age_secs), (0, None));
 /// // Another transaction skips the locked row instead of waiting for it.
 /// let mut other = pool.begin().await?;
 /// assert!(chats::lock_and_bump_skip_locked(&mut other, chat.id).await?.is_none());
@@ -110,7 +113,7 @@ pub async fn select(
 /// tx.rollback().await?; // ChatMachine::begin and ChatTx::commit do this for real
 /// # Ok(()) }
 /// ```
-pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Chat>> {
+pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Bumped>> {
     let sql = "WITH family AS (
              SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
              WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f),
@@ -118,7 +121,11 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
                     WHERE id = $1 AND (SELECT count(*) FROM family) >= 0 FOR UPDATE)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*";
+         RETURNING chats.*,
+             (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
+             (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+              WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) AS heartbeat_age_secs,
+             (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen";
     super::keyed::optional(conn, sql, chat_id).await
 }
 
@@ -130,7 +137,7 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
 pub async fn lock_and_bump_skip_locked(
     conn: &mut PgConnection,
     chat_id: Uuid,
-) -> sqlx::Result<Option<Chat>> {
+) -> sqlx::Result<Option<Bumped>> {
     let sql = "WITH family AS (
              SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
              WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f SKIP LOCKED),
@@ -142,24 +149,99 @@ pub async fn lock_and_bump_skip_locked(
                     FOR UPDATE SKIP LOCKED)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*";
+         RETURNING chats.*,
+             (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
+             (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+              WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) AS heartbeat_age_secs,
+             (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen";
     super::keyed::optional(conn, sql, chat_id).await
 }
 
-/// A chat row with the length of its queue, read in one statement.
+/// A chat row with what a transition bundle needs to know besides it: the
+/// length of its queue and the age of its current runner's heartbeat, read
+/// in the same statement (by [`lock_and_bump`] and [`select_facts`]).
 ///
-/// Example: [`select_with_queue_len`].
+/// Example: [`select_facts`].
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ChatWithQueue {
+pub struct ChatFacts {
     /// The row.
     #[sqlx(flatten)]
     pub chat: Chat,
     /// Number of queued messages.
     pub queue_len: i64,
+    /// Seconds since the heartbeat of the row's `runner_id` (database time,
+    /// `now()` of the transaction); `None` without a runner or a heartbeat.
+    pub heartbeat_age_secs: Option<f64>,
+    /// The entries of the model context when the history changed in this
+    /// transaction (`history_version = snapshot_version`) and the statement
+    /// read them; the commit's `Chat.context` is computed from them.
+    #[sqlx(default)]
+    pub(crate) context_entries: Option<Json<Vec<super::messages::EntryRow>>>,
 }
 
-/// The chat row and its queue length (no row lock clause: callers hold the
-/// lock already or read in a snapshot).
+impl ChatFacts {
+    /// The execution state (`chatd_core::classify`) of the row and queue.
+    pub fn execution_state(&self) -> chatd_core::ExecutionState {
+        self.chat.execution_state(self.queue_len > 0)
+    }
+
+    /// Whether the row's runner has a heartbeat no older than
+    /// `stale_after_secs` (the spec's `HeartbeatStaleSeconds`).
+    pub fn fresh(&self, stale_after_secs: f64) -> bool {
+        self.heartbeat_age_secs
+            .is_some_and(|age| age <= stale_after_secs)
+    }
+
+    /// The model context's entries, when the statement read them.
+    pub(crate) fn take_context_entries(
+        &mut self,
+    ) -> Option<Vec<chatd_core::context::ContextEntry>> {
+        let Json(rows) = self.context_entries.take()?;
+        Some(rows.into_iter().filter_map(|r| r.into_entry()).collect())
+    }
+}
+
+/// What [`lock_and_bump`] returns: the bumped row with its [`ChatFacts`],
+/// and the row's `snapshot_version` in the statement's snapshot.
+///
+/// Under `READ COMMITTED` a statement that waited for the row lock updates
+/// the newest row version, but its subqueries (the queue length, the
+/// heartbeat) still read the snapshot taken before the wait, which misses
+/// what the lock's previous holder committed. Every write to the queue
+/// bumps the row under its lock, so the subqueries are current exactly when
+/// the snapshot's row is the one just before the bump
+/// ([`Bumped::current_facts`]).
+///
+/// Example: [`lock_and_bump`].
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Bumped {
+    /// The bumped row and what the statement read beside it.
+    #[sqlx(flatten)]
+    pub facts: ChatFacts,
+    /// `snapshot_version` of the row in the statement's snapshot.
+    pub snapshot_seen: Option<i64>,
+}
+
+impl Bumped {
+    /// The facts when they are current (no transaction committed a change
+    /// of the chat between the statement's snapshot and its lock), else
+    /// only the row, which always is.
+    ///
+    /// # Errors
+    /// `Err(row)` when the queue length and heartbeat age may be stale and
+    /// must be read again ([`select_facts`]).
+    pub fn current_facts(self) -> Result<ChatFacts, Chat> {
+        if self.snapshot_seen == Some(self.facts.chat.snapshot_version - 1) {
+            Ok(self.facts)
+        } else {
+            Err(self.facts.chat)
+        }
+    }
+}
+
+/// The chat row, its queue length and its runner's heartbeat age
+/// ([`ChatFacts`]; no row lock clause: callers hold the lock already or
+/// read in a snapshot).
 ///
 /// # Example
 ///
@@ -169,16 +251,22 @@ pub struct ChatWithQueue {
 /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
 /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// let mut conn = pool.acquire().await?;
-/// let row = chats::select_with_queue_len(&mut conn, chat.id).await?.expect("exists");
+/// let row = chats::select_facts(&mut conn, chat.id).await?.expect("exists");
 /// assert_eq!((row.chat.id, row.queue_len), (chat.id, 0));
+/// // Running, nothing queued, no runner: a commit also publishes chat:ownership.
+/// assert!(row.execution_state().is_runnable());
+/// assert!(!row.fresh(30.0));
 /// # Ok(()) }
 /// ```
-pub async fn select_with_queue_len(
+pub async fn select_facts(
     conn: &mut PgConnection,
     chat_id: Uuid,
-) -> sqlx::Result<Option<ChatWithQueue>> {
-    let sql = "SELECT c.*, (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queue_len
-         FROM chats c WHERE c.id = $1";
+) -> sqlx::Result<Option<ChatFacts>> {
+    let sql = concat!(
+        "SELECT c.*, ",
+        chat_facts_columns!("c"),
+        " FROM chats c WHERE c.id = $1"
+    );
     super::keyed::optional(conn, sql, chat_id).await
 }
 
@@ -382,6 +470,22 @@ pub async fn update_execution(
     chat_id: Uuid,
     changes: &ChatChanges,
 ) -> sqlx::Result<Chat> {
+    Ok(update_execution_facts(conn, chat_id, changes).await?.chat)
+}
+
+/// [`update_execution`] returning the updated row's [`ChatFacts`], read by
+/// the same statement (a transition whose last write it is checks where it
+/// landed without reading the row again).
+///
+/// # Errors
+/// `RowNotFound` when the chat does not exist; database errors.
+///
+/// Example: [`update_execution`]; the transitions use it.
+pub async fn update_execution_facts(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    changes: &ChatChanges,
+) -> sqlx::Result<ChatFacts> {
     let mut sets: Vec<String> = Vec::new();
     let mut n = 1;
     let mut next = || {
@@ -432,15 +536,18 @@ pub async fn update_execution(
         sets.push("generation_attempt = 0".to_owned());
     }
     if sets.is_empty() {
-        return select(conn, chat_id, LockMode::None)
+        return select_facts(conn, chat_id)
             .await?
             .ok_or(sqlx::Error::RowNotFound);
     }
     let sql = format!(
-        "UPDATE chats SET {} WHERE id = $1 RETURNING *",
+        concat!(
+            "UPDATE chats c SET {} WHERE id = $1 RETURNING c.*, ",
+            chat_facts_columns!("c")
+        ),
         sets.join(", ")
     );
-    let mut query = sqlx::query_as::<_, Chat>(AssertSqlSafe(sql)).bind(chat_id);
+    let mut query = sqlx::query_as::<_, ChatFacts>(AssertSqlSafe(sql)).bind(chat_id);
     if let Some(status) = changes.status {
         query = query.bind(status.as_str());
     }
@@ -466,57 +573,6 @@ pub async fn update_execution(
         query = query.bind(effort.clone());
     }
     query.fetch_one(conn).await
-}
-
-/// What [`crate::ChatTx::commit`] publishes about a chat: the row, whether
-/// its queue is non-empty, and whether its current runner has a fresh
-/// heartbeat.
-///
-/// Example: [`publication_facts`].
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct PublicationFacts {
-    /// The row.
-    #[sqlx(flatten)]
-    pub chat: Chat,
-    /// The queue is non-empty.
-    pub queued: bool,
-    /// The row's runner has a heartbeat newer than the staleness bound.
-    pub fresh: bool,
-}
-
-/// The post-transition [`PublicationFacts`] of chat `chat_id`, a heartbeat
-/// counting as fresh when newer than `stale_after_secs` (database time).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut conn = pool.acquire().await?;
-/// let facts = chats::publication_facts(&mut conn, chat.id, 30.0).await?;
-/// // Running, nothing queued, no runner: a commit also publishes chat:ownership.
-/// assert!(facts.chat.execution_state(facts.queued).is_runnable());
-/// assert!(!facts.fresh);
-/// # Ok(()) }
-/// ```
-pub async fn publication_facts(
-    conn: &mut PgConnection,
-    chat_id: Uuid,
-    stale_after_secs: f64,
-) -> sqlx::Result<PublicationFacts> {
-    sqlx::query_as(
-        "SELECT c.*,
-                EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queued,
-                EXISTS (SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
-                        AND h.heartbeat_at >= now() - make_interval(secs => $2)) AS fresh
-         FROM chats c WHERE c.id = $1",
-    )
-    .bind(chat_id)
-    .bind(stale_after_secs)
-    .fetch_one(conn)
-    .await
 }
 
 // ---------------------------------------------------------------- metadata

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use chatd_core::context::ContextEntry;
 
-use crate::models::{ChatMessage, NewMessage};
+use crate::models::{Chat, ChatMessage, NewMessage};
 
 /// Inserts one message; the trigger assigns `revision` and advances
 /// `history_version`.
@@ -29,7 +29,7 @@ use crate::models::{ChatMessage, NewMessage};
 /// let answer = NewMessage::assistant(vec![MessagePart::text("hello")]);
 /// let row = messages::insert(&mut tx, chat.id, &answer, None).await?;
 /// // The trigger stamps the row with the bundle's snapshot version.
-/// assert_eq!(row.revision, bumped.snapshot_version);
+/// assert_eq!(row.revision, bumped.facts.chat.snapshot_version);
 /// tx.rollback().await?; // ChatTx::commit_step and the other transitions do this for real
 /// # Ok(()) }
 /// ```
@@ -105,29 +105,6 @@ pub async fn select(
         .await
 }
 
-/// A query of the rows the model context is chosen from
-/// (`chatd_core::context`), selecting `$select` (of alias `m`): the active
-/// (not soft-deleted) rows after what the newest boundary covers, and the
-/// leading system rows; every active row when there is no boundary.
-macro_rules! context_candidates {
-    ($select:literal) => {
-        concat!(
-            "WITH b AS (
-                 SELECT COALESCE(compacted_through_id, id - 1) AS covered FROM chat_messages
-                 WHERE chat_id = $1 AND compressed AND NOT deleted ORDER BY id DESC LIMIT 1) ",
-            $select,
-            " FROM chat_messages m
-             WHERE m.chat_id = $1 AND NOT m.deleted
-               AND (NOT EXISTS (SELECT 1 FROM b) OR m.id > (SELECT covered FROM b)
-                    OR (m.role = 'system' AND m.id < COALESCE(
-                        (SELECT min(id) FROM chat_messages
-                         WHERE chat_id = $1 AND NOT deleted AND role <> 'system'),
-                        9223372036854775807)))
-             ORDER BY m.id"
-        )
-    };
-}
-
 /// The model's view of the history (`chatd_core::context::model_context`):
 /// with no boundary every active row; after a summary the leading system
 /// rows, the summary, then the rows after what it covers; after a
@@ -177,33 +154,15 @@ pub async fn context_entries(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Vec<ContextEntry>> {
-    let sql = context_candidates!(
-        "SELECT m.id, m.role, m.visibility, m.compressed, m.compacted_through_id,
-                COALESCE(m.token_estimate, octet_length(m.content::text) / 4 + 4) AS token_estimate,
-                CASE WHEN m.role = 'assistant' AND m.input_tokens IS NOT NULL
-                     THEN m.input_tokens + COALESCE(m.cache_read_tokens, 0)
-                          + COALESCE(m.cache_creation_tokens, 0) END AS prompt_tokens,
-                m.output_tokens"
-    );
+    let sql = context_candidates!(context_entry_columns!());
     let rows: Vec<EntryRow> = sqlx::query_as(sql).bind(chat_id).fetch_all(conn).await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|r| {
-            Some(ContextEntry {
-                id: r.id,
-                role: ChatRole::try_from(r.role).ok()?,
-                visibility: Visibility::try_from(r.visibility).ok()?,
-                compressed: r.compressed,
-                compacted_through_id: r.compacted_through_id,
-                token_estimate: r.token_estimate,
-                usage: r.prompt_tokens.map(|p| (p, r.output_tokens.unwrap_or(0))),
-            })
-        })
-        .collect())
+    Ok(rows.into_iter().filter_map(EntryRow::into_entry).collect())
 }
 
-#[derive(sqlx::FromRow)]
-struct EntryRow {
+/// One row of [`context_entries`], as the database returns it (also as
+/// JSON, in [`super::chats::ChatFacts`]).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub(crate) struct EntryRow {
     id: i64,
     role: String,
     visibility: String,
@@ -212,6 +171,23 @@ struct EntryRow {
     token_estimate: i64,
     prompt_tokens: Option<i64>,
     output_tokens: Option<i64>,
+}
+
+impl EntryRow {
+    /// The entry; `None` for a role or visibility this build does not know.
+    pub(crate) fn into_entry(self) -> Option<ContextEntry> {
+        Some(ContextEntry {
+            id: self.id,
+            role: ChatRole::try_from(self.role).ok()?,
+            visibility: Visibility::try_from(self.visibility).ok()?,
+            compressed: self.compressed,
+            compacted_through_id: self.compacted_through_id,
+            token_estimate: self.token_estimate,
+            usage: self
+                .prompt_tokens
+                .map(|p| (p, self.output_tokens.unwrap_or(0))),
+        })
+    }
 }
 
 /// Contents of the active messages from the latest user message on (the only
@@ -465,8 +441,9 @@ pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<V
 /// estimate flag of [`chatd_core::context::context_usage`], the window of
 /// the chat's model config (its last one, else the default), the summaries
 /// in the active history and the last message the newest one covers (none
-/// after a clear-context). Run by every transition that changed the
-/// history, inside its transaction, under the chat's row lock.
+/// after a clear-context); returns the updated row. Run once by every
+/// transaction that changed the history, before its commit, under the
+/// chat's row lock.
 ///
 /// # Example
 ///
@@ -479,13 +456,24 @@ pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<V
 /// assert_eq!(created.chat.context_tokens, Some(5));
 /// assert!(created.chat.context_estimated);
 /// let mut tx = pool.begin().await?;
-/// messages::refresh_context(&mut tx, chat.id).await?;
+/// let refreshed = messages::refresh_context(&mut tx, chat.id).await?;
+/// assert_eq!(refreshed.context_tokens, Some(5));
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
-pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<()> {
+pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Chat> {
     let entries = context_entries(&mut *conn, chat_id).await?;
-    let order = chatd_core::context::model_context(&entries);
+    refresh_context_from(conn, chat_id, &entries).await
+}
+
+/// [`refresh_context`] from the chat's [`context_entries`] read in this
+/// transaction after its last write (by [`super::chats::ChatFacts`]).
+pub(crate) async fn refresh_context_from(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    entries: &[ContextEntry],
+) -> sqlx::Result<Chat> {
+    let order = chatd_core::context::model_context(entries);
     let ctx: Vec<&ContextEntry> = order.iter().map(|&i| &entries[i]).collect();
     let usage = chatd_core::context::context_usage(&ctx);
     let through = entries
@@ -494,7 +482,7 @@ pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Re
         .find(|e| e.compressed)
         .filter(|b| !b.is_clear_marker())
         .map(ContextEntry::covered_through);
-    sqlx::query(
+    sqlx::query_as(
         "UPDATE chats c SET context_tokens = $2, context_estimated = $3,
              compacted_through_message_id = $4,
              compactions = (SELECT count(*) FROM chat_messages
@@ -502,13 +490,12 @@ pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Re
              context_limit = (SELECT context_limit FROM chat_model_configs
                               WHERE enabled AND (id = c.last_model_config_id OR is_default)
                               ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)
-         WHERE id = $1",
+         WHERE id = $1 RETURNING c.*",
     )
     .bind(chat_id)
     .bind(usage.tokens)
     .bind(usage.estimated)
     .bind(through)
-    .execute(conn)
+    .fetch_one(conn)
     .await
-    .map(|_| ())
 }

@@ -31,6 +31,72 @@
 //! | [`migrations`] | `_sqlx_migrations` |
 //! | [`database`] | the database itself (`CREATE DATABASE`) |
 
+/// A query of the rows the model context is chosen from
+/// (`chatd_core::context`), selecting `$select` (of alias `m`): the active
+/// (not soft-deleted) rows after what the newest boundary covers, and the
+/// leading system rows; every active row when there is no boundary.
+macro_rules! context_candidates {
+    ($($select:tt)+) => {
+        concat!(
+            "WITH b AS (
+                 SELECT COALESCE(compacted_through_id, id - 1) AS covered FROM chat_messages
+                 WHERE chat_id = $1 AND compressed AND NOT deleted ORDER BY id DESC LIMIT 1) ",
+            $($select)+,
+            " FROM chat_messages m
+             WHERE m.chat_id = $1 AND NOT m.deleted
+               AND (NOT EXISTS (SELECT 1 FROM b) OR m.id > (SELECT covered FROM b)
+                    OR (m.role = 'system' AND m.id < COALESCE(
+                        (SELECT min(id) FROM chat_messages
+                         WHERE chat_id = $1 AND NOT deleted AND role <> 'system'),
+                        9223372036854775807)))
+             ORDER BY m.id"
+        )
+    };
+}
+
+/// The columns of one context entry ([`messages::context_entries`]) for
+/// `context_candidates!`.
+macro_rules! context_entry_columns {
+    () => {
+        "SELECT m.id, m.role, m.visibility, m.compressed, m.compacted_through_id,
+                COALESCE(m.token_estimate, octet_length(m.content::text) / 4 + 4) AS token_estimate,
+                CASE WHEN m.role = 'assistant' AND m.input_tokens IS NOT NULL
+                     THEN m.input_tokens + COALESCE(m.cache_read_tokens, 0)
+                          + COALESCE(m.cache_creation_tokens, 0) END AS prompt_tokens,
+                m.output_tokens"
+    };
+}
+
+/// The columns that make a chat row of alias `$c` a
+/// [`chats::ChatFacts`]: its queue length, its runner's heartbeat age and,
+/// when the history changed in this transaction (`history_version =
+/// snapshot_version`), the entries of its model context as JSON, so that
+/// the commit can bring `Chat.context` up to date without reading them
+/// again. `$1` is the chat id.
+macro_rules! chat_facts_columns {
+    ($c:literal) => {
+        concat!(
+            "(SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = ",
+            $c,
+            ".id) AS queue_len,
+             (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+              WHERE h.chat_id = ",
+            $c,
+            ".id AND h.runner_id = ",
+            $c,
+            ".runner_id) AS heartbeat_age_secs,
+             CASE WHEN ",
+            $c,
+            ".history_version = ",
+            $c,
+            ".snapshot_version THEN
+                 (SELECT COALESCE(json_agg(e ORDER BY e.id), '[]') FROM (",
+            context_candidates!(context_entry_columns!()),
+            ") e) END AS context_entries"
+        )
+    };
+}
+
 pub mod chats;
 pub mod files;
 pub mod cluster_settings;

@@ -1166,3 +1166,90 @@ async fn child_transitions_racing_family_archives_never_deadlock() {
         deadlocks.first()
     );
 }
+
+/// A bundle knows its queue length from its lock-and-bump statement, whose
+/// subqueries read the snapshot taken before it waited for the row lock.
+/// When the lock's previous holder queued a message meanwhile, that
+/// snapshot misses it: the bundle must notice and read the queue again, or
+/// it would take `R1` for `R0` (and its commit would publish a stale
+/// queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bundle_that_waited_for_the_lock_sees_the_queue_its_holder_committed() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let machine = h.store.machine(id);
+
+    let mut holder = machine.begin().await.unwrap();
+    let holder_pid = backend_pid(holder.reader()).await;
+    holder
+        .send_message(send(
+            "queued while the other waits".into(),
+            BusyBehavior::Queue,
+        ))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let machine = machine.clone();
+        async move {
+            let mut tx = machine.begin().await?;
+            let before = tx.execution_state().await?;
+            let chat = tx.chat().await?;
+            tx.record_generation_attempt().await?;
+            let applied = tx.applied().to_vec();
+            let committed = tx.commit().await?;
+            StoreResult::Ok((before, chat.queue_version, applied, committed))
+        }
+    });
+    wait_until_blocked_by(&h, &[holder_pid]).await;
+    let queued = holder.commit().await.unwrap();
+    let (before, queue_version, applied, committed) = tokio::time::timeout(DEADLINE, waiter)
+        .await
+        .expect("the waiter finished")
+        .expect("no panic")
+        .expect("the waiter's bundle committed");
+    assert_eq!(
+        before,
+        ExecutionState::R1,
+        "the waiter saw the queued message"
+    );
+    assert_eq!(queue_version, queued.queue_version);
+    assert_eq!(
+        applied,
+        vec![(
+            chatd_core::Transition::RecordGenerationAttempt,
+            ExecutionState::R1,
+            ExecutionState::R1
+        )]
+    );
+    assert_eq!(committed.snapshot_version, queued.snapshot_version + 1);
+    assert_eq!(h.state(id).await, ExecutionState::R1);
+}
+
+/// A write through `ChatTx::conn` between transitions makes the bundle
+/// read the row again, so the next transition and the commit see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_through_conn_between_transitions_is_seen_by_the_next_one_and_the_commit() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let mut tx = h.store.machine(id).begin().await.unwrap();
+    tx.record_generation_attempt().await.unwrap();
+    // A queued row written behind the transitions' back (tests only: real
+    // writers go through send_message), then a transition that must see it.
+    let tail = chatd_store::queries::queue::QueueEnd::Tail;
+    chatd_store::queries::queue::enqueue(tx.conn(), id, &user_text("behind the back"), tail)
+        .await
+        .unwrap();
+    assert_eq!(tx.execution_state().await.unwrap(), ExecutionState::R1);
+    tx.record_generation_attempt().await.unwrap();
+    assert_eq!(
+        tx.applied()[1],
+        (
+            chatd_core::Transition::RecordGenerationAttempt,
+            ExecutionState::R1,
+            ExecutionState::R1
+        )
+    );
+    let committed = tx.commit().await.unwrap();
+    assert_eq!(committed.queue_version, committed.snapshot_version);
+    h.published.take();
+}
