@@ -244,7 +244,11 @@ async fn tools() -> anyhow::Result<()> {
             .is_some_and(|s| s.contains("plan mode"));
         println!(
             "tools, {} mode: {} tools [{}]; plan-mode instruction: {}",
-            if plan_mode.is_some() { "plan" } else { "normal" },
+            if plan_mode.is_some() {
+                "plan"
+            } else {
+                "normal"
+            },
             names.len(),
             names.join(", "),
             if instructed { "yes" } else { "no" },

@@ -98,7 +98,11 @@ pub fn message_content(parts: &[ChatInputPart], field: &str) -> ApiResult<Vec<Me
 /// user's or linked to another chat: indistinguishable on purpose, so that
 /// nobody learns which ids exist), a full chat names `field`. Other errors
 /// pass through.
-pub fn file_link_error(err: chatd_store::StoreError, parts: &[ChatInputPart], field: &str) -> ApiError {
+pub fn file_link_error(
+    err: chatd_store::StoreError,
+    parts: &[ChatInputPart],
+    field: &str,
+) -> ApiError {
     match err.state() {
         Some(chatd_core::StateError::ChatFileUnavailable { file_id }) => {
             let i = parts

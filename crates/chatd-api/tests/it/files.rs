@@ -82,7 +82,14 @@ async fn an_upload_is_stored_in_chunks_and_downloads_unchanged_for_its_owner_onl
     let s = Server::start().await;
     // Three chunks: 256 KiB, 256 KiB and the rest.
     let bytes: Vec<u8> = (0..600 * 1024).map(|i| (i % 251) as u8).collect();
-    let up = upload(&s, &s.alice, "dir/../data.bin", "application/x-thing", bytes.clone()).await;
+    let up = upload(
+        &s,
+        &s.alice,
+        "dir/../data.bin",
+        "application/x-thing",
+        bytes.clone(),
+    )
+    .await;
     let file = up.expect(201).clone();
     assert_eq!(file["name"], "data.bin");
     assert_eq!(file["media_type"], "application/x-thing");
@@ -99,7 +106,10 @@ async fn an_upload_is_stored_in_chunks_and_downloads_unchanged_for_its_owner_onl
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    assert_eq!(header("content-type").as_deref(), Some("application/x-thing"));
+    assert_eq!(
+        header("content-type").as_deref(),
+        Some("application/x-thing")
+    );
     assert_eq!(header("content-length").as_deref(), Some("614400"));
     assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"));
     assert!(header("content-disposition").unwrap().contains("data.bin"));
@@ -110,7 +120,9 @@ async fn an_upload_is_stored_in_chunks_and_downloads_unchanged_for_its_owner_onl
     assert_eq!(download(&s, &s.alice, Uuid::new_v4()).await.status(), 404);
     let bad = s.get("/api/v2/files/nope", &s.alice).await;
     assert_eq!(bad.expect_error(400)["validations"][0]["field"], "id");
-    let anonymous = s.call("GET", &format!("/api/v2/files/{id}"), None, None).await;
+    let anonymous = s
+        .call("GET", &format!("/api/v2/files/{id}"), None, None)
+        .await;
     anonymous.expect_error(401);
 }
 
@@ -119,7 +131,14 @@ async fn an_upload_over_10_mib_is_413_while_it_is_still_uploading_and_stores_not
     let s = Server::start().await;
     let before = s.dump().await;
     // Declared too large: refused before the body is read.
-    let declared = upload(&s, &s.alice, "big", "text/plain", vec![b'x'; 10 * 1024 * 1024 + 1]).await;
+    let declared = upload(
+        &s,
+        &s.alice,
+        "big",
+        "text/plain",
+        vec![b'x'; 10 * 1024 * 1024 + 1],
+    )
+    .await;
     declared.expect_error(413);
 
     // Streamed without a length: 10 MiB + 1 byte, and then the client never
@@ -143,12 +162,25 @@ async fn an_upload_over_10_mib_is_413_while_it_is_still_uploading_and_stores_not
     let resp = resp.expect("response");
     assert_eq!(resp.status(), 413);
     let body: Value = resp.json().await.unwrap();
-    assert!(body["detail"].as_str().unwrap().contains("10485760"), "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("10485760"),
+        "{body}"
+    );
 
     // Exactly the limit is fine.
-    let exact = upload(&s, &s.alice, "exact", "text/plain", vec![b'x'; 10 * 1024 * 1024]).await;
+    let exact = upload(
+        &s,
+        &s.alice,
+        "exact",
+        "text/plain",
+        vec![b'x'; 10 * 1024 * 1024],
+    )
+    .await;
     assert_eq!(exact.expect(201)["size"], 10 * 1024 * 1024);
-    sqlx::query("DELETE FROM chat_files").execute(s.pool()).await.unwrap();
+    sqlx::query("DELETE FROM chat_files")
+        .execute(s.pool())
+        .await
+        .unwrap();
     assert_eq!(s.dump().await, before);
 }
 
@@ -171,7 +203,10 @@ async fn an_image_must_be_what_its_media_type_says_and_bad_uploads_store_nothing
     let empty = upload(&s, &s.alice, "x", "text/plain", Vec::new()).await;
     assert_eq!(empty.expect_error(400)["validations"][0]["field"], "body");
     let long_name = upload(&s, &s.alice, &"n".repeat(256), "text/plain", b"x".to_vec()).await;
-    assert_eq!(long_name.expect_error(400)["validations"][0]["field"], "name");
+    assert_eq!(
+        long_name.expect_error(400)["validations"][0]["field"],
+        "name"
+    );
     assert_eq!(file_count(&s).await, before);
 }
 
@@ -196,7 +231,11 @@ async fn file_parts_link_the_files_and_the_stored_part_names_them() {
 
     // A send (queued: the chat is running) links too.
     let sent = s
-        .post(&chat_path(chat, "/messages"), &s.alice, with_files("and this", &[notes]))
+        .post(
+            &chat_path(chat, "/messages"),
+            &s.alice,
+            with_files("and this", &[notes]),
+        )
         .await;
     let sent = sent.expect(200);
     assert_eq!(sent["queued"], true);
@@ -228,7 +267,10 @@ async fn unknown_foreign_and_taken_files_are_400_naming_the_part_and_change_noth
     ] {
         let answer = s.post(&chat_path(id, "/messages"), &s.alice, body).await;
         let err = answer.expect_error(400);
-        assert_eq!(err["validations"][0]["field"], "content[1].file_id", "{err}");
+        assert_eq!(
+            err["validations"][0]["field"], "content[1].file_id",
+            "{err}"
+        );
     }
     let create = s
         .post("/api/v2/chats", &s.alice, with_files("x", &[bobs]))
@@ -251,9 +293,13 @@ async fn the_21st_file_is_400_and_relinking_a_linked_file_uses_no_slot() {
         ids.push(text_file(&s, &s.alice, &format!("f{i}.txt")).await);
     }
     let chat = uuid(
-        &s.post("/api/v2/chats", &s.alice, with_files("first ten", &ids[..10]))
-            .await
-            .expect(201)["id"],
+        &s.post(
+            "/api/v2/chats",
+            &s.alice,
+            with_files("first ten", &ids[..10]),
+        )
+        .await
+        .expect(201)["id"],
     );
     s.post(
         &chat_path(chat, "/messages"),
@@ -264,11 +310,20 @@ async fn the_21st_file_is_400_and_relinking_a_linked_file_uses_no_slot() {
     .expect(200);
     let before = s.dump().await;
     let full = s
-        .post(&chat_path(chat, "/messages"), &s.alice, with_files("one more", &ids[20..]))
+        .post(
+            &chat_path(chat, "/messages"),
+            &s.alice,
+            with_files("one more", &ids[20..]),
+        )
         .await;
     let err = full.expect_error(400);
     assert_eq!(err["validations"][0]["field"], "content");
-    assert!(err["validations"][0]["detail"].as_str().unwrap().contains("20"));
+    assert!(
+        err["validations"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("20")
+    );
     assert_eq!(s.dump().await, before);
     assert_eq!(linked_chat(&s, ids[20]).await, None);
 
@@ -292,8 +347,14 @@ async fn the_21st_file_is_400_and_relinking_a_linked_file_uses_no_slot() {
     let create = s
         .post("/api/v2/chats", &s.bob, with_files("too many", &fresh))
         .await;
-    assert_eq!(create.expect_error(400)["validations"][0]["field"], "content");
-    assert_eq!(s.dump().await["chats"].as_array().unwrap().len(), chats_before);
+    assert_eq!(
+        create.expect_error(400)["validations"][0]["field"],
+        "content"
+    );
+    assert_eq!(
+        s.dump().await["chats"].as_array().unwrap().len(),
+        chats_before
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

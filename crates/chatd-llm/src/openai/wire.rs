@@ -81,7 +81,9 @@ pub fn messages(history: &[RequestMessage], files: &BTreeMap<Uuid, AttachedFile>
         match message.role {
             ChatRole::User if has_image(&message.parts, files) => {
                 out.extend(tool_results(&message.parts));
-                out.push(json!({ "role": "user", "content": content_parts(&message.parts, files) }));
+                out.push(
+                    json!({ "role": "user", "content": content_parts(&message.parts, files) }),
+                );
             }
             ChatRole::System | ChatRole::User => {
                 // Results never belong in a user turn, but if history has

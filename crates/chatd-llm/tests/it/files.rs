@@ -83,7 +83,10 @@ fn openai_gets_the_image_as_a_data_url_and_text_files_inline() {
     no_image.files.remove(&IMAGE);
     let body = chatd_llm::openai::wire::request_body(&no_image, MaxTokensParam::default());
     let content = body["messages"][1]["content"].as_str().unwrap();
-    assert!(content.contains(&placeholder(IMAGE, "dot.png", "image/png")), "{content}");
+    assert!(
+        content.contains(&placeholder(IMAGE, "dot.png", "image/png")),
+        "{content}"
+    );
     assert!(content.contains("# Hi"), "{content}");
 }
 

@@ -243,11 +243,10 @@ pub async fn link(
         .filter(|r| r.chat_id.is_none())
         .map(|r| r.id)
         .collect();
-    let existing: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM chat_files WHERE chat_id = $1")
-            .bind(chat_id)
-            .fetch_one(&mut *conn)
-            .await?;
+    let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM chat_files WHERE chat_id = $1")
+        .bind(chat_id)
+        .fetch_one(&mut *conn)
+        .await?;
     if existing as usize + new.len() > max_links {
         return Err(StateError::ChatFileCapExceeded { max: max_links }.into());
     }

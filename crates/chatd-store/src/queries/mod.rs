@@ -98,9 +98,9 @@ macro_rules! chat_facts_columns {
 }
 
 pub mod chats;
-pub mod files;
 pub mod cluster_settings;
 pub mod database;
+pub mod files;
 pub mod heartbeats;
 pub mod locks;
 pub mod mcp_servers;

@@ -282,9 +282,14 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let files = if file_ids.is_empty() {
         BTreeMap::new()
     } else {
-        queries::files::linked_contents(locked.conn(), task.chat_id, &file_ids, |media_type, size| {
-            chatd_llm::projection::file_bytes_wanted(media_type, size.max(0) as u64)
-        })
+        queries::files::linked_contents(
+            locked.conn(),
+            task.chat_id,
+            &file_ids,
+            |media_type, size| {
+                chatd_llm::projection::file_bytes_wanted(media_type, size.max(0) as u64)
+            },
+        )
         .await
         .map_err(store_error)?
         .into_iter()

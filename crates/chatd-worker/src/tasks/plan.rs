@@ -181,7 +181,10 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
     if plan_mode {
         // The projection gathers every system text into the leading system
         // message, so the instruction joins the chat's own system prompt.
-        messages.push(RequestMessage::text(ChatRole::System, PLAN_MODE_INSTRUCTION));
+        messages.push(RequestMessage::text(
+            ChatRole::System,
+            PLAN_MODE_INSTRUCTION,
+        ));
     }
     let tools = if compaction {
         Vec::new()

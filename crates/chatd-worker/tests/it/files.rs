@@ -46,8 +46,12 @@ async fn turn_with_files(env: &Env) -> (serde_json::Value, Uuid, Uuid) {
         .create_chat(CreateChatInput {
             owner_id: env.owner,
             initial_messages: vec![
-                NewMessage::user(vec![MessagePart::text("What are these?"), file(image), file(notes)])
-                    .created_by(env.owner),
+                NewMessage::user(vec![
+                    MessagePart::text("What are these?"),
+                    file(image),
+                    file(notes),
+                ])
+                .created_by(env.owner),
             ],
             ..CreateChatInput::default()
         })

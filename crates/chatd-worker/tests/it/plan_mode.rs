@@ -96,7 +96,10 @@ async fn plan_mode_offers_only_read_only_tools_refuses_others_and_ends_at_the_ne
     assert_eq!(results[0].0, "call_log");
     assert!(results[0].2, "refused: {results:?}");
     assert!(
-        results[0].1.to_string().contains("not available in plan mode"),
+        results[0]
+            .1
+            .to_string()
+            .contains("not available in plan mode"),
         "{results:?}"
     );
     assert_eq!(results[1], ("call_add".to_owned(), json!("3"), false));
@@ -107,9 +110,13 @@ async fn plan_mode_offers_only_read_only_tools_refuses_others_and_ends_at_the_ne
         plan_mode: Some(None),
         ..MetadataChanges::default()
     };
-    chats::update_metadata(env.db.pool().acquire().await.unwrap().as_mut(), chat.id, &changes)
-        .await
-        .unwrap();
+    chats::update_metadata(
+        env.db.pool().acquire().await.unwrap().as_mut(),
+        chat.id,
+        &changes,
+    )
+    .await
+    .unwrap();
     env.llm.push(Script::text("Done."));
     env.send(chat.id, "Go ahead.", BusyBehavior::Queue).await;
     env.wait_status(chat.id, ChatStatus::Waiting).await;
@@ -118,7 +125,17 @@ async fn plan_mode_offers_only_read_only_tools_refuses_others_and_ends_at_the_ne
     let normal = &requests[2];
     assert_eq!(
         tool_names(normal),
-        ["pick_color", "lookup", "calc__add", "calc__fail", "calc__sleep", "calc__whoami", "calc__log", "calc__getenv", "calc__exit"]
+        [
+            "pick_color",
+            "lookup",
+            "calc__add",
+            "calc__fail",
+            "calc__sleep",
+            "calc__whoami",
+            "calc__log",
+            "calc__getenv",
+            "calc__exit"
+        ]
     );
     assert_eq!(system_text(normal), "You help.");
 }

@@ -228,7 +228,11 @@ impl Client {
         let status = response.status();
         let body = response.bytes().await.map_err(|err| self.transport(&err))?;
         if !status.is_success() {
-            return Err(api_error(status, &body, &format!("uploading {}", path.display())));
+            return Err(api_error(
+                status,
+                &body,
+                &format!("uploading {}", path.display()),
+            ));
         }
         let file: Value = serde_json::from_slice(&body).context("decoding the uploaded file")?;
         file["id"]

@@ -753,7 +753,15 @@ async fn send_with_files_uploads_them_and_the_model_sees_the_image_and_the_text(
     let (image_arg, notes_arg) = (image.display().to_string(), notes.display().to_string());
     let (code, stdout, stderr) = output(cli(
         &url,
-        &["send", &chat, "--file", &image_arg, "--file", &notes_arg, "What are these?"],
+        &[
+            "send",
+            &chat,
+            "--file",
+            &image_arg,
+            "--file",
+            &notes_arg,
+            "What are these?",
+        ],
     ))
     .await?;
     assert_eq!(code, Some(0), "stderr: {stderr}");
@@ -761,7 +769,10 @@ async fn send_with_files_uploads_them_and_the_model_sees_the_image_and_the_text(
     assert_eq!(stderr.matches("uploaded ").count(), 2, "stderr: {stderr}");
     let requests = model_requests(&setup.llm);
     let content = &requests.last().context("a model request")?.body["messages"][2]["content"];
-    assert_eq!(content[0], json!({"type": "text", "text": "What are these?"}));
+    assert_eq!(
+        content[0],
+        json!({"type": "text", "text": "What are these?"})
+    );
     assert_eq!(content[1]["type"], "image_url");
     assert!(
         content[1]["image_url"]["url"]
@@ -780,7 +791,10 @@ async fn send_with_files_uploads_them_and_the_model_sees_the_image_and_the_text(
     let big_arg = big.display().to_string();
     let (code, _, stderr) = output(cli(&url, &["send", &chat, "--file", &big_arg])).await?;
     assert_eq!(code, Some(1), "stderr: {stderr}");
-    assert!(stderr.contains("at most 10485760 bytes"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("at most 10485760 bytes"),
+        "stderr: {stderr}"
+    );
     assert_eq!(model_requests(&setup.llm).len(), before);
     Ok(())
 }

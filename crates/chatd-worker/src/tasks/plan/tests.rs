@@ -310,11 +310,19 @@ fn plan_mode_adds_the_instruction_and_offers_only_read_only_dynamic_tools() {
     });
     let planned = call(plan_for(&chat, &[user("hi")]));
     assert!(planned.plan_mode);
-    let names: Vec<&str> = planned.request.tools.iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = planned
+        .request
+        .tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
     assert_eq!(names, ["lookup"]);
     assert_eq!(
         planned.request.messages.last(),
-        Some(&RequestMessage::text(ChatRole::System, PLAN_MODE_INSTRUCTION))
+        Some(&RequestMessage::text(
+            ChatRole::System,
+            PLAN_MODE_INSTRUCTION
+        ))
     );
     // Both tools stay dynamic: a pending call of either still waits for the client.
     assert_eq!(planned.dynamic_tools.len(), 2);
