@@ -774,7 +774,13 @@ function parseTools(text) {
       throw new Error(`${where} needs an "input_schema" object.`);
     }
   });
-  return tools.map((t) => ({ name: t.name, description: t.description || '', input_schema: t.input_schema }));
+  // `read_only: true` offers the tool in plan mode too.
+  return tools.map((t) => ({
+    name: t.name,
+    description: t.description || '',
+    input_schema: t.input_schema,
+    ...(t.read_only === true ? { read_only: true } : {}),
+  }));
 }
 
 async function createChat(content, model) {

@@ -2,7 +2,8 @@
 // with the picker or dropped on the composer are uploaded at once, shown as
 // chips (images with a preview), and sent as file parts; the sent image is
 // shown in the message and a text file reaches the model inline; the
-// plan-mode toggles (new chat and chat header) set and clear `plan_mode`.
+// plan-mode toggles (new chat and chat header) set and clear `plan_mode`,
+// and a dynamic tool marked `read_only` keeps the mark.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as h from './helpers.mjs';
@@ -122,13 +123,23 @@ test('plan mode is switched on for a new chat and off and on again from the chat
     await h.byId(page, 'new-chat').click();
     await h.openAdvanced(page);
     await h.byId(page, 'new-chat-plan-mode').check();
+    await h.byId(page, 'new-chat-tools').fill(JSON.stringify([
+      { name: 'read_page', input_schema: { type: 'object' }, read_only: true },
+      { name: 'write_page', input_schema: { type: 'object' } },
+    ]));
     await h.byId(page, 'composer-input').fill('plan the trip');
     await h.byId(page, 'send-queue').click();
     await h.byId(page, 'chat-view').waitFor();
     const chatId = await h.byId(page, 'chat-view').getAttribute('data-chat-id');
     const toggle = h.byId(page, 'plan-mode-toggle');
     await h.until('the header toggle to show plan mode', () => toggle.isChecked());
-    assert.equal((await h.api('GET', `/api/v2/chats/${chatId}`)).plan_mode, 'plan');
+    const created = await h.api('GET', `/api/v2/chats/${chatId}`);
+    assert.equal(created.plan_mode, 'plan');
+    // The client's read-only mark is kept: that tool is offered in plan mode.
+    assert.deepEqual(created.dynamic_tools.map((t) => [t.name, t.read_only ?? false]), [
+      ['read_page', true],
+      ['write_page', false],
+    ]);
 
     await toggle.uncheck();
     await h.until('plan mode off on the server', async () =>
