@@ -722,6 +722,12 @@ function openNewChat() {
       tools,
       h('p', { class: 'hint', id: 'new-chat-tools-help' }, 'Tools the model may call; you answer each call in the chat.'),
       toolsError,
+      h(
+        'label',
+        { class: 'toggle', for: 'new-chat-plan-mode' },
+        h('input', { type: 'checkbox', id: 'new-chat-plan-mode', testid: 'new-chat-plan-mode' }),
+        ' Plan mode: research with read-only tools and propose a plan',
+      ),
     ),
   );
   const composer = buildComposer({ newChat: true });
@@ -768,10 +774,16 @@ function parseTools(text) {
       throw new Error(`${where} needs an "input_schema" object.`);
     }
   });
-  return tools.map((t) => ({ name: t.name, description: t.description || '', input_schema: t.input_schema }));
+  // `read_only: true` offers the tool in plan mode too.
+  return tools.map((t) => ({
+    name: t.name,
+    description: t.description || '',
+    input_schema: t.input_schema,
+    ...(t.read_only === true ? { read_only: true } : {}),
+  }));
 }
 
-async function createChat(text, model) {
+async function createChat(content, model) {
   const toolsField = $('new-chat-tools');
   const toolsError = $('new-chat-tools-error');
   let tools;
@@ -787,9 +799,10 @@ async function createChat(text, model) {
     toolsField.focus();
     return false;
   }
-  const body = { content: [{ type: 'text', text }] };
+  const body = { content };
   if (model) body.model_config_id = model;
   if (tools) body.dynamic_tools = tools;
+  if ($('new-chat-plan-mode').checked) body.plan_mode = 'plan';
   const systemPrompt = $('new-chat-system-prompt').value;
   if (systemPrompt.trim()) body.system_prompt = systemPrompt;
   const chat = await attempt(() => api('POST', '/chats', body));
@@ -820,6 +833,14 @@ function buildComposer({ newChat }) {
   });
   const model = h('select', { id: modelId, testid: modelId, class: 'model-select' });
   const pastes = h('div', { class: 'pasted-blocks', testid: 'pasted-blocks' });
+  const attachments = h('ul', { class: 'attachments', testid: 'attachments', 'aria-label': 'Attached files', hidden: true });
+  const fileInput = h('input', { type: 'file', multiple: true, class: 'sr-only', testid: 'file-input', tabindex: '-1', 'aria-hidden': 'true' });
+  const attach = h('button', {
+    type: 'button',
+    class: 'btn btn-quiet',
+    testid: 'attach-file',
+    title: `Attach files (at most ${MAX_FILE_MB} MiB each; images are shown to the model)`,
+  }, 'Attach');
   const sendQueue = h(
     'button',
     { type: 'submit', class: 'btn btn-primary', testid: 'send-queue' },
@@ -855,25 +876,32 @@ function buildComposer({ newChat }) {
       }, icon('stop'), h('span', { class: 'stop-label' }, 'Stop'));
   const root = h(
     'form',
-    { class: 'composer', 'aria-label': 'Composer' },
+    { class: 'composer', 'aria-label': 'Composer', testid: 'composer' },
     pastes,
+    attachments,
+    fileInput,
     input,
     h(
       'div',
       { class: 'composer-bar' },
       h('span', { class: 'model-field' }, h('label', { for: modelId }, 'Model'), model),
       h('span', { class: 'composer-hint', id: 'composer-hint' }, 'Enter sends · Shift+Enter: new line'),
-      h('span', { class: 'composer-actions' }, stop, sendSteer, sendInterrupt, sendQueue),
+      h('span', { class: 'composer-actions' }, attach, stop, sendSteer, sendInterrupt, sendQueue),
     ),
   );
-  const composer = { root, input, model, sendQueue, sendInterrupt, sendSteer, stop, pastes, pasted: [], sending: false };
+  const composer = { root, input, model, sendQueue, sendInterrupt, sendSteer, stop, pastes, pasted: [], sending: false, attachments, files: [] };
 
   /** The message: pasted blocks (in order), then what was typed. */
   const messageText = () => [...composer.pasted.map((p) => p.text), input.value].filter((t) => t.trim()).join('\n\n');
   const submit = async (behavior) => {
     if (composer.sending) return;
     const text = messageText();
-    if (!text.trim()) {
+    if (composer.files.some((f) => f.status === 'uploading')) {
+      toast('Wait for the files to finish uploading.');
+      return;
+    }
+    const files = composer.files.filter((f) => f.status === 'ready');
+    if (!text.trim() && !files.length) {
       input.focus();
       return;
     }
@@ -881,7 +909,9 @@ function buildComposer({ newChat }) {
     setBusy(root, true);
     const typed = input.value;
     const pasted = composer.pasted;
-    const ok = newChat ? await createChat(text, model.value) : await sendMessage(text, behavior, model.value);
+    const content = text.trim() ? [{ type: 'text', text }] : [];
+    for (const f of files) content.push({ type: 'file', file_id: f.fileId });
+    const ok = newChat ? await createChat(content, model.value) : await sendMessage(content, behavior, model.value);
     composer.sending = false;
     setBusy(root, false);
     if (app.view && app.view.chat) renderHeader(app.view);
@@ -890,10 +920,30 @@ function buildComposer({ newChat }) {
       if (input.value.startsWith(typed)) input.value = input.value.slice(typed.length).trimStart();
       composer.pasted = composer.pasted.filter((p) => !pasted.includes(p));
       renderPastes(composer);
+      for (const f of files) dropAttachment(composer, f);
       autoGrow(input);
     }
   };
   composer.submit = submit;
+  attach.addEventListener('click', () => fileInput.click());
+  fileInput.addEventListener('change', () => {
+    addAttachments(composer, [...fileInput.files]);
+    fileInput.value = '';
+  });
+  // Drag and drop: files dropped anywhere on the composer are attached.
+  root.addEventListener('dragover', (e) => {
+    if (!e.dataTransfer || ![...e.dataTransfer.types].includes('Files')) return;
+    e.preventDefault();
+    root.classList.add('dropping');
+  });
+  root.addEventListener('dragleave', () => root.classList.remove('dropping'));
+  root.addEventListener('drop', (e) => {
+    root.classList.remove('dropping');
+    const dropped = e.dataTransfer ? [...e.dataTransfer.files] : [];
+    if (!dropped.length) return;
+    e.preventDefault();
+    addAttachments(composer, dropped);
+  });
   root.addEventListener('submit', (e) => {
     e.preventDefault();
     submit('queue');
@@ -925,6 +975,129 @@ function buildComposer({ newChat }) {
     }
   });
   return composer;
+}
+
+/** Largest upload, in MiB (API.md "Files"). */
+const MAX_FILE_MB = 10;
+/** Image types the model sees as images (the rest is text or a placeholder). */
+const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+
+/**
+ * Attaches `files` to the composer: each is uploaded at once
+ * (`POST /files`); its chip shows the name, a preview for images, the
+ * upload's progress, and a remove button. A failed upload is dropped
+ * with a toast naming the file.
+ */
+function addAttachments(composer, files) {
+  for (const file of files) {
+    const item = { key: crypto.randomUUID(), file, status: 'uploading', fileId: null, previewUrl: null };
+    if (file.type.startsWith('image/')) item.previewUrl = URL.createObjectURL(file);
+    composer.files.push(item);
+    if (file.size > MAX_FILE_MB * 1024 * 1024) {
+      toast(`${file.name} is larger than ${MAX_FILE_MB} MiB.`);
+      dropAttachment(composer, item);
+      continue;
+    }
+    renderAttachments(composer);
+    uploadFile(file).then((uploaded) => {
+      if (!composer.files.includes(item)) return;
+      item.status = 'ready';
+      item.fileId = uploaded.id;
+      renderAttachments(composer);
+    }).catch((err) => {
+      toast(`${file.name}: ${err.message || 'the upload failed'}`);
+      dropAttachment(composer, item);
+    });
+  }
+}
+
+function dropAttachment(composer, item) {
+  composer.files = composer.files.filter((f) => f !== item);
+  if (item.previewUrl) URL.revokeObjectURL(item.previewUrl);
+  renderAttachments(composer);
+}
+
+/** `POST /files?name=` with the file's bytes; resolves to the File. */
+async function uploadFile(file) {
+  const init = {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${app.token}`, 'Content-Type': file.type || 'application/octet-stream' },
+    body: file,
+  };
+  const response = await fetch(`${API}/files?name=${encodeURIComponent(file.name)}`, init);
+  const text = await response.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!response.ok) throw new ApiError(response.status, json);
+  return json;
+}
+
+function renderAttachments(composer) {
+  composer.attachments.hidden = !composer.files.length;
+  composer.attachments.replaceChildren(...composer.files.map((item) => h(
+    'li',
+    { class: `attachment attachment-${item.status}`, testid: 'attachment', dataset: { status: item.status, name: item.file.name } },
+    item.previewUrl ? h('img', { class: 'attachment-preview', testid: 'attachment-preview', src: item.previewUrl, alt: `Preview of ${item.file.name}` }) : null,
+    h('span', { class: 'attachment-name' }, item.file.name),
+    h('span', { class: 'attachment-state' }, item.status === 'uploading' ? 'uploading…' : formatBytes(item.file.size)),
+    h('button', {
+      type: 'button',
+      class: 'btn btn-small btn-quiet',
+      testid: 'attachment-remove',
+      'aria-label': `Remove ${item.file.name}`,
+      onclick: () => dropAttachment(composer, item),
+    }, '×'),
+  )));
+}
+
+function formatBytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/** Object URLs of downloaded files, by file id (files never change). */
+const fileUrls = new Map();
+
+/** Resolves to an object URL of file `id` (fetched once with the token). */
+function fileUrl(id) {
+  if (!fileUrls.has(id)) {
+    const url = fetch(`${API}/files/${id}`, { headers: { Authorization: `Bearer ${app.token}` } })
+      .then((r) => (r.ok ? r.blob() : Promise.reject(new Error(`HTTP ${r.status}`))))
+      .then((blob) => URL.createObjectURL(blob));
+    url.catch(() => fileUrls.delete(id));
+    fileUrls.set(id, url);
+  }
+  return fileUrls.get(id);
+}
+
+/** A file part of a message: an image is shown, anything else is a download. */
+function renderFilePart(part) {
+  const name = part.name || part.file_id;
+  if (IMAGE_TYPES.includes(part.media_type)) {
+    const img = h('img', { class: 'message-image', testid: 'message-image', alt: name, dataset: { fileId: part.file_id } });
+    fileUrl(part.file_id).then((url) => {
+      img.src = url;
+    }, () => {
+      img.alt = `${name} (not available)`;
+    });
+    return h('figure', { class: 'file-part file-image' }, img, h('figcaption', {}, name));
+  }
+  const link = h('a', { class: 'file-link', testid: 'message-file', href: '#', download: name, dataset: { fileId: part.file_id } }, `${name} (${part.media_type})`);
+  link.addEventListener('click', async (e) => {
+    if (link.dataset.ready) return;
+    e.preventDefault();
+    const url = await attempt(() => fileUrl(part.file_id));
+    if (!url) return;
+    link.href = url;
+    link.dataset.ready = '1';
+    link.click();
+  });
+  return h('div', { class: 'file-part' }, link);
 }
 
 /** Grows the textarea with its text, up to the CSS max-height. */
@@ -1058,6 +1231,14 @@ function buildChatDom(view) {
     h('span', { class: 'context-label', testid: 'context-label' }, ''),
   );
   const contextTools = h('span', { class: 'context-tools' });
+  const planInput = h('input', { type: 'checkbox', testid: 'plan-mode-toggle', id: 'plan-mode-toggle' });
+  const plan = h(
+    'label',
+    { class: 'toggle plan-mode', for: 'plan-mode-toggle', title: 'Plan mode: the model researches with read-only tools and proposes a plan; it takes effect at the next model call' },
+    planInput,
+    ' Plan mode',
+  );
+  planInput.addEventListener('change', () => setPlanMode(view, planInput.checked));
   const archive = h('span', { class: 'archive-slot' });
   const banners = h('div', { class: 'banners' });
   const messages = h('div', { class: 'messages', testid: 'messages', role: 'log', 'aria-label': 'Messages' });
@@ -1081,13 +1262,13 @@ function buildChatDom(view) {
       'header',
       { class: 'chat-header' },
       h('div', { class: 'chat-header-main' }, title, status, connection),
-      h('div', { class: 'chat-header-tools' }, context, contextTools, usage, archive),
+      h('div', { class: 'chat-header-tools' }, context, contextTools, usage, plan, archive),
     ),
     banners,
     scroller,
     h('div', { class: 'dock' }, action, queue, composer.root),
   );
-  return { root, title, status, connection, usage, context, contextTools, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null };
+  return { root, title, status, connection, usage, context, contextTools, planInput, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null };
 }
 
 /** Re-renders every part of the chat view from `view` (the preview at the next frame). */
@@ -1124,6 +1305,8 @@ function renderHeader(view) {
   if (dom.archive.firstChild?.dataset.testid !== archiveButton.dataset.testid) {
     dom.archive.replaceChildren(archiveButton);
   }
+  if (!dom.planInput.dataset.pending) dom.planInput.checked = chat.plan_mode === 'plan';
+  dom.planInput.disabled = chat.archived;
   const composer = dom.composer;
   const working = chat.status === 'running' || chat.status === 'interrupting';
   const busy = chat.status !== 'waiting' && chat.status !== 'error';
@@ -1397,7 +1580,7 @@ function renderPart(part) {
         h('pre', { class: 'json' }, JSON.stringify(part.result, null, 2)),
       );
     case 'file':
-      return h('div', { class: 'file-part' }, `File: ${part.name || part.file_id} (${part.media_type})`);
+      return renderFilePart(part);
     default:
       return h('pre', { class: 'json' }, JSON.stringify(part, null, 2));
   }
@@ -1862,10 +2045,10 @@ function formatTime(iso) {
 // ---------------------------------------------------------------------------
 // Chat actions
 
-async function sendMessage(text, busyBehavior, model) {
+async function sendMessage(content, busyBehavior, model) {
   const view = app.view;
   if (!view || !view.chatId) return false;
-  const body = { content: [{ type: 'text', text }], busy_behavior: busyBehavior };
+  const body = { content, busy_behavior: busyBehavior };
   if (model) body.model_config_id = model;
   if (busyBehavior === 'interrupt' && view.chat && view.chat.status === 'running') armInterrupt(view);
   const result = await attempt(() => api('POST', `/chats/${view.chatId}/messages`, body));
@@ -1877,6 +2060,17 @@ async function sendMessage(text, busyBehavior, model) {
   }
   render(view);
   return true;
+}
+
+/** `PATCH /chats/{chat}` `{plan_mode}`: on at the next model call. */
+async function setPlanMode(view, on) {
+  const input = view.dom.planInput;
+  input.dataset.pending = '1';
+  const chat = await attempt(() => api('PATCH', `/chats/${view.chatId}`, { plan_mode: on ? 'plan' : null }));
+  delete input.dataset.pending;
+  if (view.closed) return;
+  if (chat) applyChat(view, chat);
+  else input.checked = view.chat.plan_mode === 'plan';
 }
 
 async function interruptChat(view) {

@@ -25,6 +25,11 @@ pub struct ApiOptions {
     /// `Authorization: Bearer <relay secret>`, and the relay forwarder sends
     /// it. `None`: the parts endpoint answers `401` to everyone.
     pub relay_secret: Option<String>,
+    /// Largest file upload in bytes (default 10 MiB); larger uploads answer
+    /// `413` as soon as the limit is passed (API.md "Files").
+    pub max_file_bytes: usize,
+    /// Most files linked to one chat (default 20; `LinkFiles`' cap).
+    pub max_files_per_chat: usize,
 }
 
 impl Default for ApiOptions {
@@ -33,6 +38,8 @@ impl Default for ApiOptions {
             max_queued_messages: 20,
             body_limit_bytes: 1024 * 1024,
             relay_secret: None,
+            max_file_bytes: 10 * 1024 * 1024,
+            max_files_per_chat: chatd_store::queries::files::DEFAULT_MAX_FILE_LINKS,
         }
     }
 }

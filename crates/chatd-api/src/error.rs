@@ -307,6 +307,14 @@ impl From<StateError> for ApiError {
                     .with_validation("results", detail)
             }
             StateError::InvalidInput { field, detail } => ApiError::invalid(field, detail),
+            StateError::ChatFileCapExceeded { max } => ApiError::invalid(
+                "content",
+                format!("a chat can have at most {max} files attached"),
+            ),
+            StateError::ChatFileUnavailable { file_id } => ApiError::invalid(
+                "content",
+                format!("file {file_id} not found, or attached to another chat"),
+            ),
         }
     }
 }

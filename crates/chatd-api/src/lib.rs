@@ -17,6 +17,7 @@
 //!   `/updates`, once the state has its [`StreamDeps`]
 //!   ([`AppState::with_stream`]);
 //! - message windows and paging by size ([`paging`]);
+//! - files: upload and download ([`files`]).
 //! - `Idempotency-Key` on every mutating chat route ([`idempotency`]).
 //!
 //! Every execution-state change goes through `chatd_store`'s
@@ -49,6 +50,7 @@ pub mod config_file;
 pub mod drain;
 pub mod error;
 pub mod extract;
+pub mod files;
 pub mod health;
 pub mod http_metrics;
 pub mod idempotency;
@@ -161,6 +163,8 @@ pub fn router(state: AppState) -> Router {
             post(users::create_user_token),
         )
         .route("/api/v2/replicas", get(users::list_replicas))
+        .route("/api/v2/files", post(files::upload_file))
+        .route("/api/v2/files/{id}", get(files::download_file))
         .route(
             "/api/v2/chats",
             get(chats::list_chats).post(chats::create_chat),

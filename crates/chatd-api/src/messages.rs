@@ -352,6 +352,9 @@ pub async fn send_message(
         return Err(ApiError::archived());
     }
     let mut message = NewMessage::user(content).created_by(target.caller.id());
+    tx.link_files(&mut message.content, state.options().max_files_per_chat)
+        .await
+        .map_err(|e| validate::file_link_error(e, &req.content, "content"))?;
     message.model_config_id = req.model_config_id;
     message.reasoning_effort = req.reasoning_effort.map(|e| e.as_str().to_owned());
     message.client_message_id = req.client_message_id.clone();
@@ -435,6 +438,9 @@ pub async fn edit_message(
         _ => return Err(StateError::MessageNotFound { message_id }.into()),
     }
     let mut replacement = NewMessage::user(content).created_by(caller.id());
+    tx.link_files(&mut replacement.content, state.options().max_files_per_chat)
+        .await
+        .map_err(|e| validate::file_link_error(e, &req.content, "content"))?;
     replacement.model_config_id = req.model_config_id;
     replacement.reasoning_effort = req.reasoning_effort.map(|e| e.as_str().to_owned());
     let result = tx

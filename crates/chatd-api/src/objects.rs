@@ -44,8 +44,9 @@ pub enum ChatInputPart {
         /// The text (counts towards the 256 KiB per message).
         text: String,
     },
-    /// A reference to an uploaded file. This server has no file store yet, so
-    /// every `file_id` is unknown and answers `400`.
+    /// A reference to an uploaded file (`POST /api/v2/files`), linked to the
+    /// chat by the message (`LinkFiles`: at most 20 per chat; a missing
+    /// file, another user's, or one linked to another chat answers `400`).
     #[serde(rename = "file")]
     File {
         /// The file's id.

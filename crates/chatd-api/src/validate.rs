@@ -44,9 +44,13 @@ pub const MAX_NAME_CHARS: usize = 200;
 /// non-empty, at most [`MAX_MESSAGE_PARTS`] parts, total text at most
 /// [`MAX_MESSAGE_TEXT_BYTES`].
 ///
+/// A file part becomes a stored file part without media type or name: the
+/// transaction that links the file fills them in
+/// ([`chatd_store::ChatTx::link_files`]); whether the file exists, is the
+/// owner's and free is checked there too ([`file_link_error`]).
+///
 /// # Errors
-/// `400` naming the field. File parts always fail: there is no file store,
-/// so no `file_id` can exist.
+/// `400` naming the field.
 pub fn message_content(parts: &[ChatInputPart], field: &str) -> ApiResult<Vec<MessagePart>> {
     if parts.is_empty() {
         return Err(ApiError::invalid(field, "must contain at least one part"));
@@ -59,17 +63,18 @@ pub fn message_content(parts: &[ChatInputPart], field: &str) -> ApiResult<Vec<Me
     }
     let mut total = 0usize;
     let mut out = Vec::with_capacity(parts.len());
-    for (i, part) in parts.iter().enumerate() {
+    for part in parts {
         match part {
             ChatInputPart::Text { text } => {
                 total += text.len();
                 out.push(MessagePart::text(text.clone()));
             }
-            ChatInputPart::File { .. } => {
-                return Err(ApiError::invalid(
-                    format!("{field}[{i}].file_id"),
-                    "file not found",
-                ));
+            ChatInputPart::File { file_id } => {
+                out.push(MessagePart::File {
+                    file_id: *file_id,
+                    media_type: String::new(),
+                    name: None,
+                });
             }
         }
     }
@@ -86,6 +91,35 @@ pub fn message_content(parts: &[ChatInputPart], field: &str) -> ApiResult<Vec<Me
         return Err(ApiError::invalid(field, "must contain some non-blank text"));
     }
     Ok(out)
+}
+
+/// The `400` of a rejected `LinkFiles` for the message `parts` at
+/// `field`: an unavailable file names `field[i].file_id` (missing, another
+/// user's or linked to another chat: indistinguishable on purpose, so that
+/// nobody learns which ids exist), a full chat names `field`. Other errors
+/// pass through.
+pub fn file_link_error(
+    err: chatd_store::StoreError,
+    parts: &[ChatInputPart],
+    field: &str,
+) -> ApiError {
+    match err.state() {
+        Some(chatd_core::StateError::ChatFileUnavailable { file_id }) => {
+            let i = parts
+                .iter()
+                .position(|p| matches!(p, ChatInputPart::File { file_id: f } if f == file_id))
+                .unwrap_or(0);
+            ApiError::invalid(
+                format!("{field}[{i}].file_id"),
+                "file not found, or attached to another chat",
+            )
+        }
+        Some(chatd_core::StateError::ChatFileCapExceeded { max }) => ApiError::invalid(
+            field,
+            format!("a chat can have at most {max} files attached"),
+        ),
+        _ => err.into(),
+    }
 }
 
 /// Checks a title: 1 to [`MAX_TITLE_CHARS`] characters, not blank.

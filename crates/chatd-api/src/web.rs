@@ -122,7 +122,7 @@ pub const ASSETS: &[Asset] = &[
 
 /// The `Content-Security-Policy` of every UI file.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
-style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
+style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; font-src 'self'; \
 object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// The `ETag` of `body`: a strong validator, the first 128 bits of its

@@ -118,6 +118,21 @@ pub enum StateError {
     /// Submitted tool results do not match the pending tool calls.
     #[error(transparent)]
     ToolResult(ToolResultError),
+    /// Linking files would give the chat more than its cap
+    /// (`ErrChatFileCapExceeded` of `LinkFiles`); nothing was linked.
+    #[error("chat attachment cap exceeded (maximum {max} files per chat)")]
+    ChatFileCapExceeded {
+        /// The cap, in files.
+        max: usize,
+    },
+    /// A file passed to `LinkFiles` does not exist, belongs to another user,
+    /// or is linked to another chat (`ErrChatFileUnavailable`); nothing was
+    /// linked.
+    #[error("chat attachment {file_id} unavailable")]
+    ChatFileUnavailable {
+        /// The first unavailable file, in the order given.
+        file_id: uuid::Uuid,
+    },
     /// An input that no transition can accept (for example an empty initial
     /// history); `field` names it.
     #[error("invalid {field}: {detail}")]

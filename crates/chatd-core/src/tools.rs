@@ -20,6 +20,10 @@ pub struct DynamicTool {
     /// JSON Schema of the arguments; must be an object.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub input_schema: Value,
+    /// The client marks the tool read-only (default `false`): only such
+    /// tools are offered in plan mode (API.md "Sub-agents and plan mode").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 /// Transport of an MCP server.

@@ -52,5 +52,5 @@ pub use event::{FinishReason, StreamEvent, Usage};
 pub use http::HttpOptions;
 pub use openai::{MaxTokensParam, OpenAiProvider};
 pub use provider::{EventStream, Provider, ProviderConfig};
-pub use request::{ModelRequest, RequestMessage, ToolSpec};
+pub use request::{AttachedFile, ModelRequest, RequestMessage, ToolSpec};
 pub use response::{Response, ResponseBuilder, ToolCall, collect};

@@ -24,8 +24,13 @@
 //!   the token limit);
 //! - a result whose call is not in the history (an orphan, or a second result
 //!   for an answered call) becomes a user text note in place;
-//! - file parts become text placeholders; blank text parts are dropped; a
-//!   message left empty is dropped;
+//! - a file part of a user message whose bytes the request carries
+//!   ([`ModelRequest::files`]) stays a file part when it is an image of a
+//!   type both providers accept ([`IMAGE_MEDIA_TYPES`]: the adapters send
+//!   it as image input), becomes a text part holding the file when it is
+//!   text (`text/*`, JSON: [`is_inline_text`]), and otherwise, or without
+//!   its bytes, a short text placeholder naming it ([`file_placeholder`]);
+//!   blank text parts are dropped; a message left empty is dropped;
 //! - with [`Rules::leading_user_turn`], the first non-system message is a user
 //!   message; with [`Rules::trailing_user_turn`], the last one is not a plain
 //!   assistant message (Anthropic would read it as a prefill).
@@ -39,7 +44,42 @@ use std::collections::{HashMap, HashSet};
 use chatd_core::{CANCELLED_TOOL_RESULT, ChatRole, MessagePart};
 use serde_json::{Value, json};
 
-use crate::request::RequestMessage;
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use crate::request::{AttachedFile, ModelRequest, RequestMessage};
+
+/// Image types sent to providers as image input (what both OpenAI and
+/// Anthropic accept).
+pub const IMAGE_MEDIA_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// Most bytes of a text file sent inline (256 KiB); a longer file is cut
+/// there, with a note saying so.
+pub const MAX_INLINE_TEXT_BYTES: usize = 256 * 1024;
+
+/// Whether a file of `media_type` is sent inline as text: `text/*`,
+/// `application/json` and `*+json`.
+pub fn is_inline_text(media_type: &str) -> bool {
+    media_type.starts_with("text/")
+        || media_type == "application/json"
+        || media_type.ends_with("+json")
+}
+
+/// How many leading bytes of a file of `media_type` and `size` bytes a
+/// request needs ([`ModelRequest::files`]): all of an image of
+/// [`IMAGE_MEDIA_TYPES`], at most [`MAX_INLINE_TEXT_BYTES`] of text, none
+/// of anything else (it is sent as a placeholder).
+pub fn file_bytes_wanted(media_type: &str, size: u64) -> usize {
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    if IMAGE_MEDIA_TYPES.contains(&media_type) {
+        size
+    } else if is_inline_text(media_type) {
+        size.min(MAX_INLINE_TEXT_BYTES)
+    } else {
+        0
+    }
+}
 
 /// The text of the user turn inserted when the conversation would otherwise
 /// not start with one.
@@ -73,9 +113,24 @@ impl Rules {
     }
 }
 
-/// Returns a repaired copy of `history` satisfying the module's invariants.
-/// `history` itself is not modified.
+/// Returns a repaired copy of `history` satisfying the module's invariants,
+/// with no file bytes (every file part a placeholder). `history` itself is
+/// not modified.
 pub fn project(history: &[RequestMessage], rules: Rules) -> Vec<RequestMessage> {
+    project_with_files(history, &BTreeMap::new(), rules)
+}
+
+/// [`project`] for `request`, with the bytes of its files
+/// ([`ModelRequest::files`]).
+pub fn project_request(request: &ModelRequest, rules: Rules) -> Vec<RequestMessage> {
+    project_with_files(&request.messages, &request.files, rules)
+}
+
+fn project_with_files(
+    history: &[RequestMessage],
+    files: &BTreeMap<Uuid, AttachedFile>,
+    rules: Rules,
+) -> Vec<RequestMessage> {
     let ids = IdMap::new(history);
     let results = assign_results(history);
 
@@ -111,11 +166,24 @@ pub fn project(history: &[RequestMessage], rules: Rules) -> Vec<RequestMessage> 
                     file_id,
                     media_type,
                     name,
-                } => content.push(MessagePart::text(file_placeholder(
-                    &file_id.to_string(),
-                    media_type,
-                    name.as_deref(),
-                ))),
+                } => {
+                    let attached = files
+                        .get(file_id)
+                        .filter(|_| message.role == ChatRole::User);
+                    content.push(match attached {
+                        Some(file) if IMAGE_MEDIA_TYPES.contains(&file.media_type.as_str()) => {
+                            part.clone()
+                        }
+                        Some(file) if is_inline_text(&file.media_type) => {
+                            MessagePart::text(inline_text(file))
+                        }
+                        _ => MessagePart::text(file_placeholder(
+                            &file_id.to_string(),
+                            media_type,
+                            name.as_deref(),
+                        )),
+                    });
+                }
                 MessagePart::ToolCall {
                     tool_call_id,
                     tool_name,
@@ -213,6 +281,25 @@ pub fn file_placeholder(file_id: &str, media_type: &str, name: Option<&str>) -> 
         media_type
     };
     format!("[Attached file {name} ({media_type}), id {file_id}, not shown to the model]")
+}
+
+/// The text part that carries a text file: a header naming it, then its
+/// text (invalid UTF-8 replaced), cut at [`MAX_INLINE_TEXT_BYTES`] with a
+/// note when longer.
+pub fn inline_text(file: &AttachedFile) -> String {
+    let text = String::from_utf8_lossy(&file.data);
+    let mut out = format!(
+        "[Attached file {} ({}), {} bytes]\n{text}",
+        file.name, file.media_type, file.size
+    );
+    if (file.data.len() as u64) < file.size {
+        out.push_str(&format!(
+            "\n[The file is cut here: only its first {} of {} bytes are shown.]",
+            file.data.len(),
+            file.size
+        ));
+    }
+    out
 }
 
 /// Whether `id` is acceptable as a tool call id by every provider.

@@ -7,9 +7,13 @@
 //! changing the history itself (spec `durable-agent-loop.md` "Provider
 //! compatibility": projection only).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use chatd_core::{ChatRole, MessagePart};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use uuid::Uuid;
 
 /// One model call.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -27,6 +31,26 @@ pub struct ModelRequest {
     /// Reasoning effort (`low`, `medium`, `high`, ...), already resolved and
     /// clamped for the model by the caller; `None` sends nothing.
     pub reasoning_effort: Option<String>,
+    /// The bytes of the files the messages' file parts refer to, by file
+    /// id, as far as [`crate::projection::file_bytes_wanted`] asks for them
+    /// (API.md "Files": images are sent as image input, text inline, other
+    /// files and files missing here as a placeholder). Not serialized.
+    #[serde(skip)]
+    pub files: BTreeMap<Uuid, AttachedFile>,
+}
+
+/// A file attached to the conversation, with (a prefix of) its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachedFile {
+    /// File name.
+    pub name: String,
+    /// Media type essence (`image/png`).
+    pub media_type: String,
+    /// Size of the whole file, in bytes.
+    pub size: u64,
+    /// Its first bytes (all of them for images; at most
+    /// [`crate::projection::MAX_INLINE_TEXT_BYTES`] for text).
+    pub data: Arc<[u8]>,
 }
 
 impl ModelRequest {

@@ -138,6 +138,11 @@ pub struct CreateChatInput {
     pub initial_messages: Vec<NewMessage>,
     /// `Running` (default, lands `R0`) or `Waiting` (lands `W`).
     pub initial_status: Option<ChatStatus>,
+    /// Most files linked to the chat (`MaxFileLinks`; 0: the default,
+    /// [`queries::files::DEFAULT_MAX_FILE_LINKS`]). The file parts of
+    /// `initial_messages` are linked atomically with them (`FileIDs`), and
+    /// their media type and name filled in.
+    pub max_file_links: usize,
 }
 
 /// Result of [`Store::create_chat`].
@@ -300,8 +305,23 @@ impl Store {
             }
         };
         queries::chats::insert(&mut tx, id, root_chat_id, status, &input).await?;
-        let mut initial_messages = Vec::with_capacity(input.initial_messages.len());
-        for message in &input.initial_messages {
+        let mut messages = input.initial_messages.clone();
+        let file_ids: Vec<Uuid> = messages
+            .iter()
+            .flat_map(|m| queries::files::file_ids(&m.content))
+            .collect();
+        if !file_ids.is_empty() {
+            let max = match input.max_file_links {
+                0 => queries::files::DEFAULT_MAX_FILE_LINKS,
+                max => max,
+            };
+            let rows = queries::files::link(&mut tx, id, input.owner_id, &file_ids, max).await?;
+            for message in &mut messages {
+                queries::files::describe(&mut message.content, &rows);
+            }
+        }
+        let mut initial_messages = Vec::with_capacity(messages.len());
+        for message in &messages {
             initial_messages.push(queries::messages::insert(&mut tx, id, message, None).await?);
         }
         let buffer = PublishBuffer::new(self.publisher.clone());
@@ -1058,6 +1078,49 @@ impl ChatTx {
             record_transition(*transition, "ok");
         }
         Ok(chat)
+    }
+
+    /// `LinkFiles`: links the files of `parts`' file parts (owned by the
+    /// chat's owner) to this chat, at most `max_links` in all, and fills in
+    /// their media type and name ([`queries::files::link`],
+    /// [`queries::files::describe`]). File links are metadata (spec
+    /// "Core state machine"): no transition, but atomic with the bundle's,
+    /// so a rejected link leaves nothing behind once the bundle is dropped.
+    ///
+    /// # Errors
+    /// `ChatFileUnavailable`, `ChatFileCapExceeded`; database errors.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{MessagePart, StateError};
+    /// use chatd_store::queries::files;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let chat = fx.create_chat("hi").await?.chat;
+    /// let id = uuid::Uuid::new_v4();
+    /// files::insert(pool, id, owner, "a.txt", "text/plain").await?;
+    /// let mut parts = vec![MessagePart::File { file_id: id, media_type: String::new(), name: None }];
+    /// let mut tx = store.machine(chat.id).begin().await?;
+    /// tx.link_files(&mut parts, 20).await?;
+    /// assert!(matches!(&parts[0], MessagePart::File { media_type, .. } if media_type == "text/plain"));
+    /// let err = tx.link_files(&mut parts, 0).await.unwrap_err();
+    /// assert_eq!(err.state(), Some(&StateError::ChatFileCapExceeded { max: 0 }));
+    /// # Ok(()) }
+    /// ```
+    pub async fn link_files(
+        &mut self,
+        parts: &mut [chatd_core::MessagePart],
+        max_links: usize,
+    ) -> StoreResult<()> {
+        let ids = queries::files::file_ids(parts);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let owner = self.chat().await?.owner_id;
+        let rows = queries::files::link(&mut self.tx, self.chat_id, owner, &ids, max_links).await?;
+        queries::files::describe(parts, &rows);
+        Ok(())
     }
 
     pub(crate) fn ops(&mut self) -> crate::transitions::Ops<'_> {

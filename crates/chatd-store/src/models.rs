@@ -164,6 +164,7 @@ impl Chat {
     ///         name: "pick_color".into(),
     ///         description: "Ask the user for a color".into(),
     ///         input_schema: json!({"type": "object"}),
+    ///         read_only: false,
     ///     }],
     ///     initial_messages: vec![NewMessage::user(vec![MessagePart::text("hi")])],
     ///     ..Default::default()

@@ -183,6 +183,9 @@ pub struct McpTool {
     pub description: String,
     /// JSON Schema of its arguments.
     pub input_schema: Value,
+    /// The server declares it read-only (`annotations.readOnlyHint`): it is
+    /// offered in plan mode (API.md "Sub-agents and plan mode").
+    pub read_only: bool,
 }
 
 /// The MCP tools of one turn.
@@ -391,6 +394,11 @@ impl McpHost {
                             qualified_name: qualified,
                             description: tool.description.as_deref().unwrap_or_default().to_owned(),
                             input_schema: Value::Object((*tool.input_schema).clone()),
+                            read_only: tool
+                                .annotations
+                                .as_ref()
+                                .and_then(|a| a.read_only_hint)
+                                .unwrap_or(false),
                         });
                     }
                 }

@@ -419,6 +419,7 @@ pub async fn create_chat(
         mcp_server_ids,
         plan_mode: req.plan_mode.map(|p| p.as_str().to_owned()),
         initial_messages,
+        max_file_links: state.options().max_files_per_chat,
         ..CreateChatInput::default()
     };
     let created = match state.store().create_chat(input).await {
@@ -427,7 +428,7 @@ pub async fn create_chat(
         Err(StoreError::State(StateError::ChatNotFound)) => {
             return Err(ApiError::invalid("parent_chat_id", "chat not found"));
         }
-        Err(err) => return Err(err.into()),
+        Err(err) => return Err(validate::file_link_error(err, &req.content, "content")),
     };
     Ok((StatusCode::CREATED, Json(Chat::from(&created.chat))))
 }

@@ -362,6 +362,8 @@ impl Server {
             "chat_queued_messages",
             "chat_send_receipts",
             "chat_heartbeats",
+            "chat_files",
+            "chat_file_chunks",
             "idempotency_keys",
         ];
         let mut out = serde_json::Map::new();

@@ -7,6 +7,7 @@ mod auth;
 mod bad_input;
 mod chats;
 mod common;
+mod files;
 mod idempotency;
 mod isolation;
 mod messages;

@@ -108,6 +108,8 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
         ("/api/v2/users/me", &["get"]),
         ("/api/v2/users/{user}/tokens", &["post"]),
         ("/api/v2/replicas", &["get"]),
+        ("/api/v2/files", &["post"]),
+        ("/api/v2/files/{id}", &["get"]),
         ("/api/v2/chats", &["get", "post"]),
         ("/api/v2/chats/{chat}", &["get", "patch", "delete"]),
         ("/api/v2/chats/{chat}/messages", &["get", "post"]),

@@ -13,7 +13,10 @@
 //!   signature (unsigned reasoning, from another provider or cut off, cannot
 //!   be sent back and is dropped);
 //! - a tool result that is a JSON string is sent as that text, any other
-//!   JSON as its serialization, with `is_error`.
+//!   JSON as its serialization, with `is_error`;
+//! - an image (a file part the projection kept) becomes an `image` block
+//!   with a `base64` source; any other file part became text in the
+//!   projection.
 //!
 //! Options: `max_tokens` is required by Anthropic: the configured
 //! [`ModelRequest::max_output_tokens`], else [`DEFAULT_MAX_TOKENS`]. A
@@ -28,8 +31,13 @@
 use chatd_core::{ChatRole, MessagePart};
 use serde_json::{Map, Value, json};
 
-use crate::projection::{Rules, project};
-use crate::request::{ModelRequest, ToolSpec};
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use uuid::Uuid;
+
+use crate::projection::{Rules, project_request};
+use crate::request::{AttachedFile, ModelRequest, ToolSpec};
 
 /// `max_tokens` when the model config sets no output limit.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -52,7 +60,7 @@ pub fn thinking_budget(effort: &str) -> Option<u32> {
 
 /// The JSON body of a streaming Messages request.
 pub fn request_body(request: &ModelRequest) -> Value {
-    let projected = project(&request.messages, Rules::anthropic());
+    let projected = project_request(request, Rules::anthropic());
     let system: Vec<String> = projected
         .iter()
         .filter(|m| m.role == ChatRole::System)
@@ -62,7 +70,7 @@ pub fn request_body(request: &ModelRequest) -> Value {
             _ => None,
         })
         .collect();
-    let turns = turns(&projected);
+    let turns = turns(&projected, &request.files);
 
     let mut body = Map::new();
     body.insert("model".into(), Value::String(request.model.clone()));
@@ -122,13 +130,16 @@ struct Turn {
 }
 
 /// Projected messages → alternating user/assistant turns, user first.
-fn turns(projected: &[crate::request::RequestMessage]) -> Vec<Turn> {
+fn turns(
+    projected: &[crate::request::RequestMessage],
+    files: &BTreeMap<Uuid, AttachedFile>,
+) -> Vec<Turn> {
     let mut out: Vec<Turn> = Vec::new();
     for message in projected {
         let (role, blocks) = match message.role {
             ChatRole::System => continue,
             ChatRole::Assistant => ("assistant", assistant_blocks(&message.parts)),
-            ChatRole::User | ChatRole::Tool => ("user", user_blocks(&message.parts)),
+            ChatRole::User | ChatRole::Tool => ("user", user_blocks(&message.parts, files)),
         };
         if blocks.is_empty() {
             continue;
@@ -195,12 +206,21 @@ fn assistant_blocks(parts: &[MessagePart]) -> Vec<Value> {
         .collect()
 }
 
-fn user_blocks(parts: &[MessagePart]) -> Vec<Value> {
+fn user_blocks(parts: &[MessagePart], files: &BTreeMap<Uuid, AttachedFile>) -> Vec<Value> {
     let mut results = Vec::new();
     let mut others = Vec::new();
     for part in parts {
         match part {
             MessagePart::Text { text } => others.push(text_block(text)),
+            MessagePart::File { file_id, .. } => {
+                if let Some(file) = files.get(file_id) {
+                    let data = base64::engine::general_purpose::STANDARD.encode(&file.data);
+                    others.push(json!({
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": file.media_type, "data": data},
+                    }));
+                }
+            }
             MessagePart::ToolResult {
                 tool_call_id,
                 result,

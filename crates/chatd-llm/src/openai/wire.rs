@@ -5,7 +5,10 @@
 //! orphans or duplicates, acceptable ids and arguments); then (API.md
 //! "Workers and replicas"):
 //! - system and user text become string `content` (text parts joined with a
-//!   newline); file parts become a short text placeholder;
+//!   newline); a user message with an image (a file part the projection
+//!   kept) becomes a `content` array of `text` and `image_url` parts, the
+//!   image as a `data:` URL of its base64 bytes; any other file part became
+//!   text in the projection;
 //! - assistant text becomes `content`, tool-call parts become `tool_calls`
 //!   with the `arguments` string unchanged (`{}` when empty); reasoning parts
 //!   are not sent;
@@ -16,8 +19,13 @@
 use chatd_core::{ChatRole, MessagePart};
 use serde_json::{Map, Value, json};
 
-use crate::projection::{Rules, project};
-use crate::request::{ModelRequest, RequestMessage, ToolSpec};
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use uuid::Uuid;
+
+use crate::projection::{Rules, project_request};
+use crate::request::{AttachedFile, ModelRequest, RequestMessage, ToolSpec};
 
 pub use crate::projection::file_placeholder;
 
@@ -36,8 +44,11 @@ pub enum MaxTokensParam {
 pub fn request_body(request: &ModelRequest, max_tokens: MaxTokensParam) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), Value::String(request.model.clone()));
-    let projected = project(&request.messages, Rules::openai());
-    body.insert("messages".into(), Value::Array(messages(&projected)));
+    let projected = project_request(request, Rules::openai());
+    body.insert(
+        "messages".into(),
+        Value::Array(messages(&projected, &request.files)),
+    );
     body.insert("stream".into(), Value::Bool(true));
     body.insert("stream_options".into(), json!({ "include_usage": true }));
     if !request.tools.is_empty() {
@@ -62,11 +73,18 @@ pub fn request_body(request: &ModelRequest, max_tokens: MaxTokensParam) -> Value
     Value::Object(body)
 }
 
-/// The `messages` array for `history` as it is (callers project it first).
-pub fn messages(history: &[RequestMessage]) -> Vec<Value> {
+/// The `messages` array for `history` as it is (callers project it first),
+/// image parts from `files`.
+pub fn messages(history: &[RequestMessage], files: &BTreeMap<Uuid, AttachedFile>) -> Vec<Value> {
     let mut out = Vec::with_capacity(history.len());
     for message in history {
         match message.role {
+            ChatRole::User if has_image(&message.parts, files) => {
+                out.extend(tool_results(&message.parts));
+                out.push(
+                    json!({ "role": "user", "content": content_parts(&message.parts, files) }),
+                );
+            }
             ChatRole::System | ChatRole::User => {
                 // Results never belong in a user turn, but if history has
                 // them, OpenAI accepts them only as tool messages.
@@ -117,6 +135,35 @@ pub fn messages(history: &[RequestMessage]) -> Vec<Value> {
         }
     }
     out
+}
+
+/// Whether `parts` hold a file part whose bytes `files` carries (an image:
+/// the projection turned every other file into text).
+fn has_image(parts: &[MessagePart], files: &BTreeMap<Uuid, AttachedFile>) -> bool {
+    parts
+        .iter()
+        .any(|p| matches!(p, MessagePart::File { file_id, .. } if files.contains_key(file_id)))
+}
+
+/// The `content` array of a user message with images: `text` parts and
+/// `image_url` parts with a `data:` URL, in order.
+fn content_parts(parts: &[MessagePart], files: &BTreeMap<Uuid, AttachedFile>) -> Vec<Value> {
+    parts
+        .iter()
+        .filter_map(|part| match part {
+            MessagePart::Text { text } if !text.is_empty() => {
+                Some(json!({ "type": "text", "text": text }))
+            }
+            MessagePart::File { file_id, .. } => files.get(file_id).map(|file| {
+                let data = base64::engine::general_purpose::STANDARD.encode(&file.data);
+                json!({
+                    "type": "image_url",
+                    "image_url": { "url": format!("data:{};base64,{data}", file.media_type) },
+                })
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// One `role: "tool"` message per tool-result part, its content as in

@@ -6,6 +6,7 @@
 mod anthropic;
 mod errors;
 mod fake_llm;
+mod files;
 mod fuzz;
 mod projection;
 mod rechunk;

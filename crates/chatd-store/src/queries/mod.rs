@@ -19,6 +19,7 @@
 //! | [`queue`] | `chat_queued_messages` |
 //! | [`heartbeats`] | `chat_heartbeats` |
 //! | [`send_receipts`] | `chat_send_receipts` |
+//! | [`files`] | `chat_files`, `chat_file_chunks` |
 //! | [`idempotency_keys`] | `idempotency_keys` |
 //! | [`users`] | `users` |
 //! | [`tokens`] | `api_keys` |
@@ -100,6 +101,7 @@ macro_rules! chat_facts_columns {
 pub mod chats;
 pub mod cluster_settings;
 pub mod database;
+pub mod files;
 pub mod heartbeats;
 pub mod idempotency_keys;
 pub mod locks;

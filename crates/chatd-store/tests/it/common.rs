@@ -82,6 +82,7 @@ impl Harness {
                     name: DYNAMIC_TOOL.into(),
                     description: "pick".into(),
                     input_schema: json!({"type": "object"}),
+                    read_only: false,
                 }],
                 ..CreateChatInput::default()
             })

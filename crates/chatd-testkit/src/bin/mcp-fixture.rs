@@ -9,7 +9,7 @@
 //! In HTTP mode it prints `listening on http://ADDR/mcp` once it accepts
 //! connections. On start it writes `mcp-fixture: started pid N` to stderr.
 //!
-//! Tools:
+//! Tools (`add`, `whoami` and `getenv` declare `readOnlyHint: true`):
 //! - `add {a, b}`: the sum, as text (`5`);
 //! - `fail {message}`: an `is_error` result with that text;
 //! - `sleep {ms}`: waits, then answers `slept N ms`;
@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
@@ -54,7 +54,8 @@ fn tools() -> Vec<Tool> {
             schema(
                 json!({"type": "object", "properties": {"a": number, "b": number}, "required": ["a", "b"]}),
             ),
-        ),
+        )
+        .annotate(ToolAnnotations::new().read_only(true)),
         Tool::new(
             "fail",
             "Always fails with the given message.",
@@ -69,7 +70,8 @@ fn tools() -> Vec<Tool> {
             "whoami",
             "This process's id, the request's _meta and the calls answered.",
             schema(json!({"type": "object"})),
-        ),
+        )
+        .annotate(ToolAnnotations::new().read_only(true)),
         Tool::new(
             "log",
             "Writes a message to stderr.",
@@ -79,7 +81,8 @@ fn tools() -> Vec<Tool> {
             "getenv",
             "The value of an environment variable of this process.",
             schema(json!({"type": "object", "properties": {"name": text}})),
-        ),
+        )
+        .annotate(ToolAnnotations::new().read_only(true)),
         Tool::new(
             "exit",
             "Exits the server process at once.",

@@ -475,6 +475,7 @@ async fn summarize_once(
         max_output_tokens: u32::try_from(output).ok(),
         temperature: call.request.temperature,
         reasoning_effort: None,
+        files: Default::default(),
     };
     let mut stream = call.provider.stream(&request).await?;
     let mut response = ResponseBuilder::new();

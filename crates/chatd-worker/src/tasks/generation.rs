@@ -12,14 +12,15 @@
 //!
 //! [`retry`]: super::retry
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use chatd_core::{ChatError, ChatErrorKind};
-use chatd_llm::{ErrorKind, FinishReason, Provider, ProviderError, ResponseBuilder};
+use chatd_llm::{AttachedFile, ErrorKind, FinishReason, Provider, ProviderError, ResponseBuilder};
 use chatd_store::{Chat, ChatMachine, ChatMessage, queries};
 use chatd_tools::McpServerConfig;
+use uuid::Uuid;
 
 use super::commit::{self, Next};
 use super::compaction::{self, Mode};
@@ -77,8 +78,19 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
         }
         Plan::Call(call) => {
             let mut call = *call;
-            let router =
+            call.request.files = loaded.files.clone();
+            let mut router =
                 ToolRouter::list(task, call.dynamic_tools.clone(), &loaded.mcp_servers).await?;
+            if call.plan_mode {
+                let read_only = loaded
+                    .chat
+                    .dynamic_tools
+                    .iter()
+                    .filter(|t| t.read_only)
+                    .map(|t| t.name.clone())
+                    .collect();
+                router = router.in_plan_mode(read_only);
+            }
             call.request.tools.extend(router.mcp_specs(task.chat_id));
             // API.md "Context management": compact before the call when the
             // prompt reached the threshold or does not fit with the answer.
@@ -244,10 +256,13 @@ struct Loaded {
     history: Vec<ChatMessage>,
     model: Result<ResolvedModel, String>,
     mcp_servers: Vec<McpServerConfig>,
+    /// The files the history's user messages attach, with as many of their
+    /// bytes as the provider projection uses (API.md "Files").
+    files: BTreeMap<Uuid, AttachedFile>,
 }
 
-/// Reads the chat, its active history, model and MCP servers consistently
-/// under one fenced lock.
+/// Reads the chat, its active history, model, MCP servers and attached
+/// files consistently under one fenced lock.
 async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, FenceError> {
     let store_error = |e: sqlx::Error| FenceError::Store(e.into());
     let mut locked = fenced_lock(machine, &task.fence).await?;
@@ -261,12 +276,43 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let mcp_servers = load_mcp_servers(locked.conn(), &chat.mcp_server_ids)
         .await
         .map_err(store_error)?;
+    let file_ids: Vec<Uuid> = history
+        .iter()
+        .filter(|m| m.role == chatd_core::ChatRole::User)
+        .flat_map(|m| queries::files::file_ids(&m.content.0))
+        .collect();
+    let files = if file_ids.is_empty() {
+        BTreeMap::new()
+    } else {
+        queries::files::linked_contents(
+            locked.conn(),
+            task.chat_id,
+            &file_ids,
+            |media_type, size| {
+                chatd_llm::projection::file_bytes_wanted(media_type, size.max(0) as u64)
+            },
+        )
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .map(|f| {
+            let file = AttachedFile {
+                name: f.name,
+                media_type: f.media_type,
+                size: f.size.max(0) as u64,
+                data: f.data.into(),
+            };
+            (f.id, file)
+        })
+        .collect()
+    };
     locked.finish().await?;
     Ok(Loaded {
         chat,
         history,
         model,
         mcp_servers,
+        files,
     })
 }
 

@@ -19,6 +19,14 @@
 //!
 //! A requested compaction skips 1 to 5: the history is compacted
 //! ([`super::compaction`]).
+//!
+//! Plan mode (`chats.plan_mode = 'plan'`, API.md "Sub-agents and plan
+//! mode"): the call carries [`PLAN_MODE_INSTRUCTION`] as a system
+//! instruction and offers only the dynamic tools the client marked
+//! read-only (MCP tools are filtered the same way once listed:
+//! [`super::tools::ToolRouter`]). The chat row is read afresh for every
+//! step, so switching plan mode on or off takes effect at the next model
+//! call.
 
 use std::collections::HashSet;
 
@@ -33,6 +41,12 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::providers::resolve_reasoning_effort;
+
+/// The system instruction of a model call in plan mode.
+pub const PLAN_MODE_INSTRUCTION: &str = "You are in plan mode. Do not make changes: research the \
+task with the read-only tools you have, then answer with a concrete, step-by-step plan for \
+the user to review. Say what you would change and why, and what you still need to know. The \
+user leaves plan mode when they want the plan carried out.";
 
 /// What [`plan`] decides from. `P` is the handle of the chat's provider,
 /// passed through untouched into [`ModelCall::provider`].
@@ -117,6 +131,8 @@ pub(super) struct ModelCall<P> {
     pub(super) options: ModelOptions,
     /// Names of the chat's dynamic (client-side) tools.
     pub(super) dynamic_tools: HashSet<String>,
+    /// The chat is in plan mode: only read-only tools are offered and run.
+    pub(super) plan_mode: bool,
     /// A manual compaction was requested (`RequestCompaction`): the
     /// history is compacted instead of answered ([`super::compaction`]).
     pub(super) compaction: bool,
@@ -154,17 +170,30 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         && !compaction
         && !answered_before
         && chat.title == DEFAULT_CHAT_TITLE;
-    let messages: Vec<RequestMessage> = history
+    let plan_mode = chat.plan_mode.as_deref() == Some("plan") && !compaction;
+    let mut messages: Vec<RequestMessage> = history
         .iter()
         .map(|m| RequestMessage {
             role: m.role,
             parts: m.parts.to_vec(),
         })
         .collect();
+    if plan_mode {
+        // The projection gathers every system text into the leading system
+        // message, so the instruction joins the chat's own system prompt.
+        messages.push(RequestMessage::text(
+            ChatRole::System,
+            PLAN_MODE_INSTRUCTION,
+        ));
+    }
     let tools = if compaction {
         Vec::new()
     } else {
-        dynamic_tool_specs(&chat.dynamic_tools)
+        dynamic_tool_specs(
+            chat.dynamic_tools
+                .iter()
+                .filter(|t| !plan_mode || t.read_only),
+        )
     };
     let options = model.options.clone();
     let request = ModelRequest {
@@ -176,6 +205,7 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
             .and_then(|v| u32::try_from(v).ok()),
         temperature: options.temperature.map(|t| t as f32),
         reasoning_effort: resolve_reasoning_effort(chat.last_reasoning_effort.as_deref(), &options),
+        files: Default::default(),
     };
     Plan::Call(Box::new(ModelCall {
         request,
@@ -185,6 +215,7 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         compression_threshold: model.compression_threshold,
         options,
         dynamic_tools: dynamic,
+        plan_mode,
         compaction,
         wants_title,
     }))
@@ -262,9 +293,8 @@ fn ended_by_user_interrupt(since_user: &[&HistoryMessage<'_>]) -> bool {
         && results.iter().all(|p| matches!(p, MessagePart::ToolResult { result, is_error: true, .. } if result == &json!({"error": INTERRUPTED_TOOL_RESULT})))
 }
 
-fn dynamic_tool_specs(tools: &[DynamicTool]) -> Vec<ToolSpec> {
+fn dynamic_tool_specs<'a>(tools: impl Iterator<Item = &'a DynamicTool>) -> Vec<ToolSpec> {
     tools
-        .iter()
         .map(|t| ToolSpec {
             name: t.name.clone(),
             description: t.description.clone(),

@@ -172,6 +172,7 @@ mod tests {
             max_output_tokens: None,
             temperature: None,
             reasoning_effort: None,
+            files: Default::default(),
         };
         // 250 KB of text against an 8192-token window: refused.
         let huge = "word ".repeat(50_000);

@@ -14,8 +14,13 @@
 //!    parallel, with an idempotency key of the attempt and call;
 //! 4. anything else: answered with an `Unknown tool` error result.
 //!
+//! In plan mode ([`ToolRouter::in_plan_mode`]) only read-only tools are
+//! offered (MCP `readOnlyHint`, dynamic tools the client marked
+//! `read_only`), and a call of any other tool is answered with an error
+//! result, never run.
+//!
 //! chatd has no built-in tools yet; one would be a route of its own in
-//! [`ToolRouter::route`].
+//! `ToolRouter::route`.
 
 use std::collections::HashSet;
 
@@ -33,6 +38,8 @@ use super::{TaskContext, TaskResult};
 pub(super) struct ToolRouter {
     dynamic: HashSet<String>,
     mcp: McpToolset,
+    /// Plan mode: the read-only dynamic tools; every other tool is refused.
+    plan_mode: Option<HashSet<String>>,
 }
 
 /// One tool call to route, as the model wrote it.
@@ -87,7 +94,31 @@ impl ToolRouter {
         } else {
             task.cancellable(task.ctx.mcp.list_tools(servers)).await?
         };
-        Ok(Self { dynamic, mcp })
+        Ok(Self {
+            dynamic,
+            mcp,
+            plan_mode: None,
+        })
+    }
+
+    /// The router of a plan-mode step: only the dynamic tools named in
+    /// `read_only_dynamic` and the read-only MCP tools are offered and
+    /// run.
+    pub(super) fn in_plan_mode(mut self, read_only_dynamic: HashSet<String>) -> Self {
+        self.plan_mode = Some(read_only_dynamic);
+        self
+    }
+
+    /// Whether the tool called `name` may run in this step.
+    fn allowed(&self, name: &str) -> bool {
+        let Some(read_only_dynamic) = &self.plan_mode else {
+            return true;
+        };
+        if self.dynamic.contains(name) {
+            read_only_dynamic.contains(name)
+        } else {
+            self.mcp.get(name).is_some_and(|t| t.read_only)
+        }
     }
 
     /// The MCP tools offered to the model, in listing order; one hidden by
@@ -97,6 +128,9 @@ impl ToolRouter {
         for tool in &self.mcp.tools {
             if self.dynamic.contains(&tool.qualified_name) {
                 tracing::warn!(%chat_id, tool = %tool.qualified_name, "MCP tool hidden by a dynamic tool of the same name");
+                continue;
+            }
+            if !self.allowed(&tool.qualified_name) {
                 continue;
             }
             specs.push(ToolSpec {
@@ -111,6 +145,11 @@ impl ToolRouter {
     fn route(&self, call: &ToolCall<'_>) -> Route<'_> {
         if call.cut_off {
             Route::Answer(ToolOutcome::error(CUT_OFF_CALL))
+        } else if !self.allowed(call.name) {
+            Route::Answer(ToolOutcome::error(format!(
+                "{} is not available in plan mode: only read-only tools are. Propose a plan instead.",
+                call.name
+            )))
         } else if self.dynamic.contains(call.name) {
             Route::Client
         } else if let Some(tool) = self.mcp.get(call.name) {

@@ -97,6 +97,34 @@ pub struct SendResponse {
     pub queued_message: Option<IdOnly>,
 }
 
+/// Largest file the server takes (API.md "Files"), in bytes.
+pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The media type of the file at `path`, from its extension (images, text,
+/// JSON, PDF); `application/octet-stream` for anything else.
+pub fn media_type_of(path: &std::path::Path) -> &'static str {
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "txt" | "log" => "text/plain",
+        "md" | "markdown" => "text/markdown",
+        "csv" => "text/csv",
+        "html" | "htm" => "text/html",
+        "rs" | "py" | "go" | "js" | "ts" | "sh" | "toml" | "yaml" | "yml" | "sql" | "c" | "h" => {
+            "text/plain"
+        }
+        "json" => "application/json",
+        "pdf" => "application/pdf",
+        _ => "application/octet-stream",
+    }
+}
+
 /// An object of which only the integer `id` is read.
 #[derive(Debug, Clone, Copy, Deserialize)]
 pub struct IdOnly {
@@ -159,6 +187,58 @@ impl Client {
         }
         serde_json::from_slice(&bytes)
             .with_context(|| format!("decoding the answer of {method} {path}"))
+    }
+
+    /// Uploads the file at `path` (`POST /files?name=`, its media type
+    /// guessed from the extension: [`media_type_of`]); returns its id.
+    ///
+    /// # Errors
+    /// The file cannot be read or is over [`MAX_FILE_BYTES`] (checked
+    /// before anything is sent), or as [`Client::call`].
+    pub async fn upload(&self, path: &std::path::Path) -> anyhow::Result<String> {
+        let size = tokio::fs::metadata(path)
+            .await
+            .with_context(|| format!("reading {}", path.display()))?
+            .len();
+        if size > MAX_FILE_BYTES {
+            bail!(
+                "{} is {size} bytes; the server takes files of at most {MAX_FILE_BYTES} bytes",
+                path.display()
+            );
+        }
+        let bytes = tokio::fs::read(path)
+            .await
+            .with_context(|| format!("reading {}", path.display()))?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".to_owned());
+        let mut url = url::Url::parse(&format!("{}/api/v2/files", self.base))
+            .context("building the upload URL")?;
+        url.query_pairs_mut().append_pair("name", &name);
+        let response = self
+            .http
+            .post(url)
+            .bearer_auth(&self.token)
+            .header(reqwest::header::CONTENT_TYPE, media_type_of(path))
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|err| self.transport(&err))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|err| self.transport(&err))?;
+        if !status.is_success() {
+            return Err(api_error(
+                status,
+                &body,
+                &format!("uploading {}", path.display()),
+            ));
+        }
+        let file: Value = serde_json::from_slice(&body).context("decoding the uploaded file")?;
+        file["id"]
+            .as_str()
+            .map(str::to_owned)
+            .context("the uploaded file has no id")
     }
 
     /// `GET /chats/{chat}`.

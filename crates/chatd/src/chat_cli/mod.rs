@@ -4,7 +4,8 @@
 //! The server comes from `--url` / `CHATD_URL` (default
 //! `http://127.0.0.1:3000`), the API token from `--token` / `CHATD_TOKEN`
 //! (required). Subcommands: `list`, `new`, `send`, `watch`, `interrupt`,
-//! `tool-results`, `queue list|edit|move`.
+//! `tool-results`, `queue list|edit|move`. `new` and `send` attach files
+//! with `--file PATH` (uploaded first: `POST /files`).
 //!
 //! `new` and `send` stream the assistant's reply to standard output as it
 //! is generated and exit when the chat is idle again; `watch` prints the
@@ -115,6 +116,10 @@ enum ChatCommand {
         /// line; the reply, if watched, follows).
         #[arg(long)]
         json: bool,
+        /// Attach a file (at most 10 MiB; repeatable): uploaded first, then
+        /// sent with the message.
+        #[arg(long = "file", value_name = "PATH")]
+        files: Vec<std::path::PathBuf>,
         /// The message; `-` or nothing reads it from standard input.
         #[arg(value_name = "TEXT")]
         text: Vec<String>,
@@ -141,6 +146,10 @@ enum ChatCommand {
         /// Do not wait for the reply.
         #[arg(long)]
         no_watch: bool,
+        /// Attach a file (at most 10 MiB; repeatable): uploaded first, then
+        /// sent with the message, which may then be empty.
+        #[arg(long = "file", value_name = "PATH")]
+        files: Vec<std::path::PathBuf>,
         /// The message; `-` or nothing reads it from standard input.
         #[arg(value_name = "TEXT")]
         text: Vec<String>,
@@ -301,10 +310,11 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             tools,
             no_watch,
             json,
+            files,
             text,
         } => {
-            let text = message_text(&text)?;
-            let mut body = json!({"content": [{"type": "text", "text": text}]});
+            let content = message_content(&client, &text, &files).await?;
+            let mut body = json!({ "content": content });
             if let Some(model) = model {
                 body["model_config_id"] = json!(model);
             }
@@ -338,6 +348,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             steer,
             reject,
             no_watch,
+            files,
             text,
         } => {
             let chat = chat.to_string();
@@ -347,7 +358,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
                 (_, _, true) => "reject",
                 _ => "queue",
             };
-            send(&client, &chat, hint_url, busy, no_watch, &text).await
+            send(&client, &chat, hint_url, busy, no_watch, &text, &files).await
         }
         ChatCommand::Queue { command } => queue(&client, command).await,
         ChatCommand::Watch {
@@ -577,8 +588,9 @@ async fn send(
     busy_behavior: &str,
     no_watch: bool,
     text: &[String],
+    files: &[std::path::PathBuf],
 ) -> anyhow::Result<ExitCode> {
-    let text = message_text(text)?;
+    let content = message_content(client, text, files).await?;
     // A queued message's reply comes after the current turn's messages:
     // follow from here, and print only what follows its promotion.
     let before = if no_watch {
@@ -587,7 +599,7 @@ async fn send(
         client.newest_message_id(chat).await?
     };
     let body = json!({
-        "content": [{"type": "text", "text": text}],
+        "content": content,
         "busy_behavior": busy_behavior,
     });
     let sent: SendResponse = client
@@ -818,6 +830,26 @@ fn stdout(text: String) -> anyhow::Result<()> {
 
 /// The message text: `args` joined by spaces, or standard input when
 /// `args` is `-` or empty (and standard input is not a terminal).
+/// The `content` of a message: its text (as [`message_text`]; optional
+/// when files are attached and no text is given), then a file part for
+/// each of `files`, uploaded first in order (their ids on standard error).
+async fn message_content(
+    client: &Client,
+    text: &[String],
+    files: &[std::path::PathBuf],
+) -> anyhow::Result<Vec<Value>> {
+    let mut content = Vec::new();
+    if files.is_empty() || !text.is_empty() {
+        content.push(json!({"type": "text", "text": message_text(text)?}));
+    }
+    for path in files {
+        let id = client.upload(path).await?;
+        eprintln!("uploaded {} (file {id})", path.display());
+        content.push(json!({"type": "file", "file_id": id}));
+    }
+    Ok(content)
+}
+
 fn message_text(args: &[String]) -> anyhow::Result<String> {
     let from_stdin = args.is_empty() || args == ["-"];
     let text = if from_stdin {

@@ -793,3 +793,70 @@ async fn watch_once_names_the_pending_calls_that_come_a_frame_after_the_status()
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_with_files_uploads_them_and_the_model_sees_the_image_and_the_text()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    let dir = tempfile::tempdir()?;
+    let image = dir.path().join("dot.png");
+    std::fs::write(&image, b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR")?;
+    let notes = dir.path().join("notes.md");
+    std::fs::write(&notes, "# todo\nbuy milk\n")?;
+    let big = dir.path().join("big.bin");
+    std::fs::write(&big, vec![0u8; 10 * 1024 * 1024 + 1])?;
+    let url = setup.server.url();
+    setup.llm.push(Script::text("hello"));
+    let (code, _, stderr) = output(cli(&url, &["new", "hi"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let chat = chat_id(&stderr)?.to_string();
+
+    setup.llm.push(Script::text("A dot and a list."));
+    let (image_arg, notes_arg) = (image.display().to_string(), notes.display().to_string());
+    let (code, stdout, stderr) = output(cli(
+        &url,
+        &[
+            "send",
+            &chat,
+            "--file",
+            &image_arg,
+            "--file",
+            &notes_arg,
+            "What are these?",
+        ],
+    ))
+    .await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, "A dot and a list.\n");
+    assert_eq!(stderr.matches("uploaded ").count(), 2, "stderr: {stderr}");
+    let requests = model_requests(&setup.llm);
+    let content = &requests.last().context("a model request")?.body["messages"][2]["content"];
+    assert_eq!(
+        content[0],
+        json!({"type": "text", "text": "What are these?"})
+    );
+    assert_eq!(content[1]["type"], "image_url");
+    assert!(
+        content[1]["image_url"]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("data:image/png;base64,"),
+        "{content}"
+    );
+    assert_eq!(
+        content[2]["text"],
+        "[Attached file notes.md (text/markdown), 16 bytes]\n# todo\nbuy milk\n"
+    );
+
+    // A file over the limit is refused before anything is sent.
+    let before = model_requests(&setup.llm).len();
+    let big_arg = big.display().to_string();
+    let (code, _, stderr) = output(cli(&url, &["send", &chat, "--file", &big_arg])).await?;
+    assert_eq!(code, Some(1), "stderr: {stderr}");
+    assert!(
+        stderr.contains("at most 10485760 bytes"),
+        "stderr: {stderr}"
+    );
+    assert_eq!(model_requests(&setup.llm).len(), before);
+    Ok(())
+}

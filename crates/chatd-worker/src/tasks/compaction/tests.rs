@@ -100,6 +100,7 @@ fn call(limit: i64, threshold: i32, tools: usize) -> ModelCall<()> {
             max_output_tokens: None,
             temperature: None,
             reasoning_effort: None,
+            files: Default::default(),
         },
         provider: (),
         model_config_id: Uuid::from_u128(7),
@@ -107,6 +108,7 @@ fn call(limit: i64, threshold: i32, tools: usize) -> ModelCall<()> {
         compression_threshold: threshold,
         options: ModelOptions::default(),
         dynamic_tools: HashSet::new(),
+        plan_mode: false,
         compaction: false,
         wants_title: false,
     }

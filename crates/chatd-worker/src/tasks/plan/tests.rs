@@ -31,6 +31,7 @@ fn chat() -> Chat {
             name: "pick_color".into(),
             description: "Asks the user for a color.".into(),
             input_schema: json!({"type": "object"}),
+            read_only: false,
         }],
         mcp_server_ids: Vec::new(),
         plan_mode: None,
@@ -153,7 +154,7 @@ fn a_last_user_message_calls_the_model_with_the_model_visible_history() {
     );
     assert_eq!(
         call.request.tools,
-        dynamic_tool_specs(&chat().dynamic_tools)
+        dynamic_tool_specs(chat().dynamic_tools.iter())
     );
     assert_eq!(call.request.max_output_tokens, Some(512));
     assert_eq!(call.request.temperature, Some(0.5));
@@ -295,4 +296,40 @@ fn a_requested_compaction_summarizes_without_tools_whatever_the_history() {
     assert!(call.request.tools.is_empty());
     // The history as it is: the compaction builds its own requests from it.
     assert_eq!(call.request.messages.len(), 2);
+}
+
+#[test]
+fn plan_mode_adds_the_instruction_and_offers_only_read_only_dynamic_tools() {
+    let mut chat = chat();
+    chat.plan_mode = Some("plan".into());
+    chat.dynamic_tools.push(DynamicTool {
+        name: "lookup".into(),
+        description: String::new(),
+        input_schema: json!({"type": "object"}),
+        read_only: true,
+    });
+    let planned = call(plan_for(&chat, &[user("hi")]));
+    assert!(planned.plan_mode);
+    let names: Vec<&str> = planned
+        .request
+        .tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(names, ["lookup"]);
+    assert_eq!(
+        planned.request.messages.last(),
+        Some(&RequestMessage::text(
+            ChatRole::System,
+            PLAN_MODE_INSTRUCTION
+        ))
+    );
+    // Both tools stay dynamic: a pending call of either still waits for the client.
+    assert_eq!(planned.dynamic_tools.len(), 2);
+
+    chat.plan_mode = None;
+    let normal = call(plan_for(&chat, &[user("hi")]));
+    assert!(!normal.plan_mode);
+    assert_eq!(normal.request.tools.len(), 2);
+    assert_eq!(normal.request.messages.len(), 1);
 }
