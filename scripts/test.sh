@@ -8,8 +8,9 @@
 # (crates/chatd-chaos, about 2 minutes), the checks of run.sh's
 # answers to bad input (scripts/test-run-sh.sh), then the browser tests
 # of the web UI (scripts/e2e.sh: headless Chromium, installed from Debian's
-# packages when missing; CHATD_SKIP_E2E=1 skips them). Each test creates its
-# own database on that server.
+# packages when missing; CHATD_SKIP_E2E=1 skips them), and last, alone, the
+# quick benchmarks with their ratio floors (scripts/bench-quick.sh). Each
+# test creates its own database on that server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,4 +48,8 @@ else
   echo "== scripts/e2e.sh (browser tests of the web UI)"
   scripts/e2e.sh || status=1
 fi
+# The quick benchmarks, last and alone (issue 15): ratios against raw-SQL
+# baselines measured in the same run, each with a floor.
+echo "== scripts/bench-quick.sh (quick benchmarks: ratios and floors)"
+scripts/bench-quick.sh || status=1
 exit "$status"

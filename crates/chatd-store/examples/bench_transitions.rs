@@ -11,9 +11,11 @@
 //!
 //! ```text
 //! cargo run --release -p chatd-store --example bench_transitions -- \
-//!     --chats 200 --clients 8 --rounds 5 [--postgres-url URL]
+//!     --chats 200 --clients 8 --rounds 5 [--postgres-url URL] [--min-ratio 0.5]
 //! ```
-//! Prints transitions/s for both and their ratio. It creates and drops its
+//! Prints transitions/s for both and their ratio; with `--min-ratio` it
+//! exits non-zero when the ratio is below it (the test command's quick
+//! benchmark, `scripts/bench-quick.sh`). It creates and drops its
 //! own database (`chatd_bench_<random>`) on the server.
 
 use std::sync::Arc;
@@ -31,6 +33,8 @@ struct Args {
     chats: usize,
     clients: usize,
     rounds: usize,
+    /// Exit non-zero when the ratio is below this (`--min-ratio`).
+    min_ratio: Option<f64>,
 }
 
 fn parse_args() -> Args {
@@ -40,6 +44,7 @@ fn parse_args() -> Args {
         chats: 200,
         clients: 8,
         rounds: 5,
+        min_ratio: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -49,6 +54,7 @@ fn parse_args() -> Args {
             "--chats" => args.chats = value.parse().expect("--chats"),
             "--clients" => args.clients = value.parse().expect("--clients"),
             "--rounds" => args.rounds = value.parse().expect("--rounds"),
+            "--min-ratio" => args.min_ratio = Some(value.parse().expect("--min-ratio")),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -111,7 +117,15 @@ async fn main() -> anyhow::Result<()> {
         "raw SQL baseline  : {base_tps:>10.0} transitions/s  ({:.2} s)",
         baseline.as_secs_f64()
     );
-    println!("ratio (ours / baseline): {:.2}", ours_tps / base_tps);
+    let ratio = ours_tps / base_tps;
+    println!("ratio (ours / baseline): {ratio:.2}");
+    if let Some(floor) = args.min_ratio {
+        if ratio < floor {
+            println!("FLOOR MISSED: transitions ratio {ratio:.2} < floor {floor:.2}");
+            std::process::exit(1);
+        }
+        println!("floor kept: transitions ratio {ratio:.2} >= {floor:.2}");
+    }
     Ok(())
 }
 
