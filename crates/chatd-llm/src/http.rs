@@ -3,6 +3,8 @@
 //! failures and timeouts are retried; timeouts are `timeout`, the rest
 //! `generic`).
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -13,7 +15,7 @@ use crate::error::{ErrorKind, ProviderError};
 pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// Timeouts of a provider's HTTP client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HttpOptions {
     /// Longest wait for the TCP (and TLS) connection. Default 10 s.
     pub connect_timeout: Duration,
@@ -32,16 +34,32 @@ impl Default for HttpOptions {
     }
 }
 
-/// Builds the HTTP client an adapter uses (HTTP/1.1, rustls with the
-/// platform's certificate verifier).
+/// The HTTP client an adapter uses (HTTP/1.1, rustls with the platform's
+/// certificate verifier), one per distinct `options` for the whole process:
+/// a clone shares its connection pool, so a turn reuses the connection of
+/// the turn before instead of opening (and TLS-handshaking) a new one, and
+/// the platform's root certificates are read from disk once, not at every
+/// model call (issue 15: building a client per generation made reading
+/// and parsing the certificate store the worker's hottest code).
 ///
 /// # Errors
-/// A non-retryable `generic` error when the client cannot be built.
+/// A non-retryable `generic` error when the client cannot be built (the
+/// failure is not cached: the next call tries again).
 pub fn build_client(
     options: HttpOptions,
     provider: &str,
 ) -> Result<reqwest::Client, ProviderError> {
-    reqwest::Client::builder()
+    static CLIENTS: OnceLock<Mutex<HashMap<HttpOptions, reqwest::Client>>> = OnceLock::new();
+    let clients = CLIENTS.get_or_init(Default::default);
+    if let Some(client) = clients
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(&options)
+    {
+        return Ok(client.clone());
+    }
+    // Built outside the lock: reading the certificate store takes a while.
+    let client = reqwest::Client::builder()
         .connect_timeout(options.connect_timeout)
         .read_timeout(options.idle_timeout)
         .build()
@@ -52,7 +70,13 @@ pub fn build_client(
                 provider,
             )
             .with_retryable(false)
-        })
+        })?;
+    Ok(clients
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .entry(options)
+        .or_insert(client)
+        .clone())
 }
 
 /// Classifies a transport failure of a request to `provider` (its display
