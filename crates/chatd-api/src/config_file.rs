@@ -96,10 +96,6 @@ pub struct ProviderEntry {
     /// Default true.
     #[serde(default)]
     pub enabled: Option<bool>,
-    /// `"never"` (default), `"always"` or a list of the server's own tool
-    /// names that need approval (API.md "Tool approval (human in the loop)").
-    #[serde(default)]
-    pub require_approval: RequireApproval,
 }
 
 /// A `[[model_configs]]` entry.
@@ -160,6 +156,10 @@ pub struct McpServerEntry {
     /// Default true.
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// `"never"` (default), `"always"` or a list of the server's own tool
+    /// names that need approval (API.md "Tool approval (human in the loop)").
+    #[serde(default)]
+    pub require_approval: RequireApproval,
 }
 
 impl ConfigFile {

@@ -19,7 +19,6 @@ use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415
 use crate::extract::{self, double_option};
 use crate::validate;
 use chatd_core::{McpTransport, RequireApproval};
-use serde_json::Value;
 use chatd_store::McpServerRow;
 use chatd_store::queries::mcp_servers::{self, McpServerDef};
 

@@ -38,9 +38,9 @@ pub(super) struct Approvals {
 }
 
 impl Approvals {
-    /// The approvals of `history` (the contents of the active history,
-    /// client-only rows included: that is where approvals are) under
-    /// `policies`.
+    /// The approvals of `history` (the contents of the history since the
+    /// last user message, client-only rows included: that is where
+    /// approvals are; `queries::messages::tail_contents`) under `policies`.
     pub(super) fn new<'a>(
         policies: HashMap<String, RequireApproval>,
         history: impl IntoIterator<Item = &'a [MessagePart]>,

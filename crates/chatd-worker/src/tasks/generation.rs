@@ -261,6 +261,9 @@ struct Loaded {
     mcp_servers: Vec<McpServerConfig>,
     /// `require_approval` of the usable servers among `mcp_servers`, by slug.
     approval_policies: HashMap<String, RequireApproval>,
+    /// The contents of the history since the last user message, client-only
+    /// rows included (`history` leaves them out): where approvals are.
+    tail: Vec<Vec<chatd_core::MessagePart>>,
     /// The files the history's user messages attach, with as many of their
     /// bytes as the provider projection uses (API.md "Files").
     files: BTreeMap<Uuid, AttachedFile>,
@@ -271,7 +274,7 @@ impl Loaded {
     fn approvals(&self) -> Approvals {
         Approvals::new(
             self.approval_policies.clone(),
-            self.history.iter().map(|m| m.content.0.as_slice()),
+            self.tail.iter().map(Vec::as_slice),
         )
     }
 }
@@ -291,6 +294,13 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let (mcp_servers, approval_policies) = load_mcp_servers(locked.conn(), &chat.mcp_server_ids)
         .await
         .map_err(store_error)?;
+    let tail = if approval_policies.values().any(|p| *p != RequireApproval::Never) {
+        queries::messages::tail_contents(locked.conn(), task.chat_id)
+            .await
+            .map_err(store_error)?
+    } else {
+        Vec::new()
+    };
     let file_ids: Vec<Uuid> = history
         .iter()
         .filter(|m| m.role == chatd_core::ChatRole::User)
@@ -328,6 +338,7 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
         model,
         mcp_servers,
         approval_policies,
+        tail,
         files,
     })
 }
