@@ -114,3 +114,44 @@ pub fn pending_tool_calls(tail: &[Vec<MessagePart>], dynamic: &[String]) -> Vec<
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chatd_core::ActionKind;
+
+    fn call(id: &str, name: &str) -> MessagePart {
+        MessagePart::ToolCall {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            args: format!("{{\"id\":\"{id}\"}}"),
+        }
+    }
+
+    #[test]
+    fn pending_calls_are_client_tools_or_approvals_and_approved_ones_are_not_pending() {
+        let step = vec![call("c1", "pick"), call("a1", "fs__rm"), call("a2", "fs__rm")];
+        let approved = vec![MessagePart::ToolApproval {
+            tool_call_id: "a2".into(),
+            tool_name: "fs__rm".into(),
+            approved: true,
+            reason: None,
+        }];
+        let pending = pending_tool_calls(&[step, approved], &["pick".to_owned()]);
+        let got: Vec<(&str, ActionKind, &str)> = pending
+            .iter()
+            .map(|p| (p.tool_call_id.as_str(), p.kind, p.args.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("c1", ActionKind::ClientTool, "{\"id\":\"c1\"}"),
+                ("a1", ActionKind::Approval, "{\"id\":\"a1\"}"),
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(&pending[1]).unwrap()["kind"],
+            serde_json::json!("approval")
+        );
+    }
+}
