@@ -158,7 +158,7 @@ display_name = "Fake model"
 context_limit = 100000
 is_default = true
 
-# The testkit's MCP server; a call of its `add` waits for approval
+# The testkit MCP server; a call of its add tool waits for approval
 # (approval.test.mjs). Chats use it only when they list it.
 [[mcp_servers]]
 slug = "calc"

@@ -83,7 +83,11 @@ impl ToolResult {
                 if self.is_error.is_some() {
                     return Err(ApiError::invalid(field("is_error"), "only with output"));
                 }
-                if self.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_BYTES) {
+                if self
+                    .reason
+                    .as_ref()
+                    .is_some_and(|r| r.len() > MAX_REASON_BYTES)
+                {
                     return Err(ApiError::invalid(
                         field("reason"),
                         format!("must be at most {MAX_REASON_BYTES} bytes"),

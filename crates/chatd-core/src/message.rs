@@ -431,7 +431,10 @@ where
 /// let kinds: Vec<ActionKind> = pending.iter().map(|p| p.kind).collect();
 /// assert_eq!(kinds, [ActionKind::ClientTool, ActionKind::Approval]);
 /// ```
-pub fn pending_actions<'a, I>(history: I, is_client_tool: impl Fn(&str) -> bool) -> Vec<PendingAction>
+pub fn pending_actions<'a, I>(
+    history: I,
+    is_client_tool: impl Fn(&str) -> bool,
+) -> Vec<PendingAction>
 where
     I: IntoIterator<Item = &'a [MessagePart]>,
 {

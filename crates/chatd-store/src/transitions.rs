@@ -144,7 +144,11 @@ pub enum ToolAnswer {
 
 impl ToolResultInput {
     /// A client tool's result `output` (JSON text).
-    pub fn output(tool_call_id: impl Into<String>, output: impl Into<String>, is_error: bool) -> Self {
+    pub fn output(
+        tool_call_id: impl Into<String>,
+        output: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
         Self {
             tool_call_id: tool_call_id.into(),
             answer: ToolAnswer::Output {
@@ -155,7 +159,11 @@ impl ToolResultInput {
     }
 
     /// A decision on a call waiting for approval.
-    pub fn decision(tool_call_id: impl Into<String>, approved: bool, reason: Option<String>) -> Self {
+    pub fn decision(
+        tool_call_id: impl Into<String>,
+        approved: bool,
+        reason: Option<String>,
+    ) -> Self {
         Self {
             tool_call_id: tool_call_id.into(),
             answer: ToolAnswer::Decision { approved, reason },

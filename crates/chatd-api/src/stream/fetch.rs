@@ -130,7 +130,11 @@ mod tests {
 
     #[test]
     fn pending_calls_are_client_tools_or_approvals_and_approved_ones_are_not_pending() {
-        let step = vec![call("c1", "pick"), call("a1", "fs__rm"), call("a2", "fs__rm")];
+        let step = vec![
+            call("c1", "pick"),
+            call("a1", "fs__rm"),
+            call("a2", "fs__rm"),
+        ];
         let approved = vec![MessagePart::ToolApproval {
             tool_call_id: "a2".into(),
             tool_name: "fs__rm".into(),

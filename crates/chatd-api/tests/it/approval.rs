@@ -20,7 +20,11 @@ async fn mcp_servers_store_require_approval_and_validate_it() {
             json!({"slug": "calc", "transport": "stdio", "command": "calc"}),
         )
         .await;
-    assert_eq!(plain.expect(201)["require_approval"], "never", "the default");
+    assert_eq!(
+        plain.expect(201)["require_approval"],
+        "never",
+        "the default"
+    );
     let listed = s
         .post(
             path,
@@ -71,7 +75,12 @@ async fn mcp_servers_store_require_approval_and_validate_it() {
     ] {
         let answer = s.post(path, &s.admin, body.clone()).await;
         answer.expect_error(400);
-        assert_eq!(answer.fields(), vec![field.to_owned()], "{body}: {}", answer.text);
+        assert_eq!(
+            answer.fields(),
+            vec![field.to_owned()],
+            "{body}: {}",
+            answer.text
+        );
     }
     let bad_patch = s
         .patch(&item, &s.admin, json!({"require_approval": "maybe"}))
@@ -94,7 +103,10 @@ async fn chat_waiting_on_both(s: &Server) -> uuid::Uuid {
                 args: "{\"path\":\"/tmp/x\"}".into(),
             };
             tx.commit_step(
-                vec![NewMessage::assistant(vec![call("a1", "fs__rm"), call("c1", TOOL)])],
+                vec![NewMessage::assistant(vec![
+                    call("a1", "fs__rm"),
+                    call("c1", TOOL),
+                ])],
                 false,
             )
             .await?;
@@ -151,7 +163,12 @@ async fn tool_results_answer_approval_calls_with_approved_and_name_the_wrong_fie
     ] {
         let answer = s.post(&path, &s.alice, json!({"results": results})).await;
         answer.expect_error(400);
-        assert_eq!(answer.fields(), vec![field.to_owned()], "{results}: {}", answer.text);
+        assert_eq!(
+            answer.fields(),
+            vec![field.to_owned()],
+            "{results}: {}",
+            answer.text
+        );
         assert_eq!(s.dump().await, before, "{results}: rejected but changed");
     }
 

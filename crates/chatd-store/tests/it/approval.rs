@@ -223,12 +223,11 @@ async fn an_answer_of_the_wrong_kind_is_rejected_and_changes_nothing() {
         .into_iter()
         .map(|m| m.content.0)
         .collect();
-    let kinds: Vec<ActionKind> = pending_actions(tail.iter().map(Vec::as_slice), |n| {
-        n == DYNAMIC_TOOL
-    })
-    .into_iter()
-    .map(|p| p.kind)
-    .collect();
+    let kinds: Vec<ActionKind> =
+        pending_actions(tail.iter().map(Vec::as_slice), |n| n == DYNAMIC_TOOL)
+            .into_iter()
+            .map(|p| p.kind)
+            .collect();
     assert_eq!(kinds, vec![ActionKind::Approval, ActionKind::ClientTool]);
 }
 
@@ -302,7 +301,14 @@ async fn race(h: &Arc<Harness>, ops: &[Op]) -> (Uuid, Vec<Op>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_decisions_for_one_call_commit_exactly_one() {
     let h = Arc::new(Harness::new().await);
-    let ops = [Op::Approve, Op::Deny, Op::Approve, Op::Deny, Op::Approve, Op::Deny];
+    let ops = [
+        Op::Approve,
+        Op::Deny,
+        Op::Approve,
+        Op::Deny,
+        Op::Approve,
+        Op::Deny,
+    ];
     for round in 0..10 {
         let (id, won) = race(&h, &ops).await;
         assert_eq!(won.len(), 1, "round {round}: {won:?}");

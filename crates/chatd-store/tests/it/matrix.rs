@@ -295,9 +295,13 @@ async fn check_effects(
     // worker.
     if form == Form::Approving {
         let active = h.active_messages(id).await;
-        let approved = chatd_core::approved_tool_calls(active.iter().map(|m| m.content.0.as_slice()));
+        let approved =
+            chatd_core::approved_tool_calls(active.iter().map(|m| m.content.0.as_slice()));
         assert_eq!(
-            approved.iter().map(|c| c.tool_call_id.as_str()).collect::<Vec<_>>(),
+            approved
+                .iter()
+                .map(|c| c.tool_call_id.as_str())
+                .collect::<Vec<_>>(),
             vec![PENDING_CALL],
             "{transition} from {from}: the approved call waits for the worker"
         );

@@ -113,6 +113,9 @@ mod tests {
         };
         let approved = Approvals::new(policies, [&[call][..], &[approval][..]]);
         assert!(!approved.waits("c1", &tool("fs", "rm")), "approved: runs");
-        assert!(approved.waits("c9", &tool("fs", "rm")), "another call still waits");
+        assert!(
+            approved.waits("c9", &tool("fs", "rm")),
+            "another call still waits"
+        );
     }
 }

@@ -294,7 +294,10 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let (mcp_servers, approval_policies) = load_mcp_servers(locked.conn(), &chat.mcp_server_ids)
         .await
         .map_err(store_error)?;
-    let tail = if approval_policies.values().any(|p| *p != RequireApproval::Never) {
+    let tail = if approval_policies
+        .values()
+        .any(|p| *p != RequireApproval::Never)
+    {
         queries::messages::tail_contents(locked.conn(), task.chat_id)
             .await
             .map_err(store_error)?

@@ -164,8 +164,7 @@ async fn a_denied_call_is_answered_with_the_denial_and_the_model_continues() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_approval_survives_a_crash_and_the_new_owner_runs_the_call_once_without_asking_again()
-{
+async fn an_approval_survives_a_crash_and_the_new_owner_runs_the_call_once_without_asking_again() {
     // One server process for both workers: its call count is the number of
     // times the call ran, whichever worker ran it.
     let fixture = McpHttpFixture::start().await.unwrap();
@@ -183,11 +182,16 @@ async fn an_approval_survives_a_crash_and_the_new_owner_runs_the_call_once_witho
     a.crash();
     env.answer(
         chat_id,
-        vec![ToolResultInput::decision("call_who", true, Some("ok".into()))],
+        vec![ToolResultInput::decision(
+            "call_who",
+            true,
+            Some("ok".into()),
+        )],
     )
     .await;
     let b = env.worker();
-    env.wait_owned_by(chat_id, &b, Duration::from_secs(20)).await;
+    env.wait_owned_by(chat_id, &b, Duration::from_secs(20))
+        .await;
     env.wait_status(chat_id, ChatStatus::Waiting).await;
 
     let messages = env.active_messages(chat_id).await;

@@ -452,7 +452,15 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
                 approved: true,
                 reason,
             };
-            decide(&client, &chat.to_string(), hint_url, &calls, &decision, no_watch).await
+            decide(
+                &client,
+                &chat.to_string(),
+                hint_url,
+                &calls,
+                &decision,
+                no_watch,
+            )
+            .await
         }
         ChatCommand::Deny {
             chat,
@@ -464,7 +472,15 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
                 approved: false,
                 reason,
             };
-            decide(&client, &chat.to_string(), hint_url, &calls, &decision, no_watch).await
+            decide(
+                &client,
+                &chat.to_string(),
+                hint_url,
+                &calls,
+                &decision,
+                no_watch,
+            )
+            .await
         }
     }
 }
@@ -498,7 +514,11 @@ async fn decide(
             Some(&body),
         )
         .await?;
-    let verb = if decision.approved { "approved" } else { "denied" };
+    let verb = if decision.approved {
+        "approved"
+    } else {
+        "denied"
+    };
     eprintln!("{verb} {} tool call(s)", calls.len());
     if no_watch {
         return Ok(ExitCode::SUCCESS);

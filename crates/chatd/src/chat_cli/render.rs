@@ -1008,9 +1008,9 @@ pub fn describe_action_required(action: &ActionRequired, chat: &str, url: Option
     let mut text = match (client.len(), approvals.len()) {
         (n, 0) => format!("action required: {n} tool call(s) wait for results"),
         (0, n) => format!("action required: {n} tool call(s) wait for approval"),
-        (n, m) => format!(
-            "action required: {n} tool call(s) wait for results and {m} for approval"
-        ),
+        (n, m) => {
+            format!("action required: {n} tool call(s) wait for results and {m} for approval")
+        }
     };
     if let Some(deadline) = &action.deadline_at {
         text.push_str(&format!(" (deadline {deadline})"));
@@ -1054,7 +1054,11 @@ fn client_tool() -> String {
 
 /// `approve with: chatd chat approve CHAT ID...` for `ids`, and how to
 /// deny them instead. `url` as for [`tool_results_hint`].
-pub fn approval_hint<'a>(chat: &str, url: Option<&str>, ids: impl Iterator<Item = &'a str>) -> String {
+pub fn approval_hint<'a>(
+    chat: &str,
+    url: Option<&str>,
+    ids: impl Iterator<Item = &'a str>,
+) -> String {
     let url = url
         .map(|u| format!(" --url {}", shell_word(u)))
         .unwrap_or_default();
