@@ -213,3 +213,74 @@ async fn an_approval_survives_a_crash_and_the_new_owner_runs_the_call_once_witho
     );
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_answers_a_pending_approval_as_timed_out_and_the_model_continues() {
+    let env = Env::new().await;
+    let store = chatd_store::Store::with_config(
+        env.db.pool().clone(),
+        std::sync::Arc::new(env.pubsub.clone()),
+        chatd_store::StoreConfig {
+            requires_action_timeout: Duration::from_millis(500),
+            ..Default::default()
+        },
+    );
+    let env = Env { store, ..env };
+    let server = env
+        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
+        .await;
+    env.set_require_approval(server, json!("always")).await;
+    env.llm
+        .push(Script::new().tool_call("call_add", "calc__add", r#"{"a": 1, "b": 2}"#, 1));
+    env.llm.push(Script::text("Nobody approved; moving on."));
+    let worker = env.worker();
+    let chat_id = env.create_chat_with_mcp("go", vec![server], None).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(
+        results(&messages),
+        vec![(
+            "call_add".to_owned(),
+            json!({"error": chatd_core::TIMED_OUT_TOOL_RESULT}),
+            true
+        )],
+        "never run, answered by the deadline"
+    );
+    assert_eq!(
+        text_of(messages.last().unwrap()),
+        "Nobody approved; moving on."
+    );
+    assert_eq!(env.llm.requests().len(), 2);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_answers_a_pending_approval_and_ends_the_turn() {
+    let env = Env::new().await;
+    let server = env
+        .add_mcp_server("calc", McpRow::Stdio(fixture_command()))
+        .await;
+    env.set_require_approval(server, json!(["add"])).await;
+    env.llm
+        .push(Script::new().tool_call("call_add", "calc__add", r#"{"a": 1, "b": 2}"#, 1));
+    let worker = env.worker();
+    let chat_id = env.create_chat_with_mcp("go", vec![server], None).await;
+    env.wait_requires_action(chat_id).await;
+    env.store
+        .machine(chat_id)
+        .update(|tx| Box::pin(async move { tx.interrupt().await }))
+        .await
+        .unwrap();
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(
+        results(&messages),
+        vec![(
+            "call_add".to_owned(),
+            json!({"error": chatd_core::INTERRUPTED_TOOL_RESULT}),
+            true
+        )]
+    );
+    assert_eq!(env.llm.requests().len(), 1, "the turn stopped");
+    worker.shutdown().await;
+}
