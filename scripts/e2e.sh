@@ -47,7 +47,7 @@ node_major=$(node -p 'process.versions.node.split(".")[0]')
 log "cargo build -p chatd -p chatd-testkit --bins"
 cargo build -p chatd -p chatd-testkit --bins
 bin="$target_dir/debug"
-[ -x "$bin/chatd" ] && [ -x "$bin/fake-llm" ] || die "no chatd or fake-llm in $bin after the build"
+[ -x "$bin/chatd" ] && [ -x "$bin/fake-llm" ] && [ -x "$bin/mcp-fixture" ] || die "no chatd, fake-llm or mcp-fixture in $bin after the build"
 
 if [ ! -x "$chromium" ]; then
   [ "$chromium" = /usr/bin/chromium ] || die "CHROMIUM_PATH=$chromium is not an executable"
@@ -157,6 +157,14 @@ model = "fake-model"
 display_name = "Fake model"
 context_limit = 100000
 is_default = true
+
+# The testkit MCP server; a call of its add tool waits for approval
+# (approval.test.mjs). Chats use it only when they list it.
+[[mcp_servers]]
+slug = "calc"
+transport = "stdio"
+command = "$bin/mcp-fixture"
+require_approval = ["add"]
 EOF
 
 port=$(node -e '

@@ -17,7 +17,8 @@
 //   `?after_id=`), messages (assistant text as Markdown, long user texts
 //   collapsed), the live preview (re-rendered at most once per animation
 //   frame), interrupted and cut-short answers marked, queue,
-//   action-required form, error and retry banners, usage, archive, edit,
+//   action-required form (with an approval card per tool call that waits
+//   for approval), error and retry banners, usage, archive, edit,
 //   stop; a long chat opens as a window (GET .../messages?window=true: its
 //   first and last messages) with a "load earlier" control where the
 //   omitted middle is, which pages it in place with `before_id`;
@@ -1579,6 +1580,13 @@ function renderPart(part) {
         h('div', { class: 'tool-head' }, part.is_error ? 'Tool error ' : 'Tool result ', h('code', {}, part.tool_name), h('span', { class: 'tool-id' }, part.tool_call_id)),
         h('pre', { class: 'json' }, JSON.stringify(part.result, null, 2)),
       );
+    case 'tool-approval':
+      return h(
+        'div',
+        { class: 'tool-approval', testid: 'tool-approval' },
+        h('div', { class: 'tool-head' }, part.approved ? 'Approved ' : 'Denied ', h('code', {}, part.tool_name), h('span', { class: 'tool-id' }, part.tool_call_id)),
+        part.reason ? h('p', { class: 'approval-reason' }, part.reason) : null,
+      );
     case 'file':
       return renderFilePart(part);
     default:
@@ -1751,11 +1759,17 @@ function renderActionRequired(view) {
   const key = action ? action.tool_calls.map((c) => c.tool_call_id).join('\n') : null;
   if (key === view.dom.actionKey) return; // keep what the user typed
   view.dom.actionKey = key;
+  // Decisions taken on approval cards, sent together with every other
+  // answer: the server takes one answer per pending call in one request.
+  view.dom.decisions = new Map();
   if (!action) {
     slot.replaceChildren();
     return;
   }
-  const forms = action.tool_calls.map((call, i) => {
+  const isApproval = (call) => call.kind === 'approval';
+  const clientCalls = action.tool_calls.filter((c) => !isApproval(c));
+  const approvalCalls = action.tool_calls.filter(isApproval);
+  const forms = clientCalls.map((call, i) => {
     const outputId = `tool-output-${i}`;
     return h(
       'div',
@@ -1767,13 +1781,22 @@ function renderActionRequired(view) {
       h('label', { class: 'toggle' }, h('input', { type: 'checkbox', testid: 'tool-is-error' }), 'This output is an error'),
     );
   });
+  const cards = approvalCalls.map((call, i) => approvalCard(view, call, i, action.deadline_at, clientCalls.length > 0));
   const deadline = h('p', { class: 'deadline', testid: 'action-deadline', dataset: { deadline: action.deadline_at || '' } });
-  const submit = h('button', { type: 'submit', class: 'btn btn-primary', testid: 'tool-submit' }, 'Submit results');
+  const submit = clientCalls.length
+    ? h('button', { type: 'submit', class: 'btn btn-primary', testid: 'tool-submit' }, 'Submit results')
+    : null;
+  const title = !clientCalls.length
+    ? 'The assistant is waiting for your approval'
+    : approvalCalls.length
+      ? 'The assistant is waiting for tool results and your approval'
+      : 'The assistant is waiting for tool results';
   const panel = h(
     'form',
-    { class: 'action-required', testid: 'action-required', 'aria-label': 'Tool calls waiting for results' },
-    h('h2', {}, 'The assistant is waiting for tool results'),
+    { class: 'action-required', testid: 'action-required', 'aria-label': title },
+    h('h2', {}, title),
     deadline,
+    cards,
     forms,
     submit,
   );
@@ -1783,6 +1806,45 @@ function renderActionRequired(view) {
   });
   slot.replaceChildren(panel);
   updateCountdowns(view);
+}
+
+/**
+ * The card of one call waiting for approval (API.md "Tool approval"): the
+ * tool, its arguments, the deadline, Approve, and Deny with an optional
+ * reason. With no client tools pending, the last decision sends them all;
+ * otherwise "Submit results" sends them with the outputs.
+ */
+function approvalCard(view, call, i, deadlineAt, withClientTools) {
+  const reasonId = `approval-reason-${i}`;
+  const decision = h('p', { class: 'approval-decision', testid: 'approval-decision', role: 'status' });
+  const reason = h('input', { id: reasonId, type: 'text', testid: 'approval-reason', maxlength: 4096, placeholder: 'Why? (optional, sent with a denial)' });
+  const decide = (approved) => {
+    view.dom.decisions.set(call.tool_call_id, { approved, reason: reason.value.trim() || null });
+    card.dataset.decision = approved ? 'approved' : 'denied';
+    decision.textContent = approved ? 'Approved' : 'Denied';
+    const pending = [...view.dom.action.querySelectorAll('[data-testid="approval-card"]')]
+      .filter((c) => !c.dataset.decision).length;
+    if (pending) decision.textContent += ` — decide the other ${pending} call(s) to continue`;
+    else if (withClientTools) decision.textContent += ' — submit the results to continue';
+    else submitToolResults(view, view.dom.action.querySelector('[data-testid="action-required"]'));
+  };
+  const card = h(
+    'section',
+    { class: 'approval-card', testid: 'approval-card', dataset: { toolCallId: call.tool_call_id }, 'aria-label': `Approve ${call.tool_name}?` },
+    h('div', { class: 'tool-head' }, 'Approve ', h('code', { testid: 'approval-tool' }, call.tool_name), '?', h('span', { class: 'tool-id' }, call.tool_call_id)),
+    h('pre', { class: 'json', testid: 'approval-args', 'aria-label': `Arguments of ${call.tool_name}` }, prettyJsonString(call.args)),
+    h('p', { class: 'deadline', testid: 'approval-deadline', dataset: { deadline: deadlineAt || '' } }),
+    h('label', { for: reasonId }, 'Reason'),
+    reason,
+    h(
+      'div',
+      { class: 'approval-buttons' },
+      h('button', { type: 'button', class: 'btn btn-primary', testid: 'approval-approve', onclick: () => decide(true) }, 'Approve'),
+      h('button', { type: 'button', class: 'btn btn-danger', testid: 'approval-deny', onclick: () => decide(false) }, 'Deny'),
+    ),
+    decision,
+  );
+  return card;
 }
 
 /** Parses a tool output: JSON when it parses, else the text as a JSON string. */
@@ -1800,6 +1862,16 @@ async function submitToolResults(view, panel) {
     output: parseOutput(byTestId(form, 'tool-output').value),
     is_error: byTestId(form, 'tool-is-error').checked,
   }));
+  for (const card of panel.querySelectorAll('[data-testid="approval-card"]')) {
+    const decision = view.dom.decisions.get(card.dataset.toolCallId);
+    if (!decision) {
+      toast('Approve or deny every tool call first.');
+      return;
+    }
+    const result = { tool_call_id: card.dataset.toolCallId, approved: decision.approved };
+    if (decision.reason) result.reason = decision.reason;
+    results.push(result);
+  }
   setBusy(panel, true);
   const chat = await attempt(() => api('POST', `/chats/${view.chatId}/tool-results`, { results }));
   setBusy(panel, false);
@@ -2014,8 +2086,7 @@ async function contextAction(view, path) {
 /** Updates the deadline and retry countdowns (every second). */
 function updateCountdowns(view) {
   if (!view || view.closed || !view.dom) return;
-  const deadline = byTestId(view.dom.action, 'action-deadline');
-  if (deadline) {
+  for (const deadline of view.dom.action.querySelectorAll('.deadline')) {
     const at = deadline.dataset.deadline;
     deadline.textContent = at
       ? `Deadline ${formatTime(at)} (${countdown(at, 'expired')})`

@@ -52,7 +52,7 @@ use uuid::Uuid;
 
 use crate::admin;
 use crate::error::ApiError;
-use chatd_core::{McpTransport, ModelOptions, ProviderKind};
+use chatd_core::{McpTransport, ModelOptions, ProviderKind, RequireApproval};
 use chatd_store::queries::locks::{self, AdvisoryLock};
 use chatd_store::queries::mcp_servers::{self, McpServerDef};
 use chatd_store::queries::model_configs::{self, ModelConfigDef};
@@ -156,6 +156,10 @@ pub struct McpServerEntry {
     /// Default true.
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// `"never"` (default), `"always"` or a list of the server's own tool
+    /// names that need approval (API.md "Tool approval (human in the loop)").
+    #[serde(default)]
+    pub require_approval: RequireApproval,
 }
 
 impl ConfigFile {
@@ -317,6 +321,7 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
             url: s.url.clone(),
             headers: s.headers.clone(),
             enabled: s.enabled.unwrap_or(true),
+            require_approval: s.require_approval.clone(),
         };
         admin::mcp_servers::validate_mcp(&def).map_err(|e| invalid(&at, e))?;
         mcp_servers.push(def);

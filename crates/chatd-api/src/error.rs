@@ -301,6 +301,14 @@ impl From<StateError> for ApiError {
                     ToolResultErrorKind::InvalidJson => {
                         format!("output of tool call {} is not valid JSON", e.tool_call_id)
                     }
+                    ToolResultErrorKind::ApprovalForClientTool => format!(
+                        "tool call {} is a client tool call: answer it with output, not approved",
+                        e.tool_call_id
+                    ),
+                    ToolResultErrorKind::OutputForApproval => format!(
+                        "tool call {} waits for approval: answer it with approved, not output",
+                        e.tool_call_id
+                    ),
                 };
                 ApiError::new(StatusCode::BAD_REQUEST, "Invalid tool results.")
                     .with_detail(detail.clone())

@@ -58,7 +58,8 @@ pub fn estimate_tokens(parts: &[MessagePart]) -> i64 {
                 tool_name, result, ..
             } => bytes += tool_name.len() + result.to_string().len() + 16,
             MessagePart::File { .. } => files += 1,
-            MessagePart::ContextCleared => {}
+            // Client-only: the model never reads an approval.
+            MessagePart::ContextCleared | MessagePart::ToolApproval { .. } => {}
         }
     }
     let tokens = bytes.div_ceil(BYTES_PER_TOKEN);

@@ -53,6 +53,12 @@ pub enum ToolResultErrorKind {
     Missing,
     /// A submitted output is not valid JSON.
     InvalidJson,
+    /// An approval decision (`approved`) was submitted for a client-tool
+    /// call, which needs an `output` (API.md "Tool approval").
+    ApprovalForClientTool,
+    /// An `output` was submitted for a call waiting for approval, which
+    /// needs `approved` (API.md "Tool approval").
+    OutputForApproval,
 }
 
 /// A tool-result validation failure (`ToolResultValidationError`).
@@ -62,6 +68,8 @@ pub enum ToolResultErrorKind {
     ToolResultErrorKind::Unexpected => "unexpected tool result",
     ToolResultErrorKind::Missing => "missing tool result",
     ToolResultErrorKind::InvalidJson => "tool result output is not valid JSON",
+    ToolResultErrorKind::ApprovalForClientTool => "approval decision for a client-tool call",
+    ToolResultErrorKind::OutputForApproval => "output for a call waiting for approval",
 })]
 pub struct ToolResultError {
     /// The rule that was broken.

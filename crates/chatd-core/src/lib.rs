@@ -41,8 +41,9 @@ pub mod user;
 pub use chat_error::{ChatError, ChatErrorKind};
 pub use error::{StateError, ToolResultError, ToolResultErrorKind, TransitionError};
 pub use message::{
-    CANCELLED_TOOL_RESULT, ChatRole, FinishReason, INTERRUPTED_TOOL_RESULT, MessagePart,
-    TIMED_OUT_TOOL_RESULT, ToolCallRef, Visibility, outstanding_tool_calls,
+    ActionKind, CANCELLED_TOOL_RESULT, ChatRole, DENIED_TOOL_RESULT, FinishReason,
+    INTERRUPTED_TOOL_RESULT, MessagePart, PendingAction, TIMED_OUT_TOOL_RESULT, ToolCallRef,
+    Visibility, approved_tool_calls, outstanding_tool_calls, pending_actions,
 };
 pub use model_options::{InvalidOption, ModelOptions, ReasoningEffort, ReasoningEffortOptions};
 pub use provider::ProviderKind;
@@ -50,7 +51,7 @@ pub use retry::RetryState;
 pub use spelling::UnknownSpelling;
 pub use state::{ChatStatus, ExecutionState, classify};
 pub use stream::{Episode, PartDelta, StreamPart};
-pub use tools::{DynamicTool, McpTransport};
+pub use tools::{DynamicTool, McpTransport, RequireApproval};
 pub use transition::{BusyBehavior, Transition};
 pub use usage::Usage;
 pub use user::Role;

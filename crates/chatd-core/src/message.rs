@@ -14,6 +14,9 @@ pub const INTERRUPTED_TOOL_RESULT: &str = "Tool execution interrupted by user";
 pub const TIMED_OUT_TOOL_RESULT: &str = "Tool execution timed out";
 /// `result` text of a synthetic tool result written in every other case.
 pub const CANCELLED_TOOL_RESULT: &str = "Tool execution cancelled";
+/// `error` of the result of a call the user denied (API.md "Tool approval
+/// (human in the loop)"): `{"error": DENIED_TOOL_RESULT, "reason": ...}`.
+pub const DENIED_TOOL_RESULT: &str = "Tool call denied by user";
 
 /// `chat_messages.role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -250,6 +253,25 @@ pub enum MessagePart {
     /// row `ClearContext` inserts.
     #[serde(rename = "context-cleared")]
     ContextCleared,
+    /// A person approved a tool call that needed approval (API.md "Tool
+    /// approval (human in the loop)"). Only on the client-only `tool` row
+    /// `CompleteRequiresAction` inserts for an approved call: the model
+    /// never sees it, and the call stays without a result until the worker
+    /// has run it. A denied call gets its error result instead
+    /// ([`MessagePart::denied_result`]), so this part always says
+    /// `approved: true` when chatd writes it.
+    #[serde(rename = "tool-approval")]
+    ToolApproval {
+        /// The id of the call decided on.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The decision.
+        approved: bool,
+        /// The reason the person gave, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 impl MessagePart {
@@ -277,6 +299,19 @@ impl MessagePart {
         }
     }
 
+    /// The result of a call the user denied: `{"error": "Tool call denied
+    /// by user", "reason": reason}` (`reason` is `null` when none was
+    /// given) with `is_error: true` (API.md "Tool approval (human in the
+    /// loop)").
+    pub fn denied_result(call: &ToolCallRef, reason: Option<&str>) -> Self {
+        MessagePart::ToolResult {
+            tool_call_id: call.tool_call_id.clone(),
+            tool_name: call.tool_name.clone(),
+            result: serde_json::json!({ "error": DENIED_TOOL_RESULT, "reason": reason }),
+            is_error: true,
+        }
+    }
+
     /// Length in bytes of the text this part carries (text, reasoning, tool
     /// arguments and serialized results), for size limits.
     pub fn text_len(&self) -> usize {
@@ -286,6 +321,7 @@ impl MessagePart {
             MessagePart::ToolResult { result, .. } => result.to_string().len(),
             MessagePart::File { name, .. } => name.as_ref().map_or(0, String::len),
             MessagePart::ContextCleared => 0,
+            MessagePart::ToolApproval { reason, .. } => reason.as_ref().map_or(0, String::len),
         }
     }
 }
@@ -330,6 +366,114 @@ where
         }
     }
     calls
+}
+
+/// What a pending call of a `requires_action` chat waits for
+/// (`action_required.tool_calls[].kind`, API.md "Tool approval (human in
+/// the loop)").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// A dynamic tool: the client runs it and submits its `output`.
+    ClientTool,
+    /// An MCP tool that needs approval: the client submits `approved`.
+    Approval,
+}
+
+/// A call waiting for the client, and what it waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PendingAction {
+    /// The call.
+    pub call: ToolCallRef,
+    /// Whether it waits for a result or a decision.
+    pub kind: ActionKind,
+}
+
+/// The outstanding calls of `history` (as for [`outstanding_tool_calls`])
+/// that carry an approval ([`MessagePart::ToolApproval`] with `approved`):
+/// the calls the worker runs next, in call order.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{MessagePart, approved_tool_calls};
+/// let call = MessagePart::ToolCall { tool_call_id: "c1".into(), tool_name: "fs__rm".into(), args: "{}".into() };
+/// let approval = MessagePart::ToolApproval { tool_call_id: "c1".into(), tool_name: "fs__rm".into(), approved: true, reason: None };
+/// let approved = approved_tool_calls([&[call.clone()][..], &[approval][..]]);
+/// assert_eq!(approved[0].tool_call_id, "c1");
+/// assert!(approved_tool_calls([&[call][..]]).is_empty());
+/// ```
+pub fn approved_tool_calls<'a, I>(history: I) -> Vec<ToolCallRef>
+where
+    I: IntoIterator<Item = &'a [MessagePart]>,
+{
+    let (outstanding, approved) = outstanding_and_approved(history);
+    outstanding
+        .into_iter()
+        .filter(|c| approved.contains(&c.tool_call_id))
+        .collect()
+}
+
+/// The calls of `history` a `requires_action` chat waits for: the
+/// outstanding calls without an approval, in call order, each a
+/// [`ActionKind::ClientTool`] when `is_client_tool` says its name is one
+/// of the chat's dynamic tools, else an [`ActionKind::Approval`] (the
+/// worker answers every other call before it enters requires-action).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::{ActionKind, MessagePart, pending_actions};
+/// let call = |id: &str, name: &str| MessagePart::ToolCall { tool_call_id: id.into(), tool_name: name.into(), args: "{}".into() };
+/// let step = [call("c1", "pick_color"), call("c2", "fs__rm")];
+/// let pending = pending_actions([&step[..]], |name| name == "pick_color");
+/// let kinds: Vec<ActionKind> = pending.iter().map(|p| p.kind).collect();
+/// assert_eq!(kinds, [ActionKind::ClientTool, ActionKind::Approval]);
+/// ```
+pub fn pending_actions<'a, I>(
+    history: I,
+    is_client_tool: impl Fn(&str) -> bool,
+) -> Vec<PendingAction>
+where
+    I: IntoIterator<Item = &'a [MessagePart]>,
+{
+    let (outstanding, approved) = outstanding_and_approved(history);
+    outstanding
+        .into_iter()
+        .filter(|c| !approved.contains(&c.tool_call_id))
+        .map(|call| {
+            let kind = if is_client_tool(&call.tool_name) {
+                ActionKind::ClientTool
+            } else {
+                ActionKind::Approval
+            };
+            PendingAction { call, kind }
+        })
+        .collect()
+}
+
+/// [`outstanding_tool_calls`] and the ids of every call with an approval.
+fn outstanding_and_approved<'a, I>(
+    history: I,
+) -> (Vec<ToolCallRef>, std::collections::HashSet<String>)
+where
+    I: IntoIterator<Item = &'a [MessagePart]>,
+{
+    let parts: Vec<&'a [MessagePart]> = history.into_iter().collect();
+    let approved = parts
+        .iter()
+        .flat_map(|p| p.iter())
+        .filter_map(|p| match p {
+            MessagePart::ToolApproval {
+                tool_call_id,
+                approved: true,
+                ..
+            } => Some(tool_call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    (outstanding_tool_calls(parts), approved)
 }
 
 #[cfg(test)]

@@ -130,6 +130,18 @@ pub fn part(part: &mut MessagePart) {
             }
         }
         MessagePart::ContextCleared => {}
+        MessagePart::ToolApproval {
+            tool_call_id,
+            tool_name,
+            approved: _,
+            reason,
+        } => {
+            string(tool_call_id);
+            string(tool_name);
+            if let Some(reason) = reason {
+                string(reason);
+            }
+        }
     }
 }
 

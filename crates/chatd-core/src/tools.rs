@@ -55,3 +55,78 @@ impl McpTransport {
 }
 
 crate::spelling::parse_impls!(McpTransport, "MCP transport");
+
+/// `require_approval` of an MCP server (API.md "Tool approval (human in the
+/// loop)"; `chat_mcp_servers.require_approval`): which of the server's tools
+/// a person must approve before a call runs. On the wire and in the
+/// database it is the string `"never"` (the default) or `"always"`, or an
+/// array of the server's own tool names (without the `<slug>__` prefix).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::RequireApproval;
+/// let some: RequireApproval = serde_json::from_str(r#"["delete", "write"]"#).unwrap();
+/// assert!(some.applies_to("delete") && !some.applies_to("read"));
+/// assert!(RequireApproval::Always.applies_to("read"));
+/// assert_eq!(serde_json::to_string(&RequireApproval::default()).unwrap(), r#""never""#);
+/// assert!(serde_json::from_str::<RequireApproval>(r#""sometimes""#).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "RequireApprovalRepr", into = "RequireApprovalRepr")]
+pub enum RequireApproval {
+    /// No call needs approval.
+    #[default]
+    Never,
+    /// Every call needs approval.
+    Always,
+    /// Calls of these tools (the server's own names) need approval.
+    Tools(Vec<String>),
+}
+
+impl RequireApproval {
+    /// Whether a call of the server's tool `tool` (its own name, without
+    /// the `<slug>__` prefix) needs approval.
+    pub fn applies_to(&self, tool: &str) -> bool {
+        match self {
+            RequireApproval::Never => false,
+            RequireApproval::Always => true,
+            RequireApproval::Tools(names) => names.iter().any(|n| n == tool),
+        }
+    }
+}
+
+/// The wire shape of [`RequireApproval`]: a word or a list of names.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum RequireApprovalRepr {
+    Word(String),
+    Tools(Vec<String>),
+}
+
+impl TryFrom<RequireApprovalRepr> for RequireApproval {
+    type Error = String;
+
+    fn try_from(repr: RequireApprovalRepr) -> Result<Self, Self::Error> {
+        match repr {
+            RequireApprovalRepr::Word(word) => match word.as_str() {
+                "never" => Ok(RequireApproval::Never),
+                "always" => Ok(RequireApproval::Always),
+                other => Err(format!(
+                    "unknown require_approval {other:?}: expected \"never\", \"always\" or an array of tool names"
+                )),
+            },
+            RequireApprovalRepr::Tools(names) => Ok(RequireApproval::Tools(names)),
+        }
+    }
+}
+
+impl From<RequireApproval> for RequireApprovalRepr {
+    fn from(value: RequireApproval) -> Self {
+        match value {
+            RequireApproval::Never => RequireApprovalRepr::Word("never".into()),
+            RequireApproval::Always => RequireApprovalRepr::Word("always".into()),
+            RequireApproval::Tools(names) => RequireApprovalRepr::Tools(names),
+        }
+    }
+}

@@ -155,8 +155,11 @@ fn project_with_files(
         for (p, part) in message.parts.iter().enumerate() {
             match part {
                 MessagePart::Text { text } if !text.trim().is_empty() => content.push(part.clone()),
-                // A clear marker never reaches the model; dropped if it did.
-                MessagePart::Text { .. } | MessagePart::ContextCleared => {}
+                // A clear marker or an approval never reaches the model
+                // (both are on client-only rows); dropped if it did.
+                MessagePart::Text { .. }
+                | MessagePart::ContextCleared
+                | MessagePart::ToolApproval { .. } => {}
                 MessagePart::Reasoning { .. } => {
                     if message.role == ChatRole::Assistant {
                         content.push(part.clone());

@@ -39,7 +39,7 @@ pub use queries::providers::ProviderRow;
 pub use transitions::{
     CommitStepResult, CompleteRequiresActionInput, EditMessageInput, EditMessageResult,
     EditQueuedMessageInput, FinishInterruptionResult, FinishTurnResult, PromoteQueuedMessageResult,
-    SendMessageInput, SendMessageResult, ToolResultInput, validate_tool_results,
+    SendMessageInput, SendMessageResult, ToolAnswer, ToolResultInput, validate_tool_results,
 };
 
 /// The embedded migrations (`crates/chatd-store/migrations`).

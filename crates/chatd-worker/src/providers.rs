@@ -5,9 +5,10 @@
 //! effort") and the chat's MCP servers. The rows and their SQL are the
 //! store's ([`chatd_store::queries`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use chatd_core::ReasoningEffort;
+use chatd_core::{ReasoningEffort, RequireApproval};
 use chatd_llm::{HttpOptions, Provider, ProviderConfig};
 use chatd_store::queries::mcp_servers::McpServerDef;
 use chatd_store::queries::model_configs::ModelConfigDef;
@@ -122,26 +123,32 @@ pub fn mcp_server_config(row: McpServerDef) -> Option<McpServerConfig> {
 }
 
 /// The enabled MCP servers among `ids` (a chat's `mcp_server_ids`), in the
-/// chat's order; unusable rows are logged and left out.
+/// chat's order, with each usable server's `require_approval` by slug;
+/// unusable rows are logged and left out.
 ///
 /// # Errors
 /// Database errors.
 pub async fn load_mcp_servers(
     conn: &mut PgConnection,
     ids: &[Uuid],
-) -> sqlx::Result<Vec<McpServerConfig>> {
+) -> sqlx::Result<(Vec<McpServerConfig>, HashMap<String, RequireApproval>)> {
     let rows = queries::mcp_servers::enabled_in_order(conn, ids).await?;
-    Ok(rows
+    let mut policies = HashMap::new();
+    let configs = rows
         .into_iter()
         .filter_map(|row| {
             let slug = row.def.slug.clone();
+            let policy = row.def.require_approval.clone();
             let config = mcp_server_config(row.def);
             if config.is_none() {
                 tracing::warn!(server = %slug, "MCP server row is incomplete; left out");
+            } else {
+                policies.insert(slug, policy);
             }
             config
         })
-        .collect())
+        .collect();
+    Ok((configs, policies))
 }
 
 #[cfg(test)]
@@ -161,6 +168,7 @@ mod tests {
             url: None,
             headers: BTreeMap::new(),
             enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
         }
     }
 

@@ -18,7 +18,7 @@ use crate::auth::{Admin, AdminTarget, Caller};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415};
 use crate::extract::{self, double_option};
 use crate::validate;
-use chatd_core::McpTransport;
+use chatd_core::{McpTransport, RequireApproval};
 use chatd_store::McpServerRow;
 use chatd_store::queries::mcp_servers::{self, McpServerDef};
 
@@ -50,6 +50,10 @@ pub struct McpServer {
     pub headers: Option<BTreeMap<String, String>>,
     /// Whether chats may use it.
     pub enabled: bool,
+    /// Which tools need a person's approval before a call runs: `"never"`,
+    /// `"always"`, or the server's own tool names (without `<slug>__`).
+    #[schema(value_type = Value)]
+    pub require_approval: RequireApproval,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change.
@@ -70,6 +74,7 @@ impl McpServer {
             url: def.url,
             headers: with_secrets.then_some(def.headers),
             enabled: def.enabled,
+            require_approval: def.require_approval,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -106,6 +111,11 @@ pub struct CreateMcpServerRequest {
     /// Default true.
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// `"never"` (default), `"always"` or an array of the server's own tool
+    /// names (1 to 128 bytes each, at most 256) whose calls need approval.
+    #[serde(default)]
+    #[schema(value_type = Option<Value>)]
+    pub require_approval: Option<RequireApproval>,
 }
 
 /// Body of `PATCH /api/v2/chats/mcp-servers/{id}`; absent fields are kept,
@@ -142,6 +152,10 @@ pub struct UpdateMcpServerRequest {
     /// Enabled.
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// Which tools need approval (see [`CreateMcpServerRequest`]).
+    #[serde(default)]
+    #[schema(value_type = Option<Value>)]
+    pub require_approval: Option<RequireApproval>,
 }
 
 /// Checks an MCP server slug (see [`CreateMcpServerRequest::slug`]).
@@ -216,6 +230,20 @@ pub(crate) fn validate_mcp(def: &McpServerDef) -> ApiResult<()> {
             ));
         }
     }
+    if let RequireApproval::Tools(names) = &def.require_approval {
+        if names.len() > 256 {
+            return Err(ApiError::invalid(
+                "require_approval",
+                "at most 256 tool names",
+            ));
+        }
+        if let Some(i) = names.iter().position(|n| n.is_empty() || n.len() > 128) {
+            return Err(ApiError::invalid(
+                format!("require_approval[{i}]"),
+                "tool names must be 1 to 128 bytes",
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -258,6 +286,7 @@ pub async fn create_mcp_server(
         url: req.url,
         headers: req.headers.unwrap_or_default(),
         enabled: req.enabled.unwrap_or(true),
+        require_approval: req.require_approval.unwrap_or_default(),
     };
     validate_mcp(&def)?;
     let row = mcp_servers::insert(state.store().pool(), &def)
@@ -295,6 +324,7 @@ pub async fn update_mcp_server(
         url: req.url.unwrap_or(current.url),
         headers: req.headers.unwrap_or(current.headers),
         enabled: req.enabled.unwrap_or(current.enabled),
+        require_approval: req.require_approval.unwrap_or(current.require_approval),
     };
     validate_mcp(&def)?;
     let row = mcp_servers::update(&mut *tx, &def)

@@ -143,15 +143,19 @@ pub struct ActionRequired {
     pub deadline_at: Option<DateTime<Utc>>,
 }
 
-/// A tool call waiting for a client-side result.
+/// A tool call waiting for the client: a client tool's result or a
+/// decision on a call that needs approval (API.md "Tool approval (human in
+/// the loop)").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct PendingToolCall {
     /// The provider's id.
     pub tool_call_id: String,
-    /// The tool's name.
+    /// The tool's name (`<slug>__<tool>` for an MCP tool).
     pub tool_name: String,
     /// JSON arguments, as a string.
     pub args: String,
+    /// `client_tool`: submit `output`; `approval`: submit `approved`.
+    pub kind: chatd_core::ActionKind,
 }
 
 /// Control message of the parts endpoint: select an episode (spec "Parts

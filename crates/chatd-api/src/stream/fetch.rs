@@ -7,7 +7,7 @@
 //! the same transaction: changed messages (and, when they force a full
 //! refresh, every current message), the queue, and the pending tool calls.
 
-use chatd_core::{MessagePart, StateError, outstanding_tool_calls};
+use chatd_core::{MessagePart, PendingAction, StateError, pending_actions};
 use chatd_store::{Store, StoreError};
 
 use super::event::PendingToolCall;
@@ -69,7 +69,8 @@ pub async fn fetch(store: &Store, state: &StreamState) -> Result<Option<DbState>
     };
     let pending_tool_calls = if reads.pending_tool_calls {
         let tail = messages::tail_contents(snapshot.conn(), chat_id).await?;
-        Some(pending_tool_calls(&tail))
+        let dynamic = chat.dynamic_tool_names();
+        Some(pending_tool_calls(&tail, &dynamic))
     } else {
         None
     };
@@ -83,12 +84,17 @@ pub async fn fetch(store: &Store, state: &StreamState) -> Result<Option<DbState>
 }
 
 /// The tool calls of `tail` (active messages from the latest user message
-/// on, in id order) without a result, with their arguments, in call order.
-pub fn pending_tool_calls(tail: &[Vec<MessagePart>]) -> Vec<PendingToolCall> {
-    let outstanding = outstanding_tool_calls(tail.iter().map(Vec::as_slice));
-    outstanding
+/// on, in id order) that wait for the client, with their arguments and
+/// kind, in call order: those without a result or an approval, a
+/// `client_tool` when `dynamic` (the chat's dynamic tool names) has its
+/// name, else an `approval`.
+pub fn pending_tool_calls(tail: &[Vec<MessagePart>], dynamic: &[String]) -> Vec<PendingToolCall> {
+    let pending = pending_actions(tail.iter().map(Vec::as_slice), |name| {
+        dynamic.iter().any(|d| d == name)
+    });
+    pending
         .into_iter()
-        .map(|call| {
+        .map(|PendingAction { call, kind }| {
             let args = tail
                 .iter()
                 .flatten()
@@ -103,7 +109,53 @@ pub fn pending_tool_calls(tail: &[Vec<MessagePart>]) -> Vec<PendingToolCall> {
                 tool_call_id: call.tool_call_id,
                 tool_name: call.tool_name,
                 args,
+                kind,
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chatd_core::ActionKind;
+
+    fn call(id: &str, name: &str) -> MessagePart {
+        MessagePart::ToolCall {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            args: format!("{{\"id\":\"{id}\"}}"),
+        }
+    }
+
+    #[test]
+    fn pending_calls_are_client_tools_or_approvals_and_approved_ones_are_not_pending() {
+        let step = vec![
+            call("c1", "pick"),
+            call("a1", "fs__rm"),
+            call("a2", "fs__rm"),
+        ];
+        let approved = vec![MessagePart::ToolApproval {
+            tool_call_id: "a2".into(),
+            tool_name: "fs__rm".into(),
+            approved: true,
+            reason: None,
+        }];
+        let pending = pending_tool_calls(&[step, approved], &["pick".to_owned()]);
+        let got: Vec<(&str, ActionKind, &str)> = pending
+            .iter()
+            .map(|p| (p.tool_call_id.as_str(), p.kind, p.args.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("c1", ActionKind::ClientTool, "{\"id\":\"c1\"}"),
+                ("a1", ActionKind::Approval, "{\"id\":\"a1\"}"),
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(&pending[1]).unwrap()["kind"],
+            serde_json::json!("approval")
+        );
+    }
 }

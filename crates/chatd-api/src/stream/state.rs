@@ -641,6 +641,7 @@ mod tests {
                     tool_call_id: "call-1".into(),
                     tool_name: "pick".into(),
                     args: "{}".into(),
+                    kind: chatd_core::ActionKind::ClientTool,
                 }]
             }),
             chat,

@@ -3,6 +3,7 @@
 //! binary; modules by concern.
 
 mod admin;
+mod approval;
 mod auth;
 mod bad_input;
 mod chats;

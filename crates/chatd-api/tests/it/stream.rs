@@ -178,7 +178,7 @@ async fn a_retry_an_action_required_round_trip_and_an_error_reach_the_stream() {
         .await;
     assert_eq!(
         action["action_required"]["tool_calls"],
-        json!([{"tool_call_id": "call-1", "tool_name": "pick_color", "args": "{\"color\": \"red\"}"}])
+        json!([{"tool_call_id": "call-1", "tool_name": "pick_color", "args": "{\"color\": \"red\"}", "kind": "client_tool"}])
     );
     assert!(action["action_required"]["deadline_at"].is_string());
     // The tool call streamed as tool-call parts with argument deltas.

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use chatd_core::McpTransport;
+use chatd_core::{McpTransport, RequireApproval};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgRow;
@@ -50,6 +50,7 @@ impl<'r> FromRow<'r, PgRow> for McpServerRow {
             url: row.try_get("url")?,
             headers: string_map(&headers),
             enabled: row.try_get("enabled")?,
+            require_approval: require_approval(row.try_get("require_approval")?),
         };
         Ok(McpServerRow {
             def,
@@ -57,6 +58,13 @@ impl<'r> FromRow<'r, PgRow> for McpServerRow {
             updated_at: row.try_get("updated_at")?,
         })
     }
+}
+
+/// The stored `require_approval`; a value written by hand that is not one
+/// (a list with non-strings) needs approval for every call rather than
+/// failing open.
+fn require_approval(Json(value): Json<Value>) -> RequireApproval {
+    serde_json::from_value(value).unwrap_or(RequireApproval::Always)
 }
 
 /// A JSON value as a string: a string as it is, anything else as its JSON
@@ -130,6 +138,9 @@ pub struct McpServerDef {
     pub headers: BTreeMap<String, String>,
     /// Whether chats may use it.
     pub enabled: bool,
+    /// Which of its tools need approval (API.md "Tool approval (human in
+    /// the loop)"; default [`RequireApproval::Never`]).
+    pub require_approval: RequireApproval,
 }
 
 /// Every MCP server, by slug.
@@ -138,7 +149,7 @@ pub struct McpServerDef {
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use chatd_core::McpTransport;
+/// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
@@ -153,6 +164,7 @@ pub struct McpServerDef {
 ///     url: None,
 ///     headers: BTreeMap::new(),
 ///     enabled: true,
+///     require_approval: chatd_core::RequireApproval::Never,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// assert_eq!(mcp_servers::list(pool).await?, vec![row]);
@@ -170,7 +182,7 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<McpServerRow>> 
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use chatd_core::McpTransport;
+/// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
@@ -185,6 +197,7 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<McpServerRow>> 
 ///     url: None,
 ///     headers: BTreeMap::new(),
 ///     enabled: true,
+///     require_approval: chatd_core::RequireApproval::Never,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// let unknown = uuid::Uuid::new_v4();
@@ -208,7 +221,7 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use chatd_core::McpTransport;
+/// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
@@ -223,6 +236,7 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
 ///     url: None,
 ///     headers: BTreeMap::new(),
 ///     enabled: true,
+///     require_approval: chatd_core::RequireApproval::Never,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// let web = McpServerDef {
@@ -258,7 +272,7 @@ pub async fn enabled_in_order(
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use chatd_core::McpTransport;
+/// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
@@ -273,6 +287,7 @@ pub async fn enabled_in_order(
 ///     url: None,
 ///     headers: BTreeMap::new(),
 ///     enabled: true,
+///     require_approval: chatd_core::RequireApproval::Never,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// let mut tx = pool.begin().await?;
@@ -295,7 +310,7 @@ pub async fn select_for_update(
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use chatd_core::McpTransport;
+/// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
@@ -310,6 +325,7 @@ pub async fn select_for_update(
 ///     url: None,
 ///     headers: BTreeMap::new(),
 ///     enabled: true,
+///     require_approval: chatd_core::RequireApproval::Never,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// assert_eq!(row.def, def);
@@ -322,8 +338,8 @@ pub async fn select_for_update(
 /// ```
 pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {
     write(
-        "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *",
+        "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled, require_approval)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *",
         conn,
         def,
     )
@@ -337,7 +353,7 @@ pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Resu
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use chatd_core::McpTransport;
+/// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
@@ -352,6 +368,7 @@ pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Resu
 ///     url: None,
 ///     headers: BTreeMap::new(),
 ///     enabled: true,
+///     require_approval: chatd_core::RequireApproval::Never,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// // Same slug, another id: the existing row is overwritten and keeps its id.
@@ -365,12 +382,13 @@ pub async fn upsert_by_slug(
     def: &McpServerDef,
 ) -> sqlx::Result<McpServerRow> {
     write(
-        "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+        "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled, require_approval)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (slug) DO UPDATE SET display_name = EXCLUDED.display_name,
              transport = EXCLUDED.transport, command = EXCLUDED.command, args = EXCLUDED.args,
              env = EXCLUDED.env, url = EXCLUDED.url, headers = EXCLUDED.headers,
-             enabled = EXCLUDED.enabled, updated_at = now()
+             enabled = EXCLUDED.enabled, require_approval = EXCLUDED.require_approval,
+             updated_at = now()
          RETURNING *",
         conn,
         def,
@@ -384,7 +402,7 @@ pub async fn upsert_by_slug(
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use chatd_core::McpTransport;
+/// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
@@ -399,6 +417,7 @@ pub async fn upsert_by_slug(
 ///     url: None,
 ///     headers: BTreeMap::new(),
 ///     enabled: true,
+///     require_approval: chatd_core::RequireApproval::Never,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// let disabled = McpServerDef { enabled: false, ..def.clone() };
@@ -408,7 +427,8 @@ pub async fn upsert_by_slug(
 pub async fn update(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {
     write(
         "UPDATE chat_mcp_servers SET slug = $2, display_name = $3, transport = $4, command = $5,
-             args = $6, env = $7, url = $8, headers = $9, enabled = $10, updated_at = now()
+             args = $6, env = $7, url = $8, headers = $9, enabled = $10, require_approval = $11,
+             updated_at = now()
          WHERE id = $1 RETURNING *",
         conn,
         def,
@@ -432,6 +452,7 @@ async fn write(
         .bind(&def.url)
         .bind(Json(&def.headers))
         .bind(def.enabled)
+        .bind(Json(&def.require_approval))
         .fetch_one(conn)
         .await
 }
@@ -442,7 +463,7 @@ async fn write(
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// use chatd_core::McpTransport;
+/// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
@@ -457,6 +478,7 @@ async fn write(
 ///     url: None,
 ///     headers: BTreeMap::new(),
 ///     enabled: true,
+///     require_approval: chatd_core::RequireApproval::Never,
 /// };
 /// let row = mcp_servers::insert(pool, &def).await?;
 /// assert!(mcp_servers::delete(pool, def.id).await?);

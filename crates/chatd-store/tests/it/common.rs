@@ -224,11 +224,7 @@ impl Harness {
 /// The answer to the pending call [`PENDING_CALL`]: JSON `output`, no error.
 pub fn pending_call_answer(output: &str) -> CompleteRequiresActionInput {
     CompleteRequiresActionInput {
-        results: vec![ToolResultInput {
-            tool_call_id: PENDING_CALL.into(),
-            output: output.into(),
-            is_error: false,
-        }],
+        results: vec![ToolResultInput::output(PENDING_CALL, output, false)],
         ..CompleteRequiresActionInput::default()
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests of chatd-store against a real PostgreSQL (one fresh
 //! database per test). One test binary for the crate; modules by concern.
 
+mod approval;
 mod common;
 mod concurrency;
 mod matrix;

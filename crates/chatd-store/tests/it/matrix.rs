@@ -5,14 +5,18 @@
 //! (row, messages, queue, heartbeats and `snapshot_version` untouched).
 //! Every chat has been through a retry while it ran, so that the effects on
 //! `retry_state` show. `CommitStep` is also checked in its steering form
-//! (the step that continues a turn) with a steer message queued.
+//! (the step that continues a turn) with a steer message queued, and
+//! `CompleteRequiresAction` in its approval forms (API.md "Tool approval"):
+//! the pending call is made an approval call (the chat's dynamic tools
+//! cleared) and answered with an approval or a denial.
 
 use chatd_core::{
     BusyBehavior, ChatError, ChatErrorKind, ExecutionState, MessagePart, StateError, Transition,
     matrix,
 };
 use chatd_store::{
-    EditMessageInput, EditQueuedMessageInput, NewMessage, SendMessageInput, StoreError,
+    CompleteRequiresActionInput, EditMessageInput, EditQueuedMessageInput, NewMessage,
+    SendMessageInput, StoreError, ToolResultInput,
 };
 use uuid::Uuid;
 
@@ -28,6 +32,11 @@ enum Form {
     /// `CommitStep` as the step that continues the turn
     /// (`commit_step_steering`), every queued message marked steer first.
     Steering,
+    /// `CompleteRequiresAction` approving the pending call, which waits
+    /// for approval (the chat has no dynamic tools).
+    Approving,
+    /// `CompleteRequiresAction` denying it.
+    Denying,
 }
 
 /// Applies `transition` to chat `id` with ordinary inputs in one bundle.
@@ -99,6 +108,17 @@ async fn apply(
             tx.move_queued_message(first_queued, 5).await.map(|_| ())?
         }
         Transition::Interrupt => tx.interrupt().await.map(|_| ())?,
+        Transition::CompleteRequiresAction if matches!(form, Form::Approving | Form::Denying) => tx
+            .complete_requires_action(CompleteRequiresActionInput {
+                results: vec![ToolResultInput::decision(
+                    PENDING_CALL,
+                    form == Form::Approving,
+                    Some("decided".into()),
+                )],
+                ..CompleteRequiresActionInput::default()
+            })
+            .await
+            .map(|_| ())?,
         Transition::CompleteRequiresAction => tx
             .complete_requires_action(pending_call_answer("{\"color\":\"red\"}"))
             .await
@@ -171,6 +191,13 @@ async fn check_form(transition: Transition, form: Form) {
                 .await
                 .expect("mark steer");
         }
+        if matches!(form, Form::Approving | Form::Denying) && from != ExecutionState::N {
+            sqlx::query("UPDATE chats SET dynamic_tools = '[]'::jsonb WHERE id = $1")
+                .bind(id)
+                .execute(h.pool())
+                .await
+                .expect("make the pending call an approval call");
+        }
         let before = h.dump(id).await;
         let (version_before, retry_before) = if from == ExecutionState::N {
             (0, None)
@@ -201,7 +228,7 @@ async fn check_form(transition: Transition, form: Form) {
                     version_before + 1,
                     "{transition} from {from}: snapshot advances once"
                 );
-                check_effects(&h, id, transition, from, to, &chat).await;
+                check_effects(&h, id, transition, form, from, to, &chat).await;
                 check_queue_effects(&h, id, transition, form, from, &before, &chat).await;
                 check_retry_state(transition, from, to, retry_before.is_some(), &chat);
             }
@@ -239,6 +266,7 @@ async fn check_effects(
     h: &Harness,
     id: Uuid,
     transition: Transition,
+    form: Form,
     from: ExecutionState,
     to: ExecutionState,
     chat: &chatd_store::Chat,
@@ -263,8 +291,24 @@ async fn check_effects(
     }
     // Leaving requires_action (other than by completing it) answers every
     // pending call; nothing outside A* has unanswered calls in these
-    // fixtures.
-    if !matches!(to, S::A0 | S::A1) {
+    // fixtures, except the approved call an approval leaves for the
+    // worker.
+    if form == Form::Approving {
+        let active = h.active_messages(id).await;
+        let approved =
+            chatd_core::approved_tool_calls(active.iter().map(|m| m.content.0.as_slice()));
+        assert_eq!(
+            approved
+                .iter()
+                .map(|c| c.tool_call_id.as_str())
+                .collect::<Vec<_>>(),
+            vec![PENDING_CALL],
+            "{transition} from {from}: the approved call waits for the worker"
+        );
+        let approval = active.last().expect("the approval row");
+        assert_eq!(approval.visibility, chatd_core::Visibility::User);
+        assert_eq!(chat.requires_action_deadline_at, None);
+    } else if !matches!(to, S::A0 | S::A1) {
         assert!(
             h.outstanding_calls(id).await.is_empty(),
             "{transition} from {from}: calls left unanswered"
@@ -365,6 +409,17 @@ async fn check_queue_effects(
                 "a move keeps every queued message"
             );
         }
+        Transition::CompleteRequiresAction if form == Form::Denying => {
+            let denied = h
+                .active_messages(id)
+                .await
+                .into_iter()
+                .flat_map(|m| m.content.0)
+                .any(|p| matches!(p, MessagePart::ToolResult { ref tool_call_id, ref result, is_error: true, .. }
+                    if tool_call_id == PENDING_CALL
+                        && result == &serde_json::json!({"error": chatd_core::DENIED_TOOL_RESULT, "reason": "decided"})));
+            assert!(denied, "denial from {from}: the call's error result");
+        }
         Transition::CommitStep if form == Form::Steering && from == S::R1 => {
             assert!(queue.is_empty(), "the steer message left the queue");
             assert_eq!(chat.queue_version, chat.snapshot_version);
@@ -456,6 +511,16 @@ matrix_tests! {
 #[tokio::test]
 async fn matrix_commit_step_steering() {
     check_form(Transition::CommitStep, Form::Steering).await;
+}
+
+#[tokio::test]
+async fn matrix_complete_requires_action_approving() {
+    check_form(Transition::CompleteRequiresAction, Form::Approving).await;
+}
+
+#[tokio::test]
+async fn matrix_complete_requires_action_denying() {
+    check_form(Transition::CompleteRequiresAction, Form::Denying).await;
 }
 
 #[test]

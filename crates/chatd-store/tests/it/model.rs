@@ -335,11 +335,7 @@ async fn apply_db(h: &Harness, id: Uuid, op: Op) -> Result<bool, StoreError> {
             .complete_requires_action(CompleteRequiresActionInput {
                 results: pending
                     .iter()
-                    .map(|c| ToolResultInput {
-                        tool_call_id: c.tool_call_id.clone(),
-                        output: "1".into(),
-                        is_error: false,
-                    })
+                    .map(|c| ToolResultInput::output(c.tool_call_id.clone(), "1", false))
                     .collect(),
                 ..Default::default()
             })

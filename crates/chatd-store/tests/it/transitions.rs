@@ -455,11 +455,7 @@ async fn complete_requires_action_validates_the_exact_set() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::A0).await;
     let before = h.dump(id).await;
-    let ok = |id: &str| ToolResultInput {
-        tool_call_id: id.into(),
-        output: "{\"ok\":true}".into(),
-        is_error: false,
-    };
+    let ok = |id: &str| ToolResultInput::output(id, "{\"ok\":true}", false);
     let cases = vec![
         (
             vec![ok(PENDING_CALL), ok(PENDING_CALL)],
@@ -471,10 +467,7 @@ async fn complete_requires_action_validates_the_exact_set() {
         ),
         (vec![], ToolResultErrorKind::Missing),
         (
-            vec![ToolResultInput {
-                output: "{not json".into(),
-                ..ok(PENDING_CALL)
-            }],
+            vec![ToolResultInput::output(PENDING_CALL, "{not json", false)],
             ToolResultErrorKind::InvalidJson,
         ),
     ];

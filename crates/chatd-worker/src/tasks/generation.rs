@@ -12,16 +12,17 @@
 //!
 //! [`retry`]: super::retry
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use chatd_core::{ChatError, ChatErrorKind};
+use chatd_core::{ChatError, ChatErrorKind, RequireApproval};
 use chatd_llm::{AttachedFile, ErrorKind, FinishReason, Provider, ProviderError, ResponseBuilder};
 use chatd_store::{Chat, ChatMachine, ChatMessage, queries};
 use chatd_tools::McpServerConfig;
 use uuid::Uuid;
 
+use super::approval::Approvals;
 use super::commit::{self, Next};
 use super::compaction::{self, Mode};
 use super::plan::{HistoryMessage, ModelCall, Outstanding, Plan, PlanInput, plan};
@@ -80,7 +81,9 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             let mut call = *call;
             call.request.files = loaded.files.clone();
             let mut router =
-                ToolRouter::list(task, call.dynamic_tools.clone(), &loaded.mcp_servers).await?;
+                ToolRouter::list(task, call.dynamic_tools.clone(), &loaded.mcp_servers)
+                    .await?
+                    .with_approvals(loaded.approvals());
             if call.plan_mode {
                 let read_only = loaded
                     .chat
@@ -256,9 +259,24 @@ struct Loaded {
     history: Vec<ChatMessage>,
     model: Result<ResolvedModel, String>,
     mcp_servers: Vec<McpServerConfig>,
+    /// `require_approval` of the usable servers among `mcp_servers`, by slug.
+    approval_policies: HashMap<String, RequireApproval>,
+    /// The contents of the history since the last user message, client-only
+    /// rows included (`history` leaves them out): where approvals are.
+    tail: Vec<Vec<chatd_core::MessagePart>>,
     /// The files the history's user messages attach, with as many of their
     /// bytes as the provider projection uses (API.md "Files").
     files: BTreeMap<Uuid, AttachedFile>,
+}
+
+impl Loaded {
+    /// Which MCP calls wait for approval in a step planned from this.
+    fn approvals(&self) -> Approvals {
+        Approvals::new(
+            self.approval_policies.clone(),
+            self.tail.iter().map(Vec::as_slice),
+        )
+    }
 }
 
 /// Reads the chat, its active history, model, MCP servers and attached
@@ -273,9 +291,19 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let model = resolve_model(locked.conn(), &chat, task.ctx.providers.as_ref())
         .await
         .map_err(store_error)?;
-    let mcp_servers = load_mcp_servers(locked.conn(), &chat.mcp_server_ids)
+    let (mcp_servers, approval_policies) = load_mcp_servers(locked.conn(), &chat.mcp_server_ids)
         .await
         .map_err(store_error)?;
+    let tail = if approval_policies
+        .values()
+        .any(|p| *p != RequireApproval::Never)
+    {
+        queries::messages::tail_contents(locked.conn(), task.chat_id)
+            .await
+            .map_err(store_error)?
+    } else {
+        Vec::new()
+    };
     let file_ids: Vec<Uuid> = history
         .iter()
         .filter(|m| m.role == chatd_core::ChatRole::User)
@@ -312,21 +340,27 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
         history,
         model,
         mcp_servers,
+        approval_policies,
+        tail,
         files,
     })
 }
 
 /// Answers calls left without results by an earlier step (MCP calls run
-/// again, at least once; anything else gets an error result) and commits
-/// them, entering requires-action in the same bundle when client-side calls
-/// are pending too.
+/// again, at least once; approved calls run now, [`super::approval`];
+/// anything else gets an error result) and commits them, entering
+/// requires-action in the same bundle when client-side calls or calls
+/// waiting for approval are pending too (only that when nothing else was
+/// answered).
 async fn answer_outstanding(
     task: &TaskContext,
     loaded: &Loaded,
     outstanding: Outstanding,
 ) -> TaskResult<()> {
     let dynamic = loaded.chat.dynamic_tool_names().into_iter().collect();
-    let router = ToolRouter::list(task, dynamic, &loaded.mcp_servers).await?;
+    let router = ToolRouter::list(task, dynamic, &loaded.mcp_servers)
+        .await?
+        .with_approvals(loaded.approvals());
     let calls: Vec<ToolCall<'_>> = outstanding
         .calls
         .iter()
@@ -341,11 +375,16 @@ async fn answer_outstanding(
     let step = task
         .cancellable(router.run(task, attempt, &calls, None))
         .await?;
-    let next = if outstanding.then_requires_action {
+    let next = if outstanding.then_requires_action || step.waits_for_client {
         Next::RequiresAction
     } else {
         Next::Generate
     };
+    if step.results.is_empty() {
+        // Every call waits for the client (a call needing approval that
+        // nobody decided on yet): a step of no rows cannot be committed.
+        return commit::enter_requires_action(task).await;
+    }
     commit::commit_step(
         task,
         "answering outstanding tool calls",

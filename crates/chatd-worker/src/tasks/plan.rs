@@ -9,8 +9,10 @@
 //!
 //! 1. no message but system ones: finish the turn;
 //! 2. calls without results that this worker answers itself (MCP or
-//!    unknown tools): answer them, then wait for the client when dynamic
-//!    calls are pending too;
+//!    unknown tools, approved calls among them): answer them, then wait
+//!    for the client when dynamic calls are pending too (the router leaves
+//!    an MCP call that still waits for approval pending as well:
+//!    [`super::approval`]);
 //! 3. only dynamic (client-side) calls pending: enter requires-action;
 //! 4. the model answered last, or the user interrupted the tool calls:
 //!    finish the turn;

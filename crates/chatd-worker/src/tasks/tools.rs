@@ -10,9 +10,12 @@
 //!    never run;
 //! 2. a dynamic (client-side) tool: left to the client, the step waits for it
 //!    (a dynamic tool hides an MCP tool of the same name);
-//! 3. an MCP tool of the chat's servers: run, all of a step's calls in
-//!    parallel, with an idempotency key of the attempt and call;
-//! 4. anything else: answered with an `Unknown tool` error result.
+//! 3. an MCP tool of the chat's servers whose server requires approval for
+//!    it, not approved yet: left pending like a client-side call
+//!    ([`super::approval`]);
+//! 4. any other MCP tool of the chat's servers: run, all of a step's calls
+//!    in parallel, with an idempotency key of the attempt and call;
+//! 5. anything else: answered with an `Unknown tool` error result.
 //!
 //! In plan mode ([`ToolRouter::in_plan_mode`]) only read-only tools are
 //! offered (MCP `readOnlyHint`, dynamic tools the client marked
@@ -30,6 +33,7 @@ use chatd_store::NewMessage;
 use chatd_tools::{IdempotencyKey, McpServerConfig, McpTool, McpToolset, ToolOutcome};
 use uuid::Uuid;
 
+use super::approval::Approvals;
 use super::stream::OpenEpisode;
 use super::{TaskContext, TaskResult};
 
@@ -40,6 +44,8 @@ pub(super) struct ToolRouter {
     mcp: McpToolset,
     /// Plan mode: the read-only dynamic tools; every other tool is refused.
     plan_mode: Option<HashSet<String>>,
+    /// Which MCP calls wait for a person's decision (none by default).
+    approvals: Approvals,
 }
 
 /// One tool call to route, as the model wrote it.
@@ -60,7 +66,8 @@ pub(super) struct ToolStep {
     /// Tool messages to commit with the step, in call order (none for
     /// client-side calls).
     pub(super) results: Vec<NewMessage>,
-    /// Client-side (dynamic) calls are pending: enter requires-action.
+    /// Client-side (dynamic) calls or calls waiting for approval are
+    /// pending: enter requires-action.
     pub(super) waits_for_client: bool,
 }
 
@@ -68,7 +75,7 @@ pub(super) struct ToolStep {
 enum Route<'a> {
     /// Answered at once with this result, never run.
     Answer(ToolOutcome),
-    /// Run by the client.
+    /// Run by the client, or waiting for a person's approval.
     Client,
     /// Run on its MCP server.
     Mcp(&'a McpTool),
@@ -98,7 +105,15 @@ impl ToolRouter {
             dynamic,
             mcp,
             plan_mode: None,
+            approvals: Approvals::default(),
         })
+    }
+
+    /// The router of a step whose MCP calls wait for approval as
+    /// `approvals` says.
+    pub(super) fn with_approvals(mut self, approvals: Approvals) -> Self {
+        self.approvals = approvals;
+        self
     }
 
     /// The router of a plan-mode step: only the dynamic tools named in
@@ -153,7 +168,11 @@ impl ToolRouter {
         } else if self.dynamic.contains(call.name) {
             Route::Client
         } else if let Some(tool) = self.mcp.get(call.name) {
-            Route::Mcp(tool)
+            if self.approvals.waits(call.id, tool) {
+                Route::Client
+            } else {
+                Route::Mcp(tool)
+            }
         } else {
             Route::Answer(ToolOutcome::error(format!("Unknown tool: {}", call.name)))
         }

@@ -173,6 +173,31 @@ impl Env {
         id
     }
 
+    /// Sets MCP server `id`'s `require_approval` (JSON: `"always"`,
+    /// `"never"` or an array of tool names).
+    pub async fn set_require_approval(&self, id: Uuid, require_approval: serde_json::Value) {
+        sqlx::query("UPDATE chat_mcp_servers SET require_approval = $2 WHERE id = $1")
+            .bind(id)
+            .bind(require_approval)
+            .execute(self.db.pool())
+            .await
+            .unwrap();
+    }
+
+    /// Submits the client's `answers` of the pending calls
+    /// (`CompleteRequiresAction`), as the API does.
+    pub async fn answer(&self, chat_id: Uuid, answers: Vec<ToolResultInput>) {
+        let input = CompleteRequiresActionInput {
+            results: answers,
+            ..Default::default()
+        };
+        self.store
+            .machine(chat_id)
+            .update(|tx| Box::pin(async move { tx.complete_requires_action(input).await }))
+            .await
+            .unwrap();
+    }
+
     /// Merges `options` into the default model config's options.
     pub async fn set_model_options(&self, options: serde_json::Value) {
         sqlx::query("UPDATE chat_model_configs SET options = options || $2 WHERE id = $1")
@@ -262,11 +287,7 @@ impl Env {
     /// `tool_call_id` (`CompleteRequiresAction`).
     pub async fn complete_requires_action(&self, chat_id: Uuid, tool_call_id: &str, output: &str) {
         let input = CompleteRequiresActionInput {
-            results: vec![ToolResultInput {
-                tool_call_id: tool_call_id.into(),
-                output: output.into(),
-                is_error: false,
-            }],
+            results: vec![ToolResultInput::output(tool_call_id, output, false)],
             ..Default::default()
         };
         self.store

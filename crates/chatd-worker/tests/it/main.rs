@@ -4,6 +4,7 @@
 //! concern.
 
 mod anthropic;
+mod approval;
 mod archive;
 mod common;
 mod compaction;

@@ -4,7 +4,7 @@
 //! The server comes from `--url` / `CHATD_URL` (default
 //! `http://127.0.0.1:3000`), the API token from `--token` / `CHATD_TOKEN`
 //! (required). Subcommands: `list`, `new`, `send`, `watch`, `interrupt`,
-//! `tool-results`, `queue list|edit|move`. `new` and `send` attach files
+//! `tool-results`, `approve`, `deny`, `queue list|edit|move`. `new` and `send` attach files
 //! with `--file PATH` (uploaded first: `POST /files`).
 //!
 //! `new` and `send` stream the assistant's reply to standard output as it
@@ -14,7 +14,10 @@
 //! calls one the chat stops in `requires_action`, the pending calls and the
 //! command that answers them are printed on standard error, and
 //! `tool-results` posts the outputs (`POST /chats/{chat}/tool-results`) and
-//! streams the model's continuation as `send` streams a reply.
+//! streams the model's continuation as `send` streams a reply. MCP tool
+//! calls that need approval (API.md "Tool approval (human in the loop)")
+//! stop the chat the same way, listed as `[needs approval]`; `approve` and
+//! `deny` answer them.
 //!
 //! Notices (the chat id, whether a message was queued, status changes,
 //! errors, retries, pending tool calls, reasoning) go to standard error, so
@@ -226,6 +229,44 @@ enum ChatCommand {
         #[arg(long)]
         no_watch: bool,
     },
+    /// Approve tool calls that wait for approval (API.md "Tool approval
+    /// (human in the loop)"), then stream the model's continuation: the
+    /// worker runs the calls and the model reads their results.
+    ///
+    /// Every pending call of the chat is answered in one request, so give
+    /// all the pending CALL_IDs (`new`, `send` and `watch` list them; a
+    /// missing one is a 400 naming it). Exit codes as for `send`.
+    Approve {
+        /// The chat id.
+        chat: Uuid,
+        /// The calls to approve.
+        #[arg(required = true, value_name = "CALL_ID")]
+        calls: Vec<String>,
+        /// Why (stored with the approval).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Do not wait for the continuation.
+        #[arg(long)]
+        no_watch: bool,
+    },
+    /// Deny tool calls that wait for approval, then stream the model's
+    /// continuation: each call is answered with the error result `{"error":
+    /// "Tool call denied by user", "reason": TEXT}` and never runs.
+    ///
+    /// As for `approve`, give every pending CALL_ID.
+    Deny {
+        /// The chat id.
+        chat: Uuid,
+        /// The calls to deny.
+        #[arg(required = true, value_name = "CALL_ID")]
+        calls: Vec<String>,
+        /// Why (the model reads it in the result).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Do not wait for the continuation.
+        #[arg(long)]
+        no_watch: bool,
+    },
 }
 
 /// The subcommands of `chatd chat queue` (API.md "Busy behaviours and the
@@ -401,7 +442,105 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             let chat = chat.to_string();
             tool_results(&client, &chat, hint_url, &result, &error, no_watch).await
         }
+        ChatCommand::Approve {
+            chat,
+            calls,
+            reason,
+            no_watch,
+        } => {
+            let decision = Decision {
+                approved: true,
+                reason,
+            };
+            decide(
+                &client,
+                &chat.to_string(),
+                hint_url,
+                &calls,
+                &decision,
+                no_watch,
+            )
+            .await
+        }
+        ChatCommand::Deny {
+            chat,
+            calls,
+            reason,
+            no_watch,
+        } => {
+            let decision = Decision {
+                approved: false,
+                reason,
+            };
+            decide(
+                &client,
+                &chat.to_string(),
+                hint_url,
+                &calls,
+                &decision,
+                no_watch,
+            )
+            .await
+        }
     }
+}
+
+/// What `approve` or `deny` answers every call it names with.
+struct Decision {
+    approved: bool,
+    reason: Option<String>,
+}
+
+/// `chatd chat approve|deny`: posts `decision` for each of `calls` and,
+/// unless `no_watch`, streams the continuation like [`tool_results`].
+async fn decide(
+    client: &Client,
+    chat: &str,
+    hint_url: Option<&str>,
+    calls: &[String],
+    decision: &Decision,
+    no_watch: bool,
+) -> anyhow::Result<ExitCode> {
+    let before = if no_watch {
+        0
+    } else {
+        client.newest_message_id(chat).await?
+    };
+    let body = decision_body(calls, decision);
+    let _: client::Chat = client
+        .call(
+            Method::POST,
+            &format!("/chats/{chat}/tool-results"),
+            Some(&body),
+        )
+        .await?;
+    let verb = if decision.approved {
+        "approved"
+    } else {
+        "denied"
+    };
+    eprintln!("{verb} {} tool call(s)", calls.len());
+    if no_watch {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let renderer = reply_renderer(None, chat, hint_url).with_own_message(before);
+    follow(client, chat, before, renderer, Until::Idle).await
+}
+
+/// The body of `POST /chats/{chat}/tool-results` answering each of `calls`
+/// with `decision`: `{results: [{tool_call_id, approved, reason?}]}`.
+fn decision_body(calls: &[String], decision: &Decision) -> Value {
+    let results: Vec<Value> = calls
+        .iter()
+        .map(|id| {
+            let mut result = json!({"tool_call_id": id, "approved": decision.approved});
+            if let Some(reason) = &decision.reason {
+                result["reason"] = json!(reason);
+            }
+            result
+        })
+        .collect();
+    json!({ "results": results })
 }
 
 /// The `--url` the `tool-results` hint needs to reach the server at `url`
@@ -1114,6 +1253,30 @@ mod tests {
         assert_eq!(
             hint_url(DEFAULT_URL, Some("http://other:1")).as_deref(),
             Some(DEFAULT_URL)
+        );
+    }
+
+    #[test]
+    fn the_decision_body_answers_every_call_with_the_decision_and_the_reason() {
+        let calls = vec!["c1".to_owned(), "c2".to_owned()];
+        let deny = Decision {
+            approved: false,
+            reason: Some("too risky".into()),
+        };
+        assert_eq!(
+            decision_body(&calls, &deny),
+            json!({"results": [
+                {"tool_call_id": "c1", "approved": false, "reason": "too risky"},
+                {"tool_call_id": "c2", "approved": false, "reason": "too risky"},
+            ]})
+        );
+        let approve = Decision {
+            approved: true,
+            reason: None,
+        };
+        assert_eq!(
+            decision_body(&calls[..1], &approve),
+            json!({"results": [{"tool_call_id": "c1", "approved": true}]})
         );
     }
 

@@ -228,6 +228,22 @@ pub enum Part {
         #[serde(default)]
         name: Option<String>,
     },
+    /// A person's approval of a tool call (API.md "Tool approval").
+    #[serde(rename = "tool-approval")]
+    ToolApproval {
+        /// The call approved.
+        #[serde(default)]
+        tool_call_id: String,
+        /// The tool's name.
+        #[serde(default)]
+        tool_name: String,
+        /// The decision.
+        #[serde(default)]
+        approved: bool,
+        /// The reason given, if any.
+        #[serde(default)]
+        reason: Option<String>,
+    },
     /// A part type this client does not know; ignored.
     #[serde(other)]
     Unknown,
@@ -334,13 +350,17 @@ pub struct ActionRequired {
     pub deadline_at: Option<String>,
 }
 
-/// A tool call waiting for a client-side result.
+/// A tool call waiting for a client-side result or a decision.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PendingToolCall {
     /// The provider's id.
     pub tool_call_id: String,
     /// The tool's name.
     pub tool_name: String,
+    /// `client_tool` (answer with output) or `approval` (approve or deny);
+    /// `client_tool` when absent (an older server).
+    #[serde(default = "client_tool")]
+    pub kind: String,
     /// JSON arguments, as a string.
     #[serde(default)]
     pub args: String,
@@ -838,6 +858,23 @@ impl Renderer {
                     Mode::Watch => self.line_out(format!("tool> {line}")),
                     Mode::Reply { .. } => self.notice(line),
                 }
+            } else if let Part::ToolApproval {
+                tool_call_id,
+                tool_name,
+                approved,
+                reason,
+            } = part
+            {
+                let decision = if *approved { "approved" } else { "denied" };
+                let reason = reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                let line = format!("[{decision} {tool_name} ({tool_call_id}){reason}]");
+                match self.mode {
+                    Mode::Watch => self.line_out(format!("tool> {line}")),
+                    Mode::Reply { .. } => self.notice(line),
+                }
             }
         }
     }
@@ -964,26 +1001,74 @@ fn plain_text(parts: &[Part]) -> String {
 /// --result ID=...`, one `--result` per call, ids shell-quoted when needed;
 /// see [`tool_results_hint`]).
 pub fn describe_action_required(action: &ActionRequired, chat: &str, url: Option<&str>) -> String {
-    let mut text = format!(
-        "action required: {} tool call(s) wait for results",
-        action.tool_calls.len()
-    );
+    let (approvals, client): (Vec<&PendingToolCall>, Vec<&PendingToolCall>) = action
+        .tool_calls
+        .iter()
+        .partition(|c| c.kind == APPROVAL_KIND);
+    let mut text = match (client.len(), approvals.len()) {
+        (n, 0) => format!("action required: {n} tool call(s) wait for results"),
+        (0, n) => format!("action required: {n} tool call(s) wait for approval"),
+        (n, m) => {
+            format!("action required: {n} tool call(s) wait for results and {m} for approval")
+        }
+    };
     if let Some(deadline) = &action.deadline_at {
         text.push_str(&format!(" (deadline {deadline})"));
     }
     for call in &action.tool_calls {
+        let approval = if call.kind == APPROVAL_KIND {
+            "[needs approval] "
+        } else {
+            ""
+        };
         text.push_str(&format!(
-            "\n  {} {} ({})",
+            "\n  {approval}{} {} ({})",
             call.tool_name, call.args, call.tool_call_id
         ));
     }
-    text.push('\n');
-    text.push_str(&tool_results_hint(
-        chat,
-        url,
-        action.tool_calls.iter().map(|c| c.tool_call_id.as_str()),
-    ));
+    if !client.is_empty() {
+        text.push('\n');
+        text.push_str(&tool_results_hint(
+            chat,
+            url,
+            client.iter().map(|c| c.tool_call_id.as_str()),
+        ));
+    }
+    if !approvals.is_empty() {
+        text.push('\n');
+        text.push_str(&approval_hint(
+            chat,
+            url,
+            approvals.iter().map(|c| c.tool_call_id.as_str()),
+        ));
+    }
     text
+}
+
+/// `action_required.tool_calls[].kind` of a call waiting for approval.
+pub const APPROVAL_KIND: &str = "approval";
+
+fn client_tool() -> String {
+    "client_tool".to_owned()
+}
+
+/// `approve with: chatd chat approve CHAT ID...` for `ids`, and how to
+/// deny them instead. `url` as for [`tool_results_hint`].
+pub fn approval_hint<'a>(
+    chat: &str,
+    url: Option<&str>,
+    ids: impl Iterator<Item = &'a str>,
+) -> String {
+    let url = url
+        .map(|u| format!(" --url {}", shell_word(u)))
+        .unwrap_or_default();
+    let ids: Vec<String> = ids.map(shell_word).collect();
+    let ids = ids.join(" ");
+    format!(
+        "approve with: chatd chat approve {chat}{url} {ids} \
+         (or deny: chatd chat deny {chat}{url} {ids} [--reason TEXT]; \
+         every pending call is answered in one request)"
+    )
 }
 
 /// `answer with: chatd chat tool-results CHAT --result ID=...` for each of
@@ -1495,6 +1580,38 @@ mod tests {
              --error instead of --result for a failed call)\n"
         );
         assert_eq!(r.idle(), Some(Idle::RequiresAction { reported: true }));
+    }
+
+    #[test]
+    fn pending_approvals_are_marked_and_answered_with_approve_or_deny() {
+        let action: ActionRequired = serde_json::from_value(json!({"tool_calls": [
+            {"tool_call_id": "c1", "tool_name": "ask", "args": "{}", "kind": "client_tool"},
+            {"tool_call_id": "c2", "tool_name": "fs__rm", "args": "{\"path\":\"/x\"}", "kind": "approval"},
+        ], "deadline_at": "2026-01-01T00:05:00Z"}))
+        .unwrap();
+        assert_eq!(
+            describe_action_required(&action, "CHAT", None),
+            "action required: 1 tool call(s) wait for results and 1 for approval \
+             (deadline 2026-01-01T00:05:00Z)\n  ask {} (c1)\n  \
+             [needs approval] fs__rm {\"path\":\"/x\"} (c2)\n\
+             answer with: chatd chat tool-results CHAT --result c1=... \
+             (replace ... with the output, JSON or text; \
+             --error instead of --result for a failed call)\n\
+             approve with: chatd chat approve CHAT c2 \
+             (or deny: chatd chat deny CHAT c2 [--reason TEXT]; \
+             every pending call is answered in one request)"
+        );
+        let mut r = watch();
+        let (out, _) = render(
+            &mut r,
+            &[message(
+                4,
+                "tool",
+                json!([{"type": "tool-approval", "tool_call_id": "c2",
+                    "tool_name": "fs__rm", "approved": true, "reason": "fine"}]),
+            )],
+        );
+        assert_eq!(out, "tool> [approved fs__rm (c2): fine]\n");
     }
 
     #[test]
