@@ -80,7 +80,9 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             let mut call = *call;
             call.request.files = loaded.files.clone();
             let mut router =
-                ToolRouter::list(task, call.dynamic_tools.clone(), &loaded.mcp_servers).await?;
+                ToolRouter::list(task, call.dynamic_tools.clone(), &loaded.mcp_servers)
+                    .await?
+                    .with_agents(&loaded.chat);
             if call.plan_mode {
                 let read_only = loaded
                     .chat
@@ -92,6 +94,7 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
                 router = router.in_plan_mode(read_only);
             }
             call.request.tools.extend(router.mcp_specs(task.chat_id));
+            call.request.tools.extend(router.agent_specs());
             // API.md "Context management": compact before the call when the
             // prompt reached the threshold or does not fit with the answer.
             // Past the threshold with nothing to summarize yet (everything
@@ -326,7 +329,9 @@ async fn answer_outstanding(
     outstanding: Outstanding,
 ) -> TaskResult<()> {
     let dynamic = loaded.chat.dynamic_tool_names().into_iter().collect();
-    let router = ToolRouter::list(task, dynamic, &loaded.mcp_servers).await?;
+    let router = ToolRouter::list(task, dynamic, &loaded.mcp_servers)
+        .await?
+        .with_agents(&loaded.chat);
     let calls: Vec<ToolCall<'_>> = outstanding
         .calls
         .iter()
@@ -335,6 +340,7 @@ async fn answer_outstanding(
             name,
             args,
             cut_off: false,
+            made_at: Some(call_committed_at(&loaded.history, id)),
         })
         .collect();
     let attempt = task.episode(loaded.chat.generation_attempt);
@@ -346,14 +352,29 @@ async fn answer_outstanding(
     } else {
         Next::Generate
     };
-    commit::commit_step(
+    commit::commit_step_spawning(
         task,
         "answering outstanding tool calls",
         step.results,
-        false,
+        step.spawns,
         next,
     )
     .await
+}
+
+/// When the call `tool_call_id` of the active history was committed (its
+/// assistant message's `created_at`, database time); now if it is not
+/// found.
+fn call_committed_at(history: &[ChatMessage], tool_call_id: &str) -> chrono::DateTime<chrono::Utc> {
+    history
+        .iter()
+        .rev()
+        .find(|m| {
+            m.content.0.iter().any(|p| {
+                matches!(p, chatd_core::MessagePart::ToolCall { tool_call_id: id, .. } if id == tool_call_id)
+            })
+        })
+        .map_or_else(chrono::Utc::now, |m| m.created_at)
 }
 
 /// Calls the model until one attempt answers (then commits it) or the
@@ -463,6 +484,7 @@ async fn run_tools(
             name: &c.name,
             args: &c.args,
             cut_off: unfinished.contains(&c.id) || (length && c.parsed_args().is_err()),
+            made_at: None,
         })
         .collect();
     router

@@ -10,12 +10,13 @@
 //!
 //! - [`generation`]: "Generation goroutine", deciding with the pure
 //!   [`plan`], streaming with [`stream`], running tools through the one
-//!   router in [`tools`], committing with [`commit`], titling with
-//!   [`title`];
+//!   router in [`tools`] (the built-in agent tools in [`agents`]),
+//!   committing with [`commit`], titling with [`title`];
 //! - [`interrupt`]: "Interrupt goroutine";
 //! - [`requires_action_timeout`] and [`abandon`] below: "Dynamic tools
 //!   timeout goroutine" and "Abandon chat goroutine".
 
+mod agents;
 mod commit;
 mod compaction;
 mod generation;
