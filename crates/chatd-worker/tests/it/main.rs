@@ -11,5 +11,6 @@ mod files;
 mod mcp;
 mod plan_mode;
 mod replicas;
+mod subagents;
 mod titles;
 mod turns;
