@@ -454,7 +454,10 @@ impl Store {
         root_id: Uuid,
         idle_for: Duration,
     ) -> StoreResult<Option<Vec<Chat>>> {
-        match self.family_archived(root_id, true, Some(idle_for), true).await {
+        match self
+            .family_archived(root_id, true, Some(idle_for), true)
+            .await
+        {
             Err(StoreError::Database(sqlx::Error::Database(err)))
                 if err.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
             {

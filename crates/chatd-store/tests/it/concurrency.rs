@@ -1268,7 +1268,11 @@ async fn concurrent_spawns_with_one_key_create_one_child_and_distinct_keys_one_e
         let h = h.clone();
         let barrier = barrier.clone();
         tasks.spawn(async move {
-            let key = if i < 8 { "same".to_owned() } else { format!("own-{i}") };
+            let key = if i < 8 {
+                "same".to_owned()
+            } else {
+                format!("own-{i}")
+            };
             let mut input = h.chat_input(Uuid::new_v4(), "sub-task");
             input.spawn_key = Some(key.clone());
             barrier.wait().await;
@@ -1298,7 +1302,10 @@ async fn concurrent_spawns_with_one_key_create_one_child_and_distinct_keys_one_e
         .collect();
     assert_eq!(same.len(), 1, "one key, one child");
     assert_eq!(
-        results.iter().filter(|(k, _, created)| k == "same" && *created).count(),
+        results
+            .iter()
+            .filter(|(k, _, created)| k == "same" && *created)
+            .count(),
         1,
         "created once, found seven times"
     );

@@ -583,7 +583,10 @@ mod tests {
             })
         );
         assert_eq!(
-            parse(WAIT_AGENT, &format!(r#"{{"chat_id": "{id}", "timeout_s": 601}}"#)),
+            parse(
+                WAIT_AGENT,
+                &format!(r#"{{"chat_id": "{id}", "timeout_s": 601}}"#)
+            ),
             Err("Invalid arguments for wait_agent: timeout_s must be 1 to 600".into())
         );
         assert_eq!(
@@ -601,7 +604,10 @@ mod tests {
             Ok(AgentCall::Close { chat_id: id })
         );
         let err = parse(CLOSE_AGENT, r#"{"chat_id": "nope"}"#).unwrap_err();
-        assert!(err.starts_with("Invalid arguments for close_agent"), "{err}");
+        assert!(
+            err.starts_with("Invalid arguments for close_agent"),
+            "{err}"
+        );
         assert_eq!(
             parse(SPAWN_AGENT, r#"{"prompt": "  "}"#),
             Err("Invalid arguments for spawn_agent: prompt must not be empty".into())
@@ -611,10 +617,7 @@ mod tests {
     #[test]
     fn the_four_agent_tools_are_offered_in_order() {
         let names: Vec<String> = specs().into_iter().map(|s| s.name).collect();
-        assert_eq!(
-            names,
-            [SPAWN_AGENT, WAIT_AGENT, MESSAGE_AGENT, CLOSE_AGENT]
-        );
+        assert_eq!(names, [SPAWN_AGENT, WAIT_AGENT, MESSAGE_AGENT, CLOSE_AGENT]);
         assert!(names.iter().all(|n| is_agent_tool(n)));
         assert!(!is_agent_tool("calc__add"));
     }

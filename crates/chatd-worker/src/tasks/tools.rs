@@ -31,8 +31,8 @@ use std::collections::HashSet;
 
 use chatd_core::{ChatRole, Episode, MessagePart, PartDelta};
 use chatd_llm::ToolSpec;
-use chatd_store::NewMessage;
 use chatd_store::Chat;
+use chatd_store::NewMessage;
 use chatd_tools::{IdempotencyKey, McpServerConfig, McpTool, McpToolset, ToolOutcome};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
@@ -270,7 +270,8 @@ impl ToolRouter {
                         // the next step waits (and a takeover waits again).
                         None => step.deferred = true,
                         Some(since) => runs.push(Box::pin(async move {
-                            let outcome = agents::wait(task, chat.id, chat_id, timeout, since).await;
+                            let outcome =
+                                agents::wait(task, chat.id, chat_id, timeout, since).await;
                             stream_result(call, &outcome);
                             (i, outcome)
                         })),

@@ -204,10 +204,19 @@ async fn subagent_spawn_creates_one_child_that_runs_and_wait_returns_its_last_me
     assert_eq!((child.depth, child.subagents), (1, true));
     assert_eq!(child.title, "Helper");
     assert_eq!(child.status, ChatStatus::Waiting);
-    assert!(child.spawn_key.as_deref().unwrap().starts_with(&parent.to_string()));
+    assert!(
+        child
+            .spawn_key
+            .as_deref()
+            .unwrap()
+            .starts_with(&parent.to_string())
+    );
     let child_messages = env.active_messages(child.id).await;
     assert_eq!(child_messages[0].role, ChatRole::User);
-    assert_eq!(child_messages[0].content.0, vec![MessagePart::text(CHILD_PROMPT)]);
+    assert_eq!(
+        child_messages[0].content.0,
+        vec![MessagePart::text(CHILD_PROMPT)]
+    );
     assert_eq!(text_of(child_messages.last().unwrap()), "The answer is 42.");
 
     let messages = env.active_messages(parent).await;
@@ -367,11 +376,7 @@ async fn subagent_wait_survives_a_takeover_and_completes_with_one_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subagent_wait_times_out_from_the_commit_of_the_call() {
     let env = Env::new().await;
-    route_llm(
-        &env,
-        spawn_then_wait(1),
-        Arc::new(|_| Script::new().hang()),
-    );
+    route_llm(&env, spawn_then_wait(1), Arc::new(|_| Script::new().hang()));
     let _worker = env.worker();
     let parent = create_parent(&env, "PARENT: delegate").await;
     env.wait_status(parent, ChatStatus::Waiting).await;
@@ -426,10 +431,12 @@ async fn subagent_spawn_at_depth_two_is_answered_with_an_error_result() {
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("deeper than 2"), "{refused}");
-    env.llm.push(call("spawn_agent", json!({"prompt": "CHILD: more"})));
+    env.llm
+        .push(call("spawn_agent", json!({"prompt": "CHILD: more"})));
     env.llm.push(Script::text("I will do it myself."));
     let _worker = env.worker();
-    env.send(deep.id, "go", chatd_core::BusyBehavior::Queue).await;
+    env.send(deep.id, "go", chatd_core::BusyBehavior::Queue)
+        .await;
     env.wait_status(deep.id, ChatStatus::Waiting).await;
     let results = tool_results(&env.active_messages(deep.id).await);
     assert_eq!(results.len(), 1);
@@ -560,10 +567,18 @@ async fn subagent_message_is_sent_once_and_a_foreign_chat_is_refused() {
     let names: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(
         names,
-        ["spawn_agent", "wait_agent", "message_agent", "message_agent"]
+        [
+            "spawn_agent",
+            "wait_agent",
+            "message_agent",
+            "message_agent"
+        ]
     );
     // The child was idle: the message started a turn rather than queueing.
-    assert_eq!(results[2], ("message_agent".to_owned(), json!({"queued": false}), false));
+    assert_eq!(
+        results[2],
+        ("message_agent".to_owned(), json!({"queued": false}), false)
+    );
     assert!(results[3].2, "a chat that is not a child is refused");
     assert!(
         results[3].1["error"]
@@ -594,11 +609,7 @@ async fn subagent_message_is_sent_once_and_a_foreign_chat_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subagent_root_archive_archives_the_children() {
     let env = Env::new().await;
-    route_llm(
-        &env,
-        spawn_then_wait(60),
-        Arc::new(|_| Script::text("ok")),
-    );
+    route_llm(&env, spawn_then_wait(60), Arc::new(|_| Script::text("ok")));
     let _worker = env.worker();
     let parent = create_parent(&env, "PARENT: delegate").await;
     env.wait_status(parent, ChatStatus::Waiting).await;
@@ -606,7 +617,10 @@ async fn subagent_root_archive_archives_the_children() {
     env.wait_status(child, ChatStatus::Waiting).await;
     let archived = env.store.set_family_archived(parent, true).await.unwrap();
     assert_eq!(
-        archived.iter().map(|c| (c.id, c.archived)).collect::<Vec<_>>(),
+        archived
+            .iter()
+            .map(|c| (c.id, c.archived))
+            .collect::<Vec<_>>(),
         [(parent, true), (child, true)]
     );
 }

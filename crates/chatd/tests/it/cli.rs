@@ -904,7 +904,8 @@ async fn new_with_subagents_spawns_a_child_that_children_lists_with_its_status()
         .collect();
     assert!(offered.contains(&json!("spawn_agent")), "{offered:?}");
 
-    let (code, stdout, stderr) = output(cli(&url, &["children", &parent.to_string(), "--json"])).await?;
+    let (code, stdout, stderr) =
+        output(cli(&url, &["children", &parent.to_string(), "--json"])).await?;
     assert_eq!(code, Some(0), "stderr: {stderr}");
     let kids: Vec<Value> = serde_json::from_str(&stdout)?;
     assert_eq!(kids.len(), 1, "{stdout}");
