@@ -293,9 +293,7 @@ async fn subagents(spawns: usize) -> anyhow::Result<()> {
     let arrivals: Arc<Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>> = Arc::default();
     let seen = arrivals.clone();
     llm.set_default_fn(move |request| {
-        let prompt = request
-            .last_user_text()
-            .unwrap_or_default();
+        let prompt = request.last_user_text().unwrap_or_default();
         if prompt.starts_with("CHILD:") {
             seen.lock()
                 .unwrap()
@@ -343,12 +341,11 @@ async fn subagents(spawns: usize) -> anyhow::Result<()> {
             anyhow::ensure!(Instant::now() < deadline, "the child made no model call");
             tokio::time::sleep(Duration::from_millis(2)).await;
         };
-        let child: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
-            "SELECT created_at FROM chats WHERE parent_chat_id = $1",
-        )
-        .bind(parent.id)
-        .fetch_one(db.pool())
-        .await?;
+        let child: chrono::DateTime<chrono::Utc> =
+            sqlx::query_scalar("SELECT created_at FROM chats WHERE parent_chat_id = $1")
+                .bind(parent.id)
+                .fetch_one(db.pool())
+                .await?;
         ms.push((arrived - child).num_microseconds().unwrap_or(0) as f64 / 1000.0);
     }
     let max = ms.iter().copied().fold(0.0, f64::max);
