@@ -63,6 +63,8 @@ const app = {
   token: null,
   me: null,
   chats: [],
+  children: new Map(), // parent id → its children (sub-agents), see loadChildren
+  collapsed: new Set(), // parents whose children the list hides
   showArchived: false,
   query: '', // the sidebar search (`q=`)
   listSeq: 0, // the newest list request; older answers are dropped
@@ -369,8 +371,43 @@ async function refreshChats() {
   const seq = ++app.listSeq;
   const chats = await api('GET', `/chats?${params}`, undefined, { quiet: true }).catch(() => null);
   if (!chats || seq !== app.listSeq) return;
+  const children = await loadChildren(chats, app.showArchived);
+  if (seq !== app.listSeq) return;
   app.chats = chats;
+  app.children = children;
   syncOpenChatTitle();
+  renderChatList();
+}
+
+/**
+ * The children (sub-agents) of the listed chats that may have some (a chat
+ * with `subagents`), and theirs: `Map(parent id → [Chat])`. Children are not
+ * in `GET /chats` itself (API.md "Sub-agents and plan mode"); each parent's
+ * come from `?parent_id=`, archived ones with the archived list.
+ */
+async function loadChildren(chats, archived) {
+  const children = new Map();
+  let parents = chats.filter((c) => c.subagents);
+  for (let depth = 0; depth < 2 && parents.length > 0; depth++) {
+    const pages = await Promise.all(parents.map((p) => {
+      const params = new URLSearchParams({ limit: '100', parent_id: p.id });
+      if (archived) params.set('archived', 'true');
+      return api('GET', `/chats?${params}`, undefined, { quiet: true }).catch(() => []);
+    }));
+    const next = [];
+    parents.forEach((p, i) => {
+      if (pages[i].length > 0) children.set(p.id, pages[i]);
+      next.push(...pages[i].filter((c) => c.subagents));
+    });
+    parents = next;
+  }
+  return children;
+}
+
+/** Expands or collapses the children of `chatId` in the list. */
+function toggleChildren(chatId) {
+  if (app.collapsed.has(chatId)) app.collapsed.delete(chatId);
+  else app.collapsed.add(chatId);
   renderChatList();
 }
 
@@ -417,10 +454,12 @@ function renderChatList() {
   const items = app.chats.map((chat) => {
     const status = openId === chat.id && app.view.chat ? app.view.chat.status : chat.status;
     const date = formatRelative(chat.updated_at);
-    const key = JSON.stringify([chat.title, status, date, chat.archived, openId === chat.id, chat.last_message_preview, chat.message_count]);
+    const kids = familyKey(chat.id, openId);
+    const key = JSON.stringify([chat.title, status, date, chat.archived, openId === chat.id, chat.last_message_preview, chat.message_count, kids]);
     const old = existing.get(chat.id);
     if (old && old.dataset.key === key) return old;
     const item = chatListItem(chat, status, date, openId === chat.id);
+    appendChildList(item, chat.id, openId, 1);
     item.dataset.key = key;
     return item;
   });
@@ -468,6 +507,49 @@ function chatListItem(chat, status, date, open) {
       h('button', { type: 'button', class: 'btn btn-icon btn-danger-quiet', testid: 'chat-delete', 'aria-label': `Delete chat “${title}”`, title: 'Delete', onclick: () => deleteChat(chat.id) }, icon('trash')),
     ),
   );
+}
+
+/** What the nested children of `chatId` show, for the list's re-render key. */
+function familyKey(chatId, openId) {
+  const kids = (app.children && app.children.get(chatId)) || [];
+  return [app.collapsed.has(chatId), kids.map((c) => [c.id, c.title, c.status, c.archived, openId === c.id, familyKey(c.id, openId)])];
+}
+
+/**
+ * Nests the children of `chatId` under its list item `item` (with their
+ * status), behind a toggle that expands or collapses them; `depth` 1 or 2.
+ */
+function appendChildList(item, chatId, openId, depth) {
+  const kids = (app.children && app.children.get(chatId)) || [];
+  if (kids.length === 0) return;
+  const collapsed = app.collapsed.has(chatId);
+  const label = `${kids.length} sub-agent${kids.length === 1 ? '' : 's'}`;
+  const listId = `children-${chatId}`;
+  const toggle = h(
+    'button',
+    {
+      type: 'button',
+      class: 'btn btn-quiet children-toggle',
+      testid: 'chat-children-toggle',
+      'aria-expanded': collapsed ? 'false' : 'true',
+      'aria-controls': listId,
+      title: collapsed ? `Show ${label}` : `Hide ${label}`,
+      onclick: () => toggleChildren(chatId),
+    },
+    `${collapsed ? '▸' : '▾'} ${label}`,
+  );
+  const nested = h('ul', { class: 'chat-children', id: listId, testid: 'chat-children', hidden: collapsed });
+  for (const child of kids) {
+    const status = openId === child.id && app.view.chat ? app.view.chat.status : child.status;
+    const row = chatListItem(child, status, formatRelative(child.updated_at), openId === child.id);
+    row.classList.add('chat-child');
+    row.dataset.depth = String(depth);
+    row.dataset.parentId = chatId;
+    if (depth < 2) appendChildList(row, child.id, openId, depth + 1);
+    nested.appendChild(row);
+  }
+  item.classList.add('has-children');
+  item.append(toggle, nested);
 }
 
 function chatTooltip(chat) {
@@ -729,6 +811,12 @@ function openNewChat() {
         h('input', { type: 'checkbox', id: 'new-chat-plan-mode', testid: 'new-chat-plan-mode' }),
         ' Plan mode: research with read-only tools and propose a plan',
       ),
+      h(
+        'label',
+        { class: 'toggle', for: 'new-chat-subagents' },
+        h('input', { type: 'checkbox', id: 'new-chat-subagents', testid: 'new-chat-subagents' }),
+        ' Sub-agents: the model may start child chats that work on parts of the task',
+      ),
     ),
   );
   const composer = buildComposer({ newChat: true });
@@ -804,6 +892,7 @@ async function createChat(content, model) {
   if (model) body.model_config_id = model;
   if (tools) body.dynamic_tools = tools;
   if ($('new-chat-plan-mode').checked) body.plan_mode = 'plan';
+  if ($('new-chat-subagents').checked) body.subagents = true;
   const systemPrompt = $('new-chat-system-prompt').value;
   if (systemPrompt.trim()) body.system_prompt = systemPrompt;
   const chat = await attempt(() => api('POST', '/chats', body));

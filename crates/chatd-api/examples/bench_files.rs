@@ -15,11 +15,16 @@
 //!   dynamic tools (one marked `read_only`); one chat in normal mode, one in
 //!   plan mode. Printed: the tool names each model request carried, and
 //!   whether its system text holds the plan-mode instruction.
-//! - **Sub-agents** (time from `spawn_agent` to the child's first model
-//!   call): not built on this branch, so not measured.
+//! - **Sub-agents**: a worker with the fake LLM (default tunables, so the
+//!   child is picked up through its `chat:ownership` notification, not the
+//!   30 s acquisition timer); `--spawns` parent chats with `subagents`, each
+//!   answering with one `spawn_agent` call. Printed: the time from the
+//!   parent's step commit (the child's `created_at`, written by the same
+//!   transaction as the `spawn_agent` result) to the child's first model
+//!   request reaching the fake LLM, median and max, in ms.
 //!
 //! ```text
-//! cargo run --release -p chatd-api --example bench_files [-- --uploads 10]
+//! cargo run --release -p chatd-api --example bench_files [-- --uploads 10 --spawns 10]
 //! ```
 //! Uses `CHATD_TEST_DATABASE_URL` (default the local server); creates and
 //! drops its own database.
@@ -43,16 +48,18 @@ const FILE_BYTES: usize = 10 * 1024 * 1024;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut uploads = 10usize;
+    let mut spawns = 10usize;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--uploads" => uploads = args.next().unwrap_or_default().parse()?,
-            other => anyhow::bail!("unknown flag {other} (use --uploads N)"),
+            "--spawns" => spawns = args.next().unwrap_or_default().parse()?,
+            other => anyhow::bail!("unknown flag {other} (use --uploads N, --spawns N)"),
         }
     }
     files(uploads).await?;
     tools().await?;
-    println!("sub-agents: not built on this branch; spawn_agent → first model call not measured");
+    subagents(spawns.max(1)).await?;
     Ok(())
 }
 
@@ -254,5 +261,99 @@ async fn tools() -> anyhow::Result<()> {
             if instructed { "yes" } else { "no" },
         );
     }
+    Ok(())
+}
+
+/// Time from a parent's `spawn_agent` step commit to its child's first
+/// model request, `spawns` times (one parent after another).
+async fn subagents(spawns: usize) -> anyhow::Result<()> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let db = TestDatabase::new(&MIGRATOR).await?;
+    let pubsub = PgPubsub::connect(db.pool().clone()).await?;
+    let store = Store::new(db.pool().clone(), Arc::new(pubsub.clone()));
+    let llm = FakeLlm::start().await?;
+    let owner = Uuid::new_v4();
+    sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, 'bench', 'member')")
+        .bind(owner)
+        .execute(db.pool())
+        .await?;
+    let provider = Uuid::new_v4();
+    sqlx::query("INSERT INTO chat_providers (id, provider, display_name, base_url, api_key) VALUES ($1, 'openai-compat', 'fake', $2, 'k')")
+        .bind(provider)
+        .bind(llm.base_url())
+        .execute(db.pool())
+        .await?;
+    sqlx::query("INSERT INTO chat_model_configs (id, provider_id, model, context_limit, is_default) VALUES ($1, $2, 'fake-model', 8192, true)")
+        .bind(Uuid::new_v4())
+        .bind(provider)
+        .execute(db.pool())
+        .await?;
+    // The first request of each child (keyed by its prompt), at arrival.
+    let arrivals: Arc<Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>> = Arc::default();
+    let seen = arrivals.clone();
+    llm.set_default_fn(move |request| {
+        let prompt = request.last_user_text().unwrap_or_default();
+        if prompt.starts_with("CHILD:") {
+            seen.lock()
+                .unwrap()
+                .entry(prompt)
+                .or_insert_with(chrono::Utc::now);
+            return Script::text("child answer");
+        }
+        if request.trailing_tool_results().is_empty() {
+            let args = json!({"prompt": format!("CHILD: {prompt}")}).to_string();
+            Script::new().tool_call("call_spawn", "spawn_agent", &args, 1)
+        } else {
+            Script::text("parent done")
+        }
+    });
+    let _worker = Worker::start(WorkerDeps {
+        store: store.clone(),
+        pubsub: Arc::new(pubsub) as Arc<dyn Pubsub>,
+        parts: PartBuffer::new(CancellationToken::new()),
+        providers: Arc::new(DefaultProviderFactory),
+        config: WorkerConfig {
+            generate_titles: false,
+            ..WorkerConfig::default()
+        },
+    });
+    let mut ms = Vec::with_capacity(spawns);
+    for i in 0..spawns {
+        let text = format!("run {i}");
+        let parent = store
+            .create_chat(CreateChatInput {
+                owner_id: owner,
+                initial_messages: vec![
+                    NewMessage::user(vec![MessagePart::text(text.clone())]).created_by(owner),
+                ],
+                subagents: true,
+                ..CreateChatInput::default()
+            })
+            .await?
+            .chat;
+        let prompt = format!("CHILD: {text}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let arrived = loop {
+            if let Some(at) = arrivals.lock().unwrap().get(&prompt).copied() {
+                break at;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the child made no model call");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let child: chrono::DateTime<chrono::Utc> =
+            sqlx::query_scalar("SELECT created_at FROM chats WHERE parent_chat_id = $1")
+                .bind(parent.id)
+                .fetch_one(db.pool())
+                .await?;
+        ms.push((arrived - child).num_microseconds().unwrap_or(0) as f64 / 1000.0);
+    }
+    let max = ms.iter().copied().fold(0.0, f64::max);
+    println!(
+        "sub-agents: spawn_agent step commit → child's first model call: median {:.1} ms, max {:.1} ms ({} spawns)",
+        median(ms),
+        max,
+        spawns
+    );
     Ok(())
 }

@@ -25,7 +25,9 @@ use axum::response::{IntoResponse as _, Response};
         title = "chatd",
         description = "HTTP API of chatd, a durable multi-replica service running LLM chat agents on PostgreSQL. \
 Every chat route under /api/v2/chats is also served, unchanged, under /api/experimental/chats. \
-Every non-2xx response has the body ErrorBody.",
+Every non-2xx response has the body ErrorBody. \
+A chat created with subagents: true offers the model the built-in tools spawn_agent, wait_agent, message_agent and close_agent \
+(run by the server; their children have parent_chat_id set and are listed with GET /chats?parent_id=, not in the default list).",
     ),
     paths(
         crate::health::healthz,

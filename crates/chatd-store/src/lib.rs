@@ -25,6 +25,11 @@ pub mod rules;
 pub mod transitions;
 
 pub use error::{StoreError, StoreResult};
+
+/// The deepest a chat may be: a root is 0, its children 1, theirs 2 (API.md
+/// "Sub-agents and plan mode"). Creating a child of a chat at this depth is
+/// refused (`InvalidInput` on `parent_chat_id`).
+pub const MAX_CHAT_DEPTH: i32 = 2;
 pub use machine::{
     ChatMachine, ChatTx, CreateChatInput, CreateChatResult, LockedChat, Store, StoreConfig,
     chat_update_payload, migrate,

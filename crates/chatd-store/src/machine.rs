@@ -143,6 +143,12 @@ pub struct CreateChatInput {
     /// `initial_messages` are linked atomically with them (`FileIDs`), and
     /// their media type and name filled in.
     pub max_file_links: usize,
+    /// Offer the model the built-in agent tools (API.md "Sub-agents and
+    /// plan mode"; default off).
+    pub subagents: bool,
+    /// The idempotency key of the `spawn_agent` call creating this child
+    /// (unique per parent; [`ChatTx::create_child`]).
+    pub spawn_key: Option<String>,
 }
 
 /// Result of [`Store::create_chat`].
@@ -286,59 +292,12 @@ impl Store {
             }
             .into());
         }
-        let id = input.id.unwrap_or_else(Uuid::new_v4);
         let mut tx = crate::queries::begin(&self.pool).await?;
-        let root_chat_id = match input.parent_chat_id {
-            None => None,
-            Some(parent) => {
-                let placement = queries::chats::lock_family_for_child(&mut tx, parent)
-                    .await?
-                    .ok_or(StateError::ChatNotFound)?;
-                if placement.archived {
-                    return Err(StateError::InvalidInput {
-                        field: "parent_chat_id",
-                        detail: "the parent chat is archived".into(),
-                    }
-                    .into());
-                }
-                Some(placement.root_chat_id)
-            }
-        };
-        queries::chats::insert(&mut tx, id, root_chat_id, status, &input).await?;
-        let mut messages = input.initial_messages.clone();
-        let file_ids: Vec<Uuid> = messages
-            .iter()
-            .flat_map(|m| queries::files::file_ids(&m.content))
-            .collect();
-        if !file_ids.is_empty() {
-            let max = match input.max_file_links {
-                0 => queries::files::DEFAULT_MAX_FILE_LINKS,
-                max => max,
-            };
-            let rows = queries::files::link(&mut tx, id, input.owner_id, &file_ids, max).await?;
-            for message in &mut messages {
-                queries::files::describe(&mut message.content, &rows);
-            }
-        }
-        let mut initial_messages = Vec::with_capacity(messages.len());
-        for message in &messages {
-            initial_messages.push(queries::messages::insert(&mut tx, id, message, None).await?);
-        }
         let buffer = PublishBuffer::new(self.publisher.clone());
-        let mut facts = queries::chats::select_facts(&mut tx, id)
-            .await?
-            .ok_or(StateError::ChatNotFound)?;
-        facts.chat = queries::messages::refresh_context(&mut tx, id).await?;
-        let chat = enqueue_publications(facts, &buffer, &self.config);
-        let to = chat.execution_state(false);
-        matrix::check_landing(Transition::CreateChat, ExecutionState::N, to)
-            .map_err(StateError::from)?;
+        let created = create_in(&mut tx, &input, status, &buffer, &self.config).await?;
         commit_and_flush(tx, buffer).await?;
         record_transition(Transition::CreateChat, "ok");
-        Ok(CreateChatResult {
-            chat,
-            initial_messages,
-        })
+        Ok(created)
     }
 
     /// Archives or unarchives a root chat and every chat of its family in one
@@ -376,8 +335,53 @@ impl Store {
         root_id: Uuid,
         archived: bool,
     ) -> StoreResult<Vec<Chat>> {
-        let chats = self.family_archived(root_id, archived, None).await?;
+        let chats = self.family_archived(root_id, archived, None, true).await?;
         Ok(chats.expect("an unguarded family archive always applies"))
+    }
+
+    /// Archives or unarchives chat `chat_id` and every descendant of it in
+    /// one transaction, like [`Store::set_family_archived`] but from any
+    /// chat of a family (the `close_agent` tool archives a child's family,
+    /// API.md "Sub-agents and plan mode"). Members are locked parents
+    /// first, then by creation. Returns the members, `chat_id` first.
+    ///
+    /// # Errors
+    /// `ChatNotFound`; `TransitionNotAllowed` when a member is busy (running,
+    /// interrupting, requires-action); `InvalidState` for an invalid member;
+    /// database errors. Nothing changes on an error.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{ChatStatus, MessagePart};
+    /// use chatd_store::{CreateChatInput, NewMessage};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let root = fx.create_chat("hi").await?.chat;
+    /// let child = store
+    ///     .create_chat(CreateChatInput {
+    ///         owner_id: owner,
+    ///         parent_chat_id: Some(root.id),
+    ///         initial_status: Some(ChatStatus::Waiting),
+    ///         initial_messages: vec![NewMessage::user(vec![MessagePart::text("sub-task")])],
+    ///         ..Default::default()
+    ///     })
+    ///     .await?
+    ///     .chat;
+    /// let archived = store.set_subtree_archived(child.id, true).await?;
+    /// assert_eq!(archived.iter().map(|c| (c.id, c.archived)).collect::<Vec<_>>(), [(child.id, true)]);
+    /// // The (running) root is untouched.
+    /// let root = chatd_store::queries::chats::select(pool, root.id, Default::default()).await?.unwrap();
+    /// assert!(!root.archived);
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_subtree_archived(
+        &self,
+        chat_id: Uuid,
+        archived: bool,
+    ) -> StoreResult<Vec<Chat>> {
+        let chats = self.family_archived(chat_id, archived, None, false).await?;
+        Ok(chats.expect("an unguarded archive always applies"))
     }
 
     /// Root chats the auto-archive loop may archive (spec "Auto-archive
@@ -450,7 +454,10 @@ impl Store {
         root_id: Uuid,
         idle_for: Duration,
     ) -> StoreResult<Option<Vec<Chat>>> {
-        match self.family_archived(root_id, true, Some(idle_for)).await {
+        match self
+            .family_archived(root_id, true, Some(idle_for), true)
+            .await
+        {
             Err(StoreError::Database(sqlx::Error::Database(err)))
                 if err.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
             {
@@ -462,12 +469,14 @@ impl Store {
 
     /// [`Store::set_family_archived`], optionally guarded by
     /// [`Store::auto_archive_family`]'s idleness check (`None` from it when
-    /// the guard fails).
+    /// the guard fails). With `root_only`, `root_id` must be a root and the
+    /// whole family is archived; without, `root_id` and its descendants.
     async fn family_archived(
         &self,
         root_id: Uuid,
         archived: bool,
         idle_for: Option<Duration>,
+        root_only: bool,
     ) -> StoreResult<Option<Vec<Chat>>> {
         let mut tx = crate::queries::begin(&self.pool).await?;
         // Lock the family in the order the archive below bumps it (root,
@@ -483,10 +492,14 @@ impl Store {
             .ok_or(StateError::ChatNotFound)?
             .facts
             .chat;
-        if root.parent_chat_id.is_some() {
-            return Err(StateError::ChatNotRoot.into());
-        }
-        let children = queries::chats::family_members(&mut tx, root_id).await?;
+        let children = if root_only {
+            if root.parent_chat_id.is_some() {
+                return Err(StateError::ChatNotRoot.into());
+            }
+            queries::chats::family_members(&mut tx, root_id).await?
+        } else {
+            queries::chats::subtree_members(&mut tx, root_id).await?
+        };
         let buffer = PublishBuffer::new(self.publisher.clone());
         let mut applied = Vec::new();
         let mut members = vec![root_id];
@@ -889,6 +902,10 @@ pub struct ChatTx {
     /// commit use it instead of reading again. `None` once anything may have
     /// changed them ([`ChatTx::conn`], or a transition under way).
     pub(crate) known: Option<queries::chats::ChatFacts>,
+    /// Publications of the chats this bundle created
+    /// ([`ChatTx::create_child`]), flushed after the commit with the
+    /// bundle's own.
+    pub(crate) created: Vec<chatd_pubsub::Publication>,
 }
 
 impl std::fmt::Debug for ChatTx {
@@ -916,6 +933,7 @@ impl ChatTx {
             store,
             applied: Vec::new(),
             known: bumped.current_facts(),
+            created: Vec::new(),
         }
     }
 
@@ -1073,11 +1091,76 @@ impl ChatTx {
             };
         }
         let chat = enqueue_publications(facts, &buffer, &self.store.config);
+        for publication in &self.created {
+            if let Err(err) = buffer.publish(&publication.channel, &publication.payload) {
+                tracing::warn!(chat_id = %self.chat_id, error = %err, "buffering a created chat's publication failed");
+            }
+        }
         commit_and_flush(self.tx, buffer).await?;
         for (transition, _, _) in &self.applied {
             record_transition(*transition, "ok");
         }
+        for _ in &self.created {
+            record_transition(Transition::CreateChat, "ok");
+        }
         Ok(chat)
+    }
+
+    /// `Create` of a child of this bundle's chat in the same transaction
+    /// (the `spawn_agent` tool, API.md "Sub-agents and plan mode": the child
+    /// exists exactly when the step that stores the tool result commits).
+    /// `input.parent_chat_id` is set to this chat; with a
+    /// `input.spawn_key` the child that an earlier commit of the same key
+    /// created is returned instead (`Ok((id, false))`), so a retried step
+    /// never creates two children. Returns the child's id and whether it
+    /// was created now. The child's `chat:update` (and `chat:ownership`, a
+    /// running child being runnable) are published after the commit.
+    ///
+    /// # Errors
+    /// As [`Store::create_chat`]: `InvalidInput` (`parent_chat_id`) when
+    /// this chat is archived or at [`crate::MAX_CHAT_DEPTH`]; database
+    /// errors.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::MessagePart;
+    /// use chatd_store::{CreateChatInput, NewMessage, queries};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let parent = fx.create_chat("hi").await?.chat;
+    /// let input = CreateChatInput {
+    ///     owner_id: owner,
+    ///     spawn_key: Some("1:1:call_1".into()),
+    ///     initial_messages: vec![NewMessage::user(vec![MessagePart::text("sub-task")])],
+    ///     ..Default::default()
+    /// };
+    /// let mut tx = store.machine(parent.id).begin().await?;
+    /// let (child, created) = tx.create_child(input.clone()).await?;
+    /// assert!(created);
+    /// tx.commit().await?;
+    /// // The same key again: the same child, nothing new.
+    /// let mut tx = store.machine(parent.id).begin().await?;
+    /// assert_eq!(tx.create_child(input).await?, (child, false));
+    /// tx.commit().await?;
+    /// let row = queries::chats::select(pool, child, Default::default()).await?.unwrap();
+    /// assert_eq!((row.parent_chat_id, row.depth), (Some(parent.id), 1));
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_child(&mut self, mut input: CreateChatInput) -> StoreResult<(Uuid, bool)> {
+        input.parent_chat_id = Some(self.chat_id);
+        if let Some(key) = &input.spawn_key
+            && let Some(existing) =
+                queries::chats::child_by_spawn_key(&mut *self.tx, self.chat_id, key).await?
+        {
+            return Ok((existing, false));
+        }
+        let status = input.initial_status.unwrap_or(ChatStatus::Running);
+        let buffer = PublishBuffer::new(self.store.publisher.clone());
+        let created = create_in(&mut self.tx, &input, status, &buffer, &self.store.config).await?;
+        self.created.extend(buffer.pending());
+        buffer.discard();
+        Ok((created.chat.id, true))
     }
 
     /// `LinkFiles`: links the files of `parts`' file parts (owned by the
@@ -1133,6 +1216,79 @@ impl ChatTx {
             landing: None,
         }
     }
+}
+
+/// `Create` inside the open transaction `conn`: places the chat in its
+/// parent's family (depth at most [`crate::MAX_CHAT_DEPTH`]), inserts the
+/// row and its initial history, links files, and buffers the publications
+/// of the new row in `buffer` (flushed by the caller after its commit).
+async fn create_in(
+    conn: &mut PgConnection,
+    input: &CreateChatInput,
+    status: ChatStatus,
+    buffer: &PublishBuffer,
+    config: &StoreConfig,
+) -> StoreResult<CreateChatResult> {
+    let id = input.id.unwrap_or_else(Uuid::new_v4);
+    let (root_chat_id, depth) = match input.parent_chat_id {
+        None => (None, 0),
+        Some(parent) => {
+            let placement = queries::chats::lock_family_for_child(&mut *conn, parent)
+                .await?
+                .ok_or(StateError::ChatNotFound)?;
+            if placement.archived {
+                return Err(StateError::InvalidInput {
+                    field: "parent_chat_id",
+                    detail: "the parent chat is archived".into(),
+                }
+                .into());
+            }
+            if placement.parent_depth >= crate::MAX_CHAT_DEPTH {
+                return Err(StateError::InvalidInput {
+                    field: "parent_chat_id",
+                    detail: format!(
+                        "the parent chat is at depth {}: no chat may be deeper than {}",
+                        placement.parent_depth,
+                        crate::MAX_CHAT_DEPTH
+                    ),
+                }
+                .into());
+            }
+            (Some(placement.root_chat_id), placement.parent_depth + 1)
+        }
+    };
+    queries::chats::insert(&mut *conn, id, root_chat_id, depth, status, input).await?;
+    let mut messages = input.initial_messages.clone();
+    let file_ids: Vec<Uuid> = messages
+        .iter()
+        .flat_map(|m| queries::files::file_ids(&m.content))
+        .collect();
+    if !file_ids.is_empty() {
+        let max = match input.max_file_links {
+            0 => queries::files::DEFAULT_MAX_FILE_LINKS,
+            max => max,
+        };
+        let rows = queries::files::link(&mut *conn, id, input.owner_id, &file_ids, max).await?;
+        for message in &mut messages {
+            queries::files::describe(&mut message.content, &rows);
+        }
+    }
+    let mut initial_messages = Vec::with_capacity(messages.len());
+    for message in &messages {
+        initial_messages.push(queries::messages::insert(&mut *conn, id, message, None).await?);
+    }
+    let mut facts = queries::chats::select_facts(&mut *conn, id)
+        .await?
+        .ok_or(StateError::ChatNotFound)?;
+    facts.chat = queries::messages::refresh_context(&mut *conn, id).await?;
+    let chat = enqueue_publications(facts, buffer, config);
+    let to = chat.execution_state(false);
+    matrix::check_landing(Transition::CreateChat, ExecutionState::N, to)
+        .map_err(StateError::from)?;
+    Ok(CreateChatResult {
+        chat,
+        initial_messages,
+    })
 }
 
 /// Buffers the publications that the post-transition facts call for (spec

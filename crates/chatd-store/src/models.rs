@@ -124,6 +124,15 @@ pub struct Chat {
     pub compactions: i32,
     /// The last message the newest summary covers.
     pub compacted_through_message_id: Option<i64>,
+    /// The model is offered the built-in agent tools (API.md "Sub-agents
+    /// and plan mode"; migration `0010_subagents.sql`).
+    pub subagents: bool,
+    /// 0 for a root, the parent's depth + 1 for a child; at most
+    /// [`crate::MAX_CHAT_DEPTH`].
+    pub depth: i32,
+    /// The idempotency key of the `spawn_agent` call that created this
+    /// child (`None` for chats created any other way); unique per parent.
+    pub spawn_key: Option<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change time.

@@ -93,6 +93,10 @@ pub struct Chat {
     pub mcp_server_ids: Vec<Uuid>,
     /// Plan mode.
     pub plan_mode: Option<PlanMode>,
+    /// The model is offered the built-in agent tools (`spawn_agent`,
+    /// `wait_agent`, `message_agent`, `close_agent`; API.md "Sub-agents and
+    /// plan mode"). Children spawned by a chat have it too.
+    pub subagents: bool,
     /// Number of client-visible messages (what `GET .../messages` can
     /// return; model-only rows such as compaction summaries and soft-deleted
     /// rows are never counted). Kept as a column, never counted on read
@@ -135,6 +139,7 @@ impl From<&chatd_store::Chat> for Chat {
             dynamic_tools: c.dynamic_tools.clone(),
             mcp_server_ids: c.mcp_server_ids.clone(),
             plan_mode: c.plan_mode.as_deref().map(|_| PlanMode::Plan),
+            subagents: c.subagents,
             message_count: c.message_count,
             last_message_preview: c.last_message_preview.clone(),
             context: ChatContext::from(c),
@@ -181,6 +186,11 @@ pub struct CreateChatRequest {
     /// chat joins the parent's family.
     #[serde(default)]
     pub parent_chat_id: Option<Uuid>,
+    /// Offer the model the built-in agent tools (API.md "Sub-agents and
+    /// plan mode"; default `false`). A non-boolean is `400` naming
+    /// `subagents`.
+    #[serde(default)]
+    pub subagents: Option<bool>,
 }
 
 /// Body of `PATCH /chats/{chat}`: every field optional.
@@ -225,6 +235,10 @@ pub struct ListChatsParams {
     /// List another user's chats (admins only; `403` for members unless it
     /// is their own id).
     owner: Option<Uuid>,
+    /// Only the children of this chat (API.md "Sub-agents and plan mode");
+    /// absent: only root chats (children are hidden from the default
+    /// list). Not a uuid → `400` naming `parent_id`.
+    parent_id: Option<Uuid>,
 }
 
 /// Checks that `id` is an enabled model config.
@@ -284,6 +298,7 @@ pub async fn list_chats(
     let limit = query.int_in("limit", 1, 100, 50)?;
     let after_id = query.uuid("after_id")?;
     let owner = query.uuid("owner")?;
+    let parent_id = query.uuid("parent_id")?;
     let q = query.get("q").map(str::to_owned);
     if q.as_deref()
         .is_some_and(|q| q.chars().count() > validate::MAX_TITLE_CHARS)
@@ -325,6 +340,7 @@ pub async fn list_chats(
             label_values: values,
             after_id,
             limit,
+            parent_id,
         },
     )
     .await?;
@@ -420,6 +436,7 @@ pub async fn create_chat(
         plan_mode: req.plan_mode.map(|p| p.as_str().to_owned()),
         initial_messages,
         max_file_links: state.options().max_files_per_chat,
+        subagents: req.subagents.unwrap_or(false),
         ..CreateChatInput::default()
     };
     let created = match state.store().create_chat(input).await {

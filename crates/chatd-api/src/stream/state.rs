@@ -563,6 +563,9 @@ mod tests {
             context_limit: None,
             compactions: 0,
             compacted_through_message_id: None,
+            subagents: false,
+            depth: 0,
+            spawn_key: None,
             created_at: Utc::now(),
             updated_at: Utc::now(),
         }

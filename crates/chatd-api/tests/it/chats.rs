@@ -71,8 +71,9 @@ async fn create_chat_answers_201_with_the_full_chat_shape_in_r0() {
     assert!(chat["context"]["tokens"].as_i64().unwrap() > 0);
     assert_eq!(chat["context"]["compactions"], 0);
     assert_eq!(chat["context"]["compacted_through_message_id"], Value::Null);
+    assert_eq!(chat["subagents"], false);
     let keys: Vec<&String> = chat.as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 26, "{keys:?}");
+    assert_eq!(keys.len(), 27, "{keys:?}");
     assert_eq!(s.state(id).await, R0);
 
     // The system prompt is the first message, the content the second.
@@ -551,4 +552,74 @@ async fn child_of(s: &Server, root: uuid::Uuid) -> uuid::Uuid {
         )
         .await;
     uuid(&child.expect(201)["id"])
+}
+
+/// API.md "Sub-agents and plan mode": `subagents` is stored and shown,
+/// a non-boolean is `400` naming it (nothing created); `GET /chats` hides
+/// children, `?parent_id=` lists them, a bad uuid is `400` naming
+/// `parent_id`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subagents_flag_is_stored_and_children_are_listed_by_parent_id_only() {
+    let s = Server::start().await;
+    let root = s
+        .post(
+            "/api/v2/chats",
+            &s.alice,
+            json!({"content": [{"type": "text", "text": "lead"}], "subagents": true}),
+        )
+        .await;
+    let root = root.expect(201).clone();
+    assert_eq!(root["subagents"], true);
+    let plain = s.post("/api/v2/chats", &s.alice, text("plain")).await;
+    assert_eq!(plain.expect(201)["subagents"], false);
+    for bad in [json!("yes"), json!(1), json!({})] {
+        let refused = s
+            .post(
+                "/api/v2/chats",
+                &s.alice,
+                json!({"content": [{"type": "text", "text": "x"}], "subagents": bad}),
+            )
+            .await;
+        refused.expect_error(400);
+        assert_eq!(refused.fields(), vec!["subagents"], "{bad}");
+    }
+    let child = s
+        .post(
+            "/api/v2/chats",
+            &s.alice,
+            json!({"content": [{"type": "text", "text": "sub"}], "parent_chat_id": root["id"]}),
+        )
+        .await;
+    let child = child.expect(201).clone();
+    let ids = |v: &Value| -> Vec<Value> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].clone())
+            .collect()
+    };
+    // Two roots, no child: nothing was created by the refused requests.
+    let listed = s.get("/api/v2/chats", &s.alice).await;
+    let listed = ids(listed.expect(200));
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(!listed.contains(&child["id"]));
+    let kids = s
+        .get(
+            &format!("/api/v2/chats?parent_id={}", root["id"].as_str().unwrap()),
+            &s.alice,
+        )
+        .await;
+    assert_eq!(ids(kids.expect(200)), vec![child["id"].clone()]);
+    assert_eq!(kids.expect(200)[0]["parent_chat_id"], root["id"]);
+    // Another member sees none of alice's children.
+    let theirs = s
+        .get(
+            &format!("/api/v2/chats?parent_id={}", root["id"].as_str().unwrap()),
+            &s.bob,
+        )
+        .await;
+    assert_eq!(theirs.expect(200), &json!([]));
+    let bad = s.get("/api/v2/chats?parent_id=nope", &s.alice).await;
+    bad.expect_error(400);
+    assert_eq!(bad.fields(), vec!["parent_id"]);
 }

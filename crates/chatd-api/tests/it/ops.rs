@@ -180,9 +180,23 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
     let chat_props = schemas["Chat"]["properties"].as_object().unwrap();
     assert_eq!(
         chat_props.len(),
-        26,
-        "Chat gained context, message_count and last_message_preview (issue 13)"
+        27,
+        "Chat gained context, message_count and last_message_preview (issue 13), subagents (issue 17)"
     );
+    assert_eq!(chat_props["subagents"]["type"], "boolean");
+    assert!(
+        schemas["CreateChatRequest"]["properties"]
+            .as_object()
+            .unwrap()
+            .contains_key("subagents")
+    );
+    let list_params: Vec<&str> = paths["/api/v2/chats"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(list_params.contains(&"parent_id"), "{list_params:?}");
     assert!(chat_props.contains_key("message_count"));
     assert!(chat_props.contains_key("last_message_preview"));
     assert_eq!(

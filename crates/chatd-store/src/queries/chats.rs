@@ -323,13 +323,15 @@ pub async fn insert(
     conn: &mut PgConnection,
     id: Uuid,
     root_chat_id: Option<Uuid>,
+    depth: i32,
     status: ChatStatus,
     input: &CreateChatInput,
 ) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO chats (id, owner_id, parent_chat_id, root_chat_id, status, snapshot_version, title, labels,
-             last_model_config_id, last_reasoning_effort, dynamic_tools, mcp_server_ids, plan_mode)
-         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12)",
+             last_model_config_id, last_reasoning_effort, dynamic_tools, mcp_server_ids, plan_mode,
+             subagents, depth, spawn_key)
+         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(id)
     .bind(input.owner_id)
@@ -343,9 +345,32 @@ pub async fn insert(
     .bind(Json(&input.dynamic_tools))
     .bind(&input.mcp_server_ids)
     .bind(&input.plan_mode)
+    .bind(input.subagents)
+    .bind(depth)
+    .bind(&input.spawn_key)
     .execute(conn)
     .await
     .map(|_| ())
+}
+
+/// The child of `parent` created by the `spawn_agent` call whose
+/// idempotency key is `spawn_key`, if any (the unique
+/// `chats_spawn_key_idx`, migration `0010_subagents.sql`).
+///
+/// # Errors
+/// Database errors only.
+///
+/// Example: [`crate::ChatTx::create_child`].
+pub async fn child_by_spawn_key(
+    conn: impl PgExecutor<'_>,
+    parent: Uuid,
+    spawn_key: &str,
+) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar("SELECT id FROM chats WHERE parent_chat_id = $1 AND spawn_key = $2")
+        .bind(parent)
+        .bind(spawn_key)
+        .fetch_optional(conn)
+        .await
 }
 
 /// Where a child of chat `parent` would go: the family root and whether the
@@ -358,6 +383,8 @@ pub struct ChildPlacement {
     pub root_chat_id: Uuid,
     /// The root or `parent` is archived: no child may be created under it.
     pub archived: bool,
+    /// `parent`'s depth (0 for a root): the child's is one more.
+    pub parent_depth: i32,
 }
 
 /// Locks the family a child of `parent` joins, root first and then
@@ -427,14 +454,15 @@ pub async fn lock_family_for_child(
             None => return Ok(None),
         }
     }
-    let parent_archived: Option<bool> =
-        sqlx::query_scalar("SELECT archived FROM chats WHERE id = $1 FOR SHARE")
+    let parent_row: Option<(bool, i32)> =
+        sqlx::query_as("SELECT archived, depth FROM chats WHERE id = $1 FOR SHARE")
             .bind(parent)
             .fetch_optional(&mut *conn)
             .await?;
-    Ok(parent_archived.map(|a| ChildPlacement {
+    Ok(parent_row.map(|(a, depth)| ChildPlacement {
         root_chat_id: root,
         archived: archived || a,
+        parent_depth: depth,
     }))
 }
 
@@ -646,6 +674,10 @@ pub struct ChatFilter {
     pub after_id: Option<Uuid>,
     /// Page size.
     pub limit: i64,
+    /// `Some(parent)`: only the children of `parent`; `None`: only root
+    /// chats (children are hidden from the default list, API.md
+    /// "Sub-agents and plan mode").
+    pub parent_id: Option<Uuid>,
 }
 
 /// A page of chats, newest `updated_at` first, ties by id descending.
@@ -665,6 +697,7 @@ pub struct ChatFilter {
 ///     label_values: vec![],
 ///     after_id: None,
 ///     limit: 50,
+///     parent_id: None,
 /// };
 /// let page = chats::list(pool, &filter).await?;
 /// assert_eq!(page.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
@@ -684,6 +717,7 @@ pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec
                WHERE (c.labels ->> f.k) IS DISTINCT FROM f.v)
            AND ($6::uuid IS NULL
                 OR (c.updated_at, c.id) < (SELECT a.updated_at, a.id FROM chats a WHERE a.id = $6))
+           AND (($8::uuid IS NULL AND c.parent_chat_id IS NULL) OR c.parent_chat_id = $8)
          ORDER BY c.updated_at DESC, c.id DESC
          LIMIT $7",
     )
@@ -694,6 +728,7 @@ pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec
     .bind(&f.label_values)
     .bind(f.after_id)
     .bind(f.limit)
+    .bind(f.parent_id)
     .fetch_all(conn)
     .await
 }
@@ -915,6 +950,78 @@ pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Res
     )
     .bind(root_id)
     .fetch_all(conn)
+    .await
+}
+
+/// The descendants of chat `chat_id` (by `parent_chat_id`), parents before
+/// their children, then by creation: the order
+/// [`crate::Store::set_subtree_archived`] locks them in (a sub-order of
+/// [`family_members`]'s, so the two cannot deadlock).
+///
+/// # Errors
+/// Database errors only.
+///
+/// Example: [`crate::Store::set_subtree_archived`].
+pub async fn subtree_members(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "WITH RECURSIVE sub AS (
+             SELECT c.id, c.depth, c.created_at FROM chats c WHERE c.parent_chat_id = $1
+             UNION
+             SELECT c.id, c.depth, c.created_at FROM chats c JOIN sub ON c.parent_chat_id = sub.id)
+         SELECT id FROM sub ORDER BY created_at, id",
+    )
+    .bind(chat_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// What a parent's `wait_agent` reads of a child (API.md "Sub-agents and
+/// plan mode"): returned by [`child_progress`].
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ChildProgress {
+    /// The child's parent.
+    pub parent_chat_id: Option<Uuid>,
+    /// Its execution status.
+    #[sqlx(try_from = "String")]
+    pub status: ChatStatus,
+    /// Its archived marker.
+    pub archived: bool,
+    /// Messages in its queue.
+    pub queued: i64,
+    /// The content of its newest visible assistant message, if any.
+    pub last_message: Option<Json<Vec<chatd_core::MessagePart>>>,
+    /// Seconds from `since` to now (database time; negative when `since`
+    /// is in the future).
+    pub elapsed_secs: f64,
+}
+
+/// Reads `child`'s progress without any lock (a plain snapshot read, so a
+/// waiting parent never holds a lock on its child); `None` when it does not
+/// exist. `since` is the durable start of the wait (the time the call was
+/// committed).
+///
+/// # Errors
+/// Database errors only.
+///
+/// Example: `chatd-worker`'s `tests/it/subagents.rs`.
+pub async fn child_progress(
+    conn: impl PgExecutor<'_>,
+    child: Uuid,
+    since: DateTime<Utc>,
+) -> sqlx::Result<Option<ChildProgress>> {
+    sqlx::query_as(
+        "SELECT c.parent_chat_id, c.status, c.archived,
+                (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queued,
+                (SELECT m.content FROM chat_messages m
+                  WHERE m.chat_id = c.id AND m.role = 'assistant' AND NOT m.deleted
+                    AND m.visibility <> 'model'
+                  ORDER BY m.id DESC LIMIT 1) AS last_message,
+                extract(epoch FROM now() - $2::timestamptz)::float8 AS elapsed_secs
+         FROM chats c WHERE c.id = $1",
+    )
+    .bind(child)
+    .bind(since)
+    .fetch_optional(conn)
     .await
 }
 

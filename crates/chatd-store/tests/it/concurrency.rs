@@ -1253,3 +1253,73 @@ async fn a_write_through_conn_between_transitions_is_seen_by_the_next_one_and_th
     assert_eq!(committed.queue_version, committed.snapshot_version);
     h.published.take();
 }
+
+/// `spawn_agent` commits racing on one parent (a retried step and its
+/// original, many times over): one key makes one child, whatever the
+/// interleaving; distinct keys make one child each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_spawns_with_one_key_create_one_child_and_distinct_keys_one_each() {
+    let h = Arc::new(Harness::new().await);
+    let parent = h.chat_in(ExecutionState::R0).await;
+    let before = h.chat(parent).await.snapshot_version;
+    let barrier = Arc::new(Barrier::new(16));
+    let mut tasks = JoinSet::new();
+    for i in 0..16 {
+        let h = h.clone();
+        let barrier = barrier.clone();
+        tasks.spawn(async move {
+            let key = if i < 8 {
+                "same".to_owned()
+            } else {
+                format!("own-{i}")
+            };
+            let mut input = h.chat_input(Uuid::new_v4(), "sub-task");
+            input.spawn_key = Some(key.clone());
+            barrier.wait().await;
+            loop {
+                let attempt: StoreResult<(Uuid, bool)> = async {
+                    let mut tx = h.store.machine(parent).begin().await?;
+                    let child = tx.create_child(input.clone()).await?;
+                    tx.commit().await?;
+                    Ok(child)
+                }
+                .await;
+                match attempt {
+                    Ok((child, created)) => return (key, child, created),
+                    // A deadlock victim or serialization failure: retried,
+                    // as the worker's transition retries.
+                    Err(StoreError::Database(_)) => continue,
+                    Err(err) => panic!("spawn failed: {err}"),
+                }
+            }
+        });
+    }
+    let results = join_all(tasks).await;
+    let same: HashSet<Uuid> = results
+        .iter()
+        .filter(|(k, _, _)| k == "same")
+        .map(|(_, c, _)| *c)
+        .collect();
+    assert_eq!(same.len(), 1, "one key, one child");
+    assert_eq!(
+        results
+            .iter()
+            .filter(|(k, _, created)| k == "same" && *created)
+            .count(),
+        1,
+        "created once, found seven times"
+    );
+    let children: Vec<(Uuid, Option<String>, i32)> = sqlx::query_as(
+        "SELECT id, spawn_key, depth FROM chats WHERE parent_chat_id = $1 ORDER BY spawn_key",
+    )
+    .bind(parent)
+    .fetch_all(h.pool())
+    .await
+    .unwrap();
+    assert_eq!(children.len(), 9, "{children:?}");
+    assert!(children.iter().all(|(_, _, depth)| *depth == 1));
+    let keys: HashSet<_> = children.iter().filter_map(|(_, k, _)| k.clone()).collect();
+    assert_eq!(keys.len(), 9);
+    // The parent's snapshot advanced once per committed bundle.
+    assert_eq!(h.chat(parent).await.snapshot_version, before + 16);
+}

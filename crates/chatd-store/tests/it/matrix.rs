@@ -37,6 +37,10 @@ enum Form {
     Approving,
     /// `CompleteRequiresAction` denying it.
     Denying,
+    /// `CommitStep` of a step whose `spawn_agent` call creates a child in
+    /// the same bundle (`ChatTx::create_child`): the child exists exactly
+    /// when the step committed.
+    Spawning,
 }
 
 /// Applies `transition` to chat `id` with ordinary inputs in one bundle.
@@ -127,6 +131,17 @@ async fn apply(
         Transition::Abandon => tx.abandon().await?,
         Transition::RecordGenerationAttempt => tx.record_generation_attempt().await.map(|_| ())?,
         Transition::RecordRetryState => tx.record_retry_state(retry_state(1)).await.map(|_| ())?,
+        Transition::CommitStep if form == Form::Spawning => {
+            tx.commit_step(
+                vec![NewMessage::assistant(vec![MessagePart::text("step")])],
+                false,
+            )
+            .await
+            .map(|_| ())?;
+            let mut child = h.chat_input(Uuid::new_v4(), "sub-task");
+            child.spawn_key = Some(format!("{id}:spawn"));
+            tx.create_child(child).await.map(|_| ())?
+        }
         Transition::CommitStep if form == Form::Steering => tx
             .commit_step_steering(
                 vec![NewMessage::assistant(vec![MessagePart::text("step")])],
@@ -206,6 +221,19 @@ async fn check_form(transition: Transition, form: Form) {
             (chat.snapshot_version, chat.retry_state)
         };
         let result = apply(&h, id, transition, form).await;
+        if form == Form::Spawning {
+            let children: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM chats WHERE parent_chat_id = $1")
+                    .bind(id)
+                    .fetch_one(h.pool())
+                    .await
+                    .expect("count children");
+            let expected = i64::from(matrix::allowed_targets(transition, from).is_some());
+            assert_eq!(
+                children, expected,
+                "{transition} from {from}: a child exactly when the step commits"
+            );
+        }
         match matrix::allowed_targets(transition, from) {
             Some(targets) => {
                 result.unwrap_or_else(|err| {
@@ -521,6 +549,11 @@ async fn matrix_complete_requires_action_approving() {
 #[tokio::test]
 async fn matrix_complete_requires_action_denying() {
     check_form(Transition::CompleteRequiresAction, Form::Denying).await;
+}
+
+#[tokio::test]
+async fn matrix_commit_step_spawning_a_child() {
+    check_form(Transition::CommitStep, Form::Spawning).await;
 }
 
 #[test]

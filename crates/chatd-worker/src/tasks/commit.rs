@@ -17,6 +17,7 @@ use chatd_core::{ChatError, ChatErrorKind, FinishReason as MessageFinishReason, 
 use chatd_llm::{FinishReason, Provider, ResponseBuilder};
 use chatd_store::NewMessage;
 
+use super::agents::{Spawn, patch_spawn_result};
 use super::plan::ModelCall;
 use super::tools::ToolStep;
 use super::{Exit, TaskContext, TaskResult, title};
@@ -44,7 +45,11 @@ pub(super) async fn commit_response(
     runtime_ms: i64,
 ) -> TaskResult<()> {
     let finishes = response.tool_calls().is_empty();
-    let next = if step.waits_for_client {
+    // A deferred call (`wait_agent`) is answered by the next step, which
+    // enters requires-action afterwards if client calls are pending too.
+    let next = if step.deferred {
+        Next::Generate
+    } else if step.waits_for_client {
         Next::RequiresAction
     } else if finishes {
         Next::FinishTurn
@@ -54,7 +59,14 @@ pub(super) async fn commit_response(
     let text = response.text();
     let mut messages = vec![response_message(call, &response, runtime_ms)];
     messages.extend(step.results);
-    commit_step(task, "committing the model response", messages, false, next).await?;
+    commit_step_spawning(
+        task,
+        "committing the model response",
+        messages,
+        step.spawns,
+        next,
+    )
+    .await?;
     task.hop(crate::timeline::Hop::StepCommitted);
     if call.wants_title && finishes && !text.trim().is_empty() {
         title::after_first_answer(task, call, text);
@@ -78,7 +90,32 @@ pub(super) async fn commit_step(
     compaction: bool,
     next: Next,
 ) -> TaskResult<()> {
-    match try_commit_step(task, what, messages, compaction, next).await {
+    commit_step_with(task, what, messages, compaction, Vec::new(), next).await
+}
+
+/// [`commit_step`] of a step's tool results that also creates the
+/// children of its `spawn_agent` calls (`Create` in the same transaction,
+/// [`chatd_store::ChatTx::create_child`], API.md "Sub-agents and plan
+/// mode"): the children exist exactly when the results do.
+pub(super) async fn commit_step_spawning(
+    task: &TaskContext,
+    what: &str,
+    messages: Vec<NewMessage>,
+    spawns: Vec<Spawn>,
+    next: Next,
+) -> TaskResult<()> {
+    commit_step_with(task, what, messages, false, spawns, next).await
+}
+
+async fn commit_step_with(
+    task: &TaskContext,
+    what: &str,
+    messages: Vec<NewMessage>,
+    compaction: bool,
+    spawns: Vec<Spawn>,
+    next: Next,
+) -> TaskResult<()> {
+    match try_commit_step(task, what, messages, compaction, spawns, next).await {
         Err(Exit::Rejected(reason)) => {
             tracing::warn!(chat_id = %task.chat_id, %reason, "the step cannot be stored; ending the turn with an error");
             let error = ChatError::new(
@@ -98,11 +135,17 @@ async fn try_commit_step(
     what: &str,
     messages: Vec<NewMessage>,
     compaction: bool,
+    spawns: Vec<Spawn>,
     next: Next,
 ) -> TaskResult<()> {
     task.transition(what, move |tx, _| {
-        let messages = messages.clone();
+        let mut messages = messages.clone();
+        let spawns = spawns.clone();
         Box::pin(async move {
+            for spawn in spawns {
+                let (child, _) = tx.create_child(spawn.input).await?;
+                patch_spawn_result(&mut messages, &spawn.tool_call_id, child);
+            }
             match next {
                 Next::FinishTurn => {
                     tx.commit_step(messages, compaction).await?;

@@ -83,7 +83,8 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             let mut router =
                 ToolRouter::list(task, call.dynamic_tools.clone(), &loaded.mcp_servers)
                     .await?
-                    .with_approvals(loaded.approvals());
+                    .with_approvals(loaded.approvals())
+                    .with_agents(&loaded.chat);
             if call.plan_mode {
                 let read_only = loaded
                     .chat
@@ -95,6 +96,7 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
                 router = router.in_plan_mode(read_only);
             }
             call.request.tools.extend(router.mcp_specs(task.chat_id));
+            call.request.tools.extend(router.agent_specs());
             // API.md "Context management": compact before the call when the
             // prompt reached the threshold or does not fit with the answer.
             // Past the threshold with nothing to summarize yet (everything
@@ -360,7 +362,8 @@ async fn answer_outstanding(
     let dynamic = loaded.chat.dynamic_tool_names().into_iter().collect();
     let router = ToolRouter::list(task, dynamic, &loaded.mcp_servers)
         .await?
-        .with_approvals(loaded.approvals());
+        .with_approvals(loaded.approvals())
+        .with_agents(&loaded.chat);
     let calls: Vec<ToolCall<'_>> = outstanding
         .calls
         .iter()
@@ -369,6 +372,7 @@ async fn answer_outstanding(
             name,
             args,
             cut_off: false,
+            made_at: Some(call_committed_at(&loaded.history, id)),
         })
         .collect();
     let attempt = task.episode(loaded.chat.generation_attempt);
@@ -380,19 +384,34 @@ async fn answer_outstanding(
     } else {
         Next::Generate
     };
-    if step.results.is_empty() {
+    if step.results.is_empty() && step.spawns.is_empty() {
         // Every call waits for the client (a call needing approval that
         // nobody decided on yet): a step of no rows cannot be committed.
         return commit::enter_requires_action(task).await;
     }
-    commit::commit_step(
+    commit::commit_step_spawning(
         task,
         "answering outstanding tool calls",
         step.results,
-        false,
+        step.spawns,
         next,
     )
     .await
+}
+
+/// When the call `tool_call_id` of the active history was committed (its
+/// assistant message's `created_at`, database time); now if it is not
+/// found.
+fn call_committed_at(history: &[ChatMessage], tool_call_id: &str) -> chrono::DateTime<chrono::Utc> {
+    history
+        .iter()
+        .rev()
+        .find(|m| {
+            m.content.0.iter().any(|p| {
+                matches!(p, chatd_core::MessagePart::ToolCall { tool_call_id: id, .. } if id == tool_call_id)
+            })
+        })
+        .map_or_else(chrono::Utc::now, |m| m.created_at)
 }
 
 /// Calls the model until one attempt answers (then commits it) or the
@@ -502,6 +521,7 @@ async fn run_tools(
             name: &c.name,
             args: &c.args,
             cut_off: unfinished.contains(&c.id) || (length && c.parsed_args().is_err()),
+            made_at: None,
         })
         .collect();
     router

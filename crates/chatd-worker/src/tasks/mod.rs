@@ -10,12 +10,14 @@
 //!
 //! - [`generation`]: "Generation goroutine", deciding with the pure
 //!   [`plan`], streaming with [`stream`], running tools through the one
-//!   router in [`tools`] (calls that wait for approval: [`approval`]),
+//!   router in [`tools`] (calls that wait for approval: [`approval`]; the
+//!   built-in agent tools in [`agents`]),
 //!   committing with [`commit`], titling with [`title`];
 //! - [`interrupt`]: "Interrupt goroutine";
 //! - [`requires_action_timeout`] and [`abandon`] below: "Dynamic tools
 //!   timeout goroutine" and "Abandon chat goroutine".
 
+mod agents;
 mod approval;
 mod commit;
 mod compaction;

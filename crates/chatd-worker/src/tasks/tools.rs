@@ -15,24 +15,33 @@
 //!    ([`super::approval`]);
 //! 4. any other MCP tool of the chat's servers: run, all of a step's calls
 //!    in parallel, with an idempotency key of the attempt and call;
-//! 5. anything else: answered with an `Unknown tool` error result.
+//! 5. a built-in agent tool of a chat with `subagents` ([`super::agents`]):
+//!    `spawn_agent` answered at once with the child created in the step's
+//!    commit, `wait_agent` deferred to the next step (run there as an
+//!    outstanding call), `message_agent` and `close_agent` run in parallel
+//!    with the MCP calls;
+//! 6. anything else: answered with an `Unknown tool` error result.
 //!
 //! In plan mode ([`ToolRouter::in_plan_mode`]) only read-only tools are
 //! offered (MCP `readOnlyHint`, dynamic tools the client marked
 //! `read_only`), and a call of any other tool is answered with an error
 //! result, never run.
 //!
-//! chatd has no built-in tools yet; one would be a route of its own in
-//! `ToolRouter::route`.
+//! The agent tools are chatd's only built-in tools; each is a route of its
+//! own in `ToolRouter::route`.
 
 use std::collections::HashSet;
 
 use chatd_core::{ChatRole, Episode, MessagePart, PartDelta};
 use chatd_llm::ToolSpec;
+use chatd_store::Chat;
 use chatd_store::NewMessage;
 use chatd_tools::{IdempotencyKey, McpServerConfig, McpTool, McpToolset, ToolOutcome};
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 use uuid::Uuid;
 
+use super::agents::{self, AgentCall, Spawn};
 use super::approval::Approvals;
 use super::stream::OpenEpisode;
 use super::{TaskContext, TaskResult};
@@ -46,6 +55,8 @@ pub(super) struct ToolRouter {
     plan_mode: Option<HashSet<String>>,
     /// Which MCP calls wait for a person's decision (none by default).
     approvals: Approvals,
+    /// The chat row when it has `subagents`: the agent tools are offered.
+    agents: Option<Chat>,
 }
 
 /// One tool call to route, as the model wrote it.
@@ -58,6 +69,10 @@ pub(super) struct ToolCall<'a> {
     pub(super) args: &'a str,
     /// The response was cut off in this call: its arguments are incomplete.
     pub(super) cut_off: bool,
+    /// When the call was committed (an outstanding call of an earlier
+    /// step); `None` for a call of the response being handled. The durable
+    /// start of a `wait_agent`.
+    pub(super) made_at: Option<DateTime<Utc>>,
 }
 
 /// What a step's tool calls came to.
@@ -69,6 +84,11 @@ pub(super) struct ToolStep {
     /// Client-side (dynamic) calls or calls waiting for approval are
     /// pending: enter requires-action.
     pub(super) waits_for_client: bool,
+    /// Children to create in the step's commit (`spawn_agent`).
+    pub(super) spawns: Vec<Spawn>,
+    /// Calls left without a result for the next step to run
+    /// (`wait_agent`): the step must not enter requires-action or finish.
+    pub(super) deferred: bool,
 }
 
 /// Where a call goes.
@@ -79,6 +99,8 @@ enum Route<'a> {
     Client,
     /// Run on its MCP server.
     Mcp(&'a McpTool),
+    /// A built-in agent tool of this chat.
+    Agent(&'a Chat, AgentCall),
 }
 
 /// The text of the result of a call cut off at the output token limit.
@@ -106,6 +128,7 @@ impl ToolRouter {
             mcp,
             plan_mode: None,
             approvals: Approvals::default(),
+            agents: None,
         })
     }
 
@@ -114,6 +137,27 @@ impl ToolRouter {
     pub(super) fn with_approvals(mut self, approvals: Approvals) -> Self {
         self.approvals = approvals;
         self
+    }
+
+    /// Offers and runs the agent tools when `chat` has `subagents`.
+    pub(super) fn with_agents(mut self, chat: &Chat) -> Self {
+        if chat.subagents {
+            self.agents = Some(chat.clone());
+        }
+        self
+    }
+
+    /// The agent tools offered to the model: none without `subagents` or
+    /// in plan mode (none is read-only); one hidden by a dynamic tool of
+    /// the same name is left out.
+    pub(super) fn agent_specs(&self) -> Vec<ToolSpec> {
+        if self.agents.is_none() || self.plan_mode.is_some() {
+            return Vec::new();
+        }
+        agents::specs()
+            .into_iter()
+            .filter(|spec| !self.dynamic.contains(&spec.name))
+            .collect()
     }
 
     /// The router of a plan-mode step: only the dynamic tools named in
@@ -173,6 +217,13 @@ impl ToolRouter {
             } else {
                 Route::Mcp(tool)
             }
+        } else if let Some(chat) = &self.agents
+            && agents::is_agent_tool(call.name)
+        {
+            match agents::parse(call.name, call.args) {
+                Ok(agent_call) => Route::Agent(chat, agent_call),
+                Err(message) => Route::Answer(ToolOutcome::error(message)),
+            }
         } else {
             Route::Answer(ToolOutcome::error(format!("Unknown tool: {}", call.name)))
         }
@@ -204,23 +255,70 @@ impl ToolRouter {
         };
         let mut step = ToolStep::default();
         let mut outcomes: Vec<Option<ToolOutcome>> = Vec::new();
-        let mut runs = Vec::new();
+        let mut runs: Vec<BoxFuture<'_, (usize, ToolOutcome)>> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
+            let key = IdempotencyKey {
+                chat_id: task.chat_id,
+                history_version: attempt.history_version,
+                generation_attempt: attempt.generation_attempt,
+                tool_call_id: call.id.to_owned(),
+            };
             match self.route(call) {
                 Route::Answer(outcome) => outcomes.push(Some(outcome)),
+                Route::Agent(chat, AgentCall::Spawn { prompt, title }) => {
+                    match Spawn::new(chat, &key, prompt, title) {
+                        Ok(mut spawn) => {
+                            // The result names the child created in the
+                            // step's commit (a retried commit that finds
+                            // the child of an earlier one points it there).
+                            let child = Uuid::new_v4();
+                            spawn.input.id = Some(child);
+                            step.spawns.push(spawn);
+                            outcomes.push(Some(ToolOutcome {
+                                result: Spawn::result(child),
+                                is_error: false,
+                            }));
+                        }
+                        Err(outcome) => outcomes.push(Some(outcome)),
+                    }
+                }
+                Route::Agent(chat, AgentCall::Wait { chat_id, timeout }) => {
+                    outcomes.push(None);
+                    match call.made_at {
+                        // The call is committed first, without a result;
+                        // the next step waits (and a takeover waits again).
+                        None => step.deferred = true,
+                        Some(since) => runs.push(Box::pin(async move {
+                            let outcome =
+                                agents::wait(task, chat.id, chat_id, timeout, since).await;
+                            stream_result(call, &outcome);
+                            (i, outcome)
+                        })),
+                    }
+                }
+                Route::Agent(chat, AgentCall::Message { chat_id, text }) => {
+                    outcomes.push(None);
+                    runs.push(Box::pin(async move {
+                        let outcome = agents::message(task, chat, chat_id, text, &key).await;
+                        stream_result(call, &outcome);
+                        (i, outcome)
+                    }));
+                }
+                Route::Agent(chat, AgentCall::Close { chat_id }) => {
+                    outcomes.push(None);
+                    runs.push(Box::pin(async move {
+                        let outcome = agents::close(task, chat.id, chat_id).await;
+                        stream_result(call, &outcome);
+                        (i, outcome)
+                    }));
+                }
                 Route::Client => {
                     step.waits_for_client = true;
                     outcomes.push(None);
                 }
                 Route::Mcp(tool) => {
                     outcomes.push(None);
-                    let key = IdempotencyKey {
-                        chat_id: task.chat_id,
-                        history_version: attempt.history_version,
-                        generation_attempt: attempt.generation_attempt,
-                        tool_call_id: call.id.to_owned(),
-                    };
-                    runs.push(async move {
+                    runs.push(Box::pin(async move {
                         let outcome = task
                             .ctx
                             .mcp
@@ -228,7 +326,7 @@ impl ToolRouter {
                             .await;
                         stream_result(call, &outcome);
                         (i, outcome)
-                    });
+                    }));
                 }
             }
         }

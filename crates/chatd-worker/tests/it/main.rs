@@ -12,5 +12,6 @@ mod files;
 mod mcp;
 mod plan_mode;
 mod replicas;
+mod subagents;
 mod titles;
 mod turns;

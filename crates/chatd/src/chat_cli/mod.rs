@@ -3,8 +3,10 @@
 //!
 //! The server comes from `--url` / `CHATD_URL` (default
 //! `http://127.0.0.1:3000`), the API token from `--token` / `CHATD_TOKEN`
-//! (required). Subcommands: `list`, `new`, `send`, `watch`, `interrupt`,
-//! `tool-results`, `approve`, `deny`, `queue list|edit|move`. `new` and `send` attach files
+//! (required). Subcommands: `list`, `children`, `new`, `send`, `watch`,
+//! `interrupt`, `tool-results`, `approve`, `deny`, `queue list|edit|move`.
+//! `new --subagents` offers the model the built-in agent tools; `children
+//! CHAT` lists the chats it spawned (`GET /chats?parent_id=`). `new` and `send` attach files
 //! with `--file PATH` (uploaded first: `POST /files`).
 //!
 //! `new` and `send` stream the assistant's reply to standard output as it
@@ -91,6 +93,17 @@ enum ChatCommand {
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100))]
         limit: u32,
     },
+    /// List a chat's children (sub-agents), newest first: id, status,
+    /// updated_at, title; archived (closed) ones follow, marked
+    /// `[archived]`.
+    Children {
+        /// The parent chat id.
+        chat: Uuid,
+        /// Print the API's JSON arrays (unarchived, then archived) as one
+        /// array instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Start a chat and stream the assistant's reply to standard output.
     ///
     /// The chat id is printed on standard error as `chat <id>`. Exits 0
@@ -119,6 +132,11 @@ enum ChatCommand {
         /// line; the reply, if watched, follows).
         #[arg(long)]
         json: bool,
+        /// Offer the model the built-in agent tools (spawn_agent,
+        /// wait_agent, message_agent, close_agent): it may start child
+        /// chats; list them with `chatd chat children`.
+        #[arg(long)]
+        subagents: bool,
         /// Attach a file (at most 10 MiB; repeatable): uploaded first, then
         /// sent with the message.
         #[arg(long = "file", value_name = "PATH")]
@@ -344,6 +362,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             json,
             limit,
         } => list(&client, archived, json, limit).await,
+        ChatCommand::Children { chat, json } => children(&client, chat, json).await,
         ChatCommand::New {
             model,
             system,
@@ -351,6 +370,7 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             tools,
             no_watch,
             json,
+            subagents,
             files,
             text,
         } => {
@@ -367,6 +387,9 @@ async fn run_command(args: ChatArgs) -> anyhow::Result<ExitCode> {
             }
             if let Some(tools) = tools {
                 body["dynamic_tools"] = tools;
+            }
+            if subagents {
+                body["subagents"] = json!(true);
             }
             let chat: Value = client.call(Method::POST, "/chats", Some(&body)).await?;
             let id = chat["id"]
@@ -613,6 +636,30 @@ async fn list(client: &Client, archived: bool, json: bool, limit: u32) -> anyhow
     }
     let chats: Vec<client::Chat> =
         serde_json::from_value(chats).context("decoding the chat list")?;
+    stdout(format_chat_list(&chats))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `chatd chat children CHAT`: the unarchived children, then the archived
+/// (closed) ones marked `[archived]`.
+async fn children(client: &Client, chat: Uuid, json: bool) -> anyhow::Result<ExitCode> {
+    let mut all = Vec::new();
+    for archived in [false, true] {
+        let path = format!("/chats?parent_id={chat}&archived={archived}&limit=100");
+        let page: Value = client.call(Method::GET, &path, None).await?;
+        all.extend(page.as_array().cloned().unwrap_or_default());
+    }
+    if json {
+        stdout(format!("{}\n", Value::Array(all)))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut chats: Vec<client::Chat> =
+        serde_json::from_value(Value::Array(all.clone())).context("decoding the children")?;
+    for (chat, raw) in chats.iter_mut().zip(&all) {
+        if raw["archived"] == true {
+            chat.title.push_str(" [archived]");
+        }
+    }
     stdout(format_chat_list(&chats))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -860,3 +860,69 @@ async fn send_with_files_uploads_them_and_the_model_sees_the_image_and_the_text(
     assert_eq!(model_requests(&setup.llm).len(), before);
     Ok(())
 }
+
+/// `chatd chat new --subagents` offers the agent tools; the model's
+/// `spawn_agent` child is listed by `chatd chat children` with its status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_with_subagents_spawns_a_child_that_children_lists_with_its_status()
+-> anyhow::Result<()> {
+    let setup = setup().await?;
+    setup.llm.set_default_fn(|request| {
+        let first_user = request.body["messages"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["role"] == "user"))
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default();
+        if first_user.contains("CHILD:") {
+            Script::text("child done")
+        } else if request.trailing_tool_results().is_empty() {
+            Script::new().tool_call(
+                "call_spawn",
+                "spawn_agent",
+                r#"{"prompt": "CHILD: look it up", "title": "Looker"}"#,
+                1,
+            )
+        } else {
+            Script::text("parent done")
+        }
+    });
+    let url = setup.server.url();
+    let (code, stdout, stderr) = output(cli(
+        &url,
+        &["new", "--subagents", "--title", "Lead", "delegate this"],
+    ))
+    .await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert!(stdout.contains("parent done"), "stdout: {stdout:?}");
+    let parent = chat_id(&stderr)?;
+    let offered: Vec<Value> = setup
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| !is_title_request(r) && r.body["tools"].is_array())
+        .map(|r| r.body["tools"][0]["function"]["name"].clone())
+        .collect();
+    assert!(offered.contains(&json!("spawn_agent")), "{offered:?}");
+
+    let (code, stdout, stderr) =
+        output(cli(&url, &["children", &parent.to_string(), "--json"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let kids: Vec<Value> = serde_json::from_str(&stdout)?;
+    assert_eq!(kids.len(), 1, "{stdout}");
+    let child: Uuid = kids[0]["id"].as_str().context("child id")?.parse()?;
+    assert_eq!(kids[0]["parent_chat_id"], parent.to_string());
+    wait_status(&setup.server, child, "waiting").await?;
+
+    let (code, stdout, stderr) = output(cli(&url, &["children", &parent.to_string()])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout:?}");
+    let columns: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(columns[0], child.to_string());
+    assert_eq!(columns[1], "waiting", "{stdout}");
+    assert!(lines[0].ends_with("  Looker"), "{stdout}");
+    // The default list shows the parent, not the child.
+    let (_, stdout, _) = output(cli(&url, &["list"])).await?;
+    assert!(stdout.contains(&parent.to_string()) && !stdout.contains(&child.to_string()));
+    Ok(())
+}
