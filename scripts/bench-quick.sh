@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 export CHATD_TEST_DATABASE_URL="${CHATD_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 
 transitions_floor="--min-ratio 0.25"
-worker_floors="--min-ratio 1=0.12,10=0.12,100=0.12,stream=0.45"
+worker_floors="--min-ratio 1=0.15,10=0.15,100=0.3,stream=0.45"
 if [ "${CHATD_BENCH_FLOORS:-}" = "off" ]; then
   transitions_floor=""
   worker_floors=""
