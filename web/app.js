@@ -924,7 +924,7 @@ function buildComposer({ newChat }) {
   const model = h('select', { id: modelId, testid: modelId, class: 'model-select' });
   const pastes = h('div', { class: 'pasted-blocks', testid: 'pasted-blocks' });
   const attachments = h('ul', { class: 'attachments', testid: 'attachments', 'aria-label': 'Attached files', hidden: true });
-  const fileInput = h('input', { type: 'file', multiple: true, class: 'sr-only', testid: 'file-input', tabindex: '-1', 'aria-hidden': 'true' });
+  const fileInput = h('input', { type: 'file', multiple: true, class: 'sr-only', testid: 'file-input', tabindex: '-1', 'aria-hidden': 'true', 'aria-label': 'Attach files' });
   const attach = h('button', {
     type: 'button',
     class: 'btn btn-quiet',

@@ -296,7 +296,9 @@ pub async fn select_facts(
 }
 
 /// Inserts the row of a new chat at `snapshot_version = 1` with `status`
-/// and the metadata of `input` (title default [`crate::DEFAULT_CHAT_TITLE`]); `root_chat_id` is the root of the parent's family.
+/// and the metadata of `input` (title default [`crate::DEFAULT_CHAT_TITLE`]);
+/// `root_chat_id` is the root of the parent's family and `depth` the new
+/// chat's depth in it (0 for a root; API.md "Sub-agents and plan mode").
 ///
 /// # Example
 ///
@@ -313,7 +315,7 @@ pub async fn select_facts(
 ///     ..Default::default()
 /// };
 /// let mut tx = pool.begin().await?;
-/// chats::insert(&mut tx, id, None, ChatStatus::Waiting, &input).await?;
+/// chats::insert(&mut tx, id, None, 0, ChatStatus::Waiting, &input).await?;
 /// let row = chats::select(&mut *tx, id, LockMode::None).await?.expect("inserted");
 /// assert_eq!((row.title.as_str(), row.snapshot_version), ("Plans", 1));
 /// tx.rollback().await?; // Store::create_chat inserts the history in the same transaction
