@@ -524,30 +524,21 @@ async fn decide(
     decision: &Decision,
     no_watch: bool,
 ) -> anyhow::Result<ExitCode> {
-    let before = if no_watch {
-        0
-    } else {
-        client.newest_message_id(chat).await?
-    };
-    let body = decision_body(calls, decision);
-    let _: client::Chat = client
-        .call(
-            Method::POST,
-            &format!("/chats/{chat}/tool-results"),
-            Some(&body),
-        )
-        .await?;
     let verb = if decision.approved {
         "approved"
     } else {
         "denied"
     };
-    eprintln!("{verb} {} tool call(s)", calls.len());
-    if no_watch {
-        return Ok(ExitCode::SUCCESS);
-    }
-    let renderer = reply_renderer(None, chat, hint_url).with_own_message(before);
-    follow(client, chat, before, renderer, Until::Idle).await
+    let sent = format!("{verb} {} tool call(s)", calls.len());
+    post_tool_results(
+        client,
+        chat,
+        hint_url,
+        &decision_body(calls, decision),
+        &sent,
+        no_watch,
+    )
+    .await
 }
 
 /// The body of `POST /chats/{chat}/tool-results` answering each of `calls`
@@ -839,6 +830,29 @@ async fn tool_results(
     errors: &[ToolOutput],
     no_watch: bool,
 ) -> anyhow::Result<ExitCode> {
+    let sent = format!("sent {} tool result(s)", results.len() + errors.len());
+    post_tool_results(
+        client,
+        chat,
+        hint_url,
+        &tool_results_body(results, errors),
+        &sent,
+        no_watch,
+    )
+    .await
+}
+
+/// Posts `body` to `POST /chats/{chat}/tool-results`, prints `sent` to
+/// stderr and, unless `no_watch`, streams the continuation until the chat
+/// is idle (`tool-results`, `approve` and `deny`).
+async fn post_tool_results(
+    client: &Client,
+    chat: &str,
+    hint_url: Option<&str>,
+    body: &Value,
+    sent: &str,
+    no_watch: bool,
+) -> anyhow::Result<ExitCode> {
     // The continuation (the committed results, then the model's reply) is
     // what follows the newest message now: earlier messages, the tool call
     // included, are not printed again.
@@ -847,15 +861,14 @@ async fn tool_results(
     } else {
         client.newest_message_id(chat).await?
     };
-    let body = tool_results_body(results, errors);
     let _: client::Chat = client
         .call(
             Method::POST,
             &format!("/chats/{chat}/tool-results"),
-            Some(&body),
+            Some(body),
         )
         .await?;
-    eprintln!("sent {} tool result(s)", results.len() + errors.len());
+    eprintln!("{sent}");
     if no_watch {
         return Ok(ExitCode::SUCCESS);
     }
