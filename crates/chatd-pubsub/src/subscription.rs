@@ -2,8 +2,8 @@
 //! fan-out (`Hub`) that both implementations share
 //! (`spec/chatd-architecture.md`, "Pubsub").
 //!
-//! A `Hub` maps each channel with at least one local subscriber to a bounded
-//! `tokio::sync::broadcast` channel. Invariants:
+//! A `Hub` maps each channel with at least one local subscriber to the
+//! queues of its subscribers. Invariants:
 //!
 //! - an entry exists exactly while its subscriber count is positive; when the
 //!   last [`Subscription`] of a channel is dropped the entry is removed and
@@ -11,19 +11,23 @@
 //!   `UNLISTEN`), under the hub lock so hooks observe subscribe/unsubscribe in
 //!   the order they happened;
 //! - a subscriber that falls more than its buffer behind receives
-//!   [`PubsubEvent::Reconnected`] instead of silently losing messages;
+//!   [`PubsubEvent::Reconnected`] instead of silently losing messages, then
+//!   the most recent events its buffer held;
 //! - after `Hub::close` every subscription drains what it had buffered and
 //!   then yields `None`.
+//!
+//! Each subscriber's queue grows with what it holds, up to the capacity, and
+//! allocates nothing while empty: an idle subscription costs a few hundred
+//! bytes, not a ring of `capacity` slots (issue 15: a replica holds a
+//! `chat:update` subscription for every running chat).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
 use futures::future::BoxFuture;
-use tokio::sync::broadcast::{self, error::RecvError};
-use tokio_util::sync::ReusableBoxFuture;
 
 use crate::error::PubsubError;
 use crate::publisher::Publisher;
@@ -69,14 +73,6 @@ impl<P: Pubsub + ?Sized> Pubsub for Arc<P> {
     }
 }
 
-type RecvFuture = ReusableBoxFuture<
-    'static,
-    (
-        Result<PubsubEvent, RecvError>,
-        broadcast::Receiver<PubsubEvent>,
-    ),
->;
-
 /// A live subscription to one channel.
 ///
 /// Receive with [`Subscription::recv`] or as a [`Stream`]. Dropping it
@@ -85,7 +81,9 @@ type RecvFuture = ReusableBoxFuture<
 pub struct Subscription {
     channel: String,
     hub: Arc<Hub>,
-    next: RecvFuture,
+    /// This subscription's number in its hub.
+    id: u64,
+    queue: Arc<Queue>,
     done: bool,
 }
 
@@ -105,18 +103,77 @@ impl Subscription {
         if self.done {
             return Poll::Ready(None);
         }
-        let (result, receiver) = ready!(self.next.poll(cx));
-        self.next.set(recv_owned(receiver));
-        match result {
-            Ok(event) => Poll::Ready(Some(event)),
-            Err(RecvError::Lagged(skipped)) => {
-                tracing::debug!(channel = %self.channel, skipped, "pubsub subscriber lagged");
-                Poll::Ready(Some(PubsubEvent::Reconnected))
+        let mut state = self.queue.lock();
+        if let Some(skipped) = state.lagged.take() {
+            tracing::debug!(channel = %self.channel, skipped, "pubsub subscriber lagged");
+            return Poll::Ready(Some(PubsubEvent::Reconnected));
+        }
+        if let Some(event) = state.events.pop_front() {
+            if state.events.is_empty() && state.events.capacity() > SHRINK_ABOVE {
+                state.events.shrink_to(SHRINK_ABOVE);
             }
-            Err(RecvError::Closed) => {
-                self.done = true;
-                Poll::Ready(None)
+            return Poll::Ready(Some(event));
+        }
+        if state.closed {
+            drop(state);
+            self.done = true;
+            return Poll::Ready(None);
+        }
+        match &state.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            _ => state.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+/// An emptied queue keeps at most this many slots allocated.
+const SHRINK_ABOVE: usize = 8;
+
+/// One subscriber's buffered events.
+#[derive(Default)]
+struct Queue(Mutex<QueueState>);
+
+#[derive(Default)]
+struct QueueState {
+    events: VecDeque<PubsubEvent>,
+    /// Events dropped since the subscriber last received: it gets
+    /// [`PubsubEvent::Reconnected`] next.
+    lagged: Option<u64>,
+    /// The hub closed: drain, then end.
+    closed: bool,
+    waker: Option<Waker>,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Appends `event`, dropping the oldest one when `capacity` are held.
+    fn push(&self, event: PubsubEvent, capacity: usize) {
+        let waker = {
+            let mut state = self.lock();
+            if state.events.len() >= capacity {
+                state.events.pop_front();
+                *state.lagged.get_or_insert(0) += 1;
             }
+            state.events.push_back(event);
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn close(&self) {
+        let waker = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
         }
     }
 }
@@ -131,7 +188,7 @@ impl Stream for Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.hub.release(&self.channel);
+        self.hub.release(&self.channel, self.id);
     }
 }
 
@@ -142,16 +199,6 @@ impl std::fmt::Debug for Subscription {
             .field("done", &self.done)
             .finish_non_exhaustive()
     }
-}
-
-async fn recv_owned(
-    mut receiver: broadcast::Receiver<PubsubEvent>,
-) -> (
-    Result<PubsubEvent, RecvError>,
-    broadcast::Receiver<PubsubEvent>,
-) {
-    let result = receiver.recv().await;
-    (result, receiver)
 }
 
 /// Called, under the hub lock, with a channel whose last subscriber left.
@@ -166,12 +213,14 @@ pub(crate) struct Hub {
 
 struct HubState {
     closed: bool,
+    /// The number of the next subscription.
+    next_id: u64,
     channels: HashMap<String, HubChannel>,
 }
 
 struct HubChannel {
-    sender: broadcast::Sender<PubsubEvent>,
-    subscribers: usize,
+    /// The queue of every live subscription, by subscription number.
+    queues: Vec<(u64, Arc<Queue>)>,
 }
 
 impl Hub {
@@ -180,6 +229,7 @@ impl Hub {
         Self {
             state: Mutex::new(HubState {
                 closed: false,
+                next_id: 0,
                 channels: HashMap::new(),
             }),
             capacity: capacity.max(1),
@@ -190,25 +240,27 @@ impl Hub {
     /// Registers a subscriber on `channel`; it receives every event delivered
     /// from now on.
     pub(crate) fn subscribe(self: &Arc<Self>, channel: &str) -> Result<Subscription, PubsubError> {
-        let receiver = {
+        let queue = Arc::new(Queue::default());
+        let id = {
             let mut state = self.lock();
             if state.closed {
                 return Err(PubsubError::Closed);
             }
-            let entry = state
+            let id = state.next_id;
+            state.next_id += 1;
+            state
                 .channels
                 .entry(channel.to_owned())
-                .or_insert_with(|| HubChannel {
-                    sender: broadcast::channel(self.capacity).0,
-                    subscribers: 0,
-                });
-            entry.subscribers += 1;
-            entry.sender.subscribe()
+                .or_insert_with(|| HubChannel { queues: Vec::new() })
+                .queues
+                .push((id, queue.clone()));
+            id
         };
         Ok(Subscription {
             channel: channel.to_owned(),
             hub: Arc::clone(self),
-            next: ReusableBoxFuture::new(recv_owned(receiver)),
+            id,
+            queue,
             done: false,
         })
     }
@@ -217,17 +269,22 @@ impl Hub {
     /// subscribers it reached.
     pub(crate) fn deliver(&self, channel: &str, event: PubsubEvent) -> usize {
         let state = self.lock();
-        state
-            .channels
-            .get(channel)
-            .map_or(0, |entry| entry.sender.send(event).unwrap_or(0))
+        let Some(entry) = state.channels.get(channel) else {
+            return 0;
+        };
+        for (_, queue) in &entry.queues {
+            queue.push(event.clone(), self.capacity);
+        }
+        entry.queues.len()
     }
 
     /// Delivers `event` to every subscriber of every channel.
     pub(crate) fn deliver_all(&self, event: &PubsubEvent) {
         let state = self.lock();
         for entry in state.channels.values() {
-            let _ = entry.sender.send(event.clone());
+            for (_, queue) in &entry.queues {
+                queue.push(event.clone(), self.capacity);
+            }
         }
     }
 
@@ -236,7 +293,7 @@ impl Hub {
         self.lock()
             .channels
             .get(channel)
-            .map_or(0, |entry| entry.subscribers)
+            .map_or(0, |entry| entry.queues.len())
     }
 
     /// Whether [`Hub::close`] was called.
@@ -252,17 +309,20 @@ impl Hub {
             state.closed = true;
             std::mem::take(&mut state.channels)
         };
-        // Dropping the senders is what makes receivers yield `Closed`.
-        drop(channels);
+        for entry in channels.values() {
+            for (_, queue) in &entry.queues {
+                queue.close();
+            }
+        }
     }
 
-    fn release(&self, channel: &str) {
+    fn release(&self, channel: &str, id: u64) {
         let mut state = self.lock();
         let Some(entry) = state.channels.get_mut(channel) else {
             return;
         };
-        entry.subscribers -= 1;
-        if entry.subscribers == 0 {
+        entry.queues.retain(|(queue_id, _)| *queue_id != id);
+        if entry.queues.is_empty() {
             state.channels.remove(channel);
             if let Some(hook) = &self.on_last_unsubscribe {
                 hook(channel);

@@ -138,3 +138,73 @@ async fn memory_pubsub_works_behind_a_dyn_pubsub_and_its_handles_are_send_and_sy
 
     assert_eq!(next_message(&mut subscription).await, "from a task");
 }
+
+/// Races the hub's per-subscriber queues: publishers on several threads,
+/// subscribers receiving on others, and subscriptions to the same channel
+/// opened and dropped meanwhile. Every subscription that existed before the
+/// publishing started receives every message exactly once, each publisher's
+/// in order; the churning ones never break delivery; and the channel's
+/// entry is gone once the last subscription is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_fan_out_races_subscribe_and_drop_without_loss_or_duplicates() {
+    const PUBLISHERS: usize = 4;
+    const PER_PUBLISHER: usize = 500;
+    let pubsub = MemoryPubsub::with_capacity(PUBLISHERS * PER_PUBLISHER);
+    let channel = "chat:update:race";
+    let mut receivers = Vec::new();
+    for _ in 0..3 {
+        let mut subscription = pubsub.subscribe(channel).await.unwrap();
+        receivers.push(tokio::spawn(async move {
+            let mut next = [0usize; PUBLISHERS];
+            for _ in 0..PUBLISHERS * PER_PUBLISHER {
+                let payload = match next_event(&mut subscription).await {
+                    PubsubEvent::Message(payload) => String::from_utf8(payload).unwrap(),
+                    PubsubEvent::Reconnected => panic!("lagged within its capacity"),
+                };
+                let (publisher, n) = payload.split_once(':').unwrap();
+                let (publisher, n): (usize, usize) =
+                    (publisher.parse().unwrap(), n.parse().unwrap());
+                assert_eq!(n, next[publisher], "publisher {publisher} out of order");
+                next[publisher] += 1;
+            }
+            subscription
+        }));
+    }
+    let churn = {
+        let pubsub = pubsub.clone();
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                let subscription = pubsub.subscribe(channel).await.unwrap();
+                tokio::task::yield_now().await;
+                drop(subscription);
+            }
+        })
+    };
+    let mut publishers = Vec::new();
+    for publisher in 0..PUBLISHERS {
+        let pubsub = pubsub.clone();
+        publishers.push(tokio::spawn(async move {
+            for n in 0..PER_PUBLISHER {
+                pubsub
+                    .publish(channel, format!("{publisher}:{n}").as_bytes())
+                    .unwrap();
+                if n % 50 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    for task in publishers {
+        task.await.unwrap();
+    }
+    churn.await.unwrap();
+    let mut subscriptions = Vec::new();
+    for task in receivers {
+        let mut subscription = task.await.unwrap();
+        assert_quiet(&mut subscription).await;
+        subscriptions.push(subscription);
+    }
+    assert_eq!(pubsub.subscriber_count(channel), 3);
+    drop(subscriptions);
+    assert_eq!(pubsub.subscriber_count(channel), 0);
+}
