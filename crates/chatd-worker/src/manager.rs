@@ -256,9 +256,10 @@ impl DatabaseSync {
                         rows.iter().map(|c| (c.id, c)).collect();
                     for id in ids {
                         match found.get(&id) {
-                            Some(chat) => self
-                                .registry
-                                .send(id, RunnerInput::Snapshot(ChatSnapshot::from(*chat))),
+                            Some(chat) => self.registry.send(
+                                id,
+                                RunnerInput::Snapshot(Box::new(ChatSnapshot::from(*chat))),
+                            ),
                             None => self.registry.send(id, RunnerInput::Deleted),
                         }
                     }

@@ -76,7 +76,9 @@ impl From<&ChatUpdate> for ChatSnapshot {
 #[derive(Debug, Clone)]
 pub enum RunnerInput {
     /// A (possibly stale, duplicated or reordered) view of the chat row.
-    Snapshot(ChatSnapshot),
+    /// Boxed: the runner's input channel allocates its slots 32 at a time,
+    /// each the size of this enum (memory per running chat, issue 15).
+    Snapshot(Box<ChatSnapshot>),
     /// The chat was deleted: clean up.
     Deleted,
     /// Notifications may have been lost: read the row again.
@@ -178,7 +180,7 @@ impl Runner {
                 biased;
                 _ = cancel.cancelled() => break,
                 input = self.inputs.recv() => match input {
-                    Some(RunnerInput::Snapshot(snapshot)) => self.process(snapshot),
+                    Some(RunnerInput::Snapshot(snapshot)) => self.process(*snapshot),
                     Some(RunnerInput::Refetch) => {
                         tokio::spawn(refetch(self.key, self.ctx.clone(), self.input_tx.clone()));
                     }
@@ -338,7 +340,7 @@ async fn bootstrap(
         };
         let input = match event {
             Some(PubsubEvent::Message(payload)) => match ChatUpdate::from_payload(&payload) {
-                Ok(update) => RunnerInput::Snapshot(ChatSnapshot::from(&update)),
+                Ok(update) => RunnerInput::Snapshot(Box::new(ChatSnapshot::from(&update))),
                 Err(err) => {
                     tracing::warn!(chat_id = %key.chat_id, error = %err, "ignoring a malformed chat:update payload");
                     continue;
@@ -370,7 +372,7 @@ async fn refetch(
         .await;
         match row {
             Ok(Some(chat)) => {
-                let _ = inputs.send(RunnerInput::Snapshot(ChatSnapshot::from(&chat)));
+                let _ = inputs.send(RunnerInput::Snapshot(Box::new(ChatSnapshot::from(&chat))));
                 return;
             }
             Ok(None) => {

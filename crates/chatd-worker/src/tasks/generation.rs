@@ -54,10 +54,10 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
         generate_titles: config.generate_titles,
     });
     match next {
-        Plan::FinishTurn => commit::finish_turn(task).await,
-        Plan::EnterRequiresAction => commit::enter_requires_action(task).await,
+        Plan::FinishTurn => Box::pin(commit::finish_turn(task)).await,
+        Plan::EnterRequiresAction => Box::pin(commit::enter_requires_action(task)).await,
         Plan::AnswerOutstanding(outstanding) => {
-            answer_outstanding(task, &loaded, outstanding).await
+            Box::pin(answer_outstanding(task, &loaded, outstanding)).await
         }
         Plan::StepLimit => {
             let error = ChatError::new(
@@ -68,14 +68,24 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
                 ),
                 false,
             );
-            commit::finish_error(task, "ending the turn at the step limit", error).await
+            Box::pin(commit::finish_error(
+                task,
+                "ending the turn at the step limit",
+                error,
+            ))
+            .await
         }
         Plan::NoModel(message) => {
             let error = ChatError::new(ChatErrorKind::InvalidRequest, message, false);
-            commit::finish_error(task, "ending the turn without a model", error).await
+            Box::pin(commit::finish_error(
+                task,
+                "ending the turn without a model",
+                error,
+            ))
+            .await
         }
         Plan::Call(call) if call.compaction => {
-            compact(task, &loaded, *call, Mode::Manual, None).await
+            Box::pin(compact(task, &loaded, *call, Mode::Manual, None)).await
         }
         Plan::Call(call) => {
             let mut call = *call;
@@ -107,14 +117,14 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
                 && compaction::select(&loaded.history, keep, call.context_limit, Mode::Auto)
                     .is_some()
             {
-                return compact(task, &loaded, call, Mode::Auto, None).await;
+                return Box::pin(compact(task, &loaded, call, Mode::Auto, None)).await;
             }
             if measure.does_not_fit() {
-                return commit::finish_error(
+                return Box::pin(commit::finish_error(
                     task,
                     "ending a turn whose prompt does not fit",
                     does_not_fit(&measure, None),
-                )
+                ))
                 .await;
             }
             call_model(task, &loaded, call, &router, measure).await
@@ -180,7 +190,12 @@ async fn compact(
         }
         let measure = compaction::measure(&call, &loaded.history);
         let error = does_not_fit(&measure, cause.as_ref());
-        return commit::finish_error(task, "ending a turn with nothing to compact", error).await;
+        return Box::pin(commit::finish_error(
+            task,
+            "ending a turn with nothing to compact",
+            error,
+        ))
+        .await;
     };
     let mut invalid_summary = None;
     let mut invalid_summaries = 0;
@@ -192,11 +207,11 @@ async fn compact(
             .await?;
         if let Some(error) = attempts_spent(attempt, config) {
             let error = invalid_summary.take().unwrap_or(error);
-            return commit::finish_error(
+            return Box::pin(commit::finish_error(
                 task,
                 "ending the turn after too many compaction attempts",
                 error,
-            )
+            ))
             .await;
         }
         let started = Instant::now();
@@ -239,16 +254,16 @@ async fn compact(
         match failure {
             AfterFailure::Retry { state, delay } => {
                 tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "compaction failed; retrying");
-                back_off(task, state, delay).await?;
+                Box::pin(back_off(task, state, delay)).await?;
             }
             AfterFailure::Fail(error) => {
                 tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "compaction failed; ending the turn");
                 let error = invalid_summary.take().unwrap_or(error);
-                return commit::finish_error(
+                return Box::pin(commit::finish_error(
                     task,
                     "ending the turn after a failed compaction",
                     error,
-                )
+                ))
                 .await;
             }
         }
@@ -387,7 +402,7 @@ async fn answer_outstanding(
     if step.results.is_empty() && step.spawns.is_empty() {
         // Every call waits for the client (a call needing approval that
         // nobody decided on yet): a step of no rows cannot be committed.
-        return commit::enter_requires_action(task).await;
+        return Box::pin(commit::enter_requires_action(task)).await;
     }
     commit::commit_step_spawning(
         task,
@@ -428,14 +443,19 @@ async fn call_model(
 ) -> TaskResult<()> {
     let config = &task.ctx.config;
     loop {
-        let attempt = task
-            .transition("recording a generation attempt", |tx, _| {
-                Box::pin(async move { tx.record_generation_attempt().await })
-            })
-            .await?;
+        // Boxed: only the stream's own state stays in this future while
+        // the model answers.
+        let attempt = Box::pin(task.transition("recording a generation attempt", |tx, _| {
+            Box::pin(async move { tx.record_generation_attempt().await })
+        }))
+        .await?;
         if let Some(error) = attempts_spent(attempt, config) {
-            return commit::finish_error(task, "ending the turn after too many attempts", error)
-                .await;
+            return Box::pin(commit::finish_error(
+                task,
+                "ending the turn after too many attempts",
+                error,
+            ))
+            .await;
         }
         task.hop(Hop::AttemptRecorded);
         let episode = OpenEpisode::create(&task.ctx.parts, task.episode(attempt));
@@ -453,7 +473,10 @@ async fn call_model(
                     .cancellable(run_tools(task, router, &response, &episode))
                     .await?;
                 drop(episode);
-                return commit::commit_response(task, &call, response, step, runtime_ms).await;
+                return Box::pin(commit::commit_response(
+                    task, &call, response, step, runtime_ms,
+                ))
+                .await;
             }
             Err(err) => err,
         };
@@ -463,20 +486,29 @@ async fn call_model(
         if overflow {
             tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "the prompt is too long for the model");
             if measure.threshold.is_some() {
-                return compact(task, loaded, call, Mode::Overflow, Some(err)).await;
+                return Box::pin(compact(task, loaded, call, Mode::Overflow, Some(err))).await;
             }
             let error = does_not_fit(&measure, Some(&err));
-            return commit::finish_error(task, "ending a turn whose prompt is too long", error)
-                .await;
+            return Box::pin(commit::finish_error(
+                task,
+                "ending a turn whose prompt is too long",
+                error,
+            ))
+            .await;
         }
         match after_failure(&err, attempt, config, chrono::Utc::now()) {
             AfterFailure::Retry { state, delay } => {
                 tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "provider call failed; retrying");
-                back_off(task, state, delay).await?;
+                Box::pin(back_off(task, state, delay)).await?;
             }
             AfterFailure::Fail(error) => {
                 tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "provider call failed; ending the turn");
-                return commit::finish_error(task, "ending the turn with an error", error).await;
+                return Box::pin(commit::finish_error(
+                    task,
+                    "ending the turn with an error",
+                    error,
+                ))
+                .await;
             }
         }
     }

@@ -72,7 +72,7 @@ type TaskResult<T> = Result<T, Exit>;
 /// Runs one task to completion.
 pub(crate) async fn run(kind: TaskKind, task: TaskContext) {
     let result = if kind == TaskKind::Abandon {
-        abandon(&task).await
+        Box::pin(abandon(&task)).await
     } else {
         let (Some(history_version), Some(status)) = (task.fence.history_version, task.fence.status)
         else {
@@ -86,9 +86,12 @@ pub(crate) async fn run(kind: TaskKind, task: TaskContext) {
             return;
         };
         match kind {
-            TaskKind::Generation => generation::generation(&task).await,
-            TaskKind::Interrupt => interrupt::interrupt(&task).await,
-            TaskKind::RequiresActionTimeout => requires_action_timeout(&task).await,
+            // Each kind's future in a box of its own size: the spawned task
+            // is not as large as the largest kind (memory per running chat,
+            // issue 15).
+            TaskKind::Generation => Box::pin(generation::generation(&task)).await,
+            TaskKind::Interrupt => Box::pin(interrupt::interrupt(&task)).await,
+            TaskKind::RequiresActionTimeout => Box::pin(requires_action_timeout(&task)).await,
             TaskKind::Abandon => unreachable!(),
         }
     };
@@ -125,7 +128,7 @@ impl TaskContext {
         // the notification.
         let _ = self
             .notify
-            .send(RunnerInput::Snapshot(ChatSnapshot::from(chat)));
+            .send(RunnerInput::Snapshot(Box::new(ChatSnapshot::from(chat))));
     }
 }
 

@@ -42,7 +42,11 @@ impl TaskContext {
             if self.cancel.is_cancelled() {
                 return Err(Exit::Cancelled);
             }
-            match self.cancellable(op()).await? {
+            // Boxed: a database operation's future (a sqlx transaction is
+            // about 10 KiB) is then not part of every task future that
+            // awaits one, for as long as that task lives (memory per
+            // running chat, issue 15).
+            match self.cancellable(Box::pin(op())).await? {
                 Ok(value) => return Ok(value),
                 Err(FenceError::Stale) => return Err(Exit::Stale),
                 Err(err) if err.is_retryable() => {
