@@ -47,6 +47,47 @@ pub use transitions::{
     SendMessageInput, SendMessageResult, ToolAnswer, ToolResultInput, validate_tool_results,
 };
 
+/// How long a pooled connection may sit idle before [`pool_options`] pings
+/// it on checkout (1 s).
+pub const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pool options every chatd pool starts from: at most
+/// `max_connections` connections, and a checkout pings a connection only
+/// when it sat idle for [`PING_IDLE_AFTER`] or longer, instead of sqlx's
+/// default of a ping on every checkout (issue 15: a turn checks a
+/// connection out about ten times, and each ping is a round trip to the
+/// server). A connection that broke while busy or within the last second
+/// fails its next statement instead; that error is a retryable
+/// `sqlx::Error::Io` for the callers' retry loops, and sqlx drops the
+/// connection.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?;
+/// let pool = chatd_store::pool_options(4).connect(db.url()).await?;
+/// assert_eq!(pool.options().get_max_connections(), 4);
+/// assert!(!pool.options().get_test_before_acquire());
+/// let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
+/// assert_eq!(one, 1);
+/// # Ok(()) }
+/// ```
+pub fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
+    use sqlx::Connection as _;
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max_connections)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IDLE_AFTER {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 /// The embedded migrations (`crates/chatd-store/migrations`).
 ///
 /// # Example

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgPool};
 
 /// The maintenance database URL tests connect to in order to create their own.
@@ -68,10 +68,7 @@ impl TestDatabase {
         conn.close().await.ok();
         let options = admin.clone().database(&name);
         let url = options.to_url_lossy().to_string();
-        let pool = PgPoolOptions::new()
-            .max_connections(20)
-            .connect_with(options)
-            .await?;
+        let pool = chatd_store::pool_options(20).connect_with(options).await?;
         Ok(Self { name, url, pool })
     }
 

@@ -52,8 +52,7 @@ impl Database {
         role: Role,
         max_connections: u32,
     ) -> anyhow::Result<Self> {
-        let pool_options = PgPoolOptions::new()
-            .max_connections(max_connections)
+        let pool_options = chatd_store::pool_options(max_connections)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(10));
         if let Some(url) = &args.postgres_url {

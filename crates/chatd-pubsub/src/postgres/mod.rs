@@ -167,9 +167,21 @@ impl PgPubsub {
         // The notifier has a connection of its own, so that publications
         // never wait behind a busy application pool (a starved NOTIFY would
         // delay every hint by the pool's acquire timeout).
+        // Pinged on checkout only after a second idle (as
+        // `chatd_store::pool_options`): a busy notifier does not pay a
+        // round trip per flush.
         let notifier_pool = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(0)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= std::time::Duration::from_secs(1) {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .acquire_timeout(options.connect_timeout)
             .connect_lazy_with(
                 (*pool.connect_options())

@@ -186,8 +186,7 @@ pub async fn delete_expired(conn: impl PgExecutor<'_>, limit: i64) -> sqlx::Resu
 /// ```
 pub fn claim_pool(pool: &sqlx::PgPool) -> sqlx::PgPool {
     let main = pool.options();
-    sqlx::postgres::PgPoolOptions::new()
-        .max_connections((main.get_max_connections() / 2).max(2))
+    crate::pool_options((main.get_max_connections() / 2).max(2))
         .min_connections(0)
         .acquire_timeout(main.get_acquire_timeout())
         .idle_timeout(Some(std::time::Duration::from_secs(60)))
