@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use chatd_core::{BusyBehavior, MessagePart};
 use chatd_pubsub::PgPubsub;
 use chatd_store::{ChatMachine, CreateChatInput, NewMessage, SendMessageInput, Store};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{AssertSqlSafe, ConnectOptions, PgPool};
 use uuid::Uuid;
 
@@ -70,8 +70,7 @@ async fn main() -> anyhow::Result<()> {
     sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
         .execute(&mut conn)
         .await?;
-    let pool = PgPoolOptions::new()
-        .max_connections(args.clients as u32 + 4)
+    let pool = chatd_store::pool_options(args.clients as u32 + 4)
         .connect_with(admin.clone().database(&name))
         .await?;
     chatd_store::migrate(&pool).await?;
@@ -89,7 +88,11 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let pubsub = PgPubsub::connect(pool.clone()).await?;
-    let store = Store::new(pool.clone(), Arc::new(pubsub.clone()));
+    let store = if std::env::var_os("BENCH_MEMORY_PUBSUB").is_some() {
+        Store::new(pool.clone(), Arc::new(chatd_pubsub::MemoryPubsub::new()))
+    } else {
+        Store::new(pool.clone(), Arc::new(pubsub.clone()))
+    };
     let rounds = args.rounds;
     let ours = run(&args, store.clone(), move |store| async move {
         machine_chat(&store, owner, rounds).await

@@ -44,10 +44,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(20)
-        .connect(db.url())
-        .await?;
+    let pool = chatd_store::pool_options(20).connect(db.url()).await?;
     let pubsub = PgPubsub::connect(pool.clone()).await?;
     let store = Store::with_config(
         pool.clone(),

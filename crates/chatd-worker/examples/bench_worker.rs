@@ -15,9 +15,12 @@
 //!    stream at once at the peak (the table's `streaming` column counts
 //!    them): the turn time against the model's own time (`streaming ratio:
 //!    chats=1000 ratio=0.91`, model time / p50 turn time) and the memory
-//!    per running chat (peak RSS growth over the idle process, divided by the number of
-//!    chats; the in-process fake LLM and its connections are included, so
-//!    this is an upper bound: `memory per running chat: chats=1000 kib=31.2`).
+//!    per running chat (peak RSS growth over the idle process, divided by the
+//!    number of chats: `memory per running chat: chats=1000 kib=31.2`). The
+//!    streaming fake LLM runs in a child process (this program started again
+//!    with `--serve-fake-llm PARTS:MS`), so the figure is the replica's own:
+//!    the worker, its runners, their model connections and the stream, with
+//!    the bench's one `chat:update` subscription per chat on top.
 //!
 //! ```text
 //! cargo run --release -p chatd-worker --example bench_worker \
@@ -95,6 +98,7 @@ struct Args {
 fn parse_args() -> anyhow::Result<Args> {
     let list = |v: String| -> Vec<usize> {
         v.split(',')
+            .filter(|n| !n.trim().is_empty())
             .map(|n| n.trim().parse().expect("a number"))
             .collect()
     };
@@ -138,6 +142,10 @@ fn parse_args() -> anyhow::Result<Args> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some("--serve-fake-llm") {
+        return serve_fake_llm(&argv.next().unwrap_or_default()).await;
+    }
     let args = parse_args()?;
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
@@ -145,10 +153,7 @@ async fn main() -> anyhow::Result<()> {
             .init();
     }
     let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(40)
-        .connect(db.url())
-        .await?;
+    let pool = chatd_store::pool_options(40).connect(db.url()).await?;
     let pubsub = PgPubsub::connect(pool.clone()).await?;
     let store = Store::with_config(
         pool.clone(),
@@ -248,7 +253,17 @@ async fn main() -> anyhow::Result<()> {
         "{:>6} {:>10} {:>10} {:>10} {:>10} {:>14}",
         "chats", "streaming", "p50 ms", "p99 ms", "max ms", "KiB per chat"
     );
-    llm.set_default(Script::text_in_parts(&"word ".repeat(50), 50, model_time / 50).usage(10, 50));
+    let streaming_llm = if args.slow.is_empty() {
+        None
+    } else {
+        let child = FakeLlmProcess::start(50, model_time / 50).await?;
+        sqlx::query("UPDATE chat_providers SET base_url = $2 WHERE id = $1")
+            .bind(provider)
+            .bind(&child.base_url)
+            .execute(&pool)
+            .await?;
+        Some(child)
+    };
     for level in args.slow.iter().copied() {
         recorder.0.lock().unwrap().clear();
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -305,6 +320,7 @@ async fn main() -> anyhow::Result<()> {
     }
     worker.shutdown().await;
     pubsub.close().await;
+    drop(streaming_llm);
 
     let mut failed = false;
     for (key, floor) in &args.floors {
@@ -551,29 +567,29 @@ impl Bench {
             let started = Instant::now();
             let message = NewMessage::user(vec![MessagePart::text(format!("turn {turn}"))])
                 .created_by(self.owner);
+            // The store calls are boxed, so that this client's task does
+            // not hold their space while it waits (memory per running chat).
             if turn == 0 {
-                self.store
-                    .create_chat(CreateChatInput {
-                        id: Some(chat_id),
-                        owner_id: self.owner,
-                        initial_messages: vec![message],
-                        ..Default::default()
-                    })
-                    .await?;
+                Box::pin(self.store.create_chat(CreateChatInput {
+                    id: Some(chat_id),
+                    owner_id: self.owner,
+                    initial_messages: vec![message],
+                    ..Default::default()
+                }))
+                .await?;
             } else {
-                self.store
-                    .machine(chat_id)
-                    .update(|tx| {
-                        Box::pin(async move {
-                            tx.send_message(SendMessageInput {
-                                message,
-                                busy_behavior: BusyBehavior::Queue,
-                                max_queue_size: None,
-                            })
-                            .await
+                let machine = self.store.machine(chat_id);
+                Box::pin(machine.update(|tx| {
+                    Box::pin(async move {
+                        tx.send_message(SendMessageInput {
+                            message,
+                            busy_behavior: BusyBehavior::Queue,
+                            max_queue_size: None,
                         })
+                        .await
                     })
-                    .await?;
+                }))
+                .await?;
             }
             let committed = Instant::now();
             loop {
@@ -596,6 +612,59 @@ impl Bench {
             });
         }
         Ok(out)
+    }
+}
+
+/// `--serve-fake-llm PARTS:MS`: the child process of [`FakeLlmProcess`].
+/// Answers every request with 50 words in `PARTS` parts, `MS` apart, usage
+/// 10/50; prints `listening on BASE_URL`; exits when its stdin closes (the
+/// parent went away).
+async fn serve_fake_llm(spec: &str) -> anyhow::Result<()> {
+    let (parts, ms) = spec
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("--serve-fake-llm PARTS:MS"))?;
+    let parts: usize = parts.parse()?;
+    let delay = Duration::from_millis(ms.parse()?);
+    let llm = FakeLlm::start().await?;
+    llm.set_default(Script::text_in_parts(&"word ".repeat(50), parts, delay).usage(10, 50));
+    println!("listening on {}", llm.base_url());
+    let mut stdin = tokio::io::stdin();
+    let mut sink = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut stdin, &mut sink).await?;
+    Ok(())
+}
+
+/// The streaming fake LLM in a child process, so that its memory is not
+/// counted as the replica's; killed on drop.
+struct FakeLlmProcess {
+    _child: tokio::process::Child,
+    base_url: String,
+}
+
+impl FakeLlmProcess {
+    async fn start(parts: usize, delay: Duration) -> anyhow::Result<Self> {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(std::env::current_exe()?)
+            .arg("--serve-fake-llm")
+            .arg(format!("{parts}:{}", delay.as_millis()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        tokio::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .await?;
+        let base_url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .ok_or_else(|| anyhow::anyhow!("the fake LLM child printed {line:?}"))?
+            .to_owned();
+        Ok(FakeLlmProcess {
+            _child: child,
+            base_url,
+        })
     }
 }
 

@@ -72,10 +72,7 @@ struct Bench {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let db = TestDatabase::new(&chatd_store::MIGRATOR).await?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(40)
-        .connect(db.url())
-        .await?;
+    let pool = chatd_store::pool_options(40).connect(db.url()).await?;
     let pubsub = PgPubsub::connect(pool.clone()).await?;
     let store = Store::with_config(
         pool.clone(),
