@@ -155,8 +155,9 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
          FROM locked WHERE chats.id = locked.id
          RETURNING chats.*,
              (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
-             (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
-              WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) AS heartbeat_age_secs,
+             CASE WHEN chats.runner_id IS NOT NULL THEN
+                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END AS heartbeat_age_secs,
              (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen";
     super::keyed::optional(conn, sql, chat_id).await
 }
@@ -183,8 +184,9 @@ pub async fn lock_and_bump_skip_locked(
          FROM locked WHERE chats.id = locked.id
          RETURNING chats.*,
              (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
-             (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
-              WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) AS heartbeat_age_secs,
+             CASE WHEN chats.runner_id IS NOT NULL THEN
+                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END AS heartbeat_age_secs,
              (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen";
     super::keyed::optional(conn, sql, chat_id).await
 }

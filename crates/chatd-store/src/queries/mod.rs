@@ -80,12 +80,15 @@ macro_rules! chat_facts_columns {
             "(SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = ",
             $c,
             ".id) AS queue_len,
-             (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
-              WHERE h.chat_id = ",
+             CASE WHEN ",
+            $c,
+            ".runner_id IS NOT NULL THEN
+                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+                  WHERE h.chat_id = ",
             $c,
             ".id AND h.runner_id = ",
             $c,
-            ".runner_id) AS heartbeat_age_secs,
+            ".runner_id) END AS heartbeat_age_secs,
              CASE WHEN ",
             $c,
             ".history_version = ",
