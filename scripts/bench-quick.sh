@@ -29,7 +29,7 @@ cargo build --workspace --examples
 status=0
 echo "== bench_transitions (quick)"
 # shellcheck disable=SC2086
-target/debug/examples/bench_transitions --chats 60 --clients 8 --rounds 3 $transitions_floor || status=1
+target/debug/examples/bench_transitions --chats 60 --clients 8 --rounds 3 --repeat 3 $transitions_floor || status=1
 echo "== bench_worker --quick"
 # shellcheck disable=SC2086
 target/debug/examples/bench_worker --quick $worker_floors || status=1
