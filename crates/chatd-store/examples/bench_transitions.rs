@@ -134,7 +134,10 @@ async fn main() -> anyhow::Result<()> {
 
     ratios.sort_by(f64::total_cmp);
     let ratio = ratios[ratios.len() / 2];
-    println!("ratio (ours / baseline): {ratio:.2} (median of {} passes)", ratios.len());
+    println!(
+        "ratio (ours / baseline): {ratio:.2} (median of {} passes)",
+        ratios.len()
+    );
     if let Some(floor) = args.min_ratio {
         if ratio < floor {
             println!("FLOOR MISSED: transitions ratio {ratio:.2} < floor {floor:.2}");
