@@ -11,8 +11,11 @@
 //!
 //! ```text
 //! cargo run --release -p chatd-store --example bench_transitions -- \
-//!     --chats 200 --clients 8 --rounds 5 [--repeat 3] [--postgres-url URL] [--min-ratio 0.5]
+//!     --chats 200 --clients 8 --rounds 5 [--repeat 3] [--postgres-url URL] [--min-ratio 0.5] \
+//!     [--side ours|raw|both]
 //! ```
+//! `--side ours` or `--side raw` runs one side alone (to profile it; no
+//! ratio).
 //! Both run alternately `--repeat` times (default 3) on chats of their own;
 //! prints transitions/s for both in each pass and the median ratio; with
 //! `--min-ratio` it
@@ -39,6 +42,9 @@ struct Args {
     repeat: usize,
     /// Exit non-zero when the ratio is below this (`--min-ratio`).
     min_ratio: Option<f64>,
+    /// Which side runs (`--side ours|raw|both`, default both): one side
+    /// alone is for profiling it (no ratio then).
+    side: String,
 }
 
 fn parse_args() -> Args {
@@ -50,6 +56,7 @@ fn parse_args() -> Args {
         rounds: 5,
         repeat: 3,
         min_ratio: None,
+        side: "both".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -61,6 +68,7 @@ fn parse_args() -> Args {
             "--rounds" => args.rounds = value.parse().expect("--rounds"),
             "--repeat" => args.repeat = value.parse::<usize>().expect("--repeat").max(1),
             "--min-ratio" => args.min_ratio = Some(value.parse().expect("--min-ratio")),
+            "--side" if ["ours", "raw", "both"].contains(&value.as_str()) => args.side = value,
             other => panic!("unknown flag {other}"),
         }
     }
@@ -106,6 +114,26 @@ async fn main() -> anyhow::Result<()> {
     // it.
     let mut ratios = Vec::new();
     for pass in 1..=args.repeat {
+        if args.side != "both" {
+            let elapsed = if args.side == "ours" {
+                run(&args, store.clone(), move |store| async move {
+                    machine_chat(&store, owner, rounds).await
+                })
+                .await?
+            } else {
+                run(&args, pool.clone(), move |pool| async move {
+                    raw_chat(&pool, owner, rounds).await
+                })
+                .await?
+            };
+            println!(
+                "pass {pass}: {} alone {:>7.0} transitions/s ({:.2} s)",
+                args.side,
+                total / elapsed.as_secs_f64(),
+                elapsed.as_secs_f64()
+            );
+            continue;
+        }
         let ours = run(&args, store.clone(), move |store| async move {
             machine_chat(&store, owner, rounds).await
         })
@@ -132,6 +160,9 @@ async fn main() -> anyhow::Result<()> {
     .execute(&mut conn)
     .await?;
 
+    if ratios.is_empty() {
+        return Ok(());
+    }
     ratios.sort_by(f64::total_cmp);
     let ratio = ratios[ratios.len() / 2];
     println!(

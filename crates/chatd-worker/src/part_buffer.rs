@@ -79,7 +79,7 @@ pub enum PartBufferError {
 }
 
 struct EpisodeState {
-    parts: Vec<Arc<StreamPart>>,
+    parts: PartLog,
     bytes: usize,
     /// Set by the first part the cap refused: every later part is refused
     /// too, so that the preview is a prefix of the answer, never one with
@@ -94,7 +94,7 @@ struct EpisodeState {
 impl EpisodeState {
     fn new() -> Self {
         Self {
-            parts: Vec::new(),
+            parts: PartLog::default(),
             bytes: 0,
             full: false,
             closed_at: None,
@@ -228,15 +228,13 @@ impl PartBuffer {
         }
         let seq = entry.parts.len() as u64 + 1;
         let part = StreamPart { seq, role, part };
-        let size = serde_json::to_vec(&part)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
+        let size = json_size(&part);
         if entry.full || entry.bytes.saturating_add(size) > max {
             entry.full = true;
             return Err(PartBufferError::EpisodeFull { max_bytes: max });
         }
         entry.bytes += size;
-        entry.parts.push(Arc::new(part));
+        entry.parts.push(part.role, part.part);
         let _ = entry.changed.send(());
         Ok(seq)
     }
@@ -251,7 +249,7 @@ impl PartBuffer {
             .episodes
             .get(&episode)
             .ok_or(PartBufferError::EpisodeNotFound)?;
-        Ok(entry.parts.iter().map(|p| (**p).clone()).collect())
+        Ok(entry.parts.range(0))
     }
 
     /// Whether the episode exists and is closed.
@@ -321,10 +319,7 @@ impl PartBuffer {
                 let Some(entry) = state.episodes.get(&episode) else {
                     return;
                 };
-                (
-                    entry.parts[next.min(entry.parts.len())..].to_vec(),
-                    entry.closed_at.is_some(),
-                )
+                (entry.parts.range(next), entry.closed_at.is_some())
             };
             for part in batch {
                 // Room first: a part the receiver made room for just now is
@@ -341,7 +336,7 @@ impl PartBuffer {
                         return;
                     }
                 };
-                permit.send((*part).clone());
+                permit.send(part);
                 unread.sent();
                 next += 1;
             }
@@ -403,6 +398,136 @@ impl PartBuffer {
         let mut state = self.lock();
         state.episodes.clear();
         state.pending.clear();
+    }
+}
+
+/// The JSON size of `part` in bytes, counted without building the JSON.
+fn json_size(part: &StreamPart) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, part) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// The parts of one episode, stored compactly (issue 15, memory per
+/// running chat): the text of text and reasoning deltas back to back in one
+/// string, one small slot per part, and only the other parts (tool calls
+/// and results) as [`PartDelta`] values. A streamed answer is mostly many
+/// small text deltas; held as a `StreamPart` each, every one took two
+/// allocations (about 130 bytes for a word of text). Parts are rebuilt, in
+/// `seq` order and unchanged, when they are read.
+#[derive(Default)]
+struct PartLog {
+    /// The text of every text and reasoning delta, in `seq` order.
+    text: String,
+    /// One per part, in `seq` order (part `seq` is `slots[seq - 1]`).
+    slots: Vec<Slot>,
+    /// The parts that are neither text nor reasoning, in `seq` order.
+    others: Vec<PartDelta>,
+}
+
+/// Where one part of a [`PartLog`] is, and the role of its message.
+#[derive(Clone, Copy)]
+struct Slot {
+    role: ChatRole,
+    kind: SlotKind,
+    /// Text and reasoning: where the delta starts in `PartLog::text`.
+    /// Others: the index in `PartLog::others`.
+    at: u32,
+    /// Text and reasoning: where the delta ends in `PartLog::text`.
+    end: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    Text,
+    Reasoning,
+    Other,
+}
+
+impl PartLog {
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn push(&mut self, role: ChatRole, part: PartDelta) {
+        let slot = match part {
+            PartDelta::Text { text } => self.push_text(role, SlotKind::Text, text),
+            PartDelta::Reasoning { text } => self.push_text(role, SlotKind::Reasoning, text),
+            part => Err(part),
+        };
+        let slot = slot.unwrap_or_else(|part| {
+            self.others.push(part);
+            Slot {
+                role,
+                kind: SlotKind::Other,
+                at: u32::try_from(self.others.len() - 1).unwrap_or(u32::MAX),
+                end: 0,
+            }
+        });
+        self.slots.push(slot);
+    }
+
+    /// Appends a delta's text; gives the part back when its position would
+    /// not fit a `u32` (only with an episode cap above 4 GiB), to be stored
+    /// as it is.
+    fn push_text(
+        &mut self,
+        role: ChatRole,
+        kind: SlotKind,
+        text: String,
+    ) -> Result<Slot, PartDelta> {
+        let (Ok(at), Ok(end)) = (
+            u32::try_from(self.text.len()),
+            u32::try_from(self.text.len() + text.len()),
+        ) else {
+            return Err(match kind {
+                SlotKind::Reasoning => PartDelta::Reasoning { text },
+                _ => PartDelta::Text { text },
+            });
+        };
+        self.text.push_str(&text);
+        Ok(Slot {
+            role,
+            kind,
+            at,
+            end,
+        })
+    }
+
+    /// Part `index` (0-based; its `seq` is `index + 1`).
+    fn get(&self, index: usize) -> StreamPart {
+        let slot = self.slots[index];
+        let text = || self.text[slot.at as usize..slot.end as usize].to_owned();
+        let part = match slot.kind {
+            SlotKind::Text => PartDelta::Text { text: text() },
+            SlotKind::Reasoning => PartDelta::Reasoning { text: text() },
+            SlotKind::Other => self.others[slot.at as usize].clone(),
+        };
+        StreamPart {
+            seq: index as u64 + 1,
+            role: slot.role,
+            part,
+        }
+    }
+
+    /// The parts from index `from` (0-based) on, in `seq` order; none when
+    /// `from` is past the end.
+    fn range(&self, from: usize) -> Vec<StreamPart> {
+        (from.min(self.len())..self.len())
+            .map(|i| self.get(i))
+            .collect()
     }
 }
 
@@ -503,6 +628,71 @@ mod tests {
 
     fn buffer(config: PartBufferConfig) -> PartBuffer {
         PartBuffer::with_config(config, CancellationToken::new())
+    }
+
+    /// The compact log gives back every kind of part as it was added, in
+    /// order, with its role and `seq`, whole or from any point; and the cap
+    /// counts the same JSON size as the part's serialisation.
+    #[tokio::test]
+    async fn parts_of_every_kind_come_back_unchanged_from_the_compact_log() {
+        let b = buffer(PartBufferConfig::default());
+        b.create_episode(episode(1)).unwrap();
+        let parts = [
+            (
+                ChatRole::Assistant,
+                PartDelta::Reasoning { text: "hm".into() },
+            ),
+            (ChatRole::Assistant, text("")),
+            (ChatRole::Assistant, text("héllo ")),
+            (
+                ChatRole::Assistant,
+                PartDelta::ToolCall {
+                    tool_call_id: "c1".into(),
+                    tool_name: "t".into(),
+                    args_delta: "{\"a\":".into(),
+                },
+            ),
+            (ChatRole::Assistant, text("wörld")),
+            (
+                ChatRole::Tool,
+                PartDelta::ToolResult {
+                    tool_call_id: "c1".into(),
+                    tool_name: "t".into(),
+                    result: serde_json::json!({"ok": [1, 2]}),
+                    is_error: true,
+                },
+            ),
+            (
+                ChatRole::Assistant,
+                PartDelta::Reasoning { text: "☃".into() },
+            ),
+        ];
+        let mut expected = Vec::new();
+        let mut bytes = 0;
+        for (i, (role, part)) in parts.into_iter().enumerate() {
+            let seq = b.add_part(episode(1), role, part.clone()).unwrap();
+            assert_eq!(seq, i as u64 + 1);
+            let stored = StreamPart { seq, role, part };
+            bytes += serde_json::to_vec(&stored).unwrap().len();
+            expected.push(stored);
+        }
+        assert_eq!(b.get_parts(episode(1)).unwrap(), expected);
+        {
+            let state = b.lock();
+            let entry = &state.episodes[&episode(1)];
+            assert_eq!(entry.bytes, bytes);
+            for from in 0..=expected.len() + 1 {
+                let tail = &expected[from.min(expected.len())..];
+                assert_eq!(entry.parts.range(from), tail);
+            }
+        }
+        b.close_episode(episode(1));
+        let mut sub = b.subscribe(episode(1));
+        let mut got = Vec::new();
+        while let Some(part) = sub.recv().await {
+            got.push(part);
+        }
+        assert_eq!(got, expected);
     }
 
     #[tokio::test]

@@ -146,6 +146,24 @@ pub async fn select_for_update_to_read(
 /// # Ok(()) }
 /// ```
 pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Bumped>> {
+    // A root chat (no parent: most chats) has no family to key-share: one
+    // index lookup fewer and a plan a third the size (issue 15). The row
+    // lock is the same `FOR UPDATE`; a chat's parent and root never change,
+    // so the filter cannot change while the statement waits for the lock.
+    // A child, or a missing chat, takes the family statement below.
+    let root = "WITH locked AS (SELECT id FROM chats
+                    WHERE id = $1 AND root_chat_id IS NULL AND parent_chat_id IS NULL FOR UPDATE)
+         UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
+         FROM locked WHERE chats.id = locked.id
+         RETURNING chats.*,
+             (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
+             CASE WHEN chats.runner_id IS NOT NULL THEN
+                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END AS heartbeat_age_secs,
+             (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen";
+    if let Some(bumped) = super::keyed::optional(&mut *conn, root, chat_id).await? {
+        return Ok(Some(bumped));
+    }
     let sql = "WITH family AS (
              SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
              WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f),

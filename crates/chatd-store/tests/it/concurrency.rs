@@ -1323,3 +1323,71 @@ async fn concurrent_spawns_with_one_key_create_one_child_and_distinct_keys_one_e
     // The parent's snapshot advanced once per committed bundle.
     assert_eq!(h.chat(parent).await.snapshot_version, before + 16);
 }
+
+/// The lock of a root chat's bundle (taken by the root statement of
+/// `lock_and_bump`, issue 15) and of its children's (the family statement,
+/// key-sharing the root and the parent): a child's open bundle holds the
+/// root's off, the root's open bundle holds the child's off, and siblings
+/// run side by side; `try_begin` skips instead of waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_root_bundle_and_its_childrens_bundles_exclude_each_other_siblings_do_not() {
+    let h = Harness::new().await;
+    let root = h.create().await;
+    let mut children = Vec::new();
+    for name in ["one", "two"] {
+        let mut input = h.chat_input(Uuid::new_v4(), name);
+        input.parent_chat_id = Some(root);
+        children.push(h.store.create_chat(input).await.unwrap().chat.id);
+    }
+    let root_machine = h.store.machine(root);
+    let child_machine = h.store.machine(children[0]);
+
+    // A child's bundle is open: its sibling's begins at once, the root's
+    // waits (and `try_begin` on the root gives up).
+    let mut child_tx = child_machine.begin().await.unwrap();
+    let child_pid = backend_pid(child_tx.reader()).await;
+    let sibling = tokio::time::timeout(DEADLINE, h.store.machine(children[1]).begin())
+        .await
+        .expect("a sibling's bundle does not wait")
+        .unwrap();
+    assert!(root_machine.try_begin().await.unwrap().is_none());
+    let released = Arc::new(AtomicBool::new(false));
+    let waiting_root = spawn_update(root_machine.clone(), released.clone());
+    wait_until_blocked_by(&h, &[child_pid]).await;
+    released.store(true, Ordering::SeqCst);
+    child_tx.commit().await.unwrap();
+    sibling.commit().await.unwrap();
+    let (after_release, result) = tokio::time::timeout(DEADLINE, waiting_root)
+        .await
+        .expect("the root's bundle finished")
+        .expect("no panic");
+    assert!(
+        after_release,
+        "the root committed only after the child's bundle"
+    );
+    result.expect("the root's bundle committed");
+
+    // The root's bundle is open: the child's waits.
+    let mut root_tx = root_machine.begin().await.unwrap();
+    let root_pid = backend_pid(root_tx.reader()).await;
+    assert!(child_machine.try_begin().await.unwrap().is_none());
+    let released = Arc::new(AtomicBool::new(false));
+    let waiting_child = spawn_update(child_machine.clone(), released.clone());
+    wait_until_blocked_by(&h, &[root_pid]).await;
+    released.store(true, Ordering::SeqCst);
+    let root_committed = root_tx.commit().await.unwrap();
+    let (after_release, result) = tokio::time::timeout(DEADLINE, waiting_child)
+        .await
+        .expect("the child's bundle finished")
+        .expect("no panic");
+    assert!(
+        after_release,
+        "the child committed only after the root's bundle"
+    );
+    result.expect("the child's bundle committed");
+    // Each bundle bumped its own row once.
+    assert_eq!(
+        h.chat(root).await.snapshot_version,
+        root_committed.snapshot_version
+    );
+}
