@@ -12,8 +12,10 @@
 //! ```text
 //! cargo run --release -p chatd-store --example bench_transitions -- \
 //!     --chats 200 --clients 8 --rounds 5 [--repeat 3] [--postgres-url URL] [--min-ratio 0.5] \
-//!     [--side ours|raw|both]
+//!     [--side ours|raw|both] [--history 1]
 //! ```
+//! `--history N` starts every chat with N messages (alternately user and
+//! assistant) instead of one: the cost of a transition in a long chat.
 //! `--side ours` or `--side raw` runs one side alone (to profile it; no
 //! ratio).
 //! Both run alternately `--repeat` times (default 3) on chats of their own;
@@ -45,6 +47,8 @@ struct Args {
     /// Which side runs (`--side ours|raw|both`, default both): one side
     /// alone is for profiling it (no ratio then).
     side: String,
+    /// Messages each chat starts with (`--history`, default 1).
+    history: usize,
 }
 
 fn parse_args() -> Args {
@@ -57,6 +61,7 @@ fn parse_args() -> Args {
         repeat: 3,
         min_ratio: None,
         side: "both".into(),
+        history: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -68,6 +73,7 @@ fn parse_args() -> Args {
             "--rounds" => args.rounds = value.parse().expect("--rounds"),
             "--repeat" => args.repeat = value.parse::<usize>().expect("--repeat").max(1),
             "--min-ratio" => args.min_ratio = Some(value.parse().expect("--min-ratio")),
+            "--history" => args.history = value.parse::<usize>().expect("--history").max(1),
             "--side" if ["ours", "raw", "both"].contains(&value.as_str()) => args.side = value,
             other => panic!("unknown flag {other}"),
         }
@@ -94,7 +100,8 @@ async fn main() -> anyhow::Result<()> {
         .execute(&pool)
         .await?;
 
-    let transitions_per_chat = 1 + 4 * args.rounds;
+    // A long history (`--history`) is written by one more bundle.
+    let transitions_per_chat = 1 + 4 * args.rounds + usize::from(args.history > 1);
     let total = (args.chats * transitions_per_chat) as f64;
     println!(
         "bench_transitions: {} chats x (create + {} rounds x 4) = {} transitions, {} concurrent clients",
@@ -108,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
         Store::new(pool.clone(), Arc::new(pubsub.clone()))
     };
     let rounds = args.rounds;
+    let history = args.history;
     // Both sides run alternately, `--repeat` times, each on chats of its
     // own: the median ratio of the pairs is the figure, so that one slow
     // second of the machine (an fsync stall, a checkpoint) does not decide
@@ -117,12 +125,12 @@ async fn main() -> anyhow::Result<()> {
         if args.side != "both" {
             let elapsed = if args.side == "ours" {
                 run(&args, store.clone(), move |store| async move {
-                    machine_chat(&store, owner, rounds).await
+                    machine_chat(&store, owner, rounds, history).await
                 })
                 .await?
             } else {
                 run(&args, pool.clone(), move |pool| async move {
-                    raw_chat(&pool, owner, rounds).await
+                    raw_chat(&pool, owner, rounds, history).await
                 })
                 .await?
             };
@@ -135,11 +143,11 @@ async fn main() -> anyhow::Result<()> {
             continue;
         }
         let ours = run(&args, store.clone(), move |store| async move {
-            machine_chat(&store, owner, rounds).await
+            machine_chat(&store, owner, rounds, history).await
         })
         .await?;
         let baseline = run(&args, pool.clone(), move |pool| async move {
-            raw_chat(&pool, owner, rounds).await
+            raw_chat(&pool, owner, rounds, history).await
         })
         .await?;
         let ours_tps = total / ours.as_secs_f64();
@@ -215,7 +223,31 @@ fn text(s: &str) -> Vec<MessagePart> {
     vec![MessagePart::text(s)]
 }
 
-async fn machine_chat(store: &Store, owner: Uuid, rounds: usize) -> anyhow::Result<()> {
+/// Adds `n` messages to chat `$1` in one statement, assistant and user
+/// alternately (the last one a user message), `$2` their content: the long
+/// history of `--history`, written the same way on both sides.
+const BULK_HISTORY: &str = "INSERT INTO chat_messages (chat_id, role, content)
+     SELECT $1, CASE WHEN ($3 - g) % 2 = 0 THEN 'user' ELSE 'assistant' END, $2
+     FROM generate_series(1, $3) g";
+
+async fn bulk_history(conn: &mut sqlx::PgConnection, id: Uuid, n: usize) -> anyhow::Result<()> {
+    if n > 0 {
+        sqlx::query(BULK_HISTORY)
+            .bind(id)
+            .bind(serde_json::to_value(text("hello"))?)
+            .bind(n as i32)
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn machine_chat(
+    store: &Store,
+    owner: Uuid,
+    rounds: usize,
+    history: usize,
+) -> anyhow::Result<()> {
     let created = store
         .create_chat(CreateChatInput {
             owner_id: owner,
@@ -224,6 +256,11 @@ async fn machine_chat(store: &Store, owner: Uuid, rounds: usize) -> anyhow::Resu
         })
         .await?;
     let machine = store.machine(created.chat.id);
+    if history > 1 {
+        let mut tx = machine.begin().await?;
+        bulk_history(tx.conn(), created.chat.id, history - 1).await?;
+        tx.commit().await?;
+    }
     for round in 0..rounds {
         if round > 0 {
             send(&machine, "again").await?;
@@ -281,7 +318,7 @@ const RAW_INSERT_USER: Raw =
 const RAW_INSERT_ASSISTANT: Raw =
     Raw::Message("INSERT INTO chat_messages (chat_id, role, content) VALUES ($1, 'assistant', $2)");
 
-async fn raw_chat(pool: &PgPool, owner: Uuid, rounds: usize) -> anyhow::Result<()> {
+async fn raw_chat(pool: &PgPool, owner: Uuid, rounds: usize, history: usize) -> anyhow::Result<()> {
     let id = Uuid::new_v4();
     let content = serde_json::to_value(text("hello"))?;
     let mut tx = pool.begin().await?;
@@ -294,6 +331,19 @@ async fn raw_chat(pool: &PgPool, owner: Uuid, rounds: usize) -> anyhow::Result<(
     .await?;
     raw_statement(&mut tx, RAW_INSERT_USER, id, &content).await?;
     tx.commit().await?;
+    if history > 1 {
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT id FROM chats WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE chats SET snapshot_version = snapshot_version + 1 WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        bulk_history(&mut tx, id, history - 1).await?;
+        tx.commit().await?;
+    }
     for round in 0..rounds {
         if round > 0 {
             raw_bundle(pool, id, &content, &[RAW_INSERT_USER, RAW_RUNNING]).await?;

@@ -17,6 +17,7 @@
 //! triggers turn any out-of-band write of a message into a `history_version`
 //! change that in-flight workers would see as a fence failure.
 
+pub mod context_cache;
 pub mod error;
 pub mod machine;
 pub mod models;

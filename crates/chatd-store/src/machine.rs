@@ -99,6 +99,8 @@ pub struct Store {
     pool: PgPool,
     publisher: Arc<dyn Publisher>,
     config: Arc<StoreConfig>,
+    /// The context entries of recently changed chats (shared by clones).
+    context_cache: Arc<crate::context_cache::ContextCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -194,7 +196,32 @@ impl Store {
             pool,
             publisher,
             config: Arc::new(config),
+            context_cache: Arc::default(),
         }
+    }
+
+    /// The replica's cache of model-context entries
+    /// ([`crate::context_cache`]), shared by the clones of this store.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::MessagePart;
+    /// use chatd_store::NewMessage;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// // A committed history change leaves the chat's entries cached.
+    /// let answer = NewMessage::assistant(vec![MessagePart::text("hello")]);
+    /// let (_, committed) = store
+    ///     .machine(chat.id)
+    ///     .update(|tx| Box::pin(async move { tx.commit_step(vec![answer], false).await }))
+    ///     .await?;
+    /// assert!(store.context_cache().get(chat.id, committed.history_version).is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn context_cache(&self) -> &crate::context_cache::ContextCache {
+        &self.context_cache
     }
 
     /// The connection pool.
@@ -511,6 +538,7 @@ impl Store {
                     .ok_or(StateError::ChatNotFound)?;
             }
             let mut known = None;
+            let mut history = crate::context_cache::HistoryLog::Unknown;
             let mut ops = crate::transitions::Ops {
                 conn: &mut tx,
                 chat_id: *member,
@@ -518,6 +546,7 @@ impl Store {
                 applied: &mut applied,
                 known: &mut known,
                 landing: None,
+                history: &mut history,
             };
             let chat = queries::chats::select(&mut *ops.conn, *member, LockMode::None)
                 .await?
@@ -906,6 +935,9 @@ pub struct ChatTx {
     /// ([`ChatTx::create_child`]), flushed after the commit with the
     /// bundle's own.
     pub(crate) created: Vec<chatd_pubsub::Publication>,
+    /// The chat's context entries as far as the bundle follows them
+    /// ([`crate::context_cache`]).
+    pub(crate) history: crate::context_cache::HistoryLog,
 }
 
 impl std::fmt::Debug for ChatTx {
@@ -926,6 +958,12 @@ impl ChatTx {
     ) -> Self {
         let chat = &bumped.facts.chat;
         let (chat_id, snapshot_version) = (chat.id, chat.snapshot_version);
+        // The row is current even when the rest of the facts are not.
+        let history = crate::context_cache::HistoryLog::at(
+            &store.context_cache,
+            chat_id,
+            chat.history_version,
+        );
         Self {
             tx,
             chat_id,
@@ -934,6 +972,7 @@ impl ChatTx {
             applied: Vec::new(),
             known: bumped.current_facts(),
             created: Vec::new(),
+            history,
         }
     }
 
@@ -973,8 +1012,10 @@ impl ChatTx {
     /// # Ok(()) }
     /// ```
     pub fn conn(&mut self) -> &mut PgConnection {
-        // Anything may be written through it: read the row again next time.
+        // Anything may be written through it: read the row again next time,
+        // and the context entries at the commit.
         self.known = None;
+        self.history.forget();
         &mut self.tx
     }
 
@@ -1028,7 +1069,8 @@ impl ChatTx {
     /// What the bundle knows of the row, read now when it knows nothing.
     async fn facts(&mut self) -> StoreResult<&queries::chats::ChatFacts> {
         if self.known.is_none() {
-            let facts = queries::chats::select_facts(&mut self.tx, self.chat_id)
+            let entries = !self.history.is_known();
+            let facts = queries::chats::select_facts_with(&mut self.tx, self.chat_id, entries)
                 .await?
                 .ok_or(StateError::ChatNotFound)?;
             self.known = Some(facts);
@@ -1081,14 +1123,24 @@ impl ChatTx {
         let mut facts = self.known.take().expect("just read");
         // The history changed in this bundle (the message triggers stamp
         // `history_version` with the bumped snapshot): keep `Chat.context`.
+        // The entries are the bundle's own log when it followed every history
+        // write, else what the last statement read, else read now; once
+        // committed they are cached for the next bundle.
+        let mut cached = None;
         if facts.chat.history_version == facts.chat.snapshot_version {
-            facts.chat = match facts.take_context_entries() {
-                Some(entries) => {
-                    queries::messages::refresh_context_from(&mut self.tx, self.chat_id, &entries)
-                        .await?
-                }
-                None => queries::messages::refresh_context(&mut self.tx, self.chat_id).await?,
+            let entries = match self.history.entries() {
+                Some(entries) => entries,
+                None => match facts.take_context_entries() {
+                    Some(entries) => Arc::new(entries),
+                    None => Arc::new(
+                        queries::messages::context_entries(&mut *self.tx, self.chat_id).await?,
+                    ),
+                },
             };
+            facts.chat =
+                queries::messages::refresh_context_from(&mut self.tx, self.chat_id, &entries)
+                    .await?;
+            cached = Some((facts.chat.history_version, entries));
         }
         let chat = enqueue_publications(facts, &buffer, &self.store.config);
         for publication in &self.created {
@@ -1097,6 +1149,9 @@ impl ChatTx {
             }
         }
         commit_and_flush(self.tx, buffer).await?;
+        if let Some((version, entries)) = cached {
+            self.store.context_cache.put(self.chat_id, version, entries);
+        }
         for (transition, _, _) in &self.applied {
             record_transition(*transition, "ok");
         }
@@ -1214,6 +1269,7 @@ impl ChatTx {
             applied: &mut self.applied,
             known: &mut self.known,
             landing: None,
+            history: &mut self.history,
         }
     }
 }

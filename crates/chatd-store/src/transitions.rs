@@ -840,6 +840,9 @@ pub(crate) struct Ops<'a> {
     /// [`Ops::change`]: [`Ops::land`] checks them instead of reading the
     /// row. Any other use of the connection ([`Ops::db`]) forgets them.
     pub(crate) landing: Option<queries::chats::ChatFacts>,
+    /// [`crate::ChatTx`]'s log of its context entries: the inserts append
+    /// to it, any other history write forgets it.
+    pub(crate) history: &'a mut crate::context_cache::HistoryLog,
 }
 
 /// The connection of an [`Ops`], for any statement: forgets the facts of
@@ -861,7 +864,7 @@ impl Ops<'_> {
     async fn state(&mut self) -> StoreResult<(Option<Chat>, i64, ExecutionState)> {
         let facts = match self.known.take() {
             Some(facts) => Some(facts),
-            None => queries::chats::select_facts(db!(self), self.chat_id).await?,
+            None => self.select_facts().await?,
         };
         let Some(facts) = facts else {
             return Ok((None, 0, classify(None)));
@@ -894,7 +897,7 @@ impl Ops<'_> {
     ) -> StoreResult<ExecutionState> {
         let facts = match self.landing.take() {
             Some(facts) => Some(facts),
-            None => queries::chats::select_facts(db!(self), self.chat_id).await?,
+            None => self.select_facts().await?,
         };
         let to = match &facts {
             Some(facts) => facts.execution_state(),
@@ -912,7 +915,16 @@ impl Ops<'_> {
     }
 
     async fn insert(&mut self, message: &NewMessage) -> StoreResult<ChatMessage> {
-        Ok(queries::messages::insert(db!(self), self.chat_id, message, None).await?)
+        let row = queries::messages::insert(db!(self), self.chat_id, message, None).await?;
+        self.history.appended(&row);
+        Ok(row)
+    }
+
+    /// The row's facts, with the context entries unless the bundle knows
+    /// them ([`crate::context_cache`]).
+    async fn select_facts(&mut self) -> StoreResult<Option<queries::chats::ChatFacts>> {
+        let entries = !self.history.is_known();
+        Ok(queries::chats::select_facts_with(db!(self), self.chat_id, entries).await?)
     }
 
     /// Answers every outstanding tool call of active history with a
@@ -944,9 +956,10 @@ impl Ops<'_> {
         let mut inserted = self.answer_outstanding(reason).await?;
         let mut message = message.clone();
         message.role = Some(ChatRole::User);
-        inserted.push(
-            queries::messages::insert(db!(self), self.chat_id, &message, queued_message_id).await?,
-        );
+        let row =
+            queries::messages::insert(db!(self), self.chat_id, &message, queued_message_id).await?;
+        self.history.appended(&row);
+        inserted.push(row);
         if message.model_config_id.is_some() || message.reasoning_effort.is_some() {
             let changes = ChatChanges {
                 last_model_config_id: message.model_config_id,
@@ -991,8 +1004,10 @@ impl Ops<'_> {
     /// Writes execution-state columns; the returned facts are what
     /// [`Ops::land`] checks when nothing else touches the connection first.
     async fn change(&mut self, changes: ChatChanges) -> StoreResult<Chat> {
+        let entries = !self.history.is_known();
         let facts =
-            queries::chats::update_execution_facts(db!(self), self.chat_id, &changes).await?;
+            queries::chats::update_execution_facts_with(db!(self), self.chat_id, &changes, entries)
+                .await?;
         let chat = facts.chat.clone();
         self.landing = Some(facts);
         Ok(chat)
@@ -1116,6 +1131,7 @@ impl Ops<'_> {
         let deleted_queued_message_ids = queries::queue::clear(db!(self), self.chat_id).await?;
         let deleted_message_ids =
             queries::messages::soft_delete_from(db!(self), self.chat_id, target.id).await?;
+        self.history.forget();
         let cancellation_messages = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
         let mut replacement = input.replacement;
         replacement.role = Some(ChatRole::User);

@@ -307,11 +307,30 @@ pub async fn select_facts(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<ChatFacts>> {
-    let sql = concat!(
-        "SELECT c.*, ",
-        chat_facts_columns!("c"),
-        " FROM chats c WHERE c.id = $1"
-    );
+    select_facts_with(conn, chat_id, true).await
+}
+
+/// [`select_facts`], reading the context entries (when the history changed
+/// in this transaction) only when `entries` is set: a bundle that knows them
+/// ([`crate::context_cache`]) does not read them.
+pub(crate) async fn select_facts_with(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    entries: bool,
+) -> sqlx::Result<Option<ChatFacts>> {
+    let sql = if entries {
+        concat!(
+            "SELECT c.*, ",
+            chat_facts_columns!("c"),
+            " FROM chats c WHERE c.id = $1"
+        )
+    } else {
+        concat!(
+            "SELECT c.*, ",
+            chat_facts_columns_without_entries!("c"),
+            " FROM chats c WHERE c.id = $1"
+        )
+    };
     super::keyed::optional(conn, sql, chat_id).await
 }
 
@@ -561,6 +580,17 @@ pub async fn update_execution_facts(
     chat_id: Uuid,
     changes: &ChatChanges,
 ) -> sqlx::Result<ChatFacts> {
+    update_execution_facts_with(conn, chat_id, changes, true).await
+}
+
+/// [`update_execution_facts`], reading the context entries only when
+/// `entries` is set (as [`select_facts_with`]).
+pub(crate) async fn update_execution_facts_with(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    changes: &ChatChanges,
+    entries: bool,
+) -> sqlx::Result<ChatFacts> {
     let mut sets: Vec<String> = Vec::new();
     let mut n = 1;
     let mut next = || {
@@ -611,15 +641,17 @@ pub async fn update_execution_facts(
         sets.push("generation_attempt = 0".to_owned());
     }
     if sets.is_empty() {
-        return select_facts(conn, chat_id)
+        return select_facts_with(conn, chat_id, entries)
             .await?
             .ok_or(sqlx::Error::RowNotFound);
     }
+    let columns = if entries {
+        chat_facts_columns!("c")
+    } else {
+        chat_facts_columns_without_entries!("c")
+    };
     let sql = format!(
-        concat!(
-            "UPDATE chats c SET {} WHERE id = $1 RETURNING c.*, ",
-            chat_facts_columns!("c")
-        ),
+        "UPDATE chats c SET {} WHERE id = $1 RETURNING c.*, {columns}",
         sets.join(", ")
     );
     let mut query = sqlx::query_as::<_, ChatFacts>(AssertSqlSafe(sql)).bind(chat_id);

@@ -159,6 +159,34 @@ pub async fn context_entries(
     Ok(rows.into_iter().filter_map(EntryRow::into_entry).collect())
 }
 
+/// The context entry of a stored row, as [`context_entries`] would read it
+/// (`context_entry_columns!`); `None` for a deleted row, or one without a
+/// stored size estimate (rows written before the column existed, whose
+/// estimate the statement computes from the stored JSON text).
+pub(crate) fn entry_of(message: &ChatMessage) -> Option<ContextEntry> {
+    if message.deleted {
+        return None;
+    }
+    let usage = match (message.role, message.input_tokens) {
+        (ChatRole::Assistant, Some(input)) => Some((
+            input
+                + message.cache_read_tokens.unwrap_or(0)
+                + message.cache_creation_tokens.unwrap_or(0),
+            message.output_tokens.unwrap_or(0),
+        )),
+        _ => None,
+    };
+    Some(ContextEntry {
+        id: message.id,
+        role: message.role,
+        visibility: message.visibility,
+        compressed: message.compressed,
+        compacted_through_id: message.compacted_through_id,
+        token_estimate: message.token_estimate?,
+        usage,
+    })
+}
+
 /// One row of [`context_entries`], as the database returns it (also as
 /// JSON, in [`super::chats::ChatFacts`]).
 #[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]

@@ -77,6 +77,35 @@ macro_rules! context_entry_columns {
 macro_rules! chat_facts_columns {
     ($c:literal) => {
         concat!(
+            chat_facts_base_columns!($c),
+            ",
+             CASE WHEN ",
+            $c,
+            ".history_version = ",
+            $c,
+            ".snapshot_version THEN
+                 (SELECT COALESCE(json_agg(e ORDER BY e.id), '[]') FROM (",
+            context_candidates!(context_entry_columns!()),
+            ") e) END AS context_entries"
+        )
+    };
+}
+
+/// [`chat_facts_columns`] without the context entries (`NULL`): for a
+/// bundle that knows them already ([`crate::context_cache`]).
+macro_rules! chat_facts_columns_without_entries {
+    ($c:literal) => {
+        concat!(
+            chat_facts_base_columns!($c),
+            ", NULL::json AS context_entries"
+        )
+    };
+}
+
+/// The queue length and heartbeat age columns of [`chat_facts_columns`].
+macro_rules! chat_facts_base_columns {
+    ($c:literal) => {
+        concat!(
             "(SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = ",
             $c,
             ".id) AS queue_len,
@@ -88,15 +117,7 @@ macro_rules! chat_facts_columns {
             $c,
             ".id AND h.runner_id = ",
             $c,
-            ".runner_id) END AS heartbeat_age_secs,
-             CASE WHEN ",
-            $c,
-            ".history_version = ",
-            $c,
-            ".snapshot_version THEN
-                 (SELECT COALESCE(json_agg(e ORDER BY e.id), '[]') FROM (",
-            context_candidates!(context_entry_columns!()),
-            ") e) END AS context_entries"
+            ".runner_id) END AS heartbeat_age_secs"
         )
     };
 }

@@ -866,3 +866,169 @@ async fn family_archive_is_all_or_nothing_and_root_only() {
         .unwrap_err();
     assert_eq!(state_error(err), StateError::ChatNotFound);
 }
+
+/// `Chat.context` as a bundle commits it equals what a full read of the
+/// history computes, whether the bundle took its context entries from the
+/// replica's cache and the rows it appended (sends, steps), or read them
+/// (a compaction boundary, an edit, a clear, a cold cache; issue 15).
+#[tokio::test]
+async fn the_committed_context_equals_a_full_read_with_or_without_the_cache() {
+    use chatd_core::{Usage, Visibility};
+    use chatd_store::{Chat, NewMessage};
+
+    let h = Harness::new().await;
+    let id = h.create().await;
+    let check = |committed: Chat, what: &'static str| {
+        let h = &h;
+        async move {
+            let mut tx = h.pool().begin().await.unwrap();
+            let fresh = chatd_store::queries::messages::refresh_context(&mut tx, id)
+                .await
+                .unwrap();
+            tx.rollback().await.unwrap();
+            let fields = |c: &Chat| {
+                (
+                    c.context_tokens,
+                    c.context_estimated,
+                    c.compacted_through_message_id,
+                    c.compactions,
+                    c.context_limit,
+                )
+            };
+            assert_eq!(fields(&committed), fields(&fresh), "after {what}");
+            // The committed history's entries are cached: the next bundle
+            // starts from them.
+            assert!(
+                h.store
+                    .context_cache()
+                    .get(id, committed.history_version)
+                    .is_some(),
+                "cached after {what}"
+            );
+        }
+    };
+    let answer = |text: &str, input: i64| {
+        let mut m = assistant_text(text);
+        m.usage = Some(Usage {
+            input_tokens: input,
+            output_tokens: 9,
+            cache_read_tokens: 3,
+            ..Usage::default()
+        });
+        m
+    };
+    let step = |messages: Vec<NewMessage>| {
+        h.run(id, move |tx| {
+            Box::pin(async move {
+                tx.record_generation_attempt().await?;
+                tx.commit_step(messages, false).await
+            })
+        })
+    };
+
+    // A cold cache: the first step reads the entries.
+    let (_, chat) = step(vec![answer("first answer", 40)]).await;
+    check(chat, "a step with a cold cache").await;
+    // From the cache on: a step with a tool call and its result, a finish
+    // and a send, a step whose estimate follows the reported usage.
+    let (_, chat) = step(vec![
+        tool_call_message("call-1"),
+        NewMessage::tool(vec![MessagePart::ToolResult {
+            tool_call_id: "call-1".into(),
+            tool_name: chatd_testkit::store::DYNAMIC_TOOL.into(),
+            result: json!({"picked": "blue"}),
+            is_error: false,
+        }]),
+    ])
+    .await;
+    check(chat, "a step with a tool call").await;
+    let (_, chat) = step(vec![answer("second answer", 80)]).await;
+    check(chat, "a step from the cache").await;
+    h.run(id, |tx| Box::pin(async move { tx.finish_turn().await }))
+        .await;
+    let (_, chat) = h
+        .run(id, |tx| {
+            Box::pin(async move { tx.send_message(send("more", BusyBehavior::Queue)).await })
+        })
+        .await;
+    check(chat, "a send").await;
+    // A compaction summary: a boundary changes which rows count.
+    let through = h.active_messages(id).await.last().unwrap().id;
+    let mut summary = NewMessage::new(ChatRole::Assistant, vec![MessagePart::text("summary")]);
+    summary.visibility = Visibility::Model;
+    summary.compressed = true;
+    summary.compacted_through_id = Some(through);
+    let (_, chat) = step(vec![summary]).await;
+    check(chat, "a compaction summary").await;
+    let (_, chat) = step(vec![answer("after the summary", 30)]).await;
+    check(chat, "a step after the summary").await;
+    // An edit soft-deletes rows: the entries are read again.
+    let first_user = h
+        .active_messages(id)
+        .await
+        .into_iter()
+        .find(|m| m.role == ChatRole::User)
+        .unwrap()
+        .id;
+    let (_, chat) = h
+        .run(id, move |tx| {
+            Box::pin(async move {
+                tx.edit_message(EditMessageInput {
+                    message_id: first_user,
+                    replacement: user_text("edited"),
+                    suffix_messages: vec![],
+                })
+                .await
+            })
+        })
+        .await;
+    check(chat, "an edit").await;
+    let (_, chat) = step(vec![answer("after the edit", 20)]).await;
+    check(chat, "a step after the edit").await;
+    // A clear-context marker.
+    h.run(id, |tx| Box::pin(async move { tx.finish_turn().await }))
+        .await;
+    let (_, chat) = h
+        .run(id, |tx| {
+            Box::pin(async move {
+                let mut marker =
+                    NewMessage::new(ChatRole::System, vec![MessagePart::ContextCleared]);
+                marker.visibility = Visibility::User;
+                marker.compressed = true;
+                tx.clear_context(vec![marker]).await
+            })
+        })
+        .await;
+    check(chat, "a clear").await;
+    let (_, chat) = h
+        .run(id, |tx| {
+            Box::pin(async move { tx.send_message(send("fresh", BusyBehavior::Queue)).await })
+        })
+        .await;
+    check(chat, "a send after the clear").await;
+    // Another store (a replica with its own cache) changes the history: the
+    // first one's cached version is stale, and its next bundle reads again.
+    let other = chatd_store::Store::new(
+        h.pool().clone(),
+        std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()),
+    );
+    let (_, by_other) = other
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.record_generation_attempt().await?;
+                tx.commit_step(vec![assistant_text("from the other replica")], false)
+                    .await
+            })
+        })
+        .await
+        .unwrap();
+    assert!(
+        h.store
+            .context_cache()
+            .get(id, by_other.history_version)
+            .is_none()
+    );
+    let (_, chat) = step(vec![answer("back on the first", 50)]).await;
+    check(chat, "a step after another replica's").await;
+}
