@@ -120,10 +120,13 @@ pub(crate) enum HistoryLog {
     /// a write through `ChatTx::conn`): the commit reads the entries.
     #[default]
     Unknown,
-    /// The entries are `base` and then `appended`.
+    /// The entries are `base` and then `appended`; `refreshed` once the
+    /// row's context columns were written from them in this bundle (an
+    /// append clears it).
     Known {
         base: Arc<Vec<ContextEntry>>,
         appended: Vec<ContextEntry>,
+        refreshed: bool,
     },
 }
 
@@ -134,6 +137,7 @@ impl HistoryLog {
             Some(base) => Self::Known {
                 base,
                 appended: Vec::new(),
+                refreshed: false,
             },
             None => Self::Unknown,
         }
@@ -153,20 +157,62 @@ impl HistoryLog {
     /// ordinary one (a boundary changes which rows are candidates: the
     /// commit reads them then).
     pub(crate) fn appended(&mut self, message: &crate::models::ChatMessage) {
-        let Self::Known { appended, .. } = self else {
+        let Self::Known {
+            appended,
+            refreshed,
+            ..
+        } = self
+        else {
             return;
         };
         match crate::queries::messages::entry_of(message) {
-            Some(entry) if !entry.compressed => appended.push(entry),
+            Some(entry) if !entry.compressed => {
+                appended.push(entry);
+                *refreshed = false;
+            }
             _ => self.forget(),
+        }
+    }
+
+    /// Whether the bundle appended rows whose context the row does not
+    /// show yet (and knows the entries to compute it).
+    pub(crate) fn needs_refresh(&self) -> bool {
+        matches!(self, Self::Known { appended, refreshed: false, .. } if !appended.is_empty())
+    }
+
+    /// Whether the row's context columns were written from the current
+    /// entries in this bundle.
+    pub(crate) fn is_refreshed(&self) -> bool {
+        matches!(
+            self,
+            Self::Known {
+                refreshed: true,
+                ..
+            }
+        )
+    }
+
+    /// A write that may change what the context columns hold besides the
+    /// entries (the chat's model, whose window is `context_limit`): the
+    /// commit writes them again.
+    pub(crate) fn unrefresh(&mut self) {
+        if let Self::Known { refreshed, .. } = self {
+            *refreshed = false;
+        }
+    }
+
+    /// The row's context columns were just written from [`Self::entries`].
+    pub(crate) fn mark_refreshed(&mut self) {
+        if let Self::Known { refreshed, .. } = self {
+            *refreshed = true;
         }
     }
 
     /// The entries, when known.
     pub(crate) fn entries(&self) -> Option<Arc<Vec<ContextEntry>>> {
         match self {
-            Self::Known { base, appended } if appended.is_empty() => Some(base.clone()),
-            Self::Known { base, appended } => Some(Arc::new(
+            Self::Known { base, appended, .. } if appended.is_empty() => Some(base.clone()),
+            Self::Known { base, appended, .. } => Some(Arc::new(
                 base.iter().chain(appended.iter()).copied().collect(),
             )),
             Self::Unknown => None,

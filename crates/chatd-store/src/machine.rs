@@ -1127,7 +1127,14 @@ impl ChatTx {
         // write, else what the last statement read, else read now; once
         // committed they are cached for the next bundle.
         let mut cached = None;
-        if facts.chat.history_version == facts.chat.snapshot_version {
+        if facts.chat.history_version == facts.chat.snapshot_version && self.history.is_refreshed()
+        {
+            // The last transition's landing read wrote it already.
+            cached = Some((
+                facts.chat.history_version,
+                self.history.entries().expect("known"),
+            ));
+        } else if facts.chat.history_version == facts.chat.snapshot_version {
             let entries = match self.history.entries() {
                 Some(entries) => entries,
                 None => match facts.take_context_entries() {

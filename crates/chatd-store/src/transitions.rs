@@ -897,6 +897,16 @@ impl Ops<'_> {
     ) -> StoreResult<ExecutionState> {
         let facts = match self.landing.take() {
             Some(facts) => Some(facts),
+            // Rows appended, entries known: bring `Chat.context` up to date
+            // in the statement that reads the result.
+            None if self.history.needs_refresh() => {
+                let entries = self.history.entries().expect("known");
+                let facts =
+                    queries::messages::refresh_context_facts(db!(self), self.chat_id, &entries)
+                        .await?;
+                self.history.mark_refreshed();
+                Some(facts)
+            }
             None => self.select_facts().await?,
         };
         let to = match &facts {
@@ -967,6 +977,7 @@ impl Ops<'_> {
                 ..ChatChanges::default()
             };
             queries::chats::update_execution(db!(self), self.chat_id, &changes).await?;
+            self.history.unrefresh();
         }
         Ok(inserted)
     }
@@ -1004,6 +1015,9 @@ impl Ops<'_> {
     /// Writes execution-state columns; the returned facts are what
     /// [`Ops::land`] checks when nothing else touches the connection first.
     async fn change(&mut self, changes: ChatChanges) -> StoreResult<Chat> {
+        if changes.last_model_config_id.is_some() {
+            self.history.unrefresh();
+        }
         let entries = !self.history.is_known();
         let facts =
             queries::chats::update_execution_facts_with(db!(self), self.chat_id, &changes, entries)

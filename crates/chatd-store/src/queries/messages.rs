@@ -494,13 +494,26 @@ pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Re
     refresh_context_from(conn, chat_id, &entries).await
 }
 
-/// [`refresh_context`] from the chat's [`context_entries`] read in this
-/// transaction after its last write (by [`super::chats::ChatFacts`]).
-pub(crate) async fn refresh_context_from(
-    conn: &mut PgConnection,
-    chat_id: Uuid,
-    entries: &[ContextEntry],
-) -> sqlx::Result<Chat> {
+/// The `SET` of the context columns (`$2` tokens, `$3` estimated, `$4`
+/// the last message the newest summary covers; `$1` the chat id) that
+/// [`refresh_context_from`] and [`refresh_context_facts`] write.
+macro_rules! context_columns_set {
+    () => {
+        "UPDATE chats c SET context_tokens = $2, context_estimated = $3,
+             compacted_through_message_id = $4,
+             compactions = (SELECT count(*) FROM chat_messages
+                            WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'),
+             context_limit = (SELECT context_limit FROM chat_model_configs
+                              WHERE enabled AND (id = c.last_model_config_id OR is_default)
+                              ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)
+         WHERE id = $1 "
+    };
+}
+
+/// What the context columns hold for `entries`: the tokens and estimate
+/// flag of [`chatd_core::context::context_usage`] and the last message the
+/// newest summary covers (none after a clear-context).
+fn context_values(entries: &[ContextEntry]) -> (i64, bool, Option<i64>) {
     let order = chatd_core::context::model_context(entries);
     let ctx: Vec<&ContextEntry> = order.iter().map(|&i| &entries[i]).collect();
     let usage = chatd_core::context::context_usage(&ctx);
@@ -510,19 +523,44 @@ pub(crate) async fn refresh_context_from(
         .find(|e| e.compressed)
         .filter(|b| !b.is_clear_marker())
         .map(ContextEntry::covered_through);
-    sqlx::query_as(
-        "UPDATE chats c SET context_tokens = $2, context_estimated = $3,
-             compacted_through_message_id = $4,
-             compactions = (SELECT count(*) FROM chat_messages
-                            WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'),
-             context_limit = (SELECT context_limit FROM chat_model_configs
-                              WHERE enabled AND (id = c.last_model_config_id OR is_default)
-                              ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)
-         WHERE id = $1 RETURNING c.*",
-    )
+    (usage.tokens, usage.estimated, through)
+}
+
+/// [`refresh_context`] from the chat's [`context_entries`] read in this
+/// transaction after its last write (by [`super::chats::ChatFacts`]).
+pub(crate) async fn refresh_context_from(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    entries: &[ContextEntry],
+) -> sqlx::Result<Chat> {
+    let (tokens, estimated, through) = context_values(entries);
+    sqlx::query_as(concat!(context_columns_set!(), "RETURNING c.*"))
+        .bind(chat_id)
+        .bind(tokens)
+        .bind(estimated)
+        .bind(through)
+        .fetch_one(conn)
+        .await
+}
+
+/// [`refresh_context_from`] returning the row's facts (without the context
+/// entries, which the caller has): the read that lands a transition whose
+/// history writes the bundle followed ([`crate::context_cache`]), so that
+/// the landing check and `Chat.context` take one statement.
+pub(crate) async fn refresh_context_facts(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    entries: &[ContextEntry],
+) -> sqlx::Result<super::chats::ChatFacts> {
+    let (tokens, estimated, through) = context_values(entries);
+    sqlx::query_as(concat!(
+        context_columns_set!(),
+        "RETURNING c.*, ",
+        chat_facts_columns_without_entries!("c")
+    ))
     .bind(chat_id)
-    .bind(usage.tokens)
-    .bind(usage.estimated)
+    .bind(tokens)
+    .bind(estimated)
     .bind(through)
     .fetch_one(conn)
     .await

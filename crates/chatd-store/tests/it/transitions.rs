@@ -952,6 +952,51 @@ async fn the_committed_context_equals_a_full_read_with_or_without_the_cache() {
         })
         .await;
     check(chat, "a send").await;
+    // Two models with windows of their own, the second the default: a send
+    // that switches the chat to the first one, then steps under it.
+    let provider = Uuid::new_v4();
+    let (small, large) = (Uuid::new_v4(), Uuid::new_v4());
+    sqlx::query("INSERT INTO chat_providers (id, provider) VALUES ($1, 'openai')")
+        .bind(provider)
+        .execute(h.pool())
+        .await
+        .unwrap();
+    for (config, limit, default) in [(small, 8_000_i64, false), (large, 200_000, true)] {
+        sqlx::query(
+            "INSERT INTO chat_model_configs (id, provider_id, model, context_limit, is_default)
+             VALUES ($1, $2, 'm', $3, $4)",
+        )
+        .bind(config)
+        .bind(provider)
+        .bind(limit)
+        .bind(default)
+        .execute(h.pool())
+        .await
+        .unwrap();
+    }
+    let (_, chat) = step(vec![answer("under the default model", 60)]).await;
+    check(chat, "a step under the default model").await;
+    assert_eq!(h.chat(id).await.context_limit, Some(200_000));
+    h.run(id, |tx| Box::pin(async move { tx.finish_turn().await }))
+        .await;
+    let (_, chat) = h
+        .run(id, move |tx| {
+            Box::pin(async move {
+                let mut message = user_text("switch");
+                message.model_config_id = Some(small);
+                tx.send_message(SendMessageInput {
+                    message,
+                    busy_behavior: BusyBehavior::Queue,
+                    max_queue_size: None,
+                })
+                .await
+            })
+        })
+        .await;
+    check(chat.clone(), "a send that switches the model").await;
+    assert_eq!(chat.context_limit, Some(8_000));
+    let (_, chat) = step(vec![answer("under the small model", 70)]).await;
+    check(chat, "a step under the small model").await;
     // A compaction summary: a boundary changes which rows count.
     let through = h.active_messages(id).await.last().unwrap().id;
     let mut summary = NewMessage::new(ChatRole::Assistant, vec![MessagePart::text("summary")]);
