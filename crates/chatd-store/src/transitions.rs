@@ -1019,9 +1019,25 @@ impl Ops<'_> {
             self.history.unrefresh();
         }
         let entries = !self.history.is_known();
-        let facts =
-            queries::chats::update_execution_facts_with(db!(self), self.chat_id, &changes, entries)
-                .await?;
+        // Rows appended, entries known: `Chat.context` in the same statement.
+        let context = if self.history.needs_refresh() && changes.last_model_config_id.is_none() {
+            self.history
+                .entries()
+                .map(|known| queries::messages::context_values(&known))
+        } else {
+            None
+        };
+        let facts = queries::chats::update_execution_facts_with(
+            db!(self),
+            self.chat_id,
+            &changes,
+            entries,
+            context,
+        )
+        .await?;
+        if context.is_some() {
+            self.history.mark_refreshed();
+        }
         let chat = facts.chat.clone();
         self.landing = Some(facts);
         Ok(chat)

@@ -580,17 +580,25 @@ pub async fn update_execution_facts(
     chat_id: Uuid,
     changes: &ChatChanges,
 ) -> sqlx::Result<ChatFacts> {
-    update_execution_facts_with(conn, chat_id, changes, true).await
+    update_execution_facts_with(conn, chat_id, changes, true, None).await
 }
 
 /// [`update_execution_facts`], reading the context entries only when
 /// `entries` is set (as [`select_facts_with`]).
+///
+/// With `context` (tokens, estimated, the last message the newest summary
+/// covers: `queries::messages::context_values`), the statement writes the
+/// context columns too, as `queries::messages::refresh_context_from` does;
+/// `changes.last_model_config_id` must be unset then (the window is read
+/// from the row's model before this statement).
 pub(crate) async fn update_execution_facts_with(
     conn: &mut PgConnection,
     chat_id: Uuid,
     changes: &ChatChanges,
     entries: bool,
+    context: Option<(i64, bool, Option<i64>)>,
 ) -> sqlx::Result<ChatFacts> {
+    debug_assert!(context.is_none() || changes.last_model_config_id.is_none());
     let mut sets: Vec<String> = Vec::new();
     let mut n = 1;
     let mut next = || {
@@ -640,6 +648,22 @@ pub(crate) async fn update_execution_facts_with(
         sets.push("history_version = snapshot_version".to_owned());
         sets.push("generation_attempt = 0".to_owned());
     }
+    if context.is_some() {
+        sets.push(format!("context_tokens = {}", next()));
+        sets.push(format!("context_estimated = {}", next()));
+        sets.push(format!("compacted_through_message_id = {}", next()));
+        sets.push(
+            "compactions = (SELECT count(*) FROM chat_messages
+                 WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user')"
+                .to_owned(),
+        );
+        sets.push(
+            "context_limit = (SELECT context_limit FROM chat_model_configs
+                 WHERE enabled AND (id = c.last_model_config_id OR is_default)
+                 ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)"
+                .to_owned(),
+        );
+    }
     if sets.is_empty() {
         return select_facts_with(conn, chat_id, entries)
             .await?
@@ -678,6 +702,9 @@ pub(crate) async fn update_execution_facts_with(
     }
     if let Some(effort) = &changes.last_reasoning_effort {
         query = query.bind(effort.clone());
+    }
+    if let Some((tokens, estimated, through)) = context {
+        query = query.bind(tokens).bind(estimated).bind(through);
     }
     query.fetch_one(conn).await
 }

@@ -513,7 +513,7 @@ macro_rules! context_columns_set {
 /// What the context columns hold for `entries`: the tokens and estimate
 /// flag of [`chatd_core::context::context_usage`] and the last message the
 /// newest summary covers (none after a clear-context).
-fn context_values(entries: &[ContextEntry]) -> (i64, bool, Option<i64>) {
+pub(crate) fn context_values(entries: &[ContextEntry]) -> (i64, bool, Option<i64>) {
     let order = chatd_core::context::model_context(entries);
     let ctx: Vec<&ContextEntry> = order.iter().map(|&i| &entries[i]).collect();
     let usage = chatd_core::context::context_usage(&ctx);
