@@ -72,10 +72,18 @@ impl ContextCache {
     }
 
     /// Holds `entries` as chat `chat_id`'s at `history_version` (committed),
-    /// instead of any other version of it; evicts the least recently used
-    /// chats past [`MAX_ENTRIES`].
+    /// instead of an older version of it (a newer one, put by a bundle that
+    /// committed later but got here first, stays); evicts the least recently
+    /// used chats past [`MAX_ENTRIES`].
     pub fn put(&self, chat_id: Uuid, history_version: i64, entries: Arc<Vec<ContextEntry>>) {
         let mut inner = self.lock();
+        if inner
+            .chats
+            .peek(&chat_id)
+            .is_some_and(|(held, _)| *held > history_version)
+        {
+            return;
+        }
         if let Some((_, old)) = inner.chats.remove(&chat_id) {
             inner.total -= old.len();
         }
@@ -249,9 +257,12 @@ mod tests {
         assert_eq!(cache.get(chat, 4).map(|e| e.len()), Some(2));
         assert!(cache.get(chat, 5).is_none());
         assert!(cache.get(Uuid::new_v4(), 4).is_none());
-        // A newer version replaces the older one.
+        // A newer version replaces the older one, never the other way round.
         cache.put(chat, 6, entries(3));
         assert!(cache.get(chat, 4).is_none());
+        assert_eq!(cache.get(chat, 6).map(|e| e.len()), Some(3));
+        cache.put(chat, 5, entries(1));
+        assert!(cache.get(chat, 5).is_none());
         assert_eq!(cache.get(chat, 6).map(|e| e.len()), Some(3));
         assert_eq!(cache.len(), 1);
     }

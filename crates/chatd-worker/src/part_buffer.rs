@@ -249,7 +249,9 @@ impl PartBuffer {
             .episodes
             .get(&episode)
             .ok_or(PartBufferError::EpisodeNotFound)?;
-        Ok(entry.parts.range(0))
+        let range = entry.parts.range(0);
+        drop(state);
+        Ok(range.into_parts())
     }
 
     /// Whether the episode exists and is closed.
@@ -321,7 +323,7 @@ impl PartBuffer {
                 };
                 (entry.parts.range(next), entry.closed_at.is_some())
             };
-            for part in batch {
+            for part in batch.into_parts() {
                 // Room first: a part the receiver made room for just now is
                 // delivered even when the deadline passed in the same
                 // instant (as `send_timeout` polls the send before its timer).
@@ -433,8 +435,9 @@ struct PartLog {
     text: String,
     /// One per part, in `seq` order (part `seq` is `slots[seq - 1]`).
     slots: Vec<Slot>,
-    /// The parts that are neither text nor reasoning, in `seq` order.
-    others: Vec<PartDelta>,
+    /// The parts that are neither text nor reasoning, in `seq` order
+    /// (shared with the snapshots readers take, [`PartRange`]).
+    others: Vec<Arc<PartDelta>>,
 }
 
 /// Where one part of a [`PartLog`] is, and the role of its message.
@@ -468,7 +471,7 @@ impl PartLog {
             part => Err(part),
         };
         let slot = slot.unwrap_or_else(|part| {
-            self.others.push(part);
+            self.others.push(Arc::new(part));
             Slot {
                 role,
                 kind: SlotKind::Other,
@@ -506,27 +509,63 @@ impl PartLog {
         })
     }
 
-    /// Part `index` (0-based; its `seq` is `index + 1`).
-    fn get(&self, index: usize) -> StreamPart {
-        let slot = self.slots[index];
-        let text = || self.text[slot.at as usize..slot.end as usize].to_owned();
-        let part = match slot.kind {
-            SlotKind::Text => PartDelta::Text { text: text() },
-            SlotKind::Reasoning => PartDelta::Reasoning { text: text() },
-            SlotKind::Other => self.others[slot.at as usize].clone(),
-        };
-        StreamPart {
-            seq: index as u64 + 1,
-            role: slot.role,
-            part,
+    /// The parts from index `from` (0-based) on, as a [`PartRange`] to be
+    /// turned into parts after the buffer's lock is released (one copy of
+    /// their text under the lock, no allocation per part); empty when
+    /// `from` is past the end.
+    fn range(&self, from: usize) -> PartRange {
+        let slots = self.slots[from.min(self.len())..].to_vec();
+        let text_at = slots
+            .iter()
+            .find(|s| s.kind != SlotKind::Other)
+            .map_or(self.text.len(), |s| s.at as usize);
+        let others_at = slots
+            .iter()
+            .find(|s| s.kind == SlotKind::Other)
+            .map_or(self.others.len(), |s| s.at as usize);
+        PartRange {
+            first_seq: from.min(self.len()) as u64 + 1,
+            slots,
+            text_at,
+            text: self.text[text_at..].to_owned(),
+            others_at,
+            others: self.others[others_at..].to_vec(),
         }
     }
+}
 
-    /// The parts from index `from` (0-based) on, in `seq` order; none when
-    /// `from` is past the end.
-    fn range(&self, from: usize) -> Vec<StreamPart> {
-        (from.min(self.len())..self.len())
-            .map(|i| self.get(i))
+/// A copy of the tail of a [`PartLog`] from some part on (positions in
+/// `text` and `others` are offset by `text_at` and `others_at`).
+struct PartRange {
+    first_seq: u64,
+    slots: Vec<Slot>,
+    text_at: usize,
+    text: String,
+    others_at: usize,
+    others: Vec<Arc<PartDelta>>,
+}
+
+impl PartRange {
+    /// The parts, in `seq` order, as they were added.
+    fn into_parts(self) -> Vec<StreamPart> {
+        let text = |slot: &Slot| {
+            self.text[slot.at as usize - self.text_at..slot.end as usize - self.text_at].to_owned()
+        };
+        self.slots
+            .iter()
+            .zip(self.first_seq..)
+            .map(|(slot, seq)| {
+                let part = match slot.kind {
+                    SlotKind::Text => PartDelta::Text { text: text(slot) },
+                    SlotKind::Reasoning => PartDelta::Reasoning { text: text(slot) },
+                    SlotKind::Other => (*self.others[slot.at as usize - self.others_at]).clone(),
+                };
+                StreamPart {
+                    seq,
+                    role: slot.role,
+                    part,
+                }
+            })
             .collect()
     }
 }
@@ -683,7 +722,7 @@ mod tests {
             assert_eq!(entry.bytes, bytes);
             for from in 0..=expected.len() + 1 {
                 let tail = &expected[from.min(expected.len())..];
-                assert_eq!(entry.parts.range(from), tail);
+                assert_eq!(entry.parts.range(from).into_parts(), tail);
             }
         }
         b.close_episode(episode(1));

@@ -589,8 +589,9 @@ pub async fn update_execution_facts(
 /// With `context` (tokens, estimated, the last message the newest summary
 /// covers: `queries::messages::context_values`), the statement writes the
 /// context columns too, as `queries::messages::refresh_context_from` does;
-/// `changes.last_model_config_id` must be unset then (the window is read
-/// from the row's model before this statement).
+/// but not when `changes.last_model_config_id` is set (the window would be
+/// read from the row's model before this statement): the caller writes the
+/// context later then.
 pub(crate) async fn update_execution_facts_with(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -598,7 +599,7 @@ pub(crate) async fn update_execution_facts_with(
     entries: bool,
     context: Option<(i64, bool, Option<i64>)>,
 ) -> sqlx::Result<ChatFacts> {
-    debug_assert!(context.is_none() || changes.last_model_config_id.is_none());
+    let context = context.filter(|_| changes.last_model_config_id.is_none());
     let mut sets: Vec<String> = Vec::new();
     let mut n = 1;
     let mut next = || {
