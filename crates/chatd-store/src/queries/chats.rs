@@ -111,6 +111,22 @@ pub async fn select_for_update_to_read(
     super::keyed::optional(conn, sql, chat_id).await
 }
 
+/// The bump of the `locked` CTE's row and what [`Bumped`] reads beside it,
+/// the end of every statement of [`lock_and_bump`] and
+/// [`lock_and_bump_skip_locked`].
+macro_rules! bump_locked {
+    () => {
+        " UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
+         FROM locked WHERE chats.id = locked.id
+         RETURNING chats.*,
+             (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
+             CASE WHEN chats.runner_id IS NOT NULL THEN
+                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END AS heartbeat_age_secs,
+             (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen"
+    };
+}
+
 /// Locks the chat row `FOR UPDATE` and advances `snapshot_version` by one in
 /// the same statement, returning the bumped row; `None` when the chat does not
 /// exist. Must be the first write of every transition bundle: the message
@@ -151,32 +167,24 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
     // lock is the same `FOR UPDATE`; a chat's parent and root never change,
     // so the filter cannot change while the statement waits for the lock.
     // A child, or a missing chat, takes the family statement below.
-    let root = "WITH locked AS (SELECT id FROM chats
+    let root = concat!(
+        "WITH locked AS (SELECT id FROM chats
                     WHERE id = $1 AND root_chat_id IS NULL AND parent_chat_id IS NULL FOR UPDATE)
-         UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
-         FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*,
-             (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
-             CASE WHEN chats.runner_id IS NOT NULL THEN
-                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
-                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END AS heartbeat_age_secs,
-             (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen";
+",
+        bump_locked!()
+    );
     if let Some(bumped) = super::keyed::optional(&mut *conn, root, chat_id).await? {
         return Ok(Some(bumped));
     }
-    let sql = "WITH family AS (
+    let sql = concat!(
+        "WITH family AS (
              SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
              WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f),
          locked AS (SELECT id FROM chats
                     WHERE id = $1 AND (SELECT count(*) FROM family) >= 0 FOR UPDATE)
-         UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
-         FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*,
-             (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
-             CASE WHEN chats.runner_id IS NOT NULL THEN
-                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
-                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END AS heartbeat_age_secs,
-             (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen";
+",
+        bump_locked!()
+    );
     super::keyed::optional(conn, sql, chat_id).await
 }
 
@@ -189,7 +197,8 @@ pub async fn lock_and_bump_skip_locked(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<Bumped>> {
-    let sql = "WITH family AS (
+    let sql = concat!(
+        "WITH family AS (
              SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
              WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f SKIP LOCKED),
          expected AS (
@@ -198,14 +207,9 @@ pub async fn lock_and_bump_skip_locked(
          locked AS (SELECT id FROM chats
                     WHERE id = $1 AND (SELECT count(*) FROM family) = (SELECT n FROM expected)
                     FOR UPDATE SKIP LOCKED)
-         UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
-         FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*,
-             (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
-             CASE WHEN chats.runner_id IS NOT NULL THEN
-                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
-                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END AS heartbeat_age_secs,
-             (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen";
+",
+        bump_locked!()
+    );
     super::keyed::optional(conn, sql, chat_id).await
 }
 
