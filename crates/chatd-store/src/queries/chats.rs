@@ -657,17 +657,7 @@ pub(crate) async fn update_execution_facts_with(
         sets.push(format!("context_tokens = {}", next()));
         sets.push(format!("context_estimated = {}", next()));
         sets.push(format!("compacted_through_message_id = {}", next()));
-        sets.push(
-            "compactions = (SELECT count(*) FROM chat_messages
-                 WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user')"
-                .to_owned(),
-        );
-        sets.push(
-            "context_limit = (SELECT context_limit FROM chat_model_configs
-                 WHERE enabled AND (id = c.last_model_config_id OR is_default)
-                 ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)"
-                .to_owned(),
-        );
+        sets.push(context_derived_sets!().to_owned());
     }
     if sets.is_empty() {
         return select_facts_with(conn, chat_id, entries)

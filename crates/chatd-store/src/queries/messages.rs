@@ -499,14 +499,12 @@ pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Re
 /// [`refresh_context_from`] and [`refresh_context_facts`] write.
 macro_rules! context_columns_set {
     () => {
-        "UPDATE chats c SET context_tokens = $2, context_estimated = $3,
-             compacted_through_message_id = $4,
-             compactions = (SELECT count(*) FROM chat_messages
-                            WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'),
-             context_limit = (SELECT context_limit FROM chat_model_configs
-                              WHERE enabled AND (id = c.last_model_config_id OR is_default)
-                              ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)
-         WHERE id = $1 "
+        concat!(
+            "UPDATE chats c SET context_tokens = $2, context_estimated = $3,
+             compacted_through_message_id = $4, ",
+            context_derived_sets!(),
+            " WHERE id = $1 "
+        )
     };
 }
 

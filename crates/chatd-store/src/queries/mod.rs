@@ -122,6 +122,20 @@ macro_rules! chat_facts_base_columns {
     };
 }
 
+/// The `SET` of the context columns that the database derives itself (the
+/// summaries in the active history, the window of the chat's model), for a
+/// chat of alias `c` and id `$1`: written with the computed ones by every
+/// statement that brings `Chat.context` up to date.
+macro_rules! context_derived_sets {
+    () => {
+        "compactions = (SELECT count(*) FROM chat_messages
+                 WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'),
+             context_limit = (SELECT context_limit FROM chat_model_configs
+                 WHERE enabled AND (id = c.last_model_config_id OR is_default)
+                 ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)"
+    };
+}
+
 pub mod chats;
 pub mod cluster_settings;
 pub mod database;
