@@ -43,7 +43,8 @@ pub use error::{StateError, ToolResultError, ToolResultErrorKind, TransitionErro
 pub use message::{
     ActionKind, CANCELLED_TOOL_RESULT, ChatRole, DENIED_TOOL_RESULT, FinishReason,
     INTERRUPTED_TOOL_RESULT, MessagePart, PendingAction, TIMED_OUT_TOOL_RESULT, ToolCallRef,
-    Visibility, approved_tool_calls, outstanding_tool_calls, pending_actions,
+    Visibility, approved_tool_calls, fold_outstanding_tool_calls, outstanding_tool_calls,
+    pending_actions,
 };
 pub use model_options::{InvalidOption, ModelOptions, ReasoningEffort, ReasoningEffortOptions};
 pub use provider::ProviderKind;

@@ -346,26 +346,36 @@ where
 {
     let mut calls: Vec<ToolCallRef> = Vec::new();
     for parts in history {
-        for part in parts {
-            match part {
-                MessagePart::ToolCall {
-                    tool_call_id,
-                    tool_name,
-                    ..
-                } if !calls.iter().any(|c| &c.tool_call_id == tool_call_id) => {
-                    calls.push(ToolCallRef {
-                        tool_call_id: tool_call_id.clone(),
-                        tool_name: tool_name.clone(),
-                    });
-                }
-                MessagePart::ToolResult { tool_call_id, .. } => {
-                    calls.retain(|c| &c.tool_call_id != tool_call_id);
-                }
-                _ => {}
-            }
-        }
+        fold_outstanding_tool_calls(&mut calls, parts);
     }
     calls
+}
+
+/// One message's step of [`outstanding_tool_calls`]: `calls` are the calls
+/// without a result before `parts`; afterwards, with `parts` applied (its
+/// calls added once each, the calls it answers removed). Folding every
+/// message of a history in order gives `outstanding_tool_calls` of it, so a
+/// caller that knows the calls of a history keeps them up to date as
+/// messages are appended.
+pub fn fold_outstanding_tool_calls(calls: &mut Vec<ToolCallRef>, parts: &[MessagePart]) {
+    for part in parts {
+        match part {
+            MessagePart::ToolCall {
+                tool_call_id,
+                tool_name,
+                ..
+            } if !calls.iter().any(|c| &c.tool_call_id == tool_call_id) => {
+                calls.push(ToolCallRef {
+                    tool_call_id: tool_call_id.clone(),
+                    tool_name: tool_name.clone(),
+                });
+            }
+            MessagePart::ToolResult { tool_call_id, .. } => {
+                calls.retain(|c| &c.tool_call_id != tool_call_id);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// What a pending call of a `requires_action` chat waits for

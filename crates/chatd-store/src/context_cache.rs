@@ -25,6 +25,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use chatd_core::ToolCallRef;
 use chatd_core::context::ContextEntry;
 use hashlink::LruCache;
 use uuid::Uuid;
@@ -44,9 +45,18 @@ pub struct ContextCache {
 
 #[derive(Debug)]
 struct Inner {
-    chats: LruCache<Uuid, (i64, Arc<Vec<ContextEntry>>)>,
+    chats: LruCache<Uuid, Held>,
     /// Entries held, over all chats.
     total: usize,
+}
+
+/// What the cache holds of one chat: its entries at `version`, and the
+/// tool calls of its tail that have no result (`None` when not known).
+#[derive(Debug)]
+struct Held {
+    version: i64,
+    entries: Arc<Vec<ContextEntry>>,
+    outstanding: Option<Arc<Vec<ToolCallRef>>>,
 }
 
 impl Default for ContextCache {
@@ -64,9 +74,32 @@ impl ContextCache {
     /// The entries of chat `chat_id` at `history_version`, when the cache
     /// holds that version.
     pub fn get(&self, chat_id: Uuid, history_version: i64) -> Option<Arc<Vec<ContextEntry>>> {
+        self.lookup(chat_id, history_version)
+            .map(|(entries, _)| entries)
+    }
+
+    /// The tool calls without a result in the tail of chat `chat_id`'s
+    /// history (from its last user message on, as
+    /// `chatd_core::outstanding_tool_calls` finds them) at
+    /// `history_version`, when the cache holds them: a send's bundle answers
+    /// them without reading the tail.
+    pub fn outstanding(&self, chat_id: Uuid, history_version: i64) -> Option<Vec<ToolCallRef>> {
+        self.lookup(chat_id, history_version)
+            .and_then(|(_, outstanding)| outstanding.map(|calls| calls.to_vec()))
+    }
+
+    /// [`ContextCache::get`] with the outstanding tool calls of the tail
+    /// when they are held too.
+    fn lookup(
+        &self,
+        chat_id: Uuid,
+        history_version: i64,
+    ) -> Option<(Arc<Vec<ContextEntry>>, Option<Arc<Vec<ToolCallRef>>>)> {
         let mut inner = self.lock();
         match inner.chats.get(&chat_id) {
-            Some((version, entries)) if *version == history_version => Some(entries.clone()),
+            Some(held) if held.version == history_version => {
+                Some((held.entries.clone(), held.outstanding.clone()))
+            }
             _ => None,
         }
     }
@@ -76,27 +109,46 @@ impl ContextCache {
     /// committed later but got here first, stays); evicts the least recently
     /// used chats past [`MAX_ENTRIES`].
     pub fn put(&self, chat_id: Uuid, history_version: i64, entries: Arc<Vec<ContextEntry>>) {
+        self.put_log(chat_id, history_version, entries, None);
+    }
+
+    /// [`ContextCache::put`] with the tail's outstanding tool calls when
+    /// the bundle knows them.
+    pub(crate) fn put_log(
+        &self,
+        chat_id: Uuid,
+        history_version: i64,
+        entries: Arc<Vec<ContextEntry>>,
+        outstanding: Option<Arc<Vec<ToolCallRef>>>,
+    ) {
         let mut inner = self.lock();
         if inner
             .chats
             .peek(&chat_id)
-            .is_some_and(|(held, _)| *held > history_version)
+            .is_some_and(|held| held.version > history_version)
         {
             return;
         }
-        if let Some((_, old)) = inner.chats.remove(&chat_id) {
-            inner.total -= old.len();
+        if let Some(old) = inner.chats.remove(&chat_id) {
+            inner.total -= old.entries.len();
         }
         if entries.len() > MAX_ENTRIES_PER_CHAT {
             return;
         }
         inner.total += entries.len();
-        inner.chats.insert(chat_id, (history_version, entries));
+        inner.chats.insert(
+            chat_id,
+            Held {
+                version: history_version,
+                entries,
+                outstanding,
+            },
+        );
         while inner.total > MAX_ENTRIES {
-            let Some((_, (_, evicted))) = inner.chats.remove_lru() else {
+            let Some((_, evicted)) = inner.chats.remove_lru() else {
                 break;
             };
-            inner.total -= evicted.len();
+            inner.total -= evicted.entries.len();
         }
     }
 
@@ -130,22 +182,28 @@ pub(crate) enum HistoryLog {
     Unknown,
     /// The entries are `base` and then `appended`; `refreshed` once the
     /// row's context columns were written from them in this bundle (an
-    /// append clears it).
+    /// append clears it). `outstanding`: the tool calls of the history's
+    /// tail (from its last user message) that have no result, as
+    /// `chatd_core::outstanding_tool_calls` finds them, when known (held
+    /// with the entries, or read in this bundle), kept up to date by every
+    /// append: a send then need not read the tail.
     Known {
         base: Arc<Vec<ContextEntry>>,
         appended: Vec<ContextEntry>,
         refreshed: bool,
+        outstanding: Option<Arc<Vec<ToolCallRef>>>,
     },
 }
 
 impl HistoryLog {
     /// The log of a bundle that locked chat `chat_id` at `history_version`.
     pub(crate) fn at(cache: &ContextCache, chat_id: Uuid, history_version: i64) -> Self {
-        match cache.get(chat_id, history_version) {
-            Some(base) => Self::Known {
+        match cache.lookup(chat_id, history_version) {
+            Some((base, outstanding)) => Self::Known {
                 base,
                 appended: Vec::new(),
                 refreshed: false,
+                outstanding,
             },
             None => Self::Unknown,
         }
@@ -168,6 +226,7 @@ impl HistoryLog {
         let Self::Known {
             appended,
             refreshed,
+            outstanding,
             ..
         } = self
         else {
@@ -177,8 +236,33 @@ impl HistoryLog {
             Some(entry) if !entry.compressed => {
                 appended.push(entry);
                 *refreshed = false;
+                if let Some(calls) = outstanding {
+                    // A user message starts a new tail.
+                    let calls = Arc::make_mut(calls);
+                    if message.role == chatd_core::ChatRole::User {
+                        calls.clear();
+                    }
+                    chatd_core::fold_outstanding_tool_calls(calls, &message.content.0);
+                }
             }
             _ => self.forget(),
+        }
+    }
+
+    /// The tail's tool calls without a result, when known (see
+    /// [`HistoryLog::Known`]).
+    pub(crate) fn outstanding(&self) -> Option<&Arc<Vec<ToolCallRef>>> {
+        match self {
+            Self::Known { outstanding, .. } => outstanding.as_ref(),
+            Self::Unknown => None,
+        }
+    }
+
+    /// The tail's tool calls without a result, as read now in the bundle
+    /// (kept only while the log follows the history).
+    pub(crate) fn set_outstanding(&mut self, calls: Vec<ToolCallRef>) {
+        if let Self::Known { outstanding, .. } = self {
+            *outstanding = Some(Arc::new(calls));
         }
     }
 

@@ -1127,6 +1127,9 @@ impl ChatTx {
         // write, else what the last statement read, else read now; once
         // committed they are cached for the next bundle.
         let mut cached = None;
+        // The tail's outstanding calls go with the entries when the log
+        // knows them (it followed every history write of the bundle).
+        let outstanding = self.history.outstanding().cloned();
         if facts.chat.history_version == facts.chat.snapshot_version && self.history.is_refreshed()
         {
             // The last transition's landing read wrote it already.
@@ -1157,7 +1160,9 @@ impl ChatTx {
         }
         commit_and_flush(self.tx, buffer).await?;
         if let Some((version, entries)) = cached {
-            self.store.context_cache.put(self.chat_id, version, entries);
+            self.store
+                .context_cache
+                .put_log(self.chat_id, version, entries, outstanding);
         }
         for (transition, _, _) in &self.applied {
             record_transition(*transition, "ok");

@@ -940,8 +940,7 @@ impl Ops<'_> {
     /// Answers every outstanding tool call of active history with a
     /// synthetic error result `reason`, one `tool` message per call.
     async fn answer_outstanding(&mut self, reason: &str) -> StoreResult<Vec<ChatMessage>> {
-        let tail = queries::messages::tail_contents(db!(self), self.chat_id).await?;
-        let outstanding = outstanding_tool_calls(tail.iter().map(Vec::as_slice));
+        let outstanding = self.pending_calls().await?;
         let mut inserted = Vec::with_capacity(outstanding.len());
         for call in &outstanding {
             let message = NewMessage::tool(vec![MessagePart::synthetic_result(call, reason)]);
@@ -950,9 +949,19 @@ impl Ops<'_> {
         Ok(inserted)
     }
 
+    /// The tool calls of the history's tail without a result: what the
+    /// bundle's history log knows ([`crate::context_cache`]: held with the
+    /// cached entries and kept up to date by every append), else read now
+    /// (and then known to the log for the rest of the bundle and, after the
+    /// commit, to the next bundle).
     async fn pending_calls(&mut self) -> StoreResult<Vec<ToolCallRef>> {
+        if let Some(calls) = self.history.outstanding() {
+            return Ok(calls.to_vec());
+        }
         let tail = queries::messages::tail_contents(db!(self), self.chat_id).await?;
-        Ok(outstanding_tool_calls(tail.iter().map(Vec::as_slice)))
+        let calls = outstanding_tool_calls(tail.iter().map(Vec::as_slice));
+        self.history.set_outstanding(calls.clone());
+        Ok(calls)
     }
 
     /// Inserts a user message after answering outstanding calls; records the

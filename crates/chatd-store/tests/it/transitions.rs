@@ -867,6 +867,121 @@ async fn family_archive_is_all_or_nothing_and_root_only() {
     assert_eq!(state_error(err), StateError::ChatNotFound);
 }
 
+/// A send answers the calls its tail leaves without a result whether the
+/// bundle read the tail or took the calls from the replica's cache (held
+/// with the context entries and kept up to date by every append; issue
+/// 15): the same synthetic results, and a cache that agrees with a read of
+/// the tail after every bundle, also when another replica wrote between.
+#[tokio::test]
+async fn a_send_answers_the_outstanding_calls_from_the_cache_as_from_a_read_tail() {
+    use chatd_core::{CANCELLED_TOOL_RESULT, ToolCallRef, outstanding_tool_calls};
+    use chatd_store::NewMessage;
+
+    let h = Harness::new().await;
+    let id = h.create().await;
+    let held = |version: i64| h.store.context_cache().outstanding(id, version);
+    let read = || async {
+        let tail = chatd_store::queries::messages::tail_contents(h.pool(), id)
+            .await
+            .unwrap();
+        outstanding_tool_calls(tail.iter().map(Vec::as_slice))
+    };
+    let call = |id: &str| ToolCallRef {
+        tool_call_id: id.into(),
+        tool_name: chatd_testkit::store::DYNAMIC_TOOL.into(),
+    };
+    let step_and_finish = |messages: Vec<NewMessage>| {
+        h.run(id, move |tx| {
+            Box::pin(async move {
+                tx.record_generation_attempt().await?;
+                tx.commit_step(messages, false).await?;
+                tx.finish_turn().await
+            })
+        })
+    };
+    let send_text = |text: &'static str| {
+        h.run(id, move |tx| {
+            Box::pin(async move { tx.send_message(send(text, BusyBehavior::Queue)).await })
+        })
+    };
+
+    // A cold cache: the entries are read at the commit, the tail unknown.
+    let (_, chat) = step_and_finish(vec![assistant_text("hello")]).await;
+    assert_eq!(held(chat.history_version), None);
+    // The first send reads the tail; from then on the cache holds it.
+    let (sent, chat) = send_text("one").await;
+    assert_eq!(sent.inserted_messages.len(), 1, "nothing to answer");
+    assert_eq!(held(chat.history_version), Some(vec![]));
+    // A step leaves one call unanswered and answers another in the same
+    // step: the cache follows both.
+    let (_, chat) = step_and_finish(vec![
+        tool_call_message("call-a"),
+        tool_call_message("call-b"),
+        NewMessage::tool(vec![MessagePart::ToolResult {
+            tool_call_id: "call-b".into(),
+            tool_name: chatd_testkit::store::DYNAMIC_TOOL.into(),
+            result: json!({"ok": true}),
+            is_error: false,
+        }]),
+    ])
+    .await;
+    assert_eq!(held(chat.history_version), Some(vec![call("call-a")]));
+    assert_eq!(read().await, vec![call("call-a")]);
+    // The send answers call-a from the cache, as it would from a read.
+    let (sent, chat) = send_text("two").await;
+    let roles: Vec<ChatRole> = sent.inserted_messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, vec![ChatRole::Tool, ChatRole::User]);
+    assert_eq!(
+        sent.inserted_messages[0].content.0,
+        vec![MessagePart::synthetic_result(
+            &call("call-a"),
+            CANCELLED_TOOL_RESULT
+        )]
+    );
+    assert_eq!(held(chat.history_version), Some(vec![]));
+    assert_eq!(read().await, vec![]);
+    // Another replica (its own cache) leaves a call unanswered: this
+    // replica's cached version is stale, so its send reads the tail.
+    let other = chatd_store::Store::new(
+        h.pool().clone(),
+        std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()),
+    );
+    other
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.record_generation_attempt().await?;
+                tx.commit_step(vec![tool_call_message("call-c")], false)
+                    .await?;
+                tx.finish_turn().await
+            })
+        })
+        .await
+        .unwrap();
+    let (sent, chat) = send_text("three").await;
+    let roles: Vec<ChatRole> = sent.inserted_messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, vec![ChatRole::Tool, ChatRole::User]);
+    assert_eq!(
+        sent.inserted_messages[0].content.0,
+        vec![MessagePart::synthetic_result(
+            &call("call-c"),
+            CANCELLED_TOOL_RESULT
+        )]
+    );
+    // That bundle read its entries afresh: the cache holds them, but not
+    // the tail, until a bundle that starts from them reads it.
+    assert_eq!(held(chat.history_version), None);
+    assert_eq!(read().await, vec![]);
+    let (_, chat) = step_and_finish(vec![tool_call_message("call-d")]).await;
+    assert_eq!(held(chat.history_version), None);
+    let (sent, chat) = send_text("four").await;
+    assert_eq!(sent.inserted_messages.len(), 2, "call-d answered");
+    assert_eq!(held(chat.history_version), Some(vec![]));
+    let (_, chat) = step_and_finish(vec![tool_call_message("call-e")]).await;
+    assert_eq!(held(chat.history_version), Some(vec![call("call-e")]));
+    assert_eq!(read().await, vec![call("call-e")]);
+}
+
 /// `Chat.context` as a bundle commits it equals what a full read of the
 /// history computes, whether the bundle took its context entries from the
 /// replica's cache and the rows it appended (sends, steps), or read them
@@ -896,6 +1011,19 @@ async fn the_committed_context_equals_a_full_read_with_or_without_the_cache() {
                 )
             };
             assert_eq!(fields(&committed), fields(&fresh), "after {what}");
+            // The tail's outstanding calls, when cached with the entries,
+            // are what a read of the tail finds.
+            if let Some(held) = h
+                .store
+                .context_cache()
+                .outstanding(id, committed.history_version)
+            {
+                let tail = chatd_store::queries::messages::tail_contents(h.pool(), id)
+                    .await
+                    .unwrap();
+                let read = chatd_core::outstanding_tool_calls(tail.iter().map(Vec::as_slice));
+                assert_eq!(held, read, "outstanding calls after {what}");
+            }
             // The committed history's entries are cached: the next bundle
             // starts from them.
             assert!(
