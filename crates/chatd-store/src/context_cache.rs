@@ -112,9 +112,10 @@ impl ContextCache {
         self.put_log(chat_id, history_version, entries, None);
     }
 
-    /// [`ContextCache::put`] with the tail's outstanding tool calls when
-    /// the bundle knows them.
-    pub(crate) fn put_log(
+    /// [`ContextCache::put`] with the tail's outstanding tool calls
+    /// ([`ContextCache::outstanding`]) when the bundle knows them: what a
+    /// bundle puts after its commit (and tests that warm the cache).
+    pub fn put_log(
         &self,
         chat_id: Uuid,
         history_version: i64,

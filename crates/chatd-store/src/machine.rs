@@ -539,6 +539,7 @@ impl Store {
             }
             let mut known = None;
             let mut history = crate::context_cache::HistoryLog::Unknown;
+            let mut row_behind = false;
             let mut ops = crate::transitions::Ops {
                 conn: &mut tx,
                 chat_id: *member,
@@ -547,6 +548,7 @@ impl Store {
                 known: &mut known,
                 landing: None,
                 history: &mut history,
+                row_behind: &mut row_behind,
             };
             let chat = queries::chats::select(&mut *ops.conn, *member, LockMode::None)
                 .await?
@@ -938,6 +940,15 @@ pub struct ChatTx {
     /// The chat's context entries as far as the bundle follows them
     /// ([`crate::context_cache`]).
     pub(crate) history: crate::context_cache::HistoryLog,
+    /// `known` predates rows the last transition appended (a step that
+    /// only inserted messages, [`crate::transitions::Ops::land_appended`]):
+    /// its execution state, queue length and heartbeat age are current, but
+    /// the columns the message triggers keep (`history_version`,
+    /// `generation_attempt`, `retry_state`, `message_count`, the preview)
+    /// and the context are behind. The next transition's `UPDATE` or the
+    /// commit's context `UPDATE` returns the current row; [`ChatTx::chat`]
+    /// reads it.
+    pub(crate) row_behind: bool,
 }
 
 impl std::fmt::Debug for ChatTx {
@@ -973,6 +984,7 @@ impl ChatTx {
             known: bumped.current_facts(),
             created: Vec::new(),
             history,
+            row_behind: false,
         }
     }
 
@@ -1015,6 +1027,7 @@ impl ChatTx {
         // Anything may be written through it: read the row again next time,
         // and the context entries at the commit.
         self.known = None;
+        self.row_behind = false;
         self.history.forget();
         &mut self.tx
     }
@@ -1068,7 +1081,8 @@ impl ChatTx {
 
     /// What the bundle knows of the row, read now when it knows nothing.
     async fn facts(&mut self) -> StoreResult<&queries::chats::ChatFacts> {
-        if self.known.is_none() {
+        if self.known.is_none() || self.row_behind {
+            self.row_behind = false;
             let entries = !self.history.is_known();
             let facts = queries::chats::select_facts_with(&mut self.tx, self.chat_id, entries)
                 .await?
@@ -1119,6 +1133,25 @@ impl ChatTx {
     /// ```
     pub async fn commit(mut self) -> StoreResult<Chat> {
         let buffer = PublishBuffer::new(self.store.publisher.clone());
+        if std::mem::take(&mut self.row_behind) {
+            // The last transition only appended rows, whose entries the log
+            // knows: the context `UPDATE` returns the current row, and the
+            // rest of the facts did not change. (Anything since, such as a
+            // transition that was rejected after taking the facts, leaves
+            // them to be read.)
+            match (self.known.as_mut(), self.history.entries()) {
+                (Some(known), Some(entries)) => {
+                    known.chat = queries::messages::refresh_context_from(
+                        &mut self.tx,
+                        self.chat_id,
+                        &entries,
+                    )
+                    .await?;
+                    self.history.mark_refreshed();
+                }
+                _ => self.known = None,
+            }
+        }
         self.facts().await?;
         let mut facts = self.known.take().expect("just read");
         // The history changed in this bundle (the message triggers stamp
@@ -1282,6 +1315,7 @@ impl ChatTx {
             known: &mut self.known,
             landing: None,
             history: &mut self.history,
+            row_behind: &mut self.row_behind,
         }
     }
 }

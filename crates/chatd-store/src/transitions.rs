@@ -843,6 +843,9 @@ pub(crate) struct Ops<'a> {
     /// [`crate::ChatTx`]'s log of its context entries: the inserts append
     /// to it, any other history write forgets it.
     pub(crate) history: &'a mut crate::context_cache::HistoryLog,
+    /// [`crate::ChatTx`]'s `row_behind`: set by [`Ops::land_appended`],
+    /// cleared by every landing that reads the row.
+    pub(crate) row_behind: &'a mut bool,
 }
 
 /// The connection of an [`Ops`], for any statement: forgets the facts of
@@ -857,33 +860,47 @@ macro_rules! db {
 }
 
 impl Ops<'_> {
-    /// The chat row (`None` for a missing chat, `N`), its queue length and
-    /// its execution state: what the bundle knows when nothing was written
+    /// The chat row (`None` for a missing chat, `N`) with its queue length
+    /// and heartbeat age: what the bundle knows when nothing was written
     /// since it was read, else read now. Either way the bundle knows nothing
-    /// afterwards, until the next [`Ops::land`].
-    async fn state(&mut self) -> StoreResult<(Option<Chat>, i64, ExecutionState)> {
-        let facts = match self.known.take() {
+    /// afterwards, until the next [`Ops::land`]. After
+    /// [`Ops::land_appended`] the row's trigger-kept columns are behind
+    /// (`ChatTx::row_behind`); the state, queue length and heartbeat age
+    /// are current.
+    async fn state_facts(&mut self) -> StoreResult<Option<queries::chats::ChatFacts>> {
+        Ok(match self.known.take() {
             Some(facts) => Some(facts),
-            None => self.select_facts().await?,
-        };
-        let Some(facts) = facts else {
-            return Ok((None, 0, classify(None)));
-        };
-        let state = facts.execution_state();
-        Ok((Some(facts.chat), facts.queue_len, state))
+            None => {
+                *self.row_behind = false;
+                self.select_facts().await?
+            }
+        })
     }
 
     /// Takes the state and validates the transition against the matrix.
     async fn enter(&mut self, transition: Transition) -> StoreResult<(Chat, i64, ExecutionState)> {
-        let (chat, queued, from) = self.state().await?;
+        let (facts, from) = self.enter_facts(transition).await?;
+        Ok((facts.chat, facts.queue_len, from))
+    }
+
+    /// [`Ops::enter`] returning the state's facts whole.
+    async fn enter_facts(
+        &mut self,
+        transition: Transition,
+    ) -> StoreResult<(queries::chats::ChatFacts, ExecutionState)> {
+        let facts = self.state_facts().await?;
+        let from = match &facts {
+            Some(facts) => facts.execution_state(),
+            None => classify(None),
+        };
         if let Err(err) = matrix::check(transition, from) {
             record_transition(transition, "rejected");
             return Err(StateError::from(err).into());
         }
         // The matrix admits no transition of these from `N`, so a missing
         // row was rejected just above.
-        let chat = chat.ok_or(StateError::ChatNotFound)?;
-        Ok((chat, queued, from))
+        let facts = facts.ok_or(StateError::ChatNotFound)?;
+        Ok((facts, from))
     }
 
     /// Reads the result, classifies it and checks the matrix lists it. The
@@ -915,8 +932,31 @@ impl Ops<'_> {
         };
         matrix::check_landing(transition, from, to).map_err(StateError::from)?;
         *self.known = facts;
+        *self.row_behind = false;
         self.applied.push((transition, from, to));
         Ok(to)
+    }
+
+    /// [`Ops::land`] of a transition that only inserted messages whose
+    /// context entries the log knows, since `before` (its state's facts):
+    /// inserts change none of what the execution state is made of (status,
+    /// archived, queue), so the state is `from` again and nothing is read.
+    /// The row's context and trigger-kept columns are brought up to date by
+    /// the next transition's `UPDATE` or the commit (`ChatTx::row_behind`),
+    /// which saves a step that a finish follows one statement.
+    fn land_appended(
+        &mut self,
+        transition: Transition,
+        from: ExecutionState,
+        before: queries::chats::ChatFacts,
+    ) -> StoreResult<ExecutionState> {
+        debug_assert!(self.history.needs_refresh() && self.landing.is_none());
+        debug_assert_eq!(before.execution_state(), from);
+        matrix::check_landing(transition, from, from).map_err(StateError::from)?;
+        *self.known = Some(before);
+        *self.row_behind = true;
+        self.applied.push((transition, from, from));
+        Ok(from)
     }
 
     fn reject(&self, transition: Transition, err: StateError) -> crate::error::StoreError {
@@ -1483,7 +1523,7 @@ impl Ops<'_> {
         steer: bool,
     ) -> StoreResult<CommitStepResult> {
         let t = Transition::CommitStep;
-        let (_, _, from) = self.enter(t).await?;
+        let (before, from) = self.enter_facts(t).await?;
         if messages.is_empty() {
             return Err(self.reject(
                 t,
@@ -1514,7 +1554,12 @@ impl Ops<'_> {
             })
             .await?;
         }
-        self.land(t, from).await?;
+        if steered_messages.is_empty() && self.landing.is_none() && self.history.needs_refresh() {
+            // Only the step's messages were written, and the log knows them.
+            self.land_appended(t, from, before)?;
+        } else {
+            self.land(t, from).await?;
+        }
         Ok(CommitStepResult {
             inserted_messages: inserted,
             steered_messages,

@@ -41,6 +41,12 @@ enum Form {
     /// the same bundle (`ChatTx::create_child`): the child exists exactly
     /// when the step committed.
     Spawning,
+    /// The ordinary inputs with the replica's context cache holding the
+    /// chat's entries and its tail's outstanding calls at its current
+    /// history (as a read finds them): the paths that skip those reads
+    /// (issue 15: a send answering calls from the cache, a step landing
+    /// without reading the row back).
+    Warm,
 }
 
 /// Applies `transition` to chat `id` with ordinary inputs in one bundle.
@@ -189,9 +195,32 @@ async fn lowest_id(h: &Harness, sql: &'static str, id: Uuid) -> i64 {
         .expect("lowest id")
 }
 
-/// Checks one transition against every state.
+/// Checks one transition against every state, with a cold and a warm
+/// context cache.
 async fn check_transition(transition: Transition) {
     check_form(transition, Form::Plain).await;
+    if transition != Transition::CreateChat {
+        check_form(transition, Form::Warm).await;
+    }
+}
+
+/// Puts chat `id`'s context entries and tail calls, read now, in the
+/// replica's cache at its current `history_version` ([`Form::Warm`]).
+async fn warm(h: &Harness, id: Uuid) {
+    let chat = h.chat(id).await;
+    let entries = chatd_store::queries::messages::context_entries(h.pool(), id)
+        .await
+        .expect("entries");
+    let tail = chatd_store::queries::messages::tail_contents(h.pool(), id)
+        .await
+        .expect("tail");
+    let calls = chatd_core::outstanding_tool_calls(tail.iter().map(Vec::as_slice));
+    h.store.context_cache().put_log(
+        id,
+        chat.history_version,
+        std::sync::Arc::new(entries),
+        Some(std::sync::Arc::new(calls)),
+    );
 }
 
 /// Checks one form of a transition against every state.
@@ -212,6 +241,9 @@ async fn check_form(transition: Transition, form: Form) {
                 .execute(h.pool())
                 .await
                 .expect("make the pending call an approval call");
+        }
+        if form == Form::Warm && from != ExecutionState::N {
+            warm(&h, id).await;
         }
         let before = h.dump(id).await;
         let (version_before, retry_before) = if from == ExecutionState::N {
@@ -257,6 +289,7 @@ async fn check_form(transition: Transition, form: Form) {
                     "{transition} from {from}: snapshot advances once"
                 );
                 check_effects(&h, id, transition, form, from, to, &chat).await;
+                check_context(&h, id, transition, from, &chat).await;
                 check_queue_effects(&h, id, transition, form, from, &before, &chat).await;
                 check_retry_state(transition, from, to, retry_before.is_some(), &chat);
             }
@@ -287,6 +320,36 @@ async fn check_form(transition: Transition, form: Form) {
             }
         }
     }
+}
+
+/// The committed `Chat.context` columns are what a full read of the
+/// history computes, whichever way the bundle came by its entries.
+async fn check_context(
+    h: &Harness,
+    id: Uuid,
+    transition: Transition,
+    from: ExecutionState,
+    chat: &chatd_store::Chat,
+) {
+    let mut tx = h.pool().begin().await.expect("begin");
+    let fresh = chatd_store::queries::messages::refresh_context(&mut tx, id)
+        .await
+        .expect("refresh");
+    tx.rollback().await.expect("rollback");
+    let fields = |c: &chatd_store::Chat| {
+        (
+            c.context_tokens,
+            c.context_estimated,
+            c.compacted_through_message_id,
+            c.compactions,
+            c.context_limit,
+        )
+    };
+    assert_eq!(
+        fields(chat),
+        fields(&fresh),
+        "{transition} from {from}: the committed context"
+    );
 }
 
 /// The documented effects of an allowed transition.

@@ -867,6 +867,88 @@ async fn family_archive_is_all_or_nothing_and_root_only() {
     assert_eq!(state_error(err), StateError::ChatNotFound);
 }
 
+/// A step that only appends messages lands without reading the row back
+/// (issue 15: the state cannot change by an insert); the bundle still
+/// shows the current row (`ChatTx::chat`), the finish that follows in the
+/// same bundle writes the context with its status, and what commits, with
+/// or without a finish, is the row a read finds.
+#[tokio::test]
+async fn a_step_that_only_appends_lands_unread_and_commits_the_current_row() {
+    use chatd_store::queries::chats::{self, LockMode};
+
+    let h = Harness::new().await;
+    let id = h.create().await;
+    // Warm the replica's cache of the context entries (a cold bundle reads
+    // them and lands as before).
+    for _ in 0..2 {
+        h.run(id, |tx| {
+            Box::pin(async move {
+                tx.record_generation_attempt().await?;
+                tx.commit_step(vec![assistant_text("warm")], false).await
+            })
+        })
+        .await;
+    }
+    assert!(
+        h.store
+            .context_cache()
+            .get(id, h.chat(id).await.history_version)
+            .is_some()
+    );
+    // A step alone: the row the bundle shows, and the committed one.
+    let mut tx = h.store.machine(id).begin().await.unwrap();
+    tx.record_generation_attempt().await.unwrap();
+    tx.commit_step(vec![assistant_text("one")], false)
+        .await
+        .unwrap();
+    let shown = tx.chat().await.unwrap();
+    let read = chats::select(tx.reader(), id, LockMode::None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(shown.message_count, read.message_count);
+    assert_eq!(shown.history_version, read.history_version);
+    assert_eq!(shown.history_version, tx.snapshot_version());
+    assert_eq!(shown.generation_attempt, 0, "the insert trigger resets it");
+    assert_eq!(tx.execution_state().await.unwrap(), ExecutionState::R0);
+    let committed = tx.commit().await.unwrap();
+    assert_eq!(committed, h.chat(id).await);
+    // A step and a finish in one bundle.
+    let before = h.chat(id).await;
+    let (_, committed) = h
+        .run(id, |tx| {
+            Box::pin(async move {
+                tx.commit_step(vec![assistant_text("two"), assistant_text("three")], false)
+                    .await?;
+                tx.finish_turn().await
+            })
+        })
+        .await;
+    let current = h.chat(id).await;
+    assert_eq!(committed, current);
+    assert_eq!(current.status, ChatStatus::Waiting);
+    assert_eq!(current.message_count, before.message_count + 2);
+    assert_eq!(current.history_version, current.snapshot_version);
+    let mut tx = h.pool().begin().await.unwrap();
+    let fresh = chatd_store::queries::messages::refresh_context(&mut tx, id)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        (
+            current.context_tokens,
+            current.context_estimated,
+            current.compactions
+        ),
+        (
+            fresh.context_tokens,
+            fresh.context_estimated,
+            fresh.compactions
+        )
+    );
+    assert!(current.context_tokens.unwrap_or(0) > before.context_tokens.unwrap_or(0));
+}
+
 /// A send answers the calls its tail leaves without a result whether the
 /// bundle read the tail or took the calls from the replica's cache (held
 /// with the context entries and kept up to date by every append; issue
