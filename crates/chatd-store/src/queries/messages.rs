@@ -13,7 +13,13 @@ use chatd_core::context::ContextEntry;
 use crate::models::{Chat, ChatMessage, NewMessage};
 
 /// Inserts one message; the trigger assigns `revision` and advances
-/// `history_version`.
+/// `history_version`. Returns the row; its `content` is `message`'s own
+/// (the statement returns an empty array in its place): what was bound is
+/// what is stored, since `jsonb` keeps this JSON as it is (`serde_json`
+/// sorts object keys as `jsonb` does, and numbers keep their digits), and
+/// reading it back would send the whole content over the wire again and
+/// parse it (issue 15). The test `insert_returns_the_row_a_read_finds`
+/// compares the two.
 ///
 /// # Example
 ///
@@ -49,7 +55,12 @@ pub async fn insert(
              compacted_through_id, token_estimate)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
              $22, $23)
-         RETURNING *",
+         RETURNING id, chat_id, role, '[]'::jsonb AS content, visibility, compressed, deleted,
+             revision, created_by, model_config_id, reasoning_effort, input_tokens, output_tokens,
+             reasoning_tokens, cache_read_tokens, cache_creation_tokens, total_tokens,
+             context_limit, total_cost_micros, runtime_ms, provider_response_id,
+             queued_message_id, client_message_id, finish_reason, compacted_through_id,
+             token_estimate, created_at",
     )
     .bind(chat_id)
     .bind(role)
@@ -76,6 +87,10 @@ pub async fn insert(
     .bind(chatd_core::context::estimate_tokens(&message.content))
     .fetch_one(conn)
     .await
+    .map(|mut row: ChatMessage| {
+        row.content = Json(message.content.clone());
+        row
+    })
 }
 
 /// One message of the chat (deleted or not).

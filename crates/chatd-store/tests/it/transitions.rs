@@ -1287,3 +1287,67 @@ async fn the_committed_context_equals_a_full_read_with_or_without_the_cache() {
     let (_, chat) = step(vec![answer("back on the first", 50)]).await;
     check(chat, "a step after another replica's").await;
 }
+
+/// `queries::messages::insert` returns the row without reading its content
+/// back (issue 15): the row it returns is the row a read finds, for every
+/// part kind and for JSON that `jsonb` could have rewritten (object keys in
+/// any order, nested arrays, large and fractional numbers, escapes).
+#[tokio::test]
+async fn insert_returns_the_row_a_read_finds() {
+    use chatd_store::NewMessage;
+    use chatd_store::queries::{chats, messages};
+
+    let h = Harness::new().await;
+    let id = h.create().await;
+    let result = json!({
+        "zeta": [1, -2, 12345678901234567890_u64, 0.1, 1e-7, 2.5e300, -0.0, 5.0],
+        "alpha": {"b": null, "a": true, "": "empty key"},
+        "mid": "tab\tquote\"backslash\\ unicode é 漢 😀 \u{1}",
+    });
+    let mut message = NewMessage::assistant(vec![
+        MessagePart::Reasoning {
+            text: "think".into(),
+            signature: Some("sig==".into()),
+        },
+        MessagePart::text("answer"),
+        MessagePart::ToolCall {
+            tool_call_id: "c1".into(),
+            tool_name: "t".into(),
+            args: "{\"b\": 1, \"a\": [2, 3]}".into(),
+        },
+        MessagePart::ToolResult {
+            tool_call_id: "c1".into(),
+            tool_name: "t".into(),
+            result,
+            is_error: false,
+        },
+        MessagePart::File {
+            file_id: Uuid::new_v4(),
+            media_type: "image/png".into(),
+            name: Some("a.png".into()),
+        },
+        MessagePart::ToolApproval {
+            tool_call_id: "c2".into(),
+            tool_name: "t".into(),
+            approved: true,
+            reason: None,
+        },
+    ]);
+    message.usage = Some(chatd_core::Usage {
+        input_tokens: 10,
+        output_tokens: 2,
+        ..Default::default()
+    });
+    message.finish_reason = Some(FinishReason::ToolCalls);
+    message.provider_response_id = Some("resp-1".into());
+    let mut tx = h.pool().begin().await.unwrap();
+    chats::lock_and_bump(&mut tx, id).await.unwrap().unwrap();
+    let returned = messages::insert(&mut tx, id, &message, None).await.unwrap();
+    let read = messages::select(&mut *tx, id, returned.id)
+        .await
+        .unwrap()
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(returned, read);
+    assert_eq!(returned.content.0, message.content);
+}
