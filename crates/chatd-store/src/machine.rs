@@ -1145,6 +1145,7 @@ impl ChatTx {
                         &mut self.tx,
                         self.chat_id,
                         &entries,
+                        true,
                     )
                     .await?;
                     self.history.mark_refreshed();
@@ -1171,7 +1172,9 @@ impl ChatTx {
                 self.history.entries().expect("known"),
             ));
         } else if facts.chat.history_version == facts.chat.snapshot_version {
-            let entries = match self.history.entries() {
+            let logged = self.history.entries();
+            let appended_only = logged.is_some();
+            let entries = match logged {
                 Some(entries) => entries,
                 None => match facts.take_context_entries() {
                     Some(entries) => Arc::new(entries),
@@ -1180,9 +1183,13 @@ impl ChatTx {
                     ),
                 },
             };
-            facts.chat =
-                queries::messages::refresh_context_from(&mut self.tx, self.chat_id, &entries)
-                    .await?;
+            facts.chat = queries::messages::refresh_context_from(
+                &mut self.tx,
+                self.chat_id,
+                &entries,
+                appended_only,
+            )
+            .await?;
             cached = Some((facts.chat.history_version, entries));
         }
         let chat = enqueue_publications(facts, &buffer, &self.store.config);

@@ -657,7 +657,9 @@ pub(crate) async fn update_execution_facts_with(
         sets.push(format!("context_tokens = {}", next()));
         sets.push(format!("context_estimated = {}", next()));
         sets.push(format!("compacted_through_message_id = {}", next()));
-        sets.push(context_derived_sets!().to_owned());
+        // The context comes from a bundle's log, which follows only
+        // appends of ordinary rows: the summaries are not counted again.
+        sets.push(context_limit_set!().to_owned());
     }
     if sets.is_empty() {
         return select_facts_with(conn, chat_id, entries)

@@ -506,7 +506,7 @@ pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<V
 /// ```
 pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Chat> {
     let entries = context_entries(&mut *conn, chat_id).await?;
-    refresh_context_from(conn, chat_id, &entries).await
+    refresh_context_from(conn, chat_id, &entries, false).await
 }
 
 /// The `SET` of the context columns (`$2` tokens, `$3` estimated, `$4`
@@ -514,10 +514,13 @@ pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Re
 /// [`refresh_context_from`] and [`refresh_context_facts`] write.
 macro_rules! context_columns_set {
     () => {
+        context_columns_set!(context_derived_sets!())
+    };
+    ($derived:expr) => {
         concat!(
             "UPDATE chats c SET context_tokens = $2, context_estimated = $3,
              compacted_through_message_id = $4, ",
-            context_derived_sets!(),
+            $derived,
             " WHERE id = $1 "
         )
     };
@@ -541,13 +544,22 @@ pub(crate) fn context_values(entries: &[ContextEntry]) -> (i64, bool, Option<i64
 
 /// [`refresh_context`] from the chat's [`context_entries`] read in this
 /// transaction after its last write (by [`super::chats::ChatFacts`]).
+/// `appended_only`: the history changed only by ordinary rows appended
+/// since the row's context was last written (the entries are a bundle's
+/// log, [`crate::context_cache`]), so the summaries are not counted again.
 pub(crate) async fn refresh_context_from(
     conn: &mut PgConnection,
     chat_id: Uuid,
     entries: &[ContextEntry],
+    appended_only: bool,
 ) -> sqlx::Result<Chat> {
     let (tokens, estimated, through) = context_values(entries);
-    sqlx::query_as(concat!(context_columns_set!(), "RETURNING c.*"))
+    let sql = if appended_only {
+        concat!(context_columns_set!(context_limit_set!()), "RETURNING c.*")
+    } else {
+        concat!(context_columns_set!(), "RETURNING c.*")
+    };
+    sqlx::query_as(sql)
         .bind(chat_id)
         .bind(tokens)
         .bind(estimated)
@@ -559,7 +571,8 @@ pub(crate) async fn refresh_context_from(
 /// [`refresh_context_from`] returning the row's facts (without the context
 /// entries, which the caller has): the read that lands a transition whose
 /// history writes the bundle followed ([`crate::context_cache`]), so that
-/// the landing check and `Chat.context` take one statement.
+/// the landing check and `Chat.context` take one statement. The bundle
+/// only appended ordinary rows, so the summaries are not counted again.
 pub(crate) async fn refresh_context_facts(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -567,7 +580,7 @@ pub(crate) async fn refresh_context_facts(
 ) -> sqlx::Result<super::chats::ChatFacts> {
     let (tokens, estimated, through) = context_values(entries);
     sqlx::query_as(concat!(
-        context_columns_set!(),
+        context_columns_set!(context_limit_set!()),
         "RETURNING c.*, ",
         chat_facts_columns_without_entries!("c")
     ))

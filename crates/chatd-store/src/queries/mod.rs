@@ -128,9 +128,22 @@ macro_rules! chat_facts_base_columns {
 /// statement that brings `Chat.context` up to date.
 macro_rules! context_derived_sets {
     () => {
-        "compactions = (SELECT count(*) FROM chat_messages
-                 WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'),
-             context_limit = (SELECT context_limit FROM chat_model_configs
+        concat!(
+            "compactions = (SELECT count(*) FROM chat_messages
+                 WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'), ",
+            context_limit_set!()
+        )
+    };
+}
+
+/// [`context_derived_sets`] for a history that changed only by appending
+/// ordinary rows since the row's context was last written (a bundle whose
+/// context log followed it, [`crate::context_cache`]): the count of
+/// summaries cannot have changed, and recounting them would scan the
+/// chat's whole history.
+macro_rules! context_limit_set {
+    () => {
+        "context_limit = (SELECT context_limit FROM chat_model_configs
                  WHERE enabled AND (id = c.last_model_config_id OR is_default)
                  ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)"
     };
