@@ -12,6 +12,10 @@
 //! batch ends before a publication identical to one already in it, which
 //! goes into the next.
 //!
+//! Under a burst of publications (more than a few chats can make, see
+//! `Pace`) the task waits [`LINGER`] before it takes a batch, so that
+//! fewer, larger statements carry them; otherwise it sends at once.
+//!
 //! The statement commits with `synchronous_commit` off: a notification
 //! transaction writes nothing durable, and listeners hear it at its commit
 //! either way, so waiting for its WAL flush only delays the next batch.
@@ -42,6 +46,17 @@ pub(crate) const MAX_BATCH: usize = 256;
 /// before it sends them.
 const MAX_YIELDS: usize = 4;
 
+/// Under a burst, how long the task waits after a publication arrives
+/// before it sends, so that one statement carries what arrives meanwhile.
+const LINGER: Duration = Duration::from_millis(2);
+
+/// A burst: at least [`BURST_NOTIFICATIONS`] notifications sent within the
+/// last [`BURST_WINDOW`].
+const BURST_WINDOW: Duration = Duration::from_millis(4);
+
+/// See [`BURST_WINDOW`].
+const BURST_NOTIFICATIONS: usize = 8;
+
 /// Delay before the first retry; retry `n` waits `n` times this.
 const RETRY_DELAY: Duration = Duration::from_millis(50);
 
@@ -60,6 +75,46 @@ pub(crate) struct NotifierLoop {
     pool: PgPool,
     queue: mpsc::UnboundedReceiver<Notification>,
     attempts: u32,
+    pace: Pace,
+}
+
+/// What the notifier sent lately, to tell a burst from the ordinary pace
+/// of a few chats: under a burst (hundreds of commits a second each
+/// publishing) it lingers [`LINGER`] before a batch, which turns many small
+/// `pg_notify` transactions into a few larger ones (each costs PostgreSQL
+/// an XID, a commit record and the global notification lock); at the pace
+/// of a few chats (a turn publishes about five notifications over several
+/// milliseconds) it sends at once, so their notifications are not delayed.
+#[derive(Debug, Default)]
+struct Pace {
+    /// When recent batches went out and how many notifications each had,
+    /// oldest first, within [`BURST_WINDOW`] of the newest.
+    sent: std::collections::VecDeque<(Instant, usize)>,
+}
+
+impl Pace {
+    /// Notes a batch of `len` notifications sent at `now`.
+    fn sent(&mut self, now: Instant, len: usize) {
+        self.sent.push_back((now, len));
+        self.forget_before(now);
+    }
+
+    /// Whether the notifications sent within [`BURST_WINDOW`] before `now`
+    /// make a burst.
+    fn bursting(&mut self, now: Instant) -> bool {
+        self.forget_before(now);
+        self.sent.iter().map(|(_, len)| len).sum::<usize>() >= BURST_NOTIFICATIONS
+    }
+
+    fn forget_before(&mut self, now: Instant) {
+        while self
+            .sent
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > BURST_WINDOW)
+        {
+            self.sent.pop_front();
+        }
+    }
 }
 
 impl NotifierLoop {
@@ -72,6 +127,7 @@ impl NotifierLoop {
             pool,
             queue,
             attempts: attempts.max(1),
+            pace: Pace::default(),
         }
     }
 
@@ -92,6 +148,15 @@ impl NotifierLoop {
                     },
                 },
             };
+            // Under a burst, wait a little: what arrives meanwhile goes in
+            // the same statement (see `Pace`).
+            if self.pace.bursting(Instant::now()) {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => {}
+                    () = tokio::time::sleep(LINGER) => {}
+                }
+            }
             // Let the tasks that are ready to run (commits finishing beside
             // this one) queue theirs first, while they keep coming (at most
             // `MAX_YIELDS` times): one statement then carries the burst.
@@ -107,6 +172,7 @@ impl NotifierLoop {
             }
             let (batch, rest) = next_batch(first, &mut self.queue);
             carried = rest;
+            self.pace.sent(Instant::now(), batch.len());
             self.send_with_retries(&batch).await;
         }
         self.drain().await;
@@ -231,6 +297,33 @@ mod tests {
         let (batch, rest) = next_batch(rest.unwrap(), &mut rx);
         assert_eq!(batch, vec![n("a", "1"), n("c", "3")]);
         assert_eq!(rest, None);
+    }
+
+    #[test]
+    fn the_pace_of_a_few_chats_sends_at_once_and_a_burst_lingers() {
+        let start = Instant::now();
+        let ms = |n: u64| start + Duration::from_millis(n);
+        let mut pace = Pace::default();
+        // One chat's turn: a send (two notifications), an attempt and a
+        // step a few milliseconds apart, turn after turn.
+        for turn in 0..5 {
+            let t = turn * 9;
+            assert!(!pace.bursting(ms(t)));
+            pace.sent(ms(t), 2);
+            assert!(!pace.bursting(ms(t + 2)));
+            pace.sent(ms(t + 2), 1);
+            assert!(!pace.bursting(ms(t + 5)));
+            pace.sent(ms(t + 5), 1);
+        }
+        // Many commits: small batches back to back make a burst ...
+        let mut pace = Pace::default();
+        for i in 0..3 {
+            pace.sent(ms(100 + i), 3);
+        }
+        assert!(pace.bursting(ms(103)));
+        // ... which ends once the window has passed without one.
+        assert!(!pace.bursting(ms(103) + BURST_WINDOW));
+        assert!(pace.sent.len() <= 1);
     }
 
     #[test]
