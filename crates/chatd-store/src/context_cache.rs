@@ -153,6 +153,15 @@ impl ContextCache {
         }
     }
 
+    /// Drops what the cache holds of chat `chat_id`: its next bundle reads
+    /// the entries and the tail (a cold cache, as on another replica).
+    pub fn remove(&self, chat_id: Uuid) {
+        let mut inner = self.lock();
+        if let Some(old) = inner.chats.remove(&chat_id) {
+            inner.total -= old.entries.len();
+        }
+    }
+
     /// Number of chats held.
     pub fn len(&self) -> usize {
         self.lock().chats.len()
@@ -208,6 +217,27 @@ impl HistoryLog {
             },
             None => Self::Unknown,
         }
+    }
+
+    /// The log of a chat created in this transaction: no history yet, so
+    /// the entries (none) and the tail's outstanding calls (none) are
+    /// known; the initial messages are appended to it.
+    pub(crate) fn new_chat() -> Self {
+        Self::Known {
+            base: Arc::new(Vec::new()),
+            appended: Vec::new(),
+            refreshed: false,
+            outstanding: Some(Arc::new(Vec::new())),
+        }
+    }
+
+    /// What [`ContextCache::put_log`] holds of this log: the entries and,
+    /// when known, the tail's outstanding calls; `None` when the log does
+    /// not know the entries.
+    pub(crate) fn to_cache(
+        &self,
+    ) -> Option<(Arc<Vec<ContextEntry>>, Option<Arc<Vec<ToolCallRef>>>)> {
+        Some((self.entries()?, self.outstanding().cloned()))
     }
 
     /// Whether the entries are known without reading them.

@@ -321,8 +321,17 @@ impl Store {
         }
         let mut tx = crate::queries::begin(&self.pool).await?;
         let buffer = PublishBuffer::new(self.publisher.clone());
-        let created = create_in(&mut tx, &input, status, &buffer, &self.config).await?;
+        let (created, log) = create_in(&mut tx, &input, status, &buffer, &self.config).await?;
         commit_and_flush(tx, buffer).await?;
+        // The new chat's first bundle starts from its entries and tail.
+        if let Some((entries, outstanding)) = log.to_cache() {
+            self.context_cache.put_log(
+                created.chat.id,
+                created.chat.history_version,
+                entries,
+                outstanding,
+            );
+        }
         record_transition(Transition::CreateChat, "ok");
         Ok(created)
     }
@@ -1264,7 +1273,8 @@ impl ChatTx {
         }
         let status = input.initial_status.unwrap_or(ChatStatus::Running);
         let buffer = PublishBuffer::new(self.store.publisher.clone());
-        let created = create_in(&mut self.tx, &input, status, &buffer, &self.store.config).await?;
+        let (created, _) =
+            create_in(&mut self.tx, &input, status, &buffer, &self.store.config).await?;
         self.created.extend(buffer.pending());
         buffer.discard();
         Ok((created.chat.id, true))
@@ -1337,7 +1347,7 @@ async fn create_in(
     status: ChatStatus,
     buffer: &PublishBuffer,
     config: &StoreConfig,
-) -> StoreResult<CreateChatResult> {
+) -> StoreResult<(CreateChatResult, crate::context_cache::HistoryLog)> {
     let id = input.id.unwrap_or_else(Uuid::new_v4);
     let (root_chat_id, depth) = match input.parent_chat_id {
         None => (None, 0),
@@ -1382,22 +1392,38 @@ async fn create_in(
             queries::files::describe(&mut message.content, &rows);
         }
     }
+    // The context entries follow the inserts (a summary among the initial
+    // messages makes the log read them instead).
+    let mut log = crate::context_cache::HistoryLog::new_chat();
     let mut initial_messages = Vec::with_capacity(messages.len());
     for message in &messages {
-        initial_messages.push(queries::messages::insert(&mut *conn, id, message, None).await?);
+        let row = queries::messages::insert(&mut *conn, id, message, None).await?;
+        log.appended(&row);
+        initial_messages.push(row);
     }
-    let mut facts = queries::chats::select_facts(&mut *conn, id)
-        .await?
-        .ok_or(StateError::ChatNotFound)?;
-    facts.chat = queries::messages::refresh_context(&mut *conn, id).await?;
+    let facts = match log.entries() {
+        // Only ordinary rows: no summary to count, and the context and the
+        // facts in one statement.
+        Some(entries) => queries::messages::refresh_context_facts(&mut *conn, id, &entries).await?,
+        None => {
+            let mut facts = queries::chats::select_facts_with(&mut *conn, id, false)
+                .await?
+                .ok_or(StateError::ChatNotFound)?;
+            facts.chat = queries::messages::refresh_context(&mut *conn, id).await?;
+            facts
+        }
+    };
     let chat = enqueue_publications(facts, buffer, config);
     let to = chat.execution_state(false);
     matrix::check_landing(Transition::CreateChat, ExecutionState::N, to)
         .map_err(StateError::from)?;
-    Ok(CreateChatResult {
-        chat,
-        initial_messages,
-    })
+    Ok((
+        CreateChatResult {
+            chat,
+            initial_messages,
+        },
+        log,
+    ))
 }
 
 /// Buffers the publications that the post-transition facts call for (spec

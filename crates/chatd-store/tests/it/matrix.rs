@@ -27,7 +27,8 @@ use crate::common::{
 /// Which form of a transition the matrix test applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Form {
-    /// The ordinary inputs.
+    /// The ordinary inputs, with a cold context cache (as on a replica
+    /// that never saw the chat).
     Plain,
     /// `CommitStep` as the step that continues the turn
     /// (`commit_step_steering`), every queued message marked steer first.
@@ -244,6 +245,9 @@ async fn check_form(transition: Transition, form: Form) {
         }
         if form == Form::Warm && from != ExecutionState::N {
             warm(&h, id).await;
+        } else {
+            // Every other form starts cold: the bundle reads what it needs.
+            h.store.context_cache().remove(id);
         }
         let before = h.dump(id).await;
         let (version_before, retry_before) = if from == ExecutionState::N {

@@ -987,10 +987,10 @@ async fn a_send_answers_the_outstanding_calls_from_the_cache_as_from_a_read_tail
         })
     };
 
-    // A cold cache: the entries are read at the commit, the tail unknown.
+    // A new chat's entries and tail are cached by its creation.
+    assert_eq!(held(h.chat(id).await.history_version), Some(vec![]));
     let (_, chat) = step_and_finish(vec![assistant_text("hello")]).await;
-    assert_eq!(held(chat.history_version), None);
-    // The first send reads the tail; from then on the cache holds it.
+    assert_eq!(held(chat.history_version), Some(vec![]));
     let (sent, chat) = send_text("one").await;
     assert_eq!(sent.inserted_messages.len(), 1, "nothing to answer");
     assert_eq!(held(chat.history_version), Some(vec![]));
@@ -1062,6 +1062,45 @@ async fn a_send_answers_the_outstanding_calls_from_the_cache_as_from_a_read_tail
     let (_, chat) = step_and_finish(vec![tool_call_message("call-e")]).await;
     assert_eq!(held(chat.history_version), Some(vec![call("call-e")]));
     assert_eq!(read().await, vec![call("call-e")]);
+
+    // A chat created with a call its initial history leaves unanswered
+    // (after the last user message) has it cached, and its first send
+    // answers it.
+    let created = h
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: h.owner,
+            initial_status: Some(ChatStatus::Waiting),
+            initial_messages: vec![
+                user_text("before"),
+                tool_call_message("call-old"),
+                user_text("question"),
+                tool_call_message("call-new"),
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let other_id = created.chat.id;
+    assert_eq!(
+        h.store
+            .context_cache()
+            .outstanding(other_id, created.chat.history_version),
+        Some(vec![call("call-new")])
+    );
+    let (sent, _) = h
+        .run(other_id, |tx| {
+            Box::pin(async move { tx.send_message(send("next", BusyBehavior::Queue)).await })
+        })
+        .await;
+    assert_eq!(
+        sent.inserted_messages[0].content.0,
+        vec![MessagePart::synthetic_result(
+            &call("call-new"),
+            CANCELLED_TOOL_RESULT
+        )]
+    );
+    assert_eq!(sent.inserted_messages.len(), 2);
 }
 
 /// `Chat.context` as a bundle commits it equals what a full read of the
@@ -1136,7 +1175,9 @@ async fn the_committed_context_equals_a_full_read_with_or_without_the_cache() {
         })
     };
 
-    // A cold cache: the first step reads the entries.
+    // A cold cache (as on a replica that never saw the chat): the first
+    // step reads the entries.
+    h.store.context_cache().remove(id);
     let (_, chat) = step(vec![answer("first answer", 40)]).await;
     check(chat, "a step with a cold cache").await;
     // From the cache on: a step with a tool call and its result, a finish
