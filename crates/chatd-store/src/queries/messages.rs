@@ -4,6 +4,7 @@
 //! client-visible reads of the message routes and the stream.
 
 use chatd_core::{ChatRole, FinishReason, MessagePart, Visibility};
+use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
@@ -13,13 +14,14 @@ use chatd_core::context::ContextEntry;
 use crate::models::{Chat, ChatMessage, NewMessage};
 
 /// Inserts one message; the trigger assigns `revision` and advances
-/// `history_version`. Returns the row; its `content` is `message`'s own
-/// (the statement returns an empty array in its place): what was bound is
-/// what is stored, since `jsonb` keeps this JSON as it is (`serde_json`
-/// sorts object keys as `jsonb` does, and numbers keep their digits), and
-/// reading it back would send the whole content over the wire again and
-/// parse it (issue 15). The test `insert_returns_the_row_a_read_finds`
-/// compares the two.
+/// `history_version`. Returns the row as stored: the statement returns only
+/// what the database assigns (`id`, `revision`, `created_at`), the rest is
+/// what was bound (issue 15: the whole row, content included, sent back
+/// over the wire and parsed again, cost more than the insert's own work).
+/// The content is stored as bound, since `jsonb` keeps this JSON as it is
+/// (`serde_json` sorts object keys as `jsonb` does, and numbers keep their
+/// digits). The test `insert_returns_the_row_a_read_finds` compares the
+/// returned row with a read.
 ///
 /// # Example
 ///
@@ -47,7 +49,8 @@ pub async fn insert(
 ) -> sqlx::Result<ChatMessage> {
     let role = message.role.map(|r| r.as_str()).unwrap_or("");
     let usage = message.usage;
-    sqlx::query_as(
+    let token_estimate = chatd_core::context::estimate_tokens(&message.content);
+    let (id, revision, created_at): (i64, i64, DateTime<Utc>) = sqlx::query_as(
         "INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by, model_config_id,
              reasoning_effort, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens,
              cache_creation_tokens, total_tokens, context_limit, total_cost_micros, runtime_ms,
@@ -55,12 +58,7 @@ pub async fn insert(
              compacted_through_id, token_estimate)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
              $22, $23)
-         RETURNING id, chat_id, role, '[]'::jsonb AS content, visibility, compressed, deleted,
-             revision, created_by, model_config_id, reasoning_effort, input_tokens, output_tokens,
-             reasoning_tokens, cache_read_tokens, cache_creation_tokens, total_tokens,
-             context_limit, total_cost_micros, runtime_ms, provider_response_id,
-             queued_message_id, client_message_id, finish_reason, compacted_through_id,
-             token_estimate, created_at",
+         RETURNING id, revision, created_at",
     )
     .bind(chat_id)
     .bind(role)
@@ -84,12 +82,38 @@ pub async fn insert(
     .bind(&message.client_message_id)
     .bind(message.finish_reason.map(FinishReason::as_str))
     .bind(message.compacted_through_id)
-    .bind(chatd_core::context::estimate_tokens(&message.content))
+    .bind(token_estimate)
     .fetch_one(conn)
-    .await
-    .map(|mut row: ChatMessage| {
-        row.content = Json(message.content.clone());
-        row
+    .await?;
+    Ok(ChatMessage {
+        id,
+        chat_id,
+        // The role's CHECK rejected a row without one.
+        role: message.role.unwrap_or(ChatRole::User),
+        content: Json(message.content.clone()),
+        visibility: message.visibility,
+        compressed: message.compressed,
+        deleted: false,
+        revision,
+        created_by: message.created_by,
+        model_config_id: message.model_config_id,
+        reasoning_effort: message.reasoning_effort.clone(),
+        input_tokens: usage.map(|u| u.input_tokens),
+        output_tokens: usage.map(|u| u.output_tokens),
+        reasoning_tokens: usage.map(|u| u.reasoning_tokens),
+        cache_read_tokens: usage.map(|u| u.cache_read_tokens),
+        cache_creation_tokens: usage.map(|u| u.cache_creation_tokens),
+        total_tokens: usage.map(|u| u.total_tokens),
+        context_limit: message.context_limit,
+        total_cost_micros: message.total_cost_micros,
+        runtime_ms: message.runtime_ms,
+        finish_reason: message.finish_reason,
+        provider_response_id: message.provider_response_id.clone(),
+        queued_message_id,
+        client_message_id: message.client_message_id.clone(),
+        compacted_through_id: message.compacted_through_id,
+        token_estimate: Some(token_estimate),
+        created_at,
     })
 }
 

@@ -1381,14 +1381,35 @@ async fn insert_returns_the_row_a_read_finds() {
     });
     message.finish_reason = Some(FinishReason::ToolCalls);
     message.provider_response_id = Some("resp-1".into());
+    message.created_by = Some(h.owner);
+    message.model_config_id = Some(Uuid::new_v4());
+    message.reasoning_effort = Some("high".into());
+    message.context_limit = Some(128_000);
+    message.total_cost_micros = Some(17);
+    message.runtime_ms = Some(250);
+    message.client_message_id = Some("client-1".into());
     let mut tx = h.pool().begin().await.unwrap();
     chats::lock_and_bump(&mut tx, id).await.unwrap().unwrap();
-    let returned = messages::insert(&mut tx, id, &message, None).await.unwrap();
+    let returned = messages::insert(&mut tx, id, &message, Some(42))
+        .await
+        .unwrap();
+    assert_eq!(returned.queued_message_id, Some(42));
     let read = messages::select(&mut *tx, id, returned.id)
         .await
         .unwrap()
         .unwrap();
-    tx.commit().await.unwrap();
     assert_eq!(returned, read);
     assert_eq!(returned.content.0, message.content);
+    // A summary boundary, whose defaults differ.
+    let mut summary = NewMessage::new(ChatRole::Assistant, vec![MessagePart::text("summary")]);
+    summary.visibility = chatd_core::Visibility::Model;
+    summary.compressed = true;
+    summary.compacted_through_id = Some(returned.id);
+    let returned = messages::insert(&mut tx, id, &summary, None).await.unwrap();
+    let read = messages::select(&mut *tx, id, returned.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(returned, read);
+    tx.commit().await.unwrap();
 }
