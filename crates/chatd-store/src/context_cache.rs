@@ -50,6 +50,10 @@ struct Inner {
     total: usize,
 }
 
+/// A chat's context entries and, when known, its tail's outstanding tool
+/// calls: what the cache holds of it and what a bundle's log puts there.
+pub(crate) type Logged = (Arc<Vec<ContextEntry>>, Option<Arc<Vec<ToolCallRef>>>);
+
 /// What the cache holds of one chat: its entries at `version`, and the
 /// tool calls of its tail that have no result (`None` when not known).
 #[derive(Debug)]
@@ -90,11 +94,7 @@ impl ContextCache {
 
     /// [`ContextCache::get`] with the outstanding tool calls of the tail
     /// when they are held too.
-    fn lookup(
-        &self,
-        chat_id: Uuid,
-        history_version: i64,
-    ) -> Option<(Arc<Vec<ContextEntry>>, Option<Arc<Vec<ToolCallRef>>>)> {
+    fn lookup(&self, chat_id: Uuid, history_version: i64) -> Option<Logged> {
         let mut inner = self.lock();
         match inner.chats.get(&chat_id) {
             Some(held) if held.version == history_version => {
@@ -234,9 +234,7 @@ impl HistoryLog {
     /// What [`ContextCache::put_log`] holds of this log: the entries and,
     /// when known, the tail's outstanding calls; `None` when the log does
     /// not know the entries.
-    pub(crate) fn to_cache(
-        &self,
-    ) -> Option<(Arc<Vec<ContextEntry>>, Option<Arc<Vec<ToolCallRef>>>)> {
+    pub(crate) fn to_cache(&self) -> Option<Logged> {
         Some((self.entries()?, self.outstanding().cloned()))
     }
 
