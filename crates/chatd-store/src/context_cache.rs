@@ -130,8 +130,13 @@ impl ContextCache {
         {
             return;
         }
+        let mut outstanding = outstanding;
         if let Some(old) = inner.chats.remove(&chat_id) {
             inner.total -= old.entries.len();
+            // The same history: what was known of its tail still holds.
+            if old.version == history_version && outstanding.is_none() {
+                outstanding = old.outstanding;
+            }
         }
         if entries.len() > MAX_ENTRIES_PER_CHAT {
             return;
@@ -378,6 +383,28 @@ mod tests {
         assert!(cache.get(chat, 5).is_none());
         assert_eq!(cache.get(chat, 6).map(|e| e.len()), Some(3));
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn the_tail_calls_go_with_their_version_and_survive_a_put_of_the_same_history() {
+        let cache = ContextCache::default();
+        let chat = Uuid::new_v4();
+        let call = ToolCallRef {
+            tool_call_id: "c".into(),
+            tool_name: "t".into(),
+        };
+        cache.put_log(chat, 3, entries(1), Some(Arc::new(vec![call.clone()])));
+        assert_eq!(cache.outstanding(chat, 3), Some(vec![call.clone()]));
+        assert_eq!(cache.outstanding(chat, 4), None);
+        // The same history put again without them: they stay known.
+        cache.put(chat, 3, entries(1));
+        assert_eq!(cache.outstanding(chat, 3), Some(vec![call]));
+        // A newer history without them: unknown.
+        cache.put(chat, 4, entries(2));
+        assert_eq!(cache.outstanding(chat, 4), None);
+        cache.remove(chat);
+        assert!(cache.get(chat, 4).is_none());
+        assert_eq!(cache.lock().total, 0);
     }
 
     #[test]

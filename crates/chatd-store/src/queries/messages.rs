@@ -19,9 +19,11 @@ use crate::models::{Chat, ChatMessage, NewMessage};
 /// what was bound (issue 15: the whole row, content included, sent back
 /// over the wire and parsed again, cost more than the insert's own work).
 /// The content is stored as bound, since `jsonb` keeps this JSON as it is
-/// (`serde_json` sorts object keys as `jsonb` does, and numbers keep their
-/// digits). The test `insert_returns_the_row_a_read_finds` compares the
-/// returned row with a read.
+/// (`serde_json` sorts object keys as `jsonb` does, and integers keep their
+/// digits); content with a fractional number (a tool result's float) is
+/// read back, since `jsonb` prints some of them otherwise (`1e16` as
+/// `10000000000000000`). The test `insert_returns_the_row_a_read_finds`
+/// compares the returned row with a read.
 ///
 /// # Example
 ///
@@ -50,47 +52,77 @@ pub async fn insert(
     let role = message.role.map(|r| r.as_str()).unwrap_or("");
     let usage = message.usage;
     let token_estimate = chatd_core::context::estimate_tokens(&message.content);
-    let (id, revision, created_at): (i64, i64, DateTime<Utc>) = sqlx::query_as(
-        "INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by, model_config_id,
-             reasoning_effort, input_tokens, output_tokens, reasoning_tokens, cache_read_tokens,
-             cache_creation_tokens, total_tokens, context_limit, total_cost_micros, runtime_ms,
-             provider_response_id, queued_message_id, client_message_id, finish_reason,
-             compacted_through_id, token_estimate)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
-             $22, $23)
-         RETURNING id, revision, created_at",
-    )
-    .bind(chat_id)
-    .bind(role)
-    .bind(Json(&message.content))
-    .bind(message.visibility.as_str())
-    .bind(message.compressed)
-    .bind(message.created_by)
-    .bind(message.model_config_id)
-    .bind(&message.reasoning_effort)
-    .bind(usage.map(|u| u.input_tokens))
-    .bind(usage.map(|u| u.output_tokens))
-    .bind(usage.map(|u| u.reasoning_tokens))
-    .bind(usage.map(|u| u.cache_read_tokens))
-    .bind(usage.map(|u| u.cache_creation_tokens))
-    .bind(usage.map(|u| u.total_tokens))
-    .bind(message.context_limit)
-    .bind(message.total_cost_micros)
-    .bind(message.runtime_ms)
-    .bind(&message.provider_response_id)
-    .bind(queued_message_id)
-    .bind(&message.client_message_id)
-    .bind(message.finish_reason.map(FinishReason::as_str))
-    .bind(message.compacted_through_id)
-    .bind(token_estimate)
-    .fetch_one(conn)
-    .await?;
+    macro_rules! insert_sql {
+        ($returning:literal) => {
+            concat!(
+                "INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by,
+                     model_config_id, reasoning_effort, input_tokens, output_tokens, reasoning_tokens,
+                     cache_read_tokens, cache_creation_tokens, total_tokens, context_limit,
+                     total_cost_micros, runtime_ms, provider_response_id, queued_message_id,
+                     client_message_id, finish_reason, compacted_through_id, token_estimate)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                     $18, $19, $20, $21, $22, $23)
+                 RETURNING id, revision, created_at",
+                $returning
+            )
+        };
+    }
+    // Content with a fractional number reads back as `jsonb` prints it,
+    // which is not always how it was bound (`1e16` comes back as
+    // `10000000000000000`, an integer): such content is read back.
+    let read_back = message.content.iter().any(has_fraction);
+    let sql = if read_back {
+        insert_sql!(", content")
+    } else {
+        insert_sql!("")
+    };
+    type Assigned = (i64, i64, DateTime<Utc>, Option<Json<Vec<MessagePart>>>);
+    let (id, revision, created_at, stored) = sqlx::query(sql)
+        .bind(chat_id)
+        .bind(role)
+        .bind(Json(&message.content))
+        .bind(message.visibility.as_str())
+        .bind(message.compressed)
+        .bind(message.created_by)
+        .bind(message.model_config_id)
+        .bind(&message.reasoning_effort)
+        .bind(usage.map(|u| u.input_tokens))
+        .bind(usage.map(|u| u.output_tokens))
+        .bind(usage.map(|u| u.reasoning_tokens))
+        .bind(usage.map(|u| u.cache_read_tokens))
+        .bind(usage.map(|u| u.cache_creation_tokens))
+        .bind(usage.map(|u| u.total_tokens))
+        .bind(message.context_limit)
+        .bind(message.total_cost_micros)
+        .bind(message.runtime_ms)
+        .bind(&message.provider_response_id)
+        .bind(queued_message_id)
+        .bind(&message.client_message_id)
+        .bind(message.finish_reason.map(FinishReason::as_str))
+        .bind(message.compacted_through_id)
+        .bind(token_estimate)
+        .try_map(|row: sqlx::postgres::PgRow| -> sqlx::Result<Assigned> {
+            use sqlx::Row;
+            let stored = if read_back {
+                Some(row.try_get("content")?)
+            } else {
+                None
+            };
+            Ok((
+                row.try_get("id")?,
+                row.try_get("revision")?,
+                row.try_get("created_at")?,
+                stored,
+            ))
+        })
+        .fetch_one(conn)
+        .await?;
     Ok(ChatMessage {
         id,
         chat_id,
         // The role's CHECK rejected a row without one.
         role: message.role.unwrap_or(ChatRole::User),
-        content: Json(message.content.clone()),
+        content: stored.unwrap_or_else(|| Json(message.content.clone())),
         visibility: message.visibility,
         compressed: message.compressed,
         deleted: false,
@@ -115,6 +147,24 @@ pub async fn insert(
         token_estimate: Some(token_estimate),
         created_at,
     })
+}
+
+/// Whether `part` holds a JSON number written with a fraction or an
+/// exponent (a tool result's float), which `jsonb` may print back
+/// otherwise.
+fn has_fraction(part: &MessagePart) -> bool {
+    fn value(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Number(n) => n.is_f64(),
+            serde_json::Value::Array(items) => items.iter().any(value),
+            serde_json::Value::Object(map) => map.values().any(value),
+            _ => false,
+        }
+    }
+    match part {
+        MessagePart::ToolResult { result, .. } => value(result),
+        _ => false,
+    }
 }
 
 /// One message of the chat (deleted or not).

@@ -1400,6 +1400,20 @@ async fn insert_returns_the_row_a_read_finds() {
         .unwrap();
     assert_eq!(returned, read);
     assert_eq!(returned.content.0, message.content);
+    // Floats that `jsonb` prints back as integers (`1e16` is
+    // `10000000000000000` there): such content is read back.
+    let floats = NewMessage::tool(vec![MessagePart::ToolResult {
+        tool_call_id: "c3".into(),
+        tool_name: "t".into(),
+        result: json!({"big": 1e16, "bigger": 1.7e18, "negative": -2e17, "small": 0.25}),
+        is_error: false,
+    }]);
+    let returned = messages::insert(&mut tx, id, &floats, None).await.unwrap();
+    let read = messages::select(&mut *tx, id, returned.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(returned, read);
     // A summary boundary, whose defaults differ.
     let mut summary = NewMessage::new(ChatRole::Assistant, vec![MessagePart::text("summary")]);
     summary.visibility = chatd_core::Visibility::Model;
