@@ -1142,25 +1142,13 @@ impl ChatTx {
     /// ```
     pub async fn commit(mut self) -> StoreResult<Chat> {
         let buffer = PublishBuffer::new(self.store.publisher.clone());
-        if std::mem::take(&mut self.row_behind) {
-            // The last transition only appended rows, whose entries the log
-            // knows: the context `UPDATE` returns the current row, and the
-            // rest of the facts did not change. (Anything since, such as a
-            // transition that was rejected after taking the facts, leaves
-            // them to be read.)
-            match (self.known.as_mut(), self.history.entries()) {
-                (Some(known), Some(entries)) => {
-                    known.chat = queries::messages::refresh_context_from(
-                        &mut self.tx,
-                        self.chat_id,
-                        &entries,
-                        true,
-                    )
-                    .await?;
-                    self.history.mark_refreshed();
-                }
-                _ => self.known = None,
-            }
+        // After a step that only appended rows (`row_behind`) the facts are
+        // current but for the row, which the context `UPDATE` below returns;
+        // the log knows the entries. (Anything since, such as a transition
+        // rejected after taking the facts, leaves them to be read.)
+        let behind = std::mem::take(&mut self.row_behind);
+        if behind && !self.history.is_known() {
+            self.known = None;
         }
         self.facts().await?;
         let mut facts = self.known.take().expect("just read");
@@ -1169,18 +1157,18 @@ impl ChatTx {
         // The entries are the bundle's own log when it followed every history
         // write, else what the last statement read, else read now; once
         // committed they are cached for the next bundle.
+        let history_changed = behind || facts.chat.history_version == facts.chat.snapshot_version;
         let mut cached = None;
         // The tail's outstanding calls go with the entries when the log
         // knows them (it followed every history write of the bundle).
         let outstanding = self.history.outstanding().cloned();
-        if facts.chat.history_version == facts.chat.snapshot_version && self.history.is_refreshed()
-        {
+        if history_changed && !behind && self.history.is_refreshed() {
             // The last transition's landing read wrote it already.
             cached = Some((
                 facts.chat.history_version,
                 self.history.entries().expect("known"),
             ));
-        } else if facts.chat.history_version == facts.chat.snapshot_version {
+        } else if history_changed {
             let logged = self.history.entries();
             let appended_only = logged.is_some();
             let entries = match logged {

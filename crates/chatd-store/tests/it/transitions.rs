@@ -981,6 +981,19 @@ async fn a_send_answers_the_outstanding_calls_from_the_cache_as_from_a_read_tail
             })
         })
     };
+    // The send inserted the cancelled result of `call_id`, then the user
+    // message.
+    let answered = |sent: &chatd_store::SendMessageResult, call_id: &str| {
+        let roles: Vec<ChatRole> = sent.inserted_messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, vec![ChatRole::Tool, ChatRole::User]);
+        assert_eq!(
+            sent.inserted_messages[0].content.0,
+            vec![MessagePart::synthetic_result(
+                &call(call_id),
+                CANCELLED_TOOL_RESULT
+            )]
+        );
+    };
     let send_text = |text: &'static str| {
         h.run(id, move |tx| {
             Box::pin(async move { tx.send_message(send(text, BusyBehavior::Queue)).await })
@@ -1011,15 +1024,7 @@ async fn a_send_answers_the_outstanding_calls_from_the_cache_as_from_a_read_tail
     assert_eq!(read().await, vec![call("call-a")]);
     // The send answers call-a from the cache, as it would from a read.
     let (sent, chat) = send_text("two").await;
-    let roles: Vec<ChatRole> = sent.inserted_messages.iter().map(|m| m.role).collect();
-    assert_eq!(roles, vec![ChatRole::Tool, ChatRole::User]);
-    assert_eq!(
-        sent.inserted_messages[0].content.0,
-        vec![MessagePart::synthetic_result(
-            &call("call-a"),
-            CANCELLED_TOOL_RESULT
-        )]
-    );
+    answered(&sent, "call-a");
     assert_eq!(held(chat.history_version), Some(vec![]));
     assert_eq!(read().await, vec![]);
     // Another replica (its own cache) leaves a call unanswered: this
@@ -1041,15 +1046,7 @@ async fn a_send_answers_the_outstanding_calls_from_the_cache_as_from_a_read_tail
         .await
         .unwrap();
     let (sent, chat) = send_text("three").await;
-    let roles: Vec<ChatRole> = sent.inserted_messages.iter().map(|m| m.role).collect();
-    assert_eq!(roles, vec![ChatRole::Tool, ChatRole::User]);
-    assert_eq!(
-        sent.inserted_messages[0].content.0,
-        vec![MessagePart::synthetic_result(
-            &call("call-c"),
-            CANCELLED_TOOL_RESULT
-        )]
-    );
+    answered(&sent, "call-c");
     // That bundle read its entries afresh: the cache holds them, but not
     // the tail, until a bundle that starts from them reads it.
     assert_eq!(held(chat.history_version), None);
