@@ -337,7 +337,8 @@ pub async fn send_message(
 
     let mut tx = state.store().machine(id).begin().await?;
     if let Some(key) = &req.client_message_id
-        && let Some((hash, response)) = send_receipts::select::<Value>(tx.conn(), id, key).await?
+        && let Some((hash, response)) =
+            send_receipts::select::<Value>(tx.conn().await?, id, key).await?
     {
         // Dropping `tx` rolls the snapshot bump back: a repeat changes nothing.
         return if hash == fingerprint {
@@ -380,7 +381,7 @@ pub async fn send_message(
         },
         queued_message: match &result.queued_message {
             Some(q) => {
-                let position = queue::index_of(tx.reader(), id, q.id)
+                let position = queue::index_of(tx.reader().await?, id, q.id)
                     .await?
                     .unwrap_or_default();
                 Some(ChatQueuedMessage::at(position, q))
@@ -391,7 +392,7 @@ pub async fn send_message(
     };
     let response = serde_json::to_value(&response).map_err(ApiError::internal)?;
     if let Some(key) = &req.client_message_id {
-        send_receipts::insert(tx.conn(), id, key, &fingerprint, &response).await?;
+        send_receipts::insert(tx.conn().await?, id, key, &fingerprint, &response).await?;
     }
     tx.commit().await?;
     Ok(Json(response))
@@ -428,7 +429,7 @@ pub async fn edit_message(
     require_owner(&caller, &chat)?;
 
     let mut tx = begin(&state, id, true).await?;
-    let target = messages::select(tx.conn(), id, message_id).await?;
+    let target = messages::select(tx.conn().await?, id, message_id).await?;
     match target {
         Some(m) if client_visible(&m) => {
             if m.role != chatd_core::ChatRole::User {

@@ -69,7 +69,7 @@ async fn begin_on_queued(
         require_owner(caller, &chat)?;
     }
     let mut tx = begin(state, id, true).await?;
-    let conn = tx.reader();
+    let conn = tx.reader().await?;
     if queue::select(&mut *conn, id, queued).await?.is_none() {
         return Err(StateError::QueuedMessageNotFound {
             queued_message_id: queued,
@@ -168,7 +168,7 @@ pub async fn edit_queued_message(
             steer: req.steer,
         })
         .await?;
-    let position = queue::index_of(tx.reader(), id, queued)
+    let position = queue::index_of(tx.reader().await?, id, queued)
         .await?
         .unwrap_or_default();
     tx.commit().await?;

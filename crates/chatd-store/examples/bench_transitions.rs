@@ -3,7 +3,8 @@
 //!
 //! Each chat runs `create`, then `--rounds` cycles of
 //! `send → record attempt → commit step → finish turn`, with `--clients`
-//! concurrent tasks sharing `--chats` chats, against one PostgreSQL. The
+//! concurrent tasks sharing `--chats` chats, against one PostgreSQL. Each
+//! bundle is `ChatMachine::update_optimistic`, as the worker's are. The
 //! store publishes through the real LISTEN/NOTIFY pubsub. The baseline runs
 //! the same statements a minimal implementation needs (lock and bump, insert
 //! the message, set the status) on the same schema, triggers included, with
@@ -258,7 +259,7 @@ async fn machine_chat(
     let machine = store.machine(created.chat.id);
     if history > 1 {
         let mut tx = machine.begin().await?;
-        bulk_history(tx.conn(), created.chat.id, history - 1).await?;
+        bulk_history(tx.conn().await?, created.chat.id, history - 1).await?;
         tx.commit().await?;
     }
     for round in 0..rounds {
@@ -266,10 +267,10 @@ async fn machine_chat(
             send(&machine, "again").await?;
         }
         machine
-            .update(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+            .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
             .await?;
         machine
-            .update(|tx| {
+            .update_optimistic(|tx| {
                 Box::pin(async move {
                     tx.commit_step(vec![NewMessage::assistant(text("answer"))], false)
                         .await
@@ -277,7 +278,7 @@ async fn machine_chat(
             })
             .await?;
         machine
-            .update(|tx| Box::pin(async move { tx.finish_turn().await }))
+            .update_optimistic(|tx| Box::pin(async move { tx.finish_turn().await }))
             .await?;
     }
     // Keep the count at 1 + 4 x rounds: one more send closes the last round.
@@ -287,7 +288,7 @@ async fn machine_chat(
 /// `SendMessage(text, queue)` in its own bundle.
 async fn send(machine: &ChatMachine, text_: &'static str) -> anyhow::Result<()> {
     machine
-        .update(|tx| {
+        .update_optimistic(|tx| {
             Box::pin(async move {
                 tx.send_message(SendMessageInput {
                     message: NewMessage::user(text(text_)),

@@ -22,6 +22,7 @@ pub mod error;
 pub mod machine;
 pub mod models;
 pub mod queries;
+pub mod row_cache;
 pub mod rules;
 pub mod transitions;
 

@@ -101,6 +101,7 @@ pub struct Store {
     config: Arc<StoreConfig>,
     /// The context entries of recently changed chats (shared by clones).
     context_cache: Arc<crate::context_cache::ContextCache>,
+    row_cache: Arc<crate::row_cache::RowCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -197,6 +198,7 @@ impl Store {
             publisher,
             config: Arc::new(config),
             context_cache: Arc::default(),
+            row_cache: Arc::default(),
         }
     }
 
@@ -222,6 +224,28 @@ impl Store {
     /// ```
     pub fn context_cache(&self) -> &crate::context_cache::ContextCache {
         &self.context_cache
+    }
+
+    /// The replica's cache of committed chat rows ([`crate::row_cache`]):
+    /// the guesses of [`ChatMachine::update_optimistic`], shared by the
+    /// clones of this store.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// // Every commit leaves the committed row behind.
+    /// let (_, committed) = store
+    ///     .machine(chat.id)
+    ///     .update(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+    ///     .await?;
+    /// assert_eq!(store.row_cache().get(chat.id).map(|f| f.chat), Some(committed));
+    /// # Ok(()) }
+    /// ```
+    pub fn row_cache(&self) -> &crate::row_cache::RowCache {
+        &self.row_cache
     }
 
     /// The connection pool.
@@ -321,8 +345,9 @@ impl Store {
         }
         let mut tx = crate::queries::begin(&self.pool).await?;
         let buffer = PublishBuffer::new(self.publisher.clone());
-        let (created, log) = create_in(&mut tx, &input, status, &buffer, &self.config).await?;
+        let (created, log, row) = create_in(&mut tx, &input, status, &buffer, &self.config).await?;
         commit_and_flush(tx, buffer).await?;
+        self.row_cache.put(row);
         // The new chat's first bundle starts from its entries and tail.
         if let Some((entries, outstanding)) = log.to_cache() {
             self.context_cache.put_log(
@@ -549,6 +574,7 @@ impl Store {
             let mut known = None;
             let mut history = crate::context_cache::HistoryLog::Unknown;
             let mut row_behind = false;
+            let (mut guess, mut missed) = (None, false);
             let mut ops = crate::transitions::Ops {
                 conn: &mut tx,
                 chat_id: *member,
@@ -558,6 +584,8 @@ impl Store {
                 landing: None,
                 history: &mut history,
                 row_behind: &mut row_behind,
+                guess: &mut guess,
+                missed: &mut missed,
             };
             let chat = queries::chats::select(&mut *ops.conn, *member, LockMode::None)
                 .await?
@@ -697,6 +725,130 @@ impl ChatMachine {
             return Ok(None);
         };
         Ok(Some(ChatTx::new(tx, facts, self.store.clone())))
+    }
+
+    /// Opens an optimistic bundle: when this replica committed the chat
+    /// last ([`crate::row_cache`]), begins a transaction without locking
+    /// the row; its transitions validate against that committed row (the
+    /// guess), and the first statement checks it: the transitions whose
+    /// first write is the chat row's `UPDATE` (recording a generation
+    /// attempt or a retry state, finishing a turn or an error, entering
+    /// requires-action, requesting compaction, archiving) lock, bump and
+    /// check in that one statement; every other transition, read or commit
+    /// locks and bumps first as [`ChatMachine::begin`] does
+    /// ([`ChatTx::confirm`]). A stale guess fails the bundle with
+    /// [`StoreError::GuessMissed`] and nothing it did is committed. Without
+    /// a committed row of the chat at hand, or for a sub-chat (whose
+    /// bundles key-share its family first), this is
+    /// [`ChatMachine::begin`].
+    ///
+    /// Prefer [`ChatMachine::update_optimistic`], which runs the bundle
+    /// again when the guess missed.
+    ///
+    /// # Errors
+    /// As [`ChatMachine::begin`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_store::StoreError;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// let machine = store.machine(chat.id);
+    /// // This replica created the chat: its row is the guess.
+    /// let mut tx = machine.begin_optimistic().await?;
+    /// assert!(tx.guess_pending());
+    /// tx.record_generation_attempt().await?; // locks, bumps and checks in one UPDATE
+    /// assert!(!tx.guess_pending());
+    /// let committed = tx.commit().await?;
+    /// assert_eq!(committed.snapshot_version, chat.snapshot_version + 1);
+    ///
+    /// // Another bundle commits that this guess does not know of.
+    /// let mut stale = machine.begin_optimistic().await?;
+    /// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
+    /// let err = stale.record_generation_attempt().await.unwrap_err();
+    /// assert!(matches!(err, StoreError::GuessMissed) && stale.guess_missed());
+    /// assert!(matches!(stale.commit().await, Err(StoreError::GuessMissed)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin_optimistic(&self) -> StoreResult<ChatTx> {
+        match self.store.row_cache.get(self.chat_id) {
+            Some(row) if row.chat.parent_chat_id.is_none() && row.chat.root_chat_id.is_none() => {
+                let tx = crate::queries::begin(&self.store.pool).await?;
+                Ok(ChatTx::guessed(tx, row, self.store.clone()))
+            }
+            _ => self.begin().await,
+        }
+    }
+
+    /// [`ChatMachine::update`] in an optimistic bundle
+    /// ([`ChatMachine::begin_optimistic`]): a bundle whose first transition
+    /// writes only the chat row takes one statement fewer. When the guess
+    /// was stale, everything is rolled back and `f` runs again in a bundle
+    /// that locks first, so `f` may run twice (hence `Fn`); what it returns
+    /// and the committed row are those of the run that committed. An error
+    /// of `f` decided on the guessed row alone ([`ChatTx::chat`]) is checked
+    /// against the locked row before it is returned.
+    ///
+    /// # Errors
+    /// As [`ChatMachine::update`]; never [`StoreError::GuessMissed`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::ChatStatus;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+    /// let machine = store.machine(chat.id);
+    /// let (attempt, _) = machine
+    ///     .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+    ///     .await?;
+    /// assert_eq!(attempt, 1);
+    /// // A stale guess (the chat finished its turn elsewhere) runs it again,
+    /// // locked: the transition is rejected as the current state calls for.
+    /// let guess = store.row_cache().get(chat.id).expect("committed here");
+    /// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
+    /// store.row_cache().remove(chat.id);
+    /// store.row_cache().put(guess);
+    /// let err = machine
+    ///     .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(err.state().is_some(), "{err}");
+    /// let row = chatd_testkit::store::chat_row(pool, chat.id).await;
+    /// assert_eq!(row.status, ChatStatus::Waiting);
+    /// # Ok(()) }
+    /// ```
+    pub async fn update_optimistic<T, F>(&self, f: F) -> StoreResult<(T, Chat)>
+    where
+        F: for<'a> Fn(&'a mut ChatTx) -> BoxFuture<'a, StoreResult<T>>,
+    {
+        let mut tx = self.begin_optimistic().await?;
+        match f(&mut tx).await {
+            Ok(value) => match tx.commit().await {
+                Ok(chat) => return Ok((value, chat)),
+                Err(StoreError::GuessMissed) => {}
+                Err(err) => return Err(err),
+            },
+            Err(err) => {
+                if tx.guess_pending() {
+                    // Possibly decided on a stale row: check it.
+                    match tx.confirm().await {
+                        Ok(()) => return Err(err),
+                        Err(StoreError::GuessMissed) => {}
+                        Err(other) => return Err(other),
+                    }
+                } else if !tx.guess_missed() {
+                    return Err(err);
+                }
+                // Roll back first: the check may hold the row's lock.
+                drop(tx);
+            }
+        }
+        record_guess_missed();
+        self.update(|tx| f(tx)).await
     }
 
     /// Runs `f` inside a transition bundle ([`ChatMachine::begin`]) and
@@ -958,6 +1110,15 @@ pub struct ChatTx {
     /// commit's context `UPDATE` returns the current row; [`ChatTx::chat`]
     /// reads it.
     pub(crate) row_behind: bool,
+    /// An optimistic bundle's guess ([`ChatMachine::begin_optimistic`]):
+    /// the `snapshot_version` of the committed row it validates against,
+    /// until its first write checks it (the fused `UPDATE` of a transition)
+    /// or [`ChatTx::confirm`] locks the row; `None` once checked, and in a
+    /// bundle that locked first.
+    pub(crate) guess: Option<i64>,
+    /// The guess was stale: the bundle must not commit
+    /// ([`StoreError::GuessMissed`]).
+    pub(crate) missed: bool,
 }
 
 impl std::fmt::Debug for ChatTx {
@@ -994,7 +1155,89 @@ impl ChatTx {
             created: Vec::new(),
             history,
             row_behind: false,
+            guess: None,
+            missed: false,
         }
+    }
+
+    /// An optimistic bundle on the open transaction `tx` (no statement run
+    /// yet), guessing that chat `row.chat.id` is still at `row`, the row this
+    /// replica last committed.
+    fn guessed(
+        tx: Transaction<'static, Postgres>,
+        mut row: queries::chats::ChatFacts,
+        store: Store,
+    ) -> Self {
+        let (chat_id, guess) = (row.chat.id, row.chat.snapshot_version);
+        // What a lock-and-bump would return if the guess holds.
+        row.chat.snapshot_version = guess + 1;
+        let history = crate::context_cache::HistoryLog::at(
+            &store.context_cache,
+            chat_id,
+            row.chat.history_version,
+        );
+        Self {
+            tx,
+            chat_id,
+            snapshot_version: guess + 1,
+            store,
+            applied: Vec::new(),
+            known: Some(row),
+            created: Vec::new(),
+            history,
+            row_behind: false,
+            guess: Some(guess),
+            missed: false,
+        }
+    }
+
+    /// Checks an optimistic bundle's guess now, if no statement has yet:
+    /// locks the row and bumps its version as [`ChatMachine::begin`] does.
+    /// The transition methods that cannot fold the check into their first
+    /// write, the reads of [`ChatTx::conn`] and [`ChatTx::reader`], and the
+    /// commit call it; a caller that decided something from the guessed row
+    /// alone ([`ChatTx::chat`]) calls it before acting on a refusal of its
+    /// own. Nothing to do in a bundle that locked first.
+    ///
+    /// # Errors
+    /// [`StoreError::GuessMissed`] when another bundle committed since the
+    /// guessed row (or the chat is gone): the bundle must be dropped, and
+    /// [`ChatMachine::update_optimistic`] runs it again; database errors.
+    ///
+    /// Example: [`ChatMachine::begin_optimistic`].
+    pub async fn confirm(&mut self) -> StoreResult<()> {
+        if self.missed {
+            return Err(StoreError::GuessMissed);
+        }
+        let Some(guess) = self.guess.take() else {
+            return Ok(());
+        };
+        match queries::chats::lock_and_bump(&mut self.tx, self.chat_id).await? {
+            Some(bumped) if bumped.facts.chat.snapshot_version == guess + 1 => {
+                self.known = bumped.current_facts();
+                Ok(())
+            }
+            _ => {
+                self.missed = true;
+                Err(StoreError::GuessMissed)
+            }
+        }
+    }
+
+    /// Whether this optimistic bundle's guess is not checked yet: what
+    /// [`ChatTx::chat`] returns is the row this replica last committed.
+    ///
+    /// Example: [`ChatMachine::begin_optimistic`].
+    pub fn guess_pending(&self) -> bool {
+        self.guess.is_some()
+    }
+
+    /// Whether this optimistic bundle's guess was stale: it cannot commit,
+    /// and its errors may come from the stale row.
+    ///
+    /// Example: [`ChatMachine::begin_optimistic`].
+    pub fn guess_missed(&self) -> bool {
+        self.missed
     }
 
     /// The chat this bundle is scoped to.
@@ -1027,18 +1270,19 @@ impl ChatTx {
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// tx.interrupt().await?;
     /// let title = MetadataChanges { title: Some("Stopped".into()), ..Default::default() };
-    /// chats::update_metadata(tx.conn(), chat.id, &title).await?;
+    /// chats::update_metadata(tx.conn().await?, chat.id, &title).await?;
     /// let committed = tx.commit().await?;
     /// assert_eq!(committed.title, "Stopped");
     /// # Ok(()) }
     /// ```
-    pub fn conn(&mut self) -> &mut PgConnection {
+    pub async fn conn(&mut self) -> StoreResult<&mut PgConnection> {
+        self.confirm().await?;
         // Anything may be written through it: read the row again next time,
         // and the context entries at the commit.
         self.known = None;
         self.row_behind = false;
         self.history.forget();
-        &mut self.tx
+        Ok(&mut self.tx)
     }
 
     /// The open transaction for reads only (a heartbeat's freshness, the
@@ -1054,13 +1298,14 @@ impl ChatTx {
     /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut tx = store.machine(chat.id).begin().await?;
-    /// assert_eq!(queue::len(tx.reader(), chat.id).await?, 0);
+    /// assert_eq!(queue::len(tx.reader().await?, chat.id).await?, 0);
     /// tx.interrupt().await?;
     /// tx.commit().await?;
     /// # Ok(()) }
     /// ```
-    pub fn reader(&mut self) -> &mut PgConnection {
-        &mut self.tx
+    pub async fn reader(&mut self) -> StoreResult<&mut PgConnection> {
+        self.confirm().await?;
+        Ok(&mut self.tx)
     }
 
     /// The current chat row in this transaction: as the lock-and-bump or
@@ -1090,15 +1335,21 @@ impl ChatTx {
 
     /// What the bundle knows of the row, read now when it knows nothing.
     async fn facts(&mut self) -> StoreResult<&queries::chats::ChatFacts> {
-        if self.known.is_none() || self.row_behind {
-            self.row_behind = false;
-            let entries = !self.history.is_known();
-            let facts = queries::chats::select_facts_with(&mut self.tx, self.chat_id, entries)
-                .await?
-                .ok_or(StateError::ChatNotFound)?;
-            self.known = Some(facts);
+        // An unchecked guess is what the bundle knows: the bundle's first
+        // write checks it.
+        let guessed = self.guess.is_some() && self.known.is_some();
+        if !guessed {
+            self.confirm().await?;
+            if self.known.is_none() || self.row_behind {
+                self.row_behind = false;
+                let entries = !self.history.is_known();
+                let facts = queries::chats::select_facts_with(&mut self.tx, self.chat_id, entries)
+                    .await?
+                    .ok_or(StateError::ChatNotFound)?;
+                self.known = Some(facts);
+            }
         }
-        Ok(self.known.as_ref().expect("just read"))
+        Ok(self.known.as_ref().expect("guessed or just read"))
     }
 
     /// The transitions applied so far: `(transition, from, to)`.
@@ -1141,6 +1392,8 @@ impl ChatTx {
     /// # Ok(()) }
     /// ```
     pub async fn commit(mut self) -> StoreResult<Chat> {
+        // An optimistic bundle that wrote nothing yet bumps the row now.
+        self.confirm().await?;
         let buffer = PublishBuffer::new(self.store.publisher.clone());
         // After a step that only appended rows (`row_behind`) the facts are
         // current but for the row, which the context `UPDATE` below returns;
@@ -1189,6 +1442,8 @@ impl ChatTx {
             .await?;
             cached = Some((facts.chat.history_version, entries));
         }
+        // The committed row: the next optimistic bundle's guess.
+        let row = facts.clone();
         let chat = enqueue_publications(facts, &buffer, &self.store.config);
         for publication in &self.created {
             if let Err(err) = buffer.publish(&publication.channel, &publication.payload) {
@@ -1196,6 +1451,7 @@ impl ChatTx {
             }
         }
         commit_and_flush(self.tx, buffer).await?;
+        self.store.row_cache.put(row);
         if let Some((version, entries)) = cached {
             self.store
                 .context_cache
@@ -1252,6 +1508,7 @@ impl ChatTx {
     /// # Ok(()) }
     /// ```
     pub async fn create_child(&mut self, mut input: CreateChatInput) -> StoreResult<(Uuid, bool)> {
+        self.confirm().await?;
         input.parent_chat_id = Some(self.chat_id);
         if let Some(key) = &input.spawn_key
             && let Some(existing) =
@@ -1261,7 +1518,7 @@ impl ChatTx {
         }
         let status = input.initial_status.unwrap_or(ChatStatus::Running);
         let buffer = PublishBuffer::new(self.store.publisher.clone());
-        let (created, _) =
+        let (created, _, _) =
             create_in(&mut self.tx, &input, status, &buffer, &self.store.config).await?;
         self.created.extend(buffer.pending());
         buffer.discard();
@@ -1305,6 +1562,7 @@ impl ChatTx {
         if ids.is_empty() {
             return Ok(());
         }
+        self.confirm().await?;
         let owner = self.chat().await?.owner_id;
         let rows = queries::files::link(&mut self.tx, self.chat_id, owner, &ids, max_links).await?;
         queries::files::describe(parts, &rows);
@@ -1321,6 +1579,8 @@ impl ChatTx {
             landing: None,
             history: &mut self.history,
             row_behind: &mut self.row_behind,
+            guess: &mut self.guess,
+            missed: &mut self.missed,
         }
     }
 }
@@ -1335,7 +1595,11 @@ async fn create_in(
     status: ChatStatus,
     buffer: &PublishBuffer,
     config: &StoreConfig,
-) -> StoreResult<(CreateChatResult, crate::context_cache::HistoryLog)> {
+) -> StoreResult<(
+    CreateChatResult,
+    crate::context_cache::HistoryLog,
+    queries::chats::ChatFacts,
+)> {
     let id = input.id.unwrap_or_else(Uuid::new_v4);
     let (root_chat_id, depth) = match input.parent_chat_id {
         None => (None, 0),
@@ -1401,6 +1665,7 @@ async fn create_in(
             facts
         }
     };
+    let row = facts.clone();
     let chat = enqueue_publications(facts, buffer, config);
     let to = chat.execution_state(false);
     matrix::check_landing(Transition::CreateChat, ExecutionState::N, to)
@@ -1411,6 +1676,7 @@ async fn create_in(
             initial_messages,
         },
         log,
+        row,
     ))
 }
 
@@ -1504,6 +1770,12 @@ fn flush(buffer: &PublishBuffer) {
     if let Err(err) = buffer.flush() {
         tracing::warn!(error = %err, "publishing after commit failed");
     }
+}
+
+/// Counts an optimistic bundle run again because its guess was stale, in
+/// the `chatd_optimistic_guess_missed_total` metric.
+fn record_guess_missed() {
+    metrics::counter!("chatd_optimistic_guess_missed_total").increment(1);
 }
 
 /// Counts a transition outcome in the `chatd_transitions_total` metric

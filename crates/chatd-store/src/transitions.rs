@@ -375,6 +375,7 @@ impl ChatTx {
         &mut self,
         input: SendMessageInput,
     ) -> StoreResult<SendMessageResult> {
+        self.confirm().await?;
         self.ops().send_message(input).await
     }
 
@@ -416,6 +417,7 @@ impl ChatTx {
         &mut self,
         input: EditMessageInput,
     ) -> StoreResult<EditMessageResult> {
+        self.confirm().await?;
         self.ops().edit_message(input).await
     }
 
@@ -430,6 +432,7 @@ impl ChatTx {
         &mut self,
         queued_message_id: i64,
     ) -> StoreResult<QueuedMessage> {
+        self.confirm().await?;
         self.ops().delete_queued_message(queued_message_id).await
     }
 
@@ -445,6 +448,7 @@ impl ChatTx {
         &mut self,
         queued_message_id: i64,
     ) -> StoreResult<PromoteQueuedMessageResult> {
+        self.confirm().await?;
         self.ops().promote_queued_message(queued_message_id).await
     }
 
@@ -491,6 +495,7 @@ impl ChatTx {
         &mut self,
         input: EditQueuedMessageInput,
     ) -> StoreResult<QueuedMessage> {
+        self.confirm().await?;
         self.ops().edit_queued_message(input).await
     }
 
@@ -534,6 +539,7 @@ impl ChatTx {
         queued_message_id: i64,
         index: u64,
     ) -> StoreResult<Vec<QueuedMessage>> {
+        self.confirm().await?;
         self.ops()
             .move_queued_message(queued_message_id, index)
             .await
@@ -547,6 +553,7 @@ impl ChatTx {
     ///
     /// Example: [`crate::ChatMachine::update`]. Tested by `tests/it/transitions.rs`: `send_message_interrupt_from_a1_answers_pending_calls_as_interrupted_and_lands_r1`; and `tests/it/matrix.rs`: `matrix_interrupt` (every state).
     pub async fn interrupt(&mut self) -> StoreResult<Vec<ChatMessage>> {
+        self.confirm().await?;
         self.ops().interrupt().await
     }
 
@@ -567,6 +574,7 @@ impl ChatTx {
         &mut self,
         input: CompleteRequiresActionInput,
     ) -> StoreResult<Vec<ChatMessage>> {
+        self.confirm().await?;
         self.ops().complete_requires_action(input).await
     }
 
@@ -578,6 +586,7 @@ impl ChatTx {
     ///
     /// Example: [`crate::queries::chats::owned_by_worker`]. Tested by `tests/it/transitions.rs`: `acquire_writes_ownership_and_a_heartbeat`; and `tests/it/matrix.rs`: `matrix_acquire` (every state).
     pub async fn acquire(&mut self, worker_id: Uuid, runner_id: Uuid) -> StoreResult<()> {
+        self.confirm().await?;
         self.ops().acquire(worker_id, runner_id).await
     }
 
@@ -589,6 +598,7 @@ impl ChatTx {
     ///
     /// Tested by `tests/it/transitions.rs`: `abandon_of_an_unowned_chat_is_rejected`; and `tests/it/matrix.rs`: `matrix_abandon` (every state).
     pub async fn abandon(&mut self) -> StoreResult<()> {
+        self.confirm().await?;
         self.ops().abandon().await
     }
 
@@ -650,6 +660,7 @@ impl ChatTx {
         messages: Vec<NewMessage>,
         consume_compaction_request: bool,
     ) -> StoreResult<Vec<ChatMessage>> {
+        self.confirm().await?;
         self.ops()
             .commit_step(messages, consume_compaction_request)
             .await
@@ -696,6 +707,7 @@ impl ChatTx {
         messages: Vec<NewMessage>,
         consume_compaction_request: bool,
     ) -> StoreResult<CommitStepResult> {
+        self.confirm().await?;
         self.ops()
             .commit_step_with(messages, consume_compaction_request, true)
             .await
@@ -726,6 +738,7 @@ impl ChatTx {
         &mut self,
         partial_messages: Vec<NewMessage>,
     ) -> StoreResult<FinishInterruptionResult> {
+        self.confirm().await?;
         self.ops().finish_interruption(partial_messages).await
     }
 
@@ -778,6 +791,7 @@ impl ChatTx {
         &mut self,
         reason: Option<&str>,
     ) -> StoreResult<Vec<ChatMessage>> {
+        self.confirm().await?;
         self.ops()
             .cancel_requires_action(reason.unwrap_or(TIMED_OUT_TOOL_RESULT))
             .await
@@ -806,6 +820,7 @@ impl ChatTx {
         &mut self,
         messages: Vec<NewMessage>,
     ) -> StoreResult<Vec<ChatMessage>> {
+        self.confirm().await?;
         self.ops().clear_context(messages).await
     }
 
@@ -821,6 +836,7 @@ impl ChatTx {
         &mut self,
         last_error: ChatError,
     ) -> StoreResult<Vec<ChatMessage>> {
+        self.confirm().await?;
         self.ops().reconcile_invalid_state(last_error).await
     }
 }
@@ -846,6 +862,13 @@ pub(crate) struct Ops<'a> {
     /// [`crate::ChatTx`]'s `row_behind`: set by [`Ops::land_appended`],
     /// cleared by every landing that reads the row.
     pub(crate) row_behind: &'a mut bool,
+    /// [`crate::ChatTx`]'s unchecked guess of an optimistic bundle: `known`
+    /// is the row this replica last committed, at this version. The first
+    /// statement checks it: [`Ops::change`] in its `UPDATE`, anything else
+    /// after [`Ops::confirm_guess`].
+    pub(crate) guess: &'a mut Option<i64>,
+    /// [`crate::ChatTx`]'s `missed`: set when the guess was stale.
+    pub(crate) missed: &'a mut bool,
 }
 
 /// The connection of an [`Ops`], for any statement: forgets the facts of
@@ -854,6 +877,10 @@ pub(crate) struct Ops<'a> {
 /// be passed beside it.)
 macro_rules! db {
     ($ops:expr) => {{
+        debug_assert!(
+            $ops.guess.is_none(),
+            "an optimistic bundle's guess must be checked before any other statement"
+        );
         $ops.landing = None;
         &mut *$ops.conn
     }};
@@ -894,6 +921,8 @@ impl Ops<'_> {
             None => classify(None),
         };
         if let Err(err) = matrix::check(transition, from) {
+            // Rejected on a guessed row: only if the row is still that one.
+            self.confirm_guess().await?;
             record_transition(transition, "rejected");
             return Err(StateError::from(err).into());
         }
@@ -957,6 +986,26 @@ impl Ops<'_> {
         *self.row_behind = true;
         self.applied.push((transition, from, from));
         Ok(from)
+    }
+
+    /// Checks an optimistic bundle's guess before a statement that cannot
+    /// check it itself: locks the row and bumps it as the lock-and-bump of
+    /// an ordinary bundle does ([`crate::ChatTx::confirm`]). Nothing to do
+    /// once checked.
+    ///
+    /// # Errors
+    /// `GuessMissed` when the row moved on since the guess; database errors.
+    async fn confirm_guess(&mut self) -> StoreResult<()> {
+        let Some(guess) = self.guess.take() else {
+            return Ok(());
+        };
+        match queries::chats::lock_and_bump(&mut *self.conn, self.chat_id).await? {
+            Some(bumped) if bumped.facts.chat.snapshot_version == guess + 1 => Ok(()),
+            _ => {
+                *self.missed = true;
+                Err(crate::error::StoreError::GuessMissed)
+            }
+        }
     }
 
     fn reject(&self, transition: Transition, err: StateError) -> crate::error::StoreError {
@@ -1076,14 +1125,22 @@ impl Ops<'_> {
         } else {
             None
         };
-        let facts = queries::chats::update_execution_facts_with(
+        // An optimistic bundle's first write locks, bumps and checks the
+        // guess in this one statement.
+        let guess = self.guess.take();
+        let facts = queries::chats::update_execution_guarded(
             db!(self),
             self.chat_id,
             &changes,
             entries,
             context,
+            guess,
         )
         .await?;
+        let Some(facts) = facts else {
+            *self.missed = true;
+            return Err(crate::error::StoreError::GuessMissed);
+        };
         if context.is_some() {
             self.history.mark_refreshed();
         }
@@ -1621,6 +1678,7 @@ impl Ops<'_> {
         let mut result = FinishTurnResult::default();
         let mut changes = ending_generation(ChatChanges::default());
         if from == ExecutionState::R1 {
+            self.confirm_guess().await?;
             // Steer messages were meant for this turn: they go first, all
             // together, as the next one.
             let steered = self.promote_steer(CANCELLED_TOOL_RESULT).await?;

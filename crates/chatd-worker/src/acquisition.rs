@@ -209,7 +209,7 @@ impl AcquisitionLoop {
         }
         if let Some(runner) = chat.runner_id
             && chat.worker_id.is_some()
-            && queries::heartbeats::is_fresh(tx.reader(), chat_id, runner, stale).await?
+            && queries::heartbeats::is_fresh(tx.reader().await?, chat_id, runner, stale).await?
         {
             return Ok(Claim::NotACandidate);
         }

@@ -70,6 +70,14 @@ fn map_missing(err: StoreError) -> FenceError {
 /// lock; runs `f` and commits only when it holds. Returns `f`'s value and the
 /// committed row.
 ///
+/// The bundle is optimistic ([`ChatMachine::begin_optimistic`]): when this
+/// replica committed the chat last, the fence and `f`'s transitions are
+/// checked against that row, and the first statement checks that the row is
+/// still it (a generation attempt is one statement then). When it is not,
+/// the bundle is rolled back and runs again with the lock taken first, so
+/// `f` may run twice; a fence that fails on the guessed row is checked again
+/// on the locked one before the task is told it is stale.
+///
 /// # Errors
 /// `Stale` when the fence fails or the chat is gone (nothing committed);
 /// `Store` for transition rejections and database errors.
@@ -79,15 +87,40 @@ pub async fn fenced_update<T, F>(
     f: F,
 ) -> Result<(T, Chat), FenceError>
 where
-    F: for<'a> FnOnce(&'a mut ChatTx, &'a Chat) -> BoxFuture<'a, StoreResult<T>>,
+    F: for<'a> Fn(&'a mut ChatTx, &'a Chat) -> BoxFuture<'a, StoreResult<T>>,
 {
-    let mut tx = machine.begin().await.map_err(map_missing)?;
+    let tx = machine.begin_optimistic().await.map_err(map_missing)?;
+    match fenced_run(tx, fence, &f).await {
+        Err(FenceError::Store(StoreError::GuessMissed)) => {}
+        other => return other,
+    }
+    let tx = machine.begin().await.map_err(map_missing)?;
+    fenced_run(tx, fence, &f).await
+}
+
+/// Checks `fence` on the bundle's row, runs `f` and commits. In an
+/// optimistic bundle whose guess turns out stale, anything `f` or the
+/// commit returns gives way to `Store(GuessMissed)`.
+async fn fenced_run<T, F>(mut tx: ChatTx, fence: &Fence, f: &F) -> Result<(T, Chat), FenceError>
+where
+    F: for<'a> Fn(&'a mut ChatTx, &'a Chat) -> BoxFuture<'a, StoreResult<T>>,
+{
     let chat = tx.chat().await.map_err(map_missing)?;
     if !fence.holds(&chat) {
+        // Only the locked row can say the task is stale.
+        tx.confirm().await?;
         // Dropping the bundle rolls back the snapshot bump; nothing is published.
         return Err(FenceError::Stale);
     }
-    let value = f(&mut tx, &chat).await?;
+    let value = match f(&mut tx, &chat).await {
+        Ok(value) => value,
+        Err(err) => {
+            // An error decided on the guessed row stands only for the
+            // locked one.
+            tx.confirm().await?;
+            return Err(err.into());
+        }
+    };
     let committed = tx.commit().await?;
     Ok((value, committed))
 }

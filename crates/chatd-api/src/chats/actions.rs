@@ -88,7 +88,7 @@ pub async fn compact(State(state): State<AppState>, target: ChatTarget) -> ApiRe
         )));
     }
     if exec != ExecutionState::Invalid
-        && messages::compactable_count(tx.conn(), id).await? < MIN_MESSAGES_TO_COMPACT
+        && messages::compactable_count(tx.conn().await?, id).await? < MIN_MESSAGES_TO_COMPACT
     {
         return Err(ApiError::conflict("Nothing to compact.").with_detail(format!(
             "Compaction needs at least {MIN_MESSAGES_TO_COMPACT} messages since the last compaction."

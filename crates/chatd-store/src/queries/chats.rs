@@ -603,6 +603,32 @@ pub(crate) async fn update_execution_facts_with(
     entries: bool,
     context: Option<(i64, bool, Option<i64>)>,
 ) -> sqlx::Result<ChatFacts> {
+    update_execution_guarded(conn, chat_id, changes, entries, context, None)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)
+}
+
+/// [`update_execution_facts_with`] that, with `guess = Some(v)`, is also
+/// the lock-and-bump of an optimistic bundle ([`crate::row_cache`]): it
+/// locks the row `FOR UPDATE` and advances `snapshot_version` and
+/// `updated_at` as [`lock_and_bump`] does, and only when the row is a root
+/// chat still at `snapshot_version = v` (checked again on the row a
+/// waited-for lock holder left). `None` when that
+/// check fails or the chat is missing: the guess was stale and the caller
+/// rolls back. A child chat never matches, since its bundles key-share
+/// its family first ([`lock_and_bump`]).
+///
+/// # Errors
+/// Database errors; `RowNotFound` without a guess when the chat does not
+/// exist.
+pub(crate) async fn update_execution_guarded(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    changes: &ChatChanges,
+    entries: bool,
+    context: Option<(i64, bool, Option<i64>)>,
+    guess: Option<i64>,
+) -> sqlx::Result<Option<ChatFacts>> {
     let context = context.filter(|_| changes.last_model_config_id.is_none());
     let mut sets: Vec<String> = Vec::new();
     let mut n = 1;
@@ -650,7 +676,13 @@ pub(crate) async fn update_execution_facts_with(
         None => {}
     }
     if changes.fresh_history_epoch {
-        sets.push("history_version = snapshot_version".to_owned());
+        // The bumped version: a guarded statement bumps it itself, and the
+        // right-hand side of a `SET` reads the row before the statement.
+        sets.push(if guess.is_some() {
+            "history_version = c.snapshot_version + 1".to_owned()
+        } else {
+            "history_version = snapshot_version".to_owned()
+        });
         sets.push("generation_attempt = 0".to_owned());
     }
     if context.is_some() {
@@ -661,10 +693,25 @@ pub(crate) async fn update_execution_facts_with(
         // appends of ordinary rows: the summaries are not counted again.
         sets.push(context_limit_set!().to_owned());
     }
+    // The guessed version is bound last. The row is locked `FOR UPDATE`
+    // as by the lock-and-bump (an `UPDATE` alone takes the weaker
+    // `FOR NO KEY UPDATE`, which would let a child's key-share through).
+    let (mut with, mut from) = (String::new(), "");
+    if guess.is_some() {
+        sets.push("snapshot_version = c.snapshot_version + 1, updated_at = now()".to_owned());
+        with = format!(
+            "WITH locked AS (SELECT id FROM chats WHERE id = $1 AND snapshot_version = {} \
+             AND root_chat_id IS NULL AND parent_chat_id IS NULL FOR UPDATE) ",
+            next()
+        );
+        from = " FROM locked";
+    }
     if sets.is_empty() {
-        return select_facts_with(conn, chat_id, entries)
-            .await?
-            .ok_or(sqlx::Error::RowNotFound);
+        return Ok(Some(
+            select_facts_with(conn, chat_id, entries)
+                .await?
+                .ok_or(sqlx::Error::RowNotFound)?,
+        ));
     }
     let columns = if entries {
         chat_facts_columns!("c")
@@ -672,7 +719,7 @@ pub(crate) async fn update_execution_facts_with(
         chat_facts_columns_without_entries!("c")
     };
     let sql = format!(
-        "UPDATE chats c SET {} WHERE id = $1 RETURNING c.*, {columns}",
+        "{with}UPDATE chats c SET {}{from} WHERE c.id = $1 RETURNING c.*, {columns}",
         sets.join(", ")
     );
     let mut query = sqlx::query_as::<_, ChatFacts>(AssertSqlSafe(sql)).bind(chat_id);
@@ -703,7 +750,14 @@ pub(crate) async fn update_execution_facts_with(
     if let Some((tokens, estimated, through)) = context {
         query = query.bind(tokens).bind(estimated).bind(through);
     }
-    query.fetch_one(conn).await
+    if let Some(version) = guess {
+        query = query.bind(version);
+    }
+    let row = query.fetch_optional(conn).await?;
+    if guess.is_none() && row.is_none() {
+        return Err(sqlx::Error::RowNotFound);
+    }
+    Ok(row)
 }
 
 // ---------------------------------------------------------------- metadata

@@ -157,6 +157,203 @@ async fn concurrent_updates_on_one_chat_get_distinct_consecutive_snapshot_versio
     assert_eq!(published, expected, "one chat:update per committed bundle");
 }
 
+/// Optimistic bundles (`ChatMachine::update_optimistic`, issue 15) of two
+/// replicas, each guessing from the rows it committed last, race each other
+/// and ordinary bundles on one chat: the version check in the first write
+/// (or in the lock that a stale guess falls back to) gives every committed
+/// bundle its own version, loses no write and publishes each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn optimistic_bundles_of_two_replicas_racing_on_one_chat_lose_nothing() {
+    const N: usize = 48;
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    // A second replica on the same database, with caches of its own.
+    let other = chatd_store::Store::new(h.pool().clone(), h.published.clone());
+    for store in [&h.store, &other] {
+        store
+            .machine(id)
+            .update(|tx| Box::pin(async move { tx.record_retry_state(retry_state(0)).await }))
+            .await
+            .expect("a first commit on each replica");
+    }
+    let initial = h.chat(id).await;
+    h.published.take();
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Kind {
+        RetryState,
+        Attempt,
+        Acquire,
+    }
+    let barrier = Arc::new(Barrier::new(N));
+    let mut tasks = JoinSet::new();
+    for i in 0..N {
+        let machine = [&h.store, &other][i % 2].machine(id);
+        let kind = [Kind::RetryState, Kind::Attempt, Kind::Acquire][(i / 2) % 3];
+        let barrier = barrier.clone();
+        tasks.spawn(async move {
+            barrier.wait().await;
+            let runner = Uuid::new_v4();
+            let result: StoreResult<(i64, Chat)> = match kind {
+                Kind::RetryState => {
+                    machine
+                        .update_optimistic(move |tx| {
+                            Box::pin(async move {
+                                tx.record_retry_state(retry_state(i as i64))
+                                    .await
+                                    .map(|_| 0)
+                            })
+                        })
+                        .await
+                }
+                Kind::Attempt => {
+                    machine
+                        .update_optimistic(|tx| {
+                            Box::pin(async move { tx.record_generation_attempt().await })
+                        })
+                        .await
+                }
+                // An ordinary bundle, which locks first.
+                Kind::Acquire => {
+                    machine
+                        .update(move |tx| {
+                            Box::pin(
+                                async move { tx.acquire(Uuid::new_v4(), runner).await.map(|()| 0) },
+                            )
+                        })
+                        .await
+                }
+            };
+            (kind, i, runner, result)
+        });
+    }
+    let results = join_all(tasks).await;
+
+    let mut versions = Vec::new();
+    let mut attempts = Vec::new();
+    let mut last_retry_write: Option<(i64, Option<usize>)> = None;
+    let mut last_acquire: Option<(i64, Uuid)> = None;
+    for (kind, i, runner, result) in results {
+        let (value, chat) = result.unwrap_or_else(|err| panic!("{kind:?} #{i} failed: {err}"));
+        versions.push(chat.snapshot_version);
+        match kind {
+            Kind::RetryState => {
+                assert_eq!(chat.retry_state, Some(retry_state(i as i64)));
+                assert_eq!(chat.retry_state_version, chat.snapshot_version);
+                last_retry_write = last_retry_write.max(Some((chat.snapshot_version, Some(i))));
+            }
+            Kind::Attempt => {
+                assert_eq!(chat.generation_attempt, value);
+                assert_eq!(chat.retry_state, None, "an attempt clears the retry state");
+                attempts.push(value);
+                last_retry_write = last_retry_write.max(Some((chat.snapshot_version, None)));
+            }
+            Kind::Acquire => {
+                assert_eq!(chat.runner_id, Some(runner));
+                last_acquire = last_acquire.max(Some((chat.snapshot_version, runner)));
+            }
+        }
+    }
+    versions.sort_unstable();
+    let expected: Vec<i64> =
+        (initial.snapshot_version + 1..=initial.snapshot_version + N as i64).collect();
+    assert_eq!(versions, expected, "each bundle got its own version");
+    // Every attempt counted once: no two bundles applied the same guess.
+    attempts.sort_unstable();
+    let attempts_expected: Vec<i64> = (initial.generation_attempt + 1
+        ..=initial.generation_attempt + attempts.len() as i64)
+        .collect();
+    assert_eq!(attempts, attempts_expected);
+
+    let chat = h.chat(id).await;
+    assert_eq!(chat.snapshot_version, initial.snapshot_version + N as i64);
+    assert_eq!(
+        chat.generation_attempt,
+        initial.generation_attempt + attempts.len() as i64
+    );
+    let (_, last_retry) = last_retry_write.expect("retry writes");
+    assert_eq!(chat.retry_state, last_retry.map(|i| retry_state(i as i64)));
+    assert_eq!(chat.runner_id, Some(last_acquire.expect("acquired").1));
+    assert_eq!(chat.status, ChatStatus::Running);
+    assert_chat_invariants(&h, id, "after the optimistic race").await;
+
+    let mut published = published_snapshots(&h, id);
+    published.sort_unstable();
+    assert_eq!(published, expected, "one chat:update per committed bundle");
+}
+
+/// An optimistic bundle whose guessed row admits its transition but whose
+/// current row does not (another replica finished the turn) is run again
+/// locked and rejected as the current state calls for; one whose guess
+/// rejects what the current row admits is run again and succeeds. Neither
+/// commits anything from the stale guess.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let other = chatd_store::Store::new(h.pool().clone(), h.published.clone());
+    let machine = h.store.machine(id);
+    machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect("attempt");
+    let running_guess = h.store.row_cache().get(id).expect("committed here");
+
+    // Elsewhere: the turn ends.
+    other
+        .machine(id)
+        .update(|tx| Box::pin(async move { tx.finish_turn().await }))
+        .await
+        .expect("finish elsewhere");
+    let before = h.dump(id).await;
+    let err = machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect_err("waiting: no attempt");
+    assert!(
+        matches!(err.state(), Some(StateError::TransitionNotAllowed(e)) if e.from == ExecutionState::W),
+        "{err:?}"
+    );
+    assert_eq!(h.dump(id).await, before, "nothing committed");
+
+    // Elsewhere: a message starts a turn; this replica still guesses W.
+    let waiting =
+        chatd_store::queries::chats::select_facts(&mut h.pool().acquire().await.unwrap(), id)
+            .await
+            .unwrap()
+            .expect("row");
+    other
+        .machine(id)
+        .update(|tx| {
+            Box::pin(async move {
+                tx.send_message(SendMessageInput {
+                    message: user_text("again"),
+                    busy_behavior: BusyBehavior::Queue,
+                    max_queue_size: None,
+                })
+                .await
+            })
+        })
+        .await
+        .expect("send elsewhere");
+    h.store.row_cache().remove(id);
+    h.store.row_cache().put(waiting);
+    let (attempt, chat) = machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect("running now: the attempt is recorded");
+    assert_eq!((attempt, chat.status), (1, ChatStatus::Running));
+    assert_eq!(h.chat(id).await, chat);
+    // The guess of a row from before both is stale as well.
+    h.store.row_cache().remove(id);
+    h.store.row_cache().put(running_guess);
+    let (attempt, _) = machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect("attempt");
+    assert_eq!(attempt, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_queue_sends_against_a_nearly_full_queue_admit_exactly_the_room_left() {
     const SENDERS: usize = 30;
@@ -1180,7 +1377,7 @@ async fn a_bundle_that_waited_for_the_lock_sees_the_queue_its_holder_committed()
     let machine = h.store.machine(id);
 
     let mut holder = machine.begin().await.unwrap();
-    let holder_pid = backend_pid(holder.reader()).await;
+    let holder_pid = backend_pid(holder.reader().await.unwrap()).await;
     holder
         .send_message(send(
             "queued while the other waits".into(),
@@ -1236,9 +1433,14 @@ async fn a_write_through_conn_between_transitions_is_seen_by_the_next_one_and_th
     // A queued row written behind the transitions' back (tests only: real
     // writers go through send_message), then a transition that must see it.
     let tail = chatd_store::queries::queue::QueueEnd::Tail;
-    chatd_store::queries::queue::enqueue(tx.conn(), id, &user_text("behind the back"), tail)
-        .await
-        .unwrap();
+    chatd_store::queries::queue::enqueue(
+        tx.conn().await.unwrap(),
+        id,
+        &user_text("behind the back"),
+        tail,
+    )
+    .await
+    .unwrap();
     assert_eq!(tx.execution_state().await.unwrap(), ExecutionState::R1);
     tx.record_generation_attempt().await.unwrap();
     assert_eq!(
@@ -1345,7 +1547,7 @@ async fn a_root_bundle_and_its_childrens_bundles_exclude_each_other_siblings_do_
     // A child's bundle is open: its sibling's begins at once, the root's
     // waits (and `try_begin` on the root gives up).
     let mut child_tx = child_machine.begin().await.unwrap();
-    let child_pid = backend_pid(child_tx.reader()).await;
+    let child_pid = backend_pid(child_tx.reader().await.unwrap()).await;
     let sibling = tokio::time::timeout(DEADLINE, h.store.machine(children[1]).begin())
         .await
         .expect("a sibling's bundle does not wait")
@@ -1369,7 +1571,7 @@ async fn a_root_bundle_and_its_childrens_bundles_exclude_each_other_siblings_do_
 
     // The root's bundle is open: the child's waits.
     let mut root_tx = root_machine.begin().await.unwrap();
-    let root_pid = backend_pid(root_tx.reader()).await;
+    let root_pid = backend_pid(root_tx.reader().await.unwrap()).await;
     assert!(child_machine.try_begin().await.unwrap().is_none());
     let released = Arc::new(AtomicBool::new(false));
     let waiting_child = spawn_update(child_machine.clone(), released.clone());

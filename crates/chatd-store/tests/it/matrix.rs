@@ -48,6 +48,17 @@ enum Form {
     /// (issue 15: a send answering calls from the cache, a step landing
     /// without reading the row back).
     Warm,
+    /// The ordinary inputs in an optimistic bundle
+    /// (`ChatMachine::update_optimistic`) whose guess is the chat's current
+    /// row, as this replica's last commit leaves it (issue 15: the
+    /// lock-and-bump folded into the first write). A missing chat's guess
+    /// is a row it had before it was deleted.
+    Guessed,
+    /// The same with a stale guess: the row one version back and in the
+    /// other of running and waiting, so that the guessed state admits what
+    /// the current one rejects or the reverse. The bundle must end exactly
+    /// as an ordinary one (run again, locked).
+    Misguessed,
 }
 
 /// Applies `transition` to chat `id` with ordinary inputs in one bundle.
@@ -73,7 +84,49 @@ async fn apply(
         id,
     )
     .await;
+    let mut child = h.chat_input(Uuid::new_v4(), "sub-task");
+    child.spawn_key = Some(format!("{id}:spawn"));
+    let inputs = Inputs {
+        transition,
+        form,
+        first_user,
+        first_queued,
+        child,
+    };
+    if matches!(form, Form::Guessed | Form::Misguessed) {
+        let inputs = &inputs;
+        h.store
+            .machine(id)
+            .update_optimistic(|tx| Box::pin(run(tx, inputs.clone())))
+            .await?;
+        return Ok(());
+    }
     let mut tx = h.store.machine(id).begin().await?;
+    run(&mut tx, inputs).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// What [`run`] applies: the transition, its form and the rows it names.
+#[derive(Clone)]
+struct Inputs {
+    transition: Transition,
+    form: Form,
+    first_user: i64,
+    first_queued: i64,
+    /// The child a spawning step creates.
+    child: chatd_store::CreateChatInput,
+}
+
+/// Applies `inputs.transition` in the open bundle `tx`.
+async fn run(tx: &mut chatd_store::ChatTx, inputs: Inputs) -> Result<(), StoreError> {
+    let Inputs {
+        transition,
+        form,
+        first_user,
+        first_queued,
+        child,
+    } = inputs;
     match transition {
         Transition::CreateChat => unreachable!(),
         Transition::SetArchived { archived } => tx.set_archived(archived).await?,
@@ -145,8 +198,6 @@ async fn apply(
             )
             .await
             .map(|_| ())?;
-            let mut child = h.chat_input(Uuid::new_v4(), "sub-task");
-            child.spawn_key = Some(format!("{id}:spawn"));
             tx.create_child(child).await.map(|_| ())?
         }
         Transition::CommitStep if form == Form::Steering => tx
@@ -182,7 +233,6 @@ async fn apply(
             .await
             .map(|_| ())?,
     }
-    tx.commit().await?;
     Ok(())
 }
 
@@ -202,6 +252,8 @@ async fn check_transition(transition: Transition) {
     check_form(transition, Form::Plain).await;
     if transition != Transition::CreateChat {
         check_form(transition, Form::Warm).await;
+        check_form(transition, Form::Guessed).await;
+        check_form(transition, Form::Misguessed).await;
     }
 }
 
@@ -224,6 +276,39 @@ async fn warm(h: &Harness, id: Uuid) {
     );
 }
 
+/// Puts the guess of [`Form::Guessed`] (the current row) or, with `stale`,
+/// of [`Form::Misguessed`] in the replica's row cache for chat `id`; a
+/// missing chat (`N`) gets the row of another chat under its id.
+async fn guess(h: &Harness, id: Uuid, from: ExecutionState, stale: bool) {
+    let source = if from == ExecutionState::N {
+        h.store
+            .create_chat(h.chat_input(Uuid::new_v4(), "stand-in"))
+            .await
+            .expect("stand-in chat")
+            .chat
+            .id
+    } else {
+        id
+    };
+    let mut conn = h.pool().acquire().await.expect("connection");
+    let mut row = chatd_store::queries::chats::select_facts(&mut conn, source)
+        .await
+        .expect("facts")
+        .expect("exists");
+    row.chat.id = id;
+    if stale {
+        row.chat.snapshot_version -= 1;
+        row.chat.status = if row.chat.status == chatd_core::ChatStatus::Running {
+            chatd_core::ChatStatus::Waiting
+        } else {
+            chatd_core::ChatStatus::Running
+        };
+        row.queue_len = 0;
+    }
+    h.store.row_cache().remove(id);
+    h.store.row_cache().put(row);
+}
+
 /// Checks one form of a transition against every state.
 async fn check_form(transition: Transition, form: Form) {
     let h = Harness::new().await;
@@ -242,6 +327,9 @@ async fn check_form(transition: Transition, form: Form) {
                 .execute(h.pool())
                 .await
                 .expect("make the pending call an approval call");
+        }
+        if matches!(form, Form::Guessed | Form::Misguessed) {
+            guess(&h, id, from, form == Form::Misguessed).await;
         }
         if form == Form::Warm && from != ExecutionState::N {
             warm(&h, id).await;

@@ -902,7 +902,7 @@ async fn a_step_that_only_appends_lands_unread_and_commits_the_current_row() {
         .await
         .unwrap();
     let shown = tx.chat().await.unwrap();
-    let read = chats::select(tx.reader(), id, LockMode::None)
+    let read = chats::select(tx.reader().await.unwrap(), id, LockMode::None)
         .await
         .unwrap()
         .unwrap();

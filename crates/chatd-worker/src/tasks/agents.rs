@@ -453,7 +453,7 @@ pub(super) async fn message(
         let attempt = async {
             let mut tx = machine.begin().await?;
             if let Some((_, response)) =
-                send_receipts::select::<Value>(tx.conn(), child, &receipt).await?
+                send_receipts::select::<Value>(tx.conn().await?, child, &receipt).await?
             {
                 return Ok::<_, StoreError>(response);
             }
@@ -470,7 +470,14 @@ pub(super) async fn message(
                 })
                 .await?;
             let response = json!({ "queued": sent.queued_message.is_some() });
-            send_receipts::insert(tx.conn(), child, &receipt, b"message_agent", &response).await?;
+            send_receipts::insert(
+                tx.conn().await?,
+                child,
+                &receipt,
+                b"message_agent",
+                &response,
+            )
+            .await?;
             tx.commit().await?;
             Ok(response)
         };
