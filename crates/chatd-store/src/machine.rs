@@ -1212,12 +1212,21 @@ impl ChatTx {
         let Some(guess) = self.guess.take() else {
             return Ok(());
         };
-        match queries::chats::lock_and_bump(&mut self.tx, self.chat_id).await? {
-            Some(bumped) if bumped.facts.chat.snapshot_version == guess + 1 => {
-                self.known = bumped.current_facts();
+        match queries::chats::lock_and_bump_guessed(&mut self.tx, self.chat_id, guess).await? {
+            Some((updated_at, heartbeat_age_secs)) => {
+                // The guess is the row (a transition that took it and
+                // failed before a statement left nothing: read then).
+                if let Some(known) = &mut self.known {
+                    known.chat.updated_at = updated_at;
+                    known.heartbeat_age_secs = heartbeat_age_secs;
+                }
+                // Metadata written without a bump may be newer than the
+                // guess: the row is read back before it is shown or
+                // committed, as after an appending step.
+                self.row_behind = true;
                 Ok(())
             }
-            _ => {
+            None => {
                 self.missed = true;
                 Err(StoreError::GuessMissed)
             }

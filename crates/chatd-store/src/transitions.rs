@@ -999,9 +999,9 @@ impl Ops<'_> {
         let Some(guess) = self.guess.take() else {
             return Ok(());
         };
-        match queries::chats::lock_and_bump(&mut *self.conn, self.chat_id).await? {
-            Some(bumped) if bumped.facts.chat.snapshot_version == guess + 1 => Ok(()),
-            _ => {
+        match queries::chats::lock_and_bump_guessed(&mut *self.conn, self.chat_id, guess).await? {
+            Some(_) => Ok(()),
+            None => {
                 *self.missed = true;
                 Err(crate::error::StoreError::GuessMissed)
             }

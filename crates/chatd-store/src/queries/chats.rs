@@ -188,6 +188,37 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
     super::keyed::optional(conn, sql, chat_id).await
 }
 
+/// The lock-and-bump of an optimistic bundle that knows the row
+/// ([`crate::row_cache`]): locks root chat `chat_id` `FOR UPDATE` and
+/// advances `snapshot_version` as [`lock_and_bump`] does, only when it is
+/// still at `snapshot_version = guess`, and returns the new `updated_at` and
+/// its runner's heartbeat age (the rest of the row is the guess, but for
+/// metadata written without a bump, which the transitions' own statements
+/// read back). `None` when the guess is stale or the chat is gone.
+///
+/// # Errors
+/// Database errors.
+pub(crate) async fn lock_and_bump_guessed(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    guess: i64,
+) -> sqlx::Result<Option<(chrono::DateTime<chrono::Utc>, Option<f64>)>> {
+    sqlx::query_as(
+        "WITH locked AS (SELECT id FROM chats WHERE id = $1 AND snapshot_version = $2
+                    AND root_chat_id IS NULL AND parent_chat_id IS NULL FOR UPDATE)
+         UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
+         FROM locked WHERE chats.id = locked.id
+         RETURNING chats.updated_at,
+             CASE WHEN chats.runner_id IS NOT NULL THEN
+                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
+                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END",
+    )
+    .bind(chat_id)
+    .bind(guess)
+    .fetch_optional(conn)
+    .await
+}
+
 /// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row, or the
 /// key-share lock of its root or parent, is held by another transaction, or
 /// the chat is missing.

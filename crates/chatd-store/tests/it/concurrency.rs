@@ -354,6 +354,60 @@ async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale
     assert_eq!(attempt, 2);
 }
 
+/// Metadata is written without a snapshot bump, so an optimistic bundle's
+/// guess cannot tell it changed: whichever way the bundle checks its guess
+/// (in a transition's `UPDATE`, or locking first for a step), the row it
+/// commits and publishes has the new title.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_optimistic_bundle_commits_metadata_written_since_its_guess() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let machine = h.store.machine(id);
+    machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect("attempt");
+    let mut title = 0;
+    for step in [false, true, false] {
+        title += 1;
+        let changes = chatd_store::queries::chats::MetadataChanges {
+            title: Some(format!("renamed {title}")),
+            ..Default::default()
+        };
+        let mut locked = h.store.machine(id).lock().await.expect("lock");
+        chatd_store::queries::chats::update_metadata(locked.conn(), id, &changes)
+            .await
+            .expect("rename");
+        locked.finish().await.expect("finish");
+        assert!(h.store.row_cache().get(id).is_some(), "the guess is there");
+        let (_, chat) = if step {
+            machine
+                .update_optimistic(|tx| {
+                    Box::pin(async move {
+                        tx.commit_step(vec![assistant_text("step")], false)
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .await
+        } else {
+            machine
+                .update_optimistic(|tx| {
+                    Box::pin(async move { tx.record_retry_state(retry_state(1)).await.map(|_| ()) })
+                })
+                .await
+        }
+        .expect("bundle");
+        assert_eq!(chat.title, format!("renamed {title}"));
+        assert_eq!(
+            h.chat(id).await,
+            chat,
+            "the committed row is the returned one"
+        );
+        assert_eq!(h.store.row_cache().get(id).map(|f| f.chat), Some(chat));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_queue_sends_against_a_nearly_full_queue_admit_exactly_the_room_left() {
     const SENDERS: usize = 30;
