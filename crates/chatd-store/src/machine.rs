@@ -5,7 +5,10 @@
 //! Invariants kept here:
 //! - Every transaction that applies transitions locks the chat row and
 //!   advances `snapshot_version` exactly once, before any other write
-//!   ([`queries::chats::lock_and_bump`]). The message triggers depend on it.
+//!   ([`queries::chats::lock_and_bump`]; in an optimistic bundle, the
+//!   guarded `UPDATE` of its first transition or
+//!   `queries::chats::lock_and_bump_guessed`, see [`crate::row_cache`]). The
+//!   message triggers depend on it.
 //! - Publications are buffered in a [`PublishBuffer`] and flushed only after
 //!   the commit succeeded; a rollback (an error, or dropping a [`ChatTx`])
 //!   discards them. Publishing before the commit would let a receiver read
@@ -847,7 +850,6 @@ impl ChatMachine {
                 drop(tx);
             }
         }
-        record_guess_missed();
         self.update(|tx| f(tx)).await
     }
 
@@ -1076,7 +1078,10 @@ impl LockedChat {
 }
 
 /// An open transition bundle on one chat (spec chatstate `Tx`). The row is
-/// locked and `snapshot_version` already advanced. Transition methods live in
+/// locked and `snapshot_version` already advanced, or, in an optimistic
+/// bundle ([`ChatMachine::begin_optimistic`]), will be by its first
+/// statement, which checks the guess its transitions validated against.
+/// Transition methods live in
 /// [`crate::transitions`]; each reads the row and queue afresh, validates
 /// against the matrix, writes, and checks where it landed.
 ///
@@ -1228,6 +1233,7 @@ impl ChatTx {
             }
             None => {
                 self.missed = true;
+                record_guess_missed();
                 Err(StoreError::GuessMissed)
             }
         }
@@ -1256,7 +1262,8 @@ impl ChatTx {
         self.chat_id
     }
 
-    /// The snapshot version this bundle will commit.
+    /// The snapshot version this bundle will commit (in an optimistic
+    /// bundle, if its guess holds; if not, it commits nothing).
     ///
     /// Example: [`ChatTx::commit`].
     pub fn snapshot_version(&self) -> i64 {
@@ -1320,7 +1327,11 @@ impl ChatTx {
     /// The current chat row in this transaction: as the lock-and-bump or
     /// the last transition left it, or read again after a write through
     /// [`ChatTx::conn`]. `Chat.context` is brought up to date only by the
-    /// commit.
+    /// commit. While an optimistic bundle's guess is unchecked
+    /// ([`ChatTx::guess_pending`]) it is the guess: the row this replica last
+    /// committed, whose execution columns the first statement checks but
+    /// whose metadata (title, labels, plan mode) and `updated_at` may have
+    /// changed since; call [`ChatTx::confirm`] first to decide on those.
     ///
     /// # Errors
     /// `ChatNotFound` (deleted under us cannot happen while locked, but the
@@ -1408,10 +1419,14 @@ impl ChatTx {
         // current but for the row, which the context `UPDATE` below returns;
         // the log knows the entries. (Anything since, such as a transition
         // rejected after taking the facts, leaves them to be read.)
+        // A row left behind only by an optimistic bundle's check (nothing
+        // appended since) is read again; its history did not change.
         let behind = std::mem::take(&mut self.row_behind);
-        if behind && !self.history.is_known() {
+        let appended = behind && self.history.needs_refresh();
+        if behind && !appended {
             self.known = None;
         }
+        let behind = appended;
         self.facts().await?;
         let mut facts = self.known.take().expect("just read");
         // The history changed in this bundle (the message triggers stamp
@@ -1781,9 +1796,9 @@ fn flush(buffer: &PublishBuffer) {
     }
 }
 
-/// Counts an optimistic bundle run again because its guess was stale, in
-/// the `chatd_optimistic_guess_missed_total` metric.
-fn record_guess_missed() {
+/// Counts an optimistic bundle whose guess was stale (it is run again
+/// locked), in the `chatd_optimistic_guess_missed_total` metric.
+pub(crate) fn record_guess_missed() {
     metrics::counter!("chatd_optimistic_guess_missed_total").increment(1);
 }
 

@@ -2,15 +2,19 @@
 //! bundle (issue 15: the lock-and-bump folded into a transition's first
 //! write).
 //!
-//! Every bundle starts with the lock-and-bump (`queries::chats::lock_and_bump`):
-//! one statement that locks the chat row, advances `snapshot_version` and
-//! returns the row its transitions validate against. For the transitions
-//! whose first write is the chat row's own `UPDATE` (recording a generation
-//! attempt or a retry state, finishing a turn, an error, entering
-//! requires-action), that `UPDATE` can do the lock and the bump itself when
-//! the bundle knows the row beforehand: it validates against the row this
-//! replica last committed, and its first write carries the check
-//! `WHERE snapshot_version = <the guessed version>`. When the check holds,
+//! An ordinary bundle starts with the lock-and-bump
+//! (`queries::chats::lock_and_bump`): one statement that locks the chat row,
+//! advances `snapshot_version` and returns the row its transitions validate
+//! against. An optimistic bundle knows the row beforehand: it validates
+//! against the row this replica last committed, and its first statement
+//! carries the check `snapshot_version = <the guessed version>`. For the
+//! transitions whose first write is the chat row's own `UPDATE` (recording
+//! a generation attempt or a retry state, finishing a turn other than into
+//! a queued message, finishing with an error, entering requires-action,
+//! requesting compaction, archiving), that `UPDATE` locks (`FOR UPDATE`),
+//! bumps and checks in one statement; any other first step locks and bumps
+//! with a statement that returns only `updated_at` and the heartbeat age
+//! (`queries::chats::lock_and_bump_guessed`), the rest being the guess. When the check holds,
 //! nothing committed since the guessed row (every transition bundle bumps
 //! `snapshot_version`, and a rolled-back bump leaves the row as it was), so
 //! the validation was against the current state; when it fails, the bundle
@@ -20,8 +24,13 @@
 //! What makes a committed row a valid guess: the execution state (status,
 //! archived, queue), ownership and history version change only in bundles,
 //! which bump the version. Writes that do not bump it (metadata: title,
-//! labels, pin, plan mode) change nothing a transition validates, and the
-//! first write's `RETURNING` reads the row as it is.
+//! labels, pin, plan mode) change nothing a transition validates; the
+//! guarded `UPDATE`'s `RETURNING` reads the row as it is, and after the
+//! light lock-and-bump the row is read back before it is shown or committed.
+//! Writes of execution columns that skip the bump (the testkit's corrupted
+//! states, an operator's manual SQL) must drop the chat from the cache
+//! ([`RowCache::remove`]) or the next optimistic bundle validates against
+//! the row before them.
 //!
 //! Rows are put only after their bundle committed, and an older version
 //! never replaces a newer one. Bounded: at most [`MAX_ROWS`] chats (least

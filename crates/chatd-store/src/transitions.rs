@@ -915,6 +915,10 @@ impl Ops<'_> {
         &mut self,
         transition: Transition,
     ) -> StoreResult<(queries::chats::ChatFacts, ExecutionState)> {
+        if *self.missed {
+            // A stale guess: the bundle is dead, nothing more runs in it.
+            return Err(crate::error::StoreError::GuessMissed);
+        }
         let facts = self.state_facts().await?;
         let from = match &facts {
             Some(facts) => facts.execution_state(),
@@ -1003,6 +1007,7 @@ impl Ops<'_> {
             Some(_) => Ok(()),
             None => {
                 *self.missed = true;
+                crate::machine::record_guess_missed();
                 Err(crate::error::StoreError::GuessMissed)
             }
         }
@@ -1139,6 +1144,7 @@ impl Ops<'_> {
         .await?;
         let Some(facts) = facts else {
             *self.missed = true;
+            crate::machine::record_guess_missed();
             return Err(crate::error::StoreError::GuessMissed);
         };
         if context.is_some() {

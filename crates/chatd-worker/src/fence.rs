@@ -2,7 +2,10 @@
 //! goroutines"): before every read and write a task locks the chat row and
 //! checks that the row still names its worker and runner and, where it
 //! applies, the history version and status it was spawned for. A mismatch is
-//! a stale task: it exits without side effects.
+//! a stale task: it exits without side effects. A transition bundle
+//! ([`fenced_update`]) may check the fence on the row this replica last
+//! committed, when its first statement then checks that the row is still
+//! that one (`ChatMachine::begin_optimistic`).
 
 use chatd_core::ChatStatus;
 use chatd_store::{Chat, ChatMachine, ChatTx, LockedChat, StoreError, StoreResult};
@@ -66,8 +69,8 @@ fn map_missing(err: StoreError) -> FenceError {
     }
 }
 
-/// Opens a transition bundle on `machine` and checks `fence` under the row
-/// lock; runs `f` and commits only when it holds. Returns `f`'s value and the
+/// Opens a transition bundle on `machine` and checks `fence` on its row;
+/// runs `f` and commits only when it holds. Returns `f`'s value and the
 /// committed row.
 ///
 /// The bundle is optimistic ([`ChatMachine::begin_optimistic`]): when this

@@ -129,8 +129,10 @@ macro_rules! bump_locked {
 
 /// Locks the chat row `FOR UPDATE` and advances `snapshot_version` by one in
 /// the same statement, returning the bumped row; `None` when the chat does not
-/// exist. Must be the first write of every transition bundle: the message
-/// triggers stamp rows with the already-bumped version.
+/// exist. Must be the first write of every transition bundle (or, in an
+/// optimistic bundle, [`lock_and_bump_guessed`] or the guarded `UPDATE` of
+/// its first transition): the message triggers stamp rows with the
+/// already-bumped version.
 ///
 /// A sub-chat's root and parent are locked `FOR KEY SHARE` first, root
 /// first, in the same statement. PostgreSQL takes those locks anyway when

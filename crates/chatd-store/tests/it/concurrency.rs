@@ -408,6 +408,71 @@ async fn an_optimistic_bundle_commits_metadata_written_since_its_guess() {
     }
 }
 
+/// An optimistic bundle's guarded first statement that waits for the row
+/// lock checks its guess on the row the holder leaves: after a metadata
+/// write (no bump) it goes through with the new title, fused; after a
+/// bundle that committed (a bump) it misses and runs again locked, which
+/// here rejects the attempt of a chat that stopped running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_optimistic_bundle_waiting_for_the_lock_checks_its_guess_on_the_row_left_behind() {
+    let h = Harness::new().await;
+    let id = h.chat_in(ExecutionState::R0).await;
+    let machine = h.store.machine(id);
+    machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect("attempt");
+    let attempt = |machine: ChatMachine| async move {
+        machine
+            .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+            .await
+    };
+
+    // A metadata writer holds the row: the guess still holds after it.
+    let mut locked = machine.lock().await.expect("lock");
+    let holder = backend_pid(locked.conn()).await;
+    let changes = chatd_store::queries::chats::MetadataChanges {
+        title: Some("renamed while locked".into()),
+        ..Default::default()
+    };
+    chatd_store::queries::chats::update_metadata(locked.conn(), id, &changes)
+        .await
+        .expect("rename");
+    let waiting = tokio::spawn(attempt(machine.clone()));
+    wait_until_blocked_by(&h, &[holder]).await;
+    locked.finish().await.expect("finish");
+    let (number, chat) = tokio::time::timeout(DEADLINE, waiting)
+        .await
+        .expect("in time")
+        .expect("task")
+        .expect("the guess held");
+    assert_eq!(number, 2);
+    assert_eq!(chat.title, "renamed while locked");
+    assert_eq!(h.chat(id).await, chat);
+
+    // A bundle that finishes the turn holds the row: the guess is stale.
+    let mut holder_tx = machine.begin().await.expect("begin");
+    let holder = backend_pid(holder_tx.reader().await.expect("reader")).await;
+    holder_tx.finish_turn().await.expect("finish turn");
+    let waiting = tokio::spawn(attempt(machine.clone()));
+    wait_until_blocked_by(&h, &[holder]).await;
+    let finished = holder_tx.commit().await.expect("commit");
+    let err = tokio::time::timeout(DEADLINE, waiting)
+        .await
+        .expect("in time")
+        .expect("task")
+        .expect_err("waiting chats record no attempt");
+    assert!(
+        matches!(err.state(), Some(StateError::TransitionNotAllowed(e)) if e.from == ExecutionState::W),
+        "{err:?}"
+    );
+    assert_eq!(
+        h.chat(id).await,
+        finished,
+        "nothing committed after the finish"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_queue_sends_against_a_nearly_full_queue_admit_exactly_the_room_left() {
     const SENDERS: usize = 30;
