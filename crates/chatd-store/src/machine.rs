@@ -1214,29 +1214,19 @@ impl ChatTx {
         if self.missed {
             return Err(StoreError::GuessMissed);
         }
-        let Some(guess) = self.guess.take() else {
-            return Ok(());
-        };
-        match queries::chats::lock_and_bump_guessed(&mut self.tx, self.chat_id, guess).await? {
-            Some((updated_at, heartbeat_age_secs)) => {
-                // The guess is the row (a transition that took it and
-                // failed before a statement left nothing: read then).
-                if let Some(known) = &mut self.known {
-                    known.chat.updated_at = updated_at;
-                    known.heartbeat_age_secs = heartbeat_age_secs;
-                }
-                // Metadata written without a bump may be newer than the
-                // guess: the row is read back before it is shown or
-                // committed, as after an appending step.
-                self.row_behind = true;
-                Ok(())
+        if let Some((updated_at, heartbeat_age_secs)) = self.ops().check_guess().await? {
+            // The guess is the row (a transition that took it and failed
+            // before a statement left nothing: read then).
+            if let Some(known) = &mut self.known {
+                known.chat.updated_at = updated_at;
+                known.heartbeat_age_secs = heartbeat_age_secs;
             }
-            None => {
-                self.missed = true;
-                record_guess_missed();
-                Err(StoreError::GuessMissed)
-            }
+            // Metadata written without a bump may be newer than the guess:
+            // the row is read back before it is shown or committed, as
+            // after an appending step.
+            self.row_behind = true;
         }
+        Ok(())
     }
 
     /// Whether this optimistic bundle's guess is not checked yet: what

@@ -1000,11 +1000,20 @@ impl Ops<'_> {
     /// # Errors
     /// `GuessMissed` when the row moved on since the guess; database errors.
     async fn confirm_guess(&mut self) -> StoreResult<()> {
+        self.check_guess().await.map(|_| ())
+    }
+
+    /// [`Ops::confirm_guess`] returning, when it checked the guess now, the
+    /// new `updated_at` and the runner's heartbeat age (what
+    /// `queries::chats::lock_and_bump_guessed` reads beside the lock).
+    pub(crate) async fn check_guess(
+        &mut self,
+    ) -> StoreResult<Option<(chrono::DateTime<chrono::Utc>, Option<f64>)>> {
         let Some(guess) = self.guess.take() else {
-            return Ok(());
+            return Ok(None);
         };
         match queries::chats::lock_and_bump_guessed(&mut *self.conn, self.chat_id, guess).await? {
-            Some(_) => Ok(()),
+            Some(read) => Ok(Some(read)),
             None => {
                 *self.missed = true;
                 crate::machine::record_guess_missed();

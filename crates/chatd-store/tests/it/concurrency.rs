@@ -326,12 +326,8 @@ async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale
         .machine(id)
         .update(|tx| {
             Box::pin(async move {
-                tx.send_message(SendMessageInput {
-                    message: user_text("again"),
-                    busy_behavior: BusyBehavior::Queue,
-                    max_queue_size: None,
-                })
-                .await
+                tx.send_message(send("again".into(), BusyBehavior::Queue))
+                    .await
             })
         })
         .await
