@@ -97,6 +97,7 @@ function chatView(chatId) {
     interruptedIds: loadInterrupted(chatId),
     usageText: null, // the last usage label with numbers in it
     announced: null, // the last status announced in the live region
+    turnStopped: false, // this turn was stopped (status interrupting, or its answer came marked interrupted)
     conn: null, // {ws, open}
     backoff: 0,
     reconnectTimer: null,
@@ -2479,6 +2480,7 @@ function applyEvent(view, event, frame) {
 function upsertMessage(view, message) {
   const known = view.messages.get(message.id);
   if (known && known.revision > message.revision) return;
+  if (!known && message.role === 'user') view.turnStopped = false;
   if (!known && view.interruptArmed) {
     if (message.role === 'assistant') markInterrupted(view, message.id);
     // The message sent with the interrupt (or promoted) comes after the
@@ -2486,6 +2488,10 @@ function upsertMessage(view, message) {
     if (message.role === 'user') view.interruptArmed = false;
   }
   view.messages.set(message.id, message);
+  // A status change can come in the same frame as the next one (running,
+  // interrupting and waiting all at once), so the live region cannot rely on
+  // having seen `interrupting`: the cut answer says the turn was stopped.
+  if (!known && finishReasonOf(view, message) === 'interrupted') view.turnStopped = true;
   if (message.role === 'assistant' || message.role === 'tool') {
     // The committed message replaces the preview that built it.
     if (view.preview) view.finishedEpisodes.add(`${view.preview.hv}:${view.preview.ga}`);
@@ -2503,6 +2509,7 @@ function applyStatus(view, status, historyVersion) {
   if (status !== 'error') view.error = null;
   if (status !== 'requires_action') view.actionRequired = null;
   if (status === 'interrupting' && previous !== 'interrupting') armInterrupt(view);
+  if (status === 'interrupting') view.turnStopped = true;
   if (status !== 'running' && status !== 'interrupting') view.interruptArmed = false;
   // The retry banner goes with any change of status or turn.
   if (status !== previous || newTurn) view.retry = null;
@@ -2528,8 +2535,10 @@ function announceStatus(view) {
   else if (state === 'interrupting') text = 'Stopping the reply…';
   else if (state === 'requires_action') text = 'The assistant is waiting for tool results.';
   else if (state === 'error') text = `The reply failed: ${(view.error && view.error.message) || 'error'}.`;
-  else if (state === 'waiting') text = before === 'interrupting' ? 'The reply was stopped.' : 'The reply is complete.';
+  else if (state === 'waiting') text = before === 'interrupting' || view.turnStopped ? 'The reply was stopped.' : 'The reply is complete.';
   else text = `Status: ${state}.`;
+  // The turn is over: the next one starts unstopped.
+  if (state === 'waiting' || state === 'error' || state === 'requires_action') view.turnStopped = false;
   announce(text);
 }
 

@@ -71,6 +71,40 @@ test('the stop button shows while the agent works, stops it, and the cut answer 
   });
 });
 
+test('the live region says the reply was stopped even when "interrupting" never reaches the page on its own', { timeout: h.TEST_TIMEOUT }, async (t) => {
+  await h.withPage(browser(), t, async (page) => {
+    // A fast worker ends the interrupt before the stream's next frame, so
+    // running, interrupting and waiting can arrive together; here the
+    // page never sees "interrupting" at all.
+    await page.routeWebSocket(/\/stream/, (ws) => {
+      const server = ws.connectToServer();
+      server.onMessage((frame) => {
+        const events = JSON.parse(String(frame));
+        const list = Array.isArray(events) ? events : [events];
+        ws.send(JSON.stringify(list.filter((e) => !(e.type === 'status' && e.status.status === 'interrupting'))));
+      });
+    });
+    await h.signIn(page);
+    await h.createChat(page, 'quick one');
+    await h.expectStatus(page, 'waiting');
+    await h.send(page, 'slow answer to stop, long enough to stream in small steps of two letters');
+    await expectPreviewShows(page, 'echo: slow');
+    await h.byId(page, 'interrupt').click();
+    await h.until('the marks', () => finishMarks(page), { accept: (m) => JSON.stringify(m) === JSON.stringify([null, 'interrupted']) });
+    await h.expectStatus(page, 'waiting');
+    await h.expectSeenInOrder(page, 'live-status', ['The assistant is writing…', 'The reply was stopped.']);
+
+    // The next turn, not stopped, is complete again.
+    await h.send(page, 'quick one');
+    await h.until('the answer to the next message', () => h.messageTexts(page, 'assistant'), {
+      accept: (texts) => texts.length === 3,
+      timeout: h.SLOW_WAIT,
+    });
+    await h.expectStatus(page, 'waiting');
+    await h.expectSeenInOrder(page, 'live-status', ['The reply was stopped.', 'The reply is complete.']);
+  });
+});
+
 test('answers cut short by the output limit or a content filter are marked (finish_reason injected into the stream)', { timeout: h.TEST_TIMEOUT }, async (t) => {
   await h.withPage(browser(), t, async (page) => {
     // Until the server sends ChatMessage.finish_reason, give the messages of
