@@ -30,7 +30,11 @@
 //! Writes of execution columns that skip the bump (the testkit's corrupted
 //! states, an operator's manual SQL) must drop the chat from the cache
 //! ([`RowCache::remove`]) or the next optimistic bundle validates against
-//! the row before them.
+//! the row before them. The same holds for a database restored to an
+//! earlier point under running replicas: once another replica advanced a
+//! chat back to a version this replica cached, the guess would pass the
+//! check with other contents; the replicas must be stopped for a restore
+//! (README, "Running the service").
 //!
 //! Rows are put only after their bundle committed, and an older version
 //! never replaces a newer one. Bounded: at most [`MAX_ROWS`] chats (least
