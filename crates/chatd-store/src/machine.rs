@@ -790,9 +790,14 @@ impl ChatMachine {
     /// writes only the chat row takes one statement fewer. When the guess
     /// was stale, everything is rolled back and `f` runs again in a bundle
     /// that locks first, so `f` may run twice (hence `Fn`); what it returns
-    /// and the committed row are those of the run that committed. An error
-    /// of `f` decided on the guessed row alone ([`ChatTx::chat`]) is checked
-    /// against the locked row before it is returned.
+    /// and the committed row are those of the run that committed. A
+    /// rejection (`StoreError::State`) of a bundle begun from a guess runs
+    /// it again locked as well, and only the locked run's rejection is
+    /// returned: the guess is checked by `snapshot_version` alone, so
+    /// execution columns written without a bump (an operator's SQL) must
+    /// not leave the bundle refusing what the locked row allows. Any other
+    /// error of `f` decided on the guessed row alone ([`ChatTx::chat`]) is
+    /// checked against the locked row before it is returned.
     ///
     /// # Errors
     /// As [`ChatMachine::update`]; never [`StoreError::GuessMissed`].
@@ -829,12 +834,23 @@ impl ChatMachine {
         F: for<'a> Fn(&'a mut ChatTx) -> BoxFuture<'a, StoreResult<T>>,
     {
         let mut tx = self.begin_optimistic().await?;
+        let optimistic = tx.began_from_guess();
         match f(&mut tx).await {
             Ok(value) => match tx.commit().await {
                 Ok(chat) => return Ok((value, chat)),
                 Err(StoreError::GuessMissed) => {}
+                Err(StoreError::State(_)) if optimistic => self.forget_guess(),
                 Err(err) => return Err(err),
             },
+            Err(StoreError::State(_)) if optimistic => {
+                // Decided on the guess, whose check compares only the
+                // version: execution columns written without a bump (an
+                // operator's SQL) would make it refuse what the locked row
+                // allows, or land in a state the matrix refuses. The locked
+                // run has the last word.
+                drop(tx);
+                self.forget_guess();
+            }
             Err(err) => {
                 if tx.guess_pending() {
                     // Possibly decided on a stale row: check it.
@@ -851,6 +867,17 @@ impl ChatMachine {
             }
         }
         self.update(|tx| f(tx)).await
+    }
+
+    /// Drops this chat's row from the replica's row cache
+    /// ([`crate::row_cache`]): its next bundle locks first (the one after
+    /// a commit is optimistic again). For a bundle begun from a guess that
+    /// ended in a rejection ([`ChatTx::began_from_guess`]), before it runs
+    /// again locked.
+    ///
+    /// Example: [`ChatMachine::begin_optimistic`].
+    pub fn forget_guess(&self) {
+        self.store.row_cache.remove(self.chat_id);
     }
 
     /// Runs `f` inside a transition bundle ([`ChatMachine::begin`]) and
@@ -1124,6 +1151,9 @@ pub struct ChatTx {
     /// The guess was stale: the bundle must not commit
     /// ([`StoreError::GuessMissed`]).
     pub(crate) missed: bool,
+    /// The bundle began from a guess ([`ChatMachine::begin_optimistic`]
+    /// found the chat in the row cache), checked since or not.
+    optimistic: bool,
 }
 
 impl std::fmt::Debug for ChatTx {
@@ -1162,6 +1192,7 @@ impl ChatTx {
             row_behind: false,
             guess: None,
             missed: false,
+            optimistic: false,
         }
     }
 
@@ -1193,6 +1224,7 @@ impl ChatTx {
             row_behind: false,
             guess: Some(guess),
             missed: false,
+            optimistic: true,
         }
     }
 
@@ -1243,6 +1275,18 @@ impl ChatTx {
     /// Example: [`ChatMachine::begin_optimistic`].
     pub fn guess_missed(&self) -> bool {
         self.missed
+    }
+
+    /// Whether this bundle began from a guess (the row this replica last
+    /// committed) rather than from the locked row, whether the guess was
+    /// checked since or not. Its transitions validated against the guess;
+    /// the check compares `snapshot_version` only, so a rejection decided
+    /// on it is not final: [`ChatMachine::update_optimistic`] runs the
+    /// bundle again locked.
+    ///
+    /// Example: [`ChatMachine::begin_optimistic`].
+    pub fn began_from_guess(&self) -> bool {
+        self.optimistic
     }
 
     /// The chat this bundle is scoped to.

@@ -78,8 +78,9 @@ fn map_missing(err: StoreError) -> FenceError {
 /// checked against that row, and the first statement checks that the row is
 /// still it (a generation attempt is one statement then). When it is not,
 /// the bundle is rolled back and runs again with the lock taken first, so
-/// `f` may run twice; a fence that fails on the guessed row is checked again
-/// on the locked one before the task is told it is stale.
+/// `f` may run twice; a fence that fails, or a transition rejected, in a
+/// bundle begun from the guess runs again locked before the task is told it
+/// is stale or rejected (the guess is checked by version alone).
 ///
 /// # Errors
 /// `Stale` when the fence fails or the chat is gone (nothing committed);
@@ -93,8 +94,15 @@ where
     F: for<'a> Fn(&'a mut ChatTx, &'a Chat) -> BoxFuture<'a, StoreResult<T>>,
 {
     let tx = machine.begin_optimistic().await.map_err(map_missing)?;
+    let optimistic = tx.began_from_guess();
     match fenced_run(tx, fence, &f).await {
         Err(FenceError::Store(StoreError::GuessMissed)) => {}
+        // A fence failure or a rejection decided on the guess, which the
+        // check compares by version alone (execution columns written by
+        // hand without a bump): only the locked row has the last word.
+        Err(FenceError::Stale | FenceError::Store(StoreError::State(_))) if optimistic => {
+            machine.forget_guess();
+        }
         other => return other,
     }
     let tx = machine.begin().await.map_err(map_missing)?;
@@ -110,17 +118,20 @@ where
 {
     let chat = tx.chat().await.map_err(map_missing)?;
     if !fence.holds(&chat) {
-        // Only the locked row can say the task is stale.
-        tx.confirm().await?;
-        // Dropping the bundle rolls back the snapshot bump; nothing is published.
+        // Only the locked row can say the task is stale: a bundle begun
+        // from the guess runs again locked (`fenced_update`). Dropping the
+        // bundle rolls back any snapshot bump; nothing is published.
         return Err(FenceError::Stale);
     }
     let value = match f(&mut tx, &chat).await {
         Ok(value) => value,
         Err(err) => {
-            // An error decided on the guessed row stands only for the
-            // locked one.
-            tx.confirm().await?;
+            // A rejection in a bundle begun from the guess runs again
+            // locked (`fenced_update`); any other error decided on the
+            // guessed row stands only for the locked one.
+            if !(tx.began_from_guess() && matches!(err, StoreError::State(_))) {
+                tx.confirm().await?;
+            }
             return Err(err.into());
         }
     };

@@ -350,6 +350,112 @@ async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale
     assert_eq!(attempt, 2);
 }
 
+/// Execution columns written without a snapshot bump (an operator's SQL)
+/// leave the guess's version current but its contents wrong. An optimistic
+/// bundle then decides as an ordinary one would: a rejection decided on the
+/// guess (here the landing check refusing what the guess allowed, or the
+/// guess refusing what the row allows) runs again locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_optimistic_bundle_decides_as_the_locked_row_after_execution_columns_changed_by_hand() {
+    let h = Harness::new().await;
+
+    // A message queued by hand while the turn runs: the guess has no queue
+    // (R0), the row has one (R1). Finishing the turn promotes it, as the
+    // locked row calls for.
+    let id = h.chat_in(ExecutionState::R0).await;
+    let machine = h.store.machine(id);
+    machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect("attempt");
+    sqlx::query("INSERT INTO chat_queued_messages (chat_id, content) VALUES ($1, $2)")
+        .bind(id)
+        .bind(json!([{"type": "text", "text": "queued by hand"}]))
+        .execute(h.pool())
+        .await
+        .expect("queue by hand");
+    let version = h.chat(id).await.snapshot_version;
+    assert_eq!(
+        h.store.row_cache().get(id).map(|f| f.chat.snapshot_version),
+        Some(version),
+        "the guess passes the version check"
+    );
+    let (_, chat) = machine
+        .update_optimistic(|tx| Box::pin(async move { tx.finish_turn().await }))
+        .await
+        .expect("R1: the turn ends into the queued message");
+    assert_eq!(chat.status, ChatStatus::Running);
+    assert_eq!(chat.snapshot_version, version + 1);
+    let queued: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1")
+            .bind(id)
+            .fetch_one(h.pool())
+            .await
+            .unwrap();
+    assert_eq!(queued, 0, "promoted");
+    let last_user: serde_json::Value = sqlx::query_scalar(
+        "SELECT content FROM chat_messages WHERE chat_id = $1 AND role = 'user' ORDER BY id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_one(h.pool())
+    .await
+    .unwrap();
+    assert_eq!(last_user[0]["text"], "queued by hand");
+    assert_eq!(h.chat(id).await, chat);
+    assert_eq!(h.store.row_cache().get(id).map(|f| f.chat), Some(chat));
+
+    // The turn stopped by hand (status set to waiting, no bump): the guess
+    // (running) admits an attempt, the row does not. Rejected as from W,
+    // nothing committed.
+    let id = h.chat_in(ExecutionState::R0).await;
+    let machine = h.store.machine(id);
+    machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect("attempt");
+    sqlx::query(
+        "UPDATE chats SET status = 'waiting', worker_id = NULL, runner_id = NULL WHERE id = $1",
+    )
+    .bind(id)
+    .execute(h.pool())
+    .await
+    .expect("stop by hand");
+    let before = h.dump(id).await;
+    let err = machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect_err("waiting: no attempt");
+    assert!(
+        matches!(err.state(), Some(StateError::TransitionNotAllowed(e)) if e.from == ExecutionState::W),
+        "decided on the locked row: {err:?}"
+    );
+    assert_eq!(h.dump(id).await, before, "nothing committed");
+    assert!(
+        h.store.row_cache().get(id).is_none(),
+        "the wrong guess is dropped"
+    );
+
+    // The reverse: the guess (waiting) refuses an attempt the row (set
+    // running by hand) admits.
+    let row = chatd_store::queries::chats::select_facts(&mut h.pool().acquire().await.unwrap(), id)
+        .await
+        .unwrap()
+        .expect("row");
+    assert_eq!(row.chat.status, ChatStatus::Waiting);
+    h.store.row_cache().put(row);
+    sqlx::query("UPDATE chats SET status = 'running' WHERE id = $1")
+        .bind(id)
+        .execute(h.pool())
+        .await
+        .expect("start by hand");
+    let (attempt, chat) = machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+        .expect("running: the attempt is recorded");
+    assert_eq!(chat.status, ChatStatus::Running);
+    assert_eq!(attempt, 2);
+}
+
 /// Metadata is written without a snapshot bump, so an optimistic bundle's
 /// guess cannot tell it changed: whichever way the bundle checks its guess
 /// (in a transition's `UPDATE`, or locking first for a step), the row it

@@ -174,6 +174,53 @@ async fn queued_messages_run_in_order_one_turn_each() {
     worker.shutdown().await;
 }
 
+/// A message queued by an operator's SQL while a turn runs, without the
+/// snapshot bump every bundle makes: the worker's optimistic bundles guess
+/// the row it last committed (no queue), the check by version passes, and
+/// the landing check refuses the finish the guess allowed. The bundle runs
+/// again locked and the turn ends into the queued message, as without the
+/// guess; the chat is not left running under a live owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_queued_by_hand_without_a_bump_runs_after_the_turn() {
+    let env = Env::new().await;
+    env.llm.set_default_fn(|request| {
+        Script::text_in_parts(
+            &format!("re: {}", request.last_user_text().unwrap_or_default()),
+            8,
+            Duration::from_millis(60),
+        )
+    });
+    let worker = env.worker();
+    let chat_id = env.create_chat("one").await;
+    env.wait_for(chat_id, Duration::from_secs(10), "the attempt", |c| {
+        c.generation_attempt >= 1
+    })
+    .await;
+    let version = env.chat(chat_id).await.snapshot_version;
+    sqlx::query("INSERT INTO chat_queued_messages (chat_id, content) VALUES ($1, $2)")
+        .bind(chat_id)
+        .bind(json!([{"type": "text", "text": "by hand"}]))
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(env.chat(chat_id).await.snapshot_version, version, "no bump");
+    env.wait_for(chat_id, Duration::from_secs(20), "both turns", |c| {
+        c.status == ChatStatus::Waiting && c.worker_id.is_none()
+    })
+    .await;
+    let expected: Vec<(ChatRole, String)> = ["one", "by hand"]
+        .iter()
+        .flat_map(|t| {
+            [
+                (ChatRole::User, t.to_string()),
+                (ChatRole::Assistant, format!("re: {t}")),
+            ]
+        })
+        .collect();
+    assert_eq!(transcript(&env, chat_id).await, expected);
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_mid_stream_commits_the_partial_text() {
     let env = Env::new().await;
