@@ -30,7 +30,15 @@
 //! Writes of execution columns that skip the bump (the testkit's corrupted
 //! states, an operator's manual SQL) must drop the chat from the cache
 //! ([`RowCache::remove`]) or the next optimistic bundle validates against
-//! the row before them. The same holds for a database restored to an
+//! the row before them. What limits the harm when they do not: the
+//! landing check refuses a landing the matrix does not allow, and a
+//! rejection decided on a guess is never final
+//! ([`crate::ChatMachine::update_optimistic`] and the worker's fenced
+//! bundles run it again locked and drop the guess), so such a write cannot
+//! leave a chat stuck under its owner; but a transition allowed from both
+//! the guessed and the real state (a send that starts a turn on a guessed
+//! `waiting` row that was set `running` by hand) commits as the guess
+//! calls for. The same holds for a database restored to an
 //! earlier point under running replicas: once another replica advanced a
 //! chat back to a version this replica cached, the guess would pass the
 //! check with other contents; the replicas must be stopped for a restore
