@@ -130,7 +130,7 @@ macro_rules! bump_locked {
 /// Locks the chat row `FOR UPDATE` and advances `snapshot_version` by one in
 /// the same statement, returning the bumped row; `None` when the chat does not
 /// exist. Must be the first write of every transition bundle (or, in an
-/// optimistic bundle, [`lock_and_bump_guessed`] or the guarded `UPDATE` of
+/// optimistic bundle, `lock_and_bump_guessed` or the guarded `UPDATE` of
 /// its first transition): the message triggers stamp rows with the
 /// already-bumped version.
 ///
