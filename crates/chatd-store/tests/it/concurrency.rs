@@ -42,6 +42,14 @@ async fn join_all<T: 'static>(mut tasks: JoinSet<T>) -> Vec<T> {
     .expect("tasks finished before the deadline")
 }
 
+/// `RecordGenerationAttempt` in an optimistic bundle
+/// (`ChatMachine::update_optimistic`): the attempt number and the row.
+async fn optimistic_attempt(machine: &ChatMachine) -> StoreResult<(i64, Chat)> {
+    machine
+        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .await
+}
+
 fn send(text: String, busy_behavior: BusyBehavior) -> SendMessageInput {
     SendMessageInput {
         message: user_text(&text),
@@ -293,10 +301,7 @@ async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale
     let id = h.chat_in(ExecutionState::R0).await;
     let other = chatd_store::Store::new(h.pool().clone(), h.published.clone());
     let machine = h.store.machine(id);
-    machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
-        .await
-        .expect("attempt");
+    optimistic_attempt(&machine).await.expect("attempt");
     let running_guess = h.store.row_cache().get(id).expect("committed here");
 
     // Elsewhere: the turn ends.
@@ -306,8 +311,7 @@ async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale
         .await
         .expect("finish elsewhere");
     let before = h.dump(id).await;
-    let err = machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+    let err = optimistic_attempt(&machine)
         .await
         .expect_err("waiting: no attempt");
     assert!(
@@ -334,8 +338,7 @@ async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale
         .expect("send elsewhere");
     h.store.row_cache().remove(id);
     h.store.row_cache().put(waiting);
-    let (attempt, chat) = machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+    let (attempt, chat) = optimistic_attempt(&machine)
         .await
         .expect("running now: the attempt is recorded");
     assert_eq!((attempt, chat.status), (1, ChatStatus::Running));
@@ -343,10 +346,7 @@ async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale
     // The guess of a row from before both is stale as well.
     h.store.row_cache().remove(id);
     h.store.row_cache().put(running_guess);
-    let (attempt, _) = machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
-        .await
-        .expect("attempt");
+    let (attempt, _) = optimistic_attempt(&machine).await.expect("attempt");
     assert_eq!(attempt, 2);
 }
 
@@ -364,10 +364,7 @@ async fn an_optimistic_bundle_decides_as_the_locked_row_after_execution_columns_
     // locked row calls for.
     let id = h.chat_in(ExecutionState::R0).await;
     let machine = h.store.machine(id);
-    machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
-        .await
-        .expect("attempt");
+    optimistic_attempt(&machine).await.expect("attempt");
     sqlx::query("INSERT INTO chat_queued_messages (chat_id, content) VALUES ($1, $2)")
         .bind(id)
         .bind(json!([{"type": "text", "text": "queued by hand"}]))
@@ -409,10 +406,7 @@ async fn an_optimistic_bundle_decides_as_the_locked_row_after_execution_columns_
     // nothing committed.
     let id = h.chat_in(ExecutionState::R0).await;
     let machine = h.store.machine(id);
-    machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
-        .await
-        .expect("attempt");
+    optimistic_attempt(&machine).await.expect("attempt");
     sqlx::query(
         "UPDATE chats SET status = 'waiting', worker_id = NULL, runner_id = NULL WHERE id = $1",
     )
@@ -421,8 +415,7 @@ async fn an_optimistic_bundle_decides_as_the_locked_row_after_execution_columns_
     .await
     .expect("stop by hand");
     let before = h.dump(id).await;
-    let err = machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+    let err = optimistic_attempt(&machine)
         .await
         .expect_err("waiting: no attempt");
     assert!(
@@ -448,8 +441,7 @@ async fn an_optimistic_bundle_decides_as_the_locked_row_after_execution_columns_
         .execute(h.pool())
         .await
         .expect("start by hand");
-    let (attempt, chat) = machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+    let (attempt, chat) = optimistic_attempt(&machine)
         .await
         .expect("running: the attempt is recorded");
     assert_eq!(chat.status, ChatStatus::Running);
@@ -465,10 +457,7 @@ async fn an_optimistic_bundle_commits_metadata_written_since_its_guess() {
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
     let machine = h.store.machine(id);
-    machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
-        .await
-        .expect("attempt");
+    optimistic_attempt(&machine).await.expect("attempt");
     let mut title = 0;
     for step in [false, true, false] {
         title += 1;
@@ -520,15 +509,8 @@ async fn an_optimistic_bundle_waiting_for_the_lock_checks_its_guess_on_the_row_l
     let h = Harness::new().await;
     let id = h.chat_in(ExecutionState::R0).await;
     let machine = h.store.machine(id);
-    machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
-        .await
-        .expect("attempt");
-    let attempt = |machine: ChatMachine| async move {
-        machine
-            .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
-            .await
-    };
+    optimistic_attempt(&machine).await.expect("attempt");
+    let attempt = |machine: ChatMachine| async move { optimistic_attempt(&machine).await };
 
     // A metadata writer holds the row: the guess still holds after it.
     let mut locked = machine.lock().await.expect("lock");
