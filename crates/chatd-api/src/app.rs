@@ -30,6 +30,13 @@ pub struct ApiOptions {
     pub max_file_bytes: usize,
     /// Most files linked to one chat (default 20; `LinkFiles`' cap).
     pub max_files_per_chat: usize,
+    /// Server-wide caps and the defaults of per-user limits (API.md
+    /// "Limits, budgets and the token lifecycle").
+    pub limits: chatd_core::limits::LimitDefaults,
+    /// How long a request body may take, from the start of the request
+    /// (default 60 s): past it the request answers `408` and the connection
+    /// closes (API.md "Slow or hostile clients"; [`crate::body_deadline`]).
+    pub request_body_timeout: std::time::Duration,
 }
 
 impl Default for ApiOptions {
@@ -40,6 +47,8 @@ impl Default for ApiOptions {
             relay_secret: None,
             max_file_bytes: 10 * 1024 * 1024,
             max_files_per_chat: chatd_store::queries::files::DEFAULT_MAX_FILE_LINKS,
+            limits: chatd_core::limits::LimitDefaults::default(),
+            request_body_timeout: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -56,6 +65,8 @@ struct Inner {
     options: ApiOptions,
     metrics: PrometheusHandle,
     streams: Option<StreamService>,
+    /// Per-user request rate limiters of this replica.
+    rate_limits: Arc<crate::rate_limit::RateLimits>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -78,6 +89,7 @@ impl AppState {
                 options,
                 metrics: install_metrics_recorder(),
                 streams: None,
+                rate_limits: Arc::default(),
             }),
         }
     }
@@ -100,6 +112,7 @@ impl AppState {
                 options: self.inner.options.clone(),
                 metrics: self.inner.metrics.clone(),
                 streams: Some(streams),
+                rate_limits: self.inner.rate_limits.clone(),
             }),
         }
     }
@@ -128,6 +141,12 @@ impl AppState {
     /// The options.
     pub fn options(&self) -> &ApiOptions {
         &self.inner.options
+    }
+
+    /// This replica's per-user request rate limiters
+    /// ([`crate::rate_limit`]).
+    pub fn rate_limits(&self) -> &crate::rate_limit::RateLimits {
+        &self.inner.rate_limits
     }
 
     /// The Prometheus handle `/metrics` renders.

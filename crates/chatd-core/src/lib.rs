@@ -24,6 +24,7 @@
 pub mod chat_error;
 pub mod context;
 pub mod error;
+pub mod limits;
 pub mod matrix;
 pub mod message;
 pub mod model_options;

@@ -32,7 +32,7 @@ pub struct WorkerConfig {
     /// Cap of the retry delay (60 s).
     pub retry_max_delay: Duration,
     /// Model responses allowed after one user message before the turn ends
-    /// in error (50).
+    /// in error with kind `usage_limit` (250; `--max-steps-per-turn`).
     pub max_steps_per_turn: usize,
     /// Backoff bounds for infrastructure (database) errors inside runner
     /// tasks: from 100 ms to 5 s.
@@ -69,6 +69,16 @@ pub struct WorkerConfig {
     /// Where the hops of every turn are reported ([`crate::timeline`]);
     /// default nowhere. The benchmark `bench_worker` sets it.
     pub timeline: crate::timeline::Timeline,
+    /// Server-wide caps and the defaults of per-user limits (API.md
+    /// "Limits, budgets and the token lifecycle"): `max_runners`, the
+    /// running-chat cap, budgets, the sub-agent fan-out.
+    pub limits: chatd_core::limits::LimitDefaults,
+    /// Files linked to no chat are deleted this long after their upload
+    /// (24 h; API.md "Limits, budgets and the token lifecycle").
+    pub unlinked_file_ttl: Duration,
+    /// How often the files sweep looks for them (10 min; the first pass
+    /// runs at start; [`crate::files_sweep`]).
+    pub files_sweep_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -84,7 +94,7 @@ impl Default for WorkerConfig {
             max_generation_retries: 25,
             retry_initial_delay: Duration::from_secs(1),
             retry_max_delay: Duration::from_secs(60),
-            max_steps_per_turn: 50,
+            max_steps_per_turn: 250,
             infra_backoff: (Duration::from_millis(100), Duration::from_secs(5)),
             mcp_connect_timeout: Duration::from_secs(30),
             mcp_list_timeout: Duration::from_secs(30),
@@ -95,6 +105,9 @@ impl Default for WorkerConfig {
             auto_archive_interval: Duration::from_secs(60 * 60),
             abandon_idle_after: Duration::from_secs(1),
             timeline: crate::timeline::Timeline::default(),
+            limits: chatd_core::limits::LimitDefaults::default(),
+            unlinked_file_ttl: Duration::from_secs(24 * 60 * 60),
+            files_sweep_interval: Duration::from_secs(10 * 60),
         }
     }
 }

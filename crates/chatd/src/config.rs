@@ -186,6 +186,104 @@ pub struct ServeArgs {
     /// closing their connections.
     #[arg(long, env = "CHATD_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_grace: Duration,
+
+    /// How long a connection may take to send a request's headers before it
+    /// is closed (slowloris; API.md "Slow or hostile clients"). Hidden: the
+    /// contract fixes 30 s; tests shorten it.
+    #[arg(long, env = "CHATD_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration, value_name = "DURATION", hide = true)]
+    pub header_read_timeout: Duration,
+
+    /// How long a request body may take, from the start of the request,
+    /// before the request fails with `408` and the connection is closed.
+    /// Hidden: the contract fixes 60 s; tests shorten it.
+    #[arg(long, env = "CHATD_REQUEST_BODY_TIMEOUT", default_value = "60s", value_parser = parse_positive_duration, value_name = "DURATION", hide = true)]
+    pub request_body_timeout: Duration,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Limits, budgets and the token lifecycle (API.md, the section of that
+/// name): server-wide caps and the defaults of the per-user limits, which an
+/// admin overrides per user (`PATCH /api/v2/users/{user}`).
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Chats this replica runs at once; acquisition takes no more.
+    #[arg(long, env = "CHATD_MAX_RUNNERS", default_value_t = 256, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_runners: u32,
+
+    /// Default of a user's chats that run at once, across all replicas.
+    #[arg(long, env = "CHATD_DEFAULT_MAX_RUNNING_CHATS", default_value_t = 8, value_name = "N",
+          value_parser = clap::value_parser!(i32).range(0..))]
+    pub default_max_running_chats: i32,
+
+    /// Default of a user's API requests per minute (per replica; stream
+    /// connects count, their frames do not).
+    #[arg(long, env = "CHATD_DEFAULT_REQUESTS_PER_MINUTE", default_value_t = 600, value_name = "N",
+          value_parser = clap::value_parser!(i32).range(1..))]
+    pub default_requests_per_minute: i32,
+
+    /// Default of a user's spend per calendar month (UTC), in micro-dollars
+    /// of the model prices; none when absent.
+    #[arg(long, env = "CHATD_DEFAULT_MONTHLY_BUDGET_MICROS", value_name = "MICROS",
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub default_monthly_budget_micros: Option<i64>,
+
+    /// Default of a user's input + output tokens per calendar month (UTC);
+    /// none when absent.
+    #[arg(long, env = "CHATD_DEFAULT_MONTHLY_TOKEN_BUDGET", value_name = "TOKENS",
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub default_monthly_token_budget: Option<i64>,
+
+    /// Default of the bytes of files a user keeps.
+    #[arg(long, env = "CHATD_DEFAULT_MAX_STORAGE_BYTES", default_value_t = 1 << 30, value_name = "BYTES",
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub default_max_storage_bytes: i64,
+
+    /// Longest lifetime a member may give a token (a member's token always
+    /// expires).
+    #[arg(long, env = "CHATD_MAX_MEMBER_TOKEN_LIFETIME", default_value = "30d", value_parser = parse_positive_duration, value_name = "DURATION")]
+    pub max_member_token_lifetime: Duration,
+
+    /// WebSocket, SSE and long-poll connections a user holds at once on
+    /// this replica (429 beyond).
+    #[arg(long, env = "CHATD_DEFAULT_MAX_OPEN_STREAMS", default_value_t = 64, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub default_max_open_streams: u32,
+
+    /// Model calls in one turn; the next ends the turn with kind
+    /// `usage_limit`.
+    #[arg(long, env = "CHATD_MAX_STEPS_PER_TURN", default_value_t = 250, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_steps_per_turn: u32,
+
+    /// Children one chat may spawn; more is an error result to the model.
+    #[arg(
+        long,
+        env = "CHATD_MAX_SUBAGENTS_PER_CHAT",
+        default_value_t = 16,
+        value_name = "N"
+    )]
+    pub max_subagents_per_chat: u32,
+}
+
+impl LimitArgs {
+    /// The defaults and caps these flags set.
+    pub fn defaults(&self) -> chatd_core::limits::LimitDefaults {
+        chatd_core::limits::LimitDefaults {
+            max_runners: self.max_runners as usize,
+            max_running_chats: self.default_max_running_chats,
+            requests_per_minute: self.default_requests_per_minute,
+            monthly_budget_micros: self.default_monthly_budget_micros,
+            monthly_token_budget: self.default_monthly_token_budget,
+            max_storage_bytes: self.default_max_storage_bytes,
+            max_member_token_lifetime: self.max_member_token_lifetime,
+            max_open_streams: self.default_max_open_streams,
+            max_steps_per_turn: self.max_steps_per_turn,
+            max_subagents_per_chat: self.max_subagents_per_chat,
+        }
+    }
 }
 
 impl ServeArgs {

@@ -16,7 +16,6 @@
 //! stop the embedded PostgreSQL. The process then exits with status 0. A
 //! signal during startup unwinds the steps taken so far the same way.
 
-use std::future::IntoFuture as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -30,6 +29,7 @@ use tokio_util::task::TaskTracker;
 use crate::cluster::{self, Replica, ReplicaHeartbeat};
 use crate::config::ServeArgs;
 use crate::database::{Database, Role};
+use crate::http_server;
 use crate::shutdown::Signals;
 
 /// The environment variable holding the bootstrap admin token.
@@ -113,6 +113,8 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
                 retry_max_delay: settings.retry_max_delay,
                 auto_archive_after: settings.auto_archive_after,
                 auto_archive_interval: settings.auto_archive_interval,
+                max_steps_per_turn: args.limits.max_steps_per_turn as usize,
+                limits: args.limits.defaults(),
                 ..chatd_worker::WorkerConfig::default()
             },
         })
@@ -135,19 +137,16 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
     tasks.close();
 
     let addr = listener.local_addr()?;
-    let shutdown = signals.shutdown.clone();
-    // Stream frames and relayed parts are small and latency-bound: no Nagle
-    // delay on accepted connections.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY: {err}");
-        }
-    });
-    let mut server = tokio::spawn(
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .into_future(),
-    );
+    // TCP_NODELAY, the header-read deadline, graceful shutdown: see
+    // `http_server`.
+    let mut server = tokio::spawn(http_server::serve(
+        listener,
+        router,
+        http_server::HttpDeadlines {
+            header_read: args.header_read_timeout,
+        },
+        signals.shutdown.clone(),
+    ));
     tracing::info!(replica_id = %replica.id, "listening on http://{addr}");
 
     // Biased: once the shutdown token is cancelled the server task ends too,
@@ -162,7 +161,7 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
             if let Some(worker) = worker.take() {
                 worker.shutdown().await;
             }
-            // Drain: axum stops accepting and waits for open connections.
+            // Drain: the server stops accepting and waits for open connections.
             tokio::select! {
                 result = &mut server => flatten(result),
                 () = tokio::time::sleep(args.shutdown_grace) => {
@@ -287,6 +286,8 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         chatd_api::ApiOptions {
             max_queued_messages: args.max_queued_messages,
             relay_secret: Some(relay_secret),
+            limits: args.limits.defaults(),
+            request_body_timeout: args.request_body_timeout,
             ..chatd_api::ApiOptions::default()
         },
     )

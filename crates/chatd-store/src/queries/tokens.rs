@@ -1,7 +1,14 @@
 //! SQL of the `api_keys` table: API tokens, stored as the SHA-256 of the
 //! clear token (`secret_hash`, unique); the HTTP layer hashes (API.md
-//! "Authentication and authorization").
+//! "Authentication and authorization", "Limits, budgets and the token
+//! lifecycle").
+//!
+//! A token authenticates while it exists (revoking deletes the row), has
+//! not expired (database time) and its user is not disabled: both
+//! [`authenticate`] (each request) and [`user_by_secret_hash`] (the
+//! periodic re-check of open streams) apply all three.
 
+use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -13,7 +20,9 @@ use super::users::UserRow;
 pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap";
 
 /// The user a token with hash `secret_hash` authenticates as, when the
-/// token exists and has not expired (database time).
+/// token exists, has not expired (database time) and its user is not
+/// disabled. Reads only (no `last_used_at` update): for re-checking the
+/// token of an open stream; a request authenticates with [`authenticate`].
 ///
 /// # Example
 ///
@@ -26,19 +35,140 @@ pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap";
 /// tokens::insert(pool, alice.id, "laptop", b"hash-1", None).await?;
 /// assert_eq!(tokens::user_by_secret_hash(pool, b"hash-1").await?, Some(alice));
 /// assert!(tokens::user_by_secret_hash(pool, b"unknown").await?.is_none());
+/// // A disabled user's tokens authenticate no more.
+/// users::update(pool, alice.id, &users::UserPatch { disabled: Some(true), ..Default::default() }).await?;
+/// assert!(tokens::user_by_secret_hash(pool, b"hash-1").await?.is_none());
 /// # Ok(()) }
 /// ```
 pub async fn user_by_secret_hash(
     conn: impl PgExecutor<'_>,
     secret_hash: &[u8],
 ) -> sqlx::Result<Option<UserRow>> {
-    let sql = "SELECT u.id, u.username, u.role, u.created_at
-         FROM api_keys k JOIN users u ON u.id = k.user_id
-         WHERE k.secret_hash = $1 AND (k.expires_at IS NULL OR k.expires_at > now())";
+    let sql = concat!(
+        "SELECT ",
+        super::users::user_columns!("u."),
+        " FROM api_keys k JOIN users u ON u.id = k.user_id
+         WHERE k.secret_hash = $1 AND (k.expires_at IS NULL OR k.expires_at > now())
+           AND NOT u.disabled"
+    );
     sqlx::query_as(sql)
         .bind(secret_hash)
         .fetch_optional(conn)
         .await
+}
+
+/// How often `last_used_at` is written for one token, at most: once per
+/// this many seconds (so authentication writes a row at most once a minute
+/// per token, not once per request).
+pub const LAST_USED_GRANULARITY_SECONDS: i64 = 60;
+
+/// [`user_by_secret_hash`] for a request: the same checks, and in the same
+/// statement sets the token's `last_used_at` to now when it is older than
+/// [`LAST_USED_GRANULARITY_SECONDS`] (or unset). Concurrent requests of
+/// one token at the boundary write once: the second re-reads the row and
+/// finds it fresh.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::{tokens, users};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let alice = users::insert(pool, "alice", Role::Member).await?;
+/// tokens::insert(pool, alice.id, "laptop", b"hash-1", None).await?;
+/// assert!(tokens::list(pool, alice.id).await?[0].last_used_at.is_none());
+/// assert_eq!(tokens::authenticate(pool, b"hash-1").await?, Some(alice.clone()));
+/// assert!(tokens::list(pool, alice.id).await?[0].last_used_at.is_some());
+/// assert!(tokens::authenticate(pool, b"unknown").await?.is_none());
+/// # Ok(()) }
+/// ```
+pub async fn authenticate(
+    conn: impl PgExecutor<'_>,
+    secret_hash: &[u8],
+) -> sqlx::Result<Option<UserRow>> {
+    let sql = concat!(
+        "WITH k AS (
+             SELECT id, user_id FROM api_keys
+             WHERE secret_hash = $1 AND (expires_at IS NULL OR expires_at > now())
+         ), touched AS (
+             UPDATE api_keys SET last_used_at = now()
+             WHERE id IN (SELECT id FROM k)
+               AND (last_used_at IS NULL
+                    OR last_used_at < now() - $2::bigint * interval '1 second')
+         )
+         SELECT ",
+        super::users::user_columns!("u."),
+        " FROM k JOIN users u ON u.id = k.user_id WHERE NOT u.disabled"
+    );
+    sqlx::query_as(sql)
+        .bind(secret_hash)
+        .bind(LAST_USED_GRANULARITY_SECONDS)
+        .fetch_optional(conn)
+        .await
+}
+
+/// A token as `GET /api/v2/users/{user}/tokens` lists it: never the token
+/// or its hash.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TokenRow {
+    /// Token id.
+    pub id: Uuid,
+    /// Its label (may be empty).
+    pub name: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Expiry; `None`: never.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Last authenticated request, to [`LAST_USED_GRANULARITY_SECONDS`];
+    /// `None`: never used.
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// The tokens of user `user_id`, newest first (ties by id), expired ones
+/// included (their `expires_at` is in the past); revoked tokens are gone.
+///
+/// Example: [`delete`].
+pub async fn list(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Vec<TokenRow>> {
+    sqlx::query_as(
+        "SELECT id, name, created_at, expires_at, last_used_at FROM api_keys
+         WHERE user_id = $1 ORDER BY created_at DESC, id",
+    )
+    .bind(user_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Revokes token `id` of user `user_id` (deletes its row); `false` when
+/// the user has no such token (unknown, another user's, or revoked already).
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::{tokens, users};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let alice = users::insert(pool, "alice", Role::Member).await?;
+/// let bob = users::insert(pool, "bob", Role::Member).await?;
+/// let id = tokens::insert(pool, alice.id, "laptop", b"hash-1", Some(3600)).await?;
+/// let listed = tokens::list(pool, alice.id).await?;
+/// assert_eq!((listed.len(), listed[0].id, listed[0].name.as_str()), (1, id, "laptop"));
+/// assert!(listed[0].expires_at.is_some());
+/// assert!(!tokens::delete(pool, bob.id, id).await?, "not bob's token");
+/// assert!(tokens::delete(pool, alice.id, id).await?);
+/// assert!(!tokens::delete(pool, alice.id, id).await?, "revoked already");
+/// assert!(tokens::list(pool, alice.id).await?.is_empty());
+/// assert!(tokens::user_by_secret_hash(pool, b"hash-1").await?.is_none());
+/// # Ok(()) }
+/// ```
+pub async fn delete(conn: impl PgExecutor<'_>, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
+    let done = sqlx::query("DELETE FROM api_keys WHERE id = $1 AND user_id = $2")
+        .bind(id)
+        .bind(user_id)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Inserts a token of user `user_id` named `name` and returns its fresh id.

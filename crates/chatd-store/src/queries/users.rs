@@ -21,7 +21,51 @@ pub struct UserRow {
     pub role: Role,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// A disabled user's tokens answer `401` (API.md "Limits, budgets and
+    /// the token lifecycle").
+    pub disabled: bool,
+    /// `users.max_running_chats`; `None`: the server default.
+    pub max_running_chats: Option<i32>,
+    /// `users.requests_per_minute`; `None`: the server default.
+    pub requests_per_minute: Option<i32>,
+    /// `users.monthly_budget_micros`; `None`: the server default.
+    pub monthly_budget_micros: Option<i64>,
+    /// `users.monthly_token_budget`; `None`: the server default.
+    pub monthly_token_budget: Option<i64>,
+    /// `users.max_storage_bytes`; `None`: the server default.
+    pub max_storage_bytes: Option<i64>,
 }
+
+impl UserRow {
+    /// The limit columns of the row (resolve them with
+    /// [`chatd_core::limits::LimitDefaults::resolve`]).
+    pub fn overrides(&self) -> chatd_core::limits::LimitOverrides {
+        chatd_core::limits::LimitOverrides {
+            max_running_chats: self.max_running_chats,
+            requests_per_minute: self.requests_per_minute,
+            monthly_budget_micros: self.monthly_budget_micros,
+            monthly_token_budget: self.monthly_token_budget,
+            max_storage_bytes: self.max_storage_bytes,
+        }
+    }
+}
+
+/// Every column of [`UserRow`], for `SELECT` and `RETURNING` lists, as a
+/// string literal (for `concat!`); `user_columns!("u.")` qualifies each.
+macro_rules! user_columns {
+    () => {
+        $crate::queries::users::user_columns!("")
+    };
+    ($p:literal) => {
+        concat!(
+            $p, "id, ", $p, "username, ", $p, "role, ", $p, "created_at, ", $p, "disabled, ",
+            $p, "max_running_chats, ", $p, "requests_per_minute, ", $p, "monthly_budget_micros, ",
+            $p, "monthly_token_budget, ", $p, "max_storage_bytes"
+        )
+    };
+}
+
+pub(crate) use user_columns;
 
 /// One user.
 ///
@@ -38,7 +82,7 @@ pub struct UserRow {
 /// # Ok(()) }
 /// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<UserRow>> {
-    let sql = "SELECT id, username, role, created_at FROM users WHERE id = $1";
+    let sql = concat!("SELECT ", user_columns!(), " FROM users WHERE id = $1");
     super::keyed::optional(conn, sql, id).await
 }
 
@@ -63,10 +107,10 @@ pub async fn insert(
     username: &str,
     role: Role,
 ) -> sqlx::Result<UserRow> {
-    sqlx::query_as(
-        "INSERT INTO users (id, username, role) VALUES ($1, $2, $3)
-         RETURNING id, username, role, created_at",
-    )
+    sqlx::query_as(concat!(
+        "INSERT INTO users (id, username, role) VALUES ($1, $2, $3) RETURNING ",
+        user_columns!()
+    ))
     .bind(Uuid::new_v4())
     .bind(username)
     .bind(role.as_str())
@@ -107,5 +151,97 @@ pub async fn create_or_promote(
     .bind(username)
     .bind(role.as_str())
     .fetch_one(conn)
+    .await
+}
+
+/// Every user, by user name (API.md "Limits, budgets and the token
+/// lifecycle": `GET /api/v2/users`).
+///
+/// Example: [`update`].
+pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<UserRow>> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        user_columns!(),
+        " FROM users ORDER BY username"
+    ))
+    .fetch_all(conn)
+    .await
+}
+
+/// A change of a user's disabled flag and limit overrides
+/// (`PATCH /api/v2/users/{user}`). For each field `None` keeps the column;
+/// for a limit, `Some(None)` returns it to the server default (`NULL`) and
+/// `Some(Some(v))` sets the override. Ranges are the caller's to check (the
+/// table's `CHECK` constraints refuse negatives and a zero request rate).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserPatch {
+    /// New `disabled` flag.
+    pub disabled: Option<bool>,
+    /// New `max_running_chats` override.
+    pub max_running_chats: Option<Option<i32>>,
+    /// New `requests_per_minute` override.
+    pub requests_per_minute: Option<Option<i32>>,
+    /// New `monthly_budget_micros` override.
+    pub monthly_budget_micros: Option<Option<i64>>,
+    /// New `monthly_token_budget` override.
+    pub monthly_token_budget: Option<Option<i64>>,
+    /// New `max_storage_bytes` override.
+    pub max_storage_bytes: Option<Option<i64>>,
+}
+
+/// Applies `patch` to user `id` in one statement; the updated row, or
+/// `None` when there is no such user.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::users::{self, UserPatch};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let bob = users::insert(pool, "bob", Role::Member).await?;
+/// let alice = users::insert(pool, "alice", Role::Admin).await?;
+/// let patch = UserPatch { disabled: Some(true), requests_per_minute: Some(Some(5)), ..Default::default() };
+/// let bob = users::update(pool, bob.id, &patch).await?.unwrap();
+/// assert!(bob.disabled);
+/// assert_eq!((bob.requests_per_minute, bob.max_running_chats), (Some(5), None));
+/// // `Some(None)` returns a limit to the default; absent fields stay.
+/// let patch = UserPatch { requests_per_minute: Some(None), ..Default::default() };
+/// let bob = users::update(pool, bob.id, &patch).await?.unwrap();
+/// assert_eq!((bob.disabled, bob.requests_per_minute), (true, None));
+/// assert!(users::update(pool, uuid::Uuid::new_v4(), &patch).await?.is_none());
+/// let names: Vec<_> = users::list(pool).await?.into_iter().map(|u| u.username).collect();
+/// assert_eq!(names, ["alice", "bob"]);
+/// # Ok(()) }
+/// ```
+pub async fn update(
+    conn: impl PgExecutor<'_>,
+    id: Uuid,
+    patch: &UserPatch,
+) -> sqlx::Result<Option<UserRow>> {
+    sqlx::query_as(concat!(
+        "UPDATE users SET
+             disabled = COALESCE($2, disabled),
+             max_running_chats = CASE WHEN $3 THEN $4 ELSE max_running_chats END,
+             requests_per_minute = CASE WHEN $5 THEN $6 ELSE requests_per_minute END,
+             monthly_budget_micros = CASE WHEN $7 THEN $8 ELSE monthly_budget_micros END,
+             monthly_token_budget = CASE WHEN $9 THEN $10 ELSE monthly_token_budget END,
+             max_storage_bytes = CASE WHEN $11 THEN $12 ELSE max_storage_bytes END
+         WHERE id = $1 RETURNING ",
+        user_columns!()
+    ))
+    .bind(id)
+    .bind(patch.disabled)
+    .bind(patch.max_running_chats.is_some())
+    .bind(patch.max_running_chats.flatten())
+    .bind(patch.requests_per_minute.is_some())
+    .bind(patch.requests_per_minute.flatten())
+    .bind(patch.monthly_budget_micros.is_some())
+    .bind(patch.monthly_budget_micros.flatten())
+    .bind(patch.monthly_token_budget.is_some())
+    .bind(patch.monthly_token_budget.flatten())
+    .bind(patch.max_storage_bytes.is_some())
+    .bind(patch.max_storage_bytes.flatten())
+    .fetch_optional(conn)
     .await
 }
