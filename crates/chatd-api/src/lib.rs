@@ -8,6 +8,8 @@
 //!   vendored libraries under `/vendor/` (unauthenticated static files;
 //!   [`web::ASSETS`]);
 //! - users, tokens and replicas ([`users`], [`auth`]);
+//! - a user's usage of the period and the budget refusal of the routes
+//!   that start a turn ([`usage`]);
 //! - chats and their actions ([`chats`]), messages ([`messages`]), the
 //!   queue ([`queue`]) and tool results ([`tools`]), under `/api/v2/chats`
 //!   and, unchanged, `/api/experimental/chats`;
@@ -17,7 +19,7 @@
 //!   `/updates`, once the state has its [`StreamDeps`]
 //!   ([`AppState::with_stream`]);
 //! - message windows and paging by size ([`paging`]);
-//! - files: upload and download ([`files`]).
+//! - files: upload, list, download and delete ([`files`]).
 //! - `Idempotency-Key` on every mutating chat route ([`idempotency`]).
 //!
 //! Every execution-state change goes through `chatd_store`'s
@@ -45,6 +47,7 @@
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod body_deadline;
 pub mod chats;
 pub mod config_file;
 pub mod drain;
@@ -59,8 +62,10 @@ pub mod objects;
 pub mod openapi;
 pub mod paging;
 pub mod queue;
+pub mod rate_limit;
 pub mod stream;
 pub mod tools;
+pub mod usage;
 pub mod users;
 pub mod validate;
 pub mod web;
@@ -156,15 +161,33 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/api/v2/openapi.json", get(openapi::openapi_json))
-        .route("/api/v2/users", post(users::create_user))
-        .route("/api/v2/users/me", get(users::get_me))
+        .route(
+            "/api/v2/users",
+            get(users::list_users).post(users::create_user),
+        )
+        .route(
+            "/api/v2/users/me",
+            get(users::get_me).patch(users::patch_user),
+        )
+        .route("/api/v2/users/{user}", patch(users::patch_user))
         .route(
             "/api/v2/users/{user}/tokens",
-            post(users::create_user_token),
+            get(users::list_user_tokens).post(users::create_user_token),
         )
+        .route(
+            "/api/v2/users/{user}/tokens/{id}",
+            delete(users::delete_user_token),
+        )
+        .route("/api/v2/users/{user}/usage", get(usage::get_user_usage))
         .route("/api/v2/replicas", get(users::list_replicas))
-        .route("/api/v2/files", post(files::upload_file))
-        .route("/api/v2/files/{id}", get(files::download_file))
+        .route(
+            "/api/v2/files",
+            get(files::list_files).post(files::upload_file),
+        )
+        .route(
+            "/api/v2/files/{id}",
+            get(files::download_file).delete(files::delete_file),
+        )
         .route(
             "/api/v2/chats",
             get(chats::list_chats).post(chats::create_chat),
@@ -183,5 +206,10 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(health::method_not_allowed)
         .fallback(health::not_found)
         .layer(axum::middleware::from_fn(drain::drain_unread_body))
+        // Outermost: the body deadline runs from the start of the request.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            body_deadline::request_body_deadline,
+        ))
         .with_state(state)
 }

@@ -334,6 +334,18 @@ pub async fn send_message(
         .expect("fingerprint serializes"),
     )
     .to_vec();
+    // API.md "Budgets": over budget, nothing changes (a repeat of an
+    // earlier send still gets its response).
+    if let Some(response) = crate::usage::refuse_send_over_budget(
+        &state,
+        &target.chat,
+        req.client_message_id.as_deref(),
+        &fingerprint,
+    )
+    .await?
+    {
+        return Ok(Json(response));
+    }
 
     let mut tx = state.store().machine(id).begin().await?;
     if let Some(key) = &req.client_message_id
@@ -411,7 +423,7 @@ pub async fn send_message(
     ),
     responses(
         (status = 200, description = "Edited; the chat runs again (R0)", body = EditMessageResponse),
-        E400, E401, E403, E404, E409, E413, E415,
+        E400, E401, E403, E404, E409, E413, E415, E429,
     )
 )]
 pub async fn edit_message(
@@ -427,6 +439,8 @@ pub async fn edit_message(
     let content = validate::message_content(&req.content, "content")?;
     check_model_config(&state, req.model_config_id, "model_config_id").await?;
     require_owner(&caller, &chat)?;
+    // API.md "Budgets": over budget, nothing changes.
+    crate::usage::refuse_over_budget(&state, chat.owner_id).await?;
 
     let mut tx = begin(&state, id, true).await?;
     let target = messages::select(tx.conn().await?, id, message_id).await?;

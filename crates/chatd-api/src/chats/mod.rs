@@ -355,7 +355,7 @@ pub async fn list_chats(
     tag = "chats",
     responses(
         (status = 201, description = "Created; status running (R0)", body = Chat),
-        E400, E401, E413, E415,
+        E400, E401, E413, E415, crate::error::E429,
     )
 )]
 pub async fn create_chat(
@@ -415,6 +415,8 @@ pub async fn create_chat(
             ));
         }
     }
+    // API.md "Budgets": over budget, nothing is created.
+    crate::usage::refuse_over_budget(&state, caller.id()).await?;
 
     let mut initial_messages = Vec::with_capacity(2);
     if let Some(prompt) = system_prompt {

@@ -23,6 +23,7 @@
 //! | [`idempotency_keys`] | `idempotency_keys` |
 //! | [`users`] | `users` |
 //! | [`tokens`] | `api_keys` |
+//! | [`usage`] | `user_usage` |
 //! | [`replicas`] | `replicas` |
 //! | [`cluster_settings`] | `cluster_settings` |
 //! | [`providers`] | `chat_providers` |
@@ -165,6 +166,7 @@ pub mod queue;
 pub mod replicas;
 pub mod send_receipts;
 pub mod tokens;
+pub mod usage;
 pub mod users;
 
 use sqlx::PgConnection;

@@ -10,6 +10,12 @@
 //! their results stream into the same episode, and commits everything in
 //! one bundle; a failed call is retried or ends the turn per [`retry`].
 //!
+//! Budgets (API.md "Limits, budgets and the token lifecycle"): before
+//! every model call, answer or compaction, the owner's spend and tokens of
+//! the period are read (with the history, and again before a retried
+//! attempt); at or over a budget no call is made and the turn ends in
+//! `error` with `kind: "usage_limit"` ([`usage_limit`]).
+//!
 //! [`retry`]: super::retry
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -18,6 +24,7 @@ use std::time::Instant;
 
 use chatd_core::{ChatError, ChatErrorKind, RequireApproval};
 use chatd_llm::{AttachedFile, ErrorKind, FinishReason, Provider, ProviderError, ResponseBuilder};
+use chatd_store::queries::usage::Exceeded;
 use chatd_store::{Chat, ChatMachine, ChatMessage, queries};
 use chatd_tools::McpServerConfig;
 use uuid::Uuid;
@@ -53,6 +60,10 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
         max_steps_per_turn: config.max_steps_per_turn,
         generate_titles: config.generate_titles,
     });
+    if let (Plan::Call(_), Some(exceeded)) = (&next, &loaded.over_budget) {
+        // Answers and compactions alike: no model call over budget.
+        return Box::pin(finish_over_budget(task, exceeded)).await;
+    }
     match next {
         Plan::FinishTurn => Box::pin(commit::finish_turn(task)).await,
         Plan::EnterRequiresAction => Box::pin(commit::enter_requires_action(task)).await,
@@ -132,6 +143,39 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
     }
 }
 
+/// The `usage_limit` error of a used-up budget: not retryable, its message
+/// names the budget and when it resets.
+fn usage_limit(exceeded: &Exceeded) -> ChatError {
+    ChatError::new(ChatErrorKind::UsageLimit, exceeded.message(), false)
+}
+
+/// Ends the turn with the [`usage_limit`] error of `exceeded`: no model
+/// call is made.
+async fn finish_over_budget(task: &TaskContext, exceeded: &Exceeded) -> TaskResult<()> {
+    tracing::info!(chat_id = %task.chat_id, budget = ?exceeded.budget, limit = exceeded.limit, used = exceeded.used, "the owner's budget is used up; ending the turn");
+    Box::pin(commit::finish_error(
+        task,
+        "ending the turn at the budget",
+        usage_limit(exceeded),
+    ))
+    .await
+}
+
+/// Reads the budgets of the chat's owner `owner_id` again (before a
+/// retried attempt: other chats of the owner may have spent meanwhile);
+/// the budget at or over its limit, if any.
+async fn over_budget(task: &TaskContext, owner_id: Uuid) -> TaskResult<Option<Exceeded>> {
+    let pool = task.ctx.store.pool();
+    let owner = task
+        .retrying("reading the owner's budgets", || async {
+            queries::usage::of_user(pool, owner_id)
+                .await
+                .map_err(|e| FenceError::Store(e.into()))
+        })
+        .await?;
+    Ok(owner.and_then(|o| o.exceeded(&task.ctx.config.limits)))
+}
+
 /// The `context_length` error of a prompt that does not fit `measure`'s
 /// window (after the provider's `cause`, if it said so).
 fn does_not_fit(measure: &compaction::Measure, cause: Option<&ProviderError>) -> ChatError {
@@ -199,7 +243,13 @@ async fn compact(
     };
     let mut invalid_summary = None;
     let mut invalid_summaries = 0;
+    let mut retried = false;
     loop {
+        // The first attempt was checked with the history.
+        if retried && let Some(exceeded) = over_budget(task, loaded.chat.owner_id).await? {
+            return Box::pin(finish_over_budget(task, &exceeded)).await;
+        }
+        retried = true;
         let attempt = task
             .transition("recording a compaction attempt", |tx, _| {
                 Box::pin(async move { tx.record_generation_attempt().await })
@@ -284,6 +334,9 @@ struct Loaded {
     /// The files the history's user messages attach, with as many of their
     /// bytes as the provider projection uses (API.md "Files").
     files: BTreeMap<Uuid, AttachedFile>,
+    /// The owner's budget that the period's usage has reached, if any (read
+    /// with the history: a model call is not made then).
+    over_budget: Option<Exceeded>,
 }
 
 impl Loaded {
@@ -296,8 +349,8 @@ impl Loaded {
     }
 }
 
-/// Reads the chat, its active history, model, MCP servers and attached
-/// files consistently under one fenced lock.
+/// Reads the chat, its active history, model, MCP servers, attached files
+/// and its owner's budgets consistently under one fenced lock.
 async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, FenceError> {
     let store_error = |e: sqlx::Error| FenceError::Store(e.into());
     let mut locked = fenced_lock(machine, &task.fence).await?;
@@ -305,12 +358,21 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let history = queries::messages::active_history(locked.conn(), task.chat_id)
         .await
         .map_err(store_error)?;
-    let model = resolve_model(locked.conn(), &chat, task.ctx.providers.as_ref())
-        .await
-        .map_err(store_error)?;
-    let (mcp_servers, approval_policies) = load_mcp_servers(locked.conn(), &chat.mcp_server_ids)
-        .await
-        .map_err(store_error)?;
+    let model = resolve_model(
+        locked.conn(),
+        task.ctx.store.secrets(),
+        &chat,
+        task.ctx.providers.as_ref(),
+    )
+    .await
+    .map_err(store_error)?;
+    let (mcp_servers, approval_policies) = load_mcp_servers(
+        locked.conn(),
+        task.ctx.store.secrets(),
+        &chat.mcp_server_ids,
+    )
+    .await
+    .map_err(store_error)?;
     let tail = if approval_policies
         .values()
         .any(|p| *p != RequireApproval::Never)
@@ -351,6 +413,12 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
         })
         .collect()
     };
+    // One indexed read (the owner's row and its ledger rows of the period),
+    // in the transaction that is open anyway.
+    let over_budget = queries::usage::of_user(locked.conn(), chat.owner_id)
+        .await
+        .map_err(store_error)?
+        .and_then(|owner| owner.exceeded(&task.ctx.config.limits));
     locked.finish().await?;
     Ok(Loaded {
         chat,
@@ -360,6 +428,7 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
         approval_policies,
         tail,
         files,
+        over_budget,
     })
 }
 
@@ -442,7 +511,13 @@ async fn call_model(
     measure: compaction::Measure,
 ) -> TaskResult<()> {
     let config = &task.ctx.config;
+    let mut retried = false;
     loop {
+        // The first attempt was checked with the history.
+        if retried && let Some(exceeded) = over_budget(task, loaded.chat.owner_id).await? {
+            return Box::pin(finish_over_budget(task, &exceeded)).await;
+        }
+        retried = true;
         // Boxed: only the stream's own state stays in this future while
         // the model answers.
         let attempt = Box::pin(task.transition("recording a generation attempt", |tx, _| {

@@ -13,10 +13,16 @@
 //! `snapshot_version` nor publishes, so it cannot disturb a runner's fence.
 //! The `UPDATE` only applies while the title is still the default: a title
 //! the user set meanwhile is never overwritten.
+//!
+//! A title is a model call of the chat's owner (API.md "Limits, budgets and
+//! the token lifecycle"): it is skipped when the owner's budget is used up,
+//! and its usage is added to the owner's ledger
+//! ([`chatd_store::queries::usage::add`]) in the transaction that stores
+//! the title, whether or not the title is kept.
 
 use std::sync::Arc;
 
-use chatd_core::{ChatRole, MessagePart};
+use chatd_core::{ChatRole, MessagePart, ModelOptions, Usage};
 use chatd_llm::{ModelRequest, Provider, RequestMessage, collect};
 use uuid::Uuid;
 
@@ -46,7 +52,10 @@ pub(super) fn after_first_answer(
         task.ctx.clone(),
         task.chat_id,
         call.provider.clone(),
-        call.request.model.clone(),
+        Model {
+            name: call.request.model.clone(),
+            options: call.options.clone(),
+        },
         first_user_text(&call.request.messages),
         answer,
     );
@@ -70,26 +79,58 @@ fn first_user_text(messages: &[RequestMessage]) -> String {
         .unwrap_or_default()
 }
 
+/// The model a title is asked of.
+struct Model {
+    /// The provider's model name.
+    name: String,
+    /// Its options (prices: the call's cost).
+    options: ModelOptions,
+}
+
+/// How a title generation ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Titled {
+    /// The title was stored.
+    Stored,
+    /// The chat was renamed meanwhile (or is gone): the title was dropped.
+    Kept,
+    /// The owner's budget is used up: no model call was made.
+    OverBudget,
+}
+
 /// Starts generating a title for `chat_id` from its first user message and
 /// its first answer; returns at once.
 fn spawn(
     ctx: Arc<WorkerContext>,
     chat_id: Uuid,
     provider: Arc<dyn Provider>,
-    model: String,
+    model: Model,
     first_message: String,
     answer: String,
 ) {
     tokio::spawn(async move {
         let work = async {
-            let title = generate(provider.as_ref(), &model, &first_message, &answer).await?;
-            store(&ctx.store, chat_id, &title).await
+            let owner =
+                chatd_store::queries::usage::of_chat_owner(ctx.store.pool(), chat_id).await?;
+            if owner.is_some_and(|o| o.exceeded(&ctx.config.limits).is_some()) {
+                return Ok(Titled::OverBudget);
+            }
+            let (title, usage) =
+                generate(provider.as_ref(), &model.name, &first_message, &answer).await?;
+            let spent = usage.map(|u| (u, model.options.cost_micros(&u).unwrap_or(0)));
+            let stored = store(&ctx.store, chat_id, title.as_deref(), spent).await?;
+            match (title, stored) {
+                (None, _) => Err(TitleError::Empty),
+                (Some(_), true) => Ok(Titled::Stored),
+                (Some(_), false) => Ok(Titled::Kept),
+            }
         };
         tokio::select! {
             _ = ctx.background.cancelled() => {}
             outcome = tokio::time::timeout(ctx.config.title_timeout, work) => match outcome {
-                Ok(Ok(true)) => tracing::debug!(%chat_id, "chat titled"),
-                Ok(Ok(false)) => tracing::debug!(%chat_id, "title kept: the chat was renamed meanwhile"),
+                Ok(Ok(Titled::Stored)) => tracing::debug!(%chat_id, "chat titled"),
+                Ok(Ok(Titled::Kept)) => tracing::debug!(%chat_id, "title kept: the chat was renamed meanwhile"),
+                Ok(Ok(Titled::OverBudget)) => tracing::debug!(%chat_id, "no title: the owner's budget is used up"),
                 Ok(Err(err)) => tracing::debug!(%chat_id, error = %err, "title generation failed; the default title stays"),
                 Err(_) => tracing::debug!(%chat_id, "title generation timed out; the default title stays"),
             },
@@ -110,12 +151,14 @@ enum TitleError {
     Database(#[from] sqlx::Error),
 }
 
+/// Asks the model for a title: the cleaned title (`None`: nothing usable)
+/// and the call's usage, if the provider reported it.
 async fn generate(
     provider: &dyn Provider,
     model: &str,
     first_message: &str,
     answer: &str,
-) -> Result<String, TitleError> {
+) -> Result<(Option<String>, Option<Usage>), TitleError> {
     let request = ModelRequest {
         model: model.to_owned(),
         messages: vec![
@@ -132,12 +175,20 @@ async fn generate(
         ..ModelRequest::default()
     };
     let response = collect(provider.stream(&request).await?).await?;
-    clean_title(&response.text).ok_or(TitleError::Empty)
+    Ok((clean_title(&response.text), response.usage))
 }
 
-/// Stores `title` if the chat still has the default title; `Ok(false)` when
-/// it does not (or the chat is gone).
-async fn store(store: &chatd_store::Store, chat_id: Uuid, title: &str) -> Result<bool, TitleError> {
+/// In one transaction: adds the call's `spent` usage and cost
+/// (micro-dollars) to the owner's ledger, and stores `title` if the chat
+/// still has the default title; `Ok(false)` when no title was stored (none
+/// given, the chat was renamed, or the chat is gone: then nothing is
+/// counted either).
+async fn store(
+    store: &chatd_store::Store,
+    chat_id: Uuid,
+    title: Option<&str>,
+    spent: Option<(Usage, i64)>,
+) -> Result<bool, TitleError> {
     let mut locked = match store.machine(chat_id).lock().await {
         Ok(locked) => locked,
         Err(chatd_store::StoreError::State(chatd_core::StateError::ChatNotFound)) => {
@@ -145,8 +196,22 @@ async fn store(store: &chatd_store::Store, chat_id: Uuid, title: &str) -> Result
         }
         Err(err) => return Err(err.into()),
     };
-    let updated =
-        chatd_store::queries::chats::set_title_if_default(locked.conn(), chat_id, title).await?;
+    if let Some((usage, micros)) = spent {
+        chatd_store::queries::usage::add(
+            locked.conn(),
+            chat_id,
+            micros,
+            usage.prompt_tokens(),
+            usage.output_tokens,
+        )
+        .await?;
+    }
+    let updated = match title {
+        Some(title) => {
+            chatd_store::queries::chats::set_title_if_default(locked.conn(), chat_id, title).await?
+        }
+        None => false,
+    };
     locked.finish().await?;
     Ok(updated)
 }

@@ -6,12 +6,15 @@
 mod anthropic;
 mod approval;
 mod archive;
+mod budgets;
 mod common;
 mod compaction;
 mod files;
+mod files_sweep;
 mod mcp;
 mod plan_mode;
 mod replicas;
+mod scheduling;
 mod subagents;
 mod titles;
 mod turns;
