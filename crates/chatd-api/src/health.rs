@@ -40,29 +40,48 @@ pub async fn healthz() -> Json<HealthStatus> {
 
 /// `GET /readyz`: `200` when the database answers within 3 s and every
 /// migration of `chatd_store::MIGRATOR` is recorded as applied with a
-/// matching checksum; `503` otherwise.
+/// matching checksum; `503` otherwise, with a fixed `detail` (`database
+/// unreachable`, `database did not answer in time`, `migrations not
+/// applied`). The database's own error text is logged, never answered
+/// (API.md "Limits, budgets and the token lifecycle": `/readyz` never
+/// echoes a database error; it may name hosts, users or settings).
 #[utoipa::path(
     get, path = "/readyz", tag = "health", security(()),
     responses((status = 200, description = "Ready", body = HealthStatus), E503)
 )]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let applied = chatd_store::queries::migrations::all_applied(state.store().pool());
+    let not_ready = |detail: &'static str| {
+        ApiError::unavailable("Not ready.")
+            .with_detail(detail)
+            .into_response()
+    };
     match tokio::time::timeout(READY_TIMEOUT, applied).await {
         Ok(Ok(true)) => Json(HealthStatus {
             status: "ready".into(),
         })
         .into_response(),
-        Ok(Ok(false)) => ApiError::unavailable("Not ready.")
-            .with_detail("Database migrations are not applied.")
-            .into_response(),
-        Ok(Err(err)) => ApiError::unavailable("Not ready.")
-            .with_detail(format!("Database unavailable: {err}"))
-            .into_response(),
-        Err(_) => ApiError::unavailable("Not ready.")
-            .with_detail("The database did not answer in time.")
-            .into_response(),
+        Ok(Ok(false)) => {
+            tracing::warn!("readyz: database migrations are not applied");
+            not_ready(NOT_READY_MIGRATIONS)
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "readyz: the database is unreachable");
+            not_ready(NOT_READY_UNREACHABLE)
+        }
+        Err(_) => {
+            tracing::warn!("readyz: the database did not answer within {READY_TIMEOUT:?}");
+            not_ready(NOT_READY_TIMEOUT)
+        }
     }
 }
+
+/// `detail` of a `503` `/readyz` when the database answered with an error.
+pub const NOT_READY_UNREACHABLE: &str = "database unreachable";
+/// `detail` of a `503` `/readyz` when the database did not answer in 3 s.
+pub const NOT_READY_TIMEOUT: &str = "database did not answer in time";
+/// `detail` of a `503` `/readyz` when a migration is missing or differs.
+pub const NOT_READY_MIGRATIONS: &str = "migrations not applied";
 
 /// `GET /metrics`: Prometheus text exposition format.
 #[utoipa::path(

@@ -68,11 +68,16 @@ impl TestDatabase {
         conn.close().await.ok();
         let options = admin.clone().database(&name);
         let url = options.to_url_lossy().to_string();
-        let pool = chatd_store::pool_options(20).connect_with(options).await?;
+        // As every chatd session (chatd's `database::IDLE_IN_TRANSACTION_TIMEOUT`):
+        // in-process test servers use this pool.
+        let pool = chatd_store::pool_options(20)
+            .connect_with(options.options([("idle_in_transaction_session_timeout", "60s")]))
+            .await?;
         Ok(Self { name, url, pool })
     }
 
-    /// A pool of connections to this database (at most 20).
+    /// A pool of connections to this database (at most 20), whose sessions
+    /// set `idle_in_transaction_session_timeout` to 60 s as chatd's do.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }

@@ -1,5 +1,13 @@
 //! Opening the database a command works on: the server of `--postgres-url`,
 //! or the embedded cluster of `--data-dir` ([`crate::embedded_pg`]).
+//!
+//! Every session of the pool, and so every session the service opens (the
+//! `Idempotency-Key` claim pool and the LISTEN/NOTIFY listener connect with
+//! the pool's options), sets `idle_in_transaction_session_timeout` to
+//! [`IDLE_IN_TRANSACTION_TIMEOUT`] (API.md "Slow or hostile clients"): a
+//! session left idle inside a transaction, by a bug or a stuck task, is
+//! ended by PostgreSQL, its locks released; the pool replaces the broken
+//! connection when it is next used.
 
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
@@ -13,6 +21,27 @@ use crate::embedded_pg::{DataDirLock, EmbeddedPostgres};
 
 /// How long to keep trying to reach an explicit `--postgres-url` at startup.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
+
+/// `idle_in_transaction_session_timeout` of every session: 60 s. No
+/// transaction of chatd waits on anything but the database (request bodies
+/// are read before a connection is taken; model calls run outside
+/// transactions), so one idle this long is stuck, and would otherwise hold
+/// a pool connection and its row locks forever.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `options` with the session settings of every chatd connection:
+/// `idle_in_transaction_session_timeout = idle_in_transaction` (in
+/// milliseconds, sent in the startup packet, so it holds from the first
+/// statement and survives `DISCARD ALL`).
+pub fn session_options(
+    options: PgConnectOptions,
+    idle_in_transaction: Duration,
+) -> PgConnectOptions {
+    options.options([(
+        "idle_in_transaction_session_timeout",
+        format!("{}ms", idle_in_transaction.as_millis().max(1)),
+    )])
+}
 
 /// Who opens the database, which decides what happens when another chatd
 /// process already runs the embedded cluster of the data directory.
@@ -59,6 +88,7 @@ impl Database {
             let options = PgConnectOptions::from_str(url)
                 .with_context(|| format!("parsing --postgres-url {}", redact(url)))?
                 .application_name("chatd");
+            let options = session_options(options, IDLE_IN_TRANSACTION_TIMEOUT);
             let pool = connect_patiently(pool_options, options, &redact(url)).await?;
             return Ok(Self {
                 pool,
@@ -93,7 +123,10 @@ impl Database {
         );
         // On error `embedded` is dropped here, which stops the server.
         let pool = pool_options
-            .connect_with(embedded.connect_options())
+            .connect_with(session_options(
+                embedded.connect_options(),
+                IDLE_IN_TRANSACTION_TIMEOUT,
+            ))
             .await
             .context("connecting to the embedded PostgreSQL")?;
         Ok(Self {
@@ -146,5 +179,43 @@ pub fn redact(url: &str) -> String {
             parsed.to_string()
         }
         _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Connection as _;
+
+    /// A session idle inside a transaction past the timeout is ended by
+    /// PostgreSQL; the pool serves the next query on a fresh connection.
+    #[tokio::test]
+    async fn a_session_idle_in_a_transaction_is_ended_and_the_pool_recovers() -> anyhow::Result<()>
+    {
+        let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?;
+        let options = session_options(
+            PgConnectOptions::from_str(db.url())?,
+            Duration::from_millis(500),
+        );
+        let shown: String = {
+            let mut conn = sqlx::PgConnection::connect_with(&options).await?;
+            sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+                .fetch_one(&mut conn)
+                .await?
+        };
+        assert_eq!(shown, "500ms");
+
+        let pool = chatd_store::pool_options(1).connect_with(options).await?;
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT 1").execute(&mut *tx).await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let stuck = sqlx::query("SELECT 1").execute(&mut *tx).await;
+        assert!(stuck.is_err(), "the session was ended: {stuck:?}");
+        drop(tx);
+        // The one connection of the pool was broken; the next query gets a
+        // fresh one.
+        let v: i32 = sqlx::query_scalar("SELECT 7").fetch_one(&pool).await?;
+        assert_eq!(v, 7);
+        Ok(())
     }
 }

@@ -20,6 +20,7 @@ mod cluster;
 mod config;
 mod database;
 mod embedded_pg;
+mod http_server;
 mod logging;
 mod serve;
 mod shutdown;

@@ -16,6 +16,11 @@ use super::relay::RelayConfig;
 /// At most this many events go in one frame (API.md).
 pub const MAX_EVENTS_PER_FRAME: usize = 256;
 
+/// Largest WebSocket frame, and message, a client may send on a stream:
+/// 64 KiB (API.md "Slow or hostile clients"). A larger one closes the
+/// stream with [`close_code::MESSAGE_TOO_BIG`].
+pub const MAX_CLIENT_MESSAGE_BYTES: usize = 64 * 1024;
+
 /// WebSocket close codes the stream uses.
 pub mod close_code {
     /// Normal closure (the client left; the chat was deleted).
@@ -24,6 +29,12 @@ pub mod close_code {
     pub const GOING_AWAY: u16 = 1001;
     /// Unsupported data (a malformed control message on the parts endpoint).
     pub const UNSUPPORTED_DATA: u16 = 1003;
+    /// Policy violation (the stream's token was revoked or expired, or its
+    /// user disabled).
+    pub const POLICY_VIOLATION: u16 = 1008;
+    /// Message too big (a client frame or message over
+    /// [`MAX_CLIENT_MESSAGE_BYTES`](super::MAX_CLIENT_MESSAGE_BYTES)).
+    pub const MESSAGE_TOO_BIG: u16 = 1009;
     /// Internal error (database failure, invariant violation).
     pub const INTERNAL: u16 = 1011;
     /// Try again later (the client was too slow to keep up).
@@ -54,6 +65,10 @@ pub struct StreamConfig {
     pub db_attempts: u32,
     /// Relay forwarder tunables.
     pub relay: RelayConfig,
+    /// Period of the re-check of the tokens of open streams (5 s, ±20 %):
+    /// a revoked token's streams close within it (API.md "Tokens": within
+    /// 10 s).
+    pub token_check_interval: Duration,
 }
 
 impl Default for StreamConfig {
@@ -67,6 +82,7 @@ impl Default for StreamConfig {
             outbound_capacity: 1024,
             slow_client_timeout: Duration::from_secs(10),
             db_attempts: 5,
+            token_check_interval: Duration::from_secs(5),
             relay: RelayConfig {
                 backoff_initial: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(5),

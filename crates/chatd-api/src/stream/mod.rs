@@ -25,6 +25,12 @@
 //! bootstrap `Sync` against the null local state. On exit everything is
 //! released by drop (poller registration, subscription, forwarder).
 //!
+//! Before a user stream (WebSocket, SSE, long-poll) opens, it is admitted
+//! ([`admission`]): a slot under the per-user cap of open streams (`429`
+//! beyond it) and a watch on its token, which closes it within 10 s once
+//! the token no longer authenticates. WebSocket client frames are capped at
+//! [`config::MAX_CLIENT_MESSAGE_BYTES`] (`1009` beyond).
+//!
 //! Streaming needs [`StreamDeps`] ([`crate::AppState::with_stream`]):
 //! without them the three routes answer `503`. [`config`] and the pure
 //! modules ([`event`], [`state`]) are leaves; [`service`] opens loops;
@@ -32,6 +38,7 @@
 //! one's re-exports, so the stream modules import each other without a
 //! cycle.
 
+pub mod admission;
 pub mod config;
 pub mod event;
 pub mod fetch;

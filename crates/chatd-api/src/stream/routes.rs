@@ -9,6 +9,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse as _, Response};
 
+use super::config::MAX_CLIENT_MESSAGE_BYTES;
 use super::event::ChatStreamEvent;
 use super::{sse, ws};
 use crate::app::AppState;
@@ -49,10 +50,11 @@ pub(crate) fn upgrade_required(rejection: WebSocketUpgradeRejection) -> ApiError
         ("Sec-WebSocket-Protocol" = Option<String>, Header, description = "Browser authentication: `chatd, chatd.bearer.<token>` when there is no `Authorization` header (browsers cannot set it on a WebSocket). The response selects the `chatd` subprotocol."),
     ),
     responses(
-        (status = 101, description = "WebSocket. The server sends text frames, each a JSON array of 1 to 256 `ChatStreamEvent`s: first the full state (messages with id > after_id, `queue_update`, `status`, then `error`/`action_required`/`retry` where they apply, `preview_reset`), then live events in the spec's order. The server pings; close codes: 1000 chat deleted, 1001 shutdown or dead connection, 1011 database failure or internal error, 1013 client too slow (reconnect with after_id)."),
+        (status = 101, description = "WebSocket. The server sends text frames, each a JSON array of 1 to 256 `ChatStreamEvent`s: first the full state (messages with id > after_id, `queue_update`, `status`, then `error`/`action_required`/`retry` where they apply, `preview_reset`), then live events in the spec's order. The server pings; close codes: 1000 chat deleted, 1001 shutdown or dead connection, 1008 the token was revoked or expired or its user disabled (within 10 s), 1009 a client frame or message over 64 KiB, 1011 database failure or internal error, 1013 client too slow (reconnect with after_id)."),
         (status = 400, description = "Invalid chat id or after_id, or not a WebSocket upgrade", body = ErrorBody),
         (status = 401, description = "Missing, unknown or expired token", body = ErrorBody),
         (status = 404, description = "Chat not found or not visible", body = ErrorBody),
+        (status = 429, description = "The caller already holds the maximum of open streams (WebSocket, SSE and long-poll) on this server; `detail` names it", body = ErrorBody),
         (status = 503, description = "Live streaming is not configured on this server", body = ErrorBody),
     )
 )]
@@ -61,6 +63,7 @@ pub async fn stream_ws(
     caller: Caller,
     params: PathParams,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     let chat_id = params.uuid("chat")?;
@@ -72,8 +75,18 @@ pub async fn stream_ws(
     let ws = ws.map_err(upgrade_required)?;
     // Browsers fail the handshake unless the server selects one of the
     // subprotocols they offered; `chatd` is the one that is not the token.
-    let ws = ws.protocols([WS_PROTOCOL]);
-    let stream_loop = service.open(chat_id, after_id).await?;
+    // A client frame or message over the cap fails the read, and the
+    // stream closes with 1009 (`ws::serve`).
+    let ws = ws
+        .protocols([WS_PROTOCOL])
+        .max_frame_size(MAX_CLIENT_MESSAGE_BYTES)
+        .max_message_size(MAX_CLIENT_MESSAGE_BYTES);
+    let admission = service.admit(
+        caller.id(),
+        &headers,
+        state.options().limits.max_open_streams,
+    )?;
+    let stream_loop = service.open(chat_id, after_id, admission).await?;
     let config = service.config.clone();
     Ok(ws.on_upgrade(move |socket| ws::serve(socket, stream_loop, config)))
 }
@@ -90,10 +103,11 @@ pub async fn stream_ws(
         ("Last-Event-ID" = Option<i64>, Header, description = "Resume: the `id` of the last event received; wins over after_id (0: from the start)"),
     ),
     responses(
-        (status = 200, description = "`text/event-stream`: one SSE event per `ChatStreamEvent` (`event: <type>`, `data: <ChatStreamEvent JSON>`, `id: <highest committed message id delivered so far>`), `: keep-alive` comments at least every 15 s, and a final `: stream closed: <reason>` comment when the server ends the stream.", content_type = "text/event-stream", body = ChatStreamEvent),
+        (status = 200, description = "`text/event-stream`: one SSE event per `ChatStreamEvent` (`event: <type>`, `data: <ChatStreamEvent JSON>`, `id: <highest committed message id delivered so far>`), `: keep-alive` comments at least every 15 s, and a final `: stream closed: <reason>` comment when the server ends the stream (also within 10 s of its token being revoked or expiring, or its user disabled).", content_type = "text/event-stream", body = ChatStreamEvent),
         (status = 400, description = "Invalid chat id, after_id or Last-Event-ID", body = ErrorBody),
         (status = 401, description = "Missing, unknown or expired token", body = ErrorBody),
         (status = 404, description = "Chat not found or not visible", body = ErrorBody),
+        (status = 429, description = "The caller already holds the maximum of open streams (WebSocket, SSE and long-poll) on this server; `detail` names it", body = ErrorBody),
         (status = 503, description = "Live streaming is not configured on this server", body = ErrorBody),
     )
 )]
@@ -123,7 +137,12 @@ pub async fn stream_sse(
     }
     visible_chat(&state, &caller, chat_id).await?;
     let service = state.stream_service()?.clone();
-    let stream_loop = service.open(chat_id, after_id).await?;
+    let admission = service.admit(
+        caller.id(),
+        &headers,
+        state.options().limits.max_open_streams,
+    )?;
+    let stream_loop = service.open(chat_id, after_id, admission).await?;
     Ok(axum::response::IntoResponse::into_response(sse::serve(
         stream_loop,
         &service.config,

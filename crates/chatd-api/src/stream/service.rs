@@ -1,6 +1,8 @@
 //! The replica-wide part of streaming ([`StreamService`]): the
-//! dependencies, the sync poller's registry and task, and the opening of one
-//! stream loop in the order the module doc of [`crate::stream`] gives.
+//! dependencies, the sync poller's registry and task, the per-user count of
+//! open streams and the token watcher's task ([`super::admission`]), and the
+//! opening of one stream loop in the order the module doc of
+//! [`crate::stream`] gives.
 
 use std::sync::Arc;
 
@@ -11,6 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use axum::http::HeaderMap;
+
+use super::admission::{self, Admission, OpenStreams, TokenWatcher};
 use super::config::{StreamConfig, StreamDeps};
 use super::poller::{PollerRegistry, SyncPoller};
 use super::relay::{RelayDeps, RelayHandle};
@@ -31,6 +36,10 @@ pub struct StreamService {
     pub(crate) relay_secret: Option<String>,
     pub(crate) registry: PollerRegistry,
     pub(crate) tasks: TaskTracker,
+    /// Open user streams per user on this replica.
+    pub(crate) open_streams: OpenStreams,
+    /// The tokens of the open user streams, re-checked periodically.
+    pub(crate) token_watcher: TokenWatcher,
 }
 
 impl std::fmt::Debug for StreamService {
@@ -43,8 +52,9 @@ impl std::fmt::Debug for StreamService {
 }
 
 impl StreamService {
-    /// Starts the sync poller on its own task (it stops on
-    /// `deps.shutdown`). Must be called inside a tokio runtime.
+    /// Starts the sync poller and the token watcher on their own tasks
+    /// (both stop on `deps.shutdown`). Must be called inside a tokio
+    /// runtime.
     pub(crate) fn start(store: Store, relay_secret: Option<String>, deps: StreamDeps) -> Self {
         let registry = PollerRegistry::default();
         let tasks = TaskTracker::new();
@@ -56,6 +66,12 @@ impl StreamService {
             }
             .run(deps.shutdown.clone()),
         );
+        let token_watcher = TokenWatcher::default();
+        tasks.spawn(token_watcher.clone().run(
+            store.pool().clone(),
+            deps.config.token_check_interval,
+            deps.shutdown.clone(),
+        ));
         tasks.close();
         Self {
             store,
@@ -67,7 +83,41 @@ impl StreamService {
             relay_secret,
             registry,
             tasks,
+            open_streams: OpenStreams::default(),
+            token_watcher,
         }
+    }
+
+    /// Admits a stream of `user` opened with the request `headers`: takes a
+    /// slot under `max_open_streams` and watches the request's token
+    /// ([`super::admission`]). Called before any upgrade or response.
+    ///
+    /// # Errors
+    /// `429` naming the maximum when `user` already holds
+    /// `max_open_streams` streams on this replica.
+    pub(crate) fn admit(
+        &self,
+        user: Uuid,
+        headers: &HeaderMap,
+        max_open_streams: u32,
+    ) -> ApiResult<Admission> {
+        admission::admit(
+            &self.open_streams,
+            &self.token_watcher,
+            user,
+            headers,
+            max_open_streams,
+        )
+    }
+
+    /// Open user streams per user on this replica (for tests and metrics).
+    pub fn open_streams(&self) -> &OpenStreams {
+        &self.open_streams
+    }
+
+    /// The watcher of the open streams' tokens (for tests).
+    pub fn token_watcher(&self) -> &TokenWatcher {
+        &self.token_watcher
     }
 
     /// The poller's registrations (for tests and metrics).
@@ -75,14 +125,20 @@ impl StreamService {
         &self.registry
     }
 
-    /// Waits until the sync poller stopped (after `shutdown`).
+    /// Waits until the sync poller and the token watcher stopped (after
+    /// `shutdown`).
     pub async fn wait(&self) {
         self.tasks.wait().await;
     }
 
     /// Prepares the loop of a new stream: subscribe, register, start the
     /// forwarder. The bootstrap read happens when the loop runs.
-    pub(crate) async fn open(&self, chat_id: Uuid, after_id: i64) -> ApiResult<StreamLoop> {
+    pub(crate) async fn open(
+        &self,
+        chat_id: Uuid,
+        after_id: i64,
+        admission: Admission,
+    ) -> ApiResult<StreamLoop> {
         let subscription = match &self.pubsub {
             Some(pubsub) => Some(
                 pubsub
@@ -111,6 +167,7 @@ impl StreamService {
             relay,
             config: self.config.clone(),
             shutdown: self.shutdown.clone(),
+            admission,
         })
     }
 }

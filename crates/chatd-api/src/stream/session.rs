@@ -50,6 +50,12 @@ pub enum Termination {
     InvariantViolation(String),
     /// The chat was deleted.
     ChatDeleted,
+    /// The token the stream was opened with no longer authenticates:
+    /// revoked, expired, or its user disabled (API.md "Tokens").
+    TokenRevoked,
+    /// The client sent a WebSocket frame or message over
+    /// [`MAX_CLIENT_MESSAGE_BYTES`](super::config::MAX_CLIENT_MESSAGE_BYTES).
+    MessageTooBig,
 }
 
 impl Termination {
@@ -64,6 +70,8 @@ impl Termination {
             Termination::Database(_) => "database",
             Termination::InvariantViolation(_) => "invariant_violation",
             Termination::ChatDeleted => "chat_deleted",
+            Termination::TokenRevoked => "token_revoked",
+            Termination::MessageTooBig => "message_too_big",
         }
     }
 
@@ -105,6 +113,17 @@ impl Termination {
                 "internal error: reconnect with after_id".into(),
             ),
             Termination::ChatDeleted => (c::NORMAL, "chat deleted".into()),
+            Termination::TokenRevoked => (
+                c::POLICY_VIOLATION,
+                "token revoked, expired or user disabled: authenticate again".into(),
+            ),
+            Termination::MessageTooBig => (
+                c::MESSAGE_TOO_BIG,
+                format!(
+                    "client frames are limited to {} bytes",
+                    super::config::MAX_CLIENT_MESSAGE_BYTES
+                ),
+            ),
         }
     }
 }
@@ -120,6 +139,9 @@ pub struct StreamLoop {
     pub(crate) relay: RelayHandle,
     pub(crate) config: StreamConfig,
     pub(crate) shutdown: CancellationToken,
+    /// The stream's slot under the per-user cap and its token's watch:
+    /// held as long as the loop, released when it is dropped.
+    pub(crate) admission: super::admission::Admission,
 }
 
 impl std::fmt::Debug for StreamLoop {
@@ -151,6 +173,7 @@ impl StreamLoop {
             let input = tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return Termination::Shutdown,
+                () = self.admission.revoked().cancelled() => return Termination::TokenRevoked,
                 () = out.closed() => return Termination::ClientDisconnected,
                 // Parts first: a burst of the current episode's parts is
                 // delivered before the hint that commits the message they

@@ -18,13 +18,16 @@
 //! server shuts down during the wait; `404` when the chat is deleted during
 //! the wait (noticed through the sync poller's "gone" hint, so within one
 //! poll interval, or at the next notification), or `204` if the wait ends
-//! before that is noticed.
+//! before that is noticed; `401` when the request's token is revoked or
+//! expires, or its user is disabled, during the wait (noticed within 10 s);
+//! `429` when the caller already holds the maximum of open streams
+//! ([`super::admission`]).
 
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use chatd_pubsub::{ChatUpdate, PubsubEvent, chat_update_channel};
 use chatd_store::LockMode;
@@ -34,7 +37,7 @@ use utoipa::IntoParams;
 use crate::app::AppState;
 use crate::auth::ChatTarget;
 use crate::chats::Chat;
-use crate::error::{ApiError, ApiResult, E400, E401, E404, E503};
+use crate::error::{ApiError, ApiResult, E400, E401, E404, E429, E503};
 use crate::extract::QueryParams;
 
 /// Default `wait_ms`: 25 s.
@@ -70,13 +73,14 @@ pub struct UpdatesParams {
     responses(
         (status = 200, description = "The chat; its snapshot_version is greater than after_snapshot_version", body = Chat),
         (status = 204, description = "No change within wait_ms (or the server is shutting down)"),
-        E400, E401, E404, E503,
+        E400, E401, E404, E429, E503,
     )
 )]
 pub async fn long_poll_updates(
     State(state): State<AppState>,
     target: ChatTarget,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
 ) -> ApiResult<Response> {
     let id = target.id();
     let query = QueryParams::parse(query.as_deref())?;
@@ -89,6 +93,13 @@ pub async fn long_poll_updates(
     let after = query.int_in("after_snapshot_version", 0, i64::MAX, 0)?;
     let wait_ms = query.int_in("wait_ms", 0, MAX_WAIT_MS, DEFAULT_WAIT_MS)?;
     let service = state.stream_service()?;
+    // A long-poll is an open stream: it counts under the caller's cap, and
+    // ends with `401` if its token stops authenticating meanwhile.
+    let admission = service.admit(
+        target.caller.id(),
+        &headers,
+        state.options().limits.max_open_streams,
+    )?;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);
 
     // Subscribe and register before the read (module doc).
@@ -118,6 +129,7 @@ pub async fn long_poll_updates(
         let stale = tokio::select! {
             () = tokio::time::sleep_until(deadline) => break,
             () = service.shutdown.cancelled() => break,
+            () = admission.revoked().cancelled() => return Err(ApiError::unauthorized()),
             event = next_event(&mut subscription) => match event {
                 Some(PubsubEvent::Message(payload)) => ChatUpdate::from_payload(&payload)
                     .map_or(true, |update| update.snapshot_version > after),

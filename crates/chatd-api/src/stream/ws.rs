@@ -13,6 +13,11 @@
 //! [`CLOSE_REPLY_TIMEOUT`] after the close frame went out), so that the
 //! close frame is not lost to a reset.
 //!
+//! A client frame or message over
+//! [`MAX_CLIENT_MESSAGE_BYTES`](super::config::MAX_CLIENT_MESSAGE_BYTES)
+//! fails the read: the stream closes with `1009` and the connection is
+//! dropped [`CLOSE_REPLY_TIMEOUT`] later, the oversized frame unread.
+//!
 //! The handshake (in [`super::routes::stream_ws`]) selects the `chatd` subprotocol
 //! when the client offers it: browsers send the token as a second
 //! subprotocol `chatd.bearer.<token>` ([`crate::auth`]) and accept the
@@ -50,9 +55,16 @@ pub async fn serve(socket: WebSocket, stream_loop: StreamLoop, config: StreamCon
     tracing::debug!(%chat_id, reason = termination.label(), "stream (websocket) ended");
     super::session::record_termination("websocket", &termination);
     let client_gone = matches!(termination, Termination::ClientDisconnected);
+    let too_big = matches!(termination, Termination::MessageTooBig);
     let _ = end_tx.send(termination);
     if !writer_done {
-        if client_gone {
+        if too_big {
+            // The rest of the oversized frame is still unread: reading on
+            // would buffer it. Let the close frame (1009) go out, give the
+            // client a moment to read it, then drop the connection unread.
+            let _ = writer.await;
+            tokio::time::sleep(CLOSE_REPLY_TIMEOUT).await;
+        } else if client_gone {
             // Bounded: every send of the writer has a timeout.
             let _ = writer.await;
         } else {
@@ -82,12 +94,24 @@ async fn reader(stream: &mut SplitStream<WebSocket>, config: &StreamConfig) -> T
     loop {
         match tokio::time::timeout(config.idle_timeout, stream.next()).await {
             Err(_) => return Termination::DeadConnection,
+            Ok(Some(Err(ref err))) if is_too_big(err) => return Termination::MessageTooBig,
             Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => {
                 return Termination::ClientDisconnected;
             }
             Ok(Some(Ok(_))) => {}
         }
     }
+}
+
+/// Whether a read failed because the client's frame or message was over
+/// the configured maximum ([`super::config::MAX_CLIENT_MESSAGE_BYTES`]).
+fn is_too_big(err: &axum::Error) -> bool {
+    use std::error::Error as _;
+    use tokio_tungstenite::tungstenite::Error;
+    matches!(
+        err.source().and_then(|e| e.downcast_ref::<Error>()),
+        Some(Error::Capacity(_))
+    )
 }
 
 /// Reads and drops the client's frames until its close frame, the end of

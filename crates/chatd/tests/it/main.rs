@@ -8,6 +8,7 @@ mod config_file;
 mod embedded;
 mod pg_restart;
 mod replicas;
+mod slow_clients;
 mod stream;
 mod support;
 mod token;
