@@ -32,16 +32,20 @@
 // web/README.md. User text is always plain text (textContent), never HTML.
 
 import { renderMarkdownInto } from './markdown.js';
+import {
+  API, session, h, $, byTestId, ApiError, api, attempt, toast, clearToast, announce, confirmDialog, numberFormat,
+} from './ui.js';
+import { startUsage, stopUsage, refreshUsage, usageLimitHelp, onUsage } from './usage.js';
+import { openTokensPage } from './tokens.js';
+import { openAdminPage } from './admin.js';
 
 const TOKEN_KEY = 'chatd.token';
 const MODEL_KEY = 'chatd.model.'; // + chat id: the model picked last in that chat
 const INTERRUPTED_KEY = 'chatd.interrupted.'; // + chat id (sessionStorage): ids of answers cut by an interrupt
-const API = '/api/v2';
 const LIST_POLL_MS = 4000;
 const SEARCH_DEBOUNCE_MS = 250;
 const BACKOFF_INITIAL_MS = 500;
 const BACKOFF_MAX_MS = 10000;
-const TOAST_MS = 6000;
 /** A text longer than this (lines or characters) is shown collapsed. */
 const LONG_LINES = 20;
 const LONG_CHARS = 2000;
@@ -60,8 +64,7 @@ const FINISH_MARKS = {
 // State
 
 const app = {
-  token: null,
-  me: null,
+  // The token and the user are `session` (ui.js).
   chats: [],
   children: new Map(), // parent id → its children (sub-agents), see loadChildren
   collapsed: new Set(), // parents whose children the list hides
@@ -112,40 +115,6 @@ function chatView(chatId) {
 // ---------------------------------------------------------------------------
 // DOM helpers
 
-/**
- * Creates an element. `props`: `testid`, `class`, `dataset`, `on<event>`
- * handlers, booleans and `value` as properties, other strings as
- * attributes. Children: nodes or strings (as text nodes).
- */
-function h(tag, props = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (value === null || value === undefined) continue;
-    if (key === 'testid') el.dataset.testid = value;
-    else if (key === 'class') el.className = value;
-    else if (key === 'dataset') Object.assign(el.dataset, value);
-    else if (key.startsWith('on') && typeof value === 'function') {
-      el.addEventListener(key.slice(2), value);
-    } else if (typeof value === 'boolean' || key === 'value') el[key] = value;
-    else el.setAttribute(key, String(value));
-  }
-  appendChildren(el, children);
-  return el;
-}
-
-function appendChildren(el, children) {
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : String(child));
-  }
-}
-
-const $ = (id) => document.getElementById(id);
-
-function byTestId(root, testid) {
-  return root.querySelector(`[data-testid="${testid}"]`);
-}
-
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const ICONS = {
   menu: ['M4 6h16', 'M4 12h16', 'M4 18h16'],
@@ -185,91 +154,6 @@ function countLines(text) {
   return text.split('\n').length;
 }
 
-const numberFormat = new Intl.NumberFormat();
-
-// ---------------------------------------------------------------------------
-// HTTP
-
-class ApiError extends Error {
-  constructor(status, body) {
-    super((body && body.message) || `Request failed (HTTP ${status}).`);
-    this.status = status;
-    this.body = body;
-  }
-}
-
-/**
- * Calls the API with the signed-in token. Resolves to the JSON body (or
- * null); rejects with ApiError. Shows a toast with the error `message`
- * unless `quiet`.
- */
-async function api(method, path, body, { quiet = false, token = app.token } = {}) {
-  const init = { method, headers: { Authorization: `Bearer ${token}` } };
-  if (body !== undefined) {
-    init.headers['Content-Type'] = 'application/json';
-    init.body = JSON.stringify(body);
-  }
-  let response;
-  try {
-    response = await fetch(API + path, init);
-  } catch (err) {
-    const error = new ApiError(0, { message: 'Network error: the server is unreachable.' });
-    if (!quiet) toast(error.message);
-    throw error;
-  }
-  const text = await response.text();
-  let json = null;
-  try {
-    json = text ? JSON.parse(text) : null;
-  } catch {
-    json = null;
-  }
-  if (!response.ok) {
-    const error = new ApiError(response.status, json);
-    if (!quiet) toast(error.message);
-    if (response.status === 401 && token === app.token && app.me) signOut();
-    throw error;
-  }
-  return json;
-}
-
-/** Runs `fn` and swallows ApiError (already shown as a toast). */
-async function attempt(fn) {
-  try {
-    return await fn();
-  } catch (err) {
-    if (!(err instanceof ApiError)) {
-      console.error(err);
-      toast(String(err.message || err));
-    }
-    return undefined;
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Toast (one at a time, the newest wins) and the live region.
-
-let toastTimer = null;
-
-function toast(message) {
-  const box = $('toasts');
-  box.replaceChildren(
-    h('div', { class: 'toast', role: 'alert', testid: 'toast', onclick: clearToast }, message),
-  );
-  clearTimeout(toastTimer);
-  toastTimer = setTimeout(clearToast, TOAST_MS);
-}
-
-function clearToast() {
-  $('toasts').replaceChildren();
-}
-
-/** Tells screen readers (politely) what the assistant is doing. */
-function announce(text) {
-  const region = $('live-status');
-  if (region.textContent !== text) region.textContent = text;
-}
-
 // ---------------------------------------------------------------------------
 // Sign-in
 
@@ -280,21 +164,22 @@ async function signIn(token) {
   if (!me) return;
   clearToast();
   localStorage.setItem(TOKEN_KEY, token);
-  app.token = token;
-  app.me = me;
+  session.token = token;
+  session.me = me;
   showSignedIn();
 }
 
 function signOut() {
   localStorage.removeItem(TOKEN_KEY);
-  app.token = null;
-  app.me = null;
+  session.token = null;
+  session.me = null;
   app.chats = [];
   app.models = null;
   app.modelsResolved = null;
   app.query = '';
   app.renaming = null;
   clearInterval(app.listTimer);
+  stopUsage();
   closeView();
   setSidebarOpen(false);
   $('chat-search').value = '';
@@ -313,7 +198,8 @@ function showSignedIn() {
   $('app-view').hidden = false;
   $('who').hidden = false;
   $('menu-toggle').hidden = false;
-  $('username').textContent = app.me.username;
+  $('username').textContent = session.me.username;
+  startUsage();
   refreshChats();
   clearInterval(app.listTimer);
   app.listTimer = setInterval(refreshChats, LIST_POLL_MS);
@@ -327,8 +213,8 @@ async function restoreSession() {
     return;
   }
   try {
-    app.me = await api('GET', '/users/me', undefined, { token, quiet: true });
-    app.token = token;
+    session.me = await api('GET', '/users/me', undefined, { token, quiet: true });
+    session.token = token;
     showSignedIn();
   } catch (err) {
     if (err.status !== 401) toast(err.message);
@@ -365,7 +251,7 @@ function toggleSidebar() {
 // Chat list
 
 async function refreshChats() {
-  if (!app.token) return;
+  if (!session.token) return;
   const params = new URLSearchParams({ limit: '100' });
   if (app.showArchived) params.set('archived', 'true');
   if (app.query) params.set('q', app.query);
@@ -664,47 +550,51 @@ async function deleteChat(chatId) {
   refreshChats();
 }
 
-/**
- * A modal confirmation (`confirm-dialog`); resolves to true when the user
- * confirms, false on Cancel or Escape.
- */
-function confirmDialog({ title, message, confirm }) {
-  const dialog = $('confirm-dialog');
-  const returnTo = document.activeElement;
-  $('confirm-title').textContent = title;
-  $('confirm-message').textContent = message;
-  $('confirm-ok').textContent = confirm;
-  return new Promise((resolve) => {
-    const close = (result) => {
-      dialog.removeEventListener('close', onClose);
-      $('confirm-ok').onclick = null;
-      $('confirm-cancel').onclick = null;
-      if (dialog.open) dialog.close();
-      if (returnTo && returnTo.isConnected) returnTo.focus();
-      resolve(result);
-    };
-    const onClose = () => close(false);
-    dialog.addEventListener('close', onClose);
-    $('confirm-ok').onclick = () => close(true);
-    $('confirm-cancel').onclick = () => close(false);
-    dialog.showModal();
-    $('confirm-cancel').focus();
-  });
-}
-
 // ---------------------------------------------------------------------------
-// Routing: `#/` (new chat form) and `#/chats/<id>`.
+// Routing: `#/` (new chat form), `#/chats/<id>`, `#/tokens` (the user's
+// API tokens), `#/users/<id>/tokens` (another user's, for admins) and
+// `#/admin` (users, their usage and limits).
+
+const PAGE_ROUTES = [
+  [/^#\/tokens$/, () => ({ page: 'tokens', open: (main, closed) => openTokensPage(main, 'me', closed) })],
+  [/^#\/users\/([0-9a-fA-F-]{36})\/tokens$/, (m) => ({ page: 'tokens', open: (main, closed) => openTokensPage(main, m[1].toLowerCase(), closed) })],
+  [/^#\/admin$/, () => ({ page: 'admin', open: openAdminPage })],
+];
 
 function route() {
-  if (!app.me) return;
+  if (!session.me) return;
   const match = location.hash.match(/^#\/chats\/([0-9a-fA-F-]{36})$/);
   const chatId = match ? match[1].toLowerCase() : null;
   setSidebarOpen(false);
   if (app.view && app.view.chatId === chatId && chatId) return;
   closeView();
+  const page = chatId ? null : pageOf(location.hash);
+  for (const link of document.querySelectorAll('.account-nav a')) {
+    if (page && link.getAttribute('href') === location.hash) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
   if (chatId) openChat(chatId);
+  else if (page) openPage(page);
   else openNewChat();
   renderChatList();
+}
+
+/** The page (`{page, open}`) of an account or admin route, or null. */
+function pageOf(hash) {
+  for (const [pattern, page] of PAGE_ROUTES) {
+    const m = hash.match(pattern);
+    if (m) return page(m);
+  }
+  return null;
+}
+
+/** Opens an account or admin page (tokens.js, admin.js) in the main column. */
+function openPage(page) {
+  clearToast();
+  announce('');
+  const view = { chatId: null, page: page.page, closed: false };
+  app.view = view;
+  page.open($('main'), () => view.closed);
 }
 
 function closeView() {
@@ -896,7 +786,7 @@ async function createChat(content, model) {
   if ($('new-chat-subagents').checked) body.subagents = true;
   const systemPrompt = $('new-chat-system-prompt').value;
   if (systemPrompt.trim()) body.system_prompt = systemPrompt;
-  const chat = await attempt(() => api('POST', '/chats', body));
+  const chat = await sendRequest(() => api('POST', '/chats', body, { quiet: true }));
   if (!chat) return false;
   if (model) localStorage.setItem(MODEL_KEY + chat.id, model);
   if (app.showArchived) {
@@ -965,9 +855,13 @@ function buildComposer({ newChat }) {
         hidden: true,
         'aria-label': 'Stop the reply',
       }, icon('stop'), h('span', { class: 'stop-label' }, 'Stop'));
+  // Why the server refused the last send (a limit: 429, 413); the typed
+  // message stays in the textarea.
+  const refusal = h('p', { class: 'composer-refusal', testid: 'send-refused', role: 'alert', hidden: true });
   const root = h(
     'form',
     { class: 'composer', 'aria-label': 'Composer', testid: 'composer' },
+    refusal,
     pastes,
     attachments,
     fileInput,
@@ -980,7 +874,7 @@ function buildComposer({ newChat }) {
       h('span', { class: 'composer-actions' }, attach, stop, sendSteer, sendInterrupt, sendQueue),
     ),
   );
-  const composer = { root, input, model, sendQueue, sendInterrupt, sendSteer, stop, pastes, pasted: [], sending: false, attachments, files: [] };
+  const composer = { root, input, model, sendQueue, sendInterrupt, sendSteer, stop, pastes, pasted: [], sending: false, attachments, files: [], refusal };
 
   /** The message: pasted blocks (in order), then what was typed. */
   const messageText = () => [...composer.pasted.map((p) => p.text), input.value].filter((t) => t.trim()).join('\n\n');
@@ -998,6 +892,7 @@ function buildComposer({ newChat }) {
     }
     composer.sending = true;
     setBusy(root, true);
+    refusal.hidden = true;
     const typed = input.value;
     const pasted = composer.pasted;
     const content = text.trim() ? [{ type: 'text', text }] : [];
@@ -1112,7 +1007,7 @@ function dropAttachment(composer, item) {
 async function uploadFile(file) {
   const init = {
     method: 'POST',
-    headers: { Authorization: `Bearer ${app.token}`, 'Content-Type': file.type || 'application/octet-stream' },
+    headers: { Authorization: `Bearer ${session.token}`, 'Content-Type': file.type || 'application/octet-stream' },
     body: file,
   };
   const response = await fetch(`${API}/files?name=${encodeURIComponent(file.name)}`, init);
@@ -1157,7 +1052,7 @@ const fileUrls = new Map();
 /** Resolves to an object URL of file `id` (fetched once with the token). */
 function fileUrl(id) {
   if (!fileUrls.has(id)) {
-    const url = fetch(`${API}/files/${id}`, { headers: { Authorization: `Bearer ${app.token}` } })
+    const url = fetch(`${API}/files/${id}`, { headers: { Authorization: `Bearer ${session.token}` } })
       .then((r) => (r.ok ? r.blob() : Promise.reject(new Error(`HTTP ${r.status}`))))
       .then((blob) => URL.createObjectURL(blob));
     url.catch(() => fileUrls.delete(id));
@@ -1976,14 +1871,18 @@ function renderBanners(view) {
   if (view.error) {
     const e = view.error;
     const canRetry = view.chat.status === 'error' && !view.chat.archived && [...view.messages.values()].some((m) => m.role === 'user');
+    const limit = e.kind === 'usage_limit';
     banners.push(
       h(
         'div',
-        { class: 'banner banner-error', testid: 'error-banner', role: 'alert' },
-        h('strong', {}, 'Error'),
+        { class: `banner banner-error${limit ? ' banner-limit' : ''}`, testid: 'error-banner', role: 'alert', dataset: { kind: e.kind || '' } },
+        h('strong', {}, limit ? 'Usage limit reached' : 'Error'),
         e.kind ? h('span', { class: 'kind' }, e.kind) : null,
         h('span', { class: 'banner-message' }, e.message || 'The last turn failed.'),
         e.detail ? h('span', { class: 'banner-detail' }, e.detail) : null,
+        // Which budget, when it resets, what to do (usage.js), from usage
+        // loaded again once for this error.
+        limit ? usageLimitHelp() : null,
         canRetry ? h('button', { type: 'button', class: 'btn btn-small', testid: 'retry-button', onclick: () => retryTurn(view) }, 'Retry') : null,
       ),
     );
@@ -2005,6 +1904,19 @@ function renderBanners(view) {
   }
   view.dom.banners.replaceChildren(...banners);
   updateCountdowns(view);
+  if (view.error && view.error.kind === 'usage_limit' && view.limitHelpFor !== view.error) {
+    view.limitHelpFor = view.error;
+    refreshUsage();
+  }
+}
+
+/** New usage figures: the explanation of a `usage_limit` stop follows them. */
+function onUsageChanged() {
+  const view = app.view;
+  if (!view || view.closed || !view.dom || !view.chat || !view.error || view.error.kind !== 'usage_limit') return;
+  const shown = byTestId(view.dom.banners, 'usage-limit-help');
+  if (shown && shown.textContent === usageLimitHelp().textContent) return;
+  renderBanners(view);
 }
 
 /**
@@ -2212,7 +2124,7 @@ async function sendMessage(content, busyBehavior, model) {
   const body = { content, busy_behavior: busyBehavior };
   if (model) body.model_config_id = model;
   if (busyBehavior === 'interrupt' && view.chat && view.chat.status === 'running') armInterrupt(view);
-  const result = await attempt(() => api('POST', `/chats/${view.chatId}/messages`, body));
+  const result = await sendRequest(() => api('POST', `/chats/${view.chatId}/messages`, body, { quiet: true }));
   if (!result || view.closed) return Boolean(result);
   for (const message of result.messages || []) upsertMessage(view, message);
   if (result.message) upsertMessage(view, result.message);
@@ -2221,6 +2133,38 @@ async function sendMessage(content, busyBehavior, model) {
   }
   render(view);
   return true;
+}
+
+/**
+ * Runs a quiet send request (`POST /chats`, `POST .../messages`): a refusal
+ * for a limit (`429`: a budget used up, the request rate, a full queue;
+ * `413`) is shown above the composer with the server's detail and, for the
+ * rate limit, when to try again (`Retry-After`), and the usage panel is
+ * loaded again; other errors are a toast. Resolves to the answer, or
+ * undefined when refused.
+ */
+async function sendRequest(request) {
+  try {
+    return await request();
+  } catch (err) {
+    if (!(err instanceof ApiError)) {
+      console.error(err);
+      toast(String(err.message || err));
+    } else if (err.status === 429 || err.status === 413) {
+      const notice = byTestId(document, 'send-refused');
+      if (notice) {
+        notice.textContent = `Not sent: ${err.describe()} Your message is kept below.`;
+        notice.dataset.status = String(err.status);
+        notice.hidden = false;
+      } else {
+        toast(err.describe());
+      }
+      refreshUsage();
+    } else {
+      toast(err.describe());
+    }
+    return undefined;
+  }
 }
 
 /** `PATCH /chats/{chat}` `{plan_mode}`: on at the next model call. */
@@ -2345,7 +2289,7 @@ function connect(view) {
   if (view.closed) return;
   let ws;
   try {
-    ws = new WebSocket(streamUrl(view), ['chatd', `chatd.bearer.${app.token}`]);
+    ws = new WebSocket(streamUrl(view), ['chatd', `chatd.bearer.${session.token}`]);
   } catch (err) {
     // A token with characters a subprotocol cannot carry (e.g. "/", "=",
     // spaces) cannot authenticate the live view; retrying cannot help.
@@ -2516,6 +2460,8 @@ function applyStatus(view, status, historyVersion) {
   if (status !== 'running') {
     if (status !== 'interrupting') view.preview = null;
   }
+  // A turn ended: what it spent shows in the usage panel.
+  if ((previous === 'running' || previous === 'interrupting') && status !== 'running' && status !== 'interrupting') refreshUsage();
   updateListStatus(view.chatId, status);
 }
 
@@ -2634,6 +2580,8 @@ function start() {
     }
   });
   window.addEventListener('hashchange', route);
+  session.onUnauthorized = signOut;
+  onUsage(onUsageChanged);
   setInterval(() => updateCountdowns(app.view), 1000);
   restoreSession();
 }

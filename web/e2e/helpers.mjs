@@ -514,3 +514,38 @@ export async function expectPartialPreview(page, full, { timeout = WAIT } = {}) 
     },
   );
 }
+
+/**
+ * A REST call with another token (a member's): `{status, headers, body}`
+ * (the JSON body, or null), whatever the status.
+ */
+export async function apiAs(token, method, path, body) {
+  const response = await fetch(CHATD_URL + path, {
+    method,
+    headers: {
+      Authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  return { status: response.status, headers: response.headers, body: json };
+}
+
+/**
+ * Creates a user (`POST /users`, as the admin) named `<prefix>-<random>`
+ * and a token for them (`POST /users/{id}/tokens`, named `e2e`): `{user,
+ * token}`.
+ */
+export async function createUser(prefix, role = 'member') {
+  const username = `${prefix}-${Math.random().toString(36).slice(2, 8)}`;
+  const user = await api('POST', '/api/v2/users', { username, role });
+  const { token } = await api('POST', `/api/v2/users/${user.id}/tokens`, { name: 'e2e' });
+  return { user, token };
+}

@@ -2,7 +2,8 @@
 //!
 //! Static files from the repository's `web/` directory, embedded in the
 //! binary at build time ([`ASSETS`]): the UI's own files (`GET /` serves
-//! `index.html`, then `/app.js`, `/markdown.js`, `/app.css`) and the
+//! `index.html`, then `/app.js`, the modules it imports (`/markdown.js`,
+//! `/ui.js`, `/usage.js`, `/tokens.js`, `/admin.js`), `/app.css`) and the
 //! third-party libraries vendored under `web/vendor/<name>-<version>/`
 //! (Markdown, sanitiser, syntax highlighting; `web/README.md` says which and
 //! why). They hold no data, so they need no token; the UI signs in with an
@@ -87,6 +88,10 @@ pub const ASSETS: &[Asset] = &[
     asset!("/", "index.html", HTML, Caching::Revalidate),
     asset!("/app.js", "app.js", JS, Caching::Revalidate),
     asset!("/markdown.js", "markdown.js", JS, Caching::Revalidate),
+    asset!("/ui.js", "ui.js", JS, Caching::Revalidate),
+    asset!("/usage.js", "usage.js", JS, Caching::Revalidate),
+    asset!("/tokens.js", "tokens.js", JS, Caching::Revalidate),
+    asset!("/admin.js", "admin.js", JS, Caching::Revalidate),
     asset!("/app.css", "app.css", CSS, Caching::Revalidate),
     asset!(
         "/vendor/marked-18.2.1/marked.esm.js",

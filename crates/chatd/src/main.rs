@@ -5,7 +5,10 @@
 //!   `--postgres-url` or an embedded PostgreSQL in `--data-dir` (API.md,
 //!   "Running a replica"; [`serve`], [`embedded_pg`]).
 //! - `chatd token create --user NAME [--admin]`: print a new API token
-//!   ([`token`]).
+//!   ([`token`]); `chatd token list|revoke`: a user's tokens, over HTTP
+//!   like `chatd chat` ([`chat_cli`]).
+//! - `chatd usage [--user USER]`: the month's usage against the user's
+//!   limits, over HTTP like `chatd chat` ([`chat_cli`]).
 //! - `chatd migrate --postgres-url URL`: apply the embedded migrations and
 //!   exit.
 //! - `chatd chat list|new|send|watch|interrupt`: a command-line client of a
@@ -69,6 +72,10 @@ enum Command {
     /// Talk to a running server: list chats, start one or send a message
     /// and stream the reply, watch a chat live, interrupt it.
     Chat(chat_cli::ChatArgs),
+    /// Print a user's usage this month against their limits (spend and
+    /// tokens against the monthly budgets, running chats, stored files),
+    /// from a running server (--url/CHATD_URL, --token/CHATD_TOKEN).
+    Usage(chat_cli::UsageArgs),
 }
 
 #[tokio::main]
@@ -76,7 +83,9 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // The client prints replies on the terminal: no INFO noise there.
     let default_filter = match cli.command {
-        Command::Chat(_) => logging::CLIENT_FILTER,
+        Command::Chat(_)
+        | Command::Usage(_)
+        | Command::Token(TokenCommand::List(_) | TokenCommand::Revoke(_)) => logging::CLIENT_FILTER,
         _ => logging::DEFAULT_FILTER,
     };
     if let Err(err) = logging::init(cli.log_format, default_filter) {
@@ -85,9 +94,12 @@ async fn main() -> std::process::ExitCode {
     }
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args).await,
+        Command::Token(TokenCommand::List(args)) => return chat_cli::token_list(args).await,
+        Command::Token(TokenCommand::Revoke(args)) => return chat_cli::token_revoke(args).await,
         Command::Token(command) => token::run(command).await,
         Command::Migrate { postgres_url } => migrate(&postgres_url).await,
         Command::Chat(args) => return chat_cli::run(args).await,
+        Command::Usage(args) => return chat_cli::usage(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

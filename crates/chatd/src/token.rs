@@ -18,6 +18,13 @@ pub enum TokenCommand {
     /// Create an API token for a user (creating the user if missing) and
     /// print it on standard output. The token is shown only this once.
     Create(CreateArgs),
+    /// List a user's API tokens over HTTP (--url/CHATD_URL,
+    /// --token/CHATD_TOKEN): id, created, expires, last used, name.
+    List(crate::chat_cli::TokenListArgs),
+    /// Revoke an API token over HTTP (--url/CHATD_URL,
+    /// --token/CHATD_TOKEN): it answers 401 from then on and its open
+    /// streams close.
+    Revoke(crate::chat_cli::TokenRevokeArgs),
 }
 
 /// Flags of `chatd token create`.
@@ -41,6 +48,10 @@ pub struct CreateArgs {
 /// created.
 pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
     match command {
+        // Clients of a running server (main.rs runs them directly, for
+        // their exit code and error format).
+        TokenCommand::List(args) => exit_status(crate::chat_cli::token_list(args).await),
+        TokenCommand::Revoke(args) => exit_status(crate::chat_cli::token_revoke(args).await),
         TokenCommand::Create(args) => {
             let database = Database::open(&args.database, Role::Tool, 2).await?;
             let created = async {
@@ -61,5 +72,14 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// `Ok` for a successful client command (which printed its own error).
+fn exit_status(code: std::process::ExitCode) -> anyhow::Result<()> {
+    if code == std::process::ExitCode::SUCCESS {
+        Ok(())
+    } else {
+        anyhow::bail!("the command failed")
     }
 }

@@ -189,6 +189,28 @@ impl Client {
             .with_context(|| format!("decoding the answer of {method} {path}"))
     }
 
+    /// Sends `method /api/v2{path}` without a body and expects a 2xx answer
+    /// whose body, if any, is not read (`DELETE` → `204`).
+    ///
+    /// # Errors
+    /// As [`Client::call`], but for decoding.
+    pub async fn call_no_content(&self, method: Method, path: &str) -> anyhow::Result<()> {
+        let url = format!("{}/api/v2{path}", self.base);
+        let response = self
+            .http
+            .request(method.clone(), &url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|err| self.transport(&err))?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|err| self.transport(&err))?;
+        if !status.is_success() {
+            return Err(api_error(status, &bytes, &format!("{method} {path}")));
+        }
+        Ok(())
+    }
+
     /// Uploads the file at `path` (`POST /files?name=`, its media type
     /// guessed from the extension: [`media_type_of`]); returns its id.
     ///

@@ -26,6 +26,8 @@
 //! standard output can be captured. What is printed, and how live parts
 //! and committed messages are de-duplicated, is [`render`]; the stream loop
 //! is [`follow`](mod@follow); the HTTP calls and their error messages are [`client`].
+//! `chatd usage` and `chatd token list|revoke` are clients of the same kind
+//! ([`account`]).
 //!
 //! Exit codes: 0 done; 1 an error (the server's message on standard
 //! error), including a chat that ends in `error`; 2 bad usage;
@@ -33,9 +35,14 @@
 //! results; [`EXIT_INTERRUPTED`] (130) when Ctrl-C stops a wait for a reply
 //! (the chat goes on).
 
+mod account;
 mod client;
 mod follow;
 mod render;
+
+pub use self::account::{
+    TokenListArgs, TokenRevokeArgs, UsageArgs, token_list, token_revoke, usage,
+};
 
 use std::io::{IsTerminal as _, Read as _};
 use std::process::ExitCode;

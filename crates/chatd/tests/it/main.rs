@@ -3,6 +3,7 @@
 //! `chatd token create`, and the `chatd chat` client. Every test starts
 //! real processes and bounds every wait; see `support.rs`.
 
+mod account_cli;
 mod cli;
 mod config_file;
 mod embedded;

@@ -1,0 +1,502 @@
+//! `chatd usage` and `chatd token list|revoke`: a user's usage of the month
+//! against their limits, and their API tokens, over HTTP (API.md "Limits,
+//! budgets and the token lifecycle"), against the server of `--url` /
+//! `CHATD_URL` with the token of `--token` / `CHATD_TOKEN`, as `chatd chat`.
+//!
+//! - `chatd usage [--user USER] [--json]`: `GET /users/{user}/usage`,
+//!   printed as one line per figure with its limit (spend and tokens against
+//!   the monthly budgets, when there are any; running chats; stored files;
+//!   the request rate), the period and when the budgets reset; `--json`
+//!   prints the API's object.
+//! - `chatd token list [--user USER] [--json]`: `GET /users/{user}/tokens`
+//!   (id, created, expires, last used, name; never the token).
+//! - `chatd token revoke ID [--user USER]`: `DELETE /users/{user}/tokens/{id}`.
+//!
+//! `USER` is `me` (the default), a user id, or a username (looked up with
+//! `GET /users`, which needs an admin's token). Another user's usage and
+//! tokens need an admin's token (`403` otherwise). Errors are printed on
+//! standard error as by `chatd chat` (exit 1).
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::client::Client;
+use super::{DEFAULT_URL, EXIT_ERROR, URL_ENV, stdout};
+
+/// The server and the API token of a client command.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// Base URL of the chatd server.
+    #[arg(long, env = URL_ENV, default_value = DEFAULT_URL)]
+    url: String,
+
+    /// API token (required; `chatd token create --user NAME` prints one).
+    #[arg(long, env = "CHATD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl ServerArgs {
+    fn client(&self) -> anyhow::Result<Client> {
+        let token = self
+            .token
+            .clone()
+            .filter(|t| !t.trim().is_empty())
+            .context(
+                "no API token: pass --token or set CHATD_TOKEN \
+             (an admin can create one with `chatd token create --user NAME`)",
+            )?;
+        Client::new(&self.url, token)
+    }
+}
+
+/// Flags of `chatd usage`.
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Whose usage: `me`, a user id, or a username (another user's needs an
+    /// admin's token).
+    #[arg(long, value_name = "USER", default_value = "me")]
+    user: String,
+    /// Print the API's JSON object instead.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Flags of `chatd token list`.
+#[derive(Debug, Args)]
+pub struct TokenListArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Whose tokens: `me`, a user id, or a username (another user's need an
+    /// admin's token).
+    #[arg(long, value_name = "USER", default_value = "me")]
+    user: String,
+    /// Print the API's JSON array instead.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Flags of `chatd token revoke`.
+#[derive(Debug, Args)]
+pub struct TokenRevokeArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The token's id (`chatd token list` shows it).
+    id: Uuid,
+    /// Whose token: `me`, a user id, or a username (another user's needs an
+    /// admin's token).
+    #[arg(long, value_name = "USER", default_value = "me")]
+    user: String,
+}
+
+/// `GET /users/{user}/usage` (API.md "Limits, budgets and the token
+/// lifecycle").
+#[derive(Debug, Clone, Deserialize)]
+struct Usage {
+    period_start: String,
+    period_end: String,
+    spent_micros: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+    running_chats: i64,
+    storage_bytes: i64,
+    limits: Limits,
+}
+
+/// The effective limits of a user.
+#[derive(Debug, Clone, Deserialize)]
+struct Limits {
+    max_running_chats: i64,
+    requests_per_minute: i64,
+    monthly_budget_micros: Option<i64>,
+    monthly_token_budget: Option<i64>,
+    max_storage_bytes: i64,
+}
+
+/// One entry of `GET /users/{user}/tokens`.
+#[derive(Debug, Clone, Deserialize)]
+struct TokenInfo {
+    id: Uuid,
+    #[serde(default)]
+    name: String,
+    created_at: String,
+    expires_at: Option<String>,
+    last_used_at: Option<String>,
+}
+
+/// Runs `chatd usage`.
+pub async fn usage(args: UsageArgs) -> ExitCode {
+    report(async {
+        let client = args.server.client()?;
+        let user = user_path(&client, &args.user).await?;
+        let usage: Value = client
+            .call(Method::GET, &format!("/users/{user}/usage"), None)
+            .await?;
+        if args.json {
+            return stdout(format!("{usage}\n"));
+        }
+        let usage: Usage = serde_json::from_value(usage).context("decoding the usage")?;
+        stdout(format_usage(&usage))
+    })
+    .await
+}
+
+/// Runs `chatd token list`.
+pub async fn token_list(args: TokenListArgs) -> ExitCode {
+    report(async {
+        let client = args.server.client()?;
+        let user = user_path(&client, &args.user).await?;
+        let tokens: Value = client
+            .call(Method::GET, &format!("/users/{user}/tokens"), None)
+            .await?;
+        if args.json {
+            return stdout(format!("{tokens}\n"));
+        }
+        let tokens: Vec<TokenInfo> =
+            serde_json::from_value(tokens).context("decoding the token list")?;
+        stdout(format_tokens(&tokens))
+    })
+    .await
+}
+
+/// Runs `chatd token revoke`.
+pub async fn token_revoke(args: TokenRevokeArgs) -> ExitCode {
+    report(async {
+        let client = args.server.client()?;
+        let user = user_path(&client, &args.user).await?;
+        client
+            .call_no_content(Method::DELETE, &format!("/users/{user}/tokens/{}", args.id))
+            .await?;
+        stdout(format!("revoked token {}\n", args.id))
+    })
+    .await
+}
+
+/// Exit 0, or print the error as `chatd chat` does and exit 1.
+async fn report(run: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
+    match run.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("chatd: {err:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// The `{user}` of a path: `me` and user ids as given; a username is looked
+/// up in `GET /users` (admins only).
+///
+/// # Errors
+/// An empty `USER`, a username no user has, or the lookup's error.
+async fn user_path(client: &Client, user: &str) -> anyhow::Result<String> {
+    let user = user.trim();
+    anyhow::ensure!(!user.is_empty(), "--user must not be empty");
+    if user == "me" {
+        return Ok("me".to_owned());
+    }
+    if let Ok(id) = user.parse::<Uuid>() {
+        return Ok(id.to_string());
+    }
+    let users: Vec<Value> = client
+        .call(Method::GET, "/users", None)
+        .await
+        .with_context(|| format!("looking up the user {user:?} (by name: admins only)"))?;
+    users
+        .iter()
+        .find(|u| u["username"] == user)
+        .and_then(|u| u["id"].as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("no user is named {user:?}"))
+}
+
+/// The usage report: the period, then one line per figure against its
+/// limit, and a warning line per budget used up.
+fn format_usage(u: &Usage) -> String {
+    let reset = utc_minute(&u.period_end);
+    let tokens = u.input_tokens + u.output_tokens;
+    let mut lines = vec![format!(
+        "period         {} to {} (UTC; the budgets reset at {reset})",
+        date(&u.period_start),
+        date(&u.period_end),
+    )];
+    let spend = money(u.spent_micros);
+    lines.push(match u.limits.monthly_budget_micros {
+        Some(budget) => format!(
+            "spend          {spend} of {} ({})",
+            money(budget),
+            percent(u.spent_micros, budget)
+        ),
+        None => format!("spend          {spend} (no budget)"),
+    });
+    let detail = format!(
+        "{} in, {} out",
+        count(u.input_tokens),
+        count(u.output_tokens)
+    );
+    lines.push(match u.limits.monthly_token_budget {
+        Some(budget) => format!(
+            "tokens         {} of {} ({}; {detail})",
+            count(tokens),
+            count(budget),
+            percent(tokens, budget)
+        ),
+        None => format!("tokens         {} (no budget; {detail})", count(tokens)),
+    });
+    lines.push(format!(
+        "running chats  {} of {}",
+        count(u.running_chats),
+        count(u.limits.max_running_chats)
+    ));
+    lines.push(format!(
+        "storage        {} of {}",
+        bytes(u.storage_bytes),
+        bytes(u.limits.max_storage_bytes)
+    ));
+    lines.push(format!(
+        "request rate   at most {} requests per minute",
+        count(u.limits.requests_per_minute)
+    ));
+    let mut used_up = Vec::new();
+    if u.limits
+        .monthly_budget_micros
+        .is_some_and(|b| u.spent_micros >= b)
+    {
+        used_up.push("spend");
+    }
+    if u.limits.monthly_token_budget.is_some_and(|b| tokens >= b) {
+        used_up.push("token");
+    }
+    for budget in used_up {
+        lines.push(format!(
+            "the monthly {budget} budget is used up: new turns are refused until {reset} \
+             (an admin can raise it)"
+        ));
+    }
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// The token list: a header, then one line per token (id, created,
+/// expires, last used, name).
+fn format_tokens(tokens: &[TokenInfo]) -> String {
+    if tokens.is_empty() {
+        return "no tokens\n".to_owned();
+    }
+    let mut out = format!(
+        "{:<36}  {:<20}  {:<20}  {:<20}  NAME\n",
+        "ID", "CREATED", "EXPIRES", "LAST USED"
+    );
+    for t in tokens {
+        let or_never = |v: &Option<String>| v.as_deref().map_or("never".to_owned(), utc_minute);
+        out.push_str(&format!(
+            "{:<36}  {:<20}  {:<20}  {:<20}  {}\n",
+            t.id,
+            utc_minute(&t.created_at),
+            or_never(&t.expires_at),
+            or_never(&t.last_used_at),
+            t.name
+        ));
+    }
+    out
+}
+
+/// An RFC 3339 UTC time to the minute: `2027-01-01T00:00:00Z` →
+/// `2027-01-01 00:00 UTC` (anything else as given).
+fn utc_minute(time: &str) -> String {
+    match (time.get(..10), time.get(10..11), time.get(11..16)) {
+        (Some(day), Some("T"), Some(minute)) if time.ends_with('Z') => {
+            format!("{day} {minute} UTC")
+        }
+        _ => time.to_owned(),
+    }
+}
+
+/// The date of an RFC 3339 time (`2027-01-01`).
+fn date(time: &str) -> &str {
+    time.get(..10).unwrap_or(time)
+}
+
+/// Micro-dollars as dollars: two decimals, more when a fraction of a cent
+/// would otherwise be lost (`$0.0012`).
+fn money(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let micros = micros.unsigned_abs();
+    let whole = count_u(micros / 1_000_000);
+    let fraction = format!("{:06}", micros % 1_000_000);
+    let fraction = fraction.trim_end_matches('0');
+    let fraction = format!("{fraction:0<2}");
+    format!("{sign}${whole}.{fraction}")
+}
+
+/// A share as a whole percentage (`0%` of a zero limit when nothing is used).
+fn percent(used: i64, limit: i64) -> String {
+    if limit <= 0 {
+        return if used > 0 {
+            "over".to_owned()
+        } else {
+            "0%".to_owned()
+        };
+    }
+    format!("{}%", used.saturating_mul(100) / limit)
+}
+
+/// A count with thousands separators (`12,345`).
+fn count(n: i64) -> String {
+    let sign = if n < 0 { "-" } else { "" };
+    format!("{sign}{}", count_u(n.unsigned_abs()))
+}
+
+fn count_u(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Bytes in binary units (`512 B`, `1.5 KiB`, `1 GiB`).
+fn bytes(n: i64) -> String {
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    let units = ["KiB", "MiB", "GiB", "TiB"];
+    while value >= 1024.0 && unit < units.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let text = if value < 10.0 && value.fract() != 0.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.0}")
+    };
+    format!("{} {}", text.trim_end_matches(".0"), units[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(
+        spent: i64,
+        input: i64,
+        output: i64,
+        money_budget: Option<i64>,
+        tokens: Option<i64>,
+    ) -> Usage {
+        Usage {
+            period_start: "2026-12-01T00:00:00Z".into(),
+            period_end: "2027-01-01T00:00:00Z".into(),
+            spent_micros: spent,
+            input_tokens: input,
+            output_tokens: output,
+            running_chats: 2,
+            storage_bytes: 1536,
+            limits: Limits {
+                max_running_chats: 8,
+                requests_per_minute: 600,
+                monthly_budget_micros: money_budget,
+                monthly_token_budget: tokens,
+                max_storage_bytes: 1 << 30,
+            },
+        }
+    }
+
+    #[test]
+    fn the_usage_report_shows_each_figure_against_its_limit() {
+        let text = format_usage(&usage(
+            1_230_000,
+            10_000,
+            2_345,
+            Some(5_000_000),
+            Some(100_000),
+        ));
+        assert_eq!(
+            text,
+            "period         2026-12-01 to 2027-01-01 (UTC; the budgets reset at 2027-01-01 00:00 UTC)\n\
+             spend          $1.23 of $5.00 (24%)\n\
+             tokens         12,345 of 100,000 (12%; 10,000 in, 2,345 out)\n\
+             running chats  2 of 8\n\
+             storage        1.5 KiB of 1 GiB\n\
+             request rate   at most 600 requests per minute\n"
+        );
+    }
+
+    #[test]
+    fn without_budgets_the_report_shows_just_the_figures_and_a_used_up_budget_is_named() {
+        let text = format_usage(&usage(1_234, 10, 5, None, None));
+        assert!(
+            text.contains("spend          $0.001234 (no budget)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokens         15 (no budget; 10 in, 5 out)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("used up"), "{text}");
+
+        let text = format_usage(&usage(0, 10, 5, Some(1_000_000), Some(15)));
+        assert!(
+            text.contains("tokens         15 of 15 (100%; 10 in, 5 out)\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "the monthly token budget is used up: new turns are refused until \
+                 2027-01-01 00:00 UTC (an admin can raise it)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("spend budget is used up"), "{text}");
+    }
+
+    #[test]
+    fn amounts_counts_and_sizes_are_formatted_for_people() {
+        assert_eq!(money(0), "$0.00");
+        assert_eq!(money(5_000_000), "$5.00");
+        assert_eq!(money(1_234_567_890), "$1,234.56789");
+        assert_eq!(money(10_000), "$0.01");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(count(999), "999");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1024 * 1024), "1 MiB");
+        assert_eq!(bytes(1536 * 1024), "1.5 MiB");
+        assert_eq!(percent(3, 0), "over");
+        assert_eq!(
+            utc_minute("2026-12-06T14:03:59.123456Z"),
+            "2026-12-06 14:03 UTC"
+        );
+        assert_eq!(utc_minute("yesterday"), "yesterday");
+    }
+
+    #[test]
+    fn the_token_list_aligns_its_columns_and_says_never() {
+        let id = Uuid::nil();
+        let text = format_tokens(&[TokenInfo {
+            id,
+            name: "laptop CLI".into(),
+            created_at: "2026-12-06T14:03:59Z".into(),
+            expires_at: Some("2027-01-05T14:03:59Z".into()),
+            last_used_at: None,
+        }]);
+        assert_eq!(
+            text,
+            format!(
+                "ID                                    CREATED               EXPIRES               LAST USED             NAME\n\
+                 {id}  2026-12-06 14:03 UTC  2027-01-05 14:03 UTC  never                 laptop CLI\n"
+            )
+        );
+        assert_eq!(format_tokens(&[]), "no tokens\n");
+    }
+}
