@@ -12,8 +12,8 @@ use crate::http_metrics::install_metrics_recorder;
 use crate::stream::config::StreamDeps;
 use crate::stream::service::StreamService;
 
-/// Tunables of the HTTP API.
-#[derive(Debug, Clone)]
+/// Tunables of the HTTP API. `Debug` prints no relay secret.
+#[derive(Clone)]
 pub struct ApiOptions {
     /// Maximum queued messages per chat (default 20); a send that would queue
     /// beyond it answers `429`.
@@ -37,6 +37,22 @@ pub struct ApiOptions {
     /// (default 60 s): past it the request answers `408` and the connection
     /// closes (API.md "Slow or hostile clients"; [`crate::body_deadline`]).
     pub request_body_timeout: std::time::Duration,
+}
+
+impl std::fmt::Debug for ApiOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiOptions")
+            .field("max_queued_messages", &self.max_queued_messages)
+            .field("body_limit_bytes", &self.body_limit_bytes)
+            .field(
+                "relay_secret",
+                &self.relay_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("max_file_bytes", &self.max_file_bytes)
+            .field("max_files_per_chat", &self.max_files_per_chat)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ApiOptions {

@@ -56,7 +56,8 @@ use chatd_core::{McpTransport, ModelOptions, ProviderKind, RequireApproval};
 use chatd_store::queries::locks::{self, AdvisoryLock};
 use chatd_store::queries::mcp_servers::{self, McpServerDef};
 use chatd_store::queries::model_configs::{self, ModelConfigDef};
-use chatd_store::queries::providers::{self, ProviderDef};
+use chatd_store::queries::providers::{self, ProviderDef, redact_url};
+use chatd_store::secrets::Secrets;
 
 /// The whole file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -73,8 +74,8 @@ pub struct ConfigFile {
     pub mcp_servers: Vec<McpServerEntry>,
 }
 
-/// A `[[providers]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+/// A `[[providers]]` entry. `Debug` prints no key.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderEntry {
     /// Stable key (1–64 characters); the row's id is derived from it.
@@ -127,8 +128,8 @@ pub struct ModelConfigEntry {
     pub options: Option<ModelOptions>,
 }
 
-/// A `[[mcp_servers]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+/// A `[[mcp_servers]]` entry. `Debug` prints no `env` or `headers` value.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerEntry {
     /// Stable key; same rules as the admin API.
@@ -162,6 +163,40 @@ pub struct McpServerEntry {
     pub require_approval: RequireApproval,
 }
 
+impl std::fmt::Debug for ProviderEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderEntry")
+            .field("name", &self.name)
+            .field("provider", &self.provider)
+            .field("display_name", &self.display_name)
+            .field("base_url", &self.base_url.as_deref().map(redact_url))
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key_env", &self.api_key_env)
+            .field("enabled", &self.enabled)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for McpServerEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |map: &BTreeMap<String, String>| -> BTreeMap<String, &'static str> {
+            map.keys().map(|k| (k.clone(), "<redacted>")).collect()
+        };
+        f.debug_struct("McpServerEntry")
+            .field("slug", &self.slug)
+            .field("display_name", &self.display_name)
+            .field("transport", &self.transport)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &redacted(&self.env))
+            .field("url", &self.url.as_deref().map(redact_url))
+            .field("headers", &redacted(&self.headers))
+            .field("enabled", &self.enabled)
+            .field("require_approval", &self.require_approval)
+            .finish()
+    }
+}
+
 impl ConfigFile {
     /// Parses TOML text.
     ///
@@ -191,18 +226,20 @@ pub fn stable_id(kind: &str, name: &str) -> Uuid {
     uuid::Builder::from_custom_bytes(bytes).into_uuid()
 }
 
-/// Validates `file` and writes its entries (see the module doc).
+/// Validates `file` and writes its entries (see the module doc), sealing
+/// API keys and MCP `env` and `headers` with `secrets` as the admin routes
+/// do ([`chatd_store::secrets`]).
 ///
 /// # Errors
 /// A validation error naming the entry and field (nothing is written), or a
 /// database error (the transaction is rolled back).
-pub async fn apply(pool: &PgPool, file: &ConfigFile) -> anyhow::Result<()> {
+pub async fn apply(pool: &PgPool, secrets: &Secrets, file: &ConfigFile) -> anyhow::Result<()> {
     let plan = plan(file)?;
     let mut tx = chatd_store::queries::begin(pool).await?;
     locks::lock(&mut tx, AdvisoryLock::ConfigFile).await?;
     locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
     for provider in &plan.providers {
-        providers::upsert(&mut *tx, provider)
+        providers::upsert(&mut *tx, secrets, provider)
             .await
             .with_context(|| format!("writing provider {}", provider.display_name))?;
     }
@@ -212,7 +249,7 @@ pub async fn apply(pool: &PgPool, file: &ConfigFile) -> anyhow::Result<()> {
             .with_context(|| format!("writing model config {}", config.model))?;
     }
     for server in &plan.mcp_servers {
-        mcp_servers::upsert_by_slug(&mut *tx, server)
+        mcp_servers::upsert_by_slug(&mut tx, secrets, server)
             .await
             .with_context(|| format!("writing MCP server {}", server.slug))?;
     }

@@ -47,8 +47,9 @@ pub trait Adapter: Send + Sync + 'static {
     fn decoder(&self, provider: String) -> Self::Decoder;
 }
 
-/// A provider that speaks adapter `A`'s wire format over HTTP.
-#[derive(Debug, Clone)]
+/// A provider that speaks adapter `A`'s wire format over HTTP. `Debug`
+/// prints no key and the address without credentials.
+#[derive(Clone)]
 pub struct HttpProvider<A> {
     client: reqwest::Client,
     endpoint: String,
@@ -57,6 +58,17 @@ pub struct HttpProvider<A> {
     api_key: Option<String>,
     name: String,
     adapter: A,
+}
+
+impl<A: std::fmt::Debug> std::fmt::Debug for HttpProvider<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpProvider")
+            .field("shown_url", &self.shown_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("name", &self.name)
+            .field("adapter", &self.adapter)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<A: Adapter + Default> HttpProvider<A> {

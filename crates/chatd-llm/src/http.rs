@@ -2,6 +2,12 @@
 //! the classification of transport failures (API.md "Retries": connection
 //! failures and timeouts are retried; timeouts are `timeout`, the rest
 //! `generic`).
+//!
+//! The client follows no redirects (API.md "Limits, budgets and the token
+//! lifecycle"): a redirect would carry the API key (`Authorization`,
+//! `x-api-key`) to wherever the answer points. A `3xx` answer is a
+//! non-retryable `invalid_request` error naming the status ([`NoRedirects`]),
+//! never retried: the provider's `base_url` has to be fixed.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -62,6 +68,7 @@ pub fn build_client(
     let client = reqwest::Client::builder()
         .connect_timeout(options.connect_timeout)
         .read_timeout(options.idle_timeout)
+        .redirect(no_redirects())
         .build()
         .map_err(|err| {
             ProviderError::new(
@@ -79,6 +86,38 @@ pub fn build_client(
         .clone())
 }
 
+/// The redirect policy of provider clients: every redirect is refused with
+/// [`NoRedirects`] before anything is sent to its target.
+pub fn no_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let refused = NoRedirects {
+            status: attempt.status().as_u16(),
+            location: display_base_url(attempt.url().as_str()),
+        };
+        attempt.error(refused)
+    })
+}
+
+/// A redirect a provider answered with, refused: its status and where it
+/// pointed (without credentials or query).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}, a redirect to {location}, which chatd does not follow", status_line(*status))]
+pub struct NoRedirects {
+    /// The `3xx` status.
+    pub status: u16,
+    /// The target, as shown in messages.
+    pub location: String,
+}
+
+/// `HTTP 302 Found`.
+fn status_line(status: u16) -> String {
+    let reason = reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
+    format!("HTTP {status} {reason}").trim_end().to_owned()
+}
+
 /// Classifies a transport failure of a request to `provider` (its display
 /// name) at `base_url` (the provider's base URL, named in the message):
 ///
@@ -91,12 +130,27 @@ pub fn build_client(
 /// - other timeouts (no answer or no next piece within the idle timeout):
 ///   retryable `timeout`;
 /// - broken connections and bodies: retryable `generic`;
-/// - a request that cannot be built: non-retryable `invalid_request`.
+/// - a request that cannot be built: non-retryable `invalid_request`;
+/// - a redirect ([`no_redirects`]): non-retryable `invalid_request` naming
+///   the status, with `status_code` set.
 ///
 /// `detail` carries the error and its sources.
 pub fn transport_error(err: &reqwest::Error, provider: &str, base_url: &str) -> ProviderError {
     let chain = error_chain(err);
     let server = format!("the model server {provider:?} at {base_url}");
+    if let Some(redirect) = find_source::<NoRedirects>(err) {
+        let mut error = ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "{} answered {redirect}: set the provider's base URL to the final address.",
+                capitalize(&server)
+            ),
+            provider,
+        )
+        .with_retryable(false);
+        error.status_code = Some(redirect.status);
+        return error;
+    }
     if err.is_connect() {
         let (kind, why) = connect_failure(err, &chain);
         return ProviderError::new(kind, format!("Cannot reach {server}: {why}."), provider)
@@ -180,6 +234,20 @@ fn capitalize(text: &str) -> String {
         Some(first) => first.to_uppercase().chain(chars).collect(),
         None => String::new(),
     }
+}
+
+/// The first of `err`'s sources that is a `T`.
+fn find_source<'a, T: std::error::Error + 'static>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        if let Some(found) = cause.downcast_ref::<T>() {
+            return Some(found);
+        }
+        source = cause.source();
+    }
+    None
 }
 
 /// `err` and its sources, joined with `: `.

@@ -49,7 +49,8 @@ pub trait Provider: Send + Sync {
 }
 
 /// What a provider is built from: one provider row (`chat_providers`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `Debug` prints no key and the base URL without credentials or query.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ProviderConfig {
     /// The wire protocol it speaks.
     pub kind: ProviderKind,
@@ -62,6 +63,21 @@ pub struct ProviderConfig {
     pub name: String,
     /// Timeouts of its HTTP client.
     pub http: HttpOptions,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("kind", &self.kind)
+            .field(
+                "base_url",
+                &self.base_url.as_deref().map(crate::http::display_base_url),
+            )
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("name", &self.name)
+            .field("http", &self.http)
+            .finish()
+    }
 }
 
 impl ProviderConfig {

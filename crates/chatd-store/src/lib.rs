@@ -9,6 +9,7 @@
 //!   publish), `lock`, `read_lock` and `snapshot`.
 //! - [`ChatTx`]: every transition, validated against
 //!   [`chatd_core::matrix`].
+//! - [`secrets`]: provider API keys and MCP secrets encrypted at rest.
 //! - [`queries`]: every SQL statement of chatd, one module per table, with
 //!   typed inputs and rows; no other crate writes SQL. [`rules`]: the
 //!   conditions (runnable, idle) that statements and Rust code share.
@@ -24,6 +25,7 @@ pub mod models;
 pub mod queries;
 pub mod row_cache;
 pub mod rules;
+pub mod secrets;
 pub mod transitions;
 
 pub use error::{StoreError, StoreResult};

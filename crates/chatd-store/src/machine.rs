@@ -58,6 +58,9 @@ pub struct StoreConfig {
     pub heartbeat_stale_after: Duration,
     /// Maximum queued messages per chat; default 20.
     pub max_queued_messages: i64,
+    /// How provider API keys and MCP secrets are stored ([`crate::secrets`]);
+    /// default: no key, plain text.
+    pub secrets: crate::secrets::Secrets,
 }
 
 impl Default for StoreConfig {
@@ -66,6 +69,7 @@ impl Default for StoreConfig {
             requires_action_timeout: Duration::from_secs(300),
             heartbeat_stale_after: Duration::from_secs(30),
             max_queued_messages: 20,
+            secrets: crate::secrets::Secrets::none(),
         }
     }
 }
@@ -249,6 +253,13 @@ impl Store {
     /// ```
     pub fn row_cache(&self) -> &crate::row_cache::RowCache {
         &self.row_cache
+    }
+
+    /// How provider API keys and MCP secrets are sealed and opened
+    /// ([`StoreConfig::secrets`]); pass it to the `providers` and
+    /// `mcp_servers` queries.
+    pub fn secrets(&self) -> &crate::secrets::Secrets {
+        &self.config.secrets
     }
 
     /// The connection pool.

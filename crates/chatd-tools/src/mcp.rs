@@ -14,7 +14,11 @@
 //!   server that died waits up to [`STDERR_SETTLE`] for the rest of its
 //!   stderr, so its last words are in the message. The child is
 //!   killed when its session is dropped and on [`McpHost::shutdown`].
-//! - **streamable HTTP**: the row's `headers` go with every request.
+//! - **streamable HTTP**: the row's `headers` go with every request. The
+//!   client follows no redirects (API.md "Limits, budgets and the token
+//!   lifecycle"): a `3xx` answer fails the session with an error naming the
+//!   status, and its target receives nothing (not the headers, not the
+//!   session id).
 //! - **listing** ([`McpHost::list_tools`]) runs for all servers in parallel,
 //!   each bounded by [`McpOptions::list_timeout`]; a server that cannot be
 //!   reached is left out of this turn (logged, reported in
@@ -71,7 +75,8 @@ pub fn split_qualified_name(name: &str) -> Option<(&str, &str)> {
     name.split_once(NAME_SEPARATOR)
 }
 
-/// How to reach one MCP server (a `chat_mcp_servers` row).
+/// How to reach one MCP server (a `chat_mcp_servers` row). `Debug` prints
+/// the names of `env` and `headers` entries, never their values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerConfig {
     /// The row's id.
@@ -82,8 +87,10 @@ pub struct McpServerConfig {
     pub transport: McpTransport,
 }
 
-/// The transport of an MCP server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The transport of an MCP server. `Debug` prints the names of `env` and
+/// `headers` entries, never their values, and the URL without user info,
+/// query or fragment.
+#[derive(Clone, PartialEq, Eq)]
 pub enum McpTransport {
     /// A child process speaking MCP on stdin/stdout.
     Stdio {
@@ -101,6 +108,41 @@ pub enum McpTransport {
         /// Headers sent with every request (for example `Authorization`).
         headers: BTreeMap<String, String>,
     },
+}
+
+impl std::fmt::Debug for McpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn names(map: &BTreeMap<String, String>) -> BTreeMap<&str, &'static str> {
+            map.keys().map(|k| (k.as_str(), "<redacted>")).collect()
+        }
+        match self {
+            McpTransport::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &names(env))
+                .finish(),
+            McpTransport::StreamableHttp { url, headers } => f
+                .debug_struct("StreamableHttp")
+                .field("url", &redact_url(url))
+                .field("headers", &names(headers))
+                .finish(),
+        }
+    }
+}
+
+/// `url` without user info, query or fragment (where credentials live).
+fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            parsed.to_string()
+        }
+        Err(_) => "<unparsed>".to_owned(),
+    }
 }
 
 /// Timeouts of the host.
@@ -360,11 +402,18 @@ impl std::fmt::Debug for McpHost {
 }
 
 impl McpHost {
-    /// A host without sessions; they are opened on first use.
+    /// A host without sessions; they are opened on first use. Its HTTP
+    /// client follows no redirects.
     pub fn new(options: McpOptions) -> Self {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            // What `reqwest::Client::new` does too: only a broken TLS
+            // backend fails here.
+            .expect("the MCP HTTP client builds");
         McpHost {
             options,
-            client: reqwest::Client::new(),
+            client,
             slots: Mutex::new(HashMap::new()),
         }
     }

@@ -411,3 +411,99 @@ async fn an_unreachable_http_server_is_an_error_result() {
     let call = host.call(&server, "add", "{}", &key("d")).await;
     assert!(call.is_error);
 }
+
+/// A loopback server: requests for `/mcp` are answered with `status` and
+/// `Location: location` (`None`: the server's own `/stolen`); any other
+/// request is counted in the returned counter (the redirect's target).
+async fn redirecting_server(
+    status: u16,
+    location: Option<String>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    let location = location.unwrap_or_else(|| format!("http://{addr}/stolen"));
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (location, counted) = (location.clone(), counted.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let n = socket.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                let answer = if head.contains(" /mcp ") {
+                    format!(
+                        "HTTP/1.1 {status} Moved\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    )
+                } else {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        .to_owned()
+                };
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (format!("http://{addr}/mcp"), hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_servers_redirects_are_errors_naming_the_status_and_their_targets_get_nothing() {
+    use std::sync::atomic::Ordering;
+    let (other_origin, other_hits) = redirecting_server(200, None).await;
+    let host = McpHost::new(McpOptions {
+        connect_timeout: Duration::from_secs(5),
+        ..McpOptions::default()
+    });
+    for status in [301u16, 302, 307, 308] {
+        for cross_origin in [false, true] {
+            let location = cross_origin.then(|| other_origin.replace("/mcp", "/stolen"));
+            let (url, same_hits) = redirecting_server(status, location).await;
+            let server = http_server("moved", url);
+            let set = host.list_tools(std::slice::from_ref(&server)).await;
+            assert!(set.tools.is_empty());
+            assert_eq!(set.errors.len(), 1, "{status}");
+            let why = &set.errors[0].1;
+            assert!(why.contains(&format!("HTTP {status}")), "{status}: {why}");
+            let call = host.call(&server, "add", "{}", &key("r")).await;
+            assert!(call.is_error, "{call:?}");
+            assert_eq!(
+                same_hits.load(Ordering::SeqCst),
+                0,
+                "{status}: the same-origin target was reached"
+            );
+        }
+    }
+    assert_eq!(
+        other_hits.load(Ordering::SeqCst),
+        0,
+        "the other origin was reached (with x-fixture-token)"
+    );
+    host.shutdown().await;
+}
+
+#[test]
+fn server_configs_print_no_env_or_header_values() {
+    let stdio = stdio_with_env(
+        "files",
+        BTreeMap::from([("API_TOKEN".to_owned(), "env-debug-secret".to_owned())]),
+    );
+    let http = McpServerConfig {
+        id: Uuid::nil(),
+        slug: "web".into(),
+        transport: McpTransport::StreamableHttp {
+            url: "https://u:url-pass@mcp.example/mcp?key=url-key".into(),
+            headers: BTreeMap::from([("Authorization".to_owned(), "Bearer hdr-debug".to_owned())]),
+        },
+    };
+    let text = format!("{stdio:?} {http:?} {http:#?}");
+    for secret in ["env-debug-secret", "hdr-debug", "url-pass", "url-key"] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    assert!(
+        text.contains("API_TOKEN") && text.contains("Authorization"),
+        "{text}"
+    );
+    assert!(text.contains("https://mcp.example/mcp"), "{text}");
+}

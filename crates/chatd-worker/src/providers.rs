@@ -12,6 +12,7 @@ use chatd_core::{ReasoningEffort, RequireApproval};
 use chatd_llm::{HttpOptions, Provider, ProviderConfig};
 use chatd_store::queries::mcp_servers::McpServerDef;
 use chatd_store::queries::model_configs::ModelConfigDef;
+use chatd_store::secrets::Secrets;
 use chatd_store::{Chat, ProviderRow, queries};
 use chatd_tools::{McpServerConfig, McpTransport};
 use sqlx::PgConnection;
@@ -61,13 +62,15 @@ pub struct ResolvedModel {
     pub provider: Arc<dyn Provider>,
 }
 
-/// Loads the chat's model config and provider.
+/// Loads the chat's model config and provider; the provider's API key is
+/// opened with `secrets` (the store's, [`chatd_store::Store::secrets`]).
 ///
 /// # Errors
 /// `Ok(Err(message))` when no usable model is configured (a permanent error
 /// for the turn); `Err` for database errors.
 pub async fn resolve_model(
     conn: &mut PgConnection,
+    secrets: &Secrets,
     chat: &Chat,
     factory: &dyn ProviderFactory,
 ) -> sqlx::Result<Result<ResolvedModel, String>> {
@@ -75,7 +78,7 @@ pub async fn resolve_model(
     let Some(config) = config.map(|row| row.def) else {
         return Ok(Err("No enabled model is configured: ask an admin to add a provider and a default model config.".to_owned()));
     };
-    let provider = queries::providers::select(&mut *conn, config.provider_id).await?;
+    let provider = queries::providers::select(&mut *conn, secrets, config.provider_id).await?;
     let Some(provider) = provider.filter(|p| p.def.enabled) else {
         return Ok(Err(format!(
             "The provider of model {:?} is missing or disabled.",
@@ -124,15 +127,17 @@ pub fn mcp_server_config(row: McpServerDef) -> Option<McpServerConfig> {
 
 /// The enabled MCP servers among `ids` (a chat's `mcp_server_ids`), in the
 /// chat's order, with each usable server's `require_approval` by slug;
-/// unusable rows are logged and left out.
+/// unusable rows are logged and left out. `env` and `headers` are opened
+/// with `secrets` (the store's).
 ///
 /// # Errors
 /// Database errors.
 pub async fn load_mcp_servers(
     conn: &mut PgConnection,
+    secrets: &Secrets,
     ids: &[Uuid],
 ) -> sqlx::Result<(Vec<McpServerConfig>, HashMap<String, RequireApproval>)> {
-    let rows = queries::mcp_servers::enabled_in_order(conn, ids).await?;
+    let rows = queries::mcp_servers::enabled_in_order(conn, secrets, ids).await?;
     let mut policies = HashMap::new();
     let configs = rows
         .into_iter()

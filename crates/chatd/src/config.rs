@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 /// Where the database is: an explicit server, or the embedded cluster of a
-/// data directory.
+/// data directory. `Debug` prints the URL without its password.
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// PostgreSQL URL (e.g. postgres://postgres@127.0.0.1:5432/chatd). Without
@@ -26,7 +26,7 @@ pub struct DatabaseArgs {
         value_name = "URL",
         hide_env_values = true
     )]
-    pub postgres_url: Option<String>,
+    pub postgres_url: Option<PostgresUrl>,
 
     /// Directory of the embedded PostgreSQL cluster (`postgres/`) and its log
     /// (`postgres.log`). Unused with --postgres-url. Default:
@@ -89,7 +89,16 @@ pub struct ServeArgs {
         value_name = "S",
         hide_env_values = true
     )]
-    pub relay_secret: Option<String>,
+    pub relay_secret: Option<Secret>,
+
+    /// File holding the key that encrypts provider API keys and MCP server
+    /// secrets at rest: 32 bytes written as 64 hex digits or as base64
+    /// (`openssl rand -hex 32 > key`). The key can instead be given in
+    /// CHATD_SECRET_KEY itself. Without either, secrets are stored in plain
+    /// text (the log says so); with one, plain rows are encrypted at the
+    /// first start, and a key other than the database's stops startup.
+    #[arg(long, env = "CHATD_SECRET_KEY_FILE", value_name = "PATH")]
+    pub secret_key_file: Option<PathBuf>,
 
     /// Serve the API but acquire no chats: this replica runs no worker.
     #[arg(long, env = "CHATD_NO_WORKER")]
@@ -287,6 +296,18 @@ impl LimitArgs {
 }
 
 impl ServeArgs {
+    /// The store's secret handling from `--secret-key-file` or the
+    /// `CHATD_SECRET_KEY` environment variable ([`load_secrets`]).
+    ///
+    /// # Errors
+    /// See [`load_secrets`].
+    pub fn secrets(&self) -> anyhow::Result<chatd_store::secrets::Secrets> {
+        load_secrets(
+            self.secret_key_file.as_deref(),
+            std::env::var(SECRET_KEY_ENV).ok(),
+        )
+    }
+
     /// The worker and stream settings.
     pub fn worker_config(&self) -> WorkerConfig {
         WorkerConfig {
@@ -301,6 +322,123 @@ impl ServeArgs {
             auto_archive_after: self.auto_archive_after.0,
             auto_archive_interval: self.auto_archive_interval,
         }
+    }
+}
+
+/// The environment variable holding the secret key itself (the
+/// alternative to `--secret-key-file`).
+pub const SECRET_KEY_ENV: &str = "CHATD_SECRET_KEY";
+
+/// The secret key from the file `file` (`--secret-key-file`) or the text
+/// `env` (`CHATD_SECRET_KEY`; empty counts as unset), parsed by
+/// [`chatd_store::secrets::SecretKey::parse`]; no key when neither is given.
+///
+/// # Errors
+/// Both given, an unreadable file, or a key that is not 32 bytes as hex or
+/// base64; the message names the flag or variable and never the key.
+pub fn load_secrets(
+    file: Option<&std::path::Path>,
+    env: Option<String>,
+) -> anyhow::Result<chatd_store::secrets::Secrets> {
+    use chatd_store::secrets::{SecretKey, Secrets};
+    let env = env.filter(|v| !v.trim().is_empty());
+    let key = match (file, env) {
+        (Some(_), Some(_)) => {
+            anyhow::bail!("give --secret-key-file or {SECRET_KEY_ENV}, not both")
+        }
+        (Some(path), None) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!("--secret-key-file {}: cannot read it: {e}", path.display())
+            })?;
+            Some(
+                SecretKey::parse(&text)
+                    .map_err(|e| anyhow::anyhow!("--secret-key-file {}: {e}", path.display()))?,
+            )
+        }
+        (None, Some(text)) => {
+            Some(SecretKey::parse(&text).map_err(|e| anyhow::anyhow!("{SECRET_KEY_ENV}: {e}"))?)
+        }
+        (None, None) => None,
+    };
+    Ok(Secrets::new(key))
+}
+
+/// A flag value that must not reach a log (`--relay-secret`): `Debug`
+/// prints `"<redacted>"`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The value.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
+
+/// A PostgreSQL URL flag (`--postgres-url`): dereferences to the URL;
+/// `Debug` prints it with its password (user info or a `password` query
+/// parameter) replaced by `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresUrl(String);
+
+impl std::ops::Deref for PostgresUrl {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for PostgresUrl {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(PostgresUrl(s.to_owned()))
+    }
+}
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = match url::Url::parse(&self.0) {
+            Ok(mut url) => {
+                if url.password().is_some() {
+                    let _ = url.set_password(Some("***"));
+                }
+                if url.query().is_some() {
+                    let pairs: Vec<(String, String)> = url
+                        .query_pairs()
+                        .map(|(k, v)| {
+                            let v = if k.contains("password") {
+                                "***".to_owned()
+                            } else {
+                                v.into_owned()
+                            };
+                            (k.into_owned(), v)
+                        })
+                        .collect();
+                    url.query_pairs_mut().clear().extend_pairs(pairs);
+                }
+                url.to_string()
+            }
+            // Not a URL (a libpq key=value string may hold a password):
+            // nothing of it is printed.
+            Err(_) => "<unparsed>".to_owned(),
+        };
+        write!(f, "{shown:?}")
     }
 }
 
@@ -347,7 +485,7 @@ pub enum LogFormat {
 
 /// Parses a duration that must be greater than zero (intervals, timeouts,
 /// delays): a zero interval would spin or panic a timer.
-fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     let duration = parse_duration(text)?;
     if duration.is_zero() {
         return Err("must be greater than zero (examples: 500ms, 2s, 5m)".to_owned());
@@ -399,5 +537,79 @@ mod tests {
         assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert!(parse_duration("5 parsecs").is_err());
+    }
+}
+
+#[cfg(test)]
+mod secret_flag_tests {
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn debug_of_the_flags_prints_no_password_or_secret() {
+        use clap::Parser as _;
+        let cli = Cli::try_parse_from([
+            "chatd",
+            "--postgres-url",
+            "postgres://chatd:pg-pass@db.example:5432/chatd?sslpassword=q-pass&sslmode=require",
+            "--relay-secret",
+            "relay-xyz",
+            "--secret-key-file",
+            "/etc/chatd/key",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.serve.relay_secret.as_ref().map(Secret::expose),
+            Some("relay-xyz")
+        );
+        let url = cli.serve.database.postgres_url.as_deref().unwrap();
+        assert!(url.contains("pg-pass"), "the value itself is intact");
+        let text = format!("{:?} {:#?}", cli.serve, cli.serve);
+        for secret in ["pg-pass", "q-pass", "relay-xyz"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(
+            text.contains("db.example") && text.contains("sslmode=require"),
+            "{text}"
+        );
+        assert!(text.contains("/etc/chatd/key"), "{text}");
+        // A libpq key=value string is not printed at all.
+        let kv: PostgresUrl = "host=db password=kv-pass".parse().unwrap();
+        assert!(!format!("{kv:?}").contains("kv-pass"));
+    }
+
+    #[test]
+    fn the_secret_key_comes_from_the_file_or_the_environment_never_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        std::fs::write(&path, format!("{}\n", "ab".repeat(32))).unwrap();
+        assert!(load_secrets(Some(&path), None).unwrap().is_enabled());
+        assert!(
+            load_secrets(None, Some("ab".repeat(32)))
+                .unwrap()
+                .is_enabled()
+        );
+        assert!(!load_secrets(None, None).unwrap().is_enabled());
+        assert!(!load_secrets(None, Some("  ".into())).unwrap().is_enabled());
+        let both = load_secrets(Some(&path), Some("ab".repeat(32))).unwrap_err();
+        assert!(both.to_string().contains("not both"), "{both}");
+        std::fs::write(&path, "cd".repeat(16)).unwrap();
+        let short = load_secrets(Some(&path), None).unwrap_err().to_string();
+        assert!(
+            short.contains("--secret-key-file") && short.contains("32 bytes"),
+            "{short}"
+        );
+        assert!(!short.contains(&"cd".repeat(16)), "{short}");
+        let env = load_secrets(None, Some("nope".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(env.starts_with(SECRET_KEY_ENV), "{env}");
+        let missing = load_secrets(Some(&dir.path().join("absent")), None).unwrap_err();
+        assert!(missing.to_string().contains("cannot read"), "{missing}");
     }
 }

@@ -66,8 +66,8 @@ enum Command {
     /// Apply the database migrations and exit.
     Migrate {
         /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/chatd.
-        #[arg(long, env = "CHATD_POSTGRES_URL")]
-        postgres_url: String,
+        #[arg(long, env = "CHATD_POSTGRES_URL", hide_env_values = true)]
+        postgres_url: config::PostgresUrl,
     },
     /// Talk to a running server: list chats, start one or send a message
     /// and stream the reply, watch a chat live, interrupt it.

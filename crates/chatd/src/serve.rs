@@ -219,6 +219,13 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         .context("applying migrations")?;
     tracing::info!("migrations applied");
 
+    // Before anything reads or writes a provider key or MCP secret: a wrong
+    // key stops startup here rather than failing every model call later.
+    let secrets = args.secrets()?;
+    chatd_store::secrets::prepare(pool, &secrets)
+        .await
+        .context("preparing the encrypted secrets")?;
+
     match std::env::var(BOOTSTRAP_ADMIN_TOKEN_ENV) {
         Ok(token) if !token.is_empty() => {
             chatd_api::bootstrap_admin(pool, &token)
@@ -231,7 +238,7 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
 
     if let Some(path) = &args.config {
         let file = chatd_api::config_file::ConfigFile::load(path)?;
-        chatd_api::config_file::apply(pool, &file)
+        chatd_api::config_file::apply(pool, &secrets, &file)
             .await
             .with_context(|| format!("applying the config file {}", path.display()))?;
         tracing::info!(
@@ -243,7 +250,8 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         );
     }
 
-    let relay_secret = cluster::relay_secret(pool, args.relay_secret.clone()).await?;
+    let explicit = args.relay_secret.as_ref().map(|s| s.expose().to_owned());
+    let relay_secret = cluster::relay_secret(pool, explicit).await?;
 
     let pubsub = PgPubsub::connect(pool.clone())
         .await
@@ -255,6 +263,7 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
             requires_action_timeout: args.requires_action_timeout,
             heartbeat_stale_after: args.lease_stale_after,
             max_queued_messages: args.max_queued_messages,
+            secrets: secrets.clone(),
         },
     );
     let parts = chatd_worker::PartBuffer::new(CancellationToken::new());

@@ -1,6 +1,8 @@
 //! MCP server routes (API.md "Admin routes (providers, models, tools)"):
-//! `/api/v2/chats/mcp-servers`. `env` and `headers` (which usually hold
-//! credentials) are returned to admins only.
+//! `/api/v2/chats/mcp-servers`. `command`, `args`, `env`, `url` and
+//! `headers` (which hold credentials and say where and how the server runs)
+//! are returned to admins only: members get the fields they pick a server
+//! by (API.md "Limits, budgets and the token lifecycle").
 
 use std::collections::BTreeMap;
 
@@ -21,12 +23,14 @@ use crate::validate;
 use chatd_core::{McpTransport, RequireApproval};
 use chatd_store::McpServerRow;
 use chatd_store::queries::mcp_servers::{self, McpServerDef};
+use chatd_store::queries::providers::redact_url;
 
 /// The `404` message of an unknown MCP server id.
 const NOT_FOUND: &str = "MCP server not found.";
 
-/// `McpServer`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// `McpServer`. The fields marked "admins only" are absent for members.
+/// `Debug` prints no `env` or `headers` value.
+#[derive(Clone, Serialize, ToSchema)]
 pub struct McpServer {
     /// MCP server id.
     pub id: Uuid,
@@ -36,15 +40,20 @@ pub struct McpServer {
     pub display_name: String,
     /// Transport.
     pub transport: McpTransport,
-    /// Command (stdio).
-    pub command: Option<String>,
-    /// Arguments (stdio).
-    pub args: Vec<String>,
+    /// Command (stdio; `null` for streamable_http); admins only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub command: Option<Option<String>>,
+    /// Arguments (stdio); admins only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
     /// Environment (stdio); admins only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
-    /// URL (streamable_http).
-    pub url: Option<String>,
+    /// URL (streamable_http; `null` for stdio); admins only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub url: Option<Option<String>>,
     /// HTTP headers (streamable_http); admins only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
@@ -60,19 +69,45 @@ pub struct McpServer {
     pub updated_at: DateTime<Utc>,
 }
 
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("id", &self.id)
+            .field("slug", &self.slug)
+            .field("transport", &self.transport)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.as_ref().map(redacted))
+            .field(
+                "url",
+                &self.url.as_ref().map(|u| u.as_deref().map(redact_url)),
+            )
+            .field("headers", &self.headers.as_ref().map(redacted))
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `map`'s names with `<redacted>` values, for `Debug`.
+fn redacted(map: &BTreeMap<String, String>) -> BTreeMap<&str, &'static str> {
+    map.keys().map(|k| (k.as_str(), "<redacted>")).collect()
+}
+
 impl McpServer {
-    fn from_row(r: McpServerRow, with_secrets: bool) -> Self {
+    /// The wire view of `r`: everything for an admin (`full`), without
+    /// `command`, `args`, `env`, `url` and `headers` otherwise.
+    fn from_row(r: McpServerRow, full: bool) -> Self {
         let def = r.def;
         McpServer {
             id: def.id,
             slug: def.slug,
             display_name: def.display_name,
             transport: def.transport,
-            command: def.command,
-            args: def.args,
-            env: with_secrets.then_some(def.env),
-            url: def.url,
-            headers: with_secrets.then_some(def.headers),
+            command: full.then_some(def.command),
+            args: full.then_some(def.args),
+            env: full.then_some(def.env),
+            url: full.then_some(def.url),
+            headers: full.then_some(def.headers),
             enabled: def.enabled,
             require_approval: def.require_approval,
             created_at: r.created_at,
@@ -81,8 +116,9 @@ impl McpServer {
     }
 }
 
-/// Body of `POST /api/v2/chats/mcp-servers`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+/// Body of `POST /api/v2/chats/mcp-servers`. `Debug` prints no `env` or
+/// `headers` value.
+#[derive(Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateMcpServerRequest {
     /// 1–64 characters of `a-z`, `0-9`, `_`, `-`, starting with a letter or
@@ -119,8 +155,9 @@ pub struct CreateMcpServerRequest {
 }
 
 /// Body of `PATCH /api/v2/chats/mcp-servers/{id}`; absent fields are kept,
-/// `null` clears `command` or `url`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+/// `null` clears `command` or `url`. `Debug` prints no `env` or `headers`
+/// value.
+#[derive(Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateMcpServerRequest {
     /// Slug.
@@ -156,6 +193,37 @@ pub struct UpdateMcpServerRequest {
     #[serde(default)]
     #[schema(value_type = Option<Value>)]
     pub require_approval: Option<RequireApproval>,
+}
+
+impl std::fmt::Debug for CreateMcpServerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateMcpServerRequest")
+            .field("slug", &self.slug)
+            .field("transport", &self.transport)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.as_ref().map(redacted))
+            .field("url", &self.url.as_deref().map(redact_url))
+            .field("headers", &self.headers.as_ref().map(redacted))
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for UpdateMcpServerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpdateMcpServerRequest")
+            .field("slug", &self.slug)
+            .field("transport", &self.transport)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.as_ref().map(redacted))
+            .field(
+                "url",
+                &self.url.as_ref().map(|u| u.as_deref().map(redact_url)),
+            )
+            .field("headers", &self.headers.as_ref().map(redacted))
+            .finish_non_exhaustive()
+    }
 }
 
 /// Checks an MCP server slug (see [`CreateMcpServerRequest::slug`]).
@@ -247,16 +315,17 @@ pub(crate) fn validate_mcp(def: &McpServerDef) -> ApiResult<()> {
     Ok(())
 }
 
-/// `GET /api/v2/chats/mcp-servers` (`env` and `headers` for admins only).
+/// `GET /api/v2/chats/mcp-servers` (`command`, `args`, `env`, `url` and
+/// `headers` for admins only).
 #[utoipa::path(
     get, path = "/api/v2/chats/mcp-servers", tag = "admin",
-    responses((status = 200, description = "Every MCP server", body = Vec<McpServer>), E401)
+    responses((status = 200, description = "Every MCP server (members: without command, args, env, url and headers)", body = Vec<McpServer>), E401)
 )]
 pub async fn list_mcp_servers(
     State(state): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Json<Vec<McpServer>>> {
-    let rows = mcp_servers::list(state.store().pool()).await?;
+    let rows = mcp_servers::list(state.store().pool(), state.store().secrets()).await?;
     Ok(Json(
         rows.into_iter()
             .map(|r| McpServer::from_row(r, caller.is_admin()))
@@ -289,7 +358,7 @@ pub async fn create_mcp_server(
         require_approval: req.require_approval.unwrap_or_default(),
     };
     validate_mcp(&def)?;
-    let row = mcp_servers::insert(state.store().pool(), &def)
+    let row = mcp_servers::insert(state.store().pool(), state.store().secrets(), &def)
         .await
         .map_err(slug_conflict)?;
     Ok((StatusCode::CREATED, Json(McpServer::from_row(row, true))))
@@ -309,7 +378,7 @@ pub async fn update_mcp_server(
     let req = body.read().await?;
     let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
     let current = found(
-        mcp_servers::select_for_update(&mut tx, id).await?,
+        mcp_servers::select_for_update(&mut tx, state.store().secrets(), id).await?,
         NOT_FOUND,
     )?
     .def;
@@ -327,7 +396,7 @@ pub async fn update_mcp_server(
         require_approval: req.require_approval.unwrap_or(current.require_approval),
     };
     validate_mcp(&def)?;
-    let row = mcp_servers::update(&mut *tx, &def)
+    let row = mcp_servers::update(&mut *tx, state.store().secrets(), &def)
         .await
         .map_err(slug_conflict)?;
     tx.commit().await?;

@@ -1,7 +1,9 @@
 //! Provider routes (API.md "Admin routes (providers, models, tools)"):
 //! `/api/v2/chats/providers`. API keys are write-only: responses carry
-//! `has_api_key`. Deleting a provider deletes its model configs (and moves
-//! the default, see [`super::model_configs`]).
+//! `has_api_key`. Members see `base_url` without user info, query or
+//! fragment (API.md "Limits, budgets and the token lifecycle"), where keys
+//! often live; admins see it whole. Deleting a provider deletes its model
+//! configs (and moves the default, see [`super::model_configs`]).
 
 use axum::Json;
 use axum::extract::State;
@@ -19,7 +21,7 @@ use crate::extract::{self, double_option};
 use crate::validate;
 use chatd_core::ProviderKind;
 use chatd_store::ProviderRow;
-use chatd_store::queries::providers::{self, ProviderDef};
+use chatd_store::queries::providers::{self, ProviderDef, redact_url};
 
 /// The `404` message of an unknown provider id.
 const NOT_FOUND: &str = "Provider not found.";
@@ -34,7 +36,8 @@ pub struct Provider {
     /// Display name.
     pub display_name: String,
     /// Base URL including the version prefix (`https://api.openai.com/v1`);
-    /// `null` for the kind's default.
+    /// `null` for the kind's default. Members get it without user info
+    /// (`user:password@`), query or fragment.
     pub base_url: Option<String>,
     /// Whether an API key is stored.
     pub has_api_key: bool,
@@ -46,14 +49,20 @@ pub struct Provider {
     pub updated_at: DateTime<Utc>,
 }
 
-impl From<ProviderRow> for Provider {
-    fn from(r: ProviderRow) -> Self {
+impl Provider {
+    /// The wire view of `r`: whole for an admin (`full`), `base_url`
+    /// redacted ([`redact_url`]) otherwise. Never the API key.
+    pub(crate) fn from_row(r: ProviderRow, full: bool) -> Self {
         let def = r.def;
         Provider {
             id: def.id,
             provider: def.provider,
             display_name: def.display_name,
-            base_url: def.base_url,
+            base_url: if full {
+                def.base_url
+            } else {
+                def.base_url.as_deref().map(redact_url)
+            },
             has_api_key: def.api_key.as_deref().is_some_and(|k| !k.is_empty()),
             enabled: def.enabled,
             created_at: r.created_at,
@@ -62,8 +71,8 @@ impl From<ProviderRow> for Provider {
     }
 }
 
-/// Body of `POST /api/v2/chats/providers`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+/// Body of `POST /api/v2/chats/providers`. `Debug` prints no key.
+#[derive(Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProviderRequest {
     /// Kind.
@@ -83,8 +92,8 @@ pub struct CreateProviderRequest {
 }
 
 /// Body of `PATCH /api/v2/chats/providers/{id}`; absent fields are kept,
-/// `null` clears `base_url` or `api_key`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+/// `null` clears `base_url` or `api_key`. `Debug` prints no key.
+#[derive(Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateProviderRequest {
     /// Kind.
@@ -104,6 +113,39 @@ pub struct UpdateProviderRequest {
     /// Enabled.
     #[serde(default)]
     pub enabled: Option<bool>,
+}
+
+impl std::fmt::Debug for CreateProviderRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateProviderRequest")
+            .field("provider", &self.provider)
+            .field("display_name", &self.display_name)
+            .field("base_url", &self.base_url.as_deref().map(redact_url))
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("enabled", &self.enabled)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for UpdateProviderRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpdateProviderRequest")
+            .field("provider", &self.provider)
+            .field("display_name", &self.display_name)
+            .field(
+                "base_url",
+                &self.base_url.as_ref().map(|u| u.as_deref().map(redact_url)),
+            )
+            .field(
+                "api_key",
+                &self
+                    .api_key
+                    .as_ref()
+                    .map(|k| k.as_ref().map(|_| "<redacted>")),
+            )
+            .field("enabled", &self.enabled)
+            .finish()
+    }
 }
 
 /// Checks a provider definition.
@@ -134,17 +176,23 @@ fn require_base_url(kind: ProviderKind, base_url: Option<&str>) -> ApiResult<()>
     Ok(())
 }
 
-/// `GET /api/v2/chats/providers`.
+/// `GET /api/v2/chats/providers`: every provider; members get `base_url`
+/// without user info, query or fragment.
 #[utoipa::path(
     get, path = "/api/v2/chats/providers", tag = "admin",
-    responses((status = 200, description = "Every provider", body = Vec<Provider>), E401)
+    responses((status = 200, description = "Every provider (members: `base_url` redacted)", body = Vec<Provider>), E401)
 )]
 pub async fn list_providers(
     State(state): State<AppState>,
-    _caller: Caller,
+    caller: Caller,
 ) -> ApiResult<Json<Vec<Provider>>> {
-    let rows = providers::list(state.store().pool()).await?;
-    Ok(Json(rows.into_iter().map(Provider::from).collect()))
+    let rows = providers::list(state.store().pool(), state.store().secrets()).await?;
+    let full = caller.is_admin();
+    Ok(Json(
+        rows.into_iter()
+            .map(|r| Provider::from_row(r, full))
+            .collect(),
+    ))
 }
 
 /// `POST /api/v2/chats/providers` (admin).
@@ -164,6 +212,7 @@ pub async fn create_provider(
     require_base_url(req.provider, req.base_url.as_deref())?;
     let row = providers::upsert(
         state.store().pool(),
+        state.store().secrets(),
         &ProviderDef {
             id: Uuid::new_v4(),
             provider: req.provider,
@@ -174,7 +223,7 @@ pub async fn create_provider(
         },
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(row.into())))
+    Ok((StatusCode::CREATED, Json(Provider::from_row(row, true))))
 }
 
 /// `PATCH /api/v2/chats/providers/{id}` (admin).
@@ -190,7 +239,12 @@ pub async fn update_provider(
 ) -> ApiResult<Json<Provider>> {
     let req = body.read().await?;
     let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
-    let current = found(providers::select_for_update(&mut tx, id).await?, NOT_FOUND)?.def;
+    let secrets = state.store().secrets();
+    let current = found(
+        providers::select_for_update(&mut tx, secrets, id).await?,
+        NOT_FOUND,
+    )?
+    .def;
     let def = ProviderDef {
         id,
         provider: req.provider.unwrap_or(current.provider),
@@ -208,9 +262,9 @@ pub async fn update_provider(
         def.api_key.as_deref(),
     )?;
     require_base_url(def.provider, def.base_url.as_deref())?;
-    let row = providers::upsert(&mut *tx, &def).await?;
+    let row = providers::upsert(&mut *tx, secrets, &def).await?;
     tx.commit().await?;
-    Ok(Json(row.into()))
+    Ok(Json(Provider::from_row(row, true)))
 }
 
 /// `DELETE /api/v2/chats/providers/{id}` (admin): also deletes its model

@@ -115,8 +115,8 @@ pub struct RelayConfig {
     pub idle_timeout: Duration,
 }
 
-/// What the forwarder needs.
-#[derive(Debug, Clone)]
+/// What the forwarder needs. `Debug` prints no secret.
+#[derive(Clone)]
 pub struct RelayDeps {
     /// The chat.
     pub chat_id: Uuid,
@@ -131,6 +131,17 @@ pub struct RelayDeps {
     pub secret: Option<String>,
     /// Tunables.
     pub config: RelayConfig,
+}
+
+impl std::fmt::Debug for RelayDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayDeps")
+            .field("chat_id", &self.chat_id)
+            .field("replica_id", &self.replica_id)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The loop's handle on its forwarder. Dropping it stops the forwarder.

@@ -450,14 +450,14 @@ async fn config_file_applies_idempotently_even_concurrently() {
         let pool = s.pool().clone();
         let file = file.clone();
         tasks.push(tokio::spawn(async move {
-            chatd_api::config_file::apply(&pool, &file).await
+            chatd_api::config_file::apply(&pool, &chatd_store::secrets::Secrets::none(), &file).await
         }));
     }
     for t in tasks {
         t.await.unwrap().unwrap();
     }
     let first = s.get("/api/v2/chats/model-configs", &s.admin).await.body;
-    chatd_api::config_file::apply(s.pool(), &file)
+    chatd_api::config_file::apply(s.pool(), &chatd_store::secrets::Secrets::none(), &file)
         .await
         .unwrap();
     let second = s.get("/api/v2/chats/model-configs", &s.admin).await.body;
@@ -482,7 +482,7 @@ async fn config_file_applies_idempotently_even_concurrently() {
     let before = s.dump().await;
     let bad = CONFIG.replace("context_limit = 8000", "context_limit = -1");
     let bad = chatd_api::config_file::ConfigFile::from_toml(&bad).unwrap();
-    let err = chatd_api::config_file::apply(s.pool(), &bad)
+    let err = chatd_api::config_file::apply(s.pool(), &chatd_store::secrets::Secrets::none(), &bad)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("context_limit"), "{err}");

@@ -131,8 +131,17 @@ impl Server {
     }
 
     pub async fn start_with(options: ApiOptions) -> Self {
+        Self::start_with_store(options, chatd_store::StoreConfig::default()).await
+    }
+
+    /// A server whose store has `config` (for example a secret key).
+    pub async fn start_with_store(options: ApiOptions, config: chatd_store::StoreConfig) -> Self {
         let db = TestDatabase::new(&MIGRATOR).await.expect("test database");
-        let store = Store::new(db.pool().clone(), Arc::new(RecordingPublisher::new()));
+        let store = Store::with_config(
+            db.pool().clone(),
+            Arc::new(RecordingPublisher::new()),
+            config,
+        );
         let app = chatd_api::router(AppState::new(store.clone(), options));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -10,6 +10,7 @@ mod files;
 mod fuzz;
 mod projection;
 mod rechunk;
+mod redirects;
 mod request;
 mod support;
 mod transcripts;

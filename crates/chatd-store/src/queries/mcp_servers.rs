@@ -6,6 +6,12 @@
 //! and the config file only ever write strings; a row written by hand with
 //! other JSON values is read with each value as its JSON text (`3` becomes
 //! `"3"`) rather than failing, since a server process takes strings anyway.
+//!
+//! `env` and `headers` usually hold credentials: with a key configured each
+//! non-empty map is stored sealed, as a JSON string `"enc:v1:..."` whose
+//! plaintext is the map's JSON ([`crate::secrets`]). Every function takes
+//! the [`Secrets`] that seal on write and open on read, so callers only
+//! ever see maps.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +22,8 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection, PgExecutor, Row};
 use uuid::Uuid;
+
+use crate::secrets::{self, PrepareError, Secrets};
 
 /// A row of `chat_mcp_servers`: its definition and when it was written.
 ///
@@ -30,7 +38,70 @@ pub struct McpServerRow {
     pub updated_at: DateTime<Utc>,
 }
 
-impl<'r> FromRow<'r, PgRow> for McpServerRow {
+/// A row as stored: `env` and `headers` possibly sealed.
+struct StoredRow {
+    row: McpServerRow,
+    env: Value,
+    headers: Value,
+}
+
+impl StoredRow {
+    /// The row with `env` and `headers` opened.
+    fn open(self, secrets: &Secrets) -> sqlx::Result<McpServerRow> {
+        let StoredRow {
+            mut row,
+            env,
+            headers,
+        } = self;
+        let id = row.def.id;
+        row.def.env = open_map(secrets, env, id, "env")?;
+        row.def.headers = open_map(secrets, headers, id, "headers")?;
+        Ok(row)
+    }
+}
+
+/// A stored map column: a sealed JSON string opened and parsed, anything
+/// else read as [`string_map`] reads it.
+fn open_map(
+    secrets: &Secrets,
+    stored: Value,
+    id: Uuid,
+    column: &str,
+) -> sqlx::Result<BTreeMap<String, String>> {
+    try_open_map(secrets, stored, id, column).map_err(|e| secrets::decode_error(column, e))
+}
+
+/// [`open_map`] with the secret error as it is.
+fn try_open_map(
+    secrets: &Secrets,
+    stored: Value,
+    id: Uuid,
+    column: &str,
+) -> Result<BTreeMap<String, String>, secrets::SecretError> {
+    match stored {
+        Value::String(text) if secrets::is_sealed(&text) => {
+            let place = secrets::place("chat_mcp_servers", column, id);
+            let plain = secrets.open(&text, &place)?;
+            // The value was authenticated, so it is the JSON written here.
+            let value: Value =
+                serde_json::from_str(&plain).map_err(|_| secrets::SecretError::WrongKey(place))?;
+            Ok(string_map(&value))
+        }
+        other => Ok(string_map(&other)),
+    }
+}
+
+/// A map as stored: `{}` when empty, sealed when a key is configured, the
+/// JSON object otherwise.
+fn seal_map(secrets: &Secrets, map: &BTreeMap<String, String>, id: Uuid, column: &str) -> Value {
+    if map.is_empty() || !secrets.is_enabled() {
+        return serde_json::to_value(map).unwrap_or_default();
+    }
+    let json = serde_json::to_string(map).unwrap_or_default();
+    Value::String(secrets.seal(&json, &secrets::place("chat_mcp_servers", column, id)))
+}
+
+impl<'r> FromRow<'r, PgRow> for StoredRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
         let transport: String = row.try_get("transport")?;
         let Json(args): Json<Value> = row.try_get("args")?;
@@ -46,16 +117,20 @@ impl<'r> FromRow<'r, PgRow> for McpServerRow {
             })?,
             command: row.try_get("command")?,
             args: string_list(&args),
-            env: string_map(&env),
+            env: BTreeMap::new(),
             url: row.try_get("url")?,
-            headers: string_map(&headers),
+            headers: BTreeMap::new(),
             enabled: row.try_get("enabled")?,
             require_approval: require_approval(row.try_get("require_approval")?),
         };
-        Ok(McpServerRow {
-            def,
-            created_at: row.try_get("created_at")?,
-            updated_at: row.try_get("updated_at")?,
+        Ok(StoredRow {
+            row: McpServerRow {
+                def,
+                created_at: row.try_get("created_at")?,
+                updated_at: row.try_get("updated_at")?,
+            },
+            env,
+            headers,
         })
     }
 }
@@ -115,8 +190,9 @@ pub fn string_map(value: &Value) -> BTreeMap<String, String> {
 
 /// A complete MCP server definition: what [`insert`] writes.
 ///
-/// Example: [`insert`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Example: [`insert`]. `Debug` prints the names of `env` and `headers`
+/// entries, never their values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct McpServerDef {
     /// Id.
     pub id: Uuid,
@@ -143,6 +219,32 @@ pub struct McpServerDef {
     pub require_approval: RequireApproval,
 }
 
+impl std::fmt::Debug for McpServerDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerDef")
+            .field("id", &self.id)
+            .field("slug", &self.slug)
+            .field("display_name", &self.display_name)
+            .field("transport", &self.transport)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &redacted_map(&self.env))
+            .field(
+                "url",
+                &self.url.as_deref().map(super::providers::redact_url),
+            )
+            .field("headers", &redacted_map(&self.headers))
+            .field("enabled", &self.enabled)
+            .field("require_approval", &self.require_approval)
+            .finish()
+    }
+}
+
+/// `map` with every value replaced by `<redacted>`, for `Debug`.
+fn redacted_map(map: &BTreeMap<String, String>) -> BTreeMap<&str, &'static str> {
+    map.keys().map(|k| (k.as_str(), "<redacted>")).collect()
+}
+
 /// Every MCP server, by slug.
 ///
 /// # Example
@@ -151,6 +253,7 @@ pub struct McpServerDef {
 /// use std::collections::BTreeMap;
 /// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = McpServerDef {
@@ -166,14 +269,15 @@ pub struct McpServerDef {
 ///     enabled: true,
 ///     require_approval: chatd_core::RequireApproval::Never,
 /// };
-/// let row = mcp_servers::insert(pool, &def).await?;
-/// assert_eq!(mcp_servers::list(pool).await?, vec![row]);
+/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+/// assert_eq!(mcp_servers::list(pool, &Secrets::none()).await?, vec![row]);
 /// # Ok(()) }
 /// ```
-pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<McpServerRow>> {
-    sqlx::query_as("SELECT * FROM chat_mcp_servers ORDER BY slug")
+pub async fn list(conn: impl PgExecutor<'_>, secrets: &Secrets) -> sqlx::Result<Vec<McpServerRow>> {
+    let rows: Vec<StoredRow> = sqlx::query_as("SELECT * FROM chat_mcp_servers ORDER BY slug")
         .fetch_all(conn)
-        .await
+        .await?;
+    rows.into_iter().map(|r| r.open(secrets)).collect()
 }
 
 /// The ids among `ids` that are MCP servers.
@@ -184,6 +288,7 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<McpServerRow>> 
 /// use std::collections::BTreeMap;
 /// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = McpServerDef {
@@ -199,7 +304,7 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<McpServerRow>> 
 ///     enabled: true,
 ///     require_approval: chatd_core::RequireApproval::Never,
 /// };
-/// let row = mcp_servers::insert(pool, &def).await?;
+/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
 /// let unknown = uuid::Uuid::new_v4();
 /// assert_eq!(mcp_servers::existing_ids(pool, &[unknown, def.id]).await?, vec![def.id]);
 /// # Ok(()) }
@@ -223,6 +328,7 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
 /// use std::collections::BTreeMap;
 /// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = McpServerDef {
@@ -238,7 +344,7 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
 ///     enabled: true,
 ///     require_approval: chatd_core::RequireApproval::Never,
 /// };
-/// let row = mcp_servers::insert(pool, &def).await?;
+/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
 /// let web = McpServerDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     slug: "web".into(),
@@ -247,13 +353,14 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
 ///     url: Some("http://127.0.0.1:9000/mcp".into()),
 ///     ..def.clone()
 /// };
-/// mcp_servers::insert(pool, &web).await?;
-/// let rows = mcp_servers::enabled_in_order(pool, &[web.id, def.id]).await?;
+/// mcp_servers::insert(pool, &Secrets::none(), &web).await?;
+/// let rows = mcp_servers::enabled_in_order(pool, &Secrets::none(), &[web.id, def.id]).await?;
 /// assert_eq!(rows.iter().map(|r| r.def.slug.as_str()).collect::<Vec<_>>(), ["web", "files"]);
 /// # Ok(()) }
 /// ```
 pub async fn enabled_in_order(
     conn: impl PgExecutor<'_>,
+    secrets: &Secrets,
     ids: &[Uuid],
 ) -> sqlx::Result<Vec<McpServerRow>> {
     if ids.is_empty() {
@@ -263,7 +370,8 @@ pub async fn enabled_in_order(
          JOIN chat_mcp_servers s ON s.id = wanted.id
          WHERE s.enabled
          ORDER BY wanted.n";
-    sqlx::query_as(sql).bind(ids).fetch_all(conn).await
+    let rows: Vec<StoredRow> = sqlx::query_as(sql).bind(ids).fetch_all(conn).await?;
+    rows.into_iter().map(|r| r.open(secrets)).collect()
 }
 
 /// One MCP server, locked `FOR UPDATE` until `conn`'s transaction ends.
@@ -274,6 +382,7 @@ pub async fn enabled_in_order(
 /// use std::collections::BTreeMap;
 /// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = McpServerDef {
@@ -289,19 +398,21 @@ pub async fn enabled_in_order(
 ///     enabled: true,
 ///     require_approval: chatd_core::RequireApproval::Never,
 /// };
-/// let row = mcp_servers::insert(pool, &def).await?;
+/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
 /// let mut tx = pool.begin().await?;
-/// let locked = mcp_servers::select_for_update(&mut tx, def.id).await?;
+/// let locked = mcp_servers::select_for_update(&mut tx, &Secrets::none(), def.id).await?;
 /// assert_eq!(locked.map(|s| s.def.args), Some(vec!["--root".to_owned(), "/srv".to_owned()]));
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
 pub async fn select_for_update(
     conn: &mut PgConnection,
+    secrets: &Secrets,
     id: Uuid,
 ) -> sqlx::Result<Option<McpServerRow>> {
     let sql = "SELECT * FROM chat_mcp_servers WHERE id = $1 FOR UPDATE";
-    super::keyed::optional(conn, sql, id).await
+    let row: Option<StoredRow> = super::keyed::optional(conn, sql, id).await?;
+    row.map(|r| r.open(secrets)).transpose()
 }
 
 /// Inserts MCP server `def` (a taken slug is `23505`).
@@ -312,6 +423,7 @@ pub async fn select_for_update(
 /// use std::collections::BTreeMap;
 /// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = McpServerDef {
@@ -327,27 +439,33 @@ pub async fn select_for_update(
 ///     enabled: true,
 ///     require_approval: chatd_core::RequireApproval::Never,
 /// };
-/// let row = mcp_servers::insert(pool, &def).await?;
+/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
 /// assert_eq!(row.def, def);
 /// // The slug is taken now.
 /// let again = McpServerDef { id: uuid::Uuid::new_v4(), ..def.clone() };
-/// let err = mcp_servers::insert(pool, &again).await.unwrap_err();
+/// let err = mcp_servers::insert(pool, &Secrets::none(), &again).await.unwrap_err();
 /// let code = err.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
 /// assert_eq!(code.as_deref(), Some("23505"));
 /// # Ok(()) }
 /// ```
-pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {
+pub async fn insert(
+    conn: impl PgExecutor<'_>,
+    secrets: &Secrets,
+    def: &McpServerDef,
+) -> sqlx::Result<McpServerRow> {
     write(
         "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled, require_approval)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *",
         conn,
+        secrets,
         def,
     )
     .await
 }
 
 /// Inserts MCP server `def`, or overwrites the one with the same slug (its
-/// id is kept); the config file's write.
+/// id is kept); the config file's write. The secrets are sealed for the id
+/// the row ends up with: the existing row's, read (and locked) first.
 ///
 /// # Example
 ///
@@ -355,6 +473,7 @@ pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Resu
 /// use std::collections::BTreeMap;
 /// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = McpServerDef {
@@ -370,18 +489,28 @@ pub async fn insert(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Resu
 ///     enabled: true,
 ///     require_approval: chatd_core::RequireApproval::Never,
 /// };
-/// let row = mcp_servers::insert(pool, &def).await?;
+/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
 /// // Same slug, another id: the existing row is overwritten and keeps its id.
 /// let from_file = McpServerDef { id: uuid::Uuid::new_v4(), args: vec![], ..def.clone() };
-/// let written = mcp_servers::upsert_by_slug(pool, &from_file).await?;
+/// let written = mcp_servers::upsert_by_slug(&mut *pool.acquire().await?, &Secrets::none(), &from_file).await?;
 /// assert_eq!((written.def.id, written.def.args.len()), (def.id, 0));
 /// # Ok(()) }
 /// ```
 pub async fn upsert_by_slug(
-    conn: impl PgExecutor<'_>,
+    conn: &mut PgConnection,
+    secrets: &Secrets,
     def: &McpServerDef,
 ) -> sqlx::Result<McpServerRow> {
-    write(
+    let existing: Option<Uuid> =
+        sqlx::query_scalar("SELECT id FROM chat_mcp_servers WHERE slug = $1 FOR UPDATE")
+            .bind(&def.slug)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let def = McpServerDef {
+        id: existing.unwrap_or(def.id),
+        ..def.clone()
+    };
+    let stored = write_stored(
         "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled, require_approval)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (slug) DO UPDATE SET display_name = EXCLUDED.display_name,
@@ -390,10 +519,27 @@ pub async fn upsert_by_slug(
              enabled = EXCLUDED.enabled, require_approval = EXCLUDED.require_approval,
              updated_at = now()
          RETURNING *",
-        conn,
-        def,
+        &mut *conn,
+        secrets,
+        &def,
     )
-    .await
+    .await?;
+    let id = stored.row.def.id;
+    if id != def.id {
+        // Another writer inserted the slug after the read above: the row
+        // kept its id, so the secrets are sealed again for it.
+        sqlx::query("UPDATE chat_mcp_servers SET env = $2, headers = $3 WHERE id = $1")
+            .bind(id)
+            .bind(Json(seal_map(secrets, &def.env, id, "env")))
+            .bind(Json(seal_map(secrets, &def.headers, id, "headers")))
+            .execute(&mut *conn)
+            .await?;
+        let mut row = stored.row;
+        row.def.env = def.env.clone();
+        row.def.headers = def.headers.clone();
+        return Ok(row);
+    }
+    stored.open(secrets)
 }
 
 /// Overwrites MCP server `def.id` (a taken slug is `23505`).
@@ -404,6 +550,7 @@ pub async fn upsert_by_slug(
 /// use std::collections::BTreeMap;
 /// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = McpServerDef {
@@ -419,18 +566,23 @@ pub async fn upsert_by_slug(
 ///     enabled: true,
 ///     require_approval: chatd_core::RequireApproval::Never,
 /// };
-/// let row = mcp_servers::insert(pool, &def).await?;
+/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
 /// let disabled = McpServerDef { enabled: false, ..def.clone() };
-/// assert!(!mcp_servers::update(pool, &disabled).await?.def.enabled);
+/// assert!(!mcp_servers::update(pool, &Secrets::none(), &disabled).await?.def.enabled);
 /// # Ok(()) }
 /// ```
-pub async fn update(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Result<McpServerRow> {
+pub async fn update(
+    conn: impl PgExecutor<'_>,
+    secrets: &Secrets,
+    def: &McpServerDef,
+) -> sqlx::Result<McpServerRow> {
     write(
         "UPDATE chat_mcp_servers SET slug = $2, display_name = $3, transport = $4, command = $5,
              args = $6, env = $7, url = $8, headers = $9, enabled = $10, require_approval = $11,
              updated_at = now()
          WHERE id = $1 RETURNING *",
         conn,
+        secrets,
         def,
     )
     .await
@@ -439,8 +591,21 @@ pub async fn update(conn: impl PgExecutor<'_>, def: &McpServerDef) -> sqlx::Resu
 async fn write(
     sql: &'static str,
     conn: impl PgExecutor<'_>,
+    secrets: &Secrets,
     def: &McpServerDef,
 ) -> sqlx::Result<McpServerRow> {
+    write_stored(sql, conn, secrets, def).await?.open(secrets)
+}
+
+/// Runs `sql` with `def`'s columns bound in order ($1 id ... $11
+/// require_approval), `env` and `headers` sealed for `def.id`; the row as
+/// stored.
+async fn write_stored(
+    sql: &'static str,
+    conn: impl PgExecutor<'_>,
+    secrets: &Secrets,
+    def: &McpServerDef,
+) -> sqlx::Result<StoredRow> {
     sqlx::query_as(sql)
         .bind(def.id)
         .bind(&def.slug)
@@ -448,9 +613,9 @@ async fn write(
         .bind(def.transport.as_str())
         .bind(&def.command)
         .bind(Json(&def.args))
-        .bind(Json(&def.env))
+        .bind(Json(seal_map(secrets, &def.env, def.id, "env")))
         .bind(&def.url)
-        .bind(Json(&def.headers))
+        .bind(Json(seal_map(secrets, &def.headers, def.id, "headers")))
         .bind(def.enabled)
         .bind(Json(&def.require_approval))
         .fetch_one(conn)
@@ -465,6 +630,7 @@ async fn write(
 /// use std::collections::BTreeMap;
 /// use chatd_core::{McpTransport, RequireApproval};
 /// use chatd_store::queries::mcp_servers::{self, McpServerDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = McpServerDef {
@@ -480,7 +646,7 @@ async fn write(
 ///     enabled: true,
 ///     require_approval: chatd_core::RequireApproval::Never,
 /// };
-/// let row = mcp_servers::insert(pool, &def).await?;
+/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
 /// assert!(mcp_servers::delete(pool, def.id).await?);
 /// assert!(!mcp_servers::delete(pool, def.id).await?);
 /// # Ok(()) }
@@ -491,6 +657,40 @@ pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
         .execute(conn)
         .await?;
     Ok(result.rows_affected() > 0)
+}
+
+/// Startup migration ([`crate::secrets::prepare`]): locks every MCP server
+/// (`FOR UPDATE`, until `conn`'s transaction ends), checks that each sealed
+/// `env` and `headers` opens, and with a key seals each plain, non-empty one
+/// in place (`updated_at` is left alone). Returns how many rows changed.
+pub(crate) async fn seal_plain_secrets(
+    conn: &mut PgConnection,
+    secrets: &Secrets,
+) -> Result<usize, PrepareError> {
+    let rows: Vec<(Uuid, Json<Value>, Json<Value>)> =
+        sqlx::query_as("SELECT id, env, headers FROM chat_mcp_servers ORDER BY id FOR UPDATE")
+            .fetch_all(&mut *conn)
+            .await?;
+    let mut sealed = 0;
+    for (id, Json(env), Json(headers)) in rows {
+        let plain = |v: &Value| !matches!(v, Value::String(s) if secrets::is_sealed(s));
+        let needs_seal = secrets.is_enabled()
+            && [&env, &headers]
+                .iter()
+                .any(|v| plain(v) && !string_map(v).is_empty());
+        let env = try_open_map(secrets, env, id, "env")?;
+        let headers = try_open_map(secrets, headers, id, "headers")?;
+        if needs_seal {
+            sqlx::query("UPDATE chat_mcp_servers SET env = $2, headers = $3 WHERE id = $1")
+                .bind(id)
+                .bind(Json(seal_map(secrets, &env, id, "env")))
+                .bind(Json(seal_map(secrets, &headers, id, "headers")))
+                .execute(&mut *conn)
+                .await?;
+            sealed += 1;
+        }
+    }
+    Ok(sealed)
 }
 
 #[cfg(test)]
@@ -509,5 +709,37 @@ mod tests {
             vec!["--root", "/tmp", "1"]
         );
         assert!(string_map(&json!([])).is_empty());
+    }
+
+    #[test]
+    fn debug_prints_entry_names_but_no_secret_values() {
+        let def = McpServerDef {
+            id: Uuid::nil(),
+            slug: "web".into(),
+            display_name: String::new(),
+            transport: McpTransport::StreamableHttp,
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::from([("API_TOKEN".into(), "env-secret-1".into())]),
+            url: Some("https://u:url-pass@mcp.example/mcp?key=url-key".into()),
+            headers: BTreeMap::from([("Authorization".into(), "Bearer header-secret".into())]),
+            enabled: true,
+            require_approval: RequireApproval::Never,
+        };
+        let row = McpServerRow {
+            def: def.clone(),
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+        };
+        for text in [format!("{def:?}"), format!("{row:#?}")] {
+            for secret in ["env-secret-1", "header-secret", "url-pass", "url-key"] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+            assert!(
+                text.contains("API_TOKEN") && text.contains("Authorization"),
+                "{text}"
+            );
+            assert!(text.contains("https://mcp.example/mcp"), "{text}");
+        }
     }
 }

@@ -71,7 +71,7 @@ pub struct ModelConfigDef {
 ///     api_key: Some("sk-test".into()),
 ///     enabled: true,
 /// };
-/// providers::upsert(pool, &provider).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
 /// let def = ModelConfigDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     provider_id: provider.id,
@@ -92,7 +92,7 @@ pub struct ModelConfigDef {
 /// tx.commit().await?;
 /// assert_eq!(model_configs::list(pool, false).await?, vec![row.clone()]);
 /// // Only enabled configs of enabled providers when asked.
-/// providers::upsert(pool, &ProviderDef { enabled: false, ..provider }).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &ProviderDef { enabled: false, ..provider }).await?;
 /// assert!(model_configs::list(pool, true).await?.is_empty());
 /// # Ok(()) }
 /// ```
@@ -125,7 +125,7 @@ pub async fn list(
 ///     api_key: Some("sk-test".into()),
 ///     enabled: true,
 /// };
-/// providers::upsert(pool, &provider).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
 /// let def = ModelConfigDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     provider_id: provider.id,
@@ -172,7 +172,7 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 ///     api_key: Some("sk-test".into()),
 ///     enabled: true,
 /// };
-/// providers::upsert(pool, &provider).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
 /// let def = ModelConfigDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     provider_id: provider.id,
@@ -219,7 +219,7 @@ pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<boo
 ///     api_key: Some("sk-test".into()),
 ///     enabled: true,
 /// };
-/// providers::upsert(pool, &provider).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
 /// let def = ModelConfigDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     provider_id: provider.id,
@@ -268,7 +268,7 @@ pub async fn default_id(conn: impl PgExecutor<'_>) -> sqlx::Result<Option<Uuid>>
 ///     api_key: Some("sk-test".into()),
 ///     enabled: true,
 /// };
-/// providers::upsert(pool, &provider).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
 /// let def = ModelConfigDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     provider_id: provider.id,
@@ -324,7 +324,7 @@ pub async fn for_chat(
 ///     api_key: Some("sk-test".into()),
 ///     enabled: true,
 /// };
-/// providers::upsert(pool, &provider).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
 /// let def = ModelConfigDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     provider_id: provider.id,
@@ -409,7 +409,7 @@ pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Resu
 ///     api_key: Some("sk-test".into()),
 ///     enabled: true,
 /// };
-/// providers::upsert(pool, &provider).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
 /// let def = ModelConfigDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     provider_id: provider.id,
@@ -478,7 +478,7 @@ pub async fn ensure_default(conn: &mut PgConnection) -> sqlx::Result<()> {
 ///     api_key: Some("sk-test".into()),
 ///     enabled: true,
 /// };
-/// providers::upsert(pool, &provider).await?;
+/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
 /// let def = ModelConfigDef {
 ///     id: uuid::Uuid::new_v4(),
 ///     provider_id: provider.id,

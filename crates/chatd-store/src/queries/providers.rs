@@ -1,11 +1,17 @@
 //! SQL of the `chat_providers` table: the LLM providers admins configure
 //! (API.md "Admin routes"). Deleting a provider deletes its model configs
 //! (`ON DELETE CASCADE`).
+//!
+//! `api_key` is sealed on write and opened on read with the [`Secrets`]
+//! every function takes ([`crate::secrets`]): callers see plaintext, the
+//! column holds `enc:v1:...` when a key is configured.
 
 use chatd_core::ProviderKind;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
+
+use crate::secrets::{self, Secrets};
 
 /// A row of `chat_providers`: its definition and when it was written.
 ///
@@ -24,7 +30,7 @@ pub struct ProviderRow {
 /// A complete provider definition: what [`upsert`] writes.
 ///
 /// Example: [`upsert`].
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ProviderDef {
     /// Id.
     pub id: Uuid,
@@ -42,6 +48,64 @@ pub struct ProviderDef {
     pub enabled: bool,
 }
 
+/// Prints `api_key` as `Some("<redacted>")`: a key never reaches a log.
+impl std::fmt::Debug for ProviderDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderDef")
+            .field("id", &self.id)
+            .field("provider", &self.provider)
+            .field("display_name", &self.display_name)
+            .field("base_url", &self.base_url.as_deref().map(redact_url))
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("enabled", &self.enabled)
+            .finish()
+    }
+}
+
+/// `url` without user info (`user:password@`), query or fragment, where
+/// keys often live; a text that does not parse as a URL is cut at the first
+/// `?` or `#`, and cut after its last `@` when it has one. What members see
+/// of a provider's `base_url` (API.md "Limits, budgets and the token
+/// lifecycle"), and what `Debug` prints.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::providers::redact_url;
+/// assert_eq!(
+///     redact_url("https://user:pass@llm.example/v1?key=sk-1#frag"),
+///     "https://llm.example/v1"
+/// );
+/// assert_eq!(redact_url("http://127.0.0.1:8081/v1"), "http://127.0.0.1:8081/v1");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let cut = url.find(['?', '#']).unwrap_or(url.len());
+    let url = &url[..cut];
+    // `scheme://[userinfo@]host...`: user info ends at the last `@` before
+    // the path.
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => (&url[..i + 3], &url[i + 3..]),
+        None => ("", url),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}{host}{path}")
+}
+
+/// Opens the sealed `api_key` of a row just read.
+fn opened(mut row: ProviderRow, secrets: &Secrets) -> sqlx::Result<ProviderRow> {
+    if let Some(stored) = row.def.api_key.take() {
+        let place = secrets::place("chat_providers", "api_key", row.def.id);
+        row.def.api_key = Some(
+            secrets
+                .open(&stored, &place)
+                .map_err(|e| secrets::decode_error("api_key", e))?,
+        );
+    }
+    Ok(row)
+}
+
 /// Every provider, oldest first.
 ///
 /// # Example
@@ -49,6 +113,7 @@ pub struct ProviderDef {
 /// ```
 /// use chatd_core::ProviderKind;
 /// use chatd_store::queries::providers::{self, ProviderDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = ProviderDef {
@@ -59,14 +124,16 @@ pub struct ProviderDef {
 ///     api_key: None,
 ///     enabled: true,
 /// };
-/// let row = providers::upsert(pool, &def).await?;
-/// assert_eq!(providers::list(pool).await?, vec![row]);
+/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
+/// assert_eq!(providers::list(pool, &Secrets::none()).await?, vec![row]);
 /// # Ok(()) }
 /// ```
-pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ProviderRow>> {
-    sqlx::query_as("SELECT * FROM chat_providers ORDER BY created_at, id")
-        .fetch_all(conn)
-        .await
+pub async fn list(conn: impl PgExecutor<'_>, secrets: &Secrets) -> sqlx::Result<Vec<ProviderRow>> {
+    let rows: Vec<ProviderRow> =
+        sqlx::query_as("SELECT * FROM chat_providers ORDER BY created_at, id")
+            .fetch_all(conn)
+            .await?;
+    rows.into_iter().map(|row| opened(row, secrets)).collect()
 }
 
 /// One provider.
@@ -76,6 +143,7 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ProviderRow>> {
 /// ```
 /// use chatd_core::ProviderKind;
 /// use chatd_store::queries::providers::{self, ProviderDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = ProviderDef {
@@ -86,13 +154,18 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ProviderRow>> {
 ///     api_key: None,
 ///     enabled: true,
 /// };
-/// let row = providers::upsert(pool, &def).await?;
-/// assert_eq!(providers::select(pool, def.id).await?, Some(row));
+/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
+/// assert_eq!(providers::select(pool, &Secrets::none(), def.id).await?, Some(row));
 /// # Ok(()) }
 /// ```
-pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ProviderRow>> {
+pub async fn select(
+    conn: impl PgExecutor<'_>,
+    secrets: &Secrets,
+    id: Uuid,
+) -> sqlx::Result<Option<ProviderRow>> {
     let sql = "SELECT * FROM chat_providers WHERE id = $1";
-    super::keyed::optional(conn, sql, id).await
+    let row: Option<ProviderRow> = super::keyed::optional(conn, sql, id).await?;
+    row.map(|row| opened(row, secrets)).transpose()
 }
 
 /// One provider, locked `FOR UPDATE` until `conn`'s transaction ends.
@@ -102,6 +175,7 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 /// ```
 /// use chatd_core::ProviderKind;
 /// use chatd_store::queries::providers::{self, ProviderDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = ProviderDef {
@@ -112,19 +186,21 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 ///     api_key: None,
 ///     enabled: true,
 /// };
-/// let row = providers::upsert(pool, &def).await?;
+/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
 /// let mut tx = pool.begin().await?;
-/// let locked = providers::select_for_update(&mut tx, def.id).await?;
+/// let locked = providers::select_for_update(&mut tx, &Secrets::none(), def.id).await?;
 /// assert_eq!(locked.map(|p| p.def.provider), Some(ProviderKind::OpenaiCompat));
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
 pub async fn select_for_update(
     conn: &mut PgConnection,
+    secrets: &Secrets,
     id: Uuid,
 ) -> sqlx::Result<Option<ProviderRow>> {
     let sql = "SELECT * FROM chat_providers WHERE id = $1 FOR UPDATE";
-    super::keyed::optional(conn, sql, id).await
+    let row: Option<ProviderRow> = super::keyed::optional(conn, sql, id).await?;
+    row.map(|row| opened(row, secrets)).transpose()
 }
 
 /// Whether provider `id` exists.
@@ -134,6 +210,7 @@ pub async fn select_for_update(
 /// ```
 /// use chatd_core::ProviderKind;
 /// use chatd_store::queries::providers::{self, ProviderDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = ProviderDef {
@@ -144,7 +221,7 @@ pub async fn select_for_update(
 ///     api_key: None,
 ///     enabled: true,
 /// };
-/// let row = providers::upsert(pool, &def).await?;
+/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
 /// assert!(providers::exists(pool, def.id).await?);
 /// assert!(!providers::exists(pool, uuid::Uuid::new_v4()).await?);
 /// # Ok(()) }
@@ -161,6 +238,7 @@ pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
 /// ```
 /// use chatd_core::ProviderKind;
 /// use chatd_store::queries::providers::{self, ProviderDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = ProviderDef {
@@ -171,16 +249,22 @@ pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
 ///     api_key: None,
 ///     enabled: true,
 /// };
-/// let row = providers::upsert(pool, &def).await?;
+/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
 /// assert_eq!(row.def, def);
 /// // The same id again overwrites.
 /// let llama = ProviderDef { display_name: "llama".into(), ..def.clone() };
-/// let renamed = providers::upsert(pool, &llama).await?;
+/// let renamed = providers::upsert(pool, &Secrets::none(), &llama).await?;
 /// assert_eq!((renamed.def.id, renamed.def.display_name.as_str()), (def.id, "llama"));
 /// # Ok(()) }
 /// ```
-pub async fn upsert(conn: impl PgExecutor<'_>, def: &ProviderDef) -> sqlx::Result<ProviderRow> {
-    sqlx::query_as(
+pub async fn upsert(
+    conn: impl PgExecutor<'_>,
+    secrets: &Secrets,
+    def: &ProviderDef,
+) -> sqlx::Result<ProviderRow> {
+    let place = secrets::place("chat_providers", "api_key", def.id);
+    let api_key = def.api_key.as_deref().map(|k| secrets.seal(k, &place));
+    let row: ProviderRow = sqlx::query_as(
         "INSERT INTO chat_providers (id, provider, display_name, base_url, api_key, enabled)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (id) DO UPDATE SET provider = EXCLUDED.provider,
@@ -192,10 +276,11 @@ pub async fn upsert(conn: impl PgExecutor<'_>, def: &ProviderDef) -> sqlx::Resul
     .bind(def.provider.as_str())
     .bind(&def.display_name)
     .bind(&def.base_url)
-    .bind(&def.api_key)
+    .bind(api_key)
     .bind(def.enabled)
     .fetch_one(conn)
-    .await
+    .await?;
+    opened(row, secrets)
 }
 
 /// Deletes provider `id` (its model configs cascade); false when unknown.
@@ -205,6 +290,7 @@ pub async fn upsert(conn: impl PgExecutor<'_>, def: &ProviderDef) -> sqlx::Resul
 /// ```
 /// use chatd_core::ProviderKind;
 /// use chatd_store::queries::providers::{self, ProviderDef};
+/// use chatd_store::secrets::Secrets;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let def = ProviderDef {
@@ -215,7 +301,7 @@ pub async fn upsert(conn: impl PgExecutor<'_>, def: &ProviderDef) -> sqlx::Resul
 ///     api_key: None,
 ///     enabled: true,
 /// };
-/// let row = providers::upsert(pool, &def).await?;
+/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
 /// assert!(providers::delete(pool, def.id).await?);
 /// assert!(!providers::delete(pool, def.id).await?);
 /// # Ok(()) }
@@ -226,4 +312,90 @@ pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
         .execute(conn)
         .await?;
     Ok(result.rows_affected() > 0)
+}
+
+/// Startup migration ([`crate::secrets::prepare`]): locks every provider
+/// holding an API key (`FOR UPDATE`, until `conn`'s transaction ends),
+/// checks that each sealed key opens, and with a key seals each plain one in
+/// place (`updated_at` is left alone). Returns how many were sealed.
+pub(crate) async fn seal_plain_api_keys(
+    conn: &mut PgConnection,
+    secrets: &Secrets,
+) -> Result<usize, crate::secrets::PrepareError> {
+    let rows: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT id, api_key FROM chat_providers WHERE api_key IS NOT NULL ORDER BY id FOR UPDATE",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut sealed = 0;
+    for (id, stored) in rows {
+        let place = secrets::place("chat_providers", "api_key", id);
+        if secrets::is_sealed(&stored) {
+            secrets.open(&stored, &place)?;
+        } else if secrets.is_enabled() {
+            sqlx::query("UPDATE chat_providers SET api_key = $2 WHERE id = $1")
+                .bind(id)
+                .bind(secrets.seal(&stored, &place))
+                .execute(&mut *conn)
+                .await?;
+            sealed += 1;
+        }
+    }
+    Ok(sealed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_prints_no_key_and_no_url_credentials() {
+        let def = ProviderDef {
+            id: Uuid::nil(),
+            provider: ProviderKind::OpenaiCompat,
+            display_name: "Local".into(),
+            base_url: Some("https://user:url-pass@llm.example/v1?key=url-key".into()),
+            api_key: Some("sk-debug-secret".into()),
+            enabled: true,
+        };
+        let row = ProviderRow {
+            def: def.clone(),
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+        };
+        for text in [format!("{def:?}"), format!("{row:#?}")] {
+            for secret in ["sk-debug-secret", "url-pass", "url-key", "user"] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+            assert!(text.contains("https://llm.example/v1"), "{text}");
+            assert!(text.contains("<redacted>"), "{text}");
+        }
+        // No key prints as none.
+        let keyless = ProviderDef {
+            api_key: None,
+            ..def
+        };
+        assert!(format!("{keyless:?}").contains("api_key: None"));
+    }
+
+    #[test]
+    fn redacted_urls_keep_scheme_host_port_and_path_only() {
+        for (url, shown) in [
+            (
+                "https://user:pass@llm.example/v1?key=sk#f",
+                "https://llm.example/v1",
+            ),
+            (
+                "https://tok@llm.example:8443/v1/",
+                "https://llm.example:8443/v1/",
+            ),
+            ("http://127.0.0.1:8081/v1", "http://127.0.0.1:8081/v1"),
+            ("http://[::1]:80/v1?x=1", "http://[::1]:80/v1"),
+            ("https://a@b@host/p@q", "https://host/p@q"),
+            ("https://host?key=1", "https://host"),
+            ("not a url?key=1", "not a url"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
 }

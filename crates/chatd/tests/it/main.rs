@@ -9,6 +9,7 @@ mod config_file;
 mod embedded;
 mod pg_restart;
 mod replicas;
+mod secrets;
 mod slow_clients;
 mod stream;
 mod support;
