@@ -3,8 +3,14 @@
 //! - Tokens are `chatd_` followed by 32 random bytes in unpadded base64url
 //!   (256 bits of entropy). Only their SHA-256 is stored
 //!   (`api_keys.secret_hash`); the clear token is shown exactly once.
-//! - [`Caller`] is the authenticated user of a request: a missing, unknown or
-//!   expired token is `401`. The token comes from `Authorization: Bearer
+//! - [`Caller`] is the authenticated user of a request: a missing, unknown,
+//!   expired or revoked token, or any token of a disabled user, is `401`
+//!   (API.md "Limits, budgets and the token lifecycle"). Authenticating
+//!   also counts the request against the user's request rate
+//!   ([`crate::rate_limit`]: `429` past it, after the `401` checks) and
+//!   refreshes the token's `last_used_at` (at most once a minute). Both
+//!   happen once per request: the [`Caller`] is cached in the request's
+//!   extensions and every later extraction reuses it. The token comes from `Authorization: Bearer
 //!   <token>`. Browsers cannot set that header on a WebSocket, so a
 //!   WebSocket upgrade request without an `Authorization` header may carry
 //!   it instead as an entry `chatd.bearer.<token>` of its
@@ -20,6 +26,8 @@
 //!   idempotent and safe when several replicas run them at once: every write
 //!   is a single `INSERT ... ON CONFLICT` statement
 //!   ([`chatd_store::queries::users`], [`chatd_store::queries::tokens`]).
+//!   The bootstrap token never expires; a member's token always does,
+//!   whoever creates it ([`member_token_lifetime`]).
 
 use anyhow::Context as _;
 use axum::extract::FromRequestParts;
@@ -38,6 +46,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 pub use chatd_core::Role;
+use chatd_core::limits::{LimitDefaults, UserLimits};
 
 use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
@@ -59,7 +68,8 @@ pub const TOKEN_PREFIX: &str = "chatd_";
 /// Longest accepted token lifetime: ten years, in seconds.
 pub const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 366 * 24 * 3600;
 
-/// `User` (API.md "Authentication and authorization").
+/// `User` (API.md "Authentication and authorization", "Limits, budgets
+/// and the token lifecycle").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct User {
     /// User id.
@@ -70,15 +80,24 @@ pub struct User {
     pub role: Role,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// A disabled user's tokens answer `401`.
+    pub disabled: bool,
+    /// The effective limits: the user's overrides over the server defaults.
+    pub limits: UserLimits,
 }
 
-impl From<UserRow> for User {
-    fn from(row: UserRow) -> Self {
+impl User {
+    /// The `User` of `row`, its limits resolved over `defaults`
+    /// ([`crate::ApiOptions::limits`]).
+    pub fn from_row(row: UserRow, defaults: &LimitDefaults) -> Self {
+        let limits = defaults.resolve(&row.overrides());
         User {
             id: row.id,
             username: row.username,
             role: row.role,
             created_at: row.created_at,
+            disabled: row.disabled,
+            limits,
         }
     }
 }
@@ -146,14 +165,25 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        // Authenticated once already by the idempotency layer.
+        // Authenticated once already (by the idempotency layer, or by an
+        // earlier extractor of the same handler): the request is counted
+        // once.
         if let Some(caller) = parts.extensions.get::<Caller>() {
             return Ok(caller.clone());
         }
         let token = request_token(&parts.headers).ok_or_else(ApiError::unauthorized)?;
-        let row = tokens::user_by_secret_hash(state.store().pool(), &hash_token(token)).await?;
-        let user = row.ok_or_else(ApiError::unauthorized)?.into();
-        Ok(Caller { user })
+        let row = tokens::authenticate(state.store().pool(), &hash_token(token)).await?;
+        let user = User::from_row(
+            row.ok_or_else(ApiError::unauthorized)?,
+            &state.options().limits,
+        );
+        // After the 401 checks: the limit is the authenticated user's.
+        state
+            .rate_limits()
+            .check(user.id, user.limits.requests_per_minute)?;
+        let caller = Caller { user };
+        parts.extensions.insert(caller.clone());
+        Ok(caller)
     }
 }
 
@@ -326,8 +356,52 @@ pub fn validate_username(name: &str) -> Result<(), String> {
     }
 }
 
-/// Makes sure user `admin` exists with role `admin` and that `token`
-/// authenticates as it, without expiry (`CHATD_BOOTSTRAP_ADMIN_TOKEN`).
+/// The lifetime in seconds of a new token of a user with `role` (`None`:
+/// it never expires), given the requested `lifetime_seconds` (already
+/// checked to be in `1..=`[`MAX_TOKEN_LIFETIME_SECONDS`]) and the longest
+/// lifetime of a member's token, `max_member`
+/// ([`LimitDefaults::max_member_token_lifetime`]). A member's token always
+/// expires, whoever creates it: no request means `max_member`. An admin's
+/// token lasts what was asked, or forever.
+///
+/// # Errors
+/// A member's requested lifetime over `max_member`: the message for a `400`
+/// naming `lifetime_seconds`.
+///
+/// ```
+/// use chatd_api::auth::{Role, token_lifetime};
+/// use std::time::Duration;
+/// let day = Duration::from_secs(86_400);
+/// assert_eq!(token_lifetime(Role::Member, None, day), Ok(Some(86_400)));
+/// assert_eq!(token_lifetime(Role::Member, Some(60), day), Ok(Some(60)));
+/// assert!(token_lifetime(Role::Member, Some(86_401), day).is_err());
+/// assert_eq!(token_lifetime(Role::Admin, None, day), Ok(None));
+/// assert_eq!(token_lifetime(Role::Admin, Some(86_401), day), Ok(Some(86_401)));
+/// ```
+pub fn token_lifetime(
+    role: Role,
+    requested: Option<i64>,
+    max_member: std::time::Duration,
+) -> Result<Option<i64>, String> {
+    if role == Role::Admin {
+        return Ok(requested);
+    }
+    let max = i64::try_from(max_member.as_secs())
+        .unwrap_or(i64::MAX)
+        .clamp(1, MAX_TOKEN_LIFETIME_SECONDS);
+    match requested {
+        None => Ok(Some(max)),
+        Some(seconds) if seconds <= max => Ok(Some(seconds)),
+        Some(_) => Err(format!(
+            "a member's token lives at most {max} seconds (--max-member-token-lifetime)"
+        )),
+    }
+}
+
+/// Makes sure user `admin` exists with role `admin`, is not disabled, and
+/// that `token` authenticates as it, without expiry
+/// (`CHATD_BOOTSTRAP_ADMIN_TOKEN`: the way back in when every admin is
+/// locked out, so starting a replica with it re-enables `admin`).
 /// Idempotent across restarts and safe when several replicas start at once.
 /// An existing `admin` user that is a member is promoted; a token hash
 /// already stored for another user is moved to `admin`. Setting a different
@@ -344,6 +418,13 @@ pub async fn bootstrap_admin(pool: &PgPool, token: &str) -> anyhow::Result<()> {
     let admin_id = users::create_or_promote(&mut *tx, "admin", Role::Admin)
         .await
         .context("creating the admin user")?;
+    let enable = users::UserPatch {
+        disabled: Some(false),
+        ..Default::default()
+    };
+    users::update(&mut *tx, admin_id, &enable)
+        .await
+        .context("enabling the admin user")?;
     tokens::upsert_bootstrap(&mut *tx, admin_id, &hash)
         .await
         .context("storing the bootstrap admin token")?;
@@ -356,23 +437,69 @@ pub async fn bootstrap_admin(pool: &PgPool, token: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `chatd token create --user NAME [--admin]`: creates user `username` when
-/// missing (role `admin` when `admin`, else `member`; an existing member is
-/// promoted when `admin` is set, never demoted) and returns a new clear token
-/// for it, without expiry. The token is stored hashed and cannot be shown
-/// again.
+/// `chatd token create --user NAME [--admin]`: [`create_token_with_lifetime`]
+/// with the default lifetime (an admin's token never expires; a member's
+/// expires after the default `--max-member-token-lifetime`, 30 days).
 ///
 /// # Errors
-/// An invalid user name; database errors.
+/// As [`create_token_with_lifetime`].
 pub async fn create_token(pool: &PgPool, username: &str, admin: bool) -> anyhow::Result<String> {
+    create_token_with_lifetime(pool, username, admin, None).await
+}
+
+/// `chatd token create --user NAME [--admin] [--lifetime D]`: creates user
+/// `username` when missing (role `admin` when `admin`, else `member`; an
+/// existing member is promoted when `admin` is set, never demoted) and
+/// returns a new clear token for it, named `cli`. It expires after
+/// `lifetime` when given; otherwise an admin's token never expires and a
+/// member's expires after [`LimitDefaults`]' `max_member_token_lifetime`
+/// (30 days): a member's token always expires. The token is stored hashed
+/// and cannot be shown again.
+///
+/// # Errors
+/// An invalid user name; a zero or over-ten-years `lifetime`; a disabled
+/// user (its tokens could not authenticate); database errors.
+pub async fn create_token_with_lifetime(
+    pool: &PgPool,
+    username: &str,
+    admin: bool,
+    lifetime: Option<std::time::Duration>,
+) -> anyhow::Result<String> {
     validate_username(username).map_err(|e| anyhow::anyhow!("invalid user name: {e}"))?;
+    let requested = lifetime
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .map(|s| {
+            anyhow::ensure!(
+                (1..=MAX_TOKEN_LIFETIME_SECONDS).contains(&s),
+                "the lifetime must be 1 s to {MAX_TOKEN_LIFETIME_SECONDS} s"
+            );
+            Ok(s)
+        })
+        .transpose()?;
     let role = if admin { Role::Admin } else { Role::Member };
     let mut tx = chatd_store::queries::begin(pool).await?;
     let user_id = users::create_or_promote(&mut *tx, username, role)
         .await
         .context("creating the user")?;
+    let user = users::select(&mut *tx, user_id)
+        .await?
+        .context("the user vanished")?;
+    anyhow::ensure!(
+        !user.disabled,
+        "user {username:?} is disabled: re-enable it first (PATCH /api/v2/users/{user_id} with {{\"disabled\": false}})"
+    );
+    // The operator's own lifetime is taken as is (a member's still expires).
+    let seconds = match requested {
+        Some(seconds) => Some(seconds),
+        None => token_lifetime(
+            user.role,
+            None,
+            LimitDefaults::default().max_member_token_lifetime,
+        )
+        .map_err(anyhow::Error::msg)?,
+    };
     let token = generate_token();
-    tokens::insert(&mut *tx, user_id, "cli", &hash_token(&token), None)
+    tokens::insert(&mut *tx, user_id, "cli", &hash_token(&token), seconds)
         .await
         .context("storing the token")?;
     tx.commit().await?;

@@ -61,6 +61,9 @@ pub struct ApiError {
     body: ErrorBody,
     #[source]
     source: Option<Box<dyn StdError + Send + Sync>>,
+    /// `Retry-After` in whole seconds, sent as a header (a `429` of the
+    /// request rate limit).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -74,7 +77,20 @@ impl ApiError {
                 validations: Vec::new(),
             },
             source: None,
+            retry_after: None,
         }
+    }
+
+    /// Adds a `Retry-After: <seconds>` header to the response.
+    #[must_use]
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// The `Retry-After` seconds, when set.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// Adds a `detail`.
@@ -216,7 +232,13 @@ impl IntoResponse for ApiError {
             }
             tracing::error!(status = %self.status, message = %self.body.message, cause = %chain, "request failed");
         }
-        (self.status, Json(self.body)).into_response()
+        let mut response = (self.status, Json(self.body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 

@@ -74,7 +74,9 @@ async fn users_me_and_user_creation() {
     assert_eq!(me["username"], "alice");
     assert_eq!(me["role"], "member");
     assert!(me["created_at"].is_string());
-    assert_eq!(me.as_object().unwrap().len(), 4);
+    assert_eq!(me.as_object().unwrap().len(), 6);
+    assert_eq!(me["disabled"], false);
+    assert!(me["limits"].is_object());
 
     let created = s
         .post(

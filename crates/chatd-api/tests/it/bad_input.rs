@@ -184,7 +184,16 @@ struct Route {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_inputs_answer_4xx_and_change_nothing() {
-    let s = Server::start().await;
+    // Over a thousand requests of one user in a few seconds: more than the
+    // default request rate (API.md "Request rate"), which is not under test.
+    let s = Server::start_with(chatd_api::ApiOptions {
+        limits: chatd_core::limits::LimitDefaults {
+            requests_per_minute: i32::MAX,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
     let config = s.model_config().await;
     let chat = s.chat_in(&s.alice, R1).await;
     let a0 = s.chat_in(&s.alice, A0).await;

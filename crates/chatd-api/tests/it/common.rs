@@ -377,8 +377,16 @@ impl Server {
         ];
         let mut out = serde_json::Map::new();
         for table in tables {
+            // Authenticating any request refreshes its token's
+            // `last_used_at` (API.md "Limits, budgets and the token
+            // lifecycle"): bookkeeping of the request, not a change it makes.
+            let row = if table == "api_keys" {
+                "(to_jsonb(t) - 'last_used_at')"
+            } else {
+                "to_jsonb(t)"
+            };
             let rows: Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY to_jsonb(t)::text), '[]'::jsonb) FROM {table} t"
+                "SELECT coalesce(jsonb_agg({row} ORDER BY {row}::text), '[]'::jsonb) FROM {table} t"
             )))
             .fetch_one(self.pool())
             .await

@@ -33,7 +33,7 @@ pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap";
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let alice = users::insert(pool, "alice", Role::Member).await?;
 /// tokens::insert(pool, alice.id, "laptop", b"hash-1", None).await?;
-/// assert_eq!(tokens::user_by_secret_hash(pool, b"hash-1").await?, Some(alice));
+/// assert_eq!(tokens::user_by_secret_hash(pool, b"hash-1").await?, Some(alice.clone()));
 /// assert!(tokens::user_by_secret_hash(pool, b"unknown").await?.is_none());
 /// // A disabled user's tokens authenticate no more.
 /// users::update(pool, alice.id, &users::UserPatch { disabled: Some(true), ..Default::default() }).await?;
