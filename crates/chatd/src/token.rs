@@ -1,5 +1,9 @@
-//! `chatd token create --user NAME [--admin]`: prints a new API token for a
-//! user, creating the user if missing (API.md, "Authentication").
+//! `chatd token create --user NAME [--admin] [--lifetime D]`: prints a new
+//! API token for a user, creating the user if missing (API.md,
+//! "Authentication"). A member's token always expires (API.md "Limits,
+//! budgets and the token lifecycle"): after `--lifetime`, else after 30
+//! days (the default `--max-member-token-lifetime`); an admin's lasts
+//! `--lifetime`, else forever.
 //!
 //! It works on the database of `--postgres-url`, or on the embedded cluster
 //! of `--data-dir`: the cluster of a running `chatd serve` when there is
@@ -37,6 +41,10 @@ pub struct CreateArgs {
     /// member; never demotes).
     #[arg(long)]
     pub admin: bool,
+    /// How long the token lives (`90m`, `12h`, `30d`). Default: 30 days
+    /// for a member's token, no expiry for an admin's.
+    #[arg(long, value_name = "DURATION", value_parser = crate::config::parse_positive_duration)]
+    pub lifetime: Option<std::time::Duration>,
     #[command(flatten)]
     pub database: DatabaseArgs,
 }
@@ -58,9 +66,14 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
                 chatd_store::migrate(&database.pool)
                     .await
                     .context("applying migrations")?;
-                chatd_api::create_token(&database.pool, &args.user, args.admin)
-                    .await
-                    .with_context(|| format!("creating a token for {:?}", args.user))
+                chatd_api::auth::create_token_with_lifetime(
+                    &database.pool,
+                    &args.user,
+                    args.admin,
+                    args.lifetime,
+                )
+                .await
+                .with_context(|| format!("creating a token for {:?}", args.user))
             }
             .await;
             let closed = database.close().await;

@@ -52,7 +52,6 @@ impl UserRow {
 
 /// Every column of [`UserRow`], for `SELECT` and `RETURNING` lists, as a
 /// string literal (for `concat!`); `user_columns!("u.")` qualifies each.
-#[rustfmt::skip]
 macro_rules! user_columns {
     () => {
         $crate::queries::users::user_columns!("")
