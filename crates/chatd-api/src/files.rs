@@ -1,22 +1,33 @@
-//! File routes (API.md "Files"): `POST /api/v2/files` uploads a file,
-//! `GET /api/v2/files/{id}` downloads it. Files are stored in PostgreSQL
+//! File routes (API.md "Files" and "Limits, budgets and the token
+//! lifecycle"): `POST /api/v2/files` uploads a file, `GET /api/v2/files`
+//! lists the caller's files, `GET /api/v2/files/{id}` downloads one and
+//! `DELETE /api/v2/files/{id}` deletes one. Files are stored in PostgreSQL
 //! ([`chatd_store::queries::files`]) and linked to a chat by the message
 //! that mentions them (`LinkFiles`, [`chatd_store::ChatTx::link_files`]).
 //!
-//! Both directions stream: an upload is read a chunk at a time and written
-//! in chunks of [`CHUNK_BYTES`] inside one transaction, failing with `413`
-//! as soon as it passes the limit ([`crate::ApiOptions::max_file_bytes`];
-//! at once when `Content-Length` already says so), so the server never holds
-//! more than one chunk of it; nothing is stored unless the whole upload is.
-//! A download sends the stored chunks one query at a time.
+//! An upload reads the whole body before it touches the database: no pool
+//! connection or transaction is held while a client sends (a slow client
+//! could otherwise hold one per upload and starve every other request;
+//! issue 31). The body goes to a [`Spool`]: its first chunk
+//! ([`CHUNK_BYTES`]) in memory, the rest in an unnamed temporary file, so an
+//! upload never holds more than two chunks in memory however large or slow
+//! it is. It fails with `413` as soon as it passes the limit
+//! ([`crate::ApiOptions::max_file_bytes`]; at once when `Content-Length`
+//! already says so). Then one short transaction takes the owner's storage
+//! lock, checks the storage quota (`413` naming it; decided by the database,
+//! so concurrent uploads cannot pass it together), and writes the row and
+//! its chunks; nothing is stored unless the whole upload is. A download
+//! sends the stored chunks one query at a time.
 //!
 //! Bad input, each changing nothing: a declared `image/*` type whose bytes
 //! are not that image (checked against the bytes' signature) → `415`; a
 //! malformed `Content-Type` → `415`; an empty body, a name over 255
 //! characters → `400`.
 
+use std::io::{Read as _, Seek as _, Write as _};
+
 use axum::Json;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::header::{
     CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
@@ -24,7 +35,7 @@ use axum::http::header::{
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use chatd_store::queries::files::{self, CHUNK_BYTES, FileRow};
+use chatd_store::queries::files::{self, CHUNK_BYTES, DeleteOutcome, FileRow, Storage};
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use http_body::Body as _;
@@ -34,7 +45,7 @@ use uuid::Uuid;
 
 use crate::app::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult, E400, E401, E404, E413, E415};
+use crate::error::{ApiError, ApiResult, E400, E401, E404, E409, E415};
 use crate::extract::{PathParams, QueryParams};
 
 /// Longest file name, in characters.
@@ -73,7 +84,18 @@ impl From<&FileRow> for File {
 
 /// `POST /api/v2/files?name=`: stores the raw body as a file of the caller,
 /// its media type the `Content-Type` (default
-/// `application/octet-stream`), at most 10 MiB.
+/// `application/octet-stream`), at most 10 MiB, within the caller's storage
+/// quota (`max_storage_bytes`).
+///
+/// The body is read whole first ([`Spool`]), then written in one short
+/// transaction (see the module doc).
+///
+/// # Errors
+/// `413` over the size limit (as soon as it is passed) or over the storage
+/// quota (`detail` names `max_storage_bytes`, the quota and the bytes
+/// used); `415` for a malformed `Content-Type` or an image whose bytes are
+/// not that image; `400` for an empty body, a name over 255 characters or a
+/// body that cannot be read.
 #[utoipa::path(
     post,
     path = "/api/v2/files",
@@ -82,7 +104,9 @@ impl From<&FileRow> for File {
     request_body(content = Vec<u8>, description = "The file's bytes; `Content-Type` is its media type", content_type = "application/octet-stream"),
     responses(
         (status = 201, description = "Stored", body = File),
-        E400, E401, E413, E415,
+        E400, E401,
+        (status = 413, description = "Over 10 MiB, or over the caller's storage quota (`detail` names `max_storage_bytes`)", body = crate::error::ErrorBody),
+        E415,
     )
 )]
 pub async fn upload_file(
@@ -96,53 +120,285 @@ pub async fn upload_file(
     let name = file_name(query.get("name"))?;
     let media_type = media_type(&headers)?;
     let limit = state.options().max_file_bytes;
-    if body.size_hint().lower() > limit as u64 {
+    let default_quota = state.options().limits.max_storage_bytes;
+    let declared = body.size_hint().lower();
+    if declared > limit as u64 {
         return Err(ApiError::too_large(limit));
     }
-    let id = Uuid::new_v4();
-    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
-    files::insert(&mut *tx, id, caller.id(), &name, &media_type).await?;
-    let mut stream = body.into_data_stream();
-    let mut chunk = Vec::with_capacity(CHUNK_BYTES);
-    let mut seq = 0i32;
-    let mut total = 0usize;
-    loop {
-        let next = stream.next().await.transpose().map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, "Could not read the request body.")
-                .with_detail(e.to_string())
-        })?;
-        let Some(mut data) = next else { break };
-        total += data.len();
-        if total > limit {
-            // Dropping `tx` rolls the partial file back.
-            return Err(ApiError::too_large(limit));
-        }
-        while !data.is_empty() {
-            let take = (CHUNK_BYTES - chunk.len()).min(data.len());
-            chunk.extend_from_slice(&data.split_to(take));
-            if chunk.len() == CHUNK_BYTES {
-                if seq == 0 {
-                    check_signature(&media_type, &chunk)?;
-                }
-                files::insert_chunk(&mut *tx, id, seq, &chunk).await?;
-                seq += 1;
-                chunk.clear();
-            }
+    if declared > 0 {
+        // Refused before the body is read when its declared length already
+        // passes the quota (a short query; no connection is held while the
+        // body arrives). The transaction below decides for good.
+        if let Some(storage) =
+            files::storage(state.store().pool(), caller.id(), default_quota).await?
+            && !storage.fits(declared as i64)
+        {
+            return Err(over_quota(storage, declared as i64));
         }
     }
-    if total == 0 {
+
+    let spool = Spool::read(body, limit).await?;
+    let size = spool.len();
+    if size == 0 {
         return Err(ApiError::invalid("body", "must not be empty"));
     }
-    if !chunk.is_empty() {
-        if seq == 0 {
-            check_signature(&media_type, &chunk)?;
-        }
-        files::insert_chunk(&mut *tx, id, seq, &chunk).await?;
+    check_signature(&media_type, spool.head())?;
+
+    // Only now a connection, for one short transaction.
+    let id = Uuid::new_v4();
+    let mut chunks = spool.into_chunks().await.map_err(spool_failed)?;
+    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
+    let storage = files::lock_storage(&mut tx, caller.id(), default_quota)
+        .await?
+        .ok_or_else(ApiError::unauthorized)?;
+    if !storage.fits(size as i64) {
+        // Dropping `tx` rolls back and releases the lock.
+        return Err(over_quota(storage, size as i64));
     }
-    let row = files::finish_upload(&mut *tx, id).await?;
+    let row =
+        files::insert_sized(&mut *tx, id, caller.id(), &name, &media_type, size as i64).await?;
+    let mut seq = 0i32;
+    while let Some(chunk) = chunks.next().await.map_err(spool_failed)? {
+        files::insert_chunk(&mut *tx, id, seq, &chunk).await?;
+        seq += 1;
+    }
     tx.commit().await?;
-    metrics::counter!("chatd_file_upload_bytes_total").increment(total as u64);
+    metrics::counter!("chatd_file_upload_bytes_total").increment(size as u64);
     Ok((StatusCode::CREATED, Json(File::from(&row))))
+}
+
+/// `413` for an upload of `size` bytes that would take its owner over
+/// their storage quota.
+fn over_quota(storage: Storage, size: i64) -> ApiError {
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "Storage quota exceeded.").with_detail(format!(
+        "This upload of {size} bytes would take your files to {} bytes, over your storage quota \
+         (max_storage_bytes) of {} bytes; your files use {} bytes now. Delete files you no \
+         longer need (DELETE /api/v2/files/{{id}}) or ask an admin for a larger quota.",
+        storage.used.saturating_add(size),
+        storage.quota,
+        storage.used
+    ))
+}
+
+/// `500` for a temporary-file failure while spooling an upload.
+fn spool_failed(err: std::io::Error) -> ApiError {
+    ApiError::internal(err)
+}
+
+/// An upload's bytes, read whole before any database work: the first
+/// [`CHUNK_BYTES`] in memory (`head`, the stored chunk 0), the rest in an
+/// unnamed temporary file (created on the first byte past the head, removed
+/// by the system when dropped, even after a crash). Writes to the file go
+/// through the blocking pool a chunk at a time, so memory stays at most two
+/// chunks per upload.
+struct Spool {
+    head: Vec<u8>,
+    pending: Vec<u8>,
+    file: Option<std::fs::File>,
+    len: usize,
+}
+
+impl Spool {
+    /// Reads `body` whole.
+    ///
+    /// # Errors
+    /// `413` as soon as more than `limit` bytes arrived; `400` when the
+    /// body cannot be read (the client went away, the body deadline
+    /// passed); `500` when the temporary file cannot be written.
+    async fn read(body: Body, limit: usize) -> ApiResult<Self> {
+        let mut spool = Spool {
+            head: Vec::new(),
+            pending: Vec::new(),
+            file: None,
+            len: 0,
+        };
+        let mut stream = body.into_data_stream();
+        while let Some(next) = stream.next().await {
+            let data = next.map_err(|e| {
+                ApiError::new(StatusCode::BAD_REQUEST, "Could not read the request body.")
+                    .with_detail(e.to_string())
+            })?;
+            if spool.len + data.len() > limit {
+                return Err(ApiError::too_large(limit));
+            }
+            spool.push(data).await.map_err(spool_failed)?;
+        }
+        spool.flush().await.map_err(spool_failed)?;
+        Ok(spool)
+    }
+
+    /// Bytes read.
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The first bytes (at most [`CHUNK_BYTES`]).
+    fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    async fn push(&mut self, mut data: Bytes) -> std::io::Result<()> {
+        self.len += data.len();
+        if self.head.len() < CHUNK_BYTES {
+            let take = (CHUNK_BYTES - self.head.len()).min(data.len());
+            self.head.extend_from_slice(&data.split_to(take));
+        }
+        if !data.is_empty() {
+            self.pending.extend_from_slice(&data);
+            if self.pending.len() >= CHUNK_BYTES {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the pending bytes to the temporary file (created now if
+    /// needed).
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let file = self.file.take();
+        let pending = std::mem::take(&mut self.pending);
+        let (file, mut pending) = blocking(move || {
+            let mut file = match file {
+                Some(file) => file,
+                None => tempfile::tempfile()?,
+            };
+            file.write_all(&pending)?;
+            Ok((file, pending))
+        })
+        .await?;
+        pending.clear();
+        self.file = Some(file);
+        self.pending = pending;
+        Ok(())
+    }
+
+    /// The bytes again, as the stored chunks: the head, then the file's
+    /// bytes [`CHUNK_BYTES`] at a time.
+    async fn into_chunks(self) -> std::io::Result<SpoolChunks> {
+        let file = match self.file {
+            Some(mut file) => Some(
+                blocking(move || {
+                    file.rewind()?;
+                    Ok(file)
+                })
+                .await?,
+            ),
+            None => None,
+        };
+        Ok(SpoolChunks {
+            head: Some(self.head).filter(|h| !h.is_empty()),
+            file,
+        })
+    }
+}
+
+/// The chunks of a read [`Spool`], in order.
+struct SpoolChunks {
+    head: Option<Vec<u8>>,
+    file: Option<std::fs::File>,
+}
+
+impl SpoolChunks {
+    /// The next chunk, `None` after the last.
+    async fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        if let Some(head) = self.head.take() {
+            return Ok(Some(head));
+        }
+        let Some(file) = self.file.take() else {
+            return Ok(None);
+        };
+        let (file, chunk) = blocking(move || {
+            let mut chunk = Vec::with_capacity(CHUNK_BYTES);
+            (&file).take(CHUNK_BYTES as u64).read_to_end(&mut chunk)?;
+            Ok((file, chunk))
+        })
+        .await?;
+        if chunk.is_empty() {
+            return Ok(None);
+        }
+        self.file = Some(file);
+        Ok(Some(chunk))
+    }
+}
+
+/// Runs file I/O `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+}
+
+/// `GET /api/v2/files?limit=&after_id=`: the caller's files, newest first
+/// (upload time, then id, descending), `limit` per page (1..=100, default
+/// 50), after file `after_id` (the last id of the previous page).
+///
+/// # Errors
+/// `400` naming `limit` (not an integer in 1..=100) or `after_id` (not a
+/// UUID, or not one of the caller's files).
+#[utoipa::path(
+    get,
+    path = "/api/v2/files",
+    tag = "files",
+    params(
+        ("limit" = Option<i64>, Query, description = "Page size, 1..=100 (default 50)", minimum = 1, maximum = 100),
+        ("after_id" = Option<Uuid>, Query, description = "Id of the last file of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A page of the caller's files, newest first", body = Vec<File>),
+        E400, E401,
+    )
+)]
+pub async fn list_files(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Vec<File>>> {
+    let query = QueryParams::parse(query.as_deref())?;
+    let limit = query.int_in("limit", 1, 100, 50)?;
+    let after_id = query.uuid("after_id")?;
+    let pool = state.store().pool();
+    if let Some(after) = after_id
+        && !files::is_owned_by(pool, after, caller.id()).await?
+    {
+        return Err(ApiError::invalid_query("after_id", "unknown file"));
+    }
+    let rows = files::list_owned(pool, caller.id(), after_id, limit).await?;
+    Ok(Json(rows.iter().map(File::from).collect()))
+}
+
+/// `DELETE /api/v2/files/{id}`: deletes one of the caller's files and its
+/// bytes. A file linked to a chat stays (it goes with its chat).
+///
+/// # Errors
+/// `400` naming `id` when it is not a UUID; `404` for an unknown file or
+/// another user's; `409` for a file linked to a chat.
+#[utoipa::path(
+    delete,
+    path = "/api/v2/files/{id}",
+    tag = "files",
+    params(("id" = Uuid, Path, description = "File id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        E400, E401, E404, E409,
+    )
+)]
+pub async fn delete_file(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<StatusCode> {
+    let id = params.uuid("id")?;
+    match files::delete_unlinked(state.store().pool(), id, caller.id()).await? {
+        DeleteOutcome::Deleted => Ok(StatusCode::NO_CONTENT),
+        DeleteOutcome::NotFound => Err(ApiError::not_found("File not found.")),
+        DeleteOutcome::Linked => Err(ApiError::conflict("File is linked to a chat.")
+            .with_detail("A file a message links goes when its chat is deleted.")),
+    }
 }
 
 /// `GET /api/v2/files/{id}`: the file's bytes, with its media type as

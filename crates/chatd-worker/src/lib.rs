@@ -10,6 +10,7 @@
 //! - [`title`]: the background title of a chat's first answer.
 //! - [`archive`]: the auto-archive loop of old, unused chats.
 //! - [`idempotency_sweep`]: the loop deleting expired `Idempotency-Key` rows.
+//! - [`files_sweep`]: the loop deleting files no chat linked within 24 h.
 //!
 //! The runner's fence is `runner_id`: every task checks, under the chat row
 //! lock, that the row still names this worker, its runner and the history
@@ -21,6 +22,7 @@ pub mod archive;
 pub mod config;
 mod context;
 pub mod fence;
+pub mod files_sweep;
 pub mod idempotency_sweep;
 mod manager;
 pub mod part_buffer;

@@ -15,6 +15,7 @@ use crate::archive::AutoArchiveLoop;
 use crate::config::WorkerConfig;
 use crate::context::{LocalLocks, WorkerContext};
 use crate::fence::{Fence, FenceError, fenced_update};
+use crate::files_sweep::FilesSweepLoop;
 use crate::idempotency_sweep::IdempotencySweepLoop;
 use crate::manager::{ManagerHandle, RunnerManager, SHUTDOWN_GRACE};
 use crate::part_buffer::PartBuffer;
@@ -89,6 +90,14 @@ impl Worker {
         tracker.spawn(
             IdempotencySweepLoop {
                 store: ctx.store.clone(),
+            }
+            .run(cancel.clone()),
+        );
+        tracker.spawn(
+            FilesSweepLoop {
+                store: ctx.store.clone(),
+                ttl: ctx.config.unlinked_file_ttl,
+                interval: ctx.config.files_sweep_interval,
             }
             .run(cancel.clone()),
         );

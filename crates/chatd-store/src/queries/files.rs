@@ -1,12 +1,20 @@
-//! SQL of the `chat_files` and `chat_file_chunks` tables (API.md "Files";
-//! `spec/chatstate-package.md` `LinkFiles`).
+//! SQL of the `chat_files` and `chat_file_chunks` tables (API.md "Files"
+//! and "Limits, budgets and the token lifecycle"; `spec/chatstate-package.md`
+//! `LinkFiles`).
 //!
 //! An upload writes the file row and its chunks ([`CHUNK_BYTES`] each, the
-//! last one shorter) in one transaction ([`insert`], [`insert_chunk`],
-//! [`finish_upload`]); a download reads them back one chunk at a time
-//! ([`chunk`]). [`link`] is `LinkFiles`: it links files to a chat under the
-//! chat's row lock, so the cap holds however many sends race. Deleting a
-//! chat deletes its files (foreign key `ON DELETE CASCADE`).
+//! last one shorter) in one short transaction, once the API has read the
+//! whole body: [`lock_storage`] serialises the owner's uploads and reads
+//! their storage and quota, then [`insert_sized`] and [`insert_chunk`]
+//! ([`insert`] and [`finish_upload`] are the older two-step form, for a row
+//! whose size is not known up front). A download reads the chunks back one
+//! at a time ([`chunk`]). [`link`] is `LinkFiles`: it links files to a chat
+//! under the chat's row lock and the files' row locks, so the cap holds
+//! however many sends race. [`list_owned`] pages a user's files, [`delete_unlinked`]
+//! deletes one of them, and [`delete_expired_unlinked`] collects files that
+//! no chat linked in time; both delete only a row that is still unlinked
+//! once it is locked, so neither can race a link. Deleting a chat deletes
+//! its files (foreign key `ON DELETE CASCADE`).
 
 use chatd_core::StateError;
 use chrono::{DateTime, Utc};
@@ -129,6 +137,321 @@ pub async fn finish_upload(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<
     .bind(id)
     .fetch_one(conn)
     .await
+}
+
+/// Class key of the per-owner advisory lock of [`lock_storage`] (the
+/// two-`int4` form of `pg_advisory_xact_lock`, whose key space does not
+/// overlap the one-`bigint` keys of [`super::locks`]).
+pub const STORAGE_LOCK_CLASS: i32 = 7_700_301;
+
+/// A user's stored bytes and storage quota, read under [`lock_storage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storage {
+    /// Bytes of every file the user keeps (linked to a chat or not).
+    pub used: i64,
+    /// The user's `max_storage_bytes`: their override, else the default
+    /// given.
+    pub quota: i64,
+}
+
+impl Storage {
+    /// Whether `size` more bytes fit under the quota (`used + size <=
+    /// quota`).
+    ///
+    /// ```
+    /// use chatd_store::queries::files::Storage;
+    /// let s = Storage { used: 90, quota: 100 };
+    /// assert!(s.fits(10));
+    /// assert!(!s.fits(11));
+    /// ```
+    pub fn fits(&self, size: i64) -> bool {
+        self.used.saturating_add(size) <= self.quota
+    }
+}
+
+/// Takes the owner's storage lock for the rest of `conn`'s transaction
+/// (waiting for the owner's other uploads to commit), then reads their
+/// [`Storage`]: the sum of their files' sizes and their quota
+/// (`users.max_storage_bytes`, else `default_quota`). `None` when the user
+/// does not exist.
+///
+/// Two statements on purpose: in `READ COMMITTED` each statement reads a
+/// snapshot taken when it starts, so the sum must be read by a statement
+/// that starts after the lock is held, or it could miss an upload that
+/// committed while this one waited, and two uploads could pass the quota
+/// together.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::files;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
+/// let mut tx = pool.begin().await?;
+/// let storage = files::lock_storage(&mut tx, owner, 100).await?.unwrap();
+/// assert_eq!(storage, files::Storage { used: 0, quota: 100 });
+/// assert!(storage.fits(100));
+/// let row = files::insert_sized(&mut *tx, uuid::Uuid::new_v4(), owner, "a.txt", "text/plain", 60).await?;
+/// tx.commit().await?;
+/// assert_eq!(row.size, 60);
+/// let mut tx = pool.begin().await?;
+/// assert_eq!(files::lock_storage(&mut tx, owner, 100).await?.unwrap().used, 60);
+/// # Ok(()) }
+/// ```
+pub async fn lock_storage(
+    conn: &mut PgConnection,
+    owner_id: Uuid,
+    default_quota: i64,
+) -> sqlx::Result<Option<Storage>> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2::text))")
+        .bind(STORAGE_LOCK_CLASS)
+        .bind(owner_id)
+        .execute(&mut *conn)
+        .await?;
+    storage(&mut *conn, owner_id, default_quota).await
+}
+
+/// `owner_id`'s [`Storage`] (quota: `users.max_storage_bytes`, else
+/// `default_quota`) without a lock, `None` when the user does not exist:
+/// for the early check of an upload whose `Content-Length` already passes
+/// the quota. An upload decides under [`lock_storage`].
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::files;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
+/// files::insert_sized(pool, uuid::Uuid::new_v4(), owner, "a", "text/plain", 7).await?;
+/// files::insert_sized(pool, uuid::Uuid::new_v4(), owner, "b", "text/plain", 5).await?;
+/// sqlx::query("UPDATE users SET max_storage_bytes = 20").execute(pool).await?;
+/// let storage = files::storage(pool, owner, 1 << 30).await?.unwrap();
+/// assert_eq!(storage, files::Storage { used: 12, quota: 20 });
+/// assert_eq!(files::storage_used(pool, owner).await?, 12);
+/// # Ok(()) }
+/// ```
+pub async fn storage(
+    conn: impl PgExecutor<'_>,
+    owner_id: Uuid,
+    default_quota: i64,
+) -> sqlx::Result<Option<Storage>> {
+    let row: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT coalesce((SELECT sum(size) FROM chat_files WHERE owner_id = $1), 0)::bigint,
+                coalesce(u.max_storage_bytes, $2)
+         FROM users u WHERE u.id = $1",
+    )
+    .bind(owner_id)
+    .bind(default_quota)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(used, quota)| Storage { used, quota }))
+}
+
+/// Bytes of every file `owner_id` keeps (linked or not), without a lock
+/// (`storage_bytes` of the usage report).
+///
+/// Example: [`storage`].
+pub async fn storage_used(conn: impl PgExecutor<'_>, owner_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT coalesce(sum(size), 0)::bigint FROM chat_files WHERE owner_id = $1")
+        .bind(owner_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Inserts the row of a new file of `owner_id` whose size (`size` bytes,
+/// the sum of the chunks that follow, [`insert_chunk`]) is already known,
+/// and returns it. Call [`lock_storage`] first in the same transaction to
+/// keep the quota.
+///
+/// Example: [`lock_storage`].
+pub async fn insert_sized(
+    conn: impl PgExecutor<'_>,
+    id: Uuid,
+    owner_id: Uuid,
+    name: &str,
+    media_type: &str,
+    size: i64,
+) -> sqlx::Result<FileRow> {
+    sqlx::query_as(
+        "INSERT INTO chat_files (id, owner_id, name, media_type, size) VALUES ($1, $2, $3, $4, $5)
+         RETURNING id, owner_id, chat_id, name, media_type, size, created_at",
+    )
+    .bind(id)
+    .bind(owner_id)
+    .bind(name)
+    .bind(media_type)
+    .bind(size)
+    .fetch_one(conn)
+    .await
+}
+
+/// Whether file `id` exists and belongs to `owner_id` (an `after_id` a
+/// caller may page from).
+///
+/// Example: [`list_owned`].
+pub async fn is_owned_by(
+    conn: impl PgExecutor<'_>,
+    id: Uuid,
+    owner_id: Uuid,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chat_files WHERE id = $1 AND owner_id = $2)")
+        .bind(id)
+        .bind(owner_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// A page of `owner_id`'s files, newest first (`created_at`, then id,
+/// descending): at most `limit`, those after file `after_id` (the last of
+/// the previous page) when given. A missing `after_id` gives an empty page
+/// (check it with [`is_owned_by`] first).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::files;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
+/// let mut ids = Vec::new();
+/// for name in ["a", "b", "c"] {
+///     let id = uuid::Uuid::new_v4();
+///     files::insert_sized(pool, id, owner, name, "text/plain", 1).await?;
+///     ids.push(id);
+/// }
+/// let first = files::list_owned(pool, owner, None, 2).await?;
+/// assert_eq!(first.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["c", "b"]);
+/// assert!(files::is_owned_by(pool, first[1].id, owner).await?);
+/// let next = files::list_owned(pool, owner, Some(first[1].id), 2).await?;
+/// assert_eq!(next.iter().map(|f| f.id).collect::<Vec<_>>(), [ids[0]]);
+/// # Ok(()) }
+/// ```
+pub async fn list_owned(
+    conn: impl PgExecutor<'_>,
+    owner_id: Uuid,
+    after_id: Option<Uuid>,
+    limit: i64,
+) -> sqlx::Result<Vec<FileRow>> {
+    sqlx::query_as(
+        "SELECT id, owner_id, chat_id, name, media_type, size, created_at FROM chat_files f
+         WHERE owner_id = $1
+           AND ($2::uuid IS NULL
+                OR (created_at, id) < (SELECT created_at, id FROM chat_files WHERE id = $2))
+         ORDER BY created_at DESC, id DESC
+         LIMIT $3",
+    )
+    .bind(owner_id)
+    .bind(after_id)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// What [`delete_unlinked`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The file and its chunks are gone.
+    Deleted,
+    /// No such file of this owner (unknown, or another user's).
+    NotFound,
+    /// The file is linked to a chat (it goes when the chat does).
+    Linked,
+}
+
+/// Deletes file `id` of `owner_id` with its chunks, unless a chat links it.
+///
+/// The `DELETE` is conditional on `chat_id IS NULL` as the row stands once
+/// it is locked: a concurrent `LinkFiles` ([`link`]) that locked the row
+/// first makes it wait and then find the file linked ([`DeleteOutcome::Linked`]);
+/// one that comes second finds the file gone (`ChatFileUnavailable`).
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::files::{self, DeleteOutcome};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
+/// # let chat = fx.create_chat("hi").await?.chat;
+/// let (loose, linked) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+/// files::insert_sized(pool, loose, owner, "a", "text/plain", 1).await?;
+/// files::insert_sized(pool, linked, owner, "b", "text/plain", 1).await?;
+/// let mut tx = pool.begin().await?;
+/// files::link(&mut tx, chat.id, owner, &[linked], 20).await?;
+/// tx.commit().await?;
+/// assert_eq!(files::delete_unlinked(pool, linked, owner).await?, DeleteOutcome::Linked);
+/// assert_eq!(files::delete_unlinked(pool, loose, uuid::Uuid::new_v4()).await?, DeleteOutcome::NotFound);
+/// assert_eq!(files::delete_unlinked(pool, loose, owner).await?, DeleteOutcome::Deleted);
+/// assert_eq!(files::delete_unlinked(pool, loose, owner).await?, DeleteOutcome::NotFound);
+/// # Ok(()) }
+/// ```
+pub async fn delete_unlinked(
+    pool: &sqlx::PgPool,
+    id: Uuid,
+    owner_id: Uuid,
+) -> sqlx::Result<DeleteOutcome> {
+    let deleted =
+        sqlx::query("DELETE FROM chat_files WHERE id = $1 AND owner_id = $2 AND chat_id IS NULL")
+            .bind(id)
+            .bind(owner_id)
+            .execute(pool)
+            .await?
+            .rows_affected();
+    if deleted > 0 {
+        return Ok(DeleteOutcome::Deleted);
+    }
+    // Not deleted: gone, someone else's, or linked. A file is never
+    // unlinked (it goes with its chat), so "linked" cannot turn back.
+    Ok(match select(pool, id).await? {
+        Some(row) if row.owner_id == owner_id && row.chat_id.is_some() => DeleteOutcome::Linked,
+        _ => DeleteOutcome::NotFound,
+    })
+}
+
+/// Deletes at most `batch` files linked to no chat and uploaded more than
+/// `max_age` ago (oldest first), with their chunks, and returns how many it
+/// deleted (API.md: "Files linked to no chat are deleted 24 h after
+/// upload").
+///
+/// Safe with several replicas and with concurrent links: rows another
+/// transaction holds (a `LinkFiles` in progress, another replica's sweep)
+/// are skipped (`SKIP LOCKED`), and a row is deleted only if it is still
+/// unlinked once locked; a `LinkFiles` that comes after finds the file gone
+/// (`ChatFileUnavailable`) and links nothing.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use chatd_store::queries::files;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
+/// let id = uuid::Uuid::new_v4();
+/// files::insert_sized(pool, id, owner, "a", "text/plain", 1).await?;
+/// assert_eq!(files::delete_expired_unlinked(pool, Duration::from_secs(3600), 100).await?, 0);
+/// sqlx::query("UPDATE chat_files SET created_at = now() - interval '2 hours'").execute(pool).await?;
+/// assert_eq!(files::delete_expired_unlinked(pool, Duration::from_secs(3600), 100).await?, 1);
+/// assert_eq!(files::select(pool, id).await?, None);
+/// # Ok(()) }
+/// ```
+pub async fn delete_expired_unlinked(
+    conn: impl PgExecutor<'_>,
+    max_age: std::time::Duration,
+    batch: i64,
+) -> sqlx::Result<u64> {
+    let max_age_us = i64::try_from(max_age.as_micros()).unwrap_or(i64::MAX);
+    sqlx::query(
+        "DELETE FROM chat_files WHERE id IN (
+             SELECT id FROM chat_files
+             WHERE chat_id IS NULL AND created_at < now() - make_interval(secs => $1::float8 / 1e6)
+             ORDER BY created_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+         AND chat_id IS NULL",
+    )
+    .bind(max_age_us)
+    .bind(batch)
+    .execute(conn)
+    .await
+    .map(|r| r.rows_affected())
 }
 
 /// The row of file `id`, `None` when there is none.

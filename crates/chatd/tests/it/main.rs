@@ -11,6 +11,7 @@ mod pg_restart;
 mod replicas;
 mod secrets;
 mod slow_clients;
+mod starvation;
 mod stream;
 mod support;
 mod token;
