@@ -81,6 +81,15 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
   );
   main.replaceChildren(page);
   heading.focus();
+  if (!self) {
+    // Name the user (admins: `GET /users`); the id stays in the URL.
+    api('GET', '/users', undefined, { quiet: true })
+      .then((users) => {
+        const user = users.find((u) => u.id === userId);
+        if (user && !closed()) heading.textContent = `API tokens of ${user.username}`;
+      })
+      .catch(() => {});
+  }
 
   let tokens = [];
   const load = async () => {

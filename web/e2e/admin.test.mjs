@@ -1,7 +1,8 @@
 // The admin page (API.md "Limits, budgets and the token lifecycle"): every
 // user with their usage against their limits; a limit changed and returned
 // to the default (an emptied field sends null); a user disabled (their
-// token answers 401) and enabled again; a user created. Members have no
+// token answers 401) and enabled again; their tokens reached from their
+// row; a user created. Members have no
 // link to it and see that it is for admins.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -87,6 +88,13 @@ test('an admin changes a user’s limits, returns one to the default, and disabl
     // The admin's own row cannot be disabled from here.
     const me = await h.api('GET', '/api/v2/users/me');
     assert.equal(await userRow(page, me.id).getByTestId('user-disabled').isDisabled(), true);
+
+    // The user's tokens, from their row.
+    await row.getByTestId('user-tokens-link').click();
+    await h.byId(page, 'tokens-page').waitFor();
+    await h.expectText(page.locator('#page-heading'), `API tokens of ${user.username}`);
+    await h.expectCount(h.byId(page, 'token-row'), 1);
+    assert.equal(await h.textOf(h.byId(page, 'token-row-name')), 'e2e');
   }, EN);
 });
 

@@ -119,3 +119,31 @@ test('a turn stopped by a used-up budget is explained, and a refused send keeps 
     assert.equal((await h.apiMessages(id)).filter((m) => m.role === 'user').length, 1);
   }, EN);
 });
+
+test('a send refused by the rate limit says when to try again and keeps the message', { timeout: h.TEST_TIMEOUT }, async (t) => {
+  await h.withPage(browser(), t, async (page) => {
+    await h.signIn(page);
+    const id = await h.createChat(page, 'before the limit');
+    await h.expectMessageTexts(page, 'assistant', ['echo: before the limit']);
+    // The server's answer past `requests_per_minute` (API.md: 429 with
+    // Retry-After in seconds), stood in for here: a real limit would also
+    // refuse the page's own polling.
+    await page.route(`**/api/v2/chats/${id}/messages`, (route) =>
+      route.request().method() === 'POST'
+        ? route.fulfill({
+          status: 429,
+          headers: { 'Retry-After': '7', 'Content-Type': 'application/json' },
+          body: JSON.stringify({ message: 'Too many requests.', detail: 'At most 600 requests per minute.' }),
+        })
+        : route.fallback());
+    await h.send(page, 'after the limit');
+    await h.expectText(h.byId(page, 'send-refused'), 'Not sent: Too many requests. At most 600 requests per minute. Try again in 7 s. Your message is kept below.');
+    assert.equal(await h.byId(page, 'composer-input').inputValue(), 'after the limit');
+    await page.unroute(`**/api/v2/chats/${id}/messages`);
+    // The next send goes through and clears the notice.
+    await h.byId(page, 'send-queue').click();
+    await h.expectMessageTexts(page, 'assistant', ['echo: before the limit', 'echo: after the limit'], { timeout: h.SLOW_WAIT });
+    await h.byId(page, 'send-refused').waitFor({ state: 'hidden' });
+    assert.equal(await h.byId(page, 'composer-input').inputValue(), '');
+  }, EN);
+});

@@ -23,7 +23,12 @@
 //!    per chat that reconnects with `after_id`; and a fault loop: SIGKILL and
 //!    restart of a replica, SIGSTOP past the lease then SIGCONT,
 //!    `pg_terminate_backend` of every chatd connection, and an immediate
-//!    restart of the PostgreSQL cluster (at most twice a run).
+//!    restart of the PostgreSQL cluster (at most twice a run). Meanwhile a
+//!    noisy tenant, a member with low limits of its own, runs slow and
+//!    oversized uploads, opens streams up to its cap and sends without
+//!    pause on a chat of its own ([`noisy`]); its answers (`429`, `413`,
+//!    `408`, ...) are printed, and the other clients' invariants must
+//!    hold all the same.
 //! 4. settles: resumes and restarts every replica, unarchives the chats and
 //!    answers pending tool calls until every chat is idle (at most 60 s);
 //! 5. checks the invariants of [`check`] and the ones watched while running
@@ -37,6 +42,7 @@
 mod check;
 mod client;
 mod cluster;
+mod noisy;
 mod takeover;
 mod watch;
 
@@ -177,6 +183,16 @@ async fn main() -> anyhow::Result<()> {
         "100",
         "--shutdown-grace",
         "2s",
+        // Limits (issue 31): high defaults, so that only the noisy tenant,
+        // whose own limits are low, meets the rate limit; a small cap of
+        // open streams it can reach; a body deadline its trickling uploads
+        // meet within the run.
+        "--default-requests-per-minute",
+        "1000000",
+        "--default-max-open-streams",
+        "16",
+        "--request-body-timeout",
+        "10s",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -233,9 +249,19 @@ async fn main() -> anyhow::Result<()> {
         stats: Mutex::new(Stats::default()),
     });
 
+    let tenant = noisy::setup(&replicas[0].url, &http)
+        .await
+        .context("setting up the noisy tenant")?;
+
     // Run.
     let stop = CancellationToken::new();
     let started = Instant::now();
+    let noisy = tokio::spawn(noisy::run(
+        shared.clone(),
+        tenant,
+        seed.wrapping_add(3),
+        stop.clone(),
+    ));
     let mut clients = Vec::new();
     for i in 0..args.clients as usize {
         clients.push(tokio::spawn(client::run_client(
@@ -319,6 +345,7 @@ async fn main() -> anyhow::Result<()> {
     for c in clients {
         let _ = c.await;
     }
+    let noisy = noisy.await?;
     let mut views = Vec::new();
     for (chat, w) in watchers {
         views.push((chat, w.await?));
@@ -372,6 +399,13 @@ async fn main() -> anyhow::Result<()> {
     for (kind, n) in &stats.faults {
         println!("chaos: faults {kind} × {n}");
     }
+    for ((op, status), n) in &noisy.answers {
+        println!("chaos: noisy {op:<14} {status:>3} × {n}");
+    }
+    println!(
+        "chaos: noisy tenant held at most {} streams at once",
+        noisy.streams_held_at_most
+    );
     drop(stats);
     drop(ledger);
     for r in &mut replicas {
