@@ -198,6 +198,14 @@ async fn main() -> anyhow::Result<()> {
             acquisition_interval: Duration::from_secs(1),
             generate_titles: false,
             timeline: Timeline::new(recorder.clone()),
+            // One user runs every chat, up to 1000 at once: this measures
+            // the replica's cost per turn and per running chat, not the
+            // per-user and per-replica caps (bench_fairness does).
+            limits: chatd_core::limits::LimitDefaults {
+                max_runners: 100_000,
+                max_running_chats: i32::MAX,
+                ..Default::default()
+            },
             ..WorkerConfig::default()
         },
     });

@@ -1,15 +1,37 @@
-//! The acquisition loop (`spec/chatd-architecture.md`, "Acquisition loop").
+//! The acquisition loop (`spec/chatd-architecture.md`, "Acquisition loop";
+//! API.md "Limits, budgets and the token lifecycle": `--max-runners`,
+//! "Running chats").
 //!
-//! Woken by its timer and by `chat:ownership` hints, it finds chats in a
-//! runnable state (`R*`, `I*`, `A*`) that no runner holds (no worker, or no
-//! fresh heartbeat for the current runner, by database time), claims each
+//! Woken by its timer, by `chat:ownership` hints and by a runner of this
+//! replica ending while chats wait for a slot, it finds chats in a runnable
+//! state (`R*`, `I*`, `A*`) that no runner holds (no worker, or no fresh
+//! heartbeat for the current runner, by database time), claims each
 //! without waiting on rows other transactions hold (`SKIP LOCKED`), re-checks
 //! the conditions under the lock, applies `Acquire` with a fresh runner id and
 //! asks the runner manager to spawn a runner.
+//!
+//! Two caps decide what a pass may take:
+//!
+//! - this replica's runners: at most `limits.max_runners` at once
+//!   ([`Slots`]); a pass claims at most the free slots;
+//! - the owner's running chats, across every replica: the database decides.
+//!   The candidate query returns no more of a user's chats than the room
+//!   under their cap, in the order their turns began
+//!   ([`queries::chats::acquisition_candidates`]), and every claim locks the
+//!   owner's row and counts the chats runners hold before it acquires
+//!   ([`queries::chats::lock_owner_room`]), so two replicas claiming the same
+//!   user's chats at once take turns and never pass the cap. A chat held by
+//!   a runner counts whatever its status: a runner keeps a chat that went
+//!   idle for `abandon_idle_after` and answers a message sent meanwhile
+//!   without a new `Acquire`, so only counting it closes that way around the
+//!   cap. While chats wait for a slot, runners let idle chats go at once
+//!   (the abandon task asks [`Slots::contended`]), and a runner that ends
+//!   wakes this loop, which then claims the owner's next waiting chat.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 
 use chatd_pubsub::OWNERSHIP_CHANNEL;
 use chatd_store::queries;
@@ -42,9 +64,62 @@ const LOCKED_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis
 /// heartbeat is older than the bound by database time when the pass reads it.
 const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// This replica's runner slots (`--max-runners`) and whether runnable
+/// chats wait for a slot, shared by the acquisition loop, the runner
+/// manager and the runners' abandon tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Slots {
+    /// Runners this replica holds: one more for every chat acquired, one
+    /// fewer for every runner cleaned up (the manager's completion).
+    held: AtomicUsize,
+    /// The last pass left runnable chats unclaimed for want of a slot: this
+    /// replica's runners were all taken, or a user had more chats waiting
+    /// than room under their running-chat cap.
+    contended: AtomicBool,
+    /// Woken when a runner ends while [`Slots::contended`].
+    freed: tokio::sync::Notify,
+}
+
+impl Slots {
+    /// Runners held now.
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Whether chats wait for a slot (as the last pass saw it): a runner
+    /// should then let an idle chat go at once instead of keeping it for
+    /// `abandon_idle_after`, since the chat keeps its owner's slot and a
+    /// runner slot while held.
+    pub(crate) fn contended(&self) -> bool {
+        self.contended.load(Ordering::SeqCst)
+    }
+
+    /// A runner ended (cleaned up): its slot is free; wakes the acquisition
+    /// loop when chats wait for one.
+    pub(crate) fn runner_ended(&self) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if self.contended() {
+            self.freed.notify_one();
+        }
+    }
+
+    fn runner_started(&self) {
+        self.held.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn set_contended(&self, contended: bool) {
+        self.contended.store(contended, Ordering::SeqCst);
+    }
+}
+
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Pass {
+    /// How many chats the pass could take at most: the batch, or fewer
+    /// when fewer runner slots were free.
+    pub(crate) limit: i64,
     /// Chats this worker acquired.
     pub(crate) claimed: usize,
     /// Candidates whose row another transaction held (`SKIP LOCKED`).
@@ -52,6 +127,9 @@ pub(crate) struct Pass {
     /// Candidates whose claim failed with an error (logged; tried again
     /// at the next pass).
     pub(crate) failed: usize,
+    /// Candidates whose owner had no room under their running-chat cap
+    /// once locked (another replica took the slot first).
+    pub(crate) at_cap: usize,
 }
 
 pub(crate) struct AcquisitionLoop {
@@ -89,6 +167,7 @@ impl AcquisitionLoop {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => true,
                 _ = self.wake.notified() => false,
+                _ = self.ctx.slots.freed.notified() => false,
                 event = subscription.recv() => match event {
                     None => return,
                     Some(event) => {
@@ -97,6 +176,17 @@ impl AcquisitionLoop {
                     }
                 },
             };
+            // Hints that arrived meanwhile are served by this same pass: a
+            // burst of new chats queued one pass per hint, and a chat created
+            // right after the burst waited behind all of them (issue 31,
+            // bench_fairness).
+            loop {
+                match subscription.recv().now_or_never() {
+                    Some(Some(event)) => self.report_hint(&event),
+                    Some(None) => return,
+                    None => break,
+                }
+            }
             // Keep passing while a full batch was claimed (there may be
             // more), and retry soon when rows were locked by another
             // transaction at the time (a send or a runner task): no further
@@ -104,14 +194,25 @@ impl AcquisitionLoop {
             let mut locked_retries = 0;
             loop {
                 match self.pass().await {
-                    Ok(pass) if pass.claimed as i64 >= self.ctx.config.acquisition_batch => {
+                    Ok(pass)
+                        if pass.limit >= self.ctx.config.acquisition_batch
+                            && pass.claimed as i64 >= pass.limit =>
+                    {
                         continue;
                     }
                     Ok(pass) if pass.skipped_locked > 0 && locked_retries < LOCKED_RETRIES => {
                         locked_retries += 1;
+                        // A hint or a freed slot meanwhile passes at once:
+                        // a new chat must not wait out the retry delay.
                         tokio::select! {
                             _ = cancel.cancelled() => return,
                             _ = tokio::time::sleep(LOCKED_RETRY_DELAY) => {}
+                            _ = self.wake.notified() => {}
+                            _ = self.ctx.slots.freed.notified() => {}
+                            event = subscription.recv() => match event {
+                                None => return,
+                                Some(event) => self.report_hint(&event),
+                            },
                         }
                     }
                     Ok(_) => break,
@@ -161,23 +262,52 @@ impl AcquisitionLoop {
         }
     }
 
-    /// One pass over the candidates.
+    /// One pass over the candidates: at most as many as runner slots are
+    /// free (none when every slot is taken), within each owner's
+    /// running-chat cap.
     pub(crate) async fn pass(&self) -> chatd_store::StoreResult<Pass> {
         let stale = self.ctx.config.lease_stale_after.as_secs_f64();
+        let slots = &self.ctx.slots;
+        let free = self
+            .ctx
+            .config
+            .limits
+            .max_runners
+            .saturating_sub(slots.held());
+        let limit = self
+            .ctx
+            .config
+            .acquisition_batch
+            .min(i64::try_from(free).unwrap_or(i64::MAX));
+        let mut pass = Pass {
+            limit,
+            ..Pass::default()
+        };
+        if limit <= 0 {
+            // Every runner slot is taken: whatever waits, waits for one of
+            // ours to end (or for another replica).
+            slots.set_contended(true);
+            return Ok(pass);
+        }
         let candidates = queries::chats::acquisition_candidates(
             self.ctx.store.pool(),
             stale,
-            self.ctx.config.acquisition_batch,
+            limit,
+            self.ctx.config.limits.max_running_chats,
         )
         .await?;
-        let mut pass = Pass::default();
+        // Chats wait for a slot when an owner is at their cap, or when this
+        // pass fills the last free runner slots (there may be more).
+        let fills_runners = free as i64 <= self.ctx.config.acquisition_batch
+            && candidates.chat_ids.len() as i64 >= limit;
+        slots.set_contended(candidates.blocked || fills_runners);
         // One candidate that fails (a transient database error, a row in a
         // state that cannot be read) must not keep the others unowned: log
         // it and go on; the next pass tries it again. Claims run a few at a
-        // time: each is a short transaction that never waits for a lock
-        // (`SKIP LOCKED`), and one after the other a burst of new chats
+        // time: each is a short transaction that never waits for a chat's
+        // lock (`SKIP LOCKED`), and one after the other a burst of new chats
         // waited for every claim before it (issue 15).
-        let mut claims = futures::stream::iter(candidates)
+        let mut claims = futures::stream::iter(candidates.chat_ids)
             .map(|chat_id| async move { (chat_id, self.claim(chat_id).await) })
             .buffer_unordered(claim_concurrency(
                 self.ctx.store.pool().options().get_max_connections(),
@@ -186,6 +316,7 @@ impl AcquisitionLoop {
             match claimed {
                 Ok(Claim::Acquired) => pass.claimed += 1,
                 Ok(Claim::Locked) => pass.skipped_locked += 1,
+                Ok(Claim::AtCap) => pass.at_cap += 1,
                 Ok(Claim::NotACandidate) => {}
                 Err(err) => {
                     tracing::warn!(%chat_id, error = %err, "acquiring a candidate failed");
@@ -193,11 +324,15 @@ impl AcquisitionLoop {
                 }
             }
         }
+        if pass.at_cap > 0 {
+            slots.set_contended(true);
+        }
         Ok(pass)
     }
 
-    /// Claims one candidate: re-checks it under its row lock and applies
-    /// `Acquire` with a fresh runner id, then spawns its runner.
+    /// Claims one candidate: re-checks it under its row lock, checks its
+    /// owner's room under the owner's lock, and applies `Acquire` with a
+    /// fresh runner id, then spawns its runner.
     async fn claim(&self, chat_id: Uuid) -> chatd_store::StoreResult<Claim> {
         let stale = self.ctx.config.lease_stale_after.as_secs_f64();
         let Some(mut tx) = self.ctx.store.machine(chat_id).try_begin().await? else {
@@ -213,9 +348,23 @@ impl AcquisitionLoop {
         {
             return Ok(Claim::NotACandidate);
         }
+        // The owner's cap, decided under the owner's lock (after the chat's:
+        // the one lock order of every claim) by a count that sees every
+        // claim committed before it.
+        let room = queries::chats::lock_owner_room(
+            tx.reader().await?,
+            chat.owner_id,
+            self.ctx.config.limits.max_running_chats,
+            stale,
+        )
+        .await?;
+        if room <= 0 {
+            return Ok(Claim::AtCap);
+        }
         let runner_id = Uuid::new_v4();
         tx.acquire(self.ctx.config.worker_id, runner_id).await?;
         let acquired = tx.commit().await?;
+        self.ctx.slots.runner_started();
         self.ctx.config.timeline.hop(chat_id, Hop::Acquired);
         tracing::info!(%chat_id, %runner_id, previous_worker = ?chat.worker_id, "acquired chat");
         self.manager
@@ -232,6 +381,8 @@ enum Claim {
     Locked,
     /// Under the lock it was not runnable, or its lease was fresh.
     NotACandidate,
+    /// Its owner's chats held by runners already reach their cap.
+    AtCap,
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ pub(crate) struct WorkerContext {
     pub(crate) local_locks: LocalLocks,
     /// Cancels best-effort background work (title generation) on shutdown.
     pub(crate) background: CancellationToken,
+    /// This replica's runner slots (`--max-runners`) and whether chats wait
+    /// for one ([`crate::acquisition::Slots`]).
+    pub(crate) slots: crate::acquisition::Slots,
 }
 
 /// In-memory locks scoped to `(chat_id, history_version, status)` (spec

@@ -149,7 +149,7 @@ impl RunnerManager {
 
     /// Processes one request at a time: spawn, cleanup (cancel without
     /// waiting; a helper task waits and reports completion), completion
-    /// (forget the runner).
+    /// (forget the runner and free its slot, [`crate::acquisition::Slots`]).
     async fn main_loop(mut self, cancel: CancellationToken, runners_cancel: CancellationToken) {
         loop {
             tokio::select! {
@@ -157,13 +157,19 @@ impl RunnerManager {
                 Some((key, acquired_at)) = self.spawn_rx.recv() => self.spawn_runner(key, acquired_at, &runners_cancel),
                 Some(key) = self.cleanup_rx.recv() => self.cleanup_runner(key),
                 Some(key) = self.done_rx.recv() => {
-                    let mut runners = self.handle.registry.lock();
-                    if let Some(chat) = runners.get_mut(&key.chat_id) {
-                        chat.remove(&key.runner_id);
-                        if chat.is_empty() {
-                            runners.remove(&key.chat_id);
+                    {
+                        let mut runners = self.handle.registry.lock();
+                        if let Some(chat) = runners.get_mut(&key.chat_id) {
+                            chat.remove(&key.runner_id);
+                            if chat.is_empty() {
+                                runners.remove(&key.chat_id);
+                            }
                         }
                     }
+                    // Its slot is free (`--max-runners`, and its owner's
+                    // running-chat cap once the chat was abandoned): chats
+                    // waiting for one start now, not at the next timer pass.
+                    self.ctx.slots.runner_ended();
                 }
             }
         }

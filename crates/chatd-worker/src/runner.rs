@@ -413,6 +413,7 @@ mod tests {
             config,
             local_locks: LocalLocks::default(),
             background: CancellationToken::new(),
+            slots: Default::default(),
         });
         let (input_tx, inputs) = mpsc::unbounded_channel();
         let (cleanup, cleanup_rx) = mpsc::unbounded_channel();

@@ -69,6 +69,7 @@ impl Worker {
             config: deps.config,
             local_locks: LocalLocks::default(),
             background: CancellationToken::new(),
+            slots: Default::default(),
         });
         let cancel = CancellationToken::new();
         let runners_cancel = CancellationToken::new();

@@ -1301,11 +1301,53 @@ pub async fn lock_idle_family_nowait(
 
 // ---------------------------------------------------------------- workers
 
-/// Chats a worker may acquire (spec "Acquisition loop"): runnable
+/// `SELECT count(*)` of the chats of the owner `$owner` (an SQL expression)
+/// that a runner holds: a worker and runner set and a heartbeat of that
+/// runner newer than `$1` seconds. Whatever their status: a runner keeps a
+/// chat that went idle for `abandon_idle_after` and answers a message sent
+/// meanwhile without a new `Acquire`, so a held idle chat must keep its
+/// slot or the cap could be passed that way.
+macro_rules! held_chats_sql {
+    ($owner:literal) => {
+        concat!(
+            "SELECT count(*) FROM chats held WHERE held.owner_id = ",
+            $owner,
+            " AND held.worker_id IS NOT NULL AND held.runner_id IS NOT NULL
+              AND EXISTS (SELECT 1 FROM chat_heartbeats hb
+                           WHERE hb.chat_id = held.id AND hb.runner_id = held.runner_id
+                             AND hb.heartbeat_at >= now() - make_interval(secs => $1))"
+        )
+    };
+}
+
+/// What [`acquisition_candidates`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AcquisitionCandidates {
+    /// Chats to try to acquire, at most the `limit` asked for: each user's
+    /// waiting chats in the order their turns began (`turn_started_at`, then
+    /// id), no more of a user's than the room under their running-chat cap,
+    /// every user's first before anyone's second.
+    pub chat_ids: Vec<Uuid>,
+    /// Some user has more waiting chats than room under their cap: those
+    /// chats wait for a slot (a runner that ends should wake acquisition).
+    pub blocked: bool,
+}
+
+/// Chats a worker may acquire (spec "Acquisition loop"; API.md "Limits,
+/// budgets and the token lifecycle": "Running chats"): runnable
 /// ([`crate::rules::RUNNABLE_CHAT_SQL`]) and held by no runner (no worker,
 /// or no heartbeat of the current runner newer than `stale_after_secs`,
-/// database time); least recently changed first, at most `limit`. A hint:
-/// the acquisition checks again under the row lock.
+/// database time), and within their owner's running-chat cap.
+///
+/// A user's cap is `users.max_running_chats`, or `default_max_running_chats`
+/// when the row has none; the chats it counts are those a runner holds (see
+/// [`held_chat_count`]). Per user, the waiting chats are ranked by turn
+/// start and only the first `cap - held` are returned, so one user's
+/// thousand waiting chats never fill the batch ahead of another user's:
+/// the result is ordered by that rank first (every user's first waiting
+/// chat, then every user's second, ...), then by turn start; at most
+/// `limit` ids. A hint: a claim checks again under the row lock and under
+/// the owner's lock ([`lock_owner_room`]).
 ///
 /// # Example
 ///
@@ -1315,32 +1357,166 @@ pub async fn lock_idle_family_nowait(
 /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
 /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
 /// // Running and held by no runner: a candidate.
-/// assert_eq!(chats::acquisition_candidates(pool, 30.0, 10).await?, vec![chat.id]);
+/// let found = chats::acquisition_candidates(pool, 30.0, 10, 8).await?;
+/// assert_eq!((found.chat_ids, found.blocked), (vec![chat.id], false));
+/// // With a cap of 0 for everyone, it waits.
+/// let found = chats::acquisition_candidates(pool, 30.0, 10, 0).await?;
+/// assert_eq!((found.chat_ids, found.blocked), (vec![], true));
 /// // Acquired, with a fresh heartbeat: not.
 /// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
 /// let machine = store.machine(chat.id);
 /// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
-/// assert!(chats::acquisition_candidates(pool, 30.0, 10).await?.is_empty());
+/// let found = chats::acquisition_candidates(pool, 30.0, 10, 8).await?;
+/// assert_eq!((found.chat_ids, found.blocked), (vec![], false));
 /// # Ok(()) }
 /// ```
 pub async fn acquisition_candidates(
     conn: impl PgExecutor<'_>,
     stale_after_secs: f64,
     limit: i64,
-) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(concat!(
-        "SELECT c.id FROM chats c WHERE ",
+    default_max_running_chats: i32,
+) -> sqlx::Result<AcquisitionCandidates> {
+    let (chat_ids, blocked): (Vec<Uuid>, bool) = sqlx::query_as(concat!(
+        "WITH waiting AS (
+            SELECT c.id, c.owner_id, c.turn_started_at,
+                   row_number() OVER (PARTITION BY c.owner_id ORDER BY c.turn_started_at, c.id) AS place
+              FROM chats c
+             WHERE ",
         runnable_chat_sql!("c."),
         " AND (c.worker_id IS NULL OR c.runner_id IS NULL OR NOT EXISTS (
-                SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
-                  AND h.heartbeat_at >= now() - make_interval(secs => $1)))
-         ORDER BY c.updated_at
-         LIMIT $2"
+                    SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
+                      AND h.heartbeat_at >= now() - make_interval(secs => $1)))
+         ), room AS (
+            SELECT u.id AS owner_id, coalesce(u.max_running_chats, $3) - (",
+        held_chats_sql!("u.id"),
+        ") AS room
+              FROM users u WHERE u.id IN (SELECT owner_id FROM waiting)
+         )
+         SELECT ARRAY(SELECT w.id FROM waiting w JOIN room r USING (owner_id)
+                       WHERE w.place <= r.room
+                       ORDER BY w.place, w.turn_started_at, w.id LIMIT $2),
+                EXISTS (SELECT 1 FROM waiting w JOIN room r USING (owner_id) WHERE w.place > r.room)"
     ))
     .bind(stale_after_secs)
     .bind(limit)
-    .fetch_all(conn)
-    .await
+    .bind(default_max_running_chats)
+    .fetch_one(conn)
+    .await?;
+    Ok(AcquisitionCandidates { chat_ids, blocked })
+}
+
+/// How many chats of `owner_id` a runner holds now (API.md "Running chats";
+/// `running_chats` of the usage report): chats with a worker and runner
+/// whose heartbeat is newer than `stale_after_secs` (database time),
+/// whatever their status (a runner keeps a chat that went idle for a
+/// moment, and a message sent meanwhile runs without a new `Acquire`).
+/// These are the chats the running-chat cap counts.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 0);
+/// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+/// let machine = store.machine(chat.id);
+/// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
+/// assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 1);
+/// # Ok(()) }
+/// ```
+pub async fn held_chat_count(
+    conn: impl PgExecutor<'_>,
+    owner_id: Uuid,
+    stale_after_secs: f64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(held_chats_sql!("$2"))
+        .bind(stale_after_secs)
+        .bind(owner_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Locks the row of user `owner_id` (`FOR NO KEY UPDATE`, until the
+/// transaction on `conn` ends) and returns how many more of their chats a
+/// runner may take now: their running-chat cap (`users.max_running_chats`,
+/// else `default_max_running_chats`) minus [`held_chat_count`]; 0 or less
+/// means none. `0` when the user does not exist.
+///
+/// The lock makes the cap hold across replicas: two claims of the same
+/// user's chats take it one after the other, and the count, a statement of
+/// its own after the lock is granted, sees the chat the other claim
+/// acquired (READ COMMITTED takes a new snapshot per statement). Lock order
+/// everywhere: the chat row first (the claim's `SKIP LOCKED`), then the
+/// user. `FOR NO KEY UPDATE` leaves inserts that reference the user (new
+/// chats, their `KEY SHARE` check) unblocked.
+///
+/// # Errors
+/// Database errors only.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// let mut tx = pool.begin().await?;
+/// assert_eq!(chats::lock_owner_room(&mut tx, owner, 8, 30.0).await?, 8);
+/// tx.commit().await?;
+/// sqlx::query("UPDATE users SET max_running_chats = 2 WHERE id = $1").bind(owner).execute(pool).await?;
+/// let mut tx = pool.begin().await?;
+/// assert_eq!(chats::lock_owner_room(&mut tx, owner, 8, 30.0).await?, 2);
+/// # Ok(()) }
+/// ```
+pub async fn lock_owner_room(
+    conn: &mut PgConnection,
+    owner_id: Uuid,
+    default_max_running_chats: i32,
+    stale_after_secs: f64,
+) -> sqlx::Result<i64> {
+    let cap: Option<i32> = sqlx::query_scalar(
+        "SELECT coalesce(max_running_chats, $2) FROM users WHERE id = $1 FOR NO KEY UPDATE",
+    )
+    .bind(owner_id)
+    .bind(default_max_running_chats)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(cap) = cap else { return Ok(0) };
+    let held = held_chat_count(&mut *conn, owner_id, stale_after_secs).await?;
+    Ok(i64::from(cap) - held)
+}
+
+/// How many children chat `parent` has (chats whose `parent_chat_id` is
+/// it, archived ones included): what the sub-agent fan-out cap counts
+/// (`--max-subagents-per-chat`, API.md "Limits, budgets and the token
+/// lifecycle"). Children are created only under the parent's row lock (a
+/// `CommitStep` of the parent), so read in that transaction the count
+/// cannot change before the commit.
+///
+/// # Errors
+/// Database errors only.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let parent = fx.create_chat("hi").await?.chat;
+/// assert_eq!(chats::child_count(pool, parent.id).await?, 0);
+/// let mut tx = store.machine(parent.id).begin().await?;
+/// let first = chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("sub-task")]);
+/// let child = chatd_store::CreateChatInput { owner_id: owner, initial_messages: vec![first], ..Default::default() };
+/// tx.create_child(child).await?;
+/// assert_eq!(chats::child_count(tx.reader().await?, parent.id).await?, 1);
+/// # Ok(()) }
+/// ```
+pub async fn child_count(conn: impl PgExecutor<'_>, parent: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM chats WHERE parent_chat_id = $1")
+        .bind(parent)
+        .fetch_one(conn)
+        .await
 }
 
 /// Seconds (database time, ≥ 0) until the first lease held by another

@@ -344,6 +344,7 @@ async fn check_form(transition: Transition, form: Form) {
             let chat = h.chat(id).await;
             (chat.snapshot_version, chat.retry_state)
         };
+        let turn_before = turn_started_at(&h, id).await;
         let result = apply(&h, id, transition, form).await;
         if form == Form::Spawning {
             let children: i64 =
@@ -384,6 +385,15 @@ async fn check_form(transition: Transition, form: Form) {
                 check_context(&h, id, transition, from, &chat).await;
                 check_queue_effects(&h, id, transition, form, from, &before, &chat).await;
                 check_retry_state(transition, from, to, retry_before.is_some(), &chat);
+                // A turn starts exactly when the chat becomes runnable
+                // (migration 0016: the order waiting chats start in).
+                if from != ExecutionState::N {
+                    assert_eq!(
+                        turn_started_at(&h, id).await != turn_before,
+                        !from.is_runnable() && to.is_runnable(),
+                        "{transition} from {from} to {to}: turn_started_at"
+                    );
+                }
             }
             None => {
                 let err = result.expect_err(&format!("{transition} from {from} must be rejected"));
@@ -412,6 +422,15 @@ async fn check_form(transition: Transition, form: Form) {
             }
         }
     }
+}
+
+/// `chats.turn_started_at` of chat `id` (`None` when it does not exist).
+async fn turn_started_at(h: &Harness, id: Uuid) -> Option<chrono::DateTime<chrono::Utc>> {
+    sqlx::query_scalar("SELECT turn_started_at FROM chats WHERE id = $1")
+        .bind(id)
+        .fetch_optional(h.pool())
+        .await
+        .expect("turn_started_at")
 }
 
 /// The committed `Chat.context` columns are what a full read of the

@@ -14,7 +14,11 @@
 //!   as its first user message (so it starts running), and `subagents` too
 //!   (children may spawn their own, down to [`chatd_store::MAX_CHAT_DEPTH`]);
 //!   no dynamic tools (no client answers a child's). A call at the deepest
-//!   level is answered with an error result.
+//!   level is answered with an error result, and so is a call past the
+//!   fan-out cap: a chat has at most `limits.max_subagents_per_chat`
+//!   children (`--max-subagents-per-chat`, API.md "Limits, budgets and the
+//!   token lifecycle"), counted in the database inside the commit that
+//!   would create the child, under the parent's row lock ([`create_spawned`]).
 //! - `wait_agent {chat_id, timeout_s?}` → `{status, last_message,
 //!   timed_out}`: never run in the step whose response made it. That step
 //!   commits the call without a result, and the next generation answers it
@@ -277,6 +281,70 @@ impl Spawn {
     /// The result the call answers with once the child is `chat_id`.
     pub(super) fn result(chat_id: Uuid) -> Value {
         json!({ "chat_id": chat_id })
+    }
+}
+
+/// Creates the child of `spawn` in the parent's `CommitStep` bundle `tx`
+/// and points the call's result in `messages` at it (the child an earlier
+/// commit of the same key created, if any) — unless that would pass the
+/// fan-out cap: when the parent already has `max_children` children and
+/// none of them is this call's, nothing is created and the result becomes
+/// an error naming the cap (API.md: "more is an error result to the
+/// model"). The bundle holds the parent's row lock, under which alone
+/// children are created, so concurrent spawns cannot pass the cap.
+///
+/// # Errors
+/// As [`chatd_store::ChatTx::create_child`].
+pub(super) async fn create_spawned(
+    tx: &mut chatd_store::ChatTx,
+    spawn: Spawn,
+    max_children: u32,
+    messages: &mut [NewMessage],
+) -> chatd_store::StoreResult<()> {
+    let parent = tx.chat().await?.id;
+    let conn = tx.reader().await?;
+    let earlier = match &spawn.input.spawn_key {
+        Some(key) => queries::chats::child_by_spawn_key(&mut *conn, parent, key).await?,
+        None => None,
+    };
+    if earlier.is_none() {
+        let children = queries::chats::child_count(&mut *conn, parent).await?;
+        if children >= i64::from(max_children) {
+            patch_result(messages, &spawn.tool_call_id, fan_out_error(max_children));
+            return Ok(());
+        }
+    }
+    let (child, _) = tx.create_child(spawn.input).await?;
+    patch_spawn_result(messages, &spawn.tool_call_id, child);
+    Ok(())
+}
+
+/// The error result of a `spawn_agent` call past the fan-out cap of
+/// `max_children` children per chat.
+pub(super) fn fan_out_error(max_children: u32) -> ToolOutcome {
+    ToolOutcome::error(format!(
+        "spawn_agent failed: this chat already has {max_children} sub-agents, the most one chat \
+         may spawn (--max-subagents-per-chat). Reuse one with message_agent, or do the task \
+         yourself."
+    ))
+}
+
+/// Replaces the result of `tool_call_id` in `messages` by `outcome`.
+fn patch_result(messages: &mut [NewMessage], tool_call_id: &str, outcome: ToolOutcome) {
+    for message in messages {
+        for part in &mut message.content {
+            if let MessagePart::ToolResult {
+                tool_call_id: id,
+                result,
+                is_error,
+                ..
+            } = part
+                && id == tool_call_id
+            {
+                *result = outcome.result.clone();
+                *is_error = outcome.is_error;
+            }
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use chatd_core::{ChatError, ChatErrorKind, FinishReason as MessageFinishReason, 
 use chatd_llm::{FinishReason, Provider, ResponseBuilder};
 use chatd_store::NewMessage;
 
-use super::agents::{Spawn, patch_spawn_result};
+use super::agents::{Spawn, create_spawned};
 use super::plan::ModelCall;
 use super::tools::ToolStep;
 use super::{Exit, TaskContext, TaskResult, title};
@@ -138,13 +138,13 @@ async fn try_commit_step(
     spawns: Vec<Spawn>,
     next: Next,
 ) -> TaskResult<()> {
+    let max_children = task.ctx.config.limits.max_subagents_per_chat;
     task.transition(what, move |tx, _| {
         let mut messages = messages.clone();
         let spawns = spawns.clone();
         Box::pin(async move {
             for spawn in spawns {
-                let (child, _) = tx.create_child(spawn.input).await?;
-                patch_spawn_result(&mut messages, &spawn.tool_call_id, child);
+                create_spawned(tx, spawn, max_children, &mut messages).await?;
             }
             match next {
                 Next::FinishTurn => {

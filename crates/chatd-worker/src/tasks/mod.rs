@@ -133,9 +133,11 @@ impl TaskContext {
 }
 
 /// "Abandon chat goroutine": `Abandon`, once the fence shows the runner
-/// still owns the chat.
+/// still owns the chat. An idle chat is kept for `abandon_after` first,
+/// unless chats wait for a runner slot or their owner's running-chat slot
+/// ([`crate::acquisition::Slots::contended`]): a held chat keeps both.
 async fn abandon(task: &TaskContext) -> TaskResult<()> {
-    if !task.abandon_after.is_zero() {
+    if !task.abandon_after.is_zero() && !task.ctx.slots.contended() {
         task.sleep(task.abandon_after).await?;
     }
     task.transition("abandoning the chat", |tx, _| {

@@ -16,7 +16,9 @@
 //! 3. only dynamic (client-side) calls pending: enter requires-action;
 //! 4. the model answered last, or the user interrupted the tool calls:
 //!    finish the turn;
-//! 5. the turn used its step budget: stop with an error;
+//! 5. the turn used its step budget (`--max-steps-per-turn`, API.md
+//!    "Limits, budgets and the token lifecycle"): stop with the
+//!    `usage_limit` error of [`step_limit_error`];
 //! 6. otherwise call the model (or fail the turn when the chat has none).
 //!
 //! A requested compaction skips 1 to 5: the history is compacted
@@ -33,8 +35,8 @@
 use std::collections::HashSet;
 
 use chatd_core::{
-    ChatRole, DynamicTool, INTERRUPTED_TOOL_RESULT, MessagePart, ModelOptions, Visibility,
-    outstanding_tool_calls,
+    ChatError, ChatErrorKind, ChatRole, DynamicTool, INTERRUPTED_TOOL_RESULT, MessagePart,
+    ModelOptions, Visibility, outstanding_tool_calls,
 };
 use chatd_llm::{ModelRequest, RequestMessage, ToolSpec};
 use chatd_store::queries::model_configs::ModelConfigDef;
@@ -93,7 +95,8 @@ pub(super) enum Plan<P> {
     EnterRequiresAction,
     /// Calls without results that this worker answers itself.
     AnswerOutstanding(Outstanding),
-    /// The turn has used its step budget.
+    /// The turn has used its step budget: end it with
+    /// [`step_limit_error`].
     StepLimit,
     /// No usable model: the message says why.
     NoModel(String),
@@ -141,6 +144,23 @@ pub(super) struct ModelCall<P> {
     /// Generate a title once this answer is committed (spec-free extra:
     /// issue "Title"): no text answer yet and the default title.
     pub(super) wants_title: bool,
+}
+
+/// The error a turn ends with at [`Plan::StepLimit`] (API.md "Limits,
+/// budgets and the token lifecycle": `--max-steps-per-turn`): kind
+/// `usage_limit`, not retryable, and a message naming the limit of
+/// `max_steps_per_turn` model calls and what to do next.
+// Until the generation task's `Plan::StepLimit` arm ends the turn with it.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(super) fn step_limit_error(max_steps_per_turn: usize) -> ChatError {
+    ChatError::new(
+        ChatErrorKind::UsageLimit,
+        format!(
+            "The turn stopped: it reached the limit of {max_steps_per_turn} model calls in one \
+             turn (--max-steps-per-turn) without finishing. Send a message to continue."
+        ),
+        false,
+    )
 }
 
 /// Decides the next step; see the module doc for the order.

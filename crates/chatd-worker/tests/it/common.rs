@@ -386,6 +386,18 @@ pub async fn transcript(env: &Env, chat_id: Uuid) -> Vec<(ChatRole, String)> {
 pub struct WorkerConfigExt;
 
 impl WorkerConfigExt {
+    /// [`fast_config`] with a per-user running-chat cap (the default of
+    /// `users.max_running_chats`) other than the server's 8.
+    pub fn with_running_chat_cap(max_running_chats: i32) -> WorkerConfig {
+        WorkerConfig {
+            limits: chatd_core::limits::LimitDefaults {
+                max_running_chats,
+                ..Default::default()
+            },
+            ..fast_config()
+        }
+    }
+
     /// [`fast_config`] with a retry budget.
     pub fn with_retries(retries: i64) -> WorkerConfig {
         WorkerConfig {

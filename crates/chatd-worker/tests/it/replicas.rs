@@ -207,7 +207,9 @@ async fn graceful_shutdown_leaves_no_chat_owned_even_while_its_own_abandons_wake
     env.llm
         .set_default(Script::new().then_text("working").hang());
     for round in 0..3 {
-        let a = env.worker();
+        // One user's 12 chats (and the last round's, to finish): above the
+        // default running-chat cap of 8.
+        let a = env.worker_with(crate::common::WorkerConfigExt::with_running_chat_cap(100));
         let mut chats = Vec::new();
         for i in 0..12 {
             chats.push(env.create_chat(&format!("round {round} chat {i}")).await);

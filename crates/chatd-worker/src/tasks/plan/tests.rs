@@ -271,6 +271,23 @@ fn the_step_budget_counts_answers_since_the_last_user_message() {
 }
 
 #[test]
+fn the_step_limit_ends_the_turn_with_a_usage_limit_error_naming_the_cap() {
+    let error = step_limit_error(250);
+    assert_eq!(error.kind, ChatErrorKind::UsageLimit);
+    assert!(!error.retryable);
+    assert!(
+        error.message.contains("limit of 250 model calls"),
+        "{}",
+        error.message
+    );
+    assert!(
+        error.message.contains("--max-steps-per-turn"),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
 fn a_chat_without_a_model_fails_when_the_model_is_due() {
     let no_model = |history: &[HistoryMessage<'_>]| {
         plan::<()>(PlanInput {
