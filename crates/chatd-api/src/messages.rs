@@ -338,6 +338,7 @@ pub async fn send_message(
     // earlier send still gets its response).
     if let Some(response) = crate::usage::refuse_send_over_budget(
         &state,
+        &target.caller.user,
         &target.chat,
         req.client_message_id.as_deref(),
         &fingerprint,
@@ -440,7 +441,7 @@ pub async fn edit_message(
     check_model_config(&state, req.model_config_id, "model_config_id").await?;
     require_owner(&caller, &chat)?;
     // API.md "Budgets": over budget, nothing changes.
-    crate::usage::refuse_over_budget(&state, chat.owner_id).await?;
+    crate::usage::refuse_over_budget(&state, &caller.user).await?;
 
     let mut tx = begin(&state, id, true).await?;
     let target = messages::select(tx.conn().await?, id, message_id).await?;

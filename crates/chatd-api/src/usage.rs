@@ -18,10 +18,9 @@ use chatd_store::queries::usage::{self as ledger, Exceeded};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 use crate::app::AppState;
-use crate::auth::Caller;
+use crate::auth::{Caller, User};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E429};
 use crate::extract::PathParams;
 use crate::users::target_user;
@@ -85,17 +84,23 @@ pub async fn get_user_usage(
     }))
 }
 
-/// `429` when user `owner_id` has reached a budget of the period: what a
-/// chat creation, send, edit or regenerate answers, before it changes
-/// anything. One indexed read (the user's budget columns and the period's
-/// ledger rows); `Ok` for an unknown user (the route decides about those).
+/// `429` when `owner` (the authenticated chat owner: sends, edits and
+/// regenerates are owner-only, a creation's owner is the caller) has
+/// reached a budget of the period: what a chat creation, send, edit or
+/// regenerate answers, before it changes anything. No read at all when
+/// the owner has no budget; else one indexed read of the period's ledger
+/// rows (the limits were read with the caller's token).
 ///
 /// # Errors
 /// `429` whose `detail` names the budget, what was used of it and when it
 /// resets; database errors.
-pub(crate) async fn refuse_over_budget(state: &AppState, owner_id: Uuid) -> ApiResult<()> {
-    let owner = ledger::of_user(state.store().pool(), owner_id).await?;
-    match owner.and_then(|o| o.exceeded(&state.options().limits)) {
+pub(crate) async fn refuse_over_budget(state: &AppState, owner: &User) -> ApiResult<()> {
+    let limits = &owner.limits;
+    if limits.monthly_budget_micros.is_none() && limits.monthly_token_budget.is_none() {
+        return Ok(());
+    }
+    let period = ledger::period(state.store().pool(), owner.id).await?;
+    match ledger::exceeded(limits, &period) {
         Some(exceeded) => Err(over_budget(&exceeded)),
         None => Ok(()),
     }
@@ -107,8 +112,8 @@ pub(crate) fn over_budget(exceeded: &Exceeded) -> ApiError {
         .with_detail(exceeded.message())
 }
 
-/// [`refuse_over_budget`] for a send to `chat` (whose owner's budgets
-/// count) with `client_message_id` and the request's `fingerprint`: over
+/// [`refuse_over_budget`] for a send by `owner` to `chat` with
+/// `client_message_id` and the request's `fingerprint`: over
 /// budget, a repeat of an earlier send with the same key and body still
 /// answers with that send's stored response (API.md "Idempotency": a
 /// repeat changes nothing and returns the first response), returned as
@@ -118,11 +123,12 @@ pub(crate) fn over_budget(exceeded: &Exceeded) -> ApiError {
 /// As [`refuse_over_budget`].
 pub(crate) async fn refuse_send_over_budget(
     state: &AppState,
+    owner: &User,
     chat: &chatd_store::Chat,
     client_message_id: Option<&str>,
     fingerprint: &[u8],
 ) -> ApiResult<Option<serde_json::Value>> {
-    let refused = match refuse_over_budget(state, chat.owner_id).await {
+    let refused = match refuse_over_budget(state, owner).await {
         Ok(()) => return Ok(None),
         Err(refused) => refused,
     };

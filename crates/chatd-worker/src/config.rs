@@ -79,6 +79,10 @@ pub struct WorkerConfig {
     /// How often the files sweep looks for them (10 min; the first pass
     /// runs at start; [`crate::files_sweep`]).
     pub files_sweep_interval: Duration,
+    /// Check the owner's budgets before every model call (true; API.md
+    /// "Budgets"). `false` only for benchmarks that measure the check's
+    /// cost (`chatd-api`'s `bench_budget`): `chatd serve` always checks.
+    pub check_budgets: bool,
 }
 
 impl Default for WorkerConfig {
@@ -108,6 +112,7 @@ impl Default for WorkerConfig {
             limits: chatd_core::limits::LimitDefaults::default(),
             unlinked_file_ttl: Duration::from_secs(24 * 60 * 60),
             files_sweep_interval: Duration::from_secs(10 * 60),
+            check_budgets: true,
         }
     }
 }

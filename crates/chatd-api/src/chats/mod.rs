@@ -416,7 +416,7 @@ pub async fn create_chat(
         }
     }
     // API.md "Budgets": over budget, nothing is created.
-    crate::usage::refuse_over_budget(&state, caller.id()).await?;
+    crate::usage::refuse_over_budget(&state, &caller.user).await?;
 
     let mut initial_messages = Vec::with_capacity(2);
     if let Some(prompt) = system_prompt {

@@ -272,6 +272,37 @@ pub async fn of_user(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<O
     Ok(row.map(OwnerUsage::from))
 }
 
+/// The current period's totals of user `user_id` (zeros for a user with
+/// no calls, or no such user): for a caller whose limits are known already
+/// (the API's authenticated user). One primary-key range scan.
+///
+/// # Errors
+/// Database errors.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::usage;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
+/// let created = fx.create_chat("hi").await?;
+/// usage::add(pool, created.chat.id, 5, 4, 3).await?;
+/// let period = usage::period(pool, owner).await?;
+/// assert_eq!((period.spent_micros, period.tokens()), (5, 7));
+/// assert_eq!(usage::period(pool, uuid::Uuid::new_v4()).await?.tokens(), 0);
+/// # Ok(()) }
+/// ```
+pub async fn period(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<PeriodUsage> {
+    let sql = concat!(
+        "SELECT p.period_start,
+                coalesce(s.spent_micros, 0)::int8 AS spent_micros,
+                coalesce(s.input_tokens, 0)::int8 AS input_tokens,
+                coalesce(s.output_tokens, 0)::int8 AS output_tokens",
+        owner_from!("(SELECT $1::uuid AS id) u"),
+    );
+    sqlx::query_as(sql).bind(user_id).fetch_one(conn).await
+}
+
 /// [`of_user`] of the owner of chat `chat_id`; `None` when the chat does
 /// not exist.
 ///

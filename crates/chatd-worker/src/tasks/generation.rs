@@ -165,6 +165,9 @@ async fn finish_over_budget(task: &TaskContext, exceeded: &Exceeded) -> TaskResu
 /// retried attempt: other chats of the owner may have spent meanwhile);
 /// the budget at or over its limit, if any.
 async fn over_budget(task: &TaskContext, owner_id: Uuid) -> TaskResult<Option<Exceeded>> {
+    if !task.ctx.config.check_budgets {
+        return Ok(None);
+    }
     let pool = task.ctx.store.pool();
     let owner = task
         .retrying("reading the owner's budgets", || async {
@@ -415,10 +418,14 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     };
     // One indexed read (the owner's row and its ledger rows of the period),
     // in the transaction that is open anyway.
-    let over_budget = queries::usage::of_user(locked.conn(), chat.owner_id)
-        .await
-        .map_err(store_error)?
-        .and_then(|owner| owner.exceeded(&task.ctx.config.limits));
+    let over_budget = if task.ctx.config.check_budgets {
+        queries::usage::of_user(locked.conn(), chat.owner_id)
+            .await
+            .map_err(store_error)?
+            .and_then(|owner| owner.exceeded(&task.ctx.config.limits))
+    } else {
+        None
+    };
     locked.finish().await?;
     Ok(Loaded {
         chat,

@@ -110,10 +110,12 @@ fn spawn(
 ) {
     tokio::spawn(async move {
         let work = async {
-            let owner =
-                chatd_store::queries::usage::of_chat_owner(ctx.store.pool(), chat_id).await?;
-            if owner.is_some_and(|o| o.exceeded(&ctx.config.limits).is_some()) {
-                return Ok(Titled::OverBudget);
+            if ctx.config.check_budgets {
+                let owner =
+                    chatd_store::queries::usage::of_chat_owner(ctx.store.pool(), chat_id).await?;
+                if owner.is_some_and(|o| o.exceeded(&ctx.config.limits).is_some()) {
+                    return Ok(Titled::OverBudget);
+                }
             }
             let (title, usage) =
                 generate(provider.as_ref(), &model.name, &first_message, &answer).await?;
