@@ -290,3 +290,30 @@ async fn the_bootstrap_token_re_enables_the_admin_user() {
     let admin = s.call("GET", "/api/v2/users/me", Some(token), None).await;
     assert_eq!(admin.expect(200)["disabled"], false);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_describes_the_user_and_token_routes() {
+    let s = Server::start().await;
+    let doc = s.call("GET", "/api/v2/openapi.json", None, None).await;
+    let doc = doc.expect(200);
+    let paths = &doc["paths"];
+    assert!(paths["/api/v2/users"]["get"].is_object());
+    let patch = &paths["/api/v2/users/{user}"]["patch"];
+    assert!(patch["responses"]["200"].is_object(), "{patch}");
+    assert!(patch["responses"]["429"].is_object(), "{patch}");
+    let body = patch["requestBody"]["content"]["application/json"]["schema"]["$ref"].as_str();
+    assert_eq!(
+        body,
+        Some("#/components/schemas/PatchUserRequest"),
+        "{patch}"
+    );
+    assert!(paths["/api/v2/users/{user}/tokens"]["get"].is_object());
+    assert!(paths["/api/v2/users/{user}/tokens/{id}"]["delete"]["responses"]["204"].is_object());
+    let user = &doc["components"]["schemas"]["User"]["properties"];
+    assert!(
+        user["disabled"].is_object() && user["limits"].is_object(),
+        "{user}"
+    );
+    let token = &doc["components"]["schemas"]["Token"]["properties"];
+    assert!(token["last_used_at"].is_object(), "{token}");
+}
