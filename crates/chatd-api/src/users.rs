@@ -198,14 +198,24 @@ impl PatchUserRequest {
     }
 }
 
-/// A new token: the clear value is returned exactly once.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// A new token: the clear value is returned exactly once. `Debug` prints
+/// no token.
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 pub struct TokenResponse {
     /// Token id.
     pub id: Uuid,
     /// The clear token (`chatd_...`): use it as `Authorization: Bearer
     /// <token>`.
     pub token: String,
+}
+
+impl std::fmt::Debug for TokenResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenResponse")
+            .field("id", &self.id)
+            .field("token", &"<redacted>")
+            .finish()
+    }
 }
 
 /// A replica of the cluster.

@@ -283,8 +283,13 @@ env = { T = "env-debug" }
         relay_secret: Some("relay-debug-secret".into()),
         ..chatd_api::ApiOptions::default()
     };
-    let text =
-        format!("{create:?} {update:?} {mcp:?} {mcp_update:?} {file:?} {file:#?} {options:?}");
+    let minted = chatd_api::users::TokenResponse {
+        id: uuid::Uuid::nil(),
+        token: "chatd_minted_debug".into(),
+    };
+    let text = format!(
+        "{create:?} {update:?} {mcp:?} {mcp_update:?} {file:?} {file:#?} {options:?} {minted:?}"
+    );
     for secret in [
         "sk-debug-1",
         "sk-debug-2",
@@ -295,6 +300,7 @@ env = { T = "env-debug" }
         "hdr-debug",
         "env-debug",
         "relay-debug-secret",
+        "chatd_minted_debug",
     ] {
         assert!(!text.contains(secret), "{secret} in {text}");
     }

@@ -29,8 +29,9 @@ use uuid::Uuid;
 use super::client::Client;
 use super::{DEFAULT_URL, EXIT_ERROR, URL_ENV, stdout};
 
-/// The server and the API token of a client command.
-#[derive(Debug, Clone, Args)]
+/// The server and the API token of a client command. `Debug` prints no
+/// token.
+#[derive(Clone, Args)]
 pub struct ServerArgs {
     /// Base URL of the chatd server.
     #[arg(long, env = URL_ENV, default_value = DEFAULT_URL)]
@@ -39,6 +40,15 @@ pub struct ServerArgs {
     /// API token (required; `chatd token create --user NAME` prints one).
     #[arg(long, env = "CHATD_TOKEN", hide_env_values = true)]
     token: Option<String>,
+}
+
+impl std::fmt::Debug for ServerArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerArgs")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl ServerArgs {

@@ -32,7 +32,8 @@ pub type StreamSocket =
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A client of one chatd server, authenticated with one API token.
-#[derive(Debug, Clone)]
+/// `Debug` prints no token.
+#[derive(Clone)]
 pub struct Client {
     /// The base URL without a trailing slash, e.g. `http://127.0.0.1:3000`.
     base: String,
@@ -42,6 +43,15 @@ pub struct Client {
     /// server (`None` for `http://`). Built once, so the roots are loaded
     /// once per command, not on every reconnect.
     tls: Option<Arc<ClientConfig>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("token", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 /// The error body of every non-2xx answer (API.md "Errors").

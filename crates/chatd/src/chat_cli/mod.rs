@@ -70,8 +70,9 @@ const DEFAULT_URL: &str = "http://127.0.0.1:3000";
 /// The environment variable that gives the server URL.
 const URL_ENV: &str = "CHATD_URL";
 
-/// `chatd chat`: the server, the token and the subcommand.
-#[derive(Debug, Args)]
+/// `chatd chat`: the server, the token and the subcommand. `Debug` prints
+/// no token.
+#[derive(Args)]
 pub struct ChatArgs {
     /// Base URL of the chatd server.
     #[arg(long, global = true, env = URL_ENV, default_value = DEFAULT_URL)]
@@ -83,6 +84,16 @@ pub struct ChatArgs {
 
     #[command(subcommand)]
     command: ChatCommand,
+}
+
+impl std::fmt::Debug for ChatArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatArgs")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("command", &self.command)
+            .finish()
+    }
 }
 
 /// The subcommands of `chatd chat`.
@@ -1407,5 +1418,39 @@ mod tests {
         let args = ["hello".to_owned(), "there".to_owned()];
         assert_eq!(message_text(&args).unwrap(), "hello there");
         assert!(message_text(&["  ".to_owned()]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(clap::Subcommand, Debug)]
+    enum Command {
+        Chat(ChatArgs),
+        Usage(UsageArgs),
+    }
+
+    #[test]
+    fn client_flags_and_the_client_print_no_token() {
+        use clap::Parser as _;
+        let chat =
+            Cli::try_parse_from(["chatd", "chat", "--token", "chatd_tok_debug1", "list"]).unwrap();
+        let usage = Cli::try_parse_from(["chatd", "usage", "--token", "chatd_tok_debug2"]).unwrap();
+        let client = client::Client::new("http://127.0.0.1:1", "chatd_tok_debug3".into()).unwrap();
+        let text = format!("{chat:?} {usage:#?} {client:?}");
+        for token in ["chatd_tok_debug1", "chatd_tok_debug2", "chatd_tok_debug3"] {
+            assert!(!text.contains(token), "{token} in {text}");
+        }
+        assert!(
+            text.contains("<redacted>") && text.contains("127.0.0.1:1"),
+            "{text}"
+        );
     }
 }
