@@ -305,3 +305,65 @@ async fn concurrent_turns_of_one_owner_are_all_counted() {
     );
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agents_calls_count_for_the_owner_and_stop_the_parent() {
+    let env = Env::new().await;
+    set_user_budgets(&env, env.owner, Some(150), None).await;
+    // The parent spawns a child, waits for it, then would answer; every
+    // parent call costs 10, the child's answer 200 (1 per input token).
+    env.llm.set_default_fn(|request| {
+        let first_user = request.body["messages"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["role"] == "user"))
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default();
+        if first_user.contains("CHILD:") {
+            return Script::text("The answer is 42.").usage(200, 0);
+        }
+        let last: serde_json::Value = request
+            .trailing_tool_results()
+            .last()
+            .map(|r| serde_json::from_str(r).unwrap_or_default())
+            .unwrap_or_default();
+        let (name, args) = match last.get("chat_id") {
+            None => (
+                "spawn_agent",
+                serde_json::json!({"prompt": "CHILD: find it"}),
+            ),
+            Some(child) => (
+                "wait_agent",
+                serde_json::json!({"chat_id": child, "timeout_s": 60}),
+            ),
+        };
+        if last.get("status").is_some() {
+            return Script::text("Parent got it.").usage(10, 0);
+        }
+        let id = format!("call_{name}_{}", Uuid::new_v4().simple());
+        Script::new()
+            .tool_call(&id, name, &args.to_string(), 1)
+            .usage(10, 0)
+    });
+    let worker = env.worker();
+    let parent = env
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: env.owner,
+            initial_messages: vec![
+                NewMessage::user(vec![MessagePart::text("PARENT: delegate")]).created_by(env.owner),
+            ],
+            subagents: true,
+            ..CreateChatInput::default()
+        })
+        .await
+        .unwrap()
+        .chat
+        .id;
+    // Spawn (10), wait (10), the child's answer (200): the parent's next
+    // call is over the budget.
+    assert_usage_limit(&env, parent, "monthly spend budget of 150 micro-dollars").await;
+    let used = ledger(&env, env.owner).await;
+    assert_eq!((used.spent_micros, used.input_tokens), (220, 220));
+    assert_eq!(env.llm.requests().len(), 3, "spawn, wait, the child");
+    worker.shutdown().await;
+}
