@@ -190,6 +190,7 @@ url="http://127.0.0.1:$port"
         --retry-initial-delay 200ms \
         --retry-max-delay 1s \
         --shutdown-grace 2s \
+        --default-requests-per-minute 100000 \
         </dev/null >>"$artifacts/chatd.log" 2>&1 &
     echo $! >"$pid_file"
     wait $! && code=0 || code=$?

@@ -274,7 +274,7 @@ impl ChatTarget {
 /// The token of a request: from `Authorization` when the header is present
 /// (a malformed one is no token: no fallback), else, on a WebSocket upgrade
 /// only, from a `chatd.bearer.<token>` entry of `Sec-WebSocket-Protocol`.
-fn request_token(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn request_token(headers: &HeaderMap) -> Option<&str> {
     if let Some(value) = headers.get(AUTHORIZATION) {
         return value.to_str().ok().and_then(bearer_token);
     }

@@ -23,13 +23,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use axum::http::header::{AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
 use chatd_store::queries::tokens;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::auth::{WS_BEARER_PROTOCOL_PREFIX, hash_token};
+use crate::auth::{hash_token, request_token};
 use crate::error::ApiError;
 
 /// What an open user stream holds: its slot and its token's watch. Dropping
@@ -245,36 +244,6 @@ pub(crate) fn admit(
         watch,
         revoked,
     })
-}
-
-/// The token a request authenticated with, found as [`crate::auth`] finds
-/// it: `Authorization: Bearer <token>` when that header is present, else,
-/// on a WebSocket upgrade, the first `chatd.bearer.<token>` entry of
-/// `Sec-WebSocket-Protocol`.
-fn request_token(headers: &HeaderMap) -> Option<&str> {
-    if let Some(value) = headers.get(AUTHORIZATION) {
-        let (scheme, token) = value.to_str().ok()?.split_once(' ')?;
-        let token = token.trim();
-        return (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token);
-    }
-    let has = |name, wanted: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|item| item.trim().eq_ignore_ascii_case(wanted))
-    };
-    if !(has(CONNECTION, "upgrade") && has(UPGRADE, "websocket")) {
-        return None;
-    }
-    headers
-        .get_all(SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|entry| entry.trim().strip_prefix(WS_BEARER_PROTOCOL_PREFIX))
-        .find(|token| !token.is_empty())
 }
 
 #[cfg(test)]
