@@ -21,8 +21,10 @@
 //!
 //! ```text
 //! cargo run --release -p chatd-worker --example bench_fairness \
-//!     [-- --chats 100 --repeat 5 --delay 300]
+//!     [-- --chats 100 --repeat 5 --delay 300 --gap 0]
 //! ```
+//! `--gap MS` starts B's chat that long after A's (default 0: right after
+//! A's last creation commits).
 //! Uses `CHATD_TEST_DATABASE_URL` (default the local server); creates and
 //! drops its own database.
 
@@ -44,6 +46,8 @@ struct Args {
     chats: usize,
     repeat: usize,
     delay: Duration,
+    /// Pause between A's chats and B's (`--gap`, default 0: at once).
+    gap: Duration,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -51,12 +55,14 @@ fn parse_args() -> anyhow::Result<Args> {
         chats: 100,
         repeat: 5,
         delay: Duration::from_millis(300),
+        gap: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--chats" => args.chats = it.next().expect("--chats N").parse()?,
             "--repeat" => args.repeat = it.next().expect("--repeat N").parse::<usize>()?.max(1),
+            "--gap" => args.gap = Duration::from_millis(it.next().expect("--gap MS").parse()?),
             "--delay" => {
                 args.delay = Duration::from_millis(it.next().expect("--delay MS").parse()?)
             }
@@ -116,7 +122,7 @@ impl Bench {
 
     /// B's send-to-first-call time, with A starting `a_chats` chats first
     /// (0: A idle).
-    async fn run(&self, tag: &str, a_chats: usize) -> anyhow::Result<Duration> {
+    async fn run(&self, tag: &str, a_chats: usize, gap: Duration) -> anyhow::Result<Duration> {
         let a = self.user(&format!("a-{tag}")).await?;
         let b = self.user(&format!("b-{tag}")).await?;
         let starts = (0..a_chats).map(|i| {
@@ -125,6 +131,9 @@ impl Bench {
         });
         for started in futures::future::join_all(starts).await {
             started?;
+        }
+        if a_chats > 0 {
+            tokio::time::sleep(gap).await;
         }
         let text = format!("B {tag}");
         let sent = Instant::now();
@@ -262,10 +271,14 @@ async fn main() -> anyhow::Result<()> {
         calls.a_arrivals.lock().unwrap().clear();
         let (mut alone, mut behind) = (Vec::new(), Vec::new());
         for rep in 0..args.repeat {
-            alone.push(bench.run(&format!("{shape}-{rep}-idle"), 0).await?);
+            alone.push(
+                bench
+                    .run(&format!("{shape}-{rep}-idle"), 0, args.gap)
+                    .await?,
+            );
             behind.push(
                 bench
-                    .run(&format!("{shape}-{rep}-busy"), args.chats)
+                    .run(&format!("{shape}-{rep}-busy"), args.chats, args.gap)
                     .await?,
             );
         }
