@@ -32,7 +32,9 @@ use uuid::Uuid;
 use super::approval::Approvals;
 use super::commit::{self, Next};
 use super::compaction::{self, Mode};
-use super::plan::{HistoryMessage, ModelCall, Outstanding, Plan, PlanInput, plan};
+use super::plan::{
+    HistoryMessage, ModelCall, Outstanding, Plan, PlanInput, plan, step_limit_error,
+};
 use super::retry::{AfterFailure, after_failure, attempts_spent};
 use super::stream::{OpenEpisode, stream_response};
 use super::tools::{ToolCall, ToolRouter, ToolStep};
@@ -71,14 +73,7 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             Box::pin(answer_outstanding(task, &loaded, outstanding)).await
         }
         Plan::StepLimit => {
-            let error = ChatError::new(
-                ChatErrorKind::Generic,
-                format!(
-                    "The turn stopped after {} model responses without finishing.",
-                    config.max_steps_per_turn
-                ),
-                false,
-            );
+            let error = step_limit_error(config.max_steps_per_turn);
             Box::pin(commit::finish_error(
                 task,
                 "ending the turn at the step limit",

@@ -150,8 +150,6 @@ pub(super) struct ModelCall<P> {
 /// budgets and the token lifecycle": `--max-steps-per-turn`): kind
 /// `usage_limit`, not retryable, and a message naming the limit of
 /// `max_steps_per_turn` model calls and what to do next.
-// Until the generation task's `Plan::StepLimit` arm ends the turn with it.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(super) fn step_limit_error(max_steps_per_turn: usize) -> ChatError {
     ChatError::new(
         ChatErrorKind::UsageLimit,

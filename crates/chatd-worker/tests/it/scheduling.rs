@@ -352,7 +352,6 @@ async fn a_spawn_past_the_fan_out_cap_is_an_error_result_and_creates_no_child() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs generation.rs's Plan::StepLimit arm to end the turn with plan::step_limit_error"]
 async fn the_step_after_the_cap_ends_the_turn_with_usage_limit() {
     let env = Env::new().await;
     // Every answer calls a tool nobody has: the worker answers it with an
