@@ -16,15 +16,18 @@
 //!    `--clients` clients each for `--duration`; one user has budgets (the
 //!    send reads the period's ledger first), the other none (no read).
 //!    Printed: requests/s and p50/p99 per user and the ratios
-//!    (`send budget ratio: p50=1.04 p99=1.02 throughput=0.97`).
+//!    (`send budget ratio: p50=1.04 p99=1.02 throughput=0.97`). Then the
+//!    same with the request-rate check: one user on a server that checks
+//!    it, one on a server that does not (`ApiOptions::enforce_request_rate`
+//!    off), at once (`send rate ratio: ...`).
 //!
 //! ```text
 //! cargo run --release -p chatd-api --example bench_budget \
-//!     [-- --turns 20 --levels 1,10,100 --repeat 3 --clients 8 --duration 10]
+//!     [-- --turns 20 --levels 1,10,100|none --repeat 3 --clients 8 --duration 10]
 //! ```
 //! Uses `CHATD_TEST_DATABASE_URL` (default the local server); creates and
-//! drops its own database. The request-rate limit is set out of reach: it
-//! is the same for both users and not what this measures.
+//! drops its own database. The request-rate limit is set out of reach, so
+//! the check runs on every request and never refuses.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,10 +69,16 @@ fn parse_args() -> anyhow::Result<Args> {
         match flag.as_str() {
             "--turns" => args.turns = value()?.parse()?,
             "--levels" => {
-                args.levels = value()?
-                    .split(',')
-                    .map(|n| n.trim().parse())
-                    .collect::<Result<_, _>>()?
+                let levels = value()?;
+                // `none`: only the `POST /messages` part.
+                args.levels = if levels == "none" {
+                    Vec::new()
+                } else {
+                    levels
+                        .split(',')
+                        .map(|n| n.trim().parse())
+                        .collect::<Result<_, _>>()?
+                }
             }
             "--repeat" => args.repeat = value()?.parse::<usize>()?.max(1),
             "--clients" => args.clients = value()?.parse::<usize>()?.max(1),
@@ -305,68 +314,152 @@ async fn run_chat(
     Ok(out)
 }
 
-/// Part 2: `POST /messages` by a user with budgets and one without, at once.
+/// Part 2: `POST /messages` by a user with budgets and one without, at once
+/// (`send budget ratio`); then by a user on a server that checks the
+/// request rate and one on a server that does not (`send rate ratio`; both
+/// servers on one database, no budgets).
 async fn send_bench(db: &TestDatabase, args: &Args) -> anyhow::Result<()> {
     let pool = chatd_store::pool_options(40).connect(db.url()).await?;
     let store = Store::new(
         pool.clone(),
         Arc::new(chatd_pubsub::RecordingPublisher::new()),
     );
-    let options = chatd_api::ApiOptions {
-        max_queued_messages: 1_000_000_000,
-        limits: LimitDefaults {
-            requests_per_minute: i32::MAX,
-            ..LimitDefaults::default()
-        },
-        ..chatd_api::ApiOptions::default()
+    let server = |enforce_request_rate: bool| {
+        let options = chatd_api::ApiOptions {
+            max_queued_messages: 1_000_000_000,
+            // Out of reach: the check runs on every request, never refuses.
+            limits: LimitDefaults {
+                requests_per_minute: i32::MAX,
+                ..LimitDefaults::default()
+            },
+            enforce_request_rate,
+            ..chatd_api::ApiOptions::default()
+        };
+        let app = chatd_api::router(chatd_api::AppState::new(store.clone(), options));
+        async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let base = format!("http://{}", listener.local_addr()?);
+            let task = tokio::spawn(async move { axum::serve(listener, app).await });
+            anyhow::Ok((base, task))
+        }
     };
-    let app = chatd_api::router(chatd_api::AppState::new(store, options));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let (checked, checked_task) = server(true).await?;
+    let (unchecked, unchecked_task) = server(false).await?;
     let http = reqwest::Client::new();
+
     let mut users = Vec::new();
-    for (name, budgets) in [("with", true), ("without", false)] {
-        let token = chatd_api::create_token(&pool, name, false).await?;
-        if budgets {
-            sqlx::query(
-                "UPDATE users SET monthly_budget_micros = 1000000000000000,
-                     monthly_token_budget = 1000000000000000 WHERE username = $1",
-            )
-            .bind(name)
-            .execute(&pool)
-            .await?;
-        }
-        // One busy chat per client (no worker runs them).
-        let mut chats = Vec::new();
-        for _ in 0..args.clients {
-            let answer: serde_json::Value = http
-                .post(format!("{base}/api/v2/chats"))
-                .bearer_auth(&token)
-                .json(&json!({"content": [{"type": "text", "text": "hello"}]}))
-                .send()
-                .await?
-                .error_for_status()?
-                .json()
-                .await?;
-            chats.push(answer["id"].as_str().unwrap_or_default().to_owned());
-        }
-        users.push((name, token, chats));
+    for (name, budgets, base) in [
+        ("with", true, &checked),
+        ("without", false, &checked),
+    ] {
+        users.push(sender(&pool, &http, base, name, budgets, args.clients).await?);
     }
-    // Warm up both, then measure both at once.
+    let figures = closed_loop(&http, &users, args).await?;
+    println!(
+        "\n== POST /messages (queue mode, busy chats), {} clients per user, {} s, both users at once",
+        args.clients,
+        args.duration.as_secs()
+    );
+    print_figures("budgets", &figures);
+    let (with, without) = (figures[0].1, figures[1].1);
+    println!(
+        "send budget ratio: p50={:.3} p99={:.3} throughput={:.3} (with / without)",
+        with.p50 / without.p50,
+        with.p99 / without.p99,
+        with.per_sec / without.per_sec
+    );
+
+    let users = vec![
+        sender(&pool, &http, &checked, "rate-on", false, args.clients).await?,
+        sender(&pool, &http, &unchecked, "rate-off", false, args.clients).await?,
+    ];
+    let figures = closed_loop(&http, &users, args).await?;
+    println!(
+        "\n== POST /messages, one user on a server checking the request rate, one on a server that does not, at once"
+    );
+    print_figures("rate", &figures);
+    let (with, without) = (figures[0].1, figures[1].1);
+    println!(
+        "send rate ratio: p50={:.3} p99={:.3} throughput={:.3} (with / without)",
+        with.p50 / without.p50,
+        with.p99 / without.p99,
+        with.per_sec / without.per_sec
+    );
+    checked_task.abort();
+    unchecked_task.abort();
+    Ok(())
+}
+
+/// A sending user: name, the server it sends to, its token and one busy
+/// chat per client (no worker runs them).
+struct Sender {
+    name: &'static str,
+    base: String,
+    token: String,
+    chats: Vec<String>,
+}
+
+/// Creates member `name` (with budgets it never reaches when `budgets`)
+/// and its chats on the server at `base`.
+async fn sender(
+    pool: &PgPool,
+    http: &reqwest::Client,
+    base: &str,
+    name: &'static str,
+    budgets: bool,
+    clients: usize,
+) -> anyhow::Result<Sender> {
+    let token = chatd_api::create_token(pool, name, false).await?;
+    if budgets {
+        sqlx::query(
+            "UPDATE users SET monthly_budget_micros = 1000000000000000,
+                 monthly_token_budget = 1000000000000000 WHERE username = $1",
+        )
+        .bind(name)
+        .execute(pool)
+        .await?;
+    }
+    let mut chats = Vec::new();
+    for _ in 0..clients {
+        let answer: serde_json::Value = http
+            .post(format!("{base}/api/v2/chats"))
+            .bearer_auth(&token)
+            .json(&json!({"content": [{"type": "text", "text": "hello"}]}))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        chats.push(answer["id"].as_str().unwrap_or_default().to_owned());
+    }
+    Ok(Sender {
+        name,
+        base: base.to_owned(),
+        token,
+        chats,
+    })
+}
+
+/// Every client of every user sends at once, closed loop: a 2 s warm-up,
+/// then `args.duration` measured. The figures per user, in `users`' order.
+async fn closed_loop(
+    http: &reqwest::Client,
+    users: &[Sender],
+    args: &Args,
+) -> anyhow::Result<Vec<(&'static str, Pass)>> {
     let run = |secs: Duration| {
         let mut tasks = Vec::new();
-        for (name, token, chats) in &users {
-            for chat in chats {
-                let (http, base, token, chat) =
-                    (http.clone(), base.clone(), token.clone(), chat.clone());
-                let name = *name;
+        for (index, user) in users.iter().enumerate() {
+            for chat in &user.chats {
+                let http = http.clone();
+                let url = format!("{}/api/v2/chats/{chat}/messages", user.base);
+                let token = user.token.clone();
                 tasks.push(tokio::spawn(async move {
                     let deadline = Instant::now() + secs;
                     let mut latencies = Vec::new();
                     while Instant::now() < deadline {
                         let started = Instant::now();
-                        http.post(format!("{base}/api/v2/chats/{chat}/messages"))
+                        http.post(&url)
                             .bearer_auth(&token)
                             .json(&json!({"content": [{"type": "text", "text": "more"}], "busy_behavior": "queue"}))
                             .send()
@@ -374,7 +467,7 @@ async fn send_bench(db: &TestDatabase, args: &Args) -> anyhow::Result<()> {
                             .error_for_status()?;
                         latencies.push(started.elapsed());
                     }
-                    anyhow::Ok((name, latencies))
+                    anyhow::Ok((index, latencies))
                 }));
             }
         }
@@ -383,51 +476,36 @@ async fn send_bench(db: &TestDatabase, args: &Args) -> anyhow::Result<()> {
     for task in run(Duration::from_secs(2)) {
         task.await??;
     }
-    let mut by_user: Vec<(&str, Vec<Duration>)> =
-        vec![("with", Vec::new()), ("without", Vec::new())];
+    let mut by_user: Vec<Vec<Duration>> = vec![Vec::new(); users.len()];
     for task in run(args.duration) {
-        let (name, latencies) = task.await??;
-        by_user
-            .iter_mut()
-            .find(|(n, _)| *n == name)
-            .expect("a user")
-            .1
-            .extend(latencies);
+        let (index, latencies) = task.await??;
+        by_user[index].extend(latencies);
     }
+    Ok(users
+        .iter()
+        .zip(by_user)
+        .map(|(user, mut latencies)| {
+            latencies.sort();
+            let pass = Pass {
+                per_sec: latencies.len() as f64 / args.duration.as_secs_f64(),
+                p50: percentile(&latencies, 0.50),
+                p99: percentile(&latencies, 0.99),
+            };
+            (user.name, pass)
+        })
+        .collect())
+}
+
+/// Prints one line per user of a [`closed_loop`].
+fn print_figures(column: &str, figures: &[(&'static str, Pass)]) {
     println!(
-        "\n== POST /messages (queue mode, busy chats), {} clients per user, {} s, both users at once",
-        args.clients,
-        args.duration.as_secs()
+        "{:>8} {:>10} {:>10} {:>10}",
+        column, "req/s", "p50 ms", "p99 ms"
     );
-    println!(
-        "{:>8} {:>10} {:>10} {:>10} {:>10}",
-        "budgets", "requests", "req/s", "p50 ms", "p99 ms"
-    );
-    let mut figures = Vec::new();
-    for (name, latencies) in &mut by_user {
-        latencies.sort();
-        let pass = Pass {
-            per_sec: latencies.len() as f64 / args.duration.as_secs_f64(),
-            p50: percentile(latencies, 0.50),
-            p99: percentile(latencies, 0.99),
-        };
+    for (name, pass) in figures {
         println!(
-            "{:>8} {:>10} {:>10.1} {:>10.2} {:>10.2}",
-            name,
-            latencies.len(),
-            pass.per_sec,
-            pass.p50,
-            pass.p99
+            "{:>8} {:>10.1} {:>10.2} {:>10.2}",
+            name, pass.per_sec, pass.p50, pass.p99
         );
-        figures.push(pass);
     }
-    let (with, without) = (figures[0], figures[1]);
-    println!(
-        "send budget ratio: p50={:.3} p99={:.3} throughput={:.3} (with / without)",
-        with.p50 / without.p50,
-        with.p99 / without.p99,
-        with.per_sec / without.per_sec
-    );
-    server.abort();
-    Ok(())
 }

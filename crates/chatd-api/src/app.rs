@@ -37,6 +37,11 @@ pub struct ApiOptions {
     /// (default 60 s): past it the request answers `408` and the connection
     /// closes (API.md "Slow or hostile clients"; [`crate::body_deadline`]).
     pub request_body_timeout: std::time::Duration,
+    /// Whether requests count against the caller's `requests_per_minute`
+    /// ([`crate::rate_limit`]; default true). Only the benchmark that
+    /// measures the check's cost (`bench_budget`) turns it off; `chatd
+    /// serve` never does.
+    pub enforce_request_rate: bool,
 }
 
 impl std::fmt::Debug for ApiOptions {
@@ -65,6 +70,7 @@ impl Default for ApiOptions {
             max_files_per_chat: chatd_store::queries::files::DEFAULT_MAX_FILE_LINKS,
             limits: chatd_core::limits::LimitDefaults::default(),
             request_body_timeout: std::time::Duration::from_secs(60),
+            enforce_request_rate: true,
         }
     }
 }
