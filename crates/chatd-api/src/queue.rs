@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::app::AppState;
 use crate::auth::{Caller, require_owner, visible_chat};
 use crate::chats::{Chat, begin, check_model_config, commit};
-use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415};
+use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415, E429};
 use crate::extract::{self, PathParams, double_option};
 use crate::objects::{ChatInputPart, ChatQueuedMessage};
 use crate::validate;
@@ -106,7 +106,8 @@ pub async fn delete_queued_message(
 /// `POST /api/v2/chats/{chat}/queue/{queued}/promote`:
 /// `PromoteQueuedMessage(qid)`. Owner-only. From `E1`/`A1` the message
 /// enters history now (`R0`/`R1`); from `R1`/`I1` it moves to the queue head
-/// and the chat interrupts (`I1`).
+/// and the chat interrupts (`I1`). An owner over a monthly budget gets
+/// `429`, as for a send (API.md "Limits, budgets and the token lifecycle").
 #[utoipa::path(
     post,
     path = "/api/v2/chats/{chat}/queue/{queued}/promote",
@@ -115,7 +116,7 @@ pub async fn delete_queued_message(
         ("chat" = Uuid, Path, description = "Chat id"),
         ("queued" = i64, Path, description = "Queued message id (positive)", minimum = 1),
     ),
-    responses((status = 200, description = "Promoted", body = Chat), E400, E401, E403, E404, E409)
+    responses((status = 200, description = "Promoted", body = Chat), E400, E401, E403, E404, E409, E429)
 )]
 pub async fn promote_queued_message(
     State(state): State<AppState>,
@@ -123,6 +124,9 @@ pub async fn promote_queued_message(
     params: PathParams,
 ) -> ApiResult<Json<Chat>> {
     let (mut tx, queued) = begin_on_queued(&state, &caller, &params, true).await?;
+    // A promotion starts a turn (now, or by interrupting the current one):
+    // over a budget it is refused like a send, and nothing changes.
+    crate::usage::refuse_over_budget(&state, &caller.user).await?;
     tx.promote_queued_message(queued).await?;
     commit(tx).await
 }

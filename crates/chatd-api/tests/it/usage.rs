@@ -252,3 +252,27 @@ async fn over_budget_a_repeated_send_still_gets_its_first_response() {
     assert_over_budget(&s, &refused, "monthly token budget").await;
     assert_eq!(s.dump().await, before, "nothing changed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_budget_a_promotion_answers_429_and_changes_nothing() {
+    let s = Server::start().await;
+    // Errored with queued messages (E1): a promotion would start a turn.
+    let chat = s.chat_in(&s.alice, ExecutionState::E1).await;
+    let queued = s.queue_ids(chat).await[0];
+    spend(&s, chat, 500, 10, 10).await;
+    set_budgets(&s, &s.alice, Some(500), None).await;
+
+    let before = s.dump().await;
+    let promote = s
+        .post_empty(&chat_path(chat, &format!("/queue/{queued}/promote")), &s.alice)
+        .await;
+    assert_over_budget(&s, &promote, "monthly spend budget of 500 micro-dollars").await;
+    assert_eq!(s.dump().await, before, "nothing changed");
+    assert_eq!(s.state(chat).await, ExecutionState::E1);
+
+    set_budgets(&s, &s.alice, None, None).await;
+    s.post_empty(&chat_path(chat, &format!("/queue/{queued}/promote")), &s.alice)
+        .await
+        .expect(200);
+    assert_eq!(s.state(chat).await, ExecutionState::R0);
+}
