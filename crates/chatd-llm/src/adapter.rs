@@ -15,7 +15,9 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::error::ProviderError;
-use crate::http::{HttpOptions, build_client, display_base_url, read_error_body, transport_error};
+use crate::http::{
+    HttpOptions, build_client, display_base_url, endpoint_url, read_error_body, transport_error,
+};
 use crate::provider::{EventStream, Provider};
 use crate::request::ModelRequest;
 use crate::sse::{SseDecoder, decode};
@@ -119,7 +121,7 @@ impl<A: Adapter> HttpProvider<A> {
         let base_url = base_url.into();
         Ok(HttpProvider {
             client,
-            endpoint: format!("{}/{}", base_url.trim_end_matches('/'), A::PATH),
+            endpoint: endpoint_url(&base_url, A::PATH),
             shown_url: display_base_url(&base_url),
             api_key: api_key.filter(|k| !k.is_empty()),
             name,

@@ -213,6 +213,24 @@ fn connect_failure(err: &reqwest::Error, chain: &str) -> (ErrorKind, String) {
     (ErrorKind::Generic, why)
 }
 
+/// The URL of endpoint `path` (`chat/completions`, `messages`) below
+/// `base_url` (API.md "Provider requests": `{base_url}/{path}`): the path is
+/// appended to the base URL's path, so a query string the base URL carries
+/// (some gateways take their key as `?api-key=...`) stays after it
+/// (`http://h/v1?k=1` → `http://h/v1/chat/completions?k=1`); a fragment is
+/// dropped. A base URL that does not parse is joined as text.
+pub(crate) fn endpoint_url(base_url: &str, path: &str) -> String {
+    match reqwest::Url::parse(base_url) {
+        Ok(mut url) if !url.cannot_be_a_base() => {
+            let joined = format!("{}/{}", url.path().trim_end_matches('/'), path);
+            url.set_path(&joined);
+            url.set_fragment(None);
+            url.to_string()
+        }
+        _ => format!("{}/{}", base_url.trim_end_matches('/'), path),
+    }
+}
+
 /// `base_url` as shown in messages: without credentials (`user:password@`)
 /// or query, and without a trailing `/`; unchanged when it does not parse.
 pub(crate) fn display_base_url(base_url: &str) -> String {
@@ -286,4 +304,30 @@ pub(crate) async fn read_error_body(response: reqwest::Response, provider: &str)
         }
     }
     String::from_utf8_lossy(&body).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_path_goes_before_the_base_urls_query() {
+        assert_eq!(
+            endpoint_url("https://api.openai.com/v1", "chat/completions"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint_url("http://127.0.0.1:8081/v1/", "chat/completions"),
+            "http://127.0.0.1:8081/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint_url("http://gw.example/v1?api-key=X#frag", "messages"),
+            "http://gw.example/v1/messages?api-key=X"
+        );
+        assert_eq!(
+            endpoint_url("http://h:1", "chat/completions"),
+            "http://h:1/chat/completions"
+        );
+        assert_eq!(endpoint_url("not a url/", "messages"), "not a url/messages");
+    }
 }
