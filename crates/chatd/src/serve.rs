@@ -214,14 +214,29 @@ struct Started {
 
 async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started> {
     let pool = &database.pool;
+    // A malformed key stops startup before anything is written.
+    let secrets = args.secrets()?;
     chatd_store::migrate(pool)
         .await
         .context("applying migrations")?;
     tracing::info!("migrations applied");
 
+    // Members' tokens always expire, those created before that rule too.
+    let capped = chatd_store::queries::tokens::cap_member_lifetimes(
+        pool,
+        args.limits.max_member_token_lifetime.as_secs() as i64,
+    )
+    .await
+    .context("capping members' token lifetimes")?;
+    if capped > 0 {
+        tracing::info!(
+            tokens = capped,
+            "members' tokens without an expiry now expire after --max-member-token-lifetime"
+        );
+    }
+
     // Before anything reads or writes a provider key or MCP secret: a wrong
     // key stops startup here rather than failing every model call later.
-    let secrets = args.secrets()?;
     chatd_store::secrets::prepare(pool, &secrets)
         .await
         .context("preparing the encrypted secrets")?;

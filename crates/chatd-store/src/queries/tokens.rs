@@ -171,6 +171,47 @@ pub async fn delete(conn: impl PgExecutor<'_>, user_id: Uuid, id: Uuid) -> sqlx:
     Ok(done.rows_affected() == 1)
 }
 
+/// Gives every member's token that has no expiry one `max_lifetime_secs`
+/// from now (database time), and returns how many it changed: a member's
+/// token always expires (API.md "Limits, budgets and the token lifecycle"),
+/// including tokens created before that rule, and any token of a user who
+/// is a member now. `chatd serve` runs it at every start, after the
+/// migrations; admins' tokens are left alone.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::{tokens, users};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let alice = users::insert(pool, "alice", Role::Member).await?;
+/// let root = users::insert(pool, "root", Role::Admin).await?;
+/// // Tokens from before members' tokens always expired.
+/// tokens::insert(pool, alice.id, "old", b"member", None).await?;
+/// tokens::insert(pool, root.id, "old", b"admin", None).await?;
+/// assert_eq!(tokens::cap_member_lifetimes(pool, 3600).await?, 1);
+/// let listed = tokens::list(pool, alice.id).await?;
+/// assert!(listed[0].expires_at.is_some());
+/// assert!(tokens::list(pool, root.id).await?[0].expires_at.is_none());
+/// assert_eq!(tokens::cap_member_lifetimes(pool, 3600).await?, 0, "once");
+/// # Ok(()) }
+/// ```
+pub async fn cap_member_lifetimes(
+    conn: impl PgExecutor<'_>,
+    max_lifetime_secs: i64,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "UPDATE api_keys k SET expires_at = now() + make_interval(secs => $1::float8)
+           FROM users u
+          WHERE u.id = k.user_id AND u.role = 'member' AND k.expires_at IS NULL",
+    )
+    .bind(max_lifetime_secs as f64)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Inserts a token of user `user_id` named `name` and returns its fresh id.
 /// `lifetime_seconds` (when given) sets `expires_at = now() + lifetime` in
 /// database time; otherwise it never expires.
