@@ -54,6 +54,9 @@ pub struct OwnerUsage {
     pub user_id: Uuid,
     /// The limit columns of the user's row.
     pub overrides: LimitOverrides,
+    /// Whether the user is disabled (`users.disabled`): no model call is
+    /// made for a disabled user's chats ([`OwnerUsage::exceeded`]).
+    pub disabled: bool,
     /// The period's totals.
     pub usage: PeriodUsage,
 }
@@ -65,6 +68,9 @@ pub enum Budget {
     Spend,
     /// The monthly token budget (`monthly_token_budget`).
     Tokens,
+    /// No budget: the owner's account is disabled (`users.disabled`), so
+    /// their chats make no more model calls (`limit` and `used` are 0).
+    Disabled,
 }
 
 /// A budget at or over its limit ([`OwnerUsage::exceeded`]).
@@ -111,6 +117,9 @@ impl Exceeded {
                  month); it resets at {resets}.",
                 self.limit, self.used
             ),
+            Budget::Disabled => {
+                "The owner's account is disabled: no model calls are made for its chats.".to_owned()
+            }
         }
     }
 }
@@ -119,7 +128,9 @@ impl OwnerUsage {
     /// The first budget (spend, then tokens) the period's usage has reached
     /// or passed, with the user's effective limits from `defaults`; `None`
     /// when both are below their budget or have none. A budget of 0 is
-    /// always reached.
+    /// always reached. A disabled user is always refused
+    /// ([`Budget::Disabled`]): disabling an account stops its spending, the
+    /// turns it had running and queued included.
     ///
     /// ```
     /// use chatd_core::limits::{LimitDefaults, LimitOverrides};
@@ -133,6 +144,7 @@ impl OwnerUsage {
     /// let owner = |budget, tokens| OwnerUsage {
     ///     user_id: uuid::Uuid::nil(),
     ///     overrides: LimitOverrides { monthly_budget_micros: budget, monthly_token_budget: tokens, ..Default::default() },
+    ///     disabled: false,
     ///     usage,
     /// };
     /// let defaults = LimitDefaults::default();
@@ -142,8 +154,18 @@ impl OwnerUsage {
     /// let tokens = owner(None, Some(100)).exceeded(&defaults).unwrap();
     /// assert_eq!((tokens.budget, tokens.used), (Budget::Tokens, 100));
     /// assert_eq!(tokens.resets_at.to_rfc3339(), "2027-01-01T00:00:00+00:00");
+    /// let disabled = OwnerUsage { disabled: true, ..owner(None, None) };
+    /// assert_eq!(disabled.exceeded(&defaults).unwrap().budget, Budget::Disabled);
     /// ```
     pub fn exceeded(&self, defaults: &LimitDefaults) -> Option<Exceeded> {
+        if self.disabled {
+            return Some(Exceeded {
+                budget: Budget::Disabled,
+                limit: 0,
+                used: 0,
+                resets_at: self.usage.period_end(),
+            });
+        }
         exceeded(&defaults.resolve(&self.overrides), &self.usage)
     }
 }
@@ -180,7 +202,7 @@ pub fn exceeded(limits: &UserLimits, usage: &PeriodUsage) -> Option<Exceeded> {
 /// ledger rows, one primary-key range scan.
 macro_rules! owner_columns {
     () => {
-        "u.id, u.max_running_chats, u.requests_per_minute, u.monthly_budget_micros,
+        "u.id, u.disabled, u.max_running_chats, u.requests_per_minute, u.monthly_budget_micros,
          u.monthly_token_budget, u.max_storage_bytes, p.period_start,
          coalesce(s.spent_micros, 0)::int8 AS spent_micros,
          coalesce(s.input_tokens, 0)::int8 AS input_tokens,
@@ -207,6 +229,7 @@ macro_rules! owner_from {
 #[derive(sqlx::FromRow)]
 struct OwnerRow {
     id: Uuid,
+    disabled: bool,
     max_running_chats: Option<i32>,
     requests_per_minute: Option<i32>,
     monthly_budget_micros: Option<i64>,
@@ -227,6 +250,7 @@ impl From<OwnerRow> for OwnerUsage {
                 monthly_token_budget: row.monthly_token_budget,
                 max_storage_bytes: row.max_storage_bytes,
             },
+            disabled: row.disabled,
             usage: row.usage,
         }
     }

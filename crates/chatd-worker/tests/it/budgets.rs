@@ -367,3 +367,41 @@ async fn a_sub_agents_calls_count_for_the_owner_and_stop_the_parent() {
     assert_eq!(env.llm.requests().len(), 3, "spawn, wait, the child");
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_owners_next_turn_ends_with_usage_limit_and_the_model_gets_no_request() {
+    let env = Env::new().await;
+    env.llm.set_default(Script::text("Hello.").usage(10, 5));
+    let worker = env.worker();
+    let chat_id = env.create_chat("hi").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let requests = env.llm.requests().len();
+
+    // Disabled (say the account was compromised): its tokens answer 401,
+    // and what it had sent or queued makes no model call either.
+    sqlx::query("UPDATE users SET disabled = true WHERE id = $1")
+        .bind(env.owner)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    env.send(chat_id, "again", BusyBehavior::Queue).await;
+    let error = env.wait_error(chat_id).await;
+    assert_eq!(error["kind"], "usage_limit", "{error}");
+    assert_eq!(error["retryable"], false, "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("account is disabled"),
+        "{error}"
+    );
+    assert_eq!(env.llm.requests().len(), requests, "no provider request");
+
+    // Enabled again: the next send is answered.
+    sqlx::query("UPDATE users SET disabled = false WHERE id = $1")
+        .bind(env.owner)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    env.send(chat_id, "and now?", BusyBehavior::Queue).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    assert_eq!(env.llm.requests().len(), requests + 1);
+    worker.shutdown().await;
+}
