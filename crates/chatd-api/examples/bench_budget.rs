@@ -348,10 +348,7 @@ async fn send_bench(db: &TestDatabase, args: &Args) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
 
     let mut users = Vec::new();
-    for (name, budgets, base) in [
-        ("with", true, &checked),
-        ("without", false, &checked),
-    ] {
+    for (name, budgets, base) in [("with", true, &checked), ("without", false, &checked)] {
         users.push(sender(&pool, &http, base, name, budgets, args.clients).await?);
     }
     let figures = closed_loop(&http, &users, args).await?;

@@ -450,7 +450,8 @@ async fn config_file_applies_idempotently_even_concurrently() {
         let pool = s.pool().clone();
         let file = file.clone();
         tasks.push(tokio::spawn(async move {
-            chatd_api::config_file::apply(&pool, &chatd_store::secrets::Secrets::none(), &file).await
+            chatd_api::config_file::apply(&pool, &chatd_store::secrets::Secrets::none(), &file)
+                .await
         }));
     }
     for t in tasks {

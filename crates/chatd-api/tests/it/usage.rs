@@ -264,15 +264,21 @@ async fn over_budget_a_promotion_answers_429_and_changes_nothing() {
 
     let before = s.dump().await;
     let promote = s
-        .post_empty(&chat_path(chat, &format!("/queue/{queued}/promote")), &s.alice)
+        .post_empty(
+            &chat_path(chat, &format!("/queue/{queued}/promote")),
+            &s.alice,
+        )
         .await;
     assert_over_budget(&s, &promote, "monthly spend budget of 500 micro-dollars").await;
     assert_eq!(s.dump().await, before, "nothing changed");
     assert_eq!(s.state(chat).await, ExecutionState::E1);
 
     set_budgets(&s, &s.alice, None, None).await;
-    s.post_empty(&chat_path(chat, &format!("/queue/{queued}/promote")), &s.alice)
-        .await
-        .expect(200);
+    s.post_empty(
+        &chat_path(chat, &format!("/queue/{queued}/promote")),
+        &s.alice,
+    )
+    .await
+    .expect(200);
     assert_eq!(s.state(chat).await, ExecutionState::R0);
 }

@@ -58,9 +58,26 @@ macro_rules! user_columns {
     };
     ($p:literal) => {
         concat!(
-            $p, "id, ", $p, "username, ", $p, "role, ", $p, "created_at, ", $p, "disabled, ",
-            $p, "max_running_chats, ", $p, "requests_per_minute, ", $p, "monthly_budget_micros, ",
-            $p, "monthly_token_budget, ", $p, "max_storage_bytes"
+            $p,
+            "id, ",
+            $p,
+            "username, ",
+            $p,
+            "role, ",
+            $p,
+            "created_at, ",
+            $p,
+            "disabled, ",
+            $p,
+            "max_running_chats, ",
+            $p,
+            "requests_per_minute, ",
+            $p,
+            "monthly_budget_micros, ",
+            $p,
+            "monthly_token_budget, ",
+            $p,
+            "max_storage_bytes"
         )
     };
 }

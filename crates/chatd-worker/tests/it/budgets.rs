@@ -389,7 +389,10 @@ async fn a_disabled_owners_next_turn_ends_with_usage_limit_and_the_model_gets_no
     assert_eq!(error["kind"], "usage_limit", "{error}");
     assert_eq!(error["retryable"], false, "{error}");
     assert!(
-        error["message"].as_str().unwrap().contains("account is disabled"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("account is disabled"),
         "{error}"
     );
     assert_eq!(env.llm.requests().len(), requests, "no provider request");
