@@ -432,9 +432,17 @@ pub async fn patch_user(
             "an admin cannot disable themselves (another admin can)",
         ));
     }
-    let row = users::update(state.store().pool(), user_id, &patch)
+    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
+    // Two admins disabling each other at once: one at a time, and the
+    // second, disabled by the first, is refused (401, as its next request
+    // would be), so an enabled admin always stays.
+    if patch.disabled == Some(true) && !users::lock_admins(&mut tx, caller.id()).await? {
+        return Err(ApiError::unauthorized());
+    }
+    let row = users::update(&mut *tx, user_id, &patch)
         .await?
         .ok_or_else(user_not_found)?;
+    tx.commit().await?;
     Ok(Json(User::from_row(row, &state.options().limits)))
 }
 

@@ -269,6 +269,42 @@ async fn an_admin_cannot_disable_themselves_but_may_disable_another_admin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_admins_disabling_each_other_at_once_leave_one_enabled() {
+    let s = Server::start().await;
+    for round in 0..10 {
+        let a = make_user(s.pool(), &format!("a{round}"), true).await;
+        let b = make_user(s.pool(), &format!("b{round}"), true).await;
+        // Only these two admins are enabled.
+        sqlx::query("UPDATE users SET disabled = (id NOT IN ($1, $2)) WHERE role = 'admin'")
+            .bind(a.id)
+            .bind(b.id)
+            .execute(s.pool())
+            .await
+            .unwrap();
+        let (pa, pb) = (
+            format!("/api/v2/users/{}", b.id),
+            format!("/api/v2/users/{}", a.id),
+        );
+        let disable = json!({"disabled": true});
+        let (first, second) = tokio::join!(
+            s.patch(&pa, &a, disable.clone()),
+            s.patch(&pb, &b, disable.clone())
+        );
+        let mut statuses = [first.status, second.status];
+        statuses.sort();
+        // One went through; the other, disabled by it, is refused (its
+        // authentication may already fail, or the lock's re-check does).
+        assert_eq!(statuses, [200, 401], "round {round}");
+        let enabled: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM users WHERE role = 'admin' AND NOT disabled")
+                .fetch_one(s.pool())
+                .await
+                .unwrap();
+        assert_eq!(enabled, 1, "round {round}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bootstrap_token_re_enables_the_admin_user() {
     let s = Server::start().await;
     let token = "bootstrap-secret-token";

@@ -206,6 +206,40 @@ pub struct UserPatch {
     pub max_storage_bytes: Option<Option<i64>>,
 }
 
+/// Locks every admin's row (in id order) and tells whether `actor` is an
+/// enabled admin now: what a transaction that disables a user runs first,
+/// so that admins disabling each other at the same moment go one at a time
+/// and the second, already disabled, is refused; at least one enabled admin
+/// always stays (API.md "Limits, budgets and the token lifecycle").
+///
+/// # Errors
+/// Database errors only.
+///
+/// # Example
+///
+/// ```
+/// use chatd_core::Role;
+/// use chatd_store::queries::users;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
+/// let root = users::insert(pool, "root", Role::Admin).await?;
+/// let alice = users::insert(pool, "alice", Role::Member).await?;
+/// let mut tx = pool.begin().await?;
+/// assert!(users::lock_admins(&mut tx, root.id).await?);
+/// assert!(!users::lock_admins(&mut tx, alice.id).await?, "not an admin");
+/// # Ok(()) }
+/// ```
+pub async fn lock_admins(conn: &mut sqlx::PgConnection, actor: Uuid) -> sqlx::Result<bool> {
+    let admins: Vec<(Uuid, bool)> = sqlx::query_as(
+        "SELECT id, disabled FROM users WHERE role = 'admin' ORDER BY id FOR UPDATE",
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(admins
+        .iter()
+        .any(|&(id, disabled)| id == actor && !disabled))
+}
+
 /// Applies `patch` to user `id` in one statement; the updated row, or
 /// `None` when there is no such user.
 ///
