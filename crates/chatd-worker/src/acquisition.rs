@@ -13,18 +13,28 @@
 //! Two caps decide what a pass may take:
 //!
 //! - this replica's runners: at most `limits.max_runners` at once
-//!   ([`Slots`]); a pass claims at most the free slots;
+//!   ([`Slots`]), not counting runners whose chat waits in
+//!   `requires_action` (the manager's database sync reads every held
+//!   chat's row each `db_sync_interval` and reports how many); a pass
+//!   claims at most the free slots;
 //! - the owner's running chats, across every replica: the database decides.
 //!   The candidate query returns no more of a user's chats than the room
 //!   under their cap, in the order their turns began
 //!   ([`queries::chats::acquisition_candidates`]), and every claim locks the
 //!   owner's row and counts the chats runners hold before it acquires
 //!   ([`queries::chats::lock_owner_room`]), so two replicas claiming the same
-//!   user's chats at once take turns and never pass the cap. A chat held by
-//!   a runner counts whatever its status: a runner keeps a chat that went
-//!   idle for `abandon_idle_after` and answers a message sent meanwhile
-//!   without a new `Acquire`, so only counting it closes that way around the
-//!   cap. While chats wait for a slot, runners let idle chats go at once
+//!   user's chats at once take turns and never pass the cap. The cap counts
+//!   slots: one per chat family (a root and its sub-agents share the
+//!   root's, so a sub-agent its parent waits for in `wait_agent` is always
+//!   acquired: [`queries::chats::family_holds_slot`]). Chats in
+//!   `requires_action` take no slot, and they and `interrupting` chats are
+//!   acquired without room (they wait on a timer, or only finish: an
+//!   interrupted chat that waited for a slot lands at once); a held
+//!   `interrupting` chat keeps the slot it ran in until its runner lets it
+//!   go. A held idle chat counts: a runner
+//!   keeps a chat that went idle for `abandon_idle_after` and answers a
+//!   message sent meanwhile without a new `Acquire`, so only counting it
+//!   closes that way around the cap. While chats wait for a slot, runners let idle chats go at once
 //!   (the abandon task asks [`Slots::contended`]), and a runner that ends
 //!   wakes this loop, which then claims the owner's next waiting chat.
 
@@ -33,6 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::{FutureExt as _, StreamExt as _};
 
+use chatd_core::ChatStatus;
 use chatd_pubsub::OWNERSHIP_CHANNEL;
 use chatd_store::queries;
 use tokio_util::sync::CancellationToken;
@@ -72,6 +83,10 @@ pub(crate) struct Slots {
     /// Runners this replica holds: one more for every chat acquired, one
     /// fewer for every runner cleaned up (the manager's completion).
     held: AtomicUsize,
+    /// Runners of [`Slots::held`] whose chat was in `requires_action` when
+    /// the manager's database sync last read it: they wait for client tool
+    /// results or approvals and do not count against `--max-runners`.
+    parked: AtomicUsize,
     /// The last pass left runnable chats unclaimed for want of a slot: this
     /// replica's runners were all taken, or a user had more chats waiting
     /// than room under their running-chat cap.
@@ -84,6 +99,24 @@ impl Slots {
     /// Runners held now.
     pub(crate) fn held(&self) -> usize {
         self.held.load(Ordering::SeqCst)
+    }
+
+    /// Runners that count against `--max-runners`: those held, less those
+    /// whose chat waits in `requires_action` (as the manager's database
+    /// sync last saw it).
+    pub(crate) fn counted(&self) -> usize {
+        self.held()
+            .saturating_sub(self.parked.load(Ordering::SeqCst))
+    }
+
+    /// The manager's database sync saw `parked` runners whose chat is in
+    /// `requires_action`; when more than before, their slots are free and
+    /// chats waiting for one are woken.
+    pub(crate) fn set_parked(&self, parked: usize) {
+        let before = self.parked.swap(parked, Ordering::SeqCst);
+        if parked > before && self.contended() {
+            self.freed.notify_one();
+        }
     }
 
     /// Whether chats wait for a slot (as the last pass saw it): a runner
@@ -273,7 +306,7 @@ impl AcquisitionLoop {
             .config
             .limits
             .max_runners
-            .saturating_sub(slots.held());
+            .saturating_sub(slots.counted());
         let limit = self
             .ctx
             .config
@@ -350,16 +383,32 @@ impl AcquisitionLoop {
         }
         // The owner's cap, decided under the owner's lock (after the chat's:
         // the one lock order of every claim) by a count that sees every
-        // claim committed before it.
-        let room = queries::chats::lock_owner_room(
-            tx.reader().await?,
-            chat.owner_id,
-            self.ctx.config.limits.max_running_chats,
-            stale,
-        )
-        .await?;
-        if room <= 0 {
-            return Ok(Claim::AtCap);
+        // claim committed before it. A chat in `requires_action` or
+        // `interrupting` needs no room (it waits on a timer, or only
+        // finishes), and one whose family already holds a slot adds none
+        // (a sub-agent its parent waits for).
+        if !matches!(
+            chat.status,
+            ChatStatus::RequiresAction | ChatStatus::Interrupting
+        ) {
+            let room = queries::chats::lock_owner_room(
+                tx.reader().await?,
+                chat.owner_id,
+                self.ctx.config.limits.max_running_chats,
+                stale,
+            )
+            .await?;
+            if room <= 0
+                && !queries::chats::family_holds_slot(
+                    tx.reader().await?,
+                    chat.owner_id,
+                    chat.root_chat_id.unwrap_or(chat.id),
+                    stale,
+                )
+                .await?
+            {
+                return Ok(Claim::AtCap);
+            }
         }
         let runner_id = Uuid::new_v4();
         tx.acquire(self.ctx.config.worker_id, runner_id).await?;

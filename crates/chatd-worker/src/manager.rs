@@ -241,7 +241,8 @@ impl RunnerManager {
 
 /// Reads every registered chat in one query per interval and forwards the
 /// rows to all runners of each chat; chats that vanished are reported as
-/// deleted.
+/// deleted. It also tells [`crate::acquisition::Slots`] how many runners'
+/// chats wait in `requires_action` (they take no `--max-runners` slot).
 struct DatabaseSync {
     ctx: Arc<WorkerContext>,
     registry: Arc<Registry>,
@@ -253,6 +254,7 @@ impl DatabaseSync {
         while tick.tick(&cancel).await {
             let ids = self.registry.chat_ids();
             if ids.is_empty() {
+                self.ctx.slots.set_parked(0);
                 continue;
             }
             let rows = queries::chats::select_many(self.ctx.store.pool(), &ids).await;
@@ -260,6 +262,20 @@ impl DatabaseSync {
                 Ok(rows) => {
                     let found: HashMap<Uuid, &chatd_store::Chat> =
                         rows.iter().map(|c| (c.id, c)).collect();
+                    // Runners whose chat waits in `requires_action` do not
+                    // count against `--max-runners` (API.md "Limits,
+                    // budgets and the token lifecycle").
+                    let parked = self
+                        .registry
+                        .keys()
+                        .iter()
+                        .filter(|k| {
+                            found
+                                .get(&k.chat_id)
+                                .is_some_and(|c| c.status == chatd_core::ChatStatus::RequiresAction)
+                        })
+                        .count();
+                    self.ctx.slots.set_parked(parked);
                     for id in ids {
                         match found.get(&id) {
                             Some(chat) => self.registry.send(

@@ -1301,18 +1301,26 @@ pub async fn lock_idle_family_nowait(
 
 // ---------------------------------------------------------------- workers
 
-/// `SELECT count(*)` of the chats of the owner `$owner` (an SQL expression)
-/// that a runner holds: a worker and runner set and a heartbeat of that
-/// runner newer than `$1` seconds. Whatever their status: a runner keeps a
-/// chat that went idle for `abandon_idle_after` and answers a message sent
-/// meanwhile without a new `Acquire`, so a held idle chat must keep its
-/// slot or the cap could be passed that way.
-macro_rules! held_chats_sql {
+/// `FROM chats held WHERE ...`: the chats of the owner `$owner` (an SQL
+/// expression) that take a slot under their owner's running-chat cap. A
+/// runner holds them (a worker and runner set and a heartbeat of that
+/// runner newer than `$1` seconds) and their status is not `requires_action`:
+/// such a chat only waits on a timer (for client tool results or
+/// approvals) and takes no slot. A held `interrupting` chat keeps the slot
+/// it ran in until it has landed and its runner lets it go (else the slot
+/// would be given away while the chat still holds it as an idle chat); an
+/// *unheld* one needs no room to be acquired ([`acquisition_candidates`]).
+/// Held idle chats (`waiting`, `error`) count: a runner keeps
+/// a chat that went idle for `abandon_idle_after` and answers a message
+/// sent meanwhile without a new `Acquire`, so a held idle chat must keep
+/// its slot or the cap could be passed that way.
+macro_rules! counted_held_sql {
     ($owner:literal) => {
         concat!(
-            "SELECT count(*) FROM chats held WHERE held.owner_id = ",
+            " FROM chats held WHERE held.owner_id = ",
             $owner,
             " AND held.worker_id IS NOT NULL AND held.runner_id IS NOT NULL
+              AND held.status <> 'requires_action'
               AND EXISTS (SELECT 1 FROM chat_heartbeats hb
                            WHERE hb.chat_id = held.id AND hb.runner_id = held.runner_id
                              AND hb.heartbeat_at >= now() - make_interval(secs => $1))"
@@ -1320,16 +1328,31 @@ macro_rules! held_chats_sql {
     };
 }
 
+/// `SELECT count(*)` of the slots the owner `$owner` (an SQL expression)
+/// takes under their running-chat cap: the distinct chat families
+/// (`coalesce(root_chat_id, id)`: a root chat and its sub-agents share the
+/// root's slot) among the chats of [`counted_held_sql`].
+macro_rules! held_chats_sql {
+    ($owner:literal) => {
+        concat!(
+            "SELECT count(DISTINCT coalesce(held.root_chat_id, held.id))",
+            counted_held_sql!($owner)
+        )
+    };
+}
+
 /// What [`acquisition_candidates`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AcquisitionCandidates {
-    /// Chats to try to acquire, at most the `limit` asked for: each user's
-    /// waiting chats in the order their turns began (`turn_started_at`, then
-    /// id), no more of a user's than the room under their running-chat cap,
-    /// every user's first before anyone's second.
+    /// Chats to try to acquire, at most the `limit` asked for, in the order
+    /// of [`acquisition_candidates`]: per user, the chats that take no new
+    /// slot and the chats of the first families that fit in the room
+    /// under their running-chat cap; ranked by the owner's held slots plus
+    /// the chat's place among the owner's candidates, then turn start.
     pub chat_ids: Vec<Uuid>,
-    /// Some user has more waiting chats than room under their cap: those
-    /// chats wait for a slot (a runner that ends should wake acquisition).
+    /// Some user has more families waiting for a slot than room under
+    /// their cap: those chats wait (a runner that ends should wake
+    /// acquisition).
     pub blocked: bool,
 }
 
@@ -1340,14 +1363,26 @@ pub struct AcquisitionCandidates {
 /// database time), and within their owner's running-chat cap.
 ///
 /// A user's cap is `users.max_running_chats`, or `default_max_running_chats`
-/// when the row has none; the chats it counts are those a runner holds (see
-/// [`held_chat_count`]). Per user, the waiting chats are ranked by turn
-/// start and only the first `cap - held` are returned, so one user's
-/// thousand waiting chats never fill the batch ahead of another user's:
-/// the result is ordered by that rank first (every user's first waiting
-/// chat, then every user's second, ...), then by turn start; at most
+/// when the row has none; it counts slots, one per chat family (a root and
+/// its sub-agents) that a runner holds (see [`held_chat_count`]). Which
+/// waiting chats are returned:
+///
+/// - a chat in `requires_action` or `interrupting`: always (it needs no
+///   new slot: it waits on a timer, or only finishes; a chat interrupted
+///   while it waited for a slot lands at once);
+/// - a `running` chat whose family already holds a slot (a sub-agent its
+///   parent waits for in `wait_agent`): always (it adds no family);
+/// - any other `running` chat needs a new slot: per user, the families
+///   waiting for one are ranked by their earliest turn start
+///   (`turn_started_at`) and only the chats of the first `cap - held`
+///   families are returned.
+///
+/// The result is ranked by the owner's held slots plus the chat's place
+/// among the owner's returned chats (by turn start), then turn start, then
+/// id: a user holding fewer slots goes first, and one user's thousand
+/// waiting chats never fill the batch ahead of another user's; at most
 /// `limit` ids. A hint: a claim checks again under the row lock and under
-/// the owner's lock ([`lock_owner_room`]).
+/// the owner's lock ([`lock_owner_room`], [`family_holds_slot`]).
 ///
 /// # Example
 ///
@@ -1362,9 +1397,13 @@ pub struct AcquisitionCandidates {
 /// // With a cap of 0 for everyone, it waits.
 /// let found = chats::acquisition_candidates(pool, 30.0, 10, 0).await?;
 /// assert_eq!((found.chat_ids, found.blocked), (vec![], true));
+/// // Interrupted meanwhile, it takes no slot: a candidate even so.
+/// let machine = store.machine(chat.id);
+/// machine.update(|tx| Box::pin(async move { tx.interrupt().await.map(|_| ()) })).await?;
+/// let found = chats::acquisition_candidates(pool, 30.0, 10, 0).await?;
+/// assert_eq!((found.chat_ids, found.blocked), (vec![chat.id], false));
 /// // Acquired, with a fresh heartbeat: not.
 /// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-/// let machine = store.machine(chat.id);
 /// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
 /// let found = chats::acquisition_candidates(pool, 30.0, 10, 8).await?;
 /// assert_eq!((found.chat_ids, found.blocked), (vec![], false));
@@ -1378,24 +1417,38 @@ pub async fn acquisition_candidates(
 ) -> sqlx::Result<AcquisitionCandidates> {
     let (chat_ids, blocked): (Vec<Uuid>, bool) = sqlx::query_as(concat!(
         "WITH waiting AS (
-            SELECT c.id, c.owner_id, c.turn_started_at,
-                   row_number() OVER (PARTITION BY c.owner_id ORDER BY c.turn_started_at, c.id) AS place
+            SELECT c.id, c.owner_id, c.turn_started_at, coalesce(c.root_chat_id, c.id) AS family,
+                   c.status IN ('requires_action', 'interrupting') AS slotless
               FROM chats c
              WHERE ",
         runnable_chat_sql!("c."),
         " AND (c.worker_id IS NULL OR c.runner_id IS NULL OR NOT EXISTS (
                     SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
                       AND h.heartbeat_at >= now() - make_interval(secs => $1)))
-         ), room AS (
-            SELECT u.id AS owner_id, coalesce(u.max_running_chats, $3) - (",
-        held_chats_sql!("u.id"),
-        ") AS room
+         ), owners AS (
+            SELECT u.id AS owner_id, coalesce(u.max_running_chats, $3) AS cap,
+                   ARRAY(SELECT DISTINCT coalesce(held.root_chat_id, held.id)",
+        counted_held_sql!("u.id"),
+        ") AS families
               FROM users u WHERE u.id IN (SELECT owner_id FROM waiting)
+         ), classed AS (
+            SELECT w.id, w.owner_id, w.turn_started_at, w.family, o.cap,
+                   cardinality(o.families) AS held,
+                   w.slotless OR w.family = ANY (o.families) AS free
+              FROM waiting w JOIN owners o USING (owner_id)
+         ), new_families AS (
+            SELECT owner_id, family,
+                   row_number() OVER (PARTITION BY owner_id ORDER BY min(turn_started_at), family) AS place
+              FROM classed WHERE NOT free GROUP BY owner_id, family
+         ), eligible AS (
+            SELECT c.id, c.turn_started_at,
+                   c.held + row_number() OVER (PARTITION BY c.owner_id ORDER BY c.turn_started_at, c.id) AS rank
+              FROM classed c LEFT JOIN new_families f USING (owner_id, family)
+             WHERE c.free OR f.place <= c.cap - c.held
          )
-         SELECT ARRAY(SELECT w.id FROM waiting w JOIN room r USING (owner_id)
-                       WHERE w.place <= r.room
-                       ORDER BY w.place, w.turn_started_at, w.id LIMIT $2),
-                EXISTS (SELECT 1 FROM waiting w JOIN room r USING (owner_id) WHERE w.place > r.room)"
+         SELECT ARRAY(SELECT id FROM eligible ORDER BY rank, turn_started_at, id LIMIT $2),
+                EXISTS (SELECT 1 FROM classed c JOIN new_families f USING (owner_id, family)
+                         WHERE f.place > c.cap - c.held)"
     ))
     .bind(stale_after_secs)
     .bind(limit)
@@ -1405,12 +1458,15 @@ pub async fn acquisition_candidates(
     Ok(AcquisitionCandidates { chat_ids, blocked })
 }
 
-/// How many chats of `owner_id` a runner holds now (API.md "Running chats";
-/// `running_chats` of the usage report): chats with a worker and runner
-/// whose heartbeat is newer than `stale_after_secs` (database time),
-/// whatever their status (a runner keeps a chat that went idle for a
-/// moment, and a message sent meanwhile runs without a new `Acquire`).
-/// These are the chats the running-chat cap counts.
+/// How many running-chat slots of `owner_id` runners take now (API.md
+/// "Running chats"; `running_chats` of the usage report): the distinct
+/// chat families (`coalesce(root_chat_id, id)`: a root and its sub-agents
+/// share one slot) of the chats with a worker and runner whose heartbeat
+/// is newer than `stale_after_secs` (database time) and whose status is
+/// not `requires_action` (waiting for a client, it takes no slot). Held idle
+/// chats count: a runner keeps a chat that went idle for a moment, and a
+/// message sent meanwhile runs without a new `Acquire`. This is what the
+/// running-chat cap counts.
 ///
 /// # Example
 ///
@@ -1424,6 +1480,9 @@ pub async fn acquisition_candidates(
 /// let machine = store.machine(chat.id);
 /// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
 /// assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 1);
+/// // Its runner lets it go: no slot.
+/// machine.update(|tx| Box::pin(async move { tx.abandon().await })).await?;
+/// assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 0);
 /// # Ok(()) }
 /// ```
 pub async fn held_chat_count(
@@ -1438,11 +1497,56 @@ pub async fn held_chat_count(
         .await
 }
 
+/// Whether the chat family `family_id` (a root chat's id: a chat's
+/// `coalesce(root_chat_id, id)`) of `owner_id` already takes a slot under
+/// the owner's running-chat cap (some chat of it counts in
+/// [`held_chat_count`]): a chat of that family may then be acquired
+/// whatever the room, since it adds no slot. Read it after
+/// [`lock_owner_room`] in the same transaction, so that it sees every
+/// claim committed before.
+///
+/// # Errors
+/// Database errors only.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// assert!(!chats::family_holds_slot(pool, owner, chat.id, 30.0).await?);
+/// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+/// let machine = store.machine(chat.id);
+/// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
+/// assert!(chats::family_holds_slot(pool, owner, chat.id, 30.0).await?);
+/// # Ok(()) }
+/// ```
+pub async fn family_holds_slot(
+    conn: impl PgExecutor<'_>,
+    owner_id: Uuid,
+    family_id: Uuid,
+    stale_after_secs: f64,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(concat!(
+        "SELECT EXISTS (SELECT 1",
+        counted_held_sql!("$2"),
+        " AND coalesce(held.root_chat_id, held.id) = $3)"
+    ))
+    .bind(stale_after_secs)
+    .bind(owner_id)
+    .bind(family_id)
+    .fetch_one(conn)
+    .await
+}
+
 /// Locks the row of user `owner_id` (`FOR NO KEY UPDATE`, until the
-/// transaction on `conn` ends) and returns how many more of their chats a
-/// runner may take now: their running-chat cap (`users.max_running_chats`,
-/// else `default_max_running_chats`) minus [`held_chat_count`]; 0 or less
-/// means none. `0` when the user does not exist.
+/// transaction on `conn` ends) and returns how many more slots of their
+/// running-chat cap runners may take now: their cap
+/// (`users.max_running_chats`, else `default_max_running_chats`) minus
+/// [`held_chat_count`]; 0 or less means none (a chat whose family already
+/// holds a slot may still be acquired: [`family_holds_slot`]). `0` when
+/// the user does not exist.
 ///
 /// The lock makes the cap hold across replicas: two claims of the same
 /// user's chats take it one after the other, and the count, a statement of

@@ -378,3 +378,191 @@ async fn the_step_after_the_cap_ends_the_turn_with_usage_limit() {
     );
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+/// The text of the first user message of a request.
+fn first_user_text(request: &RecordedRequest) -> String {
+    request.body["messages"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["role"] == "user"))
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_in_wait_agent_shares_its_slot_with_its_sub_agent_under_a_cap_of_one() {
+    let env = Env::new().await;
+    // The parent spawns a child, waits for it (a minute), then answers
+    // with what the wait returned; the child answers at once.
+    env.llm.set_default_fn(|request: &RecordedRequest| {
+        if first_user_text(request).starts_with("CHILD:") {
+            return Script::text("the answer is 42");
+        }
+        let last: Value = request
+            .trailing_tool_results()
+            .last()
+            .map(|r| serde_json::from_str(r).unwrap_or(Value::String(r.clone())))
+            .unwrap_or(Value::Null);
+        let call = |name: &str, args: Value| {
+            let id = format!("call_{}_{}", name, Uuid::new_v4().simple());
+            Script::new().tool_call(&id, name, &args.to_string(), 1)
+        };
+        if last.is_null() {
+            call("spawn_agent", json!({"prompt": "CHILD: find the answer"}))
+        } else if let Some(child) = last.get("chat_id") {
+            call("wait_agent", json!({"chat_id": child, "timeout_s": 60}))
+        } else {
+            Script::text(format!("Parent got: {last}"))
+        }
+    });
+    let parent = env
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: env.owner,
+            initial_messages: vec![NewMessage::user(vec![MessagePart::text("go")])],
+            last_model_config_id: Some(env.model_config_id),
+            subagents: true,
+            ..CreateChatInput::default()
+        })
+        .await
+        .unwrap()
+        .chat
+        .id;
+    let _worker = env.worker_with(config(cap(1)));
+    // Before the fix the child waited for the parent's slot until
+    // wait_agent timed out (a minute here).
+    let chat = env
+        .wait_for(
+            parent,
+            Duration::from_secs(15),
+            "the parent's answer",
+            |c| c.status == ChatStatus::Waiting,
+        )
+        .await;
+    assert_eq!(chat.status, ChatStatus::Waiting);
+    let messages = env.active_messages(parent).await;
+    let answer = crate::common::text_of(messages.last().unwrap());
+    assert!(answer.contains("the answer is 42"), "{answer}");
+    let child: Uuid = sqlx::query_scalar("SELECT id FROM chats WHERE parent_chat_id = $1")
+        .bind(parent)
+        .fetch_one(env.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(env.chat(child).await.status, ChatStatus::Waiting);
+}
+
+/// Chats whose first user message starts with `choose` call the client
+/// tool `pick_color` (and wait in `requires_action`); `hold` hangs; any
+/// other chat, or a turn with a tool result, is answered at once.
+fn client_tool_or_answer(env: &Env) {
+    env.llm.set_default_fn(|request: &RecordedRequest| {
+        let first = first_user_text(request);
+        if !request.trailing_tool_results().is_empty() {
+            Script::text("done")
+        } else if first.starts_with("choose") {
+            Script::new().tool_call("call_1", "pick_color", "{}", 1)
+        } else if first.starts_with("hold") {
+            Script::new().hang()
+        } else {
+            Script::text("done")
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chats_waiting_in_requires_action_take_no_running_chat_slot_nor_runner() {
+    let env = Env::new().await;
+    client_tool_or_answer(&env);
+    // Cap 1 and two runners: two of alice's chats wait for a client tool.
+    let worker = env.worker_with(config(LimitDefaults {
+        max_runners: 2,
+        max_running_chats: 1,
+        ..LimitDefaults::default()
+    }));
+    let tools = crate::common::pick_color_tool();
+    let first = env.create_chat_with("choose 1", Some(tools.clone())).await;
+    env.wait_requires_action(first).await;
+    let second = env.create_chat_with("choose 2", Some(tools)).await;
+    env.wait_requires_action(second).await;
+    assert_eq!(worker.runners().len(), 2);
+    // Another user's chat starts on this replica even so (its two runners
+    // wait for a client), and so does a third chat of alice's (under her
+    // cap of 1: the others take no slot).
+    let bob = add_user(&env, "bob").await;
+    let bobs = create_chat_of(&env, bob, "bob's question").await;
+    env.wait_status(bobs, ChatStatus::Waiting).await;
+    let third = env.create_chat("alice's third").await;
+    env.wait_status(third, ChatStatus::Waiting).await;
+    // The client answers: both finish.
+    env.complete_requires_action(first, "call_1", "\"red\"")
+        .await;
+    env.complete_requires_action(second, "call_1", "\"blue\"")
+        .await;
+    env.wait_status(first, ChatStatus::Waiting).await;
+    env.wait_status(second, ChatStatus::Waiting).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_waiting_for_a_slot_can_be_interrupted_at_once() {
+    let env = Env::new().await;
+    hold_or_answer(&env);
+    let bob = add_user(&env, "bob").await;
+    sqlx::query("UPDATE users SET max_running_chats = 0 WHERE id = $1")
+        .bind(bob)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    let _worker = env.worker_with(config(cap(1)));
+    // Alice's first chat holds her only slot; her second waits for it.
+    let holding = env.create_chat("hold 1").await;
+    nth_request(&env, 1).await;
+    let waiting = env.create_chat("hold 2").await;
+    // Bob may run nothing at all (cap 0).
+    let bobs = create_chat_of(&env, bob, "hold bob").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for chat in [waiting, bobs] {
+        let row = env.chat(chat).await;
+        assert_eq!((row.status, row.worker_id), (ChatStatus::Running, None));
+    }
+    // Interrupted, each lands `waiting` at once (before: `interrupting`
+    // until a slot freed; for bob, forever).
+    for chat in [waiting, bobs] {
+        interrupt(&env, chat).await;
+        env.wait_for(chat, Duration::from_secs(3), "waiting", |c| {
+            c.status == ChatStatus::Waiting
+        })
+        .await;
+    }
+    assert_eq!(asked(&env), ["hold 1"]);
+    let row = env.chat(holding).await;
+    assert_eq!(row.status, ChatStatus::Running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_holding_fewer_runners_goes_first_under_max_runners() {
+    let env = Env::new().await;
+    hold_or_answer(&env);
+    // Eve's eight chats are all within her cap of 8; the replica runs two.
+    let mut eve = Vec::new();
+    for i in 0..8 {
+        eve.push(env.create_chat(&format!("hold {i}")).await);
+    }
+    let worker = env.worker_with(config(LimitDefaults {
+        max_runners: 2,
+        ..LimitDefaults::default()
+    }));
+    let mut first = vec![nth_request(&env, 1).await, nth_request(&env, 2).await];
+    first.sort();
+    assert_eq!(first, ["hold 0", "hold 1"]);
+    let frank = add_user(&env, "frank").await;
+    let franks = create_chat_of(&env, frank, "frank's question").await;
+    // A runner ends: frank's chat (he holds none) starts before eve's
+    // third (she still holds one).
+    let running: Vec<Uuid> = worker.runners().iter().map(|(chat, _)| *chat).collect();
+    interrupt(&env, running[0]).await;
+    assert_eq!(nth_request(&env, 3).await, "frank's question");
+    env.wait_status(franks, ChatStatus::Waiting).await;
+    assert_eq!(nth_request(&env, 4).await, "hold 2");
+}
