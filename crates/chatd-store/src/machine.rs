@@ -729,7 +729,15 @@ impl ChatMachine {
     /// // Another transaction holds the row: no waiting, no bundle.
     /// assert!(machine.try_begin().await?.is_none());
     /// drop(held);
-    /// assert!(machine.try_begin().await?.is_some());
+    /// // A dropped bundle rolls back when its connection returns to the
+    /// // pool, a moment later: the row is free then.
+    /// let mut free = None;
+    /// for _ in 0..500 {
+    ///     free = machine.try_begin().await?;
+    ///     if free.is_some() { break; }
+    ///     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    /// }
+    /// assert!(free.is_some());
     /// # Ok(()) }
     /// ```
     pub async fn try_begin(&self) -> StoreResult<Option<ChatTx>> {
