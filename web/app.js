@@ -357,8 +357,9 @@ function renderChatList() {
   }
   const same = items.length === list.children.length && items.every((el, i) => list.children[i] === el);
   if (!same) list.replaceChildren(...items);
-  // A re-rendered item keeps the keyboard focus where it was.
-  if (focusedItem && focusedKey && !list.contains(focused)) {
+  // A re-rendered item keeps the keyboard focus where it was; so does a
+  // kept item that replaceChildren moved (detaching it drops the focus).
+  if (focusedItem && focusedKey && document.activeElement !== focused) {
     const again = list.querySelector(`[data-chat-id="${CSS.escape(focusedItem.dataset.chatId)}"]`);
     const target = again && (focusedKey === 'chat-link' ? again.querySelector('.chat-link') : byTestId(again, focusedKey));
     if (target) target.focus();
