@@ -42,6 +42,7 @@ else
 fi
 echo "== scripts/test-run-sh.sh (run.sh refuses bad input; no model needed)"
 scripts/test-run-sh.sh || status=1
+scripts/typecheck.sh || status=1 # the web UI's JSDoc types: tsc --noEmit --allowJs --checkJs (web/tsconfig.json)
 if [ -n "${CHATD_SKIP_E2E:-}" ]; then
   echo "== scripts/e2e.sh skipped (CHATD_SKIP_E2E is set)"
 else

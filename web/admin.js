@@ -1,3 +1,4 @@
+// @ts-check
 // The admin page (`#/admin`, admins only): every user with their usage of
 // the month, their limits and their disabled flag (API.md "Limits, budgets
 // and the token lifecycle"; "Authentication and authorization").
@@ -16,8 +17,29 @@
 // - new users: `POST /users {username, role}`; their tokens are on
 //   `#/users/<id>/tokens`.
 
-import { api, h, session, announce, ApiError, toast, formatDateTime, formatMoney, formatCount, formatBytes } from './ui.js';
+import { h, announce, toast, formatDateTime, formatMoney, formatCount, formatBytes } from './ui.js';
+import { api, session, ApiError } from './api.js';
 import { tokensUsed } from './usage.js';
+
+/** @typedef {import('./usage.js').Usage} Usage */
+/** @typedef {import('./usage.js').Limits} Limits */
+
+/**
+ * A user of `GET /users` (admins), with the limits in effect.
+ * @typedef {import('./wire.js').User & {created_at?: string, limits?: (Limits & {requests_per_minute?: number | null}) | null}} AdminUser
+ */
+
+/**
+ * An editable limit.
+ * @typedef {object} LimitField
+ * @property {'monthly_budget_micros' | 'monthly_token_budget' | 'max_running_chats' | 'requests_per_minute' | 'max_storage_bytes'} key
+ *   the wire field under `limits`
+ * @property {string} label
+ * @property {string} unit
+ * @property {string} step
+ * @property {(v: number) => string} toField the wire's value as the field's text
+ * @property {(t: string) => number} fromField the field's text as the wire's value
+ */
 
 const MIB = 1024 * 1024;
 /** Usage requests in flight at once while the list loads. */
@@ -26,6 +48,7 @@ const USAGE_CONCURRENCY = 6;
 /**
  * The editable limits: wire field, label, unit, and the conversions between
  * the wire's value and the field's text.
+ * @type {LimitField[]}
  */
 const LIMIT_FIELDS = [
   { key: 'monthly_budget_micros', label: 'Monthly spend budget', unit: '$', step: '0.01', toField: (v) => trimNumber(v / 1e6, 6), fromField: (t) => Math.round(Number(t) * 1e6) },
@@ -35,7 +58,11 @@ const LIMIT_FIELDS = [
   { key: 'max_storage_bytes', label: 'File storage', unit: 'MiB', step: 'any', toField: (v) => trimNumber(v / MIB, 3), fromField: (t) => Math.round(Number(t) * MIB) },
 ];
 
-/** Opens the admin page in `main`; `closed()` tells whether it was left meanwhile. */
+/**
+ * Opens the admin page in `main`; `closed()` tells whether it was left meanwhile.
+ * @param {HTMLElement} main
+ * @param {() => boolean} [closed]
+ */
 export function openAdminPage(main, closed = () => false) {
   const heading = h('h1', { id: 'page-heading', tabindex: '-1' }, 'Users');
   if (!session.me || session.me.role !== 'admin') {
@@ -46,6 +73,7 @@ export function openAdminPage(main, closed = () => false) {
     heading.focus();
     return;
   }
+  /** @type {{users: AdminUser[], usage: Map<string, Usage | null>, open: string | null}} */
   const state = { users: [], usage: new Map(), open: null };
   const list = h('div', { class: 'table-wrap' });
   const refresh = h('button', { type: 'button', class: 'btn btn-small', testid: 'admin-refresh', onclick: () => load() }, 'Refresh');
@@ -66,11 +94,12 @@ export function openAdminPage(main, closed = () => false) {
   heading.focus();
 
   const load = async () => {
+    /** @type {AdminUser[]} */
     let users;
     try {
       users = await api('GET', '/users', undefined, { quiet: true });
     } catch (err) {
-      if (!closed()) list.replaceChildren(h('p', { class: 'field-error', role: 'alert', testid: 'user-list-error' }, `The users could not be loaded: ${err.message}`));
+      if (!closed()) list.replaceChildren(h('p', { class: 'field-error', role: 'alert', testid: 'user-list-error' }, `The users could not be loaded: ${/** @type {Error} */ (err).message}`));
       return;
     }
     if (closed()) return;
@@ -79,13 +108,16 @@ export function openAdminPage(main, closed = () => false) {
     loadUsage(users);
   };
 
-  /** Loads the usage of `users`, a few at a time, filling their rows as answers come. */
+  /**
+   * Loads the usage of `users`, a few at a time, filling their rows as answers come.
+   * @param {AdminUser[]} users
+   */
   const loadUsage = async (users) => {
     const queue = [...users];
     const worker = async () => {
       while (queue.length && !closed()) {
         const user = queue.shift();
-        const usage = await api('GET', `/users/${user.id}/usage`, undefined, { quiet: true }).catch(() => null);
+        const usage = await api('GET', `/users/${user.id}/usage`, undefined, { quiet: true }).catch(() => /** @type {Usage | null} */ (null));
         if (closed()) return;
         state.usage.set(user.id, usage);
         updateUsageCells(user.id);
@@ -94,14 +126,24 @@ export function openAdminPage(main, closed = () => false) {
     await Promise.all(Array.from({ length: USAGE_CONCURRENCY }, worker));
   };
 
+  /**
+   * @param {string} id
+   * @returns {HTMLElement | null}
+   */
   const row = (id) => list.querySelector(`[data-testid="user-row"][data-user-id="${id}"]`);
 
+  /** @param {string} id */
   const updateUsageCells = (id) => {
     const tr = row(id);
     const user = state.users.find((u) => u.id === id);
     if (!tr || !user) return;
     const usage = state.usage.get(id);
+    /** @type {NonNullable<AdminUser['limits']>} */
     const limits = user.limits || {};
+    /**
+     * @param {string} testid
+     * @param {string} text
+     */
     const set = (testid, text) => {
       const cell = tr.querySelector(`[data-testid="${testid}"]`);
       if (cell) cell.textContent = text;
@@ -117,8 +159,9 @@ export function openAdminPage(main, closed = () => false) {
   };
 
   const renderTable = () => {
-    const focusedTestid = document.activeElement && list.contains(document.activeElement) ? document.activeElement.dataset.testid : null;
-    const focusedRow = focusedTestid ? document.activeElement.closest('[data-user-id]')?.dataset.userId : null;
+    const active = /** @type {HTMLElement | null} */ (document.activeElement);
+    const focusedTestid = active && list.contains(active) ? active.dataset.testid : null;
+    const focusedRow = focusedTestid ? /** @type {HTMLElement | null} */ (active.closest('[data-user-id]'))?.dataset.userId : null;
     const rows = [];
     for (const user of state.users) {
       rows.push(userRow(user));
@@ -134,11 +177,13 @@ export function openAdminPage(main, closed = () => false) {
     );
     for (const user of state.users) updateUsageCells(user.id);
     if (focusedRow && focusedTestid) {
+      /** @type {HTMLElement | null} */
       const el = list.querySelector(`[data-user-id="${focusedRow}"] [data-testid="${focusedTestid}"]`) || list.querySelector(`[data-user-id="${focusedRow}"][data-testid="user-limits-form"] input`);
       if (el) el.focus();
     }
   };
 
+  /** @param {AdminUser} user */
   const userRow = (user) => {
     const me = user.id === session.me.id;
     const disabled = h('input', {
@@ -174,6 +219,7 @@ export function openAdminPage(main, closed = () => false) {
           onclick: () => {
             state.open = open ? null : user.id;
             renderTable();
+            /** @type {HTMLElement | null | undefined} */
             const target = state.open
               ? list.querySelector(`#limits-${user.id} input`)
               : row(user.id)?.querySelector('[data-testid="user-edit-limits"]');
@@ -185,8 +231,11 @@ export function openAdminPage(main, closed = () => false) {
     );
   };
 
+  /** @param {AdminUser} user */
   const limitsRow = (user) => {
+    /** @type {NonNullable<AdminUser['limits']>} */
     const limits = user.limits || {};
+    /** @type {Map<string, {input: HTMLInputElement, initial: string, field: LimitField}>} */
     const inputs = new Map();
     const errors = h('p', { class: 'field-error', testid: 'user-limits-error', role: 'alert', hidden: true });
     const fields = LIMIT_FIELDS.map((f) => {
@@ -220,7 +269,7 @@ export function openAdminPage(main, closed = () => false) {
     const close = () => {
       state.open = null;
       renderTable();
-      row(user.id)?.querySelector('[data-testid="user-edit-limits"]')?.focus();
+      /** @type {HTMLElement | null | undefined} */ (row(user.id)?.querySelector('[data-testid="user-edit-limits"]'))?.focus();
     };
     cancel.addEventListener('click', close);
     form.addEventListener('keydown', (e) => {
@@ -232,6 +281,7 @@ export function openAdminPage(main, closed = () => false) {
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       errors.hidden = true;
+      /** @type {Record<string, number | null>} */
       const changes = {};
       for (const [key, { input, initial, field }] of inputs) {
         input.removeAttribute('aria-invalid');
@@ -255,6 +305,7 @@ export function openAdminPage(main, closed = () => false) {
         return;
       }
       save.disabled = true;
+      /** @type {AdminUser} */
       let updated;
       try {
         updated = await api('PATCH', `/users/${user.id}`, { limits: changes }, { quiet: true });
@@ -285,14 +336,20 @@ export function openAdminPage(main, closed = () => false) {
     );
   };
 
+  /** @param {AdminUser} updated */
   const replaceUser = (updated) => {
     state.users = state.users.map((u) => (u.id === updated.id ? { ...u, ...updated } : u));
     renderTable();
   };
 
+  /**
+   * @param {AdminUser} user
+   * @param {HTMLInputElement} checkbox
+   */
   const setDisabled = async (user, checkbox) => {
     const disabled = checkbox.checked;
     checkbox.disabled = true;
+    /** @type {AdminUser} */
     let updated;
     try {
       updated = await api('PATCH', `/users/${user.id}`, { disabled }, { quiet: true });
@@ -310,7 +367,11 @@ export function openAdminPage(main, closed = () => false) {
   load();
 }
 
-/** The form that creates a user (`POST /users`); `onCreated(user)` adds it to the list. */
+/**
+ * The form that creates a user (`POST /users`); `onCreated(user)` adds it to the list.
+ * @param {(user: AdminUser) => void} onCreated
+ * @param {() => boolean} closed
+ */
 function createUserForm(onCreated, closed) {
   const username = h('input', { type: 'text', id: 'new-username', testid: 'admin-new-username', required: true, maxlength: 64, autocomplete: 'off', spellcheck: false, 'aria-describedby': 'new-username-help' });
   const role = h('select', { id: 'new-role', testid: 'admin-new-role' }, h('option', { value: 'member' }, 'member'), h('option', { value: 'admin' }, 'admin'));
@@ -335,6 +396,7 @@ function createUserForm(onCreated, closed) {
     error.hidden = true;
     username.removeAttribute('aria-invalid');
     submit.disabled = true;
+    /** @type {AdminUser} */
     let user;
     try {
       user = await api('POST', '/users', { username: username.value.trim(), role: role.value }, { quiet: true });
@@ -360,17 +422,29 @@ function createUserForm(onCreated, closed) {
   return form;
 }
 
-/** "used of limit" (just "used" without a limit). */
+/**
+ * "used of limit" (just "used" without a limit).
+ * @param {string} used
+ * @param {number | null | undefined} limit
+ * @param {(n: number) => string} format
+ */
 function ofLimit(used, limit, format) {
   return limit === null || limit === undefined ? used : `${used} of ${format(limit)}`;
 }
 
-/** A number with at most `digits` decimals, without trailing zeros. */
+/**
+ * A number with at most `digits` decimals, without trailing zeros.
+ * @param {number} value
+ * @param {number} digits
+ */
 function trimNumber(value, digits) {
   return String(Number(value.toFixed(digits)));
 }
 
-/** The label of a limit's wire field (`limits.max_storage_bytes` → "File storage"). */
+/**
+ * The label of a limit's wire field (`limits.max_storage_bytes` → "File storage").
+ * @param {string} field
+ */
 function labelOf(field) {
   const key = field.replace(/^limits\./, '');
   const f = LIMIT_FIELDS.find((x) => x.key === key);

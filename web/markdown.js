@@ -1,3 +1,4 @@
+// @ts-check
 // Model text as Markdown, rendered to sanitised DOM (an ES module of the
 // chatd web UI, imported by app.js).
 //
@@ -30,6 +31,7 @@ const ALLOWED_TAGS = [
 ];
 const ALLOWED_ATTR = ['href', 'title', 'align', 'start', 'type', 'checked', 'disabled', 'class'];
 
+/** @param {string} text */
 function escapeHtml(text) {
   return String(text)
     .replace(/&/g, '&amp;')
@@ -75,6 +77,7 @@ purifier.addHook('afterSanitizeAttributes', (node) => {
   }
 });
 
+/** @type {DOMPurifyConfig} */
 const PURIFY_OPTIONS = {
   ALLOWED_TAGS,
   ALLOWED_ATTR,
@@ -87,11 +90,14 @@ const PURIFY_OPTIONS = {
 
 /** The sanitiser of highlight.js's output: spans with classes, nothing else. */
 const highlightPurifier = createDOMPurify(window);
+/** @type {DOMPurifyConfig} */
 const HIGHLIGHT_OPTIONS = { ALLOWED_TAGS: ['span'], ALLOWED_ATTR: ['class'], RETURN_DOM_FRAGMENT: true };
 
 /**
  * `text` (Markdown) as a DocumentFragment of sanitised DOM: code blocks
  * highlighted, each with a copy button; tables scroll sideways.
+ * @param {string} text
+ * @returns {DocumentFragment}
  */
 export function renderMarkdown(text) {
   const html = marked.parse(text || '');
@@ -109,15 +115,24 @@ export function renderMarkdown(text) {
     table.replaceWith(wrap);
     wrap.append(table);
   }
-  for (const code of fragment.querySelectorAll('pre > code')) decorateCodeBlock(code);
+  for (const code of fragment.querySelectorAll('pre > code')) decorateCodeBlock(/** @type {HTMLElement} */ (code));
   return fragment;
 }
 
-/** Replaces `el`'s children with the rendering of `text`. */
+/**
+ * Replaces `el`'s children with the rendering of `text`.
+ * @param {Element} el
+ * @param {string} text
+ */
 export function renderMarkdownInto(el, text) {
   el.replaceChildren(renderMarkdown(text));
 }
 
+/**
+ * A code block highlighted (when its language is known), under a header
+ * with its language and a copy button.
+ * @param {HTMLElement} code the `<code>` of a `<pre>`
+ */
 function decorateCodeBlock(code) {
   const pre = code.parentElement;
   const source = code.textContent;
@@ -149,6 +164,10 @@ function decorateCodeBlock(code) {
   block.append(head, pre);
 }
 
+/**
+ * @param {HTMLButtonElement & {copyTimer?: ReturnType<typeof setTimeout>}} button
+ * @param {string} text
+ */
 async function copyCode(button, text) {
   const ok = await copyText(text);
   button.textContent = ok ? 'Copied' : 'Copy failed';
@@ -165,6 +184,8 @@ async function copyCode(button, text) {
  * secure context (https, localhost), else a selected off-screen textarea
  * and `execCommand('copy')` (plain http on another host). Resolves to
  * whether it worked.
+ * @param {string} text
+ * @returns {Promise<boolean>}
  */
 export async function copyText(text) {
   if (navigator.clipboard && window.isSecureContext) {

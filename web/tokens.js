@@ -1,3 +1,4 @@
+// @ts-check
 // The API tokens page (`#/tokens` for the signed-in user, `#/users/<id>/tokens`
 // for another user, admins only): API.md "Limits, budgets and the token
 // lifecycle" and "Authentication and authorization".
@@ -13,10 +14,31 @@
 //   token answers `401` from then on and its open streams close. Revoking
 //   the token this browser signed in with signs it out.
 
-import { api, h, session, announce, confirmDialog, ApiError, toast, timeEl } from './ui.js';
+import { h, announce, confirmDialog, toast, timeEl } from './ui.js';
+import { api, session, ApiError } from './api.js';
+
+/** @typedef {import('./wire.js').User} User */
+
+/**
+ * A token of the list (`GET /users/{user}/tokens`; never the secret).
+ * @typedef {object} TokenInfo
+ * @property {string} id
+ * @property {string | null} [name]
+ * @property {string} created_at
+ * @property {string | null} expires_at
+ * @property {string | null} last_used_at
+ */
+
+/**
+ * `POST /users/{user}/tokens`: the clear token, shown once.
+ * @typedef {{id: string, token: string}} CreatedToken
+ */
 
 const DAY = 86400;
-/** Choices of lifetime, in seconds; `null` sends none (see `lifetimeLabel`). */
+/**
+ * Choices of lifetime, in seconds; `null` sends none (see `lifetimeLabel`).
+ * @type {[number | null, string | null][]}
+ */
 const LIFETIMES = [
   [DAY, '1 day'],
   [7 * DAY, '7 days'],
@@ -30,6 +52,9 @@ const DEFAULT_LIFETIME = 30 * DAY;
 /**
  * Opens the tokens page of `userId` (`me` or a user id) in `main`.
  * `closed()` tells whether the page was left meanwhile.
+ * @param {HTMLElement} main
+ * @param {string} [userId]
+ * @param {() => boolean} [closed]
  */
 export function openTokensPage(main, userId = 'me', closed = () => false) {
   const self = userId === 'me' || (session.me && userId === session.me.id);
@@ -84,20 +109,21 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
   if (!self) {
     // Name the user (admins: `GET /users`); the id stays in the URL.
     api('GET', '/users', undefined, { quiet: true })
-      .then((users) => {
+      .then((/** @type {User[]} */ users) => {
         const user = users.find((u) => u.id === userId);
         if (user && !closed()) heading.textContent = `API tokens of ${user.username}`;
       })
       .catch(() => {});
   }
 
+  /** @type {TokenInfo[]} */
   let tokens = [];
   const load = async () => {
     try {
       tokens = await api('GET', path, undefined, { quiet: true });
     } catch (err) {
       if (closed()) return;
-      list.replaceChildren(h('p', { class: 'field-error', testid: 'token-list-error', role: 'alert' }, `The tokens could not be loaded: ${err.message}`));
+      list.replaceChildren(h('p', { class: 'field-error', testid: 'token-list-error', role: 'alert' }, `The tokens could not be loaded: ${/** @type {Error} */ (err).message}`));
       return;
     }
     if (!closed()) renderList();
@@ -139,6 +165,7 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
     );
   };
 
+  /** @param {TokenInfo} t */
   const revoke = async (t) => {
     const label = t.name ? `“${t.name}”` : 'This token';
     const ok = await confirmDialog({
@@ -162,6 +189,7 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
     renderList();
     announce(`Token ${t.name ? `“${t.name}” ` : ''}revoked.`);
     // Keep the keyboard where the revoked row was.
+    /** @type {NodeListOf<HTMLElement>} */
     const buttons = list.querySelectorAll('[data-testid="token-revoke"]');
     const next = buttons[Math.min(index, buttons.length - 1)];
     (next || name).focus();
@@ -172,10 +200,12 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
     error.hidden = true;
     lifetime.removeAttribute('aria-invalid');
     name.removeAttribute('aria-invalid');
+    /** @type {{name?: string, lifetime_seconds?: number}} */
     const body = {};
     if (name.value.trim()) body.name = name.value.trim();
     if (lifetime.value) body.lifetime_seconds = Number(lifetime.value);
     create.disabled = true;
+    /** @type {CreatedToken} */
     let created;
     try {
       created = await api('POST', path, body, { quiet: true });
@@ -192,6 +222,7 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
     load();
   });
 
+  /** @param {unknown} err */
   const showError = (err) => {
     const validations = err instanceof ApiError ? err.validations : [];
     error.textContent = validations.length
@@ -204,6 +235,10 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
   };
 
   /** The clear token, once: a read-only field, Copy, and Done (which forgets it). */
+  /**
+   * @param {CreatedToken} created
+   * @param {string | undefined} tokenName
+   */
   const showCreated = (created, tokenName) => {
     const value = h('input', { type: 'text', readonly: true, class: 'token-secret', id: 'token-value', testid: 'token-value', spellcheck: false, autocomplete: 'off', 'aria-describedby': 'token-warning' });
     value.value = created.token;
@@ -237,11 +272,13 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
 }
 
 /** The label of the "no lifetime" choice: admins' tokens never expire, members' last the server's maximum. */
+/** @param {boolean} self */
 function lifetimeLabel(self) {
   return self && session.me && session.me.role === 'admin' ? 'Never' : 'Longest allowed';
 }
 
 /** Copies the field's text (Clipboard API, else the selection); resolves to whether it worked. */
+/** @param {HTMLInputElement} field */
 async function copyText(field) {
   try {
     await navigator.clipboard.writeText(field.value);

@@ -1,34 +1,43 @@
-// Shared building blocks of the web UI's modules (app.js, usage.js,
-// tokens.js, admin.js): the `h` element helper (strings always become text
-// nodes), the API client with the signed-in token (`session`), toasts, the
-// polite live region, the confirmation dialog, and the formatting of money,
-// counts, bytes and dates.
-//
-// Wire contract: ../../shared/API.md ("Errors": every non-2xx body is
-// `{message, detail?, validations?}`; a `429` of the rate limit carries
-// `Retry-After` in seconds).
+// @ts-check
+// Shared building blocks of the web UI's modules: the `h` element helper
+// (strings always become text nodes), icons, toasts, the polite live
+// region, the confirmation dialog, small form helpers, and the formatting
+// of money, counts, bytes, durations and dates. No state but the toast's
+// timer; it talks to no server (that is ./api.js).
 
-export const API = '/api/v2';
 const TOAST_MS = 6000;
-
-/**
- * The signed-in session: the API token and the user (`GET /users/me`),
- * both null when signed out. `onUnauthorized` runs when the signed-in
- * token is refused (`401`): app.js signs out.
- */
-export const session = {
-  token: null,
-  me: null,
-  onUnauthorized: () => {},
-};
 
 // ---------------------------------------------------------------------------
 // DOM helpers
 
 /**
+ * One child of `h` and `appendChildren`: a node, or a string or number (as
+ * a text node); null, undefined and false are skipped.
+ * @typedef {Node | string | number | boolean | null | undefined} Leaf
+ */
+
+/**
+ * What `h` and `appendChildren` take as children: a `Leaf`, or an array of
+ * them (flattened one level).
+ * @typedef {Leaf | Leaf[]} Child
+ */
+
+/**
+ * The props of `h`: `testid`, `class`, `dataset`, `on<event>` handlers,
+ * booleans and `value` as properties, other values as attributes (null and
+ * undefined are skipped).
+ * @typedef {Record<string, any>} Props
+ */
+
+/**
  * Creates an element. `props`: `testid`, `class`, `dataset`, `on<event>`
  * handlers, booleans and `value` as properties, other strings as
  * attributes. Children: nodes or strings (as text nodes).
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Props} [props]
+ * @param {...Child} children
+ * @returns {HTMLElementTagNameMap[K]}
  */
 export function h(tag, props = {}, ...children) {
   const el = document.createElement(tag);
@@ -39,13 +48,18 @@ export function h(tag, props = {}, ...children) {
     else if (key === 'dataset') Object.assign(el.dataset, value);
     else if (key.startsWith('on') && typeof value === 'function') {
       el.addEventListener(key.slice(2), value);
-    } else if (typeof value === 'boolean' || key === 'value') el[key] = value;
+    } else if (typeof value === 'boolean' || key === 'value') /** @type {any} */ (el)[key] = value;
     else el.setAttribute(key, String(value));
   }
   appendChildren(el, children);
   return el;
 }
 
+/**
+ * Appends `children` (see `Child`) to `el`.
+ * @param {Element} el
+ * @param {Child[]} children
+ */
 export function appendChildren(el, children) {
   for (const child of children.flat()) {
     if (child === null || child === undefined || child === false) continue;
@@ -53,102 +67,133 @@ export function appendChildren(el, children) {
   }
 }
 
-export const $ = (id) => document.getElementById(id);
+/**
+ * The element of `index.html` with this id.
+ * @param {string} id
+ * @returns {HTMLElement}
+ */
+export const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
+/**
+ * The `<input>` (or `<textarea>`: the same `value`) of `index.html` or of a
+ * page with this id.
+ * @param {string} id
+ * @returns {HTMLInputElement}
+ */
+export const $input = (id) => /** @type {HTMLInputElement} */ (document.getElementById(id));
+
+/**
+ * The first element under `root` with this `data-testid`.
+ * @param {ParentNode} root
+ * @param {string} testid
+ * @returns {HTMLElement}
+ */
 export function byTestId(root, testid) {
   return root.querySelector(`[data-testid="${testid}"]`);
 }
 
-// ---------------------------------------------------------------------------
-// HTTP
+const SVG_NS = 'http://www.w3.org/2000/svg';
+/** @type {Record<string, string[]>} the paths of each icon (24×24) */
+const ICONS = {
+  menu: ['M4 6h16', 'M4 12h16', 'M4 18h16'],
+  pencil: ['M4 20h4L19 9l-4-4L4 16z', 'M13.5 6.5l4 4'],
+  trash: ['M4 7h16', 'M9 7V4h6v3', 'M6 7l1 13h10l1-13'],
+  stop: ['M7 7h10v10H7z'],
+  send: ['M5 12h14', 'M13 6l6 6-6 6'],
+};
 
-export class ApiError extends Error {
-  constructor(status, body, retryAfter = null) {
-    super((body && body.message) || `Request failed (HTTP ${status}).`);
-    this.status = status;
-    this.body = body;
-    /** Seconds from the `Retry-After` header (a rate limit's `429`), or null. */
-    this.retryAfter = retryAfter;
+/**
+ * A decorative inline SVG icon (the control carries the label).
+ * @param {'menu' | 'pencil' | 'trash' | 'stop' | 'send'} name
+ * @returns {SVGSVGElement}
+ */
+export function icon(name) {
+  const svg = document.createElementNS(SVG_NS, 'svg');
+  svg.setAttribute('viewBox', '0 0 24 24');
+  svg.setAttribute('aria-hidden', 'true');
+  svg.setAttribute('focusable', 'false');
+  svg.setAttribute('class', `icon icon-${name}`);
+  for (const d of ICONS[name]) {
+    const path = document.createElementNS(SVG_NS, 'path');
+    path.setAttribute('d', d);
+    svg.append(path);
   }
+  return svg;
+}
 
-  /** The body's `detail`, or null. */
-  get detail() {
-    return (this.body && typeof this.body.detail === 'string' && this.body.detail) || null;
-  }
+/** A text longer than this (lines or characters) is shown collapsed. */
+const LONG_LINES = 20;
+const LONG_CHARS = 2000;
 
-  /** `validations` of a `400`: `[{field, detail}]`. */
-  get validations() {
-    return (this.body && Array.isArray(this.body.validations) && this.body.validations) || [];
+/**
+ * Whether `text` is long enough to be shown collapsed.
+ * @param {string} text
+ */
+export function isLong(text) {
+  if (text.length > LONG_CHARS) return true;
+  let lines = 1;
+  for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) {
+    lines += 1;
+    if (lines > LONG_LINES) return true;
   }
+  return false;
+}
 
-  /**
-   * What to show the user: the message; for a limit (`429`, `413`) also the
-   * detail naming it and, with `Retry-After`, when to try again.
-   */
-  describe() {
-    let text = this.message;
-    if ((this.status === 429 || this.status === 413) && this.detail && !text.includes(this.detail)) {
-      text += ` ${this.detail}`;
-    }
-    if (this.retryAfter !== null) text += ` Try again in ${formatSeconds(this.retryAfter)}.`;
-    return text;
-  }
+/** @param {string} text */
+export function countLines(text) {
+  return text.split('\n').length;
 }
 
 /**
- * Calls the API with the signed-in token. Resolves to the JSON body (or
- * null); rejects with ApiError. Shows a toast with the error (see
- * `ApiError.describe`) unless `quiet`.
+ * Grows the textarea with its text, up to the CSS max-height.
+ * @param {HTMLTextAreaElement} input
  */
-export async function api(method, path, body, { quiet = false, token = session.token } = {}) {
-  const init = { method, headers: { Authorization: `Bearer ${token}` } };
-  if (body !== undefined) {
-    init.headers['Content-Type'] = 'application/json';
-    init.body = JSON.stringify(body);
-  }
-  let response;
-  try {
-    response = await fetch(API + path, init);
-  } catch (err) {
-    const error = new ApiError(0, { message: 'Network error: the server is unreachable.' });
-    if (!quiet) toast(error.message);
-    throw error;
-  }
-  const text = await response.text();
-  let json = null;
-  try {
-    json = text ? JSON.parse(text) : null;
-  } catch {
-    json = null;
-  }
-  if (!response.ok) {
-    const retryAfter = Number.parseInt(response.headers.get('Retry-After') || '', 10);
-    const error = new ApiError(response.status, json, Number.isFinite(retryAfter) ? retryAfter : null);
-    if (!quiet) toast(error.describe());
-    if (response.status === 401 && token === session.token && session.me) session.onUnauthorized();
-    throw error;
-  }
-  return json;
+export function autoGrow(input) {
+  input.style.height = 'auto';
+  input.style.height = `${input.scrollHeight + 2}px`;
 }
 
-/** Runs `fn` and swallows ApiError (already shown as a toast). */
-export async function attempt(fn) {
-  try {
-    return await fn();
-  } catch (err) {
-    if (!(err instanceof ApiError)) {
-      console.error(err);
-      toast(String(err.message || err));
+/**
+ * Disables every button of `form` while `busy`, and restores each one's
+ * own state after.
+ * @param {HTMLElement} form
+ * @param {boolean} busy
+ */
+export function setBusy(form, busy) {
+  for (const button of form.querySelectorAll('button')) {
+    if (busy) {
+      button.dataset.wasDisabled = String(button.disabled);
+      button.disabled = true;
+    } else if (button.dataset.wasDisabled !== undefined) {
+      button.disabled = button.dataset.wasDisabled === 'true';
+      delete button.dataset.wasDisabled;
     }
-    return undefined;
+  }
+  form.setAttribute('aria-busy', String(busy));
+}
+
+/**
+ * Pretty-prints a JSON string; returns it unchanged when it does not parse.
+ * @param {string} text
+ */
+export function prettyJsonString(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;
   }
 }
 
 // ---------------------------------------------------------------------------
 // Toast (one at a time, the newest wins) and the live region.
 
-let toastTimer = null;
+/** @type {ReturnType<typeof setTimeout> | undefined} */
+let toastTimer;
 
+/**
+ * Shows `message` as the toast (for TOAST_MS, or until clicked).
+ * @param {string} message
+ */
 export function toast(message) {
   const box = $('toasts');
   box.replaceChildren(
@@ -158,11 +203,15 @@ export function toast(message) {
   toastTimer = setTimeout(clearToast, TOAST_MS);
 }
 
+/** Removes the toast. */
 export function clearToast() {
   $('toasts').replaceChildren();
 }
 
-/** Tells screen readers (politely) what changed: the assistant's state, a page's result. */
+/**
+ * Tells screen readers (politely) what changed: the assistant's state, a page's result.
+ * @param {string} text
+ */
 export function announce(text) {
   const region = $('live-status');
   if (region.textContent !== text) region.textContent = text;
@@ -171,14 +220,17 @@ export function announce(text) {
 /**
  * A modal confirmation (`confirm-dialog`); resolves to true when the user
  * confirms, false on Cancel or Escape.
+ * @param {{title: string, message: string, confirm: string}} texts
+ * @returns {Promise<boolean>}
  */
 export function confirmDialog({ title, message, confirm }) {
-  const dialog = $('confirm-dialog');
-  const returnTo = document.activeElement;
+  const dialog = /** @type {HTMLDialogElement} */ ($('confirm-dialog'));
+  const returnTo = /** @type {HTMLElement | null} */ (document.activeElement);
   $('confirm-title').textContent = title;
   $('confirm-message').textContent = message;
   $('confirm-ok').textContent = confirm;
   return new Promise((resolve) => {
+    /** @param {boolean} result */
     const close = (result) => {
       dialog.removeEventListener('close', onClose);
       $('confirm-ok').onclick = null;
@@ -204,17 +256,26 @@ export const numberFormat = new Intl.NumberFormat();
 const moneyFormat = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', currencyDisplay: 'narrowSymbol' });
 const dateTimeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
 
-/** Micro-dollars (`spent_micros`, `monthly_budget_micros`) as money: `$1.23`. */
+/**
+ * Micro-dollars (`spent_micros`, `monthly_budget_micros`) as money: `$1.23`.
+ * @param {number | null | undefined} micros
+ */
 export function formatMoney(micros) {
   return moneyFormat.format((Number(micros) || 0) / 1e6);
 }
 
-/** A count with thousands separators: `12,345`. */
+/**
+ * A count with thousands separators: `12,345`.
+ * @param {number | null | undefined} n
+ */
 export function formatCount(n) {
   return numberFormat.format(Number(n) || 0);
 }
 
-/** Bytes in binary units: `512 B`, `1.5 KiB`, `20 MiB`, `1 GiB`. */
+/**
+ * Bytes in binary units: `512 B`, `1.5 KiB`, `20 MiB`, `1 GiB`.
+ * @param {number | null | undefined} n
+ */
 export function formatBytes(n) {
   n = Number(n) || 0;
   if (n < 1024) return `${n} B`;
@@ -229,7 +290,10 @@ export function formatBytes(n) {
   return `${value.toFixed(digits).replace(/\.0$/, '')} ${units[unit]}`;
 }
 
-/** Seconds as `45 s`, `2 min`, `1 h 5 min`. */
+/**
+ * Seconds as `45 s`, `2 min`, `1 h 5 min`.
+ * @param {number | null | undefined} s
+ */
 export function formatSeconds(s) {
   s = Math.max(0, Math.ceil(Number(s) || 0));
   if (s < 60) return `${s} s`;
@@ -238,7 +302,10 @@ export function formatSeconds(s) {
   return `${Math.floor(m / 60)} h${m % 60 ? ` ${m % 60} min` : ''}`;
 }
 
-/** An ISO time as a local date and time (`5 Dec 2026, 14:03`); '' when absent or invalid. */
+/**
+ * An ISO time as a local date and time (`5 Dec 2026, 14:03`); '' when absent or invalid.
+ * @param {string | null | undefined} iso
+ */
 export function formatDateTime(iso) {
   if (!iso) return '';
   const d = new Date(iso);
@@ -248,9 +315,33 @@ export function formatDateTime(iso) {
 /**
  * A `<time>` element showing `iso` (local date and time), or `fallback`
  * text when it is null.
+ * @param {string | null | undefined} iso
+ * @param {string} [fallback]
+ * @param {Props} [props]
+ * @returns {HTMLElement}
  */
 export function timeEl(iso, fallback = '–', props = {}) {
   const text = formatDateTime(iso);
   if (!text) return h('span', props, fallback);
   return h('time', { datetime: iso, title: new Date(iso).toString(), ...props }, text);
+}
+
+/**
+ * Milliseconds as `45s` or `2m 05s` (rounded up to the second).
+ * @param {number} ms
+ */
+export function formatDuration(ms) {
+  const s = Math.ceil(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  return `${m}m ${String(s % 60).padStart(2, '0')}s`;
+}
+
+/**
+ * An ISO time as a local time of day; '' when invalid.
+ * @param {string} iso
+ */
+export function formatTime(iso) {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? '' : d.toLocaleTimeString();
 }

@@ -1,3 +1,4 @@
+// @ts-check
 // The signed-in user's usage of the month against their limits (API.md
 // "Limits, budgets and the token lifecycle": `GET /users/me/usage` →
 // `{period_start, period_end, spent_micros, input_tokens, output_tokens,
@@ -16,17 +17,57 @@
 //
 // Months are calendar months in UTC, so dates of resets are shown in UTC.
 
-import { api, h, $, session, formatMoney, formatCount, formatBytes, formatDateTime } from './ui.js';
+import { h, $, formatMoney, formatCount, formatBytes, formatDateTime } from './ui.js';
+import { api, session } from './api.js';
 
 const USAGE_POLL_MS = 30000;
 const REFRESH_DELAY_MS = 300;
 /** From this share of a budget on, its meter shows a warning colour. */
 const WARN_SHARE = 0.8;
 
+/**
+ * The limits of an account (API.md "Limits, budgets and the token
+ * lifecycle"); null: no limit.
+ * @typedef {object} Limits
+ * @property {number | null} [monthly_budget_micros]
+ * @property {number | null} [monthly_token_budget]
+ * @property {number | null} [max_running_chats]
+ * @property {number | null} [max_storage_bytes]
+ */
+
+/**
+ * `GET /users/me/usage` (and an admin's view of a user's): the usage of
+ * the calendar month (UTC) against the limits.
+ * @typedef {object} Usage
+ * @property {string} period_start
+ * @property {string} period_end
+ * @property {number} spent_micros
+ * @property {number} input_tokens
+ * @property {number} output_tokens
+ * @property {number} running_chats
+ * @property {number} storage_bytes
+ * @property {Limits | null} [limits]
+ */
+
+/**
+ * A monthly budget used up.
+ * @typedef {{kind: 'spend' | 'tokens', name: string, used: string, limit: string}} Exhausted
+ */
+
+/**
+ * This module's state.
+ * @type {{
+ *   usage: Usage | null,
+ *   timer: ReturnType<typeof setInterval> | undefined,
+ *   pending: ReturnType<typeof setTimeout> | undefined,
+ *   seq: number,
+ *   listeners: Set<(usage: Usage) => void>,
+ * }}
+ */
 const state = {
   usage: null, // the latest answer of GET /users/me/usage, or null
-  timer: null,
-  pending: null, // a scheduled refresh
+  timer: undefined,
+  pending: undefined, // a scheduled refresh
   seq: 0, // the newest request; older answers are dropped
   listeners: new Set(),
 };
@@ -68,7 +109,10 @@ export function currentUsage() {
   return state.usage;
 }
 
-/** Calls `fn(usage)` after every new answer; returns a function that stops it. */
+/**
+ * Calls `fn(usage)` after every new answer; returns a function that stops it.
+ * @param {(usage: Usage) => void} fn
+ */
 export function onUsage(fn) {
   state.listeners.add(fn);
   return () => state.listeners.delete(fn);
@@ -78,7 +122,7 @@ async function loadUsage() {
   if (!session.token) return;
   const seq = ++state.seq;
   // Quiet: a server without the route (or a passing failure) just shows no panel.
-  const usage = await api('GET', '/users/me/usage', undefined, { quiet: true }).catch(() => null);
+  const usage = await api('GET', '/users/me/usage', undefined, { quiet: true }).catch(() => /** @type {Usage | null} */ (null));
   if (seq !== state.seq || !session.token) return;
   if (!usage) return;
   state.usage = usage;
@@ -89,7 +133,10 @@ async function loadUsage() {
 // ---------------------------------------------------------------------------
 // Figures
 
-/** Tokens of the period: input + output. */
+/**
+ * Tokens of the period: input + output.
+ * @param {{input_tokens?: number, output_tokens?: number}} usage
+ */
 export function tokensUsed(usage) {
   return (Number(usage.input_tokens) || 0) + (Number(usage.output_tokens) || 0);
 }
@@ -97,9 +144,12 @@ export function tokensUsed(usage) {
 /**
  * The budgets used up in `usage`: `[{kind: 'spend'|'tokens', name, used,
  * limit}]` (at or over the budget, as the server decides).
+ * @param {Usage | null} usage
+ * @returns {Exhausted[]}
  */
 export function exhaustedBudgets(usage) {
   if (!usage || !usage.limits) return [];
+  /** @type {Exhausted[]} */
   const out = [];
   const { monthly_budget_micros: money, monthly_token_budget: tokens } = usage.limits;
   if (money !== null && money !== undefined && usage.spent_micros >= money) {
@@ -111,13 +161,19 @@ export function exhaustedBudgets(usage) {
   return out;
 }
 
-/** `period_end` as the day of the reset, in UTC: "1 Jan". */
+/**
+ * `period_end` as the day of the reset, in UTC: "1 Jan".
+ * @param {Usage} usage
+ */
 export function formatResetDay(usage) {
   const d = new Date(usage.period_end);
   return Number.isNaN(d.getTime()) ? '' : resetDay.format(d);
 }
 
-/** `period_end` as the full moment of the reset: "1 Jan 2027, 00:00 UTC". */
+/**
+ * `period_end` as the full moment of the reset: "1 Jan 2027, 00:00 UTC".
+ * @param {Usage} usage
+ */
 export function formatResetMoment(usage) {
   const d = new Date(usage.period_end);
   if (Number.isNaN(d.getTime())) return 'the start of next month';
@@ -125,14 +181,20 @@ export function formatResetMoment(usage) {
   return `${resetDate.format(d)}, ${hm} UTC`;
 }
 
-/** "Spent $1.23 of $5.00" (or "Spent $1.23" without a budget). */
+/**
+ * "Spent $1.23 of $5.00" (or "Spent $1.23" without a budget).
+ * @param {Usage} usage
+ */
 export function spendText(usage) {
   const budget = usage.limits && usage.limits.monthly_budget_micros;
   const spent = formatMoney(usage.spent_micros);
   return budget === null || budget === undefined ? `Spent ${spent}` : `Spent ${spent} of ${formatMoney(budget)}`;
 }
 
-/** "12,345 tokens of 100,000" (or "12,345 tokens" without a budget). */
+/**
+ * "12,345 tokens of 100,000" (or "12,345 tokens" without a budget).
+ * @param {Usage} usage
+ */
 export function tokensText(usage) {
   const budget = usage.limits && usage.limits.monthly_token_budget;
   const used = `${formatCount(tokensUsed(usage))} tokens`;
@@ -142,13 +204,16 @@ export function tokensText(usage) {
 /**
  * A meter of `used` against `limit` (null: no limit, no meter). The bar is
  * decorative; the text next to it says the figures.
+ * @param {number} used
+ * @param {number | null | undefined} limit
+ * @param {string} label
  */
 function meter(used, limit, label) {
   if (limit === null || limit === undefined || !(limit > 0)) return null;
   const share = used / limit;
   const percent = Math.min(100, Math.round(share * 100));
   const bar = h('span', { class: 'usage-bar' }, h('span', { class: 'usage-fill' }));
-  bar.firstChild.style.width = `${percent}%`;
+  /** @type {HTMLElement} */ (bar.firstChild).style.width = `${percent}%`;
   const el = h(
     'span',
     { class: 'usage-meter', role: 'meter', 'aria-label': label, 'aria-valuemin': '0', 'aria-valuemax': '100', 'aria-valuenow': String(percent) },
@@ -159,9 +224,13 @@ function meter(used, limit, label) {
   return el;
 }
 
-/** The sidebar's usage panel (`account-usage`). */
+/**
+ * The sidebar's usage panel (`account-usage`).
+ * @param {Usage} usage
+ */
 function renderUsagePanel(usage) {
   const panel = $('account-usage');
+  /** @type {Limits} */
   const limits = usage.limits || {};
   const exhausted = exhaustedBudgets(usage);
   const resetsTitle = `The monthly budgets reset on ${formatResetMoment(usage)} (${formatDateTime(usage.period_end)} here)`;
@@ -210,6 +279,7 @@ function renderUsagePanel(usage) {
  * which budget is used up, with the figures, when it resets and what to do;
  * or, when no monthly budget is used up (any more), that the limit was the
  * turn's own (its model calls) or has been raised, so the next turn may run.
+ * @param {Usage | null} [usage]
  */
 export function usageLimitHelp(usage = state.usage) {
   const exhausted = exhaustedBudgets(usage);

@@ -2,8 +2,9 @@
 //!
 //! Static files from the repository's `web/` directory, embedded in the
 //! binary at build time ([`ASSETS`]): the UI's own files (`GET /` serves
-//! `index.html`, then `/app.js`, the modules it imports (`/markdown.js`,
-//! `/ui.js`, `/usage.js`, `/tokens.js`, `/admin.js`), `/app.css`) and the
+//! `index.html`, then `/app.js`, the ES modules it imports (the chat view,
+//! the composer, the sidebar, the stream client, the admin pages; every
+//! `.js` file of `web/` but the browser tests), `/app.css`) and the
 //! third-party libraries vendored under `web/vendor/<name>-<version>/`
 //! (Markdown, sanitiser, syntax highlighting; `web/README.md` says which and
 //! why). They hold no data, so they need no token; the UI signs in with an
@@ -92,6 +93,19 @@ pub const ASSETS: &[Asset] = &[
     asset!("/usage.js", "usage.js", JS, Caching::Revalidate),
     asset!("/tokens.js", "tokens.js", JS, Caching::Revalidate),
     asset!("/admin.js", "admin.js", JS, Caching::Revalidate),
+    asset!("/api.js", "api.js", JS, Caching::Revalidate),
+    asset!("/stream.js", "stream.js", JS, Caching::Revalidate),
+    asset!("/wire.js", "wire.js", JS, Caching::Revalidate),
+    asset!("/models.js", "models.js", JS, Caching::Revalidate),
+    asset!("/sidebar.js", "sidebar.js", JS, Caching::Revalidate),
+    asset!("/composer.js", "composer.js", JS, Caching::Revalidate),
+    asset!("/new-chat.js", "new-chat.js", JS, Caching::Revalidate),
+    asset!("/chat-state.js", "chat-state.js", JS, Caching::Revalidate),
+    asset!("/chat-view.js", "chat-view.js", JS, Caching::Revalidate),
+    asset!("/messages.js", "messages.js", JS, Caching::Revalidate),
+    asset!("/panels.js", "panels.js", JS, Caching::Revalidate),
+    asset!("/action-required.js", "action-required.js", JS, Caching::Revalidate),
+    asset!("/queue.js", "queue.js", JS, Caching::Revalidate),
     asset!("/app.css", "app.css", CSS, Caching::Revalidate),
     asset!(
         "/vendor/marked-18.2.1/marked.esm.js",

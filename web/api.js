@@ -1,0 +1,169 @@
+// @ts-check
+// The HTTP side of the web UI: the signed-in session, `api()` (JSON calls
+// with the token, errors as ApiError and a toast), `attempt()`, and the
+// file routes (raw bytes, not JSON). The live stream is ./stream.js.
+//
+// Wire contract: ../../shared/API.md ("Errors": every non-2xx body is
+// `{message, detail?, validations?}`; a `429` of the rate limit carries
+// `Retry-After` in seconds).
+
+import { toast, formatSeconds } from './ui.js';
+
+/** @typedef {import('./wire.js').User} User */
+/** @typedef {import('./wire.js').ErrorBody} ErrorBody */
+/** @typedef {import('./wire.js').UploadedFile} UploadedFile */
+
+/** The base path of every route. */
+export const API = '/api/v2';
+
+/**
+ * The signed-in session: the API token and the user (`GET /users/me`),
+ * both null when signed out. `onUnauthorized` runs when the signed-in
+ * token is refused (`401`): app.js signs out.
+ * @type {{token: string | null, me: User | null, onUnauthorized: () => void}}
+ */
+export const session = {
+  token: null,
+  me: null,
+  onUnauthorized: () => {},
+};
+
+/** A refused or failed request: the HTTP status (0: network) and the error body. */
+export class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {ErrorBody | null} body
+   * @param {number | null} [retryAfter]
+   */
+  constructor(status, body, retryAfter = null) {
+    super((body && body.message) || `Request failed (HTTP ${status}).`);
+    this.status = status;
+    this.body = body;
+    /** Seconds from the `Retry-After` header (a rate limit's `429`), or null. */
+    this.retryAfter = retryAfter;
+  }
+
+  /** The body's `detail`, or null. */
+  get detail() {
+    return (this.body && typeof this.body.detail === 'string' && this.body.detail) || null;
+  }
+
+  /** `validations` of a `400`: `[{field, detail}]`. */
+  get validations() {
+    return (this.body && Array.isArray(this.body.validations) && this.body.validations) || [];
+  }
+
+  /**
+   * What to show the user: the message; for a limit (`429`, `413`) also the
+   * detail naming it and, with `Retry-After`, when to try again.
+   */
+  describe() {
+    let text = this.message;
+    if ((this.status === 429 || this.status === 413) && this.detail && !text.includes(this.detail)) {
+      text += ` ${this.detail}`;
+    }
+    if (this.retryAfter !== null) text += ` Try again in ${formatSeconds(this.retryAfter)}.`;
+    return text;
+  }
+}
+
+/**
+ * Calls the API with the signed-in token. Resolves to the JSON body (or
+ * null); rejects with ApiError. Shows a toast with the error (see
+ * `ApiError.describe`) unless `quiet`. The answer is `any` here: callers
+ * name its type (API.md) with a `@type` annotation.
+ * @param {string} method
+ * @param {string} path under `/api/v2`, with its query string
+ * @param {unknown} [body] sent as JSON when not undefined
+ * @param {{quiet?: boolean, token?: string | null}} [options]
+ * @returns {Promise<any>}
+ */
+export async function api(method, path, body, { quiet = false, token = session.token } = {}) {
+  /** @type {Record<string, string>} */
+  const headers = { Authorization: `Bearer ${token}` };
+  /** @type {RequestInit} */
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(API + path, init);
+  } catch {
+    const error = new ApiError(0, { message: 'Network error: the server is unreachable.' });
+    if (!quiet) toast(error.message);
+    throw error;
+  }
+  const json = await jsonOf(response);
+  if (!response.ok) {
+    const retryAfter = Number.parseInt(response.headers.get('Retry-After') || '', 10);
+    const error = new ApiError(response.status, json, Number.isFinite(retryAfter) ? retryAfter : null);
+    if (!quiet) toast(error.describe());
+    if (response.status === 401 && token === session.token && session.me) session.onUnauthorized();
+    throw error;
+  }
+  return json;
+}
+
+/**
+ * The JSON body of `response`, or null when it is empty or not JSON.
+ * @param {Response} response
+ * @returns {Promise<any>}
+ */
+async function jsonOf(response) {
+  const text = await response.text();
+  try {
+    return text ? JSON.parse(text) : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Runs `fn` and swallows ApiError (already shown as a toast); any other
+ * error is logged and shown. Resolves to undefined on an error.
+ * @template T
+ * @param {() => Promise<T>} fn
+ * @returns {Promise<T | undefined>}
+ */
+export async function attempt(fn) {
+  try {
+    return await fn();
+  } catch (err) {
+    if (!(err instanceof ApiError)) {
+      console.error(err);
+      toast(String((err && /** @type {any} */ (err).message) || err));
+    }
+    return undefined;
+  }
+}
+
+/**
+ * `POST /files?name=` with the file's bytes (API.md "Files"); resolves to
+ * the stored File, rejects with ApiError.
+ * @param {File} file
+ * @returns {Promise<UploadedFile>}
+ */
+export async function uploadFile(file) {
+  const init = {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${session.token}`, 'Content-Type': file.type || 'application/octet-stream' },
+    body: file,
+  };
+  const response = await fetch(`${API}/files?name=${encodeURIComponent(file.name)}`, init);
+  const json = await jsonOf(response);
+  if (!response.ok) throw new ApiError(response.status, json);
+  return json;
+}
+
+/**
+ * `GET /files/{id}`: the file's bytes (owner only).
+ * @param {string} id
+ * @returns {Promise<Blob>}
+ */
+export async function downloadFile(id) {
+  const r = await fetch(`${API}/files/${id}`, { headers: { Authorization: `Bearer ${session.token}` } });
+  if (!r.ok) throw new Error(`HTTP ${r.status}`);
+  return r.blob();
+}

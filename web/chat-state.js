@@ -1,0 +1,404 @@
+// @ts-check
+// The state of an open chat (`ChatView`) and how the server changes it:
+// stream events (API.md "Stream"), sends and edits. No DOM here: the chat
+// view (./chat-view.js and the renderers it uses) draws this state.
+//
+// Also remembered here, per browser tab (sessionStorage
+// `chatd.interrupted.<chat id>`): the ids of answers cut by an interrupt
+// the UI watched, for servers that do not send `finish_reason`.
+
+import { refreshUsage } from './usage.js';
+import { updateListStatus } from './sidebar.js';
+
+/** @typedef {import('./wire.js').Chat} Chat */
+/** @typedef {import('./wire.js').ChatStatus} ChatStatus */
+/** @typedef {import('./wire.js').ChatMessage} ChatMessage */
+/** @typedef {import('./wire.js').ChatError} ChatError */
+/** @typedef {import('./wire.js').Part} Part */
+/** @typedef {import('./wire.js').QueuedMessage} QueuedMessage */
+/** @typedef {import('./wire.js').ActionRequired} ActionRequired */
+/** @typedef {import('./wire.js').RetryState} RetryState */
+/** @typedef {import('./wire.js').LivePart} LivePart */
+/** @typedef {import('./wire.js').StreamEvent} StreamEvent */
+/** @typedef {import('./wire.js').EditResult} EditResult */
+/** @typedef {import('./stream.js').StreamClient} StreamClient */
+/** @typedef {import('./composer.js').Composer} Composer */
+
+/**
+ * An episode of live parts: `(history_version, generation_attempt)`.
+ * @typedef {{hv: number, ga: number}} Episode
+ */
+
+/**
+ * The answer being written, built from `message_part` events.
+ * @typedef {object} Preview
+ * @property {number} hv
+ * @property {number} ga
+ * @property {number} seq the newest part's
+ * @property {import('./wire.js').Role} role
+ * @property {Part[]} parts merged deltas (see mergeDelta)
+ */
+
+/**
+ * The elements of the open chat's page (chat-view.js `buildChatDom`), and
+ * what the renderers keep between renders.
+ * @typedef {object} ChatDom
+ * @property {HTMLElement} root
+ * @property {HTMLElement} title
+ * @property {HTMLElement} status
+ * @property {HTMLElement} connection
+ * @property {HTMLElement} usage
+ * @property {HTMLElement} context
+ * @property {HTMLElement} contextTools
+ * @property {HTMLInputElement} planInput
+ * @property {HTMLElement} archive
+ * @property {HTMLElement} banners
+ * @property {HTMLElement} messages
+ * @property {HTMLElement} previewSlot
+ * @property {(HTMLElement & {parts?: Record<string, HTMLElement>}) | null} previewEl
+ * @property {string | null} previewKey
+ * @property {HTMLElement} scroller
+ * @property {HTMLElement} action
+ * @property {HTMLElement} queue
+ * @property {Composer} composer
+ * @property {string | null} actionKey
+ * @property {Map<string, {approved: boolean, reason: string | null}>} [decisions]
+ *   decisions taken on approval cards, by tool call id
+ * @property {HTMLElement} [gapEl] the "load earlier" control
+ */
+
+/**
+ * What the renderers of the chat view call back: chat-view.js fills it in
+ * (so that they need not import it).
+ * @typedef {object} ChatActions
+ * @property {() => void} render re-renders the view
+ * @property {(chat: Chat) => void} applyChat takes a Chat from a REST answer
+ * @property {() => void} retry retries the failed turn
+ */
+
+/**
+ * The state of an open chat.
+ * @typedef {object} ChatView
+ * @property {string} chatId
+ * @property {Chat | null} chat GET /chats/{id}; status kept current by events
+ * @property {Map<number, ChatMessage>} messages by id
+ * @property {{after: number, before: number, omitted: number} | null} gap
+ *   visible messages with after < id < before are not loaded yet
+ * @property {boolean} loadingEarlier
+ * @property {Preview | null} preview
+ * @property {Set<string>} finishedEpisodes "hv:ga" whose preview a commit replaced
+ * @property {Episode | null} lastEpisode of the newest part seen
+ * @property {number} historyVersion
+ * @property {QueuedMessage[]} queue
+ * @property {{id: number} | null} queueEdit the queued message being edited
+ * @property {ActionRequired | null} actionRequired
+ * @property {ChatError | null} error
+ * @property {ChatError | null} limitHelpFor the error whose usage was loaded again
+ * @property {(RetryState & {episode: Episode | null}) | null} retry
+ *   the retry event's payload, plus `episode` (lastEpisode when it came)
+ * @property {number | null} editing message id being edited
+ * @property {boolean} atBottom the reader is at the end of the conversation (kept there)
+ * @property {boolean} interruptArmed an interrupt is under way: the next new answer was cut by it
+ * @property {Set<number>} interruptedIds
+ * @property {string | null} usageText the last usage label with numbers in it
+ * @property {string | null} announced the last status announced in the live region
+ * @property {boolean} turnStopped this turn was stopped (status interrupting, or its answer came marked interrupted)
+ * @property {StreamClient | null} stream
+ * @property {number | null} previewFrame the requested animation frame of the preview
+ * @property {number} previewDrawnAt when the preview was last drawn (frame time, ms)
+ * @property {number} previewCost how long that took (ms)
+ * @property {boolean} closed
+ * @property {ChatDom | null} dom
+ * @property {ChatActions} actions
+ */
+
+const INTERRUPTED_KEY = 'chatd.interrupted.'; // + chat id (sessionStorage): ids of answers cut by an interrupt
+
+/**
+ * Fresh state of an open chat.
+ * @param {string} chatId
+ * @param {ChatActions} actions
+ * @returns {ChatView}
+ */
+export function newChatView(chatId, actions) {
+  return {
+    chatId,
+    chat: null,
+    messages: new Map(),
+    gap: null,
+    loadingEarlier: false,
+    preview: null,
+    finishedEpisodes: new Set(),
+    lastEpisode: null,
+    historyVersion: 0,
+    queue: [],
+    queueEdit: null,
+    actionRequired: null,
+    error: null,
+    limitHelpFor: null,
+    retry: null,
+    editing: null,
+    atBottom: true,
+    interruptArmed: false,
+    interruptedIds: loadInterrupted(chatId),
+    usageText: null,
+    announced: null,
+    turnStopped: false,
+    stream: null,
+    previewFrame: null,
+    previewDrawnAt: 0,
+    previewCost: 0,
+    closed: false,
+    dom: null,
+    actions,
+  };
+}
+
+/**
+ * The text parts of `parts`, joined.
+ * @param {Part[]} parts
+ */
+export function textOf(parts) {
+  return parts.map((p) => (p.type === 'text' ? p.text : null)).filter((t) => t !== null).join('');
+}
+
+/**
+ * Why an answer ended, when it says (`finish_reason`) or the UI watched it
+ * being interrupted; null for other messages.
+ * @param {ChatView} view
+ * @param {ChatMessage} message
+ */
+export function finishReasonOf(view, message) {
+  if (message.role !== 'assistant') return null;
+  if (message.finish_reason) return message.finish_reason;
+  // The server does not say (older servers): the UI knows when it watched
+  // the answer being interrupted.
+  return view.interruptedIds.has(message.id) ? 'interrupted' : null;
+}
+
+// ---------------------------------------------------------------------------
+// Stream events
+
+/**
+ * Applies one ChatStreamEvent to the view state (API.md "Stream").
+ * `frame.retry` tells whether a `retry` came earlier in the same frame.
+ * @param {ChatView} view
+ * @param {StreamEvent} event
+ * @param {{retry: boolean}} frame
+ */
+export function applyEvent(view, event, frame) {
+  switch (event.type) {
+    case 'message':
+      upsertMessage(view, event.message);
+      break;
+    case 'message_part':
+      applyPart(view, event.message_part);
+      break;
+    case 'status':
+      applyStatus(view, event.status.status, event.status.history_version);
+      break;
+    case 'error':
+      view.error = event.error;
+      view.retry = null;
+      break;
+    case 'queue_update':
+      view.queue = event.queued_messages;
+      break;
+    case 'action_required':
+      view.actionRequired = event.action_required;
+      break;
+    case 'retry':
+      // A retry state means something only while the chat runs (the
+      // server keeps the last one after an interrupt).
+      if (view.chat && view.chat.status === 'running') {
+        view.retry = { ...event.retry, episode: view.lastEpisode };
+        frame.retry = true;
+      }
+      break;
+    case 'preview_reset':
+      view.preview = null;
+      // A new attempt (or a new turn) has started, unless the reset came
+      // with the retry, from the same database read.
+      if (!frame.retry) view.retry = null;
+      break;
+    case 'context':
+      if (view.chat) view.chat = { ...view.chat, context: event.context };
+      break;
+    case 'history_reset':
+      // Every current message follows: nothing stays omitted.
+      view.messages.clear();
+      view.gap = null;
+      view.editing = null;
+      view.retry = null;
+      break;
+    default:
+      console.warn('unknown stream event', /** @type {{type: string}} */ (event).type);
+  }
+}
+
+/**
+ * Inserts a message or replaces it when its revision is newer.
+ * @param {ChatView} view
+ * @param {ChatMessage} message
+ */
+export function upsertMessage(view, message) {
+  const known = view.messages.get(message.id);
+  if (known && known.revision > message.revision) return;
+  if (!known && message.role === 'user') view.turnStopped = false;
+  if (!known && view.interruptArmed) {
+    if (message.role === 'assistant') markInterrupted(view, message.id);
+    // The message sent with the interrupt (or promoted) comes after the
+    // cut answer: what follows is the next turn's.
+    if (message.role === 'user') view.interruptArmed = false;
+  }
+  view.messages.set(message.id, message);
+  // A status change can come in the same frame as the next one (running,
+  // interrupting and waiting all at once), so the live region cannot rely on
+  // having seen `interrupting`: the cut answer says the turn was stopped.
+  if (!known && finishReasonOf(view, message) === 'interrupted') view.turnStopped = true;
+  if (message.role === 'assistant' || message.role === 'tool') {
+    // The committed message replaces the preview that built it.
+    if (view.preview) view.finishedEpisodes.add(`${view.preview.hv}:${view.preview.ga}`);
+    view.preview = null;
+    view.retry = null;
+  }
+}
+
+/**
+ * A new status (and history version) of the chat; a turn that ended loads
+ * the usage again, and the list's badge follows.
+ * @param {ChatView} view
+ * @param {ChatStatus} status
+ * @param {number} [historyVersion]
+ */
+export function applyStatus(view, status, historyVersion) {
+  if (!view.chat) return;
+  const previous = view.chat.status;
+  view.chat.status = status;
+  const newTurn = typeof historyVersion === 'number' && historyVersion > view.historyVersion;
+  if (typeof historyVersion === 'number') view.historyVersion = Math.max(view.historyVersion, historyVersion);
+  if (status !== 'error') view.error = null;
+  if (status !== 'requires_action') view.actionRequired = null;
+  if (status === 'interrupting' && previous !== 'interrupting') armInterrupt(view);
+  if (status === 'interrupting') view.turnStopped = true;
+  if (status !== 'running' && status !== 'interrupting') view.interruptArmed = false;
+  // The retry banner goes with any change of status or turn.
+  if (status !== previous || newTurn) view.retry = null;
+  if (status !== 'running') {
+    if (status !== 'interrupting') view.preview = null;
+  }
+  // A turn ended: what it spent shows in the usage panel.
+  if ((previous === 'running' || previous === 'interrupting') && status !== 'running' && status !== 'interrupting') refreshUsage();
+  updateListStatus(view.chatId, status);
+}
+
+/**
+ * Adds a live part to the preview of its episode (history_version,
+ * generation_attempt). Parts of older episodes, repeated seqs and parts of
+ * an episode a committed message already replaced are dropped.
+ * @param {ChatView} view
+ * @param {LivePart} part
+ */
+function applyPart(view, part) {
+  const { history_version: hv, generation_attempt: ga, seq } = part;
+  if (hv < view.historyVersion || view.finishedEpisodes.has(`${hv}:${ga}`)) return;
+  let preview = view.preview;
+  if (preview && (hv < preview.hv || (hv === preview.hv && ga < preview.ga))) return;
+  if (!preview || preview.hv !== hv || preview.ga !== ga) {
+    preview = { hv, ga, seq: 0, role: part.role, parts: [] };
+    view.preview = preview;
+  }
+  if (seq <= preview.seq) return;
+  preview.seq = seq;
+  const last = view.lastEpisode;
+  if (!last || hv > last.hv || (hv === last.hv && ga > last.ga)) view.lastEpisode = { hv, ga };
+  // A part of an attempt newer than the one that failed: the retry is under way.
+  const failed = view.retry && view.retry.episode;
+  if (view.retry && (!failed || hv > failed.hv || (hv === failed.hv && ga > failed.ga))) view.retry = null;
+  mergeDelta(preview.parts, part.part);
+}
+
+/**
+ * Appends a delta: text/reasoning extend the last part of their type; tool calls grow their args.
+ * @param {Part[]} parts
+ * @param {Part} delta
+ */
+function mergeDelta(parts, delta) {
+  if (delta.type === 'text' || delta.type === 'reasoning') {
+    const last = parts[parts.length - 1];
+    if (last && last.type === delta.type) last.text += delta.text || '';
+    else parts.push({ type: delta.type, text: delta.text || '' });
+  } else if (delta.type === 'tool-call') {
+    let call = /** @type {import('./wire.js').ToolCallPart | undefined} */ (
+      parts.find((p) => p.type === 'tool-call' && p.tool_call_id === delta.tool_call_id)
+    );
+    if (!call) {
+      call = { type: 'tool-call', tool_call_id: delta.tool_call_id, tool_name: delta.tool_name, args: '' };
+      parts.push(call);
+    }
+    call.args += delta.args_delta || delta.args || '';
+  } else {
+    parts.push(delta);
+  }
+}
+
+/**
+ * Applies a PATCH answer: drop `deleted_message_ids`, upsert the rest.
+ * @param {ChatView} view
+ * @param {EditResult} result
+ */
+export function applyEditResult(view, result) {
+  const deletedIds = result.deleted_message_ids || [];
+  // An edit before the loaded tail deleted the omitted middle too.
+  if (view.gap && deletedIds.some((id) => id < view.gap.before)) view.gap = null;
+  for (const deleted of deletedIds) view.messages.delete(deleted);
+  for (const message of result.messages || []) upsertMessage(view, message);
+  if (result.message) upsertMessage(view, result.message);
+  view.preview = null;
+}
+
+// ---------------------------------------------------------------------------
+// Interrupted answers
+
+/**
+ * The ids of answers of `chatId` cut by an interrupt (this tab).
+ * @param {string} chatId
+ * @returns {Set<number>}
+ */
+function loadInterrupted(chatId) {
+  try {
+    return new Set(JSON.parse(sessionStorage.getItem(INTERRUPTED_KEY + chatId) || '[]'));
+  } catch {
+    return new Set();
+  }
+}
+
+/**
+ * Forgets what this tab remembers of `chatId` (a deleted chat).
+ * @param {string} chatId
+ */
+export function forgetInterrupted(chatId) {
+  sessionStorage.removeItem(INTERRUPTED_KEY + chatId);
+}
+
+/**
+ * From now until the turn ends, the next new answer is the one the interrupt cut.
+ * @param {ChatView} view
+ */
+export function armInterrupt(view) {
+  view.interruptArmed = true;
+}
+
+/**
+ * @param {ChatView} view
+ * @param {number} id
+ */
+function markInterrupted(view, id) {
+  view.interruptedIds.add(id);
+  const ids = [...view.interruptedIds].slice(-200);
+  try {
+    sessionStorage.setItem(INTERRUPTED_KEY + view.chatId, JSON.stringify(ids));
+  } catch {
+    // Storage full or unavailable: the mark lasts as long as the page.
+  }
+}

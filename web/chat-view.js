@@ -1,0 +1,511 @@
+// @ts-check
+// The chat view at `#/chats/<id>`: loads the chat and its window of
+// messages (`GET .../messages?window=true`: the first and last ones), then
+// follows the live stream (./stream.js) and renders the state of
+// ./chat-state.js: the header (title, status, connection, context, usage,
+// plan mode, archive), banners, messages, the live preview (re-rendered at
+// most once per animation frame), the action-required panel, the queue and
+// the composer. Also the chat's actions: send, edit-and-retry, plan mode,
+// stop, archive.
+//
+// The renderers in ./messages.js, ./panels.js, ./action-required.js and
+// ./queue.js call back through `view.actions`.
+
+import { h, toast, clearToast, announce } from './ui.js';
+import { api, attempt, session } from './api.js';
+import { openStream } from './stream.js';
+import { renderMarkdownInto } from './markdown.js';
+import { buildComposer, sendRequest } from './composer.js';
+import { fillModelSelect, loadModels } from './models.js';
+import { refreshChats, mergeListed, dropIfMovedOut } from './sidebar.js';
+import {
+  newChatView, textOf, applyEvent, applyStatus, upsertMessage, applyEditResult, armInterrupt,
+} from './chat-state.js';
+import { renderMessages, rerenderMessages, renderPart, renderReasoning, roleLabel } from './messages.js';
+import { renderBanners, renderUsage, renderContext } from './panels.js';
+import { renderActionRequired } from './action-required.js';
+import { renderQueue } from './queue.js';
+
+/** @typedef {import('./chat-state.js').ChatView} ChatView */
+/** @typedef {import('./chat-state.js').ChatDom} ChatDom */
+/** @typedef {import('./wire.js').Chat} Chat */
+/** @typedef {import('./wire.js').MessagePage} MessagePage */
+/** @typedef {import('./wire.js').SendResult} SendResult */
+/** @typedef {import('./wire.js').EditResult} EditResult */
+/** @typedef {import('./wire.js').InputPart} InputPart */
+/** @typedef {import('./wire.js').StreamEvent} StreamEvent */
+/** @typedef {import('./composer.js').BusyBehavior} BusyBehavior */
+
+/**
+ * Opens chat `chatId` in `main`; resolves nothing, the view fills in as
+ * its data comes. Close it with `closeChatView`.
+ * @param {HTMLElement} main
+ * @param {string} chatId
+ * @returns {ChatView}
+ */
+export function openChatView(main, chatId) {
+  clearToast(); // A failure shown for the previous view is stale here.
+  announce('');
+  /** @type {ChatView} */
+  const view = newChatView(chatId, {
+    render: () => render(view),
+    applyChat: (chat) => applyChat(view, chat),
+    retry: () => retryTurn(view),
+  });
+  view.dom = buildChatDom(view);
+  main.replaceChildren(view.dom.root);
+  load(view);
+  return view;
+}
+
+/**
+ * Stops the view: its stream, its pending preview frame.
+ * @param {ChatView} view
+ */
+export function closeChatView(view) {
+  view.closed = true;
+  if (view.previewFrame) cancelAnimationFrame(view.previewFrame);
+  if (view.stream) view.stream.close();
+}
+
+/**
+ * Loads the chat and its window of messages, renders them, and opens the stream.
+ * @param {ChatView} view
+ */
+async function load(view) {
+  const { chatId } = view;
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('GET', `/chats/${chatId}`));
+  if (view.closed) return;
+  if (!chat) {
+    view.dom.title.textContent = 'Chat not available';
+    view.dom.status.textContent = 'unavailable';
+    view.dom.connection.textContent = '';
+    view.dom.archive.replaceChildren();
+    const composer = view.dom.composer;
+    composer.input.disabled = composer.sendQueue.disabled = composer.sendInterrupt.disabled = true;
+    composer.model.disabled = true;
+    return;
+  }
+  view.chat = chat;
+  view.historyVersion = chat.history_version;
+  view.error = chat.status === 'error' ? chat.last_error : null;
+  view.announced = chat.status;
+  // The first and last messages; the stream then sends what is newer.
+  /** @type {MessagePage | undefined} */
+  const page = await attempt(() => api('GET', `/chats/${chatId}/messages?window=true`));
+  if (view.closed) return;
+  if (page) {
+    for (const m of page.messages) view.messages.set(m.id, m);
+    view.queue = page.queued_messages || [];
+    const w = page.window;
+    if (w && w.omitted > 0) view.gap = { after: w.head_last_id, before: w.tail_first_id, omitted: w.omitted };
+  }
+  render(view);
+  fillModelSelect(view.dom.composer.model, chat);
+  loadModels().then(() => {
+    if (!view.closed) rerenderMessages(view);
+  });
+  view.stream = openStream(chatId, {
+    afterId: () => Math.max(0, ...view.messages.keys()),
+    onEvents: (events) => onEvents(view, events),
+    onConnection: (state) => setConnection(view, state),
+    onDeleted: () => {
+      toast('This chat was deleted.');
+      refreshChats();
+      location.hash = '#/';
+    },
+    onRefused: (err) => {
+      toast(err.message);
+      if (err.status === 401) session.onUnauthorized();
+    },
+  });
+}
+
+/**
+ * The page of the view.
+ * @param {ChatView} view
+ * @returns {ChatDom}
+ */
+function buildChatDom(view) {
+  const title = h('h1', { class: 'chat-heading', id: 'chat-heading' }, 'Loading…');
+  const status = h('span', { class: 'status-badge', testid: 'chat-status' }, '…');
+  const connection = h('span', { class: 'connection', testid: 'connection', role: 'status', 'aria-label': 'Connection' }, 'reconnecting');
+  const usage = h('span', { class: 'usage', testid: 'usage', title: 'Token usage: input / output / total' });
+  const context = h(
+    'span',
+    { class: 'context-meter', testid: 'context-meter', role: 'meter', 'aria-label': 'Context used', 'aria-valuemin': '0', 'aria-valuemax': '100' },
+    h('span', { class: 'context-bar' }, h('span', { class: 'context-fill' })),
+    h('span', { class: 'context-label', testid: 'context-label' }, ''),
+  );
+  const contextTools = h('span', { class: 'context-tools' });
+  const planInput = h('input', { type: 'checkbox', testid: 'plan-mode-toggle', id: 'plan-mode-toggle' });
+  const plan = h(
+    'label',
+    { class: 'toggle plan-mode', for: 'plan-mode-toggle', title: 'Plan mode: the model researches with read-only tools and proposes a plan; it takes effect at the next model call' },
+    planInput,
+    ' Plan mode',
+  );
+  planInput.addEventListener('change', () => setPlanMode(view, planInput.checked));
+  const archive = h('span', { class: 'archive-slot' });
+  const banners = h('div', { class: 'banners' });
+  const messages = h('div', { class: 'messages', testid: 'messages', role: 'log', 'aria-label': 'Messages' });
+  const previewSlot = h('div', { class: 'preview-slot' });
+  const scroller = h('div', { class: 'scroller', tabindex: '-1' }, h('div', { class: 'thread' }, messages, previewSlot));
+  // Follow the conversation while the reader is at its end: through new
+  // messages, the growing preview, and the composer growing or shrinking.
+  scroller.addEventListener('scroll', () => {
+    view.atBottom = isScrolledToBottom(scroller);
+  });
+  new ResizeObserver(() => {
+    if (view.atBottom) scrollToBottom(view);
+  }).observe(scroller);
+  const action = h('div', { class: 'action-slot' });
+  const queue = h('section', { class: 'queue', testid: 'queue', 'aria-label': 'Queued messages', hidden: true });
+  const composer = buildComposer({
+    newChat: false,
+    chatId: view.chatId,
+    send: (content, behavior, model) => sendMessage(view, content, behavior, model),
+    stop: () => {
+      if (view.chat) interruptChat(view);
+    },
+    sent: () => {
+      if (view.chat) renderHeader(view);
+    },
+  });
+  const root = h(
+    'section',
+    { class: 'chat', testid: 'chat-view', dataset: { chatId: view.chatId }, 'aria-labelledby': 'chat-heading' },
+    h(
+      'header',
+      { class: 'chat-header' },
+      h('div', { class: 'chat-header-main' }, title, status, connection),
+      h('div', { class: 'chat-header-tools' }, context, contextTools, usage, plan, archive),
+    ),
+    banners,
+    scroller,
+    h('div', { class: 'dock' }, action, queue, composer.root),
+  );
+  return { root, title, status, connection, usage, context, contextTools, planInput, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null };
+}
+
+/**
+ * Re-renders every part of the chat view from `view` (the preview at the next frame).
+ * @param {ChatView} view
+ */
+function render(view) {
+  if (view.closed || !view.chat) return;
+  const stick = view.atBottom;
+  renderHeader(view);
+  renderBanners(view);
+  renderMessages(view);
+  renderPreview(view);
+  renderActionRequired(view);
+  renderQueue(view);
+  renderUsage(view);
+  renderContext(view);
+  if (stick) scrollToBottom(view);
+}
+
+/** @param {HTMLElement} el */
+function isScrolledToBottom(el) {
+  return el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+}
+
+/** @param {ChatView} view */
+function scrollToBottom(view) {
+  view.dom.scroller.scrollTop = view.dom.scroller.scrollHeight;
+}
+
+/**
+ * The header (title, status, archive, plan mode) and the composer's
+ * buttons, which follow the chat's status.
+ * @param {ChatView} view
+ */
+export function renderHeader(view) {
+  const { chat, dom } = view;
+  dom.title.textContent = chat.title || 'Untitled';
+  dom.status.textContent = chat.status;
+  dom.status.className = `status-badge status-${chat.status}`;
+  const archiveButton = chat.archived
+    ? h('button', { type: 'button', class: 'btn', testid: 'unarchive', onclick: () => setArchived(view, false) }, 'Unarchive')
+    : h('button', { type: 'button', class: 'btn btn-quiet', testid: 'archive', onclick: () => setArchived(view, true) }, 'Archive');
+  if (/** @type {HTMLElement | null} */ (dom.archive.firstChild)?.dataset.testid !== archiveButton.dataset.testid) {
+    dom.archive.replaceChildren(archiveButton);
+  }
+  if (!dom.planInput.dataset.pending) dom.planInput.checked = chat.plan_mode === 'plan';
+  dom.planInput.disabled = chat.archived;
+  const composer = dom.composer;
+  const working = chat.status === 'running' || chat.status === 'interrupting';
+  const busy = chat.status !== 'waiting' && chat.status !== 'error';
+  composer.input.disabled = chat.archived;
+  composer.model.disabled = chat.archived;
+  composer.input.placeholder = chat.archived
+    ? 'This chat is archived.'
+    : busy
+      ? 'Write a message… (it waits in the queue until the reply is done)'
+      : 'Write a message…';
+  composer.sendQueue.textContent = busy ? 'Queue' : 'Send';
+  composer.sendInterrupt.hidden = !busy || chat.archived;
+  // Steering is for a running reply (elsewhere the server queues it).
+  composer.sendSteer.hidden = chat.status !== 'running' || chat.archived;
+  // The stop button: shown while the agent works (running, retrying,
+  // interrupting), usable while it runs.
+  composer.stop.hidden = !working || chat.archived;
+  const stopping = chat.status === 'interrupting';
+  composer.stop.querySelector('.stop-label').textContent = stopping ? 'Stopping…' : 'Stop';
+  composer.stop.setAttribute('aria-label', stopping ? 'Stopping the reply' : 'Stop the reply');
+  if (!composer.sending) {
+    composer.sendQueue.disabled = chat.archived;
+    composer.sendInterrupt.disabled = chat.archived;
+    composer.sendSteer.disabled = chat.archived;
+    composer.stop.disabled = chat.status !== 'running' || chat.archived;
+  }
+}
+
+/**
+ * @param {ChatView} view
+ * @param {'live' | 'reconnecting' | 'not live'} state
+ */
+function setConnection(view, state) {
+  view.dom.connection.textContent = state;
+  if (state !== 'not live') view.dom.connection.classList.toggle('live', state === 'live');
+}
+
+// ---------------------------------------------------------------------------
+// The live preview
+
+/**
+ * Shows the in-progress answer. Removing it is immediate (the committed
+ * message replaces it in the same render); updating it waits for the next
+ * animation frame, so that a fast stream re-renders its Markdown at most
+ * once per frame (and a long answer, whose rendering takes longer, less
+ * often).
+ * @param {ChatView} view
+ */
+function renderPreview(view) {
+  const preview = view.preview;
+  if (!preview || preview.parts.length === 0) {
+    if (view.previewFrame) cancelAnimationFrame(view.previewFrame);
+    view.previewFrame = null;
+    view.dom.previewSlot.replaceChildren();
+    view.dom.previewEl = null;
+    view.dom.previewKey = null;
+    return;
+  }
+  if (view.previewFrame) return;
+  /** @param {number} now */
+  const frame = (now) => {
+    view.previewFrame = null;
+    if (view.closed || !view.preview) return;
+    // A long answer costs more to render: leave the page at least three
+    // times as long as the last rendering took before the next one.
+    if (now - (view.previewDrawnAt || 0) < 3 * (view.previewCost || 0)) {
+      view.previewFrame = requestAnimationFrame(frame);
+      return;
+    }
+    const stick = view.atBottom;
+    const started = performance.now();
+    drawPreview(view);
+    view.previewCost = performance.now() - started;
+    view.previewDrawnAt = now;
+    if (stick) scrollToBottom(view);
+  };
+  view.previewFrame = requestAnimationFrame(frame);
+}
+
+/** @param {ChatView} view */
+function drawPreview(view) {
+  const preview = view.preview;
+  const dom = view.dom;
+  const stopping = view.chat.status === 'interrupting';
+  const key = JSON.stringify([preview.parts, stopping]);
+  if (key === dom.previewKey) return;
+  dom.previewKey = key;
+  if (!dom.previewEl) {
+    const body = h('div', { class: 'message-text markdown preview-text' });
+    const extras = h('div', { class: 'preview-extras' });
+    const reasoning = h('div', { class: 'preview-reasoning' });
+    const typing = h('span', { class: 'typing' });
+    const role = h('span', { class: 'role' });
+    dom.previewEl = h(
+      'article',
+      { class: 'message message-assistant message-preview', testid: 'message-preview', 'aria-busy': 'true', 'aria-label': 'Answer being written' },
+      h('header', { class: 'message-meta' }, role, typing),
+      reasoning,
+      body,
+      extras,
+    );
+    dom.previewEl.parts = { body, extras, reasoning, typing, role };
+    dom.previewSlot.replaceChildren(dom.previewEl);
+  }
+  const { body, extras, reasoning, typing, role } = dom.previewEl.parts;
+  role.textContent = roleLabel(preview.role);
+  typing.textContent = stopping ? 'stopping…' : 'writing…';
+  const reasoningParts = preview.parts.filter((p) => p.type === 'reasoning');
+  reasoning.replaceChildren(...reasoningParts.map(renderReasoning));
+  const text = textOf(preview.parts);
+  if (body.dataset.text !== text) {
+    renderMarkdownInto(body, text);
+    body.dataset.text = text;
+  }
+  extras.replaceChildren(...preview.parts.filter((p) => p.type === 'tool-call' || p.type === 'tool-result').map(renderPart));
+}
+
+// ---------------------------------------------------------------------------
+// The stream
+
+/**
+ * A frame of events: applied in order, then one render and one announcement.
+ * @param {ChatView} view
+ * @param {StreamEvent[]} events
+ */
+function onEvents(view, events) {
+  const frame = { retry: false };
+  for (const event of events) {
+    if (event.chat_id && event.chat_id !== view.chatId) continue;
+    applyEvent(view, event, frame);
+  }
+  render(view);
+  announceStatus(view);
+}
+
+/**
+ * Says in the live region what changed (not every streamed word).
+ * @param {ChatView} view
+ */
+function announceStatus(view) {
+  if (!view.chat || view.closed) return;
+  /** @type {string} */
+  let state = view.chat.status;
+  if (state === 'running' && view.retry) state = `retry:${view.retry.attempt}`;
+  else if (state === 'running' && view.preview) state = 'writing';
+  if (state === view.announced) return;
+  const before = view.announced;
+  view.announced = state;
+  let text;
+  if (state.startsWith('retry:')) text = `The model request failed; retry ${view.retry.attempt} is scheduled.`;
+  else if (state === 'writing') text = 'The assistant is writing…';
+  else if (state === 'running') text = 'The assistant is working…';
+  else if (state === 'interrupting') text = 'Stopping the reply…';
+  else if (state === 'requires_action') text = 'The assistant is waiting for tool results.';
+  else if (state === 'error') text = `The reply failed: ${(view.error && view.error.message) || 'error'}.`;
+  else if (state === 'waiting') text = before === 'interrupting' || view.turnStopped ? 'The reply was stopped.' : 'The reply is complete.';
+  else text = `Status: ${state}.`;
+  // The turn is over: the next one starts unstopped.
+  if (state === 'waiting' || state === 'error' || state === 'requires_action') view.turnStopped = false;
+  announce(text);
+}
+
+// ---------------------------------------------------------------------------
+// Chat actions
+
+/**
+ * `POST /chats/{chat}/messages`; resolves to whether it was taken.
+ * @param {ChatView} view
+ * @param {InputPart[]} content
+ * @param {BusyBehavior} busyBehavior
+ * @param {string} model a model config id, or '' for the chat's
+ */
+async function sendMessage(view, content, busyBehavior, model) {
+  /** @type {Record<string, unknown>} */
+  const body = { content, busy_behavior: busyBehavior };
+  if (model) body.model_config_id = model;
+  if (busyBehavior === 'interrupt' && view.chat && view.chat.status === 'running') armInterrupt(view);
+  /** @type {SendResult | undefined} */
+  const result = await sendRequest(() => api('POST', `/chats/${view.chatId}/messages`, body, { quiet: true }));
+  if (!result || view.closed) return Boolean(result);
+  for (const message of result.messages || []) upsertMessage(view, message);
+  if (result.message) upsertMessage(view, result.message);
+  if (result.queued_message && !view.queue.some((q) => q.id === result.queued_message.id)) {
+    view.queue = [...view.queue, result.queued_message];
+  }
+  render(view);
+  return true;
+}
+
+/**
+ * Retry after an error: edit the last user message with its own content.
+ * @param {ChatView} view
+ */
+async function retryTurn(view) {
+  const lastUser = [...view.messages.values()].filter((m) => m.role === 'user').sort((a, b) => b.id - a.id)[0];
+  if (!lastUser) return;
+  /** @type {InputPart[]} */
+  const content = [];
+  for (const p of lastUser.content) {
+    if (p.type === 'text') content.push({ type: 'text', text: p.text });
+    else if (p.type === 'file') content.push({ type: 'file', file_id: p.file_id });
+  }
+  /** @type {Record<string, unknown>} */
+  const body = { content };
+  const model = view.dom.composer.model.value;
+  if (model) body.model_config_id = model;
+  /** @type {EditResult | undefined} */
+  const result = await attempt(() => api('PATCH', `/chats/${view.chatId}/messages/${lastUser.id}`, body));
+  if (!result || view.closed) return;
+  applyEditResult(view, result);
+  render(view);
+}
+
+/**
+ * `PATCH /chats/{chat}` `{plan_mode}`: on at the next model call.
+ * @param {ChatView} view
+ * @param {boolean} on
+ */
+async function setPlanMode(view, on) {
+  const input = view.dom.planInput;
+  input.dataset.pending = '1';
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('PATCH', `/chats/${view.chatId}`, { plan_mode: on ? 'plan' : null }));
+  delete input.dataset.pending;
+  if (view.closed) return;
+  if (chat) applyChat(view, chat);
+  else input.checked = view.chat.plan_mode === 'plan';
+}
+
+/**
+ * The stop button: `POST /chats/{chat}/interrupt`.
+ * @param {ChatView} view
+ */
+async function interruptChat(view) {
+  if (view.chat.status === 'running') armInterrupt(view);
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('POST', `/chats/${view.chatId}/interrupt`));
+  if (chat && !view.closed) applyChat(view, chat);
+}
+
+/**
+ * @param {ChatView} view
+ * @param {boolean} archived
+ */
+async function setArchived(view, archived) {
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('PATCH', `/chats/${view.chatId}`, { archived }));
+  if (!chat || view.closed) return;
+  // The chat leaves the list now shown (archived or not) at once.
+  dropIfMovedOut(chat);
+  applyChat(view, chat);
+  refreshChats();
+}
+
+/**
+ * Takes a Chat from a REST answer. While the stream is live it is the
+ * authority on status (a REST answer may be older than the events already
+ * received), so only the metadata is taken then.
+ * @param {ChatView} view
+ * @param {Chat} chat
+ */
+function applyChat(view, chat) {
+  const live = view.stream && view.stream.live;
+  const status = view.chat.status;
+  view.chat = { ...view.chat, ...chat };
+  if (live) {
+    view.chat.status = status;
+  } else {
+    applyStatus(view, chat.status, chat.history_version);
+    if (chat.status === 'error' && chat.last_error) view.error = chat.last_error;
+  }
+  mergeListed(chat);
+  render(view);
+}

@@ -1,0 +1,422 @@
+// @ts-check
+// The messages of the chat view: each committed message (assistant text
+// as Markdown, user text as plain text, long texts collapsed, reasoning,
+// tool calls and results, files, the mark of an answer cut short), the
+// records of context compaction and clearing, the "load earlier" control
+// of a long chat opened as a window, and the editing of a user message.
+// Also the parts shared with the live preview (`renderPart`,
+// `renderReasoning`, `roleLabel`).
+
+import { h, byTestId, autoGrow, isLong, countLines, numberFormat, prettyJsonString, formatTime, announce } from './ui.js';
+import { api, attempt, downloadFile } from './api.js';
+import { renderMarkdownInto } from './markdown.js';
+import { loadedModels, modelName } from './models.js';
+import { textOf, finishReasonOf, applyEditResult } from './chat-state.js';
+
+/** @typedef {import('./chat-state.js').ChatView} ChatView */
+/** @typedef {import('./wire.js').ChatMessage} ChatMessage */
+/** @typedef {import('./wire.js').MessagePage} MessagePage */
+/** @typedef {import('./wire.js').EditResult} EditResult */
+/** @typedef {import('./wire.js').Part} Part */
+/** @typedef {import('./wire.js').FilePart} FilePart */
+/** @typedef {import('./wire.js').Role} Role */
+
+/** What a finish reason says under an answer (absent or null: nothing). */
+/** @type {Record<string, string>} */
+const FINISH_MARKS = {
+  length: "cut short: the model's output/context limit was reached",
+  content_filter: "cut short: the provider's content filter stopped the answer",
+  interrupted: 'interrupted',
+};
+
+/** Messages fetched per "load earlier" click (the server also bounds the page by bytes). */
+const LOAD_EARLIER_LIMIT = 50;
+
+/** The name of the visible tool call a compaction leaves. */
+const COMPACTION_TOOL = 'chatd_compact';
+
+/** Image types the model sees as images (the rest is text or a placeholder). */
+const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+
+/**
+ * Renders the messages in id order, keeping the elements of messages whose
+ * revision (and marks) did not change, and the one being edited.
+ * @param {ChatView} view
+ */
+export function renderMessages(view) {
+  const container = view.dom.messages;
+  /** @type {Map<number, HTMLElement>} */
+  const existing = new Map();
+  for (const el of /** @type {HTMLCollectionOf<HTMLElement>} */ (container.children)) {
+    if (el.dataset.messageId) existing.set(Number(el.dataset.messageId), el);
+  }
+  const ids = [...view.messages.keys()].sort((a, b) => a - b);
+  const gap = view.gap && view.messages.has(view.gap.after) ? gapControl(view) : null;
+  const editable = !view.chat?.archived;
+  /** @type {ChildNode | null} */
+  let previous = null;
+  for (const id of ids) {
+    const message = view.messages.get(id);
+    let el = existing.get(id);
+    existing.delete(id);
+    // Archiving changes whether user messages can be edited; an interrupt
+    // seen by the UI adds a mark.
+    const key = `${message.revision}:${editable}:${finishReasonOf(view, message)}`;
+    if ((!el || el.dataset.key !== key) && view.editing !== id) {
+      const fresh = renderMessage(view, message);
+      fresh.dataset.key = key;
+      if (el) {
+        // Keep a long text expanded when the message renders again.
+        const wasOpen = byTestId(el, 'message-expand')?.getAttribute('aria-expanded') === 'true';
+        if (wasOpen) setCollapsed(fresh, false);
+        el.replaceWith(fresh);
+      }
+      el = fresh;
+    }
+    const expectedPosition = previous ? previous.nextSibling : container.firstChild;
+    if (el !== expectedPosition) container.insertBefore(el, expectedPosition);
+    previous = el;
+    if (gap && id === view.gap.after) {
+      if (gap !== previous.nextSibling) container.insertBefore(gap, previous.nextSibling);
+      previous = gap;
+    }
+  }
+  for (const el of existing.values()) el.remove();
+  for (const el of [...container.querySelectorAll(':scope > .load-earlier')]) if (el !== gap) el.remove();
+}
+
+/**
+ * Forces every message to render again (e.g. once the model names are known).
+ * @param {ChatView} view
+ */
+export function rerenderMessages(view) {
+  for (const el of /** @type {HTMLCollectionOf<HTMLElement>} */ (view.dom.messages.children)) el.dataset.key = '';
+  view.actions.render();
+}
+
+/**
+ * The "load earlier" control between the loaded head and tail of a long chat.
+ * @param {ChatView} view
+ */
+function gapControl(view) {
+  const { omitted } = view.gap;
+  const label = view.loadingEarlier ? 'Loading…' : `Load earlier messages (${omitted} more)`;
+  let el = view.dom.gapEl;
+  if (!el) {
+    const button = h('button', { type: 'button', class: 'btn', testid: 'load-earlier', onclick: () => loadEarlier(view) });
+    el = h('div', { class: 'load-earlier', testid: 'load-earlier-gap', role: 'separator' }, button);
+    view.dom.gapEl = el;
+  }
+  const button = /** @type {HTMLButtonElement} */ (el.firstChild);
+  button.textContent = label;
+  button.disabled = view.loadingEarlier;
+  return el;
+}
+
+/**
+ * Loads the newest page of the omitted middle (before the loaded tail) and
+ * inserts it in place; the control stays above it until the gap is closed.
+ * @param {ChatView} view
+ */
+async function loadEarlier(view) {
+  const gap = view.gap;
+  if (!gap || view.loadingEarlier) return;
+  view.loadingEarlier = true;
+  view.actions.render();
+  const path = `/chats/${view.chatId}/messages?before_id=${gap.before}&limit=${LOAD_EARLIER_LIMIT}`;
+  /** @type {MessagePage | undefined} */
+  const page = await attempt(() => api('GET', path));
+  view.loadingEarlier = false;
+  if (view.closed || view.gap !== gap) return;
+  if (page) {
+    const fresh = page.messages.filter((m) => m.id > gap.after);
+    for (const m of fresh) {
+      const known = view.messages.get(m.id);
+      if (!known || known.revision < m.revision) view.messages.set(m.id, m);
+    }
+    if (fresh.length < page.messages.length || !page.has_more || fresh.length === 0) {
+      view.gap = null;
+    } else {
+      view.gap = { after: gap.after, before: fresh[0].id, omitted: Math.max(0, gap.omitted - fresh.length) };
+    }
+    announce(`${fresh.length} earlier message${fresh.length === 1 ? '' : 's'} loaded`);
+  }
+  view.actions.render();
+}
+
+/**
+ * A compaction's record (its visible `chatd_compact` call and result) as
+ * one collapsed "Context compacted" entry that opens to the summary, and a
+ * clear-context boundary as a divider; `null` for any other message.
+ * @param {ChatMessage} message
+ * @returns {HTMLElement | null}
+ */
+function renderContextRecord(message) {
+  const dataset = { role: message.role, messageId: String(message.id), revision: String(message.revision) };
+  const parts = message.content;
+  if (parts.length && parts.every((p) => p.type === 'tool-call' && p.tool_name === COMPACTION_TOOL)) {
+    // The result below says it all.
+    return h('div', { class: 'compaction-call', hidden: true, dataset });
+  }
+  const result = /** @type {import('./wire.js').ToolResultPart | undefined} */ (
+    parts.find((p) => p.type === 'tool-result' && p.tool_name === COMPACTION_TOOL)
+  );
+  if (result) {
+    const r = result.result || {};
+    if (result.is_error) {
+      return h('div', { class: 'compaction compaction-none', testid: 'compaction', dataset }, `Context not compacted: ${r.error || 'failed'}`);
+    }
+    const n = Number(r.summarized_messages) || 0;
+    return h(
+      'details',
+      { class: 'compaction', testid: 'compaction', dataset },
+      h('summary', { testid: 'compaction-summary' }, `Context compacted: ${n} message${n === 1 ? '' : 's'} summarised`,
+        h('span', { class: 'compaction-tokens' }, ` (~${numberFormat.format(r.tokens_before || 0)} → ~${numberFormat.format(r.tokens_after || 0)} tokens)`)),
+      h('div', { class: 'compaction-text', testid: 'compaction-text' }, r.summary || ''),
+    );
+  }
+  if (message.role === 'system' && parts.some((p) => p.type === 'context-cleared')) {
+    return h('div', { class: 'context-cleared', testid: 'context-cleared', role: 'separator', dataset }, h('span', {}, 'Context cleared: the model sees nothing above this line'));
+  }
+  return null;
+}
+
+/**
+ * One committed message.
+ * @param {ChatView} view
+ * @param {ChatMessage} message
+ * @returns {HTMLElement}
+ */
+function renderMessage(view, message) {
+  const record = renderContextRecord(message);
+  if (record) return record;
+  const text = textOf(message.content);
+  const canEdit = message.role === 'user' && !view.chat.archived;
+  const model = message.role === 'assistant' ? modelName(message.model_config_id, loadedModels()) : null;
+  const header = h(
+    'header',
+    { class: 'message-meta' },
+    h('span', { class: 'role' }, roleLabel(message.role)),
+    model ? h('span', { class: 'message-model', testid: 'message-model' }, model) : null,
+    h('time', { datetime: message.created_at, title: new Date(message.created_at).toLocaleString() }, formatTime(message.created_at)),
+    message.usage ? h('span', { class: 'message-usage' }, `${message.usage.total_tokens} tokens`) : null,
+    canEdit
+      ? h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'edit-message', 'aria-label': 'Edit message', onclick: () => startEdit(view, message.id) }, 'Edit')
+      : null,
+  );
+  let body;
+  if (message.role === 'assistant') {
+    body = h('div', { class: 'message-text markdown', testid: 'message-text' });
+    renderMarkdownInto(body, text);
+  } else {
+    body = h('div', { class: 'message-text plain', testid: 'message-text' }, text);
+  }
+  const reason = finishReasonOf(view, message);
+  const mark = reason && FINISH_MARKS[reason]
+    ? h('p', { class: `finish-mark finish-${reason}`, testid: 'finish-mark', dataset: { finishReason: reason } }, FINISH_MARKS[reason])
+    : null;
+  const article = h(
+    'article',
+    {
+      class: `message message-${message.role}`,
+      testid: 'message',
+      dataset: { role: message.role, messageId: String(message.id), revision: String(message.revision) },
+    },
+    header,
+    message.content.filter((p) => p.type === 'reasoning').map(renderReasoning),
+    message.role === 'user' && isLong(text) ? collapsible(body, text) : body,
+    message.content.filter((p) => p.type !== 'text' && p.type !== 'reasoning').map(renderPart),
+    mark,
+  );
+  return article;
+}
+
+/**
+ * A long text, collapsed to its first lines, with "Show all".
+ * @param {HTMLElement} body
+ * @param {string} text
+ */
+function collapsible(body, text) {
+  const id = `text-${crypto.randomUUID()}`;
+  body.id = id;
+  const toggle = h('button', {
+    type: 'button',
+    class: 'btn btn-small btn-quiet expand',
+    testid: 'message-expand',
+    'aria-controls': id,
+    'aria-expanded': 'false',
+  }, 'Show all');
+  const wrap = h(
+    'div',
+    { class: 'collapsible collapsed', testid: 'collapsible' },
+    body,
+    h('div', { class: 'collapsible-bar' }, h('span', { class: 'collapsible-size' }, `${numberFormat.format(countLines(text))} lines · ${numberFormat.format(text.length)} characters`), toggle),
+  );
+  toggle.addEventListener('click', () => setCollapsed(wrap, !wrap.classList.contains('collapsed')));
+  return wrap;
+}
+
+/**
+ * @param {HTMLElement} root a message, or its collapsible text
+ * @param {boolean} collapsed
+ */
+function setCollapsed(root, collapsed) {
+  const wrap = root.classList.contains('collapsible') ? root : root.querySelector('.collapsible');
+  if (!wrap) return;
+  wrap.classList.toggle('collapsed', collapsed);
+  const toggle = byTestId(wrap, 'message-expand');
+  toggle.setAttribute('aria-expanded', String(!collapsed));
+  toggle.textContent = collapsed ? 'Show all' : 'Show less';
+}
+
+/** @param {Role} role */
+export function roleLabel(role) {
+  return { user: 'You', assistant: 'Assistant', tool: 'Tool', system: 'System' }[role] || role;
+}
+
+/** @param {Part} part a reasoning part */
+export function renderReasoning(part) {
+  return h('details', { class: 'reasoning' }, h('summary', {}, 'Reasoning'), h('div', { class: 'reasoning-text' }, part.type === 'reasoning' ? part.text : ''));
+}
+
+/**
+ * Tool calls, tool results and files.
+ * @param {Part} part
+ * @returns {HTMLElement}
+ */
+export function renderPart(part) {
+  switch (part.type) {
+    case 'tool-call':
+      return h(
+        'div',
+        { class: 'tool-call' },
+        h('div', { class: 'tool-head' }, 'Tool call ', h('code', {}, part.tool_name), h('span', { class: 'tool-id' }, part.tool_call_id)),
+        h('pre', { class: 'json' }, prettyJsonString(part.args ?? part.args_delta ?? '')),
+      );
+    case 'tool-result':
+      return h(
+        'div',
+        { class: `tool-result${part.is_error ? ' is-error' : ''}` },
+        h('div', { class: 'tool-head' }, part.is_error ? 'Tool error ' : 'Tool result ', h('code', {}, part.tool_name), h('span', { class: 'tool-id' }, part.tool_call_id)),
+        h('pre', { class: 'json' }, JSON.stringify(part.result, null, 2)),
+      );
+    case 'tool-approval':
+      return h(
+        'div',
+        { class: 'tool-approval', testid: 'tool-approval' },
+        h('div', { class: 'tool-head' }, part.approved ? 'Approved ' : 'Denied ', h('code', {}, part.tool_name), h('span', { class: 'tool-id' }, part.tool_call_id)),
+        part.reason ? h('p', { class: 'approval-reason' }, part.reason) : null,
+      );
+    case 'file':
+      return renderFilePart(part);
+    default:
+      return h('pre', { class: 'json' }, JSON.stringify(part, null, 2));
+  }
+}
+
+/**
+ * Object URLs of downloaded files, by file id (files never change).
+ * @type {Map<string, Promise<string>>}
+ */
+const fileUrls = new Map();
+
+/**
+ * Resolves to an object URL of file `id` (fetched once with the token).
+ * @param {string} id
+ */
+function fileUrl(id) {
+  if (!fileUrls.has(id)) {
+    const url = downloadFile(id).then((blob) => URL.createObjectURL(blob));
+    url.catch(() => fileUrls.delete(id));
+    fileUrls.set(id, url);
+  }
+  return fileUrls.get(id);
+}
+
+/**
+ * A file part of a message: an image is shown, anything else is a download.
+ * @param {FilePart} part
+ */
+function renderFilePart(part) {
+  const name = part.name || part.file_id;
+  if (IMAGE_TYPES.includes(part.media_type)) {
+    const img = h('img', { class: 'message-image', testid: 'message-image', alt: name, dataset: { fileId: part.file_id } });
+    fileUrl(part.file_id).then((url) => {
+      img.src = url;
+    }, () => {
+      img.alt = `${name} (not available)`;
+    });
+    return h('figure', { class: 'file-part file-image' }, img, h('figcaption', {}, name));
+  }
+  const link = h('a', { class: 'file-link', testid: 'message-file', href: '#', download: name, dataset: { fileId: part.file_id } }, `${name} (${part.media_type})`);
+  link.addEventListener('click', async (e) => {
+    if (link.dataset.ready) return;
+    e.preventDefault();
+    const url = await attempt(() => fileUrl(part.file_id));
+    if (!url) return;
+    link.href = url;
+    link.dataset.ready = '1';
+    link.click();
+  });
+  return h('div', { class: 'file-part' }, link);
+}
+
+// ---------------------------------------------------------------------------
+// Editing a user message: `PATCH /chats/{chat}/messages/{message}` reruns
+// the conversation from it.
+
+/**
+ * @param {ChatView} view
+ * @param {number} id
+ */
+function startEdit(view, id) {
+  if (view.editing !== null) cancelEdit(view);
+  const message = view.messages.get(id);
+  const el = view.dom.messages.querySelector(`[data-message-id="${id}"]`);
+  if (!message || !el) return;
+  view.editing = id;
+  const original = textOf(message.content);
+  const input = h('textarea', { testid: 'edit-input', rows: 3, 'aria-label': 'Edit message', value: original });
+  const save = h('button', { type: 'button', class: 'btn btn-primary btn-small', testid: 'edit-save', onclick: () => saveEdit(view, id, input.value) }, 'Save and rerun');
+  const cancel = h('button', { type: 'button', class: 'btn btn-small', testid: 'edit-cancel', onclick: () => cancelEdit(view) }, 'Cancel');
+  const editor = h('div', { class: 'editor' }, input, h('div', { class: 'editor-actions' }, cancel, save));
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape') {
+      e.preventDefault();
+      cancelEdit(view);
+    }
+  });
+  const body = byTestId(el, 'collapsible') || byTestId(el, 'message-text');
+  body.hidden = true;
+  el.append(editor);
+  autoGrow(input);
+  input.focus();
+}
+
+/** @param {ChatView} view */
+function cancelEdit(view) {
+  const id = view.editing;
+  view.editing = null;
+  /** @type {HTMLElement | null} */
+  const el = view.dom.messages.querySelector(`[data-message-id="${id}"]`);
+  if (el) el.dataset.key = ''; // force a clean re-render
+  view.actions.render();
+}
+
+/**
+ * @param {ChatView} view
+ * @param {number} id
+ * @param {string} text
+ */
+async function saveEdit(view, id, text) {
+  if (!text.trim()) return;
+  /** @type {Record<string, unknown>} */
+  const body = { content: [{ type: 'text', text }] };
+  const model = view.dom.composer.model.value;
+  if (model) body.model_config_id = model;
+  /** @type {EditResult | undefined} */
+  const result = await attempt(() => api('PATCH', `/chats/${view.chatId}/messages/${id}`, body));
+  if (!result || view.closed) return;
+  applyEditResult(view, result);
+  cancelEdit(view);
+}

@@ -1,0 +1,190 @@
+// @ts-check
+// The chat view's status panels: the error and retry banners (with Retry,
+// and the explanation of a `usage_limit` stop from ./usage.js), the token
+// usage of the chat, the context meter with "Compact" and "Clear context"
+// (API.md "Context management"), and the countdowns of deadlines and
+// retries (updated every second by app.js).
+
+import { h, byTestId, numberFormat, formatDuration, formatTime } from './ui.js';
+import { api, attempt } from './api.js';
+import { refreshUsage, usageLimitHelp } from './usage.js';
+import { finishReasonOf } from './chat-state.js';
+
+/** @typedef {import('./chat-state.js').ChatView} ChatView */
+/** @typedef {import('./wire.js').Chat} Chat */
+
+/**
+ * The error banner (with Retry where a turn can be retried) and the retry
+ * banner of a running chat.
+ * @param {ChatView} view
+ */
+export function renderBanners(view) {
+  const banners = [];
+  if (view.error) {
+    const e = view.error;
+    const canRetry = view.chat.status === 'error' && !view.chat.archived && [...view.messages.values()].some((m) => m.role === 'user');
+    const limit = e.kind === 'usage_limit';
+    banners.push(
+      h(
+        'div',
+        { class: `banner banner-error${limit ? ' banner-limit' : ''}`, testid: 'error-banner', role: 'alert', dataset: { kind: e.kind || '' } },
+        h('strong', {}, limit ? 'Usage limit reached' : 'Error'),
+        e.kind ? h('span', { class: 'kind' }, e.kind) : null,
+        h('span', { class: 'banner-message' }, e.message || 'The last turn failed.'),
+        e.detail ? h('span', { class: 'banner-detail' }, e.detail) : null,
+        // Which budget, when it resets, what to do (usage.js), from usage
+        // loaded again once for this error.
+        limit ? usageLimitHelp() : null,
+        canRetry ? h('button', { type: 'button', class: 'btn btn-small', testid: 'retry-button', onclick: () => view.actions.retry() }, 'Retry') : null,
+      ),
+    );
+  }
+  // Only while the chat runs: a retry state left behind by an interrupt
+  // (or sent with the state of a chat that no longer runs) is stale.
+  if (view.retry && view.chat.status === 'running') {
+    const r = view.retry;
+    banners.push(
+      h(
+        'div',
+        { class: 'banner banner-retry', testid: 'retry-banner', role: 'status' },
+        h('strong', {}, `Retry ${r.attempt}`),
+        h('span', { class: 'banner-message' }, (r.error && r.error.message) || 'The model request failed.'),
+        h('span', { class: 'countdown', dataset: { until: r.retrying_at } }, ''),
+        h('span', { class: 'banner-detail' }, `delay ${formatDuration(r.delay_ms)}`),
+      ),
+    );
+  }
+  view.dom.banners.replaceChildren(...banners);
+  updateCountdowns(view);
+  if (view.error && view.error.kind === 'usage_limit' && view.limitHelpFor !== view.error) {
+    view.limitHelpFor = view.error;
+    refreshUsage();
+  }
+}
+
+/**
+ * New usage figures: the explanation of a `usage_limit` stop follows them.
+ * @param {ChatView} view
+ */
+export function usageChanged(view) {
+  if (view.closed || !view.dom || !view.chat || !view.error || view.error.kind !== 'usage_limit') return;
+  const shown = byTestId(view.dom.banners, 'usage-limit-help');
+  if (shown && shown.textContent === usageLimitHelp().textContent) return;
+  renderBanners(view);
+}
+
+/**
+ * The chat's token usage (the sum over its answers). Until an answer
+ * reports usage it keeps the last figures it showed (a running reply has
+ * none yet), or shows a dash.
+ * @param {ChatView} view
+ */
+export function renderUsage(view) {
+  const total = { input: 0, output: 0, total: 0 };
+  let reported = 0;
+  let unreported = 0;
+  for (const m of view.messages.values()) {
+    if (!m.usage) {
+      // Some servers (llama.cpp's Python server) stream no usage at all; an
+      // answer cut by an interrupt has none either.
+      if (m.role === 'assistant' && finishReasonOf(view, m) !== 'interrupted') unreported += 1;
+      continue;
+    }
+    reported += 1;
+    total.input += m.usage.input_tokens || 0;
+    total.output += m.usage.output_tokens || 0;
+    total.total += m.usage.total_tokens || 0;
+  }
+  let text;
+  if (reported === 0 && unreported === 0) {
+    text = view.usageText || 'Tokens: –';
+  } else if (reported === 0) {
+    text = 'Tokens: not reported by the model server';
+  } else {
+    text = `Tokens: ${total.input} in / ${total.output} out / ${total.total} total`;
+    if (unreported > 0) {
+      text += ` (${unreported} ${unreported === 1 ? 'reply' : 'replies'} without usage from the model server)`;
+    }
+    view.usageText = text;
+  }
+  view.dom.usage.textContent = text;
+}
+
+/**
+ * The context meter (API.md "Context management": `Chat.context`, kept up
+ * to date by the stream's `context` event) and the "Compact now" and
+ * "Clear context" actions, offered while the chat is idle.
+ * @param {ChatView} view
+ */
+export function renderContext(view) {
+  const { chat, dom } = view;
+  const c = chat.context;
+  /** @type {HTMLElement} */
+  const fill = dom.context.querySelector('.context-fill');
+  const label = dom.context.querySelector('.context-label');
+  if (!c || !c.limit) {
+    dom.context.hidden = true;
+  } else {
+    dom.context.hidden = false;
+    const percent = Math.max(0, c.percent);
+    fill.style.width = `${Math.min(100, percent)}%`;
+    dom.context.classList.toggle('context-high', percent >= 70);
+    dom.context.setAttribute('aria-valuenow', String(Math.min(100, percent)));
+    const about = c.estimated ? '~' : '';
+    label.textContent = `${percent}% context`;
+    const compactions = c.compactions ? `, ${c.compactions} compaction${c.compactions === 1 ? '' : 's'}` : '';
+    dom.context.title = `Context: ${about}${numberFormat.format(c.tokens)} of ${numberFormat.format(c.limit)} tokens${compactions}`;
+    dom.context.dataset.tokens = String(c.tokens);
+    dom.context.dataset.percent = String(percent);
+  }
+  const idle = (chat.status === 'waiting' || chat.status === 'error') && !chat.archived;
+  const key = idle ? 'idle' : 'busy';
+  if (dom.contextTools.dataset.key === key) return;
+  dom.contextTools.dataset.key = key;
+  dom.contextTools.replaceChildren(
+    ...(idle
+      ? [
+          h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'compact-now', title: 'Summarise the older messages for the model now', onclick: () => contextAction(view, '/compact') }, 'Compact'),
+          h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'clear-context', title: 'The model forgets everything before this point (messages stay visible)', onclick: () => contextAction(view, '/clear-context') }, 'Clear context'),
+        ]
+      : []),
+  );
+}
+
+/**
+ * `POST /chats/{chat}/compact` or `/clear-context`; refusals become a toast.
+ * @param {ChatView} view
+ * @param {'/compact' | '/clear-context'} path
+ */
+async function contextAction(view, path) {
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('POST', `/chats/${view.chatId}${path}`));
+  if (chat && !view.closed) view.actions.applyChat(chat);
+}
+
+/**
+ * Updates the deadline and retry countdowns (every second).
+ * @param {ChatView | null} view
+ */
+export function updateCountdowns(view) {
+  if (!view || view.closed || !view.dom) return;
+  for (const deadline of /** @type {NodeListOf<HTMLElement>} */ (view.dom.action.querySelectorAll('.deadline'))) {
+    const at = deadline.dataset.deadline;
+    deadline.textContent = at
+      ? `Deadline ${formatTime(at)} (${countdown(at, 'expired')})`
+      : 'No deadline';
+  }
+  /** @type {HTMLElement | null} */
+  const retry = view.dom.banners.querySelector('.countdown');
+  if (retry) retry.textContent = `retrying at ${formatTime(retry.dataset.until)} (${countdown(retry.dataset.until, 'now')})`;
+}
+
+/**
+ * `in 5s`, or `past` once `iso` has passed.
+ * @param {string} iso
+ * @param {string} past
+ */
+function countdown(iso, past) {
+  const ms = new Date(iso).getTime() - Date.now();
+  return ms <= 0 ? past : `in ${formatDuration(ms)}`;
+}
