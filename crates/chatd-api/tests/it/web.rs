@@ -68,7 +68,9 @@ async fn the_root_serves_the_ui_page_without_a_token_with_csp_and_no_cache() {
 async fn the_script_and_style_sheet_are_served_with_their_content_types() {
     let s = Server::start().await;
     for (path, content_type, needle) in [
-        ("/app.js", "text/javascript; charset=utf-8", "chatd.bearer."),
+        ("/app.js", "text/javascript; charset=utf-8", "chatd.token"),
+        // The live view's WebSocket authenticates with the subprotocol.
+        ("/stream.js", "text/javascript; charset=utf-8", "chatd.bearer."),
         ("/app.css", "text/css; charset=utf-8", ".status-badge"),
     ] {
         let resp = get_public(&s, path).await;
