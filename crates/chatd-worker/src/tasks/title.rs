@@ -111,16 +111,23 @@ fn spawn(
     tokio::spawn(async move {
         let work = async {
             if ctx.config.check_budgets {
-                let owner =
-                    chatd_store::queries::usage::of_chat_owner(ctx.store.pool(), chat_id).await?;
+                let owner = with_retries(|| async {
+                    chatd_store::queries::usage::of_chat_owner(ctx.store.pool(), chat_id)
+                        .await
+                        .map_err(TitleError::from)
+                })
+                .await?;
                 if owner.is_some_and(|o| o.exceeded(&ctx.config.limits).is_some()) {
                     return Ok(Titled::OverBudget);
                 }
             }
+            // One model call: a failing model is not asked again for a
+            // title (best effort), and its usage is counted once.
             let (title, usage) =
                 generate(provider.as_ref(), &model.name, &first_message, &answer).await?;
             let spent = usage.map(|u| (u, model.options.cost_micros(&u).unwrap_or(0)));
-            let stored = store(&ctx.store, chat_id, title.as_deref(), spent).await?;
+            let stored =
+                with_retries(|| store(&ctx.store, chat_id, title.as_deref(), spent)).await?;
             match (title, stored) {
                 (None, _) => Err(TitleError::Empty),
                 (Some(_), true) => Ok(Titled::Stored),
@@ -133,6 +140,7 @@ fn spawn(
                 Ok(Ok(Titled::Stored)) => tracing::debug!(%chat_id, "chat titled"),
                 Ok(Ok(Titled::Kept)) => tracing::debug!(%chat_id, "title kept: the chat was renamed meanwhile"),
                 Ok(Ok(Titled::OverBudget)) => tracing::debug!(%chat_id, "no title: the owner's budget is used up"),
+                Ok(Err(err @ TitleError::Store(_))) => tracing::warn!(%chat_id, error = %err, "storing a title failed; the default title stays"),
                 Ok(Err(err)) => tracing::debug!(%chat_id, error = %err, "title generation failed; the default title stays"),
                 Err(_) => tracing::debug!(%chat_id, "title generation timed out; the default title stays"),
             },
@@ -149,8 +157,48 @@ enum TitleError {
     Empty,
     #[error(transparent)]
     Store(#[from] chatd_store::StoreError),
-    #[error(transparent)]
-    Database(#[from] sqlx::Error),
+}
+
+impl From<sqlx::Error> for TitleError {
+    fn from(err: sqlx::Error) -> Self {
+        TitleError::Store(chatd_store::StoreError::Database(err))
+    }
+}
+
+impl TitleError {
+    /// Whether the database work failed for a transient reason
+    /// ([`chatd_store::StoreError::is_retryable`]: a lost connection, a pool
+    /// timeout, a serialization failure or deadlock); provider errors and
+    /// empty titles are final.
+    fn is_transient(&self) -> bool {
+        match self {
+            TitleError::Store(err) => err.is_retryable(),
+            TitleError::Provider(_) | TitleError::Empty => false,
+        }
+    }
+}
+
+/// Runs the database step `op` again after a transient failure
+/// ([`TitleError::is_transient`]), waiting 50 ms, then twice as long each
+/// time up to 1 s; the caller's `WorkerConfig::title_timeout` bounds the
+/// whole. A title must not be lost to a moment's pool exhaustion or a
+/// deadlock victim: the model was already paid for.
+async fn with_retries<T, F, Fut>(mut op: F) -> Result<T, TitleError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, TitleError>>,
+{
+    let mut delay = std::time::Duration::from_millis(50);
+    loop {
+        match op().await {
+            Err(err) if err.is_transient() => {
+                tracing::debug!(error = %err, "title: database step failed; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Asks the model for a title: the cleaned title (`None`: nothing usable)
