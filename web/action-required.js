@@ -10,6 +10,7 @@ import { api, attempt } from './api.js';
 import { updateCountdowns } from './panels.js';
 
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
+/** @typedef {import('./chat-state.js').LoadedView} LoadedView */
 /** @typedef {import('./wire.js').ActionRequired} ActionRequired */
 /** @typedef {import('./wire.js').Chat} Chat */
 /** @typedef {ActionRequired['tool_calls'][number]} PendingCall */
@@ -17,7 +18,7 @@ import { updateCountdowns } from './panels.js';
 /**
  * Renders the panel; kept as it is (with what the user typed) while the
  * pending calls stay the same.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 export function renderActionRequired(view) {
   const slot = view.dom.action;
@@ -80,7 +81,7 @@ export function renderActionRequired(view) {
  * tool, its arguments, the deadline, Approve, and Deny with an optional
  * reason. With no client tools pending, the last decision sends them all;
  * otherwise "Submit results" sends them with the outputs.
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {PendingCall} call
  * @param {number} i
  * @param {string | null | undefined} deadlineAt
@@ -99,7 +100,7 @@ function approvalCard(view, call, i, deadlineAt, withClientTools) {
       .filter((c) => !c.dataset.decision).length;
     if (pending) decision.textContent += ` — decide the other ${pending} call(s) to continue`;
     else if (withClientTools) decision.textContent += ' — submit the results to continue';
-    else submitToolResults(view, view.dom.action.querySelector('[data-testid="action-required"]'));
+    else submitToolResults(view, /** @type {HTMLElement} */ (view.dom.action.querySelector('[data-testid="action-required"]')));
   };
   const card = h(
     'section',
@@ -135,7 +136,7 @@ function parseOutput(text) {
 
 /**
  * Sends every output and decision of the panel.
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {HTMLElement} panel
  */
 async function submitToolResults(view, panel) {
@@ -146,7 +147,7 @@ async function submitToolResults(view, panel) {
     is_error: /** @type {HTMLInputElement} */ (byTestId(form, 'tool-is-error')).checked,
   }));
   for (const card of /** @type {NodeListOf<HTMLElement>} */ (panel.querySelectorAll('[data-testid="approval-card"]'))) {
-    const decision = view.dom.decisions.get(card.dataset.toolCallId);
+    const decision = view.dom.decisions.get(card.dataset.toolCallId || '');
     if (!decision) {
       toast('Approve or deny every tool call first.');
       return;

@@ -115,8 +115,7 @@ export function openAdminPage(main, closed = () => false) {
   const loadUsage = async (users) => {
     const queue = [...users];
     const worker = async () => {
-      while (queue.length && !closed()) {
-        const user = queue.shift();
+      for (let user = queue.shift(); user && !closed(); user = queue.shift()) {
         const usage = await api('GET', `/users/${user.id}/usage`, undefined, { quiet: true }).catch(() => /** @type {Usage | null} */ (null));
         if (closed()) return;
         state.usage.set(user.id, usage);
@@ -161,7 +160,7 @@ export function openAdminPage(main, closed = () => false) {
   const renderTable = () => {
     const active = /** @type {HTMLElement | null} */ (document.activeElement);
     const focusedTestid = active && list.contains(active) ? active.dataset.testid : null;
-    const focusedRow = focusedTestid ? /** @type {HTMLElement | null} */ (active.closest('[data-user-id]'))?.dataset.userId : null;
+    const focusedRow = active && focusedTestid ? /** @type {HTMLElement | null} */ (active.closest('[data-user-id]'))?.dataset.userId : null;
     const rows = [];
     for (const user of state.users) {
       rows.push(userRow(user));
@@ -185,7 +184,7 @@ export function openAdminPage(main, closed = () => false) {
 
   /** @param {AdminUser} user */
   const userRow = (user) => {
-    const me = user.id === session.me.id;
+    const me = user.id === session.me?.id;
     const disabled = h('input', {
       type: 'checkbox',
       testid: 'user-disabled',
@@ -219,10 +218,9 @@ export function openAdminPage(main, closed = () => false) {
           onclick: () => {
             state.open = open ? null : user.id;
             renderTable();
-            /** @type {HTMLElement | null | undefined} */
-            const target = state.open
+            const target = /** @type {HTMLElement | null | undefined} */ (state.open
               ? list.querySelector(`#limits-${user.id} input`)
-              : row(user.id)?.querySelector('[data-testid="user-edit-limits"]');
+              : row(user.id)?.querySelector('[data-testid="user-edit-limits"]'));
             if (target) target.focus();
           },
         }, 'Limits'),

@@ -30,7 +30,7 @@ import { resetModels, rememberModel } from './models.js';
 import { initSidebar, startChatList, stopChatList, setSidebarOpen, renderChatList } from './sidebar.js';
 import { openNewChat } from './new-chat.js';
 import { openChatView, closeChatView, renderHeader } from './chat-view.js';
-import { forgetInterrupted } from './chat-state.js';
+import { forgetInterrupted, isLoaded } from './chat-state.js';
 import { usageChanged, updateCountdowns } from './panels.js';
 
 /** @typedef {import('./wire.js').User} User */
@@ -102,7 +102,7 @@ function showSignedIn() {
   $('app-view').hidden = false;
   $('who').hidden = false;
   $('menu-toggle').hidden = false;
-  $('username').textContent = session.me.username;
+  $('username').textContent = session.me ? session.me.username : '';
   startUsage();
   startChatList();
   route();
@@ -209,7 +209,7 @@ function start() {
     },
     titleChanged: () => {
       const view = openChat();
-      if (view && view.chat) renderHeader(view);
+      if (view && isLoaded(view)) renderHeader(view);
     },
     deleted: (chatId) => {
       rememberModel(chatId, '');

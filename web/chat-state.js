@@ -55,16 +55,21 @@ import { updateListStatus } from './sidebar.js';
  * @property {HTMLElement} banners
  * @property {HTMLElement} messages
  * @property {HTMLElement} previewSlot
- * @property {(HTMLElement & {parts?: Record<string, HTMLElement>}) | null} previewEl
+ * @property {(HTMLElement & {parts: PreviewParts}) | null} previewEl
  * @property {string | null} previewKey
  * @property {HTMLElement} scroller
  * @property {HTMLElement} action
  * @property {HTMLElement} queue
  * @property {Composer} composer
  * @property {string | null} actionKey
- * @property {Map<string, {approved: boolean, reason: string | null}>} [decisions]
+ * @property {Map<string, {approved: boolean, reason: string | null}>} decisions
  *   decisions taken on approval cards, by tool call id
  * @property {HTMLElement} [gapEl] the "load earlier" control
+ */
+
+/**
+ * The parts of the preview's element that change as it grows.
+ * @typedef {{body: HTMLElement, extras: HTMLElement, reasoning: HTMLElement, typing: HTMLElement, role: HTMLElement}} PreviewParts
  */
 
 /**
@@ -108,20 +113,37 @@ import { updateListStatus } from './sidebar.js';
  * @property {number} previewDrawnAt when the preview was last drawn (frame time, ms)
  * @property {number} previewCost how long that took (ms)
  * @property {boolean} closed
- * @property {ChatDom | null} dom
+ * @property {ChatDom} dom
  * @property {ChatActions} actions
  */
+
+/**
+ * A chat view whose chat has loaded: what the renderers draw.
+ * @typedef {ChatView & {chat: Chat}} LoadedView
+ */
+
+/**
+ * Whether the chat of `view` has loaded.
+ * @param {ChatView} view
+ * @returns {view is LoadedView}
+ */
+export function isLoaded(view) {
+  return view.chat !== null;
+}
 
 const INTERRUPTED_KEY = 'chatd.interrupted.'; // + chat id (sessionStorage): ids of answers cut by an interrupt
 
 /**
- * Fresh state of an open chat.
+ * Fresh state of an open chat; `buildDom` makes its page (its handlers
+ * may keep the view, not use it yet).
  * @param {string} chatId
  * @param {ChatActions} actions
+ * @param {(view: ChatView) => ChatDom} buildDom
  * @returns {ChatView}
  */
-export function newChatView(chatId, actions) {
-  return {
+export function newChatView(chatId, actions, buildDom) {
+  /** @type {Omit<ChatView, 'dom'> & {dom: ChatDom | null}} */
+  const view = {
     chatId,
     chat: null,
     messages: new Map(),
@@ -152,6 +174,8 @@ export function newChatView(chatId, actions) {
     dom: null,
     actions,
   };
+  view.dom = buildDom(/** @type {ChatView} */ (view));
+  return /** @type {ChatView} */ (view);
 }
 
 /**
@@ -350,7 +374,8 @@ function mergeDelta(parts, delta) {
 export function applyEditResult(view, result) {
   const deletedIds = result.deleted_message_ids || [];
   // An edit before the loaded tail deleted the omitted middle too.
-  if (view.gap && deletedIds.some((id) => id < view.gap.before)) view.gap = null;
+  const gap = view.gap;
+  if (gap && deletedIds.some((id) => id < gap.before)) view.gap = null;
   for (const deleted of deletedIds) view.messages.delete(deleted);
   for (const message of result.messages || []) upsertMessage(view, message);
   if (result.message) upsertMessage(view, result.message);

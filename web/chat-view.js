@@ -19,7 +19,7 @@ import { buildComposer, sendRequest } from './composer.js';
 import { fillModelSelect, loadModels } from './models.js';
 import { refreshChats, mergeListed, dropIfMovedOut } from './sidebar.js';
 import {
-  newChatView, textOf, applyEvent, applyStatus, upsertMessage, applyEditResult, armInterrupt,
+  newChatView, isLoaded, textOf, applyEvent, applyStatus, upsertMessage, applyEditResult, armInterrupt,
 } from './chat-state.js';
 import { renderMessages, rerenderMessages, renderPart, renderReasoning, roleLabel } from './messages.js';
 import { renderBanners, renderUsage, renderContext } from './panels.js';
@@ -27,6 +27,7 @@ import { renderActionRequired } from './action-required.js';
 import { renderQueue } from './queue.js';
 
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
+/** @typedef {import('./chat-state.js').LoadedView} LoadedView */
 /** @typedef {import('./chat-state.js').ChatDom} ChatDom */
 /** @typedef {import('./wire.js').Chat} Chat */
 /** @typedef {import('./wire.js').MessagePage} MessagePage */
@@ -49,10 +50,13 @@ export function openChatView(main, chatId) {
   /** @type {ChatView} */
   const view = newChatView(chatId, {
     render: () => render(view),
-    applyChat: (chat) => applyChat(view, chat),
-    retry: () => retryTurn(view),
-  });
-  view.dom = buildChatDom(view);
+    applyChat: (chat) => {
+      if (isLoaded(view)) applyChat(view, chat);
+    },
+    retry: () => {
+      if (isLoaded(view)) retryTurn(view);
+    },
+  }, buildChatDom);
   main.replaceChildren(view.dom.root);
   load(view);
   return view;
@@ -89,7 +93,7 @@ async function load(view) {
   }
   view.chat = chat;
   view.historyVersion = chat.history_version;
-  view.error = chat.status === 'error' ? chat.last_error : null;
+  view.error = chat.status === 'error' ? chat.last_error ?? null : null;
   view.announced = chat.status;
   // The first and last messages; the stream then sends what is newer.
   /** @type {MessagePage | undefined} */
@@ -146,7 +150,9 @@ function buildChatDom(view) {
     planInput,
     ' Plan mode',
   );
-  planInput.addEventListener('change', () => setPlanMode(view, planInput.checked));
+  planInput.addEventListener('change', () => {
+    if (isLoaded(view)) setPlanMode(view, planInput.checked);
+  });
   const archive = h('span', { class: 'archive-slot' });
   const banners = h('div', { class: 'banners' });
   const messages = h('div', { class: 'messages', testid: 'messages', role: 'log', 'aria-label': 'Messages' });
@@ -167,10 +173,10 @@ function buildChatDom(view) {
     chatId: view.chatId,
     send: (content, behavior, model) => sendMessage(view, content, behavior, model),
     stop: () => {
-      if (view.chat) interruptChat(view);
+      if (isLoaded(view)) interruptChat(view);
     },
     sent: () => {
-      if (view.chat) renderHeader(view);
+      if (isLoaded(view)) renderHeader(view);
     },
   });
   const root = h(
@@ -186,7 +192,7 @@ function buildChatDom(view) {
     scroller,
     h('div', { class: 'dock' }, action, queue, composer.root),
   );
-  return { root, title, status, connection, usage, context, contextTools, planInput, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null };
+  return { root, title, status, connection, usage, context, contextTools, planInput, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null, decisions: new Map() };
 }
 
 /**
@@ -194,7 +200,7 @@ function buildChatDom(view) {
  * @param {ChatView} view
  */
 function render(view) {
-  if (view.closed || !view.chat) return;
+  if (view.closed || !isLoaded(view)) return;
   const stick = view.atBottom;
   renderHeader(view);
   renderBanners(view);
@@ -220,7 +226,7 @@ function scrollToBottom(view) {
 /**
  * The header (title, status, archive, plan mode) and the composer's
  * buttons, which follow the chat's status.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 export function renderHeader(view) {
   const { chat, dom } = view;
@@ -253,7 +259,7 @@ export function renderHeader(view) {
   // interrupting), usable while it runs.
   composer.stop.hidden = !working || chat.archived;
   const stopping = chat.status === 'interrupting';
-  composer.stop.querySelector('.stop-label').textContent = stopping ? 'Stopping…' : 'Stop';
+  /** @type {HTMLElement} */ (composer.stop.querySelector('.stop-label')).textContent = stopping ? 'Stopping…' : 'Stop';
   composer.stop.setAttribute('aria-label', stopping ? 'Stopping the reply' : 'Stop the reply');
   if (!composer.sending) {
     composer.sendQueue.disabled = chat.archived;
@@ -281,7 +287,7 @@ function setConnection(view, state) {
  * animation frame, so that a fast stream re-renders its Markdown at most
  * once per frame (and a long answer, whose rendering takes longer, less
  * often).
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 function renderPreview(view) {
   const preview = view.preview;
@@ -306,7 +312,7 @@ function renderPreview(view) {
     }
     const stick = view.atBottom;
     const started = performance.now();
-    drawPreview(view);
+    drawPreview(view, view.preview);
     view.previewCost = performance.now() - started;
     view.previewDrawnAt = now;
     if (stick) scrollToBottom(view);
@@ -314,32 +320,35 @@ function renderPreview(view) {
   view.previewFrame = requestAnimationFrame(frame);
 }
 
-/** @param {ChatView} view */
-function drawPreview(view) {
-  const preview = view.preview;
+/**
+ * @param {LoadedView} view
+ * @param {import('./chat-state.js').Preview} preview
+ */
+function drawPreview(view, preview) {
   const dom = view.dom;
   const stopping = view.chat.status === 'interrupting';
   const key = JSON.stringify([preview.parts, stopping]);
   if (key === dom.previewKey) return;
   dom.previewKey = key;
-  if (!dom.previewEl) {
+  let el = dom.previewEl;
+  if (!el) {
     const body = h('div', { class: 'message-text markdown preview-text' });
     const extras = h('div', { class: 'preview-extras' });
     const reasoning = h('div', { class: 'preview-reasoning' });
     const typing = h('span', { class: 'typing' });
     const role = h('span', { class: 'role' });
-    dom.previewEl = h(
+    el = Object.assign(h(
       'article',
       { class: 'message message-assistant message-preview', testid: 'message-preview', 'aria-busy': 'true', 'aria-label': 'Answer being written' },
       h('header', { class: 'message-meta' }, role, typing),
       reasoning,
       body,
       extras,
-    );
-    dom.previewEl.parts = { body, extras, reasoning, typing, role };
-    dom.previewSlot.replaceChildren(dom.previewEl);
+    ), { parts: { body, extras, reasoning, typing, role } });
+    dom.previewEl = el;
+    dom.previewSlot.replaceChildren(el);
   }
-  const { body, extras, reasoning, typing, role } = dom.previewEl.parts;
+  const { body, extras, reasoning, typing, role } = el.parts;
   role.textContent = roleLabel(preview.role);
   typing.textContent = stopping ? 'stopping…' : 'writing…';
   const reasoningParts = preview.parts.filter((p) => p.type === 'reasoning');
@@ -384,7 +393,7 @@ function announceStatus(view) {
   const before = view.announced;
   view.announced = state;
   let text;
-  if (state.startsWith('retry:')) text = `The model request failed; retry ${view.retry.attempt} is scheduled.`;
+  if (state.startsWith('retry:')) text = `The model request failed; retry ${view.retry?.attempt} is scheduled.`;
   else if (state === 'writing') text = 'The assistant is writing…';
   else if (state === 'running') text = 'The assistant is working…';
   else if (state === 'interrupting') text = 'Stopping the reply…';
@@ -417,8 +426,9 @@ async function sendMessage(view, content, busyBehavior, model) {
   if (!result || view.closed) return Boolean(result);
   for (const message of result.messages || []) upsertMessage(view, message);
   if (result.message) upsertMessage(view, result.message);
-  if (result.queued_message && !view.queue.some((q) => q.id === result.queued_message.id)) {
-    view.queue = [...view.queue, result.queued_message];
+  const queued = result.queued_message;
+  if (queued && !view.queue.some((q) => q.id === queued.id)) {
+    view.queue = [...view.queue, queued];
   }
   render(view);
   return true;
@@ -426,7 +436,7 @@ async function sendMessage(view, content, busyBehavior, model) {
 
 /**
  * Retry after an error: edit the last user message with its own content.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 async function retryTurn(view) {
   const lastUser = [...view.messages.values()].filter((m) => m.role === 'user').sort((a, b) => b.id - a.id)[0];
@@ -450,7 +460,7 @@ async function retryTurn(view) {
 
 /**
  * `PATCH /chats/{chat}` `{plan_mode}`: on at the next model call.
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {boolean} on
  */
 async function setPlanMode(view, on) {
@@ -466,7 +476,7 @@ async function setPlanMode(view, on) {
 
 /**
  * The stop button: `POST /chats/{chat}/interrupt`.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 async function interruptChat(view) {
   if (view.chat.status === 'running') armInterrupt(view);
@@ -476,7 +486,7 @@ async function interruptChat(view) {
 }
 
 /**
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {boolean} archived
  */
 async function setArchived(view, archived) {
@@ -493,7 +503,7 @@ async function setArchived(view, archived) {
  * Takes a Chat from a REST answer. While the stream is live it is the
  * authority on status (a REST answer may be older than the events already
  * received), so only the metadata is taken then.
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {Chat} chat
  */
 function applyChat(view, chat) {

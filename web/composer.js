@@ -37,9 +37,10 @@ import { refreshUsage } from './usage.js';
  * @property {HTMLTextAreaElement} input
  * @property {HTMLSelectElement} model
  * @property {HTMLButtonElement} sendQueue
- * @property {HTMLButtonElement | null} sendInterrupt null in the new-chat form
- * @property {HTMLButtonElement | null} sendSteer null in the new-chat form
- * @property {HTMLButtonElement | null} stop null in the new-chat form
+ * @property {HTMLButtonElement} sendInterrupt
+ * @property {HTMLButtonElement} sendSteer
+ * @property {HTMLButtonElement} stop
+ *   (these three are not on the page of the new-chat form)
  * @property {HTMLElement} pastes
  * @property {Paste[]} pasted
  * @property {boolean} sending
@@ -92,33 +93,27 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
     { type: 'submit', class: 'btn btn-primary', testid: 'send-queue' },
     newChat ? 'Start chat' : 'Send',
   );
-  const sendInterrupt = newChat
-    ? null
-    : h('button', {
-        type: 'button',
-        class: 'btn',
-        testid: 'send-interrupt',
-        title: 'Stop the running reply and send this now',
-        hidden: true,
+  const sendInterrupt = h('button', {
+    type: 'button',
+    class: 'btn',
+    testid: 'send-interrupt',
+    title: 'Stop the running reply and send this now',
+    hidden: true,
       }, 'Send now');
-  const sendSteer = newChat
-    ? null
-    : h('button', {
-        type: 'button',
-        class: 'btn',
-        testid: 'send-steer',
-        title: 'Tell the running reply this without stopping it: the model reads it at its next step',
-        hidden: true,
+  const sendSteer = h('button', {
+    type: 'button',
+    class: 'btn',
+    testid: 'send-steer',
+    title: 'Tell the running reply this without stopping it: the model reads it at its next step',
+    hidden: true,
       }, 'Steer');
-  const stop = newChat
-    ? null
-    : h('button', {
-        type: 'button',
-        class: 'btn btn-stop',
-        testid: 'interrupt',
-        disabled: true,
-        hidden: true,
-        'aria-label': 'Stop the reply',
+  const stop = h('button', {
+    type: 'button',
+    class: 'btn btn-stop',
+    testid: 'interrupt',
+    disabled: true,
+    hidden: true,
+    'aria-label': 'Stop the reply',
       }, icon('stop'), h('span', { class: 'stop-label' }, 'Stop'));
   // Why the server refused the last send (a limit: 429, 413); the typed
   // message stays in the textarea.
@@ -136,7 +131,7 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
       { class: 'composer-bar' },
       h('span', { class: 'model-field' }, h('label', { for: modelId }, 'Model'), model),
       h('span', { class: 'composer-hint', id: 'composer-hint' }, 'Enter sends · Shift+Enter: new line'),
-      h('span', { class: 'composer-actions' }, attach, stop, sendSteer, sendInterrupt, sendQueue),
+      h('span', { class: 'composer-actions' }, attach, newChat ? null : [stop, sendSteer, sendInterrupt], sendQueue),
     ),
   );
   /** @type {Composer} */
@@ -164,7 +159,7 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
     const pasted = composer.pasted;
     /** @type {InputPart[]} */
     const content = text.trim() ? [{ type: 'text', text }] : [];
-    for (const f of files) content.push({ type: 'file', file_id: f.fileId });
+    for (const f of files) if (f.fileId) content.push({ type: 'file', file_id: f.fileId });
     const ok = await send(content, behavior, model.value);
     composer.sending = false;
     setBusy(root, false);
@@ -180,7 +175,7 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
   };
   attach.addEventListener('click', () => fileInput.click());
   fileInput.addEventListener('change', () => {
-    addAttachments(composer, [...fileInput.files]);
+    addAttachments(composer, [...(fileInput.files || [])]);
     fileInput.value = '';
   });
   // Drag and drop: files dropped anywhere on the composer are attached.
@@ -201,9 +196,11 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
     e.preventDefault();
     submit('queue');
   });
-  if (sendInterrupt) sendInterrupt.addEventListener('click', () => submit('interrupt'));
-  if (sendSteer) sendSteer.addEventListener('click', () => submit('steer'));
-  if (stop && onStop) stop.addEventListener('click', onStop);
+  if (!newChat) {
+    sendInterrupt.addEventListener('click', () => submit('interrupt'));
+    sendSteer.addEventListener('click', () => submit('steer'));
+    if (onStop) stop.addEventListener('click', onStop);
+  }
   input.addEventListener('keydown', (e) => {
     // Enter sends; Shift+Enter (or Alt+Enter) is a new line; an Enter that
     // ends an IME composition is the IME's.

@@ -134,7 +134,7 @@ export function renderMarkdownInto(el, text) {
  * @param {HTMLElement} code the `<code>` of a `<pre>`
  */
 function decorateCodeBlock(code) {
-  const pre = code.parentElement;
+  const pre = /** @type {HTMLElement} */ (code.parentElement);
   const source = code.textContent;
   const match = /^language-([\w+#.-]+)$/.exec(code.className);
   const requested = match ? match[1].toLowerCase() : '';

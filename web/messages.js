@@ -14,6 +14,7 @@ import { loadedModels, modelName } from './models.js';
 import { textOf, finishReasonOf, applyEditResult } from './chat-state.js';
 
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
+/** @typedef {import('./chat-state.js').LoadedView} LoadedView */
 /** @typedef {import('./wire.js').ChatMessage} ChatMessage */
 /** @typedef {import('./wire.js').MessagePage} MessagePage */
 /** @typedef {import('./wire.js').EditResult} EditResult */
@@ -41,7 +42,7 @@ const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
 /**
  * Renders the messages in id order, keeping the elements of messages whose
  * revision (and marks) did not change, and the one being edited.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 export function renderMessages(view) {
   const container = view.dom.messages;
@@ -50,13 +51,13 @@ export function renderMessages(view) {
   for (const el of /** @type {HTMLCollectionOf<HTMLElement>} */ (container.children)) {
     if (el.dataset.messageId) existing.set(Number(el.dataset.messageId), el);
   }
-  const ids = [...view.messages.keys()].sort((a, b) => a - b);
-  const gap = view.gap && view.messages.has(view.gap.after) ? gapControl(view) : null;
-  const editable = !view.chat?.archived;
+  const messages = [...view.messages.entries()].sort(([a], [b]) => a - b);
+  const gapState = view.gap;
+  const gap = gapState && view.messages.has(gapState.after) ? gapControl(view, gapState) : null;
+  const editable = !view.chat.archived;
   /** @type {ChildNode | null} */
   let previous = null;
-  for (const id of ids) {
-    const message = view.messages.get(id);
+  for (const [id, message] of messages) {
     let el = existing.get(id);
     existing.delete(id);
     // Archiving changes whether user messages can be edited; an interrupt
@@ -73,10 +74,12 @@ export function renderMessages(view) {
       }
       el = fresh;
     }
+    if (!el) continue; // (the message being edited always has its element)
+    /** @type {ChildNode | null} */
     const expectedPosition = previous ? previous.nextSibling : container.firstChild;
     if (el !== expectedPosition) container.insertBefore(el, expectedPosition);
     previous = el;
-    if (gap && id === view.gap.after) {
+    if (gap && gapState && id === gapState.after) {
       if (gap !== previous.nextSibling) container.insertBefore(gap, previous.nextSibling);
       previous = gap;
     }
@@ -96,10 +99,11 @@ export function rerenderMessages(view) {
 
 /**
  * The "load earlier" control between the loaded head and tail of a long chat.
- * @param {ChatView} view
+ * @param {LoadedView} view
+ * @param {{omitted: number}} gap
  */
-function gapControl(view) {
-  const { omitted } = view.gap;
+function gapControl(view, gap) {
+  const { omitted } = gap;
   const label = view.loadingEarlier ? 'Loading…' : `Load earlier messages (${omitted} more)`;
   let el = view.dom.gapEl;
   if (!el) {
@@ -116,7 +120,7 @@ function gapControl(view) {
 /**
  * Loads the newest page of the omitted middle (before the loaded tail) and
  * inserts it in place; the control stays above it until the gap is closed.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 async function loadEarlier(view) {
   const gap = view.gap;
@@ -183,7 +187,7 @@ function renderContextRecord(message) {
 
 /**
  * One committed message.
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {ChatMessage} message
  * @returns {HTMLElement}
  */
@@ -264,7 +268,7 @@ function setCollapsed(root, collapsed) {
   const wrap = root.classList.contains('collapsible') ? root : root.querySelector('.collapsible');
   if (!wrap) return;
   wrap.classList.toggle('collapsed', collapsed);
-  const toggle = byTestId(wrap, 'message-expand');
+  const toggle = /** @type {HTMLElement} */ (byTestId(wrap, 'message-expand'));
   toggle.setAttribute('aria-expanded', String(!collapsed));
   toggle.textContent = collapsed ? 'Show all' : 'Show less';
 }
@@ -325,12 +329,13 @@ const fileUrls = new Map();
  * @param {string} id
  */
 function fileUrl(id) {
-  if (!fileUrls.has(id)) {
-    const url = downloadFile(id).then((blob) => URL.createObjectURL(blob));
+  let url = fileUrls.get(id);
+  if (!url) {
+    url = downloadFile(id).then((blob) => URL.createObjectURL(blob));
     url.catch(() => fileUrls.delete(id));
     fileUrls.set(id, url);
   }
-  return fileUrls.get(id);
+  return url;
 }
 
 /**
@@ -366,7 +371,7 @@ function renderFilePart(part) {
 // the conversation from it.
 
 /**
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {number} id
  */
 function startEdit(view, id) {
@@ -386,14 +391,14 @@ function startEdit(view, id) {
       cancelEdit(view);
     }
   });
-  const body = byTestId(el, 'collapsible') || byTestId(el, 'message-text');
+  const body = /** @type {HTMLElement} */ (byTestId(el, 'collapsible') || byTestId(el, 'message-text'));
   body.hidden = true;
   el.append(editor);
   autoGrow(input);
   input.focus();
 }
 
-/** @param {ChatView} view */
+/** @param {LoadedView} view */
 function cancelEdit(view) {
   const id = view.editing;
   view.editing = null;
@@ -404,7 +409,7 @@ function cancelEdit(view) {
 }
 
 /**
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {number} id
  * @param {string} text
  */

@@ -70,8 +70,11 @@ export async function fillModelSelect(select, chat) {
     select.replaceChildren(h('option', { value: '' }, 'Server default'), ...options);
     return;
   }
-  /** @param {string | null | undefined} id */
-  const known = (id) => id && list.some((m) => m.id === id);
+  /**
+   * @param {string | null | undefined} id
+   * @returns {id is string}
+   */
+  const known = (id) => Boolean(id) && list.some((m) => m.id === id);
   const remembered = localStorage.getItem(MODEL_KEY + chat.id);
   const current = known(remembered) ? remembered : chat.last_model_config_id;
   if (known(current)) {

@@ -8,15 +8,16 @@
 import { h, byTestId, numberFormat, formatDuration, formatTime } from './ui.js';
 import { api, attempt } from './api.js';
 import { refreshUsage, usageLimitHelp } from './usage.js';
-import { finishReasonOf } from './chat-state.js';
+import { finishReasonOf, isLoaded } from './chat-state.js';
 
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
+/** @typedef {import('./chat-state.js').LoadedView} LoadedView */
 /** @typedef {import('./wire.js').Chat} Chat */
 
 /**
  * The error banner (with Retry where a turn can be retried) and the retry
  * banner of a running chat.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 export function renderBanners(view) {
   const banners = [];
@@ -67,7 +68,7 @@ export function renderBanners(view) {
  * @param {ChatView} view
  */
 export function usageChanged(view) {
-  if (view.closed || !view.dom || !view.chat || !view.error || view.error.kind !== 'usage_limit') return;
+  if (view.closed || !isLoaded(view) || !view.error || view.error.kind !== 'usage_limit') return;
   const shown = byTestId(view.dom.banners, 'usage-limit-help');
   if (shown && shown.textContent === usageLimitHelp().textContent) return;
   renderBanners(view);
@@ -77,7 +78,7 @@ export function usageChanged(view) {
  * The chat's token usage (the sum over its answers). Until an answer
  * reports usage it keeps the last figures it showed (a running reply has
  * none yet), or shows a dash.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 export function renderUsage(view) {
   const total = { input: 0, output: 0, total: 0 };
@@ -114,14 +115,13 @@ export function renderUsage(view) {
  * The context meter (API.md "Context management": `Chat.context`, kept up
  * to date by the stream's `context` event) and the "Compact now" and
  * "Clear context" actions, offered while the chat is idle.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 export function renderContext(view) {
   const { chat, dom } = view;
   const c = chat.context;
-  /** @type {HTMLElement} */
-  const fill = dom.context.querySelector('.context-fill');
-  const label = dom.context.querySelector('.context-label');
+  const fill = /** @type {HTMLElement} */ (dom.context.querySelector('.context-fill'));
+  const label = /** @type {HTMLElement} */ (dom.context.querySelector('.context-label'));
   if (!c || !c.limit) {
     dom.context.hidden = true;
   } else {
@@ -153,7 +153,7 @@ export function renderContext(view) {
 
 /**
  * `POST /chats/{chat}/compact` or `/clear-context`; refusals become a toast.
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {'/compact' | '/clear-context'} path
  */
 async function contextAction(view, path) {
@@ -176,7 +176,8 @@ export function updateCountdowns(view) {
   }
   /** @type {HTMLElement | null} */
   const retry = view.dom.banners.querySelector('.countdown');
-  if (retry) retry.textContent = `retrying at ${formatTime(retry.dataset.until)} (${countdown(retry.dataset.until, 'now')})`;
+  const until = retry ? retry.dataset.until : undefined;
+  if (retry && until !== undefined) retry.textContent = `retrying at ${formatTime(until)} (${countdown(until, 'now')})`;
 }
 
 /**

@@ -9,6 +9,7 @@ import { api, attempt } from './api.js';
 import { textOf, armInterrupt } from './chat-state.js';
 
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
+/** @typedef {import('./chat-state.js').LoadedView} LoadedView */
 /** @typedef {import('./wire.js').Chat} Chat */
 /** @typedef {import('./wire.js').QueuedMessage} QueuedMessage */
 
@@ -16,12 +17,13 @@ import { textOf, armInterrupt } from './chat-state.js';
  * Renders the queue. Editing happens in place (`view.queueEdit`); the panel
  * is only rebuilt when the queue or the message being edited changes, so a
  * stream event does not throw away what is being typed.
- * @param {ChatView} view
+ * @param {LoadedView} view
  */
 export function renderQueue(view) {
   const panel = view.dom.queue;
   panel.hidden = view.queue.length === 0;
-  const editing = view.queueEdit && view.queue.some((q) => q.id === view.queueEdit.id) ? view.queueEdit.id : null;
+  const edit = view.queueEdit;
+  const editing = edit && view.queue.some((q) => q.id === edit.id) ? edit.id : null;
   if (!editing) view.queueEdit = null;
   const key = JSON.stringify([view.queue.map((q) => [q.id, q.steer, q.content]), editing]);
   if (panel.dataset.key === key) return;
@@ -72,13 +74,14 @@ export function renderQueue(view) {
       ),
     );
     item.addEventListener('dragstart', (e) => {
+      if (!e.dataTransfer) return;
       e.dataTransfer.setData('text/x-chatd-queued', String(q.id));
       e.dataTransfer.effectAllowed = 'move';
       item.classList.add('dragging');
     });
     item.addEventListener('dragend', () => item.classList.remove('dragging'));
     item.addEventListener('dragover', (e) => {
-      if (!e.dataTransfer.types.includes('text/x-chatd-queued')) return;
+      if (!e.dataTransfer || !e.dataTransfer.types.includes('text/x-chatd-queued')) return;
       e.preventDefault();
       e.dataTransfer.dropEffect = 'move';
       item.classList.add('drop-target');
@@ -87,7 +90,7 @@ export function renderQueue(view) {
     item.addEventListener('drop', (e) => {
       e.preventDefault();
       item.classList.remove('drop-target');
-      const moved = Number(e.dataTransfer.getData('text/x-chatd-queued'));
+      const moved = Number(e.dataTransfer ? e.dataTransfer.getData('text/x-chatd-queued') : '');
       if (moved && moved !== q.id) moveQueued(view, moved, i);
     });
     return item;
@@ -97,7 +100,7 @@ export function renderQueue(view) {
 
 /**
  * `POST .../queue/{queued}/promote`: sent next (interrupting a running reply).
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {number} id
  */
 async function promoteQueued(view, id) {
@@ -109,7 +112,7 @@ async function promoteQueued(view, id) {
 
 /**
  * Saves an edit of a queued message (text and steer flag).
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {number} id
  * @param {string} text
  * @param {boolean} steer
@@ -130,7 +133,7 @@ async function editQueued(view, id, text, steer) {
 
 /**
  * Moves a queued message to 0-based `position`; the answer is the new queue.
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {number} id
  * @param {number} position
  */
@@ -143,7 +146,7 @@ async function moveQueued(view, id, position) {
 }
 
 /**
- * @param {ChatView} view
+ * @param {LoadedView} view
  * @param {number} id
  */
 async function deleteQueued(view, id) {

@@ -209,9 +209,10 @@ function toggleChildren(chatId) {
 /** The list is where title changes (e.g. a generated title) show up. */
 function syncOpenChatTitle() {
   const open = list.hooks.open();
-  const listed = open && open.chat && list.chats.find((c) => c.id === open.chatId);
-  if (listed && listed.title !== open.chat.title) {
-    open.chat.title = listed.title;
+  const chat = open && open.chat;
+  const listed = chat && list.chats.find((c) => c.id === chat.id);
+  if (chat && listed && listed.title !== chat.title) {
+    chat.title = listed.title;
     list.hooks.titleChanged();
   }
 }
@@ -327,7 +328,7 @@ export function renderChatList() {
   // A re-rendered item keeps the keyboard focus where it was; so does a
   // kept item that replaceChildren moved (detaching it drops the focus).
   if (focusedItem && focusedKey && document.activeElement !== focused) {
-    const again = ul.querySelector(`[data-chat-id="${CSS.escape(focusedItem.dataset.chatId)}"]`);
+    const again = ul.querySelector(`[data-chat-id="${CSS.escape(focusedItem.dataset.chatId || '')}"]`);
     /** @type {HTMLElement | null} */
     const target = again && (focusedKey === 'chat-link' ? again.querySelector('.chat-link') : byTestId(again, focusedKey));
     if (target) target.focus();

@@ -73,7 +73,7 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
     'select',
     { id: 'token-lifetime', testid: 'token-lifetime', 'aria-describedby': 'token-lifetime-error' },
     LIFETIMES.map(([seconds, label]) =>
-      h('option', { value: seconds === null ? '' : String(seconds), selected: seconds === DEFAULT_LIFETIME }, label || lifetimeLabel(self)),
+      h('option', { value: seconds === null ? '' : String(seconds), selected: seconds === DEFAULT_LIFETIME }, label || lifetimeLabel(Boolean(self))),
     ),
   );
   const error = h('p', { class: 'field-error', id: 'token-lifetime-error', testid: 'token-create-error', role: 'alert', hidden: true });

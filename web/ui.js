@@ -86,7 +86,7 @@ export const $input = (id) => /** @type {HTMLInputElement} */ (document.getEleme
  * The first element under `root` with this `data-testid`.
  * @param {ParentNode} root
  * @param {string} testid
- * @returns {HTMLElement}
+ * @returns {HTMLElement | null}
  */
 export function byTestId(root, testid) {
   return root.querySelector(`[data-testid="${testid}"]`);
@@ -323,7 +323,7 @@ export function formatDateTime(iso) {
 export function timeEl(iso, fallback = '–', props = {}) {
   const text = formatDateTime(iso);
   if (!text) return h('span', props, fallback);
-  return h('time', { datetime: iso, title: new Date(iso).toString(), ...props }, text);
+  return h('time', { datetime: iso, title: new Date(/** @type {string} */ (iso)).toString(), ...props }, text);
 }
 
 /**

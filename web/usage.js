@@ -58,8 +58,8 @@ const WARN_SHARE = 0.8;
  * This module's state.
  * @type {{
  *   usage: Usage | null,
- *   timer: ReturnType<typeof setInterval> | undefined,
- *   pending: ReturnType<typeof setTimeout> | undefined,
+ *   timer: ReturnType<typeof setInterval> | null | undefined,
+ *   pending: ReturnType<typeof setTimeout> | null | undefined,
  *   seq: number,
  *   listeners: Set<(usage: Usage) => void>,
  * }}
@@ -86,8 +86,8 @@ export function startUsage() {
 
 /** Stops and clears the usage panel (at sign-out). */
 export function stopUsage() {
-  clearInterval(state.timer);
-  clearTimeout(state.pending);
+  clearInterval(state.timer ?? undefined);
+  clearTimeout(state.pending ?? undefined);
   state.timer = null;
   state.pending = null;
   state.usage = null;
@@ -100,7 +100,7 @@ export function stopUsage() {
 /** Loads the usage again soon (after a turn, a refused send); several calls make one request. */
 export function refreshUsage() {
   if (!session.token) return;
-  clearTimeout(state.pending);
+  clearTimeout(state.pending ?? undefined);
   state.pending = setTimeout(loadUsage, REFRESH_DELAY_MS);
 }
 
@@ -266,7 +266,7 @@ function renderUsagePanel(usage) {
       )
       : null,
   ];
-  panel.replaceChildren(...children.filter(Boolean));
+  panel.replaceChildren(...children.filter((c) => c !== null));
   panel.dataset.state = exhausted.length ? 'exhausted' : 'ok';
   panel.hidden = false;
 }
@@ -286,7 +286,7 @@ export function usageLimitHelp(usage = state.usage) {
   let text;
   if (exhausted.length) {
     const which = exhausted.map((b) => `your ${b.name} is used up (${b.used} of ${b.limit} this month)`).join(', and ');
-    text = `${which[0].toUpperCase()}${which.slice(1)}. It resets on ${formatResetMoment(usage)}; until then new turns are refused. To go on sooner, ask an admin to raise your budget.`;
+    text = `${which[0].toUpperCase()}${which.slice(1)}. It resets on ${formatResetMoment(/** @type {Usage} */ (usage))}; until then new turns are refused. To go on sooner, ask an admin to raise your budget.`;
   } else if (usage) {
     text = 'None of your monthly budgets is used up now, so a new turn can run: retry, or send a message to go on. If this stop keeps happening, ask an admin about your limits.';
   } else {
