@@ -1,7 +1,9 @@
 // @ts-check
 // The state of an open chat (`ChatView`) and how the server changes it:
-// stream events (API.md "Stream"), sends and edits. No DOM here: the chat
-// view (./chat-view.js and the renderers it uses) draws this state.
+// stream events (API.md "Stream"), sends and edits. It draws nothing: the
+// chat view (./chat-view.js and the renderers it uses) draws this state; a
+// new status only tells the list's badge (./sidebar.js) and, when a turn
+// ends, the usage panel (./usage.js).
 //
 // Also remembered here, per browser tab (sessionStorage
 // `chatd.interrupted.<chat id>`): the ids of answers cut by an interrupt
