@@ -11,9 +11,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::channels::validate_publication;
 use crate::error::{FlushFailure, PubsubError};
-use crate::publisher::{Publication, Publisher};
+use crate::publisher::{Publication, Publisher, validate_publication};
 
 /// A [`Publisher`] that records each publication in order and forwards
 /// nothing to its inner publisher until [`PublishBuffer::flush`].

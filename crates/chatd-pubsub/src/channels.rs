@@ -5,9 +5,8 @@
 //! `snapshot_version` with the highest version they have processed for the
 //! chat and discard anything not newer ("Notification emission rules").
 //!
-//! This module also owns the limits every implementation enforces, so that a
-//! payload that PostgreSQL would reject is refused at publish time (inside the
-//! caller's transaction) rather than dropped after commit.
+//! The limits every publication must keep (channel name and payload size)
+//! belong to the [`Publisher`] interface ([`crate::publisher`]).
 
 use chatd_core::ChatStatus;
 use serde::{Deserialize, Serialize};
@@ -19,15 +18,6 @@ use crate::publisher::Publisher;
 /// The global channel consumed by chat workers' acquisition loops: a chat is
 /// runnable and no worker owns it. Payload: [`OwnershipHint`].
 pub const OWNERSHIP_CHANNEL: &str = "chat:ownership";
-
-/// Largest accepted payload, in bytes. PostgreSQL's `NOTIFY` limit is 8000
-/// bytes; the margin keeps us clear of it.
-pub const MAX_PAYLOAD_BYTES: usize = 7900;
-
-/// Longest accepted channel name, in bytes (PostgreSQL identifiers are at
-/// most `NAMEDATALEN - 1` = 63 bytes; longer `LISTEN` names would be
-/// truncated and never match).
-pub const MAX_CHANNEL_BYTES: usize = 63;
 
 /// The per-chat channel `chat:update:{chat_id}` (hyphenated lowercase UUID),
 /// consumed by the owning chat worker and by active stream loops. Payload:
@@ -126,40 +116,5 @@ impl OwnershipHint {
     /// Whatever `publisher` returns (see [`Publisher::publish`]).
     pub fn publish(&self, publisher: &dyn Publisher) -> Result<(), PubsubError> {
         publisher.publish(OWNERSHIP_CHANNEL, &self.to_payload()?)
-    }
-}
-
-/// Checks a channel name against the limits every implementation shares.
-pub(crate) fn validate_channel(channel: &str) -> Result<(), PubsubError> {
-    let reason = if channel.is_empty() {
-        "empty"
-    } else if channel.len() > MAX_CHANNEL_BYTES {
-        "longer than 63 bytes"
-    } else if channel.contains('\0') {
-        "contains a NUL byte"
-    } else {
-        return Ok(());
-    };
-    Err(PubsubError::InvalidChannel {
-        channel: channel.to_owned(),
-        reason,
-    })
-}
-
-/// Checks a publication and returns its payload as text.
-pub(crate) fn validate_publication<'p>(
-    channel: &str,
-    payload: &'p [u8],
-) -> Result<&'p str, PubsubError> {
-    validate_channel(channel)?;
-    if payload.len() > MAX_PAYLOAD_BYTES {
-        return Err(PubsubError::PayloadTooLarge {
-            size: payload.len(),
-            limit: MAX_PAYLOAD_BYTES,
-        });
-    }
-    match std::str::from_utf8(payload) {
-        Ok(text) if !text.contains('\0') => Ok(text),
-        _ => Err(PubsubError::InvalidPayload),
     }
 }

@@ -35,12 +35,11 @@ pub mod publisher;
 pub mod subscription;
 
 pub use buffer::PublishBuffer;
-pub use channels::{
-    ChatUpdate, MAX_CHANNEL_BYTES, MAX_PAYLOAD_BYTES, OWNERSHIP_CHANNEL, OwnershipHint,
-    chat_update_channel,
-};
+pub use channels::{ChatUpdate, OWNERSHIP_CHANNEL, OwnershipHint, chat_update_channel};
 pub use error::{FlushFailure, PubsubError};
 pub use memory::MemoryPubsub;
 pub use postgres::{LISTENER_APPLICATION_NAME, PgPubsub, PgPubsubOptions};
-pub use publisher::{Publication, Publisher, RecordingPublisher};
+pub use publisher::{
+    MAX_CHANNEL_BYTES, MAX_PAYLOAD_BYTES, Publication, Publisher, RecordingPublisher,
+};
 pub use subscription::{DEFAULT_SUBSCRIBER_CAPACITY, Pubsub, PubsubEvent, Subscription};

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::channels::{validate_channel, validate_publication};
 use crate::error::PubsubError;
 use crate::publisher::Publisher;
+use crate::publisher::{validate_channel, validate_publication};
 use crate::subscription::{DEFAULT_SUBSCRIBER_CAPACITY, Hub, Pubsub, PubsubEvent, Subscription};
 
 /// In-process pubsub. Cloning gives another handle to the same pubsub; it

@@ -4,11 +4,25 @@
 //! The state machine only ever publishes; it takes a `Publisher` so that real
 //! callers pass the live pubsub (or a [`crate::PublishBuffer`] during a
 //! transaction) and tests pass a [`RecordingPublisher`].
+//!
+//! This module also owns the limits every implementation enforces
+//! ([`MAX_PAYLOAD_BYTES`], [`MAX_CHANNEL_BYTES`]), so that a payload that
+//! PostgreSQL would reject is refused at publish time (inside the caller's
+//! transaction) rather than dropped after commit. It names no channel: the
+//! channels and their payloads ([`crate::channels`]) build on it.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::channels::validate_publication;
 use crate::error::PubsubError;
+
+/// Largest accepted payload, in bytes. PostgreSQL's `NOTIFY` limit is 8000
+/// bytes; the margin keeps us clear of it.
+pub const MAX_PAYLOAD_BYTES: usize = 7900;
+
+/// Longest accepted channel name, in bytes (PostgreSQL identifiers are at
+/// most `NAMEDATALEN - 1` = 63 bytes; longer `LISTEN` names would be
+/// truncated and never match).
+pub const MAX_CHANNEL_BYTES: usize = 63;
 
 /// Publishes a payload on a channel.
 ///
@@ -112,5 +126,40 @@ impl Publisher for RecordingPublisher {
         }
         state.published.push(Publication::new(channel, payload));
         Ok(())
+    }
+}
+
+/// Checks a channel name against the limits every implementation shares.
+pub(crate) fn validate_channel(channel: &str) -> Result<(), PubsubError> {
+    let reason = if channel.is_empty() {
+        "empty"
+    } else if channel.len() > MAX_CHANNEL_BYTES {
+        "longer than 63 bytes"
+    } else if channel.contains('\0') {
+        "contains a NUL byte"
+    } else {
+        return Ok(());
+    };
+    Err(PubsubError::InvalidChannel {
+        channel: channel.to_owned(),
+        reason,
+    })
+}
+
+/// Checks a publication and returns its payload as text.
+pub(crate) fn validate_publication<'p>(
+    channel: &str,
+    payload: &'p [u8],
+) -> Result<&'p str, PubsubError> {
+    validate_channel(channel)?;
+    if payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(PubsubError::PayloadTooLarge {
+            size: payload.len(),
+            limit: MAX_PAYLOAD_BYTES,
+        });
+    }
+    match std::str::from_utf8(payload) {
+        Ok(text) if !text.contains('\0') => Ok(text),
+        _ => Err(PubsubError::InvalidPayload),
     }
 }

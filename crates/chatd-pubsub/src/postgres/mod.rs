@@ -34,9 +34,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::channels::{validate_channel, validate_publication};
 use crate::error::PubsubError;
 use crate::publisher::Publisher;
+use crate::publisher::{validate_channel, validate_publication};
 use crate::subscription::{DEFAULT_SUBSCRIBER_CAPACITY, Hub, Pubsub, Subscription};
 use listener::{ListenerCommand, ListenerLoop};
 use notifier::{Notification, NotifierLoop};
