@@ -88,10 +88,10 @@ pub struct Chat {
     pub updated_at: String,
     /// Its persisted error, if any.
     #[serde(default)]
-    pub last_error: Option<super::render::ChatError>,
+    pub last_error: Option<super::wire::ChatError>,
     /// The size of its model context (absent from older servers).
     #[serde(default)]
-    pub context: Option<super::render::ContextInfo>,
+    pub context: Option<super::wire::ContextInfo>,
 }
 
 /// The answer of `POST /chats/{chat}/messages`.
@@ -300,6 +300,32 @@ impl Client {
             .and_then(|m| m.last())
             .and_then(|m| m["id"].as_i64())
             .unwrap_or(0))
+    }
+
+    /// The `{user}` of a path under `/users/`: `me` and user ids as given;
+    /// a username is looked up in `GET /users` (admins only).
+    ///
+    /// # Errors
+    /// An empty `user`, a username no user has, or the lookup's error.
+    pub async fn user_path(&self, user: &str) -> anyhow::Result<String> {
+        let user = user.trim();
+        anyhow::ensure!(!user.is_empty(), "--user must not be empty");
+        if user == "me" {
+            return Ok("me".to_owned());
+        }
+        if let Ok(id) = user.parse::<uuid::Uuid>() {
+            return Ok(id.to_string());
+        }
+        let users: Vec<Value> = self
+            .call(Method::GET, "/users", None)
+            .await
+            .with_context(|| format!("looking up the user {user:?} (by name: admins only)"))?;
+        users
+            .iter()
+            .find(|u| u["username"] == user)
+            .and_then(|u| u["id"].as_str())
+            .map(str::to_owned)
+            .with_context(|| format!("no user is named {user:?}"))
     }
 
     /// Opens `GET /chats/{chat}/stream?after_id=N` (WebSocket, the token in

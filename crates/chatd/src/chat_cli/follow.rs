@@ -12,7 +12,6 @@
 //! it (in the same frame or the next), so the error or the pending calls
 //! are named.
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -22,7 +21,9 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::sync::CancellationToken;
 
 use super::client::Client;
-use super::render::{Idle, Output, Renderer, StreamEvent};
+use super::output::write;
+use super::render::{Idle, Renderer};
+use super::wire::StreamEvent;
 use super::{EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REQUIRES_ACTION};
 
 /// First reconnect delay; doubles up to [`MAX_BACKOFF`].
@@ -303,26 +304,4 @@ fn interrupted(renderer: &mut Renderer, chat: &str, until: Until) -> anyhow::Res
             ExitCode::from(EXIT_INTERRUPTED)
         }
     })
-}
-
-/// Writes `outputs` in order, flushing each so that deltas show at once.
-///
-/// # Errors
-/// When a stream cannot be written (for example a closed pipe).
-pub fn write(outputs: Vec<Output>) -> anyhow::Result<()> {
-    for output in outputs {
-        match output {
-            Output::Stdout(text) => {
-                let mut out = std::io::stdout().lock();
-                out.write_all(text.as_bytes())?;
-                out.flush()?;
-            }
-            Output::Stderr(text) => {
-                let mut err = std::io::stderr().lock();
-                err.write_all(text.as_bytes())?;
-                err.flush()?;
-            }
-        }
-    }
-    Ok(())
 }

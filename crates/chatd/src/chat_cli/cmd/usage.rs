@@ -1,21 +1,14 @@
-//! `chatd usage` and `chatd token list|revoke`: a user's usage of the month
-//! against their limits, and their API tokens, over HTTP (API.md "Limits,
-//! budgets and the token lifecycle"), against the server of `--url` /
-//! `CHATD_URL` with the token of `--token` / `CHATD_TOKEN`, as `chatd chat`.
-//!
-//! - `chatd usage [--user USER] [--json]`: `GET /users/{user}/usage`,
-//!   printed as one line per figure with its limit (spend and tokens against
-//!   the monthly budgets, when there are any; running chats; stored files;
-//!   the request rate), the period and when the budgets reset; `--json`
-//!   prints the API's object.
-//! - `chatd token list [--user USER] [--json]`: `GET /users/{user}/tokens`
-//!   (id, created, expires, last used, name; never the token).
-//! - `chatd token revoke ID [--user USER]`: `DELETE /users/{user}/tokens/{id}`.
+//! `chatd usage [--user USER] [--json]`: `GET /users/{user}/usage`, a
+//! user's usage of the month against their limits (API.md "Limits, budgets
+//! and the token lifecycle"), printed as one line per figure with its limit
+//! (spend and tokens against the monthly budgets, when there are any;
+//! running chats; stored files; the request rate), the period and when the
+//! budgets reset; `--json` prints the API's object.
 //!
 //! `USER` is `me` (the default), a user id, or a username (looked up with
-//! `GET /users`, which needs an admin's token). Another user's usage and
-//! tokens need an admin's token (`403` otherwise). Errors are printed on
-//! standard error as by `chatd chat` (exit 1).
+//! `GET /users`, which needs an admin's token); another user's usage needs
+//! an admin's token (`403` otherwise). Errors are printed on standard error
+//! as by `chatd chat` (exit 1).
 
 use std::process::ExitCode;
 
@@ -24,46 +17,9 @@ use clap::Args;
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::Value;
-use uuid::Uuid;
 
-use super::client::Client;
-use super::{DEFAULT_URL, EXIT_ERROR, URL_ENV, stdout};
-
-/// The server and the API token of a client command. `Debug` prints no
-/// token.
-#[derive(Clone, Args)]
-pub struct ServerArgs {
-    /// Base URL of the chatd server.
-    #[arg(long, env = URL_ENV, default_value = DEFAULT_URL)]
-    url: String,
-
-    /// API token (required; `chatd token create --user NAME` prints one).
-    #[arg(long, env = "CHATD_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-}
-
-impl std::fmt::Debug for ServerArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerArgs")
-            .field("url", &self.url)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
-}
-
-impl ServerArgs {
-    fn client(&self) -> anyhow::Result<Client> {
-        let token = self
-            .token
-            .clone()
-            .filter(|t| !t.trim().is_empty())
-            .context(
-                "no API token: pass --token or set CHATD_TOKEN \
-             (an admin can create one with `chatd token create --user NAME`)",
-            )?;
-        Client::new(&self.url, token)
-    }
-}
+use crate::chat_cli::ServerArgs;
+use crate::chat_cli::output::{report, stdout, utc_minute};
 
 /// Flags of `chatd usage`.
 #[derive(Debug, Args)]
@@ -77,33 +33,6 @@ pub struct UsageArgs {
     /// Print the API's JSON object instead.
     #[arg(long)]
     json: bool,
-}
-
-/// Flags of `chatd token list`.
-#[derive(Debug, Args)]
-pub struct TokenListArgs {
-    #[command(flatten)]
-    server: ServerArgs,
-    /// Whose tokens: `me`, a user id, or a username (another user's need an
-    /// admin's token).
-    #[arg(long, value_name = "USER", default_value = "me")]
-    user: String,
-    /// Print the API's JSON array instead.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Flags of `chatd token revoke`.
-#[derive(Debug, Args)]
-pub struct TokenRevokeArgs {
-    #[command(flatten)]
-    server: ServerArgs,
-    /// The token's id (`chatd token list` shows it).
-    id: Uuid,
-    /// Whose token: `me`, a user id, or a username (another user's needs an
-    /// admin's token).
-    #[arg(long, value_name = "USER", default_value = "me")]
-    user: String,
 }
 
 /// `GET /users/{user}/usage` (API.md "Limits, budgets and the token
@@ -130,22 +59,11 @@ struct Limits {
     max_storage_bytes: i64,
 }
 
-/// One entry of `GET /users/{user}/tokens`.
-#[derive(Debug, Clone, Deserialize)]
-struct TokenInfo {
-    id: Uuid,
-    #[serde(default)]
-    name: String,
-    created_at: String,
-    expires_at: Option<String>,
-    last_used_at: Option<String>,
-}
-
 /// Runs `chatd usage`.
-pub async fn usage(args: UsageArgs) -> ExitCode {
+pub async fn run(args: UsageArgs) -> ExitCode {
     report(async {
         let client = args.server.client()?;
-        let user = user_path(&client, &args.user).await?;
+        let user = client.user_path(&args.user).await?;
         let usage: Value = client
             .call(Method::GET, &format!("/users/{user}/usage"), None)
             .await?;
@@ -156,74 +74,6 @@ pub async fn usage(args: UsageArgs) -> ExitCode {
         stdout(format_usage(&usage))
     })
     .await
-}
-
-/// Runs `chatd token list`.
-pub async fn token_list(args: TokenListArgs) -> ExitCode {
-    report(async {
-        let client = args.server.client()?;
-        let user = user_path(&client, &args.user).await?;
-        let tokens: Value = client
-            .call(Method::GET, &format!("/users/{user}/tokens"), None)
-            .await?;
-        if args.json {
-            return stdout(format!("{tokens}\n"));
-        }
-        let tokens: Vec<TokenInfo> =
-            serde_json::from_value(tokens).context("decoding the token list")?;
-        stdout(format_tokens(&tokens))
-    })
-    .await
-}
-
-/// Runs `chatd token revoke`.
-pub async fn token_revoke(args: TokenRevokeArgs) -> ExitCode {
-    report(async {
-        let client = args.server.client()?;
-        let user = user_path(&client, &args.user).await?;
-        client
-            .call_no_content(Method::DELETE, &format!("/users/{user}/tokens/{}", args.id))
-            .await?;
-        stdout(format!("revoked token {}\n", args.id))
-    })
-    .await
-}
-
-/// Exit 0, or print the error as `chatd chat` does and exit 1.
-async fn report(run: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
-    match run.await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("chatd: {err:#}");
-            ExitCode::from(EXIT_ERROR)
-        }
-    }
-}
-
-/// The `{user}` of a path: `me` and user ids as given; a username is looked
-/// up in `GET /users` (admins only).
-///
-/// # Errors
-/// An empty `USER`, a username no user has, or the lookup's error.
-async fn user_path(client: &Client, user: &str) -> anyhow::Result<String> {
-    let user = user.trim();
-    anyhow::ensure!(!user.is_empty(), "--user must not be empty");
-    if user == "me" {
-        return Ok("me".to_owned());
-    }
-    if let Ok(id) = user.parse::<Uuid>() {
-        return Ok(id.to_string());
-    }
-    let users: Vec<Value> = client
-        .call(Method::GET, "/users", None)
-        .await
-        .with_context(|| format!("looking up the user {user:?} (by name: admins only)"))?;
-    users
-        .iter()
-        .find(|u| u["username"] == user)
-        .and_then(|u| u["id"].as_str())
-        .map(str::to_owned)
-        .with_context(|| format!("no user is named {user:?}"))
 }
 
 /// The usage report: the period, then one line per figure against its
@@ -290,41 +140,6 @@ fn format_usage(u: &Usage) -> String {
         ));
     }
     lines.iter().map(|l| format!("{l}\n")).collect()
-}
-
-/// The token list: a header, then one line per token (id, created,
-/// expires, last used, name).
-fn format_tokens(tokens: &[TokenInfo]) -> String {
-    if tokens.is_empty() {
-        return "no tokens\n".to_owned();
-    }
-    let mut out = format!(
-        "{:<36}  {:<20}  {:<20}  {:<20}  NAME\n",
-        "ID", "CREATED", "EXPIRES", "LAST USED"
-    );
-    for t in tokens {
-        let or_never = |v: &Option<String>| v.as_deref().map_or("never".to_owned(), utc_minute);
-        out.push_str(&format!(
-            "{:<36}  {:<20}  {:<20}  {:<20}  {}\n",
-            t.id,
-            utc_minute(&t.created_at),
-            or_never(&t.expires_at),
-            or_never(&t.last_used_at),
-            t.name
-        ));
-    }
-    out
-}
-
-/// An RFC 3339 UTC time to the minute: `2027-01-01T00:00:00Z` →
-/// `2027-01-01 00:00 UTC` (anything else as given).
-fn utc_minute(time: &str) -> String {
-    match (time.get(..10), time.get(10..11), time.get(11..16)) {
-        (Some(day), Some("T"), Some(minute)) if time.ends_with('Z') => {
-            format!("{day} {minute} UTC")
-        }
-        _ => time.to_owned(),
-    }
 }
 
 /// The date of an RFC 3339 time (`2027-01-01`).
@@ -488,25 +303,5 @@ mod tests {
             "2026-12-06 14:03 UTC"
         );
         assert_eq!(utc_minute("yesterday"), "yesterday");
-    }
-
-    #[test]
-    fn the_token_list_aligns_its_columns_and_says_never() {
-        let id = Uuid::nil();
-        let text = format_tokens(&[TokenInfo {
-            id,
-            name: "laptop CLI".into(),
-            created_at: "2026-12-06T14:03:59Z".into(),
-            expires_at: Some("2027-01-05T14:03:59Z".into()),
-            last_used_at: None,
-        }]);
-        assert_eq!(
-            text,
-            format!(
-                "ID                                    CREATED               EXPIRES               LAST USED             NAME\n\
-                 {id}  2026-12-06 14:03 UTC  2027-01-05 14:03 UTC  never                 laptop CLI\n"
-            )
-        );
-        assert_eq!(format_tokens(&[]), "no tokens\n");
     }
 }

@@ -1,0 +1,108 @@
+//! `chatd token list [--user USER] [--json]`: `GET /users/{user}/tokens`,
+//! a user's API tokens (id, created, expires, last used, name; never the
+//! token), API.md "Limits, budgets and the token lifecycle". `USER` as for
+//! `chatd usage`; another user's tokens need an admin's token.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::chat_cli::ServerArgs;
+use crate::chat_cli::output::{report, stdout, utc_minute};
+
+/// Flags of `chatd token list`.
+#[derive(Debug, Args)]
+pub struct TokenListArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Whose tokens: `me`, a user id, or a username (another user's need an
+    /// admin's token).
+    #[arg(long, value_name = "USER", default_value = "me")]
+    user: String,
+    /// Print the API's JSON array instead.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One entry of `GET /users/{user}/tokens`.
+#[derive(Debug, Clone, Deserialize)]
+struct TokenInfo {
+    id: Uuid,
+    #[serde(default)]
+    name: String,
+    created_at: String,
+    expires_at: Option<String>,
+    last_used_at: Option<String>,
+}
+
+/// Runs `chatd token list`.
+pub async fn run(args: TokenListArgs) -> ExitCode {
+    report(async {
+        let client = args.server.client()?;
+        let user = client.user_path(&args.user).await?;
+        let tokens: Value = client
+            .call(Method::GET, &format!("/users/{user}/tokens"), None)
+            .await?;
+        if args.json {
+            return stdout(format!("{tokens}\n"));
+        }
+        let tokens: Vec<TokenInfo> =
+            serde_json::from_value(tokens).context("decoding the token list")?;
+        stdout(format_tokens(&tokens))
+    })
+    .await
+}
+
+/// The token list: a header, then one line per token (id, created,
+/// expires, last used, name).
+fn format_tokens(tokens: &[TokenInfo]) -> String {
+    if tokens.is_empty() {
+        return "no tokens\n".to_owned();
+    }
+    let mut out = format!(
+        "{:<36}  {:<20}  {:<20}  {:<20}  NAME\n",
+        "ID", "CREATED", "EXPIRES", "LAST USED"
+    );
+    for t in tokens {
+        let or_never = |v: &Option<String>| v.as_deref().map_or("never".to_owned(), utc_minute);
+        out.push_str(&format!(
+            "{:<36}  {:<20}  {:<20}  {:<20}  {}\n",
+            t.id,
+            utc_minute(&t.created_at),
+            or_never(&t.expires_at),
+            or_never(&t.last_used_at),
+            t.name
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_list_aligns_its_columns_and_says_never() {
+        let id = Uuid::nil();
+        let text = format_tokens(&[TokenInfo {
+            id,
+            name: "laptop CLI".into(),
+            created_at: "2026-12-06T14:03:59Z".into(),
+            expires_at: Some("2027-01-05T14:03:59Z".into()),
+            last_used_at: None,
+        }]);
+        assert_eq!(
+            text,
+            format!(
+                "ID                                    CREATED               EXPIRES               LAST USED             NAME\n\
+                 {id}  2026-12-06 14:03 UTC  2027-01-05 14:03 UTC  never                 laptop CLI\n"
+            )
+        );
+        assert_eq!(format_tokens(&[]), "no tokens\n");
+    }
+}
