@@ -258,7 +258,7 @@ mod tests {
 
 /// `Chat.context` and the payload of the stream's `context` event (API.md
 /// "Context management (compaction, context accounting)").
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatContext {
     /// Tokens the next model call would send: the provider's reported
     /// input plus output tokens of the last call when known, else an

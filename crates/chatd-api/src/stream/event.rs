@@ -126,7 +126,7 @@ pub struct MessagePartPayload {
 }
 
 /// Payload of `status`.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct StatusPayload {
     /// The chat's status.
     pub status: ChatStatus,

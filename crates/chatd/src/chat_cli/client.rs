@@ -15,14 +15,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
+use chatd_api::ErrorBody;
 use reqwest::{Method, StatusCode};
 use rustls::ClientConfig;
 use rustls_platform_verifier::BuilderVerifierExt as _;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::{Connector, tungstenite};
+
+use super::wire::Chat;
 
 /// A WebSocket connection to the chat stream.
 pub type StreamSocket =
@@ -54,59 +56,6 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// The error body of every non-2xx answer (API.md "Errors").
-#[derive(Debug, Deserialize)]
-struct ApiErrorBody {
-    #[serde(default)]
-    message: String,
-    #[serde(default)]
-    detail: Option<String>,
-    #[serde(default)]
-    validations: Vec<Validation>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Validation {
-    #[serde(default)]
-    field: String,
-    #[serde(default)]
-    detail: String,
-}
-
-/// The fields of a `Chat` the CLI reads.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Chat {
-    /// The chat id.
-    pub id: String,
-    /// Its title.
-    #[serde(default)]
-    pub title: String,
-    /// Its status.
-    pub status: String,
-    /// When it last changed (RFC 3339).
-    #[serde(default)]
-    pub updated_at: String,
-    /// Its persisted error, if any.
-    #[serde(default)]
-    pub last_error: Option<super::wire::ChatError>,
-    /// The size of its model context (absent from older servers).
-    #[serde(default)]
-    pub context: Option<super::wire::ContextInfo>,
-}
-
-/// The answer of `POST /chats/{chat}/messages`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SendResponse {
-    /// Whether the message was queued behind a busy chat.
-    pub queued: bool,
-    /// The committed user message, when not queued.
-    #[serde(default)]
-    pub message: Option<IdOnly>,
-    /// The queued message, when queued.
-    #[serde(default)]
-    pub queued_message: Option<IdOnly>,
-}
-
 /// Largest file the server takes (API.md "Files"), in bytes.
 pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 
@@ -133,13 +82,6 @@ pub fn media_type_of(path: &std::path::Path) -> &'static str {
         "pdf" => "application/pdf",
         _ => "application/octet-stream",
     }
-}
-
-/// An object of which only the integer `id` is read.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct IdOnly {
-    /// The id.
-    pub id: i64,
 }
 
 impl Client {
@@ -427,7 +369,7 @@ fn tls_config() -> anyhow::Result<ClientConfig> {
 /// The error for a non-2xx answer to `what`: `MESSAGE (HTTP STATUS)`, then
 /// the detail and each validation on its own line; a hint on `401`.
 fn api_error(status: StatusCode, body: &[u8], what: &str) -> anyhow::Error {
-    let mut text = match serde_json::from_slice::<ApiErrorBody>(body) {
+    let mut text = match serde_json::from_slice::<ErrorBody>(body) {
         Ok(error) if !error.message.is_empty() => {
             let mut text = format!("{} (HTTP {status}, {what})", error.message);
             if let Some(detail) = error.detail.filter(|d| !d.is_empty()) {

@@ -15,6 +15,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use chatd_core::ChatStatus;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -23,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::Client;
 use super::output::write;
 use super::render::{Idle, Renderer};
-use super::wire::StreamEvent;
+use super::wire::{StreamEvent, describe_error};
 use super::{EXIT_ERROR, EXIT_INTERRUPTED, EXIT_REQUIRES_ACTION};
 
 /// First reconnect delay; doubles up to [`MAX_BACKOFF`].
@@ -258,7 +259,10 @@ async fn confirm_idle(
     let fetched = client.chat(chat).await.ok();
     if idle != Idle::Answered
         && let Some(current) = &fetched
-        && matches!(current.status.as_str(), "running" | "interrupting")
+        && matches!(
+            current.status,
+            ChatStatus::Running | ChatStatus::Interrupting
+        )
     {
         return Ok(None);
     }
@@ -273,7 +277,7 @@ async fn confirm_idle(
             if !reported {
                 let error = fetched
                     .and_then(|c| c.last_error)
-                    .map(|e| e.describe())
+                    .map(|e| describe_error(&e))
                     .unwrap_or_else(|| "the chat is in error".into());
                 eprintln!("error: {error}");
             }

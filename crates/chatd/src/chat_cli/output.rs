@@ -2,10 +2,13 @@
 //! error, never a panic), the renderer [`style`] for this terminal, the
 //! [`reply_renderer`] of `new`, `send`, `tool-results`, `approve` and
 //! `deny`, [`report`] (how `usage` and `token list|revoke` end), and
-//! [`utc_minute`], the time format of `usage` and `token list`.
+//! [`rfc3339`] and [`utc_minute`], the time formats of `usage` and `token
+//! list`.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
+
+use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::EXIT_ERROR;
 use super::render::{Mode, Output, Renderer, Style};
@@ -75,6 +78,12 @@ pub async fn report(run: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// `time` in RFC 3339, UTC, as the server writes it
+/// (`2027-01-01T00:00:00Z`, fractional seconds only when there are any).
+pub fn rfc3339(time: &DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
 /// An RFC 3339 UTC time to the minute: `2027-01-01T00:00:00Z` →

@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::Session;
 use super::list::format_chat_list;
-use crate::chat_cli::client;
 use crate::chat_cli::output::stdout;
+use crate::chat_cli::wire;
 
 /// List a chat's children (sub-agents), newest first: id, status,
 /// updated_at, title; archived (closed) ones follow, marked
@@ -32,7 +32,8 @@ impl ChildrenArgs {
     /// marked `[archived]`.
     ///
     /// # Errors
-    /// As [`client::Client::call`]; standard output cannot be written.
+    /// As [`crate::chat_cli::client::Client::call`]; standard output
+    /// cannot be written.
     pub async fn run(self, session: &Session) -> anyhow::Result<ExitCode> {
         let mut all = Vec::new();
         for archived in [false, true] {
@@ -47,7 +48,7 @@ impl ChildrenArgs {
             stdout(format!("{}\n", Value::Array(all)))?;
             return Ok(ExitCode::SUCCESS);
         }
-        let mut chats: Vec<client::Chat> =
+        let mut chats: Vec<wire::Chat> =
             serde_json::from_value(Value::Array(all.clone())).context("decoding the children")?;
         for (chat, raw) in chats.iter_mut().zip(&all) {
             if raw["archived"] == true {

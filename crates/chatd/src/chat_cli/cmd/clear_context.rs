@@ -8,8 +8,8 @@ use reqwest::Method;
 use uuid::Uuid;
 
 use super::Session;
-use crate::chat_cli::client;
 use crate::chat_cli::output::stdout;
+use crate::chat_cli::wire;
 
 /// Clear an idle chat's context: the model sees nothing before this
 /// point (the messages stay visible). Prints the context's new size.
@@ -23,9 +23,10 @@ impl ClearContextArgs {
     /// Clears the context and prints its new size.
     ///
     /// # Errors
-    /// As [`client::Client::call`]; standard output cannot be written.
+    /// As [`crate::chat_cli::client::Client::call`]; standard output
+    /// cannot be written.
     pub async fn run(self, session: &Session) -> anyhow::Result<ExitCode> {
-        let chat: client::Chat = session
+        let chat: wire::Chat = session
             .client
             .call(
                 Method::POST,
@@ -33,7 +34,11 @@ impl ClearContextArgs {
                 None,
             )
             .await?;
-        let size = chat.context.map(|c| c.describe()).unwrap_or_default();
+        let size = chat
+            .context
+            .as_ref()
+            .map(wire::describe_context)
+            .unwrap_or_default();
         stdout(format!("context cleared; {size}\n"))?;
         Ok(ExitCode::SUCCESS)
     }

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use chatd_core::ChatStatus;
 use clap::Args;
 use reqwest::Method;
 use serde_json::Value;
@@ -11,7 +12,7 @@ use uuid::Uuid;
 
 use super::Session;
 use crate::chat_cli::output::stdout;
-use crate::chat_cli::{EXIT_ERROR, client, render};
+use crate::chat_cli::{EXIT_ERROR, render, wire};
 
 /// How long `compact` waits for the worker, in seconds.
 const WAIT: Duration = Duration::from_secs(3600);
@@ -38,11 +39,12 @@ impl CompactArgs {
     /// and the context's size.
     ///
     /// # Errors
-    /// As [`client::Client::call`]; standard output cannot be written.
+    /// As [`crate::chat_cli::client::Client::call`]; standard output
+    /// cannot be written.
     pub async fn run(self, session: &Session) -> anyhow::Result<ExitCode> {
         let client = &session.client;
         let chat = self.chat;
-        let requested: client::Chat = client
+        let requested: wire::Chat = client
             .call(Method::POST, &format!("/chats/{chat}/compact"), None)
             .await?;
         if self.no_watch {
@@ -51,18 +53,21 @@ impl CompactArgs {
         }
         let deadline = Instant::now() + WAIT;
         let done = loop {
-            let now: client::Chat = client
+            let now: wire::Chat = client
                 .call(Method::GET, &format!("/chats/{chat}"), None)
                 .await?;
-            if now.status != "running" || Instant::now() > deadline {
+            if now.status != ChatStatus::Running || Instant::now() > deadline {
                 break now;
             }
             tokio::time::sleep(POLL).await;
         };
         if let Some(error) = &done.last_error
-            && done.status == "error"
+            && done.status == ChatStatus::Error
         {
-            eprintln!("chatd: the compaction failed: {}", error.describe());
+            eprintln!(
+                "chatd: the compaction failed: {}",
+                wire::describe_error(error)
+            );
             return Ok(ExitCode::from(EXIT_ERROR));
         }
         let page: Value = client
@@ -81,7 +86,11 @@ impl CompactArgs {
             .find(|p| p["type"] == "tool-result" && p["tool_name"] == render::COMPACTION_TOOL)
             .map(|p| render::describe_compaction(&p["result"], p["is_error"] == true))
             .unwrap_or_else(|| format!("[status: {}]", done.status));
-        let size = done.context.map(|c| c.describe()).unwrap_or_default();
+        let size = done
+            .context
+            .as_ref()
+            .map(wire::describe_context)
+            .unwrap_or_default();
         stdout(format!("{outcome}\n{size}\n"))?;
         Ok(ExitCode::SUCCESS)
     }

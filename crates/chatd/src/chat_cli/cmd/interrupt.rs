@@ -7,8 +7,8 @@ use reqwest::Method;
 use uuid::Uuid;
 
 use super::Session;
-use crate::chat_cli::client;
 use crate::chat_cli::output::stdout;
+use crate::chat_cli::wire;
 
 /// Interrupt a chat's running turn; prints the new status.
 #[derive(Debug, Args)]
@@ -21,9 +21,10 @@ impl InterruptArgs {
     /// Interrupts the chat and prints its new status.
     ///
     /// # Errors
-    /// As [`client::Client::call`]; standard output cannot be written.
+    /// As [`crate::chat_cli::client::Client::call`]; standard output
+    /// cannot be written.
     pub async fn run(self, session: &Session) -> anyhow::Result<ExitCode> {
-        let chat: client::Chat = session
+        let chat: wire::Chat = session
             .client
             .call(
                 Method::POST,

@@ -8,8 +8,8 @@ use reqwest::Method;
 use serde_json::Value;
 
 use super::Session;
-use crate::chat_cli::client;
 use crate::chat_cli::output::stdout;
+use crate::chat_cli::wire;
 
 /// List chats, newest first: id, status, updated_at, title.
 #[derive(Debug, Args)]
@@ -29,7 +29,8 @@ impl ListArgs {
     /// Prints the list (or the API's JSON with `--json`).
     ///
     /// # Errors
-    /// As [`client::Client::call`]; standard output cannot be written.
+    /// As [`crate::chat_cli::client::Client::call`]; standard output
+    /// cannot be written.
     pub async fn run(self, session: &Session) -> anyhow::Result<ExitCode> {
         let mut path = format!("/chats?limit={}", self.limit);
         if self.archived {
@@ -40,7 +41,7 @@ impl ListArgs {
             stdout(format!("{chats}\n"))?;
             return Ok(ExitCode::SUCCESS);
         }
-        let chats: Vec<client::Chat> =
+        let chats: Vec<wire::Chat> =
             serde_json::from_value(chats).context("decoding the chat list")?;
         stdout(format_chat_list(&chats))?;
         Ok(ExitCode::SUCCESS)
@@ -49,8 +50,12 @@ impl ListArgs {
 
 /// One line per chat: id, status (padded to the longest), `updated_at`
 /// to the second, title (`list` and `children`).
-pub fn format_chat_list(chats: &[client::Chat]) -> String {
-    let width = chats.iter().map(|c| c.status.len()).max().unwrap_or(0);
+pub fn format_chat_list(chats: &[wire::Chat]) -> String {
+    let width = chats
+        .iter()
+        .map(|c| c.status.as_str().len())
+        .max()
+        .unwrap_or(0);
     chats
         .iter()
         .map(|c| {
@@ -59,7 +64,12 @@ pub fn format_chat_list(chats: &[client::Chat]) -> String {
                 Some((seconds, _)) => format!("{seconds}Z"),
                 None => c.updated_at.clone(),
             };
-            format!("{}  {:<width$}  {updated}  {}\n", c.id, c.status, c.title)
+            format!(
+                "{}  {:<width$}  {updated}  {}\n",
+                c.id,
+                c.status.as_str(),
+                c.title
+            )
         })
         .collect()
 }
@@ -71,7 +81,7 @@ mod tests {
 
     #[test]
     fn the_chat_list_aligns_status_and_trims_fractional_seconds() {
-        let chats: Vec<client::Chat> = serde_json::from_value(json!([
+        let chats: Vec<wire::Chat> = serde_json::from_value(json!([
             {"id": "a", "title": "First", "status": "requires_action",
              "updated_at": "2025-01-02T03:04:05.123456Z"},
             {"id": "b", "title": "Second", "status": "waiting",

@@ -11,10 +11,10 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::Session;
-use crate::chat_cli::client::SendResponse;
 use crate::chat_cli::follow::{Until, follow};
 use crate::chat_cli::input::message_content;
 use crate::chat_cli::output::reply_renderer;
+use crate::chat_cli::wire::SendResponse;
 
 /// Send a message to a chat and stream the reply.
 ///

@@ -6,14 +6,13 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use chatd_api::users::Token;
 use clap::Args;
 use reqwest::Method;
-use serde::Deserialize;
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::chat_cli::ServerArgs;
-use crate::chat_cli::output::{report, stdout, utc_minute};
+use crate::chat_cli::output::{report, rfc3339, stdout, utc_minute};
 
 /// Flags of `chatd token list`.
 #[derive(Debug, Args)]
@@ -29,17 +28,6 @@ pub struct TokenListArgs {
     json: bool,
 }
 
-/// One entry of `GET /users/{user}/tokens`.
-#[derive(Debug, Clone, Deserialize)]
-struct TokenInfo {
-    id: Uuid,
-    #[serde(default)]
-    name: String,
-    created_at: String,
-    expires_at: Option<String>,
-    last_used_at: Option<String>,
-}
-
 /// Runs `chatd token list`.
 pub async fn run(args: TokenListArgs) -> ExitCode {
     report(async {
@@ -51,7 +39,7 @@ pub async fn run(args: TokenListArgs) -> ExitCode {
         if args.json {
             return stdout(format!("{tokens}\n"));
         }
-        let tokens: Vec<TokenInfo> =
+        let tokens: Vec<Token> =
             serde_json::from_value(tokens).context("decoding the token list")?;
         stdout(format_tokens(&tokens))
     })
@@ -60,7 +48,7 @@ pub async fn run(args: TokenListArgs) -> ExitCode {
 
 /// The token list: a header, then one line per token (id, created,
 /// expires, last used, name).
-fn format_tokens(tokens: &[TokenInfo]) -> String {
+fn format_tokens(tokens: &[Token]) -> String {
     if tokens.is_empty() {
         return "no tokens\n".to_owned();
     }
@@ -69,11 +57,14 @@ fn format_tokens(tokens: &[TokenInfo]) -> String {
         "ID", "CREATED", "EXPIRES", "LAST USED"
     );
     for t in tokens {
-        let or_never = |v: &Option<String>| v.as_deref().map_or("never".to_owned(), utc_minute);
+        let or_never = |v: &Option<_>| {
+            v.as_ref()
+                .map_or("never".to_owned(), |t| utc_minute(&rfc3339(t)))
+        };
         out.push_str(&format!(
             "{:<36}  {:<20}  {:<20}  {:<20}  {}\n",
             t.id,
-            utc_minute(&t.created_at),
+            utc_minute(&rfc3339(&t.created_at)),
             or_never(&t.expires_at),
             or_never(&t.last_used_at),
             t.name
@@ -85,15 +76,16 @@ fn format_tokens(tokens: &[TokenInfo]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn the_token_list_aligns_its_columns_and_says_never() {
         let id = Uuid::nil();
-        let text = format_tokens(&[TokenInfo {
+        let text = format_tokens(&[Token {
             id,
             name: "laptop CLI".into(),
-            created_at: "2026-12-06T14:03:59Z".into(),
-            expires_at: Some("2027-01-05T14:03:59Z".into()),
+            created_at: "2026-12-06T14:03:59Z".parse().unwrap(),
+            expires_at: Some("2027-01-05T14:03:59Z".parse().unwrap()),
             last_used_at: None,
         }]);
         assert_eq!(

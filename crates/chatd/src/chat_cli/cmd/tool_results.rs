@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::Session;
-use crate::chat_cli::client;
 use crate::chat_cli::follow::{Until, follow};
 use crate::chat_cli::output::reply_renderer;
+use crate::chat_cli::wire;
 
 /// Answer the pending client-side tool calls of a chat in
 /// requires_action, then stream the model's continuation.
@@ -87,7 +87,7 @@ impl ToolResultsArgs {
 /// is idle (`tool-results`, `approve` and `deny`).
 ///
 /// # Errors
-/// As [`client::Client::call`] and [`follow`].
+/// As [`crate::chat_cli::client::Client::call`] and [`follow`].
 pub async fn post_tool_results(
     session: &Session,
     chat: &str,
@@ -104,7 +104,7 @@ pub async fn post_tool_results(
     } else {
         client.newest_message_id(chat).await?
     };
-    let _: client::Chat = client
+    let _: wire::Chat = client
         .call(
             Method::POST,
             &format!("/chats/{chat}/tool-results"),

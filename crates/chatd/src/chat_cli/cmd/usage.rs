@@ -13,13 +13,13 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use chatd_api::usage::UserUsage;
 use clap::Args;
 use reqwest::Method;
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::chat_cli::ServerArgs;
-use crate::chat_cli::output::{report, stdout, utc_minute};
+use crate::chat_cli::output::{report, rfc3339, stdout, utc_minute};
 
 /// Flags of `chatd usage`.
 #[derive(Debug, Args)]
@@ -35,30 +35,6 @@ pub struct UsageArgs {
     json: bool,
 }
 
-/// `GET /users/{user}/usage` (API.md "Limits, budgets and the token
-/// lifecycle").
-#[derive(Debug, Clone, Deserialize)]
-struct Usage {
-    period_start: String,
-    period_end: String,
-    spent_micros: i64,
-    input_tokens: i64,
-    output_tokens: i64,
-    running_chats: i64,
-    storage_bytes: i64,
-    limits: Limits,
-}
-
-/// The effective limits of a user.
-#[derive(Debug, Clone, Deserialize)]
-struct Limits {
-    max_running_chats: i64,
-    requests_per_minute: i64,
-    monthly_budget_micros: Option<i64>,
-    monthly_token_budget: Option<i64>,
-    max_storage_bytes: i64,
-}
-
 /// Runs `chatd usage`.
 pub async fn run(args: UsageArgs) -> ExitCode {
     report(async {
@@ -70,7 +46,7 @@ pub async fn run(args: UsageArgs) -> ExitCode {
         if args.json {
             return stdout(format!("{usage}\n"));
         }
-        let usage: Usage = serde_json::from_value(usage).context("decoding the usage")?;
+        let usage: UserUsage = serde_json::from_value(usage).context("decoding the usage")?;
         stdout(format_usage(&usage))
     })
     .await
@@ -78,13 +54,14 @@ pub async fn run(args: UsageArgs) -> ExitCode {
 
 /// The usage report: the period, then one line per figure against its
 /// limit, and a warning line per budget used up.
-fn format_usage(u: &Usage) -> String {
-    let reset = utc_minute(&u.period_end);
+fn format_usage(u: &UserUsage) -> String {
+    let (start, end) = (rfc3339(&u.period_start), rfc3339(&u.period_end));
+    let reset = utc_minute(&end);
     let tokens = u.input_tokens + u.output_tokens;
     let mut lines = vec![format!(
         "period         {} to {} (UTC; the budgets reset at {reset})",
-        date(&u.period_start),
-        date(&u.period_end),
+        date(&start),
+        date(&end),
     )];
     let spend = money(u.spent_micros);
     lines.push(match u.limits.monthly_budget_micros {
@@ -112,7 +89,7 @@ fn format_usage(u: &Usage) -> String {
     lines.push(format!(
         "running chats  {} of {}",
         count(u.running_chats),
-        count(u.limits.max_running_chats)
+        count(i64::from(u.limits.max_running_chats))
     ));
     lines.push(format!(
         "storage        {} of {}",
@@ -121,7 +98,7 @@ fn format_usage(u: &Usage) -> String {
     ));
     lines.push(format!(
         "request rate   at most {} requests per minute",
-        count(u.limits.requests_per_minute)
+        count(i64::from(u.limits.requests_per_minute))
     ));
     let mut used_up = Vec::new();
     if u.limits
@@ -219,16 +196,16 @@ mod tests {
         output: i64,
         money_budget: Option<i64>,
         tokens: Option<i64>,
-    ) -> Usage {
-        Usage {
-            period_start: "2026-12-01T00:00:00Z".into(),
-            period_end: "2027-01-01T00:00:00Z".into(),
+    ) -> UserUsage {
+        UserUsage {
+            period_start: "2026-12-01T00:00:00Z".parse().unwrap(),
+            period_end: "2027-01-01T00:00:00Z".parse().unwrap(),
             spent_micros: spent,
             input_tokens: input,
             output_tokens: output,
             running_chats: 2,
             storage_bytes: 1536,
-            limits: Limits {
+            limits: chatd_core::limits::UserLimits {
                 max_running_chats: 8,
                 requests_per_minute: 600,
                 monthly_budget_micros: money_budget,

@@ -51,10 +51,13 @@ pub use self::notices::{COMPACTION_TOOL, describe_compaction};
 
 use std::collections::{HashMap, HashSet};
 
+use chatd_core::{ChatRole, ChatStatus, MessagePart, PartDelta};
 use serde_json::Value;
 
 use self::notices::{cut_short_notice, describe_action_required, plain_text, tool_results_hint};
-use crate::chat_cli::wire::{ContextInfo, LivePart, Message, Part, StreamEvent};
+use crate::chat_cli::wire::{
+    ChatContext, Message, MessagePartPayload, StreamEvent, describe_context, describe_error,
+};
 
 /// Text for one of the two output streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,12 +166,12 @@ pub struct Renderer {
     preview: Option<Preview>,
     /// Episodes whose message was committed: late parts are ignored.
     finished: HashSet<(i64, i64)>,
-    status: Option<String>,
+    status: Option<ChatStatus>,
     queue: Option<Vec<i64>>,
     error_reported: bool,
     action_reported: bool,
     /// The context last printed (watch mode).
-    context: Option<ContextInfo>,
+    context: Option<ChatContext>,
     open: Option<OpenLine>,
     /// An assistant text block is being printed: its role prefix is out,
     /// and lines that follow a newline inside it get none.
@@ -215,10 +218,10 @@ impl Renderer {
         match event {
             StreamEvent::MessagePart { message_part } => self.on_part(message_part),
             StreamEvent::Message { message } => self.on_message(message),
-            StreamEvent::Status { status } => self.on_status(&status.status),
+            StreamEvent::Status { status } => self.on_status(status.status),
             StreamEvent::Error { error } => {
                 self.error_reported = true;
-                self.notice(format!("error: {}", error.describe()));
+                self.notice(format!("error: {}", describe_error(error)));
             }
             StreamEvent::QueueUpdate { queued_messages } => {
                 let ids: Vec<i64> = queued_messages.iter().map(|q| q.id).collect();
@@ -243,11 +246,7 @@ impl Renderer {
                 ));
             }
             StreamEvent::Retry { retry } => {
-                let why = retry
-                    .error
-                    .as_ref()
-                    .map(|e| format!(": {}", e.describe()))
-                    .unwrap_or_default();
+                let why = format!(": {}", describe_error(&retry.error));
                 self.notice(format!(
                     "[retry {} in {:.1}s{why}]",
                     retry.attempt,
@@ -256,7 +255,7 @@ impl Renderer {
             }
             StreamEvent::Context { context } => {
                 if self.mode == Mode::Watch && self.context.as_ref() != Some(context) {
-                    self.notice(format!("[{}]", context.describe()));
+                    self.notice(format!("[{}]", describe_context(context)));
                 }
                 self.context = Some(context.clone());
             }
@@ -310,16 +309,16 @@ impl Renderer {
         // A turn that stopped in error or for client tools ends our reply
         // even with messages queued behind it: they are not ours.
         let replying = matches!(self.mode, Mode::Reply { .. }) && self.gate_open;
-        match self.status.as_deref()? {
+        match self.status? {
             // A queued message is about to run (it ends our reply when its
             // user message arrives).
             _ if queue_pending && !replying => None,
-            "waiting" if queue_pending => None,
-            "waiting" => Some(Idle::Waiting),
-            "error" => Some(Idle::Error {
+            ChatStatus::Waiting if queue_pending => None,
+            ChatStatus::Waiting => Some(Idle::Waiting),
+            ChatStatus::Error => Some(Idle::Error {
                 reported: self.error_reported,
             }),
-            "requires_action" => Some(Idle::RequiresAction {
+            ChatStatus::RequiresAction => Some(Idle::RequiresAction {
                 reported: self.action_reported,
             }),
             _ => None,
@@ -332,9 +331,9 @@ impl Renderer {
         std::mem::take(&mut self.out)
     }
 
-    fn on_part(&mut self, live: &LivePart) {
+    fn on_part(&mut self, live: &MessagePartPayload) {
         let episode = (live.history_version, live.generation_attempt);
-        if live.role != "assistant" || self.finished.contains(&episode) {
+        if live.role != ChatRole::Assistant || self.finished.contains(&episode) {
             return;
         }
         match &mut self.preview {
@@ -373,12 +372,12 @@ impl Renderer {
             return;
         }
         match &live.part {
-            Part::Text { text } => {
+            PartDelta::Text { text } => {
                 preview.text.push_str(text);
                 let first = preview.text.len() == text.len();
                 self.text(text, first);
             }
-            Part::Reasoning { text } => {
+            PartDelta::Reasoning { text } => {
                 preview.reasoning.push_str(text);
                 self.reasoning(text);
             }
@@ -400,7 +399,7 @@ impl Renderer {
         self.seen.insert(message.id, message.revision);
         self.last_message_id = self.last_message_id.max(message.id);
         if let Mode::Reply { awaiting_queued } = self.mode
-            && message.role == "user"
+            && message.role == ChatRole::User
         {
             if !self.gate_open {
                 if awaiting_queued.is_some() && message.queued_message_id == awaiting_queued {
@@ -420,13 +419,13 @@ impl Renderer {
                 }
             }
         }
-        match message.role.as_str() {
-            "assistant" => self.on_assistant(message),
-            "tool" => self.on_tool_results(message),
+        match message.role {
+            ChatRole::Assistant => self.on_assistant(message),
+            ChatRole::Tool => self.on_tool_results(message),
             role => {
                 if self.mode == Mode::Watch {
                     let text = plain_text(&message.content);
-                    self.line_out(format!("{role}> {text}"));
+                    self.line_out(format!("{}> {text}", role.as_str()));
                 }
             }
         }
@@ -447,7 +446,7 @@ impl Renderer {
             .content
             .iter()
             .filter_map(|p| match p {
-                Part::Reasoning { text } => Some(text.as_str()),
+                MessagePart::Reasoning { text, .. } => Some(text.as_str()),
                 _ => None,
             })
             .collect();
@@ -465,7 +464,7 @@ impl Renderer {
             .content
             .iter()
             .filter_map(|p| match p {
-                Part::Text { text } => Some(text.as_str()),
+                MessagePart::Text { text } => Some(text.as_str()),
                 _ => None,
             })
             .collect();
@@ -480,23 +479,21 @@ impl Renderer {
         }
         // Ends the text block even when its last line is complete.
         self.close_line();
-        if let Some(notice) = cut_short_notice(message.finish_reason.as_deref()) {
+        if let Some(notice) = cut_short_notice(message.finish_reason) {
             self.notice(notice.to_owned());
         }
 
         for part in &message.content {
-            if let Part::ToolCall {
+            if let MessagePart::ToolCall {
                 tool_call_id,
                 tool_name,
                 args,
-                ..
             } = part
             {
                 if tool_name == COMPACTION_TOOL {
                     // Its result says what happened (`on_tool_results`).
                     continue;
                 }
-                let args = args.as_deref().unwrap_or_default();
                 match self.mode {
                     Mode::Watch => self.line_out(format!(
                         "assistant> [tool call {tool_name} {args} ({tool_call_id})]"
@@ -514,7 +511,7 @@ impl Renderer {
             return;
         }
         for part in &message.content {
-            if let Part::ToolResult {
+            if let MessagePart::ToolResult {
                 tool_call_id,
                 tool_name,
                 result,
@@ -535,7 +532,7 @@ impl Renderer {
                     Mode::Watch => self.line_out(format!("tool> {line}")),
                     Mode::Reply { .. } => self.notice(line),
                 }
-            } else if let Part::ToolApproval {
+            } else if let MessagePart::ToolApproval {
                 tool_call_id,
                 tool_name,
                 approved,
@@ -556,14 +553,14 @@ impl Renderer {
         }
     }
 
-    fn on_status(&mut self, status: &str) {
-        if self.status.as_deref() == Some(status) {
+    fn on_status(&mut self, status: ChatStatus) {
+        if self.status == Some(status) {
             return;
         }
-        self.status = Some(status.to_owned());
+        self.status = Some(status);
         self.error_reported = false;
         self.action_reported = false;
-        if status != "running" && status != "interrupting" {
+        if !matches!(status, ChatStatus::Running | ChatStatus::Interrupting) {
             // No more parts will come for this turn: end a preview that
             // was not committed (an interrupted reply).
             self.close_preview();

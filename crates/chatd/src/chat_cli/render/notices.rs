@@ -3,9 +3,10 @@
 //! compaction, the note after an answer cut short, and the one-line text of
 //! a transcript entry.
 
+use chatd_core::{ActionKind, FinishReason, MessagePart};
 use serde_json::Value;
 
-use crate::chat_cli::wire::{ActionRequired, Part, PendingToolCall};
+use crate::chat_cli::wire::{ActionRequired, PendingToolCall};
 
 /// The tool name of the visible record of a compaction.
 pub const COMPACTION_TOOL: &str = "chatd_compact";
@@ -25,27 +26,27 @@ pub fn describe_compaction(result: &Value, is_error: bool) -> String {
 
 /// The notice printed after an assistant message that did not end by
 /// itself, for its `finish_reason`; `None` for a complete answer.
-pub fn cut_short_notice(finish_reason: Option<&str>) -> Option<&'static str> {
+pub fn cut_short_notice(finish_reason: Option<FinishReason>) -> Option<&'static str> {
     match finish_reason? {
-        "length" => {
+        FinishReason::Length => {
             Some("[answer cut short: the output token limit or the context window was reached]")
         }
-        "content_filter" => {
+        FinishReason::ContentFilter => {
             Some("[answer cut short: the provider withheld the rest (content filter)]")
         }
-        "interrupted" => Some("[answer interrupted]"),
-        _ => None,
+        FinishReason::Interrupted => Some("[answer interrupted]"),
+        FinishReason::Stop | FinishReason::ToolCalls => None,
     }
 }
 
 /// The text of `parts` for a one-line transcript entry: text parts joined,
 /// files as `[file NAME (TYPE) ID]`.
-pub(super) fn plain_text(parts: &[Part]) -> String {
+pub(super) fn plain_text(parts: &[MessagePart]) -> String {
     let mut out = String::new();
     for part in parts {
         match part {
-            Part::Text { text } => out.push_str(text),
-            Part::File {
+            MessagePart::Text { text } => out.push_str(text),
+            MessagePart::File {
                 file_id,
                 media_type,
                 name,
@@ -67,7 +68,7 @@ pub fn describe_action_required(action: &ActionRequired, chat: &str, url: Option
     let (approvals, client): (Vec<&PendingToolCall>, Vec<&PendingToolCall>) = action
         .tool_calls
         .iter()
-        .partition(|c| c.kind == APPROVAL_KIND);
+        .partition(|c| c.kind == ActionKind::Approval);
     let mut text = match (client.len(), approvals.len()) {
         (n, 0) => format!("action required: {n} tool call(s) wait for results"),
         (0, n) => format!("action required: {n} tool call(s) wait for approval"),
@@ -79,7 +80,7 @@ pub fn describe_action_required(action: &ActionRequired, chat: &str, url: Option
         text.push_str(&format!(" (deadline {deadline})"));
     }
     for call in &action.tool_calls {
-        let approval = if call.kind == APPROVAL_KIND {
+        let approval = if call.kind == ActionKind::Approval {
             "[needs approval] "
         } else {
             ""
@@ -108,8 +109,6 @@ pub fn describe_action_required(action: &ActionRequired, chat: &str, url: Option
     text
 }
 
-/// `action_required.tool_calls[].kind` of a call waiting for approval.
-pub const APPROVAL_KIND: &str = "approval";
 /// `approve with: chatd chat approve CHAT ID...` for `ids`, and how to
 /// deny them instead. `url` as for [`tool_results_hint`].
 pub fn approval_hint<'a>(
