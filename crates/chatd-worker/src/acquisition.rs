@@ -13,7 +13,7 @@
 //! Two caps decide what a pass may take:
 //!
 //! - this replica's runners: at most `limits.max_runners` at once
-//!   ([`Slots`]), not counting runners whose chat waits in
+//!   ([`crate::slots::Slots`]), not counting runners whose chat waits in
 //!   `requires_action` (the manager's database sync reads every held
 //!   chat's row each `db_sync_interval` and reports how many); a pass
 //!   claims at most the free slots;
@@ -35,11 +35,10 @@
 //!   keeps a chat that went idle for `abandon_idle_after` and answers a
 //!   message sent meanwhile without a new `Acquire`, so only counting it
 //!   closes that way around the cap. While chats wait for a slot, runners let idle chats go at once
-//!   (the abandon task asks [`Slots::contended`]), and a runner that ends
+//!   (the abandon task asks [`crate::slots::Slots::contended`]), and a runner that ends
 //!   wakes this loop, which then claims the owner's next waiting chat.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::{FutureExt as _, StreamExt as _};
 
@@ -74,78 +73,6 @@ const LOCKED_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis
 /// How long after a lease's computed expiry the loop wakes, so that the
 /// heartbeat is older than the bound by database time when the pass reads it.
 const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// This replica's runner slots (`--max-runners`) and whether runnable
-/// chats wait for a slot, shared by the acquisition loop, the runner
-/// manager and the runners' abandon tasks.
-#[derive(Debug, Default)]
-pub(crate) struct Slots {
-    /// Runners this replica holds: one more for every chat acquired, one
-    /// fewer for every runner cleaned up (the manager's completion).
-    held: AtomicUsize,
-    /// Runners of [`Slots::held`] whose chat was in `requires_action` when
-    /// the manager's database sync last read it: they wait for client tool
-    /// results or approvals and do not count against `--max-runners`.
-    parked: AtomicUsize,
-    /// The last pass left runnable chats unclaimed for want of a slot: this
-    /// replica's runners were all taken, or a user had more chats waiting
-    /// than room under their running-chat cap.
-    contended: AtomicBool,
-    /// Woken when a runner ends while [`Slots::contended`].
-    freed: tokio::sync::Notify,
-}
-
-impl Slots {
-    /// Runners held now.
-    pub(crate) fn held(&self) -> usize {
-        self.held.load(Ordering::SeqCst)
-    }
-
-    /// Runners that count against `--max-runners`: those held, less those
-    /// whose chat waits in `requires_action` (as the manager's database
-    /// sync last saw it).
-    pub(crate) fn counted(&self) -> usize {
-        self.held()
-            .saturating_sub(self.parked.load(Ordering::SeqCst))
-    }
-
-    /// The manager's database sync saw `parked` runners whose chat is in
-    /// `requires_action`; when more than before, their slots are free and
-    /// chats waiting for one are woken.
-    pub(crate) fn set_parked(&self, parked: usize) {
-        let before = self.parked.swap(parked, Ordering::SeqCst);
-        if parked > before && self.contended() {
-            self.freed.notify_one();
-        }
-    }
-
-    /// Whether chats wait for a slot (as the last pass saw it): a runner
-    /// should then let an idle chat go at once instead of keeping it for
-    /// `abandon_idle_after`, since the chat keeps its owner's slot and a
-    /// runner slot while held.
-    pub(crate) fn contended(&self) -> bool {
-        self.contended.load(Ordering::SeqCst)
-    }
-
-    /// A runner ended (cleaned up): its slot is free; wakes the acquisition
-    /// loop when chats wait for one.
-    pub(crate) fn runner_ended(&self) {
-        let _ = self
-            .held
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if self.contended() {
-            self.freed.notify_one();
-        }
-    }
-
-    fn runner_started(&self) {
-        self.held.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn set_contended(&self, contended: bool) {
-        self.contended.store(contended, Ordering::SeqCst);
-    }
-}
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy)]
@@ -200,7 +127,7 @@ impl AcquisitionLoop {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => true,
                 _ = self.wake.notified() => false,
-                _ = self.ctx.slots.freed.notified() => false,
+                _ = self.ctx.slots.freed() => false,
                 event = subscription.recv() => match event {
                     None => return,
                     Some(event) => {
@@ -241,7 +168,7 @@ impl AcquisitionLoop {
                             _ = cancel.cancelled() => return,
                             _ = tokio::time::sleep(LOCKED_RETRY_DELAY) => {}
                             _ = self.wake.notified() => {}
-                            _ = self.ctx.slots.freed.notified() => {}
+                            _ = self.ctx.slots.freed() => {}
                             event = subscription.recv() => match event {
                                 None => return,
                                 Some(event) => self.report_hint(&event),

@@ -28,8 +28,8 @@ pub(crate) struct WorkerContext {
     /// Cancels best-effort background work (title generation) on shutdown.
     pub(crate) background: CancellationToken,
     /// This replica's runner slots (`--max-runners`) and whether chats wait
-    /// for one ([`crate::acquisition::Slots`]).
-    pub(crate) slots: crate::acquisition::Slots,
+    /// for one ([`crate::slots::Slots`]).
+    pub(crate) slots: crate::slots::Slots,
 }
 
 /// In-memory locks scoped to `(chat_id, history_version, status)` (spec

@@ -28,6 +28,7 @@ mod manager;
 pub mod part_buffer;
 pub mod providers;
 pub mod runner;
+mod slots;
 mod tasks;
 mod ticker;
 pub mod timeline;

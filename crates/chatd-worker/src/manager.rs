@@ -149,7 +149,7 @@ impl RunnerManager {
 
     /// Processes one request at a time: spawn, cleanup (cancel without
     /// waiting; a helper task waits and reports completion), completion
-    /// (forget the runner and free its slot, [`crate::acquisition::Slots`]).
+    /// (forget the runner and free its slot, [`crate::slots::Slots`]).
     async fn main_loop(mut self, cancel: CancellationToken, runners_cancel: CancellationToken) {
         loop {
             tokio::select! {
@@ -241,7 +241,7 @@ impl RunnerManager {
 
 /// Reads every registered chat in one query per interval and forwards the
 /// rows to all runners of each chat; chats that vanished are reported as
-/// deleted. It also tells [`crate::acquisition::Slots`] how many runners'
+/// deleted. It also tells [`crate::slots::Slots`] how many runners'
 /// chats wait in `requires_action` (they take no `--max-runners` slot).
 struct DatabaseSync {
     ctx: Arc<WorkerContext>,

@@ -9,6 +9,10 @@
 //! spawns and cancels (generation, interrupt, requires-action timeout,
 //! abandon). The bootstrap subscribes to the chat's channel *before* reading
 //! the chat, so an update committed in between is not missed.
+//!
+//! What the loop consumes lives in [`event`] (a leaf the tasks and the
+//! runner manager name too); what it spawns lives in [`crate::tasks`], which
+//! does not name this module.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,93 +23,14 @@ use chatd_store::Chat;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::context::WorkerContext;
 use crate::fence::Fence;
-use crate::tasks;
+use crate::tasks::{self, TaskKind};
 
-/// The fields of a chat row the runner decides on (spec "Event shape").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChatSnapshot {
-    /// Owning worker.
-    pub worker_id: Option<Uuid>,
-    /// Owning runner.
-    pub runner_id: Option<Uuid>,
-    /// Snapshot version.
-    pub snapshot_version: i64,
-    /// History version.
-    pub history_version: i64,
-    /// Generation attempt.
-    pub generation_attempt: i64,
-    /// Archived marker.
-    pub archived: bool,
-    /// Status.
-    pub status: ChatStatus,
-}
+pub(crate) mod event;
 
-impl From<&Chat> for ChatSnapshot {
-    fn from(chat: &Chat) -> Self {
-        Self {
-            worker_id: chat.worker_id,
-            runner_id: chat.runner_id,
-            snapshot_version: chat.snapshot_version,
-            history_version: chat.history_version,
-            generation_attempt: chat.generation_attempt,
-            archived: chat.archived,
-            status: chat.status,
-        }
-    }
-}
-
-impl From<&ChatUpdate> for ChatSnapshot {
-    fn from(update: &ChatUpdate) -> Self {
-        Self {
-            worker_id: update.worker_id,
-            runner_id: update.runner_id,
-            snapshot_version: update.snapshot_version,
-            history_version: update.history_version,
-            generation_attempt: update.generation_attempt,
-            archived: update.archived,
-            status: update.status,
-        }
-    }
-}
-
-/// Input of a runner's loop.
-#[derive(Debug, Clone)]
-pub enum RunnerInput {
-    /// A (possibly stale, duplicated or reordered) view of the chat row.
-    /// Boxed: the runner's input channel allocates its slots 32 at a time,
-    /// each the size of this enum (memory per running chat, issue 15).
-    Snapshot(Box<ChatSnapshot>),
-    /// The chat was deleted: clean up.
-    Deleted,
-    /// Notifications may have been lost: read the row again.
-    Refetch,
-}
-
-/// A request to the runner manager to clean a runner up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunnerKey {
-    /// The chat.
-    pub chat_id: Uuid,
-    /// The runner.
-    pub runner_id: Uuid,
-}
-
-/// Which kind of task a runner spawned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskKind {
-    /// Calls the model and executes tools (`running`).
-    Generation,
-    /// Commits the interrupted output (`interrupting`).
-    Interrupt,
-    /// Waits for the requires-action deadline (`requires_action`).
-    RequiresActionTimeout,
-    /// Releases the chat.
-    Abandon,
-}
+pub use event::{ChatSnapshot, RunnerInput, RunnerKey};
 
 struct Task {
     id: u64,
@@ -395,6 +320,7 @@ mod tests {
     use crate::context::LocalLocks;
     use crate::part_buffer::PartBuffer;
     use crate::providers::DefaultProviderFactory;
+    use uuid::Uuid;
 
     /// A runner whose context never touches a database unless a task runs.
     fn runner(acquired_at: i64) -> (Runner, mpsc::UnboundedReceiver<RunnerKey>, Uuid) {

@@ -40,7 +40,20 @@ use uuid::Uuid;
 
 use crate::context::WorkerContext;
 use crate::fence::{Fence, FenceError, fenced_lock};
-use crate::runner::{ChatSnapshot, RunnerInput, TaskKind};
+use crate::runner::event::{ChatSnapshot, RunnerInput};
+
+/// Which kind of task a runner spawned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskKind {
+    /// Calls the model and executes tools (`running`).
+    Generation,
+    /// Commits the interrupted output (`interrupting`).
+    Interrupt,
+    /// Waits for the requires-action deadline (`requires_action`).
+    RequiresActionTimeout,
+    /// Releases the chat.
+    Abandon,
+}
 
 /// Everything a task needs.
 pub(crate) struct TaskContext {
@@ -135,7 +148,7 @@ impl TaskContext {
 /// "Abandon chat goroutine": `Abandon`, once the fence shows the runner
 /// still owns the chat. An idle chat is kept for `abandon_after` first,
 /// unless chats wait for a runner slot or their owner's running-chat slot
-/// ([`crate::acquisition::Slots::contended`]): a held chat keeps both.
+/// ([`crate::slots::Slots::contended`]): a held chat keeps both.
 async fn abandon(task: &TaskContext) -> TaskResult<()> {
     if !task.abandon_after.is_zero() && !task.ctx.slots.contended() {
         task.sleep(task.abandon_after).await?;
