@@ -267,18 +267,27 @@ async fn machine_chat(
             send(&machine, "again").await?;
         }
         machine
-            .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+            .update_optimistic(
+                |_| true,
+                |tx, _| Box::pin(async move { tx.record_generation_attempt().await }),
+            )
             .await?;
         machine
-            .update_optimistic(|tx| {
-                Box::pin(async move {
-                    tx.commit_step(vec![NewMessage::assistant(text("answer"))], false)
-                        .await
-                })
-            })
+            .update_optimistic(
+                |_| true,
+                |tx, _| {
+                    Box::pin(async move {
+                        tx.commit_step(vec![NewMessage::assistant(text("answer"))], false)
+                            .await
+                    })
+                },
+            )
             .await?;
         machine
-            .update_optimistic(|tx| Box::pin(async move { tx.finish_turn().await }))
+            .update_optimistic(
+                |_| true,
+                |tx, _| Box::pin(async move { tx.finish_turn().await }),
+            )
             .await?;
     }
     // Keep the count at 1 + 4 x rounds: one more send closes the last round.
@@ -288,16 +297,19 @@ async fn machine_chat(
 /// `SendMessage(text, queue)` in its own bundle.
 async fn send(machine: &ChatMachine, text_: &'static str) -> anyhow::Result<()> {
     machine
-        .update_optimistic(|tx| {
-            Box::pin(async move {
-                tx.send_message(SendMessageInput {
-                    message: NewMessage::user(text(text_)),
-                    busy_behavior: BusyBehavior::Queue,
-                    max_queue_size: None,
+        .update_optimistic(
+            |_| true,
+            |tx, _| {
+                Box::pin(async move {
+                    tx.send_message(SendMessageInput {
+                        message: NewMessage::user(text(text_)),
+                        busy_behavior: BusyBehavior::Queue,
+                        max_queue_size: None,
+                    })
+                    .await
                 })
-                .await
-            })
-        })
+            },
+        )
         .await?;
     Ok(())
 }

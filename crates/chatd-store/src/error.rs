@@ -25,11 +25,13 @@ pub enum StoreError {
     /// A migration failed.
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// An optimistic bundle's guess of the chat row was stale: another
-    /// bundle committed since the row this replica last committed
-    /// ([`crate::row_cache`]). Everything the bundle did is rolled back;
-    /// [`crate::ChatMachine::update_optimistic`] runs it again with the lock
-    /// taken first, so its callers never see this error. Transient.
+    /// Internal to the store, never returned by its public operations: an
+    /// optimistic bundle's guess of the chat row was stale (another bundle
+    /// committed since the row this replica last committed). Everything
+    /// the bundle did is rolled back, and
+    /// [`crate::ChatMachine::update_optimistic`] runs it again with the
+    /// lock taken first. Transient.
+    #[doc(hidden)]
     #[error("the chat changed since this replica last committed it; run the bundle again")]
     GuessMissed,
 }
@@ -51,8 +53,7 @@ impl StoreError {
     /// rollbacks (class `40`: serialization failures, deadlocks), insufficient
     /// resources (class `53`, e.g. too many connections), a lock not
     /// available (`55P03`), a cancelled statement (`57014`) and the server
-    /// shutting down or restarting (`57P01`–`57P05`), and a missed guess
-    /// of an optimistic bundle ([`StoreError::GuessMissed`]). Everything else (a
+    /// shutting down or restarting (`57P01`–`57P05`). Everything else (a
     /// constraint, a trigger's exception, a value PostgreSQL cannot store, a
     /// decoding failure, a state-machine rejection) is permanent: retrying
     /// it would wedge the caller.

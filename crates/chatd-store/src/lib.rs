@@ -4,11 +4,15 @@
 //!
 //! - [`MIGRATOR`]: the forward-only schema, triggers included, embedded in the
 //!   binary.
-//! - [`Store`] and [`ChatMachine`]: `create_chat`, `update`/`begin` (lock the
-//!   chat row, bump `snapshot_version` once, apply transitions, commit, then
-//!   publish), `lock`, `read_lock` and `snapshot`.
-//! - [`ChatTx`]: every transition, validated against
-//!   [`chatd_core::matrix`].
+//! - [`Store`] ([`store`]) and [`ChatMachine`] ([`machine`]): the handles;
+//!   `lock`, `read_lock` and `snapshot`.
+//! - [`bundle`]: [`ChatTx`], a transition bundle: `update`/`begin` lock the
+//!   chat row and bump `snapshot_version` once, transitions apply, the
+//!   commit then publishes ([`bundle::publish`]).
+//! - [`transitions`]: every transition, one file per family, validated
+//!   against [`chatd_core::matrix`]; `create_chat` and the family archives
+//!   among them.
+//! - [`models`]: the rows and inputs the modules share.
 //! - [`secrets`]: provider API keys and MCP secrets encrypted at rest.
 //! - [`queries`]: every SQL statement of chatd, one module per table, with
 //!   typed inputs and rows; no other crate writes SQL. [`rules`]: the
@@ -18,14 +22,16 @@
 //! triggers turn any out-of-band write of a message into a `history_version`
 //! change that in-flight workers would see as a fence failure.
 
+pub mod bundle;
 pub mod context_cache;
 pub mod error;
 pub mod machine;
 pub mod models;
 pub mod queries;
-pub mod row_cache;
+pub(crate) mod row_cache;
 pub mod rules;
 pub mod secrets;
+pub mod store;
 pub mod transitions;
 
 pub use error::{StoreError, StoreResult};
@@ -34,22 +40,27 @@ pub use error::{StoreError, StoreResult};
 /// "Sub-agents and plan mode"). Creating a child of a chat at this depth is
 /// refused (`InvalidInput` on `parent_chat_id`).
 pub const MAX_CHAT_DEPTH: i32 = 2;
-pub use machine::{
-    ChatMachine, ChatTx, CreateChatInput, CreateChatResult, LockedChat, Store, StoreConfig,
-    chat_update_payload, migrate,
-};
+pub use bundle::ChatTx;
+pub use bundle::publish::chat_update_payload;
+pub use machine::{ChatMachine, LockedChat};
 pub use models::{
-    Chat, ChatMessage, DEFAULT_CHAT_TITLE, FinishReasonColumn, NewMessage, QueuedMessage, Usage,
+    Chat, ChatMessage, CreateChatInput, DEFAULT_CHAT_TITLE, FinishReasonColumn, NewMessage,
+    QueuedMessage, Usage,
 };
 pub use queries::chats::LockMode;
 pub use queries::mcp_servers::McpServerRow;
 pub use queries::model_configs::ModelConfigRow;
 pub use queries::providers::ProviderRow;
-pub use transitions::{
-    CommitStepResult, CompleteRequiresActionInput, EditMessageInput, EditMessageResult,
-    EditQueuedMessageInput, FinishInterruptionResult, FinishTurnResult, PromoteQueuedMessageResult,
-    SendMessageInput, SendMessageResult, ToolAnswer, ToolResultInput, validate_tool_results,
+pub use store::{Store, StoreConfig, migrate};
+pub use transitions::create::CreateChatResult;
+pub use transitions::edit::{EditMessageInput, EditMessageResult};
+pub use transitions::interrupt::FinishInterruptionResult;
+pub use transitions::queue::{EditQueuedMessageInput, PromoteQueuedMessageResult};
+pub use transitions::requires_action::{
+    CompleteRequiresActionInput, ToolAnswer, ToolResultInput, validate_tool_results,
 };
+pub use transitions::send::{SendMessageInput, SendMessageResult};
+pub use transitions::step::{CommitStepResult, FinishTurnResult};
 
 /// How long a pooled connection may sit idle before [`pool_options`] pings
 /// it on checkout (1 s).

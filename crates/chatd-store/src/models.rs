@@ -10,11 +10,13 @@
 //! `retry_state` a [`RetryState`], `labels` a string map, `dynamic_tools`
 //! [`DynamicTool`]s, `content` [`MessagePart`]s.
 //!
-//! The rows of the other tables are defined with their queries
-//! ([`crate::queries`]).
+//! [`ChatFacts`] is a chat row with what a bundle reads beside it;
+//! [`CreateChatInput`] the input of a new chat. The rows of the other
+//! tables are defined with their queries ([`crate::queries`]).
 
 use std::collections::BTreeMap;
 
+use chatd_core::context::ContextEntry;
 use chatd_core::message::UnknownValue;
 use chatd_core::{
     ChatError, ChatRole, ChatStatus, DynamicTool, ExecutionState, FinishReason, MessagePart,
@@ -465,5 +467,123 @@ impl NewMessage {
     pub fn created_by(mut self, user: Uuid) -> Self {
         self.created_by = Some(user);
         self
+    }
+}
+
+/// Input of [`crate::Store::create_chat`] (spec chatstate `CreateChatInput`).
+///
+/// Example: [`crate::Store::create_chat`].
+#[derive(Debug, Clone, Default)]
+pub struct CreateChatInput {
+    /// Use this id instead of a random one (`CreateChatWithID`).
+    pub id: Option<Uuid>,
+    /// Owner.
+    pub owner_id: Uuid,
+    /// Parent chat; the new chat joins the parent's family.
+    pub parent_chat_id: Option<Uuid>,
+    /// Title (default [`crate::DEFAULT_CHAT_TITLE`]).
+    pub title: Option<String>,
+    /// Labels (default none).
+    pub labels: BTreeMap<String, String>,
+    /// Model config.
+    pub last_model_config_id: Option<Uuid>,
+    /// Reasoning effort.
+    pub last_reasoning_effort: Option<String>,
+    /// Client-executed tools (default none).
+    pub dynamic_tools: Vec<DynamicTool>,
+    /// MCP servers.
+    pub mcp_server_ids: Vec<Uuid>,
+    /// `"plan"` or none.
+    pub plan_mode: Option<String>,
+    /// Initial history; must be non-empty.
+    pub initial_messages: Vec<NewMessage>,
+    /// `Running` (default, lands `R0`) or `Waiting` (lands `W`).
+    pub initial_status: Option<ChatStatus>,
+    /// Most files linked to the chat (`MaxFileLinks`; 0: the default,
+    /// [`crate::queries::files::DEFAULT_MAX_FILE_LINKS`]). The file parts of
+    /// `initial_messages` are linked atomically with them (`FileIDs`), and
+    /// their media type and name filled in.
+    pub max_file_links: usize,
+    /// Offer the model the built-in agent tools (API.md "Sub-agents and
+    /// plan mode"; default off).
+    pub subagents: bool,
+    /// The idempotency key of the `spawn_agent` call creating this child
+    /// (unique per parent; [`crate::ChatTx::create_child`]).
+    pub spawn_key: Option<String>,
+}
+
+/// A chat row with what a transition bundle needs to know besides it: the
+/// length of its queue and the age of its current runner's heartbeat, read
+/// in the same statement (by [`crate::queries::chats::lock_and_bump`] and
+/// [`crate::queries::chats::select_facts`]).
+///
+/// Example: [`crate::queries::chats::select_facts`].
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ChatFacts {
+    /// The row.
+    #[sqlx(flatten)]
+    pub chat: Chat,
+    /// Number of queued messages.
+    pub queue_len: i64,
+    /// Seconds since the heartbeat of the row's `runner_id` (database time,
+    /// `now()` of the transaction); `None` without a runner or a heartbeat.
+    pub heartbeat_age_secs: Option<f64>,
+    /// The entries of the model context when the history changed in this
+    /// transaction (`history_version = snapshot_version`) and the statement
+    /// read them; the commit's `Chat.context` is computed from them.
+    #[sqlx(default)]
+    pub(crate) context_entries: Option<Json<Vec<EntryRow>>>,
+}
+
+impl ChatFacts {
+    /// The execution state (`chatd_core::classify`) of the row and queue.
+    pub fn execution_state(&self) -> chatd_core::ExecutionState {
+        self.chat.execution_state(self.queue_len > 0)
+    }
+
+    /// Whether the row's runner has a heartbeat no older than
+    /// `stale_after_secs` (the spec's `HeartbeatStaleSeconds`).
+    pub fn fresh(&self, stale_after_secs: f64) -> bool {
+        self.heartbeat_age_secs
+            .is_some_and(|age| age <= stale_after_secs)
+    }
+
+    /// The model context's entries, when the statement read them.
+    pub(crate) fn take_context_entries(
+        &mut self,
+    ) -> Option<Vec<chatd_core::context::ContextEntry>> {
+        let Json(rows) = self.context_entries.take()?;
+        Some(rows.into_iter().filter_map(|r| r.into_entry()).collect())
+    }
+}
+
+/// One row of [`crate::queries::messages::context_entries`], as the
+/// database returns it (also as JSON, in [`ChatFacts`]).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
+pub(crate) struct EntryRow {
+    id: i64,
+    role: String,
+    visibility: String,
+    compressed: bool,
+    compacted_through_id: Option<i64>,
+    token_estimate: i64,
+    prompt_tokens: Option<i64>,
+    output_tokens: Option<i64>,
+}
+
+impl EntryRow {
+    /// The entry; `None` for a role or visibility this build does not know.
+    pub(crate) fn into_entry(self) -> Option<ContextEntry> {
+        Some(ContextEntry {
+            id: self.id,
+            role: ChatRole::try_from(self.role).ok()?,
+            visibility: Visibility::try_from(self.visibility).ok()?,
+            compressed: self.compressed,
+            compacted_through_id: self.compacted_through_id,
+            token_estimate: self.token_estimate,
+            usage: self
+                .prompt_tokens
+                .map(|p| (p, self.output_tokens.unwrap_or(0))),
+        })
     }
 }

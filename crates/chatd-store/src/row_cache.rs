@@ -19,7 +19,7 @@
 //! `snapshot_version`, and a rolled-back bump leaves the row as it was), so
 //! the validation was against the current state; when it fails, the bundle
 //! is rolled back and run again with the lock taken first
-//! ([`crate::ChatMachine::update_optimistic`]).
+//! ([`crate::ChatMachine::update_optimistic`], `crate::bundle::guess`).
 //!
 //! What makes a committed row a valid guess: the execution state (status,
 //! archived, queue), ownership and history version change only in bundles,
@@ -53,7 +53,7 @@ use std::sync::Mutex;
 use hashlink::LruCache;
 use uuid::Uuid;
 
-use crate::queries::chats::ChatFacts;
+use crate::models::ChatFacts;
 
 /// Most chats whose committed row the cache holds (about 1.5 KiB each).
 pub const MAX_ROWS: usize = 8 * 1024;

@@ -2,10 +2,7 @@
 //! goroutines"): before every read and write a task locks the chat row and
 //! checks that the row still names its worker and runner and, where it
 //! applies, the history version and status it was spawned for. A mismatch is
-//! a stale task: it exits without side effects. A transition bundle
-//! ([`fenced_update`]) may check the fence on the row this replica last
-//! committed, when its first statement then checks that the row is still
-//! that one (`ChatMachine::begin_optimistic`).
+//! a stale task: it exits without side effects.
 
 use chatd_core::ChatStatus;
 use chatd_store::{Chat, ChatMachine, ChatTx, LockedChat, StoreError, StoreResult};
@@ -69,18 +66,13 @@ fn map_missing(err: StoreError) -> FenceError {
     }
 }
 
-/// Opens a transition bundle on `machine` and checks `fence` on its row;
-/// runs `f` and commits only when it holds. Returns `f`'s value and the
-/// committed row.
-///
-/// The bundle is optimistic ([`ChatMachine::begin_optimistic`]): when this
-/// replica committed the chat last, the fence and `f`'s transitions are
-/// checked against that row, and the first statement checks that the row is
-/// still it (a generation attempt is one statement then). When it is not,
-/// the bundle is rolled back and runs again with the lock taken first, so
-/// `f` may run twice; a fence that fails, or a transition rejected, in a
-/// bundle begun from the guess runs again locked before the task is told it
-/// is stale or rejected (the guess is checked by version alone).
+/// Runs `f` in a transition bundle on `machine` when `fence` holds for the
+/// chat row, and commits; returns `f`'s value and the committed row. The
+/// bundle is the store's optimistic one
+/// ([`ChatMachine::update_optimistic`], with the fence as its precheck):
+/// `f` may run twice (hence `Fn`), and only the locked row can say the task
+/// is stale. Dropping a bundle rolls back its snapshot bump; nothing is
+/// published.
 ///
 /// # Errors
 /// `Stale` when the fence fails or the chat is gone (nothing committed);
@@ -93,50 +85,11 @@ pub async fn fenced_update<T, F>(
 where
     F: for<'a> Fn(&'a mut ChatTx, &'a Chat) -> BoxFuture<'a, StoreResult<T>>,
 {
-    let tx = machine.begin_optimistic().await.map_err(map_missing)?;
-    let optimistic = tx.began_from_guess();
-    match fenced_run(tx, fence, &f).await {
-        Err(FenceError::Store(StoreError::GuessMissed)) => {}
-        // A fence failure or a rejection decided on the guess, which the
-        // check compares by version alone (execution columns written by
-        // hand without a bump): only the locked row has the last word.
-        Err(FenceError::Stale | FenceError::Store(StoreError::State(_))) if optimistic => {
-            machine.forget_guess();
-        }
-        other => return other,
-    }
-    let tx = machine.begin().await.map_err(map_missing)?;
-    fenced_run(tx, fence, &f).await
-}
-
-/// Checks `fence` on the bundle's row, runs `f` and commits. In an
-/// optimistic bundle whose guess turns out stale, anything `f` or the
-/// commit returns gives way to `Store(GuessMissed)`.
-async fn fenced_run<T, F>(mut tx: ChatTx, fence: &Fence, f: &F) -> Result<(T, Chat), FenceError>
-where
-    F: for<'a> Fn(&'a mut ChatTx, &'a Chat) -> BoxFuture<'a, StoreResult<T>>,
-{
-    let chat = tx.chat().await.map_err(map_missing)?;
-    if !fence.holds(&chat) {
-        // Only the locked row can say the task is stale: a bundle begun
-        // from the guess runs again locked (`fenced_update`). Dropping the
-        // bundle rolls back any snapshot bump; nothing is published.
-        return Err(FenceError::Stale);
-    }
-    let value = match f(&mut tx, &chat).await {
-        Ok(value) => value,
-        Err(err) => {
-            // A rejection in a bundle begun from the guess runs again
-            // locked (`fenced_update`); any other error decided on the
-            // guessed row stands only for the locked one.
-            if !(tx.began_from_guess() && matches!(err, StoreError::State(_))) {
-                tx.confirm().await?;
-            }
-            return Err(err.into());
-        }
-    };
-    let committed = tx.commit().await?;
-    Ok((value, committed))
+    machine
+        .update_optimistic(|chat| fence.holds(chat), f)
+        .await
+        .map_err(map_missing)?
+        .ok_or(FenceError::Stale)
 }
 
 /// Locks the chat row (`FOR UPDATE`, no snapshot bump) and checks `fence`;

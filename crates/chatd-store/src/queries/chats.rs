@@ -17,8 +17,8 @@ use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, PgConnection, PgExecutor};
 use uuid::Uuid;
 
-use crate::machine::CreateChatInput;
-use crate::models::Chat;
+pub use crate::models::ChatFacts;
+use crate::models::{Chat, CreateChatInput};
 use crate::rules::{idle_status_sql, runnable_chat_sql};
 
 /// The row lock a read of a chat row takes (PostgreSQL's row-level lock
@@ -191,7 +191,7 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
 }
 
 /// The lock-and-bump of an optimistic bundle that knows the row
-/// ([`crate::row_cache`]): locks root chat `chat_id` `FOR UPDATE` and
+/// (`crate::row_cache`): locks root chat `chat_id` `FOR UPDATE` and
 /// advances `snapshot_version` as [`lock_and_bump`] does, only when it is
 /// still at `snapshot_version = guess`, and returns the new `updated_at` and
 /// its runner's heartbeat age (the rest of the row is the guess, but for
@@ -244,50 +244,6 @@ pub async fn lock_and_bump_skip_locked(
         bump_locked!()
     );
     super::keyed::optional(conn, sql, chat_id).await
-}
-
-/// A chat row with what a transition bundle needs to know besides it: the
-/// length of its queue and the age of its current runner's heartbeat, read
-/// in the same statement (by [`lock_and_bump`] and [`select_facts`]).
-///
-/// Example: [`select_facts`].
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ChatFacts {
-    /// The row.
-    #[sqlx(flatten)]
-    pub chat: Chat,
-    /// Number of queued messages.
-    pub queue_len: i64,
-    /// Seconds since the heartbeat of the row's `runner_id` (database time,
-    /// `now()` of the transaction); `None` without a runner or a heartbeat.
-    pub heartbeat_age_secs: Option<f64>,
-    /// The entries of the model context when the history changed in this
-    /// transaction (`history_version = snapshot_version`) and the statement
-    /// read them; the commit's `Chat.context` is computed from them.
-    #[sqlx(default)]
-    pub(crate) context_entries: Option<Json<Vec<super::messages::EntryRow>>>,
-}
-
-impl ChatFacts {
-    /// The execution state (`chatd_core::classify`) of the row and queue.
-    pub fn execution_state(&self) -> chatd_core::ExecutionState {
-        self.chat.execution_state(self.queue_len > 0)
-    }
-
-    /// Whether the row's runner has a heartbeat no older than
-    /// `stale_after_secs` (the spec's `HeartbeatStaleSeconds`).
-    pub fn fresh(&self, stale_after_secs: f64) -> bool {
-        self.heartbeat_age_secs
-            .is_some_and(|age| age <= stale_after_secs)
-    }
-
-    /// The model context's entries, when the statement read them.
-    pub(crate) fn take_context_entries(
-        &mut self,
-    ) -> Option<Vec<chatd_core::context::ContextEntry>> {
-        let Json(rows) = self.context_entries.take()?;
-        Some(rows.into_iter().filter_map(|r| r.into_entry()).collect())
-    }
 }
 
 /// What [`lock_and_bump`] returns: the bumped row with its [`ChatFacts`],
@@ -642,7 +598,7 @@ pub(crate) async fn update_execution_facts_with(
 }
 
 /// [`update_execution_facts_with`] that, with `guess = Some(v)`, is also
-/// the lock-and-bump of an optimistic bundle ([`crate::row_cache`]): it
+/// the lock-and-bump of an optimistic bundle (`crate::row_cache`): it
 /// locks the row `FOR UPDATE` and advances `snapshot_version` and
 /// `updated_at` as [`lock_and_bump`] does, and only when the row is a root
 /// chat still at `snapshot_version = v` (checked again on the row a

@@ -3,7 +3,7 @@
 //! `history_version` changes), the model's view of the history, and the
 //! client-visible reads of the message routes and the stream.
 
-use chatd_core::{ChatRole, FinishReason, MessagePart, Visibility};
+use chatd_core::{ChatRole, FinishReason, MessagePart};
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgExecutor};
@@ -244,8 +244,12 @@ pub async fn context_entries(
     chat_id: Uuid,
 ) -> sqlx::Result<Vec<ContextEntry>> {
     let sql = context_candidates!(context_entry_columns!());
-    let rows: Vec<EntryRow> = sqlx::query_as(sql).bind(chat_id).fetch_all(conn).await?;
-    Ok(rows.into_iter().filter_map(EntryRow::into_entry).collect())
+    let rows: Vec<crate::models::EntryRow> =
+        sqlx::query_as(sql).bind(chat_id).fetch_all(conn).await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(crate::models::EntryRow::into_entry)
+        .collect())
 }
 
 /// The context entry of a stored row, as [`context_entries`] would read it
@@ -274,37 +278,6 @@ pub(crate) fn entry_of(message: &ChatMessage) -> Option<ContextEntry> {
         token_estimate: message.token_estimate?,
         usage,
     })
-}
-
-/// One row of [`context_entries`], as the database returns it (also as
-/// JSON, in [`super::chats::ChatFacts`]).
-#[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
-pub(crate) struct EntryRow {
-    id: i64,
-    role: String,
-    visibility: String,
-    compressed: bool,
-    compacted_through_id: Option<i64>,
-    token_estimate: i64,
-    prompt_tokens: Option<i64>,
-    output_tokens: Option<i64>,
-}
-
-impl EntryRow {
-    /// The entry; `None` for a role or visibility this build does not know.
-    pub(crate) fn into_entry(self) -> Option<ContextEntry> {
-        Some(ContextEntry {
-            id: self.id,
-            role: ChatRole::try_from(self.role).ok()?,
-            visibility: Visibility::try_from(self.visibility).ok()?,
-            compressed: self.compressed,
-            compacted_through_id: self.compacted_through_id,
-            token_estimate: self.token_estimate,
-            usage: self
-                .prompt_tokens
-                .map(|p| (p, self.output_tokens.unwrap_or(0))),
-        })
-    }
 }
 
 /// Contents of the active messages from the latest user message on (the only
@@ -617,7 +590,7 @@ pub(crate) fn context_values(entries: &[ContextEntry]) -> (i64, bool, Option<i64
 }
 
 /// [`refresh_context`] from the chat's [`context_entries`] read in this
-/// transaction after its last write (by [`super::chats::ChatFacts`]).
+/// transaction after its last write (by [`crate::models::ChatFacts`]).
 /// `appended_only`: the history changed only by ordinary rows appended
 /// since the row's context was last written (the entries are a bundle's
 /// log, [`crate::context_cache`]), so the summaries are not counted again.
@@ -651,7 +624,7 @@ pub(crate) async fn refresh_context_facts(
     conn: &mut PgConnection,
     chat_id: Uuid,
     entries: &[ContextEntry],
-) -> sqlx::Result<super::chats::ChatFacts> {
+) -> sqlx::Result<crate::models::ChatFacts> {
     let (tokens, estimated, through) = context_values(entries);
     sqlx::query_as(concat!(
         context_columns_set!(context_limit_set!()),

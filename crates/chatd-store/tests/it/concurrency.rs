@@ -46,8 +46,12 @@ async fn join_all<T: 'static>(mut tasks: JoinSet<T>) -> Vec<T> {
 /// (`ChatMachine::update_optimistic`): the attempt number and the row.
 async fn optimistic_attempt(machine: &ChatMachine) -> StoreResult<(i64, Chat)> {
     machine
-        .update_optimistic(|tx| Box::pin(async move { tx.record_generation_attempt().await }))
+        .update_optimistic(
+            |_| true,
+            |tx, _| Box::pin(async move { tx.record_generation_attempt().await }),
+        )
         .await
+        .map(|r| r.expect("no precheck"))
 }
 
 fn send(text: String, busy_behavior: BusyBehavior) -> SendMessageInput {
@@ -203,24 +207,26 @@ async fn optimistic_bundles_of_two_replicas_racing_on_one_chat_lose_nothing() {
             barrier.wait().await;
             let runner = Uuid::new_v4();
             let result: StoreResult<(i64, Chat)> = match kind {
-                Kind::RetryState => {
-                    machine
-                        .update_optimistic(move |tx| {
+                Kind::RetryState => machine
+                    .update_optimistic(
+                        |_| true,
+                        move |tx, _| {
                             Box::pin(async move {
                                 tx.record_retry_state(retry_state(i as i64))
                                     .await
                                     .map(|_| 0)
                             })
-                        })
-                        .await
-                }
-                Kind::Attempt => {
-                    machine
-                        .update_optimistic(|tx| {
-                            Box::pin(async move { tx.record_generation_attempt().await })
-                        })
-                        .await
-                }
+                        },
+                    )
+                    .await
+                    .map(|r| r.expect("no precheck")),
+                Kind::Attempt => machine
+                    .update_optimistic(
+                        |_| true,
+                        |tx, _| Box::pin(async move { tx.record_generation_attempt().await }),
+                    )
+                    .await
+                    .map(|r| r.expect("no precheck")),
                 // An ordinary bundle, which locks first.
                 Kind::Acquire => {
                     machine
@@ -378,8 +384,12 @@ async fn an_optimistic_bundle_decides_as_the_locked_row_after_execution_columns_
         "the guess passes the version check"
     );
     let (_, chat) = machine
-        .update_optimistic(|tx| Box::pin(async move { tx.finish_turn().await }))
+        .update_optimistic(
+            |_| true,
+            |tx, _| Box::pin(async move { tx.finish_turn().await }),
+        )
         .await
+        .map(|r| r.expect("no precheck"))
         .expect("R1: the turn ends into the queued message");
     assert_eq!(chat.status, ChatStatus::Running);
     assert_eq!(chat.snapshot_version, version + 1);
@@ -473,20 +483,30 @@ async fn an_optimistic_bundle_commits_metadata_written_since_its_guess() {
         assert!(h.store.row_cache().get(id).is_some(), "the guess is there");
         let (_, chat) = if step {
             machine
-                .update_optimistic(|tx| {
-                    Box::pin(async move {
-                        tx.commit_step(vec![assistant_text("step")], false)
-                            .await
-                            .map(|_| ())
-                    })
-                })
+                .update_optimistic(
+                    |_| true,
+                    |tx, _| {
+                        Box::pin(async move {
+                            tx.commit_step(vec![assistant_text("step")], false)
+                                .await
+                                .map(|_| ())
+                        })
+                    },
+                )
                 .await
+                .map(|r| r.expect("no precheck"))
         } else {
             machine
-                .update_optimistic(|tx| {
-                    Box::pin(async move { tx.record_retry_state(retry_state(1)).await.map(|_| ()) })
-                })
+                .update_optimistic(
+                    |_| true,
+                    |tx, _| {
+                        Box::pin(
+                            async move { tx.record_retry_state(retry_state(1)).await.map(|_| ()) },
+                        )
+                    },
+                )
                 .await
+                .map(|r| r.expect("no precheck"))
         }
         .expect("bundle");
         assert_eq!(chat.title, format!("renamed {title}"));

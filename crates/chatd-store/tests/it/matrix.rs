@@ -97,7 +97,7 @@ async fn apply(
         let inputs = &inputs;
         h.store
             .machine(id)
-            .update_optimistic(|tx| Box::pin(run(tx, inputs.clone())))
+            .update_optimistic(|_| true, |tx, _| Box::pin(run(tx, inputs.clone())))
             .await?;
         return Ok(());
     }

@@ -1,0 +1,72 @@
+//! The model context: `RequestCompaction` and `ClearContext` (spec
+//! "Transitions"; API.md "Context and compaction").
+
+use chatd_core::{ChatStatus, StateError, Transition};
+
+use super::running_clearing_error;
+use crate::bundle::ChatTx;
+use crate::error::StoreResult;
+use crate::models::{ChatMessage, NewMessage};
+use crate::queries::chats::ChatChanges;
+
+impl ChatTx {
+    /// `RequestCompaction`: `W/E0 → R0`, `E1 → R1`; sets the compaction marker,
+    /// clears the error and ownership, and starts a fresh history epoch
+    /// (`history_version = snapshot_version`, `generation_attempt = 0`).
+    ///
+    /// # Errors
+    /// Not allowed from busy or archived states.
+    ///
+    /// Tested by `tests/it/transitions.rs`: `request_compaction_hands_off_ownership_with_a_fresh_epoch`; and `tests/it/matrix.rs`: `matrix_request_compaction` (every state).
+    pub async fn request_compaction(&mut self) -> StoreResult<()> {
+        let t = Transition::RequestCompaction;
+        let (_, _, from) = self.enter(t).await?;
+        self.change(ChatChanges {
+            compaction_requested: Some(true),
+            ownership: Some((None, None)),
+            fresh_history_epoch: true,
+            ..running_clearing_error()
+        })
+        .await?;
+        self.land(t, from).await?;
+        Ok(())
+    }
+
+    /// `ClearContext(boundary)`: `W/E0 → W`, inserting the caller-built
+    /// boundary rows and clearing error and compaction request.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty batch; not allowed from other states.
+    ///
+    /// Tested by `tests/it/matrix.rs`: `matrix_clear_context` (every state).
+    pub async fn clear_context(
+        &mut self,
+        messages: Vec<NewMessage>,
+    ) -> StoreResult<Vec<ChatMessage>> {
+        self.confirm().await?;
+        let t = Transition::ClearContext;
+        let (_, _, from) = self.enter(t).await?;
+        if messages.is_empty() {
+            return Err(self.reject(
+                t,
+                StateError::InvalidInput {
+                    field: "messages",
+                    detail: "a context boundary needs at least one message".into(),
+                },
+            ));
+        }
+        let mut inserted = Vec::with_capacity(messages.len());
+        for message in &messages {
+            inserted.push(self.insert(message).await?);
+        }
+        self.change(ChatChanges {
+            status: Some(ChatStatus::Waiting),
+            last_error: Some(None),
+            compaction_requested: Some(false),
+            ..ChatChanges::default()
+        })
+        .await?;
+        self.land(t, from).await?;
+        Ok(inserted)
+    }
+}
