@@ -14,7 +14,10 @@
 //!   `PublishBuffer`);
 //! - the [`Pubsub`] interface (publish + subscribe) with two implementations:
 //!   [`PgPubsub`] on PostgreSQL `LISTEN`/`NOTIFY`, for production and
-//!   multi-replica tests, and [`MemoryPubsub`], in-process, for unit tests.
+//!   multi-replica tests, and [`MemoryPubsub`], in-process, for unit tests;
+//! - the [`LiveParts`] interface: the read side of a replica's message part
+//!   buffer (the worker writes it, the stream loop and the parts endpoint
+//!   read it through this trait).
 //!
 //! Invariants every implementation keeps:
 //!
@@ -29,6 +32,7 @@
 pub mod buffer;
 pub mod channels;
 pub mod error;
+pub mod live_parts;
 pub mod memory;
 pub mod postgres;
 pub mod publisher;
@@ -37,6 +41,7 @@ pub mod subscription;
 pub use buffer::PublishBuffer;
 pub use channels::{ChatUpdate, OWNERSHIP_CHANNEL, OwnershipHint, chat_update_channel};
 pub use error::{FlushFailure, PubsubError};
+pub use live_parts::{EpisodeProgress, LiveParts, PartStream};
 pub use memory::MemoryPubsub;
 pub use postgres::{LISTENER_APPLICATION_NAME, PgPubsub, PgPubsubOptions};
 pub use publisher::{

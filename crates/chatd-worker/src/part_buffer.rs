@@ -635,6 +635,31 @@ impl Unread {
     }
 }
 
+/// The read side the API streams from (`chatd_pubsub::LiveParts`), so that
+/// it needs no dependency on this crate.
+impl chatd_pubsub::LiveParts for PartBuffer {
+    fn subscribe(&self, episode: Episode) -> chatd_pubsub::PartStream {
+        let subscription = PartBuffer::subscribe(self, episode);
+        Box::pin(futures::stream::unfold(
+            subscription,
+            |mut subscription| async move {
+                let part = subscription.recv().await?;
+                Some((part, subscription))
+            },
+        ))
+    }
+
+    fn progress(&self, episode: Episode) -> Option<chatd_pubsub::EpisodeProgress> {
+        self.lock()
+            .episodes
+            .get(&episode)
+            .map(|entry| chatd_pubsub::EpisodeProgress {
+                parts: entry.parts.len() as u64,
+                closed: entry.closed_at.is_some(),
+            })
+    }
+}
+
 /// A subscription's stream of parts; dropping it unsubscribes.
 #[derive(Debug)]
 pub struct PartSubscription {

@@ -316,9 +316,10 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         },
     )
     .with_stream(chatd_api::StreamDeps {
-        // The same buffer the worker writes: chats this replica owns are
+        // The same buffer the worker writes, read through LiveParts (the
+        // API does not depend on the worker): chats this replica owns are
         // relayed from memory.
-        parts: parts.clone(),
+        parts: Arc::new(parts.clone()),
         replica_id: replica.id,
         pubsub: (!args.no_listen_notify)
             .then(|| Arc::new(pubsub.clone()) as Arc<dyn chatd_pubsub::Pubsub>),

@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_pubsub::Pubsub;
-use chatd_worker::PartBuffer;
+use chatd_pubsub::{LiveParts, Pubsub};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -96,8 +95,9 @@ impl Default for StreamConfig {
 /// What streaming needs from the replica.
 #[derive(Clone)]
 pub struct StreamDeps {
-    /// The replica's part buffer: the same one its worker writes.
-    pub parts: PartBuffer,
+    /// The replica's part buffer, read side: the same buffer its worker
+    /// writes (`chatd_worker::PartBuffer`, wired in by the binary).
+    pub parts: Arc<dyn LiveParts>,
     /// The replica id, which is its worker id: a chat whose `worker_id` is
     /// this is relayed from `parts` directly.
     pub replica_id: Uuid,

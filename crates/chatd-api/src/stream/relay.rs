@@ -7,8 +7,8 @@
 //! [`RelayHandle::set`]:
 //! - no target, or a target without a worker: stop forwarding and close any
 //!   parts connection;
-//! - the target's worker is this replica: read the local
-//!   [`PartBuffer`] directly (no dial to itself);
+//! - the target's worker is this replica: read the local part buffer
+//!   directly through [`LiveParts`] (no dial to itself);
 //! - another worker: resolve its `replicas.advertise_url`, dial its parts
 //!   endpoint (`Authorization: Bearer <relay secret>`) with backoff from
 //!   100 ms to 5 s, and select the episode with a control message. When only
@@ -19,10 +19,11 @@
 //! lost connection is redialled; the parts endpoint replays the episode from
 //! `seq` 1 and the loop drops what it already has.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_core::{Episode, StreamPart};
-use chatd_worker::{PartBuffer, PartBufferError, PartSubscription};
+use chatd_pubsub::{EpisodeProgress, LiveParts, PartStream};
 use futures::{SinkExt as _, StreamExt as _};
 use sqlx::PgPool;
 use tokio::sync::{mpsc, watch};
@@ -48,17 +49,25 @@ pub struct RelayTarget {
 /// again (the buffer replays from the start) and skips what it delivered, so
 /// its output never has a gap. It ends only when the episode is closed and
 /// fully delivered, or gone from the buffer.
-#[derive(Debug)]
 pub struct EpisodeFollower {
-    parts: PartBuffer,
+    parts: Arc<dyn LiveParts>,
     episode: Episode,
-    subscription: PartSubscription,
+    subscription: PartStream,
     next_seq: u64,
+}
+
+impl std::fmt::Debug for EpisodeFollower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpisodeFollower")
+            .field("episode", &self.episode)
+            .field("next_seq", &self.next_seq)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EpisodeFollower {
     /// Follows `episode` of `parts` from `seq` 1.
-    pub fn new(parts: PartBuffer, episode: Episode) -> Self {
+    pub fn new(parts: Arc<dyn LiveParts>, episode: Episode) -> Self {
         let subscription = parts.subscribe(episode);
         Self {
             parts,
@@ -76,7 +85,7 @@ impl EpisodeFollower {
     /// The next part, or `None` when the episode is complete. Cancel safe.
     pub async fn next(&mut self) -> Option<StreamPart> {
         loop {
-            match self.subscription.recv().await {
+            match self.subscription.next().await {
                 Some(part) if part.seq < self.next_seq => continue,
                 Some(part) => {
                     self.next_seq = part.seq + 1;
@@ -84,12 +93,12 @@ impl EpisodeFollower {
                 }
                 None => {
                     let delivered = self.next_seq - 1;
-                    match self.parts.get_parts(self.episode) {
-                        Err(PartBufferError::EpisodeNotFound) => return None,
-                        Ok(all)
-                            if self.parts.is_closed(self.episode)
-                                && delivered >= all.len() as u64 =>
-                        {
+                    match self.parts.progress(self.episode) {
+                        None => return None,
+                        Some(EpisodeProgress {
+                            parts,
+                            closed: true,
+                        }) if delivered >= parts => {
                             return None;
                         }
                         // Dropped as a slow subscriber: subscribe again.
@@ -122,8 +131,8 @@ pub struct RelayDeps {
     pub chat_id: Uuid,
     /// This replica's id (= its worker id).
     pub replica_id: Uuid,
-    /// This replica's part buffer.
-    pub parts: PartBuffer,
+    /// This replica's part buffer (read side).
+    pub parts: Arc<dyn LiveParts>,
     /// For `replicas.advertise_url`.
     pub pool: PgPool,
     /// The relay secret (`None`: remote relaying is impossible; dials fail
@@ -446,7 +455,9 @@ fn parts_request(
 mod tests {
     use super::*;
     use chatd_core::{ChatRole, PartDelta};
-    use chatd_worker::PartBufferConfig;
+    // The real buffer (a dev-dependency): the test is about its
+    // slow-subscriber drop.
+    use chatd_worker::{PartBuffer, PartBufferConfig};
     use tokio_util::sync::CancellationToken;
 
     fn episode() -> Episode {
@@ -467,7 +478,7 @@ mod tests {
             CancellationToken::new(),
         );
         buffer.create_episode(episode()).unwrap();
-        let mut follower = EpisodeFollower::new(buffer.clone(), episode());
+        let mut follower = EpisodeFollower::new(Arc::new(buffer.clone()), episode());
         for i in 0..5 {
             buffer
                 .add_part(

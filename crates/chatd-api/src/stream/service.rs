@@ -6,9 +6,8 @@
 
 use std::sync::Arc;
 
-use chatd_pubsub::{Pubsub, chat_update_channel};
+use chatd_pubsub::{LiveParts, Pubsub, chat_update_channel};
 use chatd_store::Store;
-use chatd_worker::PartBuffer;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -28,7 +27,7 @@ use crate::error::{ApiError, ApiResult};
 #[derive(Clone)]
 pub struct StreamService {
     pub(crate) store: Store,
-    pub(crate) parts: PartBuffer,
+    pub(crate) parts: Arc<dyn LiveParts>,
     pub(crate) replica_id: Uuid,
     pub(crate) pubsub: Option<Arc<dyn Pubsub>>,
     pub(crate) config: StreamConfig,

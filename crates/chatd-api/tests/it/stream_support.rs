@@ -286,7 +286,7 @@ async fn start_replica(
         },
     )
     .with_stream(StreamDeps {
-        parts: parts.clone(),
+        parts: Arc::new(parts.clone()),
         replica_id: id,
         pubsub,
         config,
