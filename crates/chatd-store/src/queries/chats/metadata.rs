@@ -1,0 +1,210 @@
+//! The chat row's metadata (title, labels, pin, plan mode: written
+//! without a transition or a snapshot bump, spec "Core state machine"),
+//! ownership checks and the chat list.
+
+use super::*;
+
+/// Whether chat `chat_id` exists and belongs to `owner`.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// assert!(chats::is_owned_by(pool, chat.id, owner).await?);
+/// assert!(!chats::is_owned_by(pool, chat.id, uuid::Uuid::new_v4()).await?);
+/// # Ok(()) }
+/// ```
+pub async fn is_owned_by(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    owner: Uuid,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1 AND owner_id = $2)")
+        .bind(chat_id)
+        .bind(owner)
+        .fetch_one(conn)
+        .await
+}
+
+/// Filters of `GET /chats`.
+///
+/// Example: [`list`].
+#[derive(Debug, Clone)]
+pub struct ChatFilter {
+    /// Whose chats.
+    pub owner: Uuid,
+    /// Archived ones or unarchived ones.
+    pub archived: bool,
+    /// Case-insensitive title substring.
+    pub q: Option<String>,
+    /// Label keys that must match...
+    pub label_keys: Vec<String>,
+    /// ...these values, pairwise.
+    pub label_values: Vec<String>,
+    /// Cursor: the last chat of the previous page.
+    pub after_id: Option<Uuid>,
+    /// Page size.
+    pub limit: i64,
+    /// `Some(parent)`: only the children of `parent`; `None`: only root
+    /// chats (children are hidden from the default list, API.md
+    /// "Sub-agents and plan mode").
+    pub parent_id: Option<Uuid>,
+}
+
+/// A page of chats, newest `updated_at` first, ties by id descending.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats::{self, ChatFilter};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let mut filter = ChatFilter {
+///     owner,
+///     archived: false,
+///     q: Some("new".into()), // the default title, "New Chat"
+///     label_keys: vec![],
+///     label_values: vec![],
+///     after_id: None,
+///     limit: 50,
+///     parent_id: None,
+/// };
+/// let page = chats::list(pool, &filter).await?;
+/// assert_eq!(page.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
+/// filter.label_keys = vec!["topic".into()];
+/// filter.label_values = vec!["travel".into()];
+/// assert!(chats::list(pool, &filter).await?.is_empty());
+/// # Ok(()) }
+/// ```
+pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec<Chat>> {
+    sqlx::query_as(
+        "SELECT c.* FROM chats c
+         WHERE c.owner_id = $1
+           AND c.archived = $2
+           AND ($3::text IS NULL OR strpos(lower(c.title), lower($3)) > 0)
+           AND NOT EXISTS (
+               SELECT 1 FROM unnest($4::text[], $5::text[]) AS f(k, v)
+               WHERE (c.labels ->> f.k) IS DISTINCT FROM f.v)
+           AND ($6::uuid IS NULL
+                OR (c.updated_at, c.id) < (SELECT a.updated_at, a.id FROM chats a WHERE a.id = $6))
+           AND (($8::uuid IS NULL AND c.parent_chat_id IS NULL) OR c.parent_chat_id = $8)
+         ORDER BY c.updated_at DESC, c.id DESC
+         LIMIT $7",
+    )
+    .bind(f.owner)
+    .bind(f.archived)
+    .bind(&f.q)
+    .bind(&f.label_keys)
+    .bind(&f.label_values)
+    .bind(f.after_id)
+    .bind(f.limit)
+    .bind(f.parent_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Metadata fields of a `PATCH /chats/{chat}`; `None` keeps a column.
+///
+/// Example: [`update_metadata`].
+#[derive(Debug, Clone, Default)]
+pub struct MetadataChanges {
+    /// New title.
+    pub title: Option<String>,
+    /// New labels (replacing every label).
+    pub labels: Option<BTreeMap<String, String>>,
+    /// New pin order.
+    pub pin_order: Option<i32>,
+    /// New plan mode (`Some(None)` clears it).
+    pub plan_mode: Option<Option<String>>,
+}
+
+/// Applies metadata changes and advances `updated_at` (strictly, even within
+/// one microsecond), returning the row. The caller holds the row lock.
+///
+/// # Example
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use chatd_store::queries::chats::{self, MetadataChanges};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let changes = MetadataChanges {
+///     title: Some("Trip".into()),
+///     labels: Some(BTreeMap::from([("topic".into(), "travel".into())])),
+///     ..Default::default()
+/// };
+/// let mut locked = store.machine(chat.id).lock().await?;
+/// let row = chats::update_metadata(locked.conn(), chat.id, &changes).await?;
+/// locked.finish().await?;
+/// assert_eq!((row.title.as_str(), row.labels["topic"].as_str()), ("Trip", "travel"));
+/// // Metadata is not execution state: no snapshot bump, but a newer updated_at.
+/// assert_eq!(row.snapshot_version, chat.snapshot_version);
+/// assert!(row.updated_at > chat.updated_at);
+/// # Ok(()) }
+/// ```
+pub async fn update_metadata(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    c: &MetadataChanges,
+) -> sqlx::Result<Chat> {
+    sqlx::query_as(
+        "UPDATE chats SET
+             title = COALESCE($2, title),
+             labels = COALESCE($3, labels),
+             pin_order = COALESCE($4, pin_order),
+             plan_mode = CASE WHEN $5 THEN $6 ELSE plan_mode END,
+             updated_at = greatest(now(), updated_at + interval '1 microsecond')
+         WHERE id = $1
+         RETURNING *",
+    )
+    .bind(chat_id)
+    .bind(&c.title)
+    .bind(c.labels.as_ref().map(Json))
+    .bind(c.pin_order)
+    .bind(c.plan_mode.is_some())
+    .bind(c.plan_mode.clone().flatten())
+    .fetch_one(conn)
+    .await
+}
+
+/// Sets the title of chat `chat_id` to `title` if it still has the default
+/// title ([`crate::DEFAULT_CHAT_TITLE`]), advancing `updated_at` like
+/// [`update_metadata`]; returns whether it did. The caller holds the row
+/// lock.
+///
+/// # Example
+///
+/// ```
+/// use chatd_store::queries::chats;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
+/// let mut locked = store.machine(chat.id).lock().await?;
+/// assert!(chats::set_title_if_default(locked.conn(), chat.id, "Greetings").await?);
+/// // Only the default title is replaced.
+/// assert!(!chats::set_title_if_default(locked.conn(), chat.id, "Other").await?);
+/// locked.finish().await?;
+/// # Ok(()) }
+/// ```
+pub async fn set_title_if_default(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    title: &str,
+) -> sqlx::Result<bool> {
+    let updated = sqlx::query(
+        "UPDATE chats SET title = $2, updated_at = greatest(now(), updated_at + interval '1 microsecond')
+         WHERE id = $1 AND title = $3",
+    )
+    .bind(chat_id)
+    .bind(title)
+    .bind(crate::DEFAULT_CHAT_TITLE)
+    .execute(conn)
+    .await?
+    .rows_affected();
+    Ok(updated == 1)
+}
