@@ -25,7 +25,7 @@
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use chatd_core::StateError;
-use chatd_store::{EditMessageInput, NewMessage, SendMessageInput};
+use chatd_store::{EditMessageInput, NewMessage, SendMessageInput, UserSendStart};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -44,7 +44,7 @@ use crate::objects::{
 use crate::paging::{self, MessageWindow};
 use crate::validate;
 use chatd_store::queries::messages::{self, Cursor};
-use chatd_store::queries::{queue, send_receipts};
+use chatd_store::queries::queue;
 
 /// Query of `GET /chats/{chat}/messages`.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
@@ -348,31 +348,28 @@ pub async fn send_message(
         return Ok(Json(response));
     }
 
-    let mut tx = state.store().machine(id).begin().await?;
-    if let Some(key) = &req.client_message_id
-        && let Some((hash, response)) =
-            send_receipts::select::<Value>(tx.conn().await?, id, key).await?
-    {
-        // Dropping `tx` rolls the snapshot bump back: a repeat changes nothing.
-        return if hash == fingerprint {
-            Ok(Json(response))
-        } else {
-            Err(ApiError::conflict(
+    let receipt = req
+        .client_message_id
+        .clone()
+        .map(|key| (key, fingerprint.clone()));
+    let mut send = match state.store().machine(id).begin_user_send(receipt).await? {
+        UserSendStart::Open(send) => send,
+        UserSendStart::Repeated(response) => return Ok(Json(response)),
+        UserSendStart::KeyConflict => {
+            return Err(ApiError::conflict(
                 "client_message_id was already used for a different message.",
-            ))
-        };
-    }
-    if tx.chat().await?.archived {
-        return Err(ApiError::archived());
-    }
+            ));
+        }
+        UserSendStart::Archived => return Err(ApiError::archived()),
+    };
     let mut message = NewMessage::user(content).created_by(target.caller.id());
-    tx.link_files(&mut message.content, state.options().max_files_per_chat)
+    send.link_files(&mut message.content, state.options().max_files_per_chat)
         .await
         .map_err(|e| validate::file_link_error(e, &req.content, "content"))?;
     message.model_config_id = req.model_config_id;
     message.reasoning_effort = req.reasoning_effort.map(|e| e.as_str().to_owned());
     message.client_message_id = req.client_message_id.clone();
-    let result = tx
+    let (result, position) = send
         .send_message(SendMessageInput {
             message,
             busy_behavior,
@@ -392,22 +389,14 @@ pub async fn send_message(
                 .filter(|m| m.role == chatd_core::ChatRole::User)
                 .map(ChatMessage::from)
         },
-        queued_message: match &result.queued_message {
-            Some(q) => {
-                let position = queue::index_of(tx.reader().await?, id, q.id)
-                    .await?
-                    .unwrap_or_default();
-                Some(ChatQueuedMessage::at(position, q))
-            }
-            None => None,
-        },
+        queued_message: result
+            .queued_message
+            .as_ref()
+            .map(|q| ChatQueuedMessage::at(position.unwrap_or_default(), q)),
         messages,
     };
     let response = serde_json::to_value(&response).map_err(ApiError::internal)?;
-    if let Some(key) = &req.client_message_id {
-        send_receipts::insert(tx.conn().await?, id, key, &fingerprint, &response).await?;
-    }
-    tx.commit().await?;
+    send.commit(&response).await?;
     Ok(Json(response))
 }
 

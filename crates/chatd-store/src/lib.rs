@@ -59,7 +59,7 @@ pub use transitions::queue::{EditQueuedMessageInput, PromoteQueuedMessageResult}
 pub use transitions::requires_action::{
     CompleteRequiresActionInput, ToolAnswer, ToolResultInput, validate_tool_results,
 };
-pub use transitions::send::{SendMessageInput, SendMessageResult};
+pub use transitions::send::{SendMessageInput, SendMessageResult, UserSend, UserSendStart};
 pub use transitions::step::{CommitStepResult, FinishTurnResult};
 
 /// How long a pooled connection may sit idle before [`pool_options`] pings

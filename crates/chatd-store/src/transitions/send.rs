@@ -3,13 +3,15 @@
 
 use chatd_core::{
     BusyBehavior, CANCELLED_TOOL_RESULT, ChatRole, ChatStatus, ExecutionState,
-    INTERRUPTED_TOOL_RESULT, Transition,
+    INTERRUPTED_TOOL_RESULT, MessagePart, Transition,
 };
+use serde_json::Value;
 
 use super::{running_clearing_deadline, running_clearing_error, status};
 use crate::bundle::ChatTx;
 use crate::error::StoreResult;
-use crate::models::{ChatMessage, NewMessage, QueuedMessage};
+use crate::machine::ChatMachine;
+use crate::models::{Chat, ChatMessage, NewMessage, QueuedMessage};
 use crate::queries::{self, queue::QueueEnd};
 
 /// Input of [`ChatTx::send_message`].
@@ -140,5 +142,157 @@ impl ChatTx {
         }
         self.land(t, from).await?;
         Ok(result)
+    }
+}
+
+/// How [`ChatMachine::begin_user_send`] opened a user's send (API.md
+/// `POST /api/v2/chats/{chat}/messages`, `client_message_id`).
+#[derive(Debug)]
+pub enum UserSendStart {
+    /// The bundle is open: link files, send, then commit with the response.
+    Open(UserSend),
+    /// A repeat of an earlier send with the same `client_message_id` and
+    /// fingerprint: its stored response. Nothing changed.
+    Repeated(Value),
+    /// The `client_message_id` was used for a different message. Nothing
+    /// changed.
+    KeyConflict,
+    /// The chat is archived: no message can be sent. Nothing changed.
+    Archived,
+}
+
+/// An open bundle of a user's send ([`ChatMachine::begin_user_send`]):
+/// the file links, `SendMessage`, and the receipt of the
+/// `client_message_id` stored with the response, in one transaction.
+/// Dropping it rolls everything back.
+#[derive(Debug)]
+pub struct UserSend {
+    tx: ChatTx,
+    receipt: Option<(String, Vec<u8>)>,
+}
+
+impl ChatMachine {
+    /// Opens a bundle for a user's send: with a `receipt`
+    /// (`client_message_id`, the request's fingerprint), first looks up an
+    /// earlier send with that key (a repeat gets its stored response, a
+    /// different message with the same key is a conflict), then refuses an
+    /// archived chat. Both checks read under the row lock; either refusal
+    /// rolls the bundle back, so it changes nothing.
+    ///
+    /// # Errors
+    /// As [`ChatMachine::begin`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use chatd_core::{BusyBehavior, MessagePart};
+    /// use chatd_store::{NewMessage, SendMessageInput, UserSendStart};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
+    /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+    /// # let chat = fx.create_chat("hi").await?.chat;
+    /// let machine = store.machine(chat.id);
+    /// let receipt = Some(("key-1".to_owned(), b"fingerprint".to_vec()));
+    /// let UserSendStart::Open(mut send) = machine.begin_user_send(receipt.clone()).await? else {
+    ///     panic!("a new key");
+    /// };
+    /// let (result, position) = send
+    ///     .send_message(SendMessageInput {
+    ///         message: NewMessage::user(vec![MessagePart::text("and then?")]),
+    ///         busy_behavior: BusyBehavior::Queue,
+    ///         max_queue_size: None,
+    ///     })
+    ///     .await?;
+    /// assert!(result.queued_message.is_some() && position == Some(0));
+    /// send.commit(&serde_json::json!({"queued": true})).await?;
+    /// // The same key again: the stored response, nothing sent.
+    /// let again = machine.begin_user_send(receipt).await?;
+    /// assert!(matches!(again, UserSendStart::Repeated(r) if r["queued"] == true));
+    /// let other = Some(("key-1".to_owned(), b"another".to_vec()));
+    /// assert!(matches!(machine.begin_user_send(other).await?, UserSendStart::KeyConflict));
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin_user_send(
+        &self,
+        receipt: Option<(String, Vec<u8>)>,
+    ) -> StoreResult<UserSendStart> {
+        let mut tx = self.begin().await?;
+        if let Some((key, fingerprint)) = &receipt
+            && let Some((hash, response)) =
+                queries::send_receipts::select::<Value>(tx.conn().await?, self.chat_id, key).await?
+        {
+            // Dropping `tx` rolls the snapshot bump back: a repeat changes
+            // nothing.
+            return Ok(if &hash == fingerprint {
+                UserSendStart::Repeated(response)
+            } else {
+                UserSendStart::KeyConflict
+            });
+        }
+        if tx.chat().await?.archived {
+            return Ok(UserSendStart::Archived);
+        }
+        Ok(UserSendStart::Open(UserSend { tx, receipt }))
+    }
+}
+
+impl UserSend {
+    /// [`ChatTx::link_files`] in this bundle.
+    ///
+    /// # Errors
+    /// As [`ChatTx::link_files`].
+    ///
+    /// Example: [`ChatTx::link_files`].
+    pub async fn link_files(
+        &mut self,
+        parts: &mut [MessagePart],
+        max_links: usize,
+    ) -> StoreResult<()> {
+        self.tx.link_files(parts, max_links).await
+    }
+
+    /// [`ChatTx::send_message`] in this bundle; returns its result and,
+    /// for a queued message, its 0-based position in the queue.
+    ///
+    /// # Errors
+    /// As [`ChatTx::send_message`].
+    ///
+    /// Example: [`ChatMachine::begin_user_send`].
+    pub async fn send_message(
+        &mut self,
+        input: SendMessageInput,
+    ) -> StoreResult<(SendMessageResult, Option<i64>)> {
+        let result = self.tx.send_message(input).await?;
+        let chat_id = self.tx.chat_id;
+        let position = match &result.queued_message {
+            Some(queued) => Some(
+                queries::queue::index_of(self.tx.reader().await?, chat_id, queued.id)
+                    .await?
+                    .unwrap_or_default(),
+            ),
+            None => None,
+        };
+        Ok((result, position))
+    }
+
+    /// Stores `response` as the receipt of the send's `client_message_id`
+    /// (if it has one), commits, and publishes. Returns the committed row.
+    ///
+    /// # Errors
+    /// As [`ChatTx::commit`].
+    ///
+    /// Example: [`ChatMachine::begin_user_send`].
+    pub async fn commit(mut self, response: &Value) -> StoreResult<Chat> {
+        if let Some((key, fingerprint)) = &self.receipt {
+            let chat_id = self.tx.chat_id;
+            queries::send_receipts::insert(
+                self.tx.conn().await?,
+                chat_id,
+                key,
+                fingerprint,
+                response,
+            )
+            .await?;
+        }
+        self.tx.commit().await
     }
 }
