@@ -25,8 +25,8 @@ pub struct WorkerConfig {
     pub heartbeat_cleanup_interval: Duration,
     /// Database sync of all registered chats (5 s).
     pub db_sync_interval: Duration,
-    /// Provider retries before `FinishError` (25).
-    pub max_generation_retries: i64,
+    /// Provider retries before `FinishError` (25; `--max-generation-retries`).
+    pub max_generation_retries: u32,
     /// Delay before the first retry (1 s); doubles per retry.
     pub retry_initial_delay: Duration,
     /// Cap of the retry delay (60 s).

@@ -1,6 +1,7 @@
 //! Command-line flags of `chatd serve` and `chatd token`, each with its
 //! `CHATD_*` environment fallback (API.md, "Running a replica"), and the
-//! [`WorkerConfig`] they resolve to for the worker.
+//! worker's own [`chatd_worker::WorkerConfig`] they resolve to
+//! ([`ServeArgs::worker_config`]).
 //!
 //! Durations accept humantime syntax: `500ms`, `2s`, `5m`, `1h 30m`.
 //! The worker flags configure the chat worker `chatd serve` runs; the stream
@@ -308,19 +309,25 @@ impl ServeArgs {
         )
     }
 
-    /// The worker and stream settings.
-    pub fn worker_config(&self) -> WorkerConfig {
-        WorkerConfig {
-            enabled: !self.no_worker,
+    /// The worker's tunables from these flags, for the worker whose id is
+    /// `worker_id` (the replica id); what no flag sets keeps
+    /// [`chatd_worker::WorkerConfig::default`]. Whether a worker runs at all
+    /// is `--no-worker`; the stream's `--sync-poll-interval` is not a worker
+    /// setting.
+    pub fn worker_config(&self, worker_id: uuid::Uuid) -> chatd_worker::WorkerConfig {
+        chatd_worker::WorkerConfig {
+            worker_id,
             acquisition_interval: self.acquisition_interval,
             heartbeat_interval: self.heartbeat_interval,
             lease_stale_after: self.lease_stale_after,
-            sync_poll_interval: self.sync_poll_interval,
             max_generation_retries: self.max_generation_retries,
             retry_initial_delay: self.retry_initial_delay,
             retry_max_delay: self.retry_max_delay,
             auto_archive_after: self.auto_archive_after.0,
             auto_archive_interval: self.auto_archive_interval,
+            max_steps_per_turn: self.limits.max_steps_per_turn as usize,
+            limits: self.limits.defaults(),
+            ..chatd_worker::WorkerConfig::default()
         }
     }
 }
@@ -440,32 +447,6 @@ impl std::fmt::Debug for PostgresUrl {
         };
         write!(f, "{shown:?}")
     }
-}
-
-/// Settings of the worker and the stream loop (DESIGN.md, "Defaults from the
-/// spec").
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// Whether this replica acquires chats (`--no-worker` turns it off).
-    pub enabled: bool,
-    /// Acquisition timer besides `chat:ownership` wake-ups.
-    pub acquisition_interval: Duration,
-    /// Chat heartbeat period.
-    pub heartbeat_interval: Duration,
-    /// Heartbeat age after which a chat's lease is stale.
-    pub lease_stale_after: Duration,
-    /// Stream sync poller period.
-    pub sync_poll_interval: Duration,
-    /// Provider retries before a chat errors.
-    pub max_generation_retries: u32,
-    /// First retry delay; delay n is `min(initial × 2^(n-1), max)`.
-    pub retry_initial_delay: Duration,
-    /// Cap of the retry delay.
-    pub retry_max_delay: Duration,
-    /// Idle time after which a chat family is auto-archived; `None`: never.
-    pub auto_archive_after: Option<Duration>,
-    /// Auto-archive loop period.
-    pub auto_archive_interval: Duration,
 }
 
 /// A duration, or none (`off`, `0`): a clap value type, since clap reads

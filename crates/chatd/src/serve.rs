@@ -88,7 +88,7 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
         streams_shutdown,
     } = started;
     let pool = &database.pool;
-    let settings = args.worker_config();
+    let settings = args.worker_config(replica.id);
     if settings.heartbeat_interval >= settings.lease_stale_after {
         tracing::warn!(
             heartbeat_interval = ?settings.heartbeat_interval,
@@ -97,26 +97,13 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
         );
     }
     // The replica id is the worker id it writes on the chats it owns.
-    let mut worker = settings.enabled.then(|| {
+    let mut worker = (!args.no_worker).then(|| {
         chatd_worker::Worker::start(chatd_worker::WorkerDeps {
             store: store.clone(),
             pubsub: Arc::new(pubsub.clone()),
             parts: parts.clone(),
             providers: Arc::new(chatd_worker::DefaultProviderFactory),
-            config: chatd_worker::WorkerConfig {
-                worker_id: replica.id,
-                acquisition_interval: settings.acquisition_interval,
-                heartbeat_interval: settings.heartbeat_interval,
-                lease_stale_after: settings.lease_stale_after,
-                max_generation_retries: i64::from(settings.max_generation_retries),
-                retry_initial_delay: settings.retry_initial_delay,
-                retry_max_delay: settings.retry_max_delay,
-                auto_archive_after: settings.auto_archive_after,
-                auto_archive_interval: settings.auto_archive_interval,
-                max_steps_per_turn: args.limits.max_steps_per_turn as usize,
-                limits: args.limits.defaults(),
-                ..chatd_worker::WorkerConfig::default()
-            },
+            config: settings,
         })
     });
     if worker.is_none() {
@@ -324,7 +311,7 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
         pubsub: (!args.no_listen_notify)
             .then(|| Arc::new(pubsub.clone()) as Arc<dyn chatd_pubsub::Pubsub>),
         config: chatd_api::StreamConfig {
-            sync_poll_interval: args.worker_config().sync_poll_interval,
+            sync_poll_interval: args.sync_poll_interval,
             ..chatd_api::StreamConfig::default()
         },
         shutdown: streams_shutdown.clone(),

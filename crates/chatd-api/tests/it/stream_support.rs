@@ -169,12 +169,12 @@ impl StreamEnv {
 
     /// Starts the replica's worker (id = replica id, writing its part
     /// buffer).
-    pub fn start_worker(&mut self, retries: i64) {
+    pub fn start_worker(&mut self, retries: u32) {
         self.worker = Some(self.worker_on(self.replica.id, &self.replica.parts, retries));
     }
 
     /// A worker with id `id` writing `parts`.
-    pub fn worker_on(&self, id: Uuid, parts: &PartBuffer, retries: i64) -> Worker {
+    pub fn worker_on(&self, id: Uuid, parts: &PartBuffer, retries: u32) -> Worker {
         let mut config = fast_worker_config(id);
         config.max_generation_retries = retries;
         Worker::start(WorkerDeps {

@@ -111,7 +111,7 @@ pub(super) fn after_failure(
     config: &WorkerConfig,
     now: DateTime<Utc>,
 ) -> AfterFailure {
-    if !err.retryable || attempt > config.max_generation_retries {
+    if !err.retryable || attempt > i64::from(config.max_generation_retries) {
         return AfterFailure::Fail(err.to_chat_error());
     }
     let delay = config.retry_delay(attempt);
@@ -128,7 +128,7 @@ pub(super) fn after_failure(
 /// is over the budget of `max_generation_retries + 1` attempts: earlier
 /// runners retried already.
 pub(super) fn attempts_spent(attempt: i64, config: &WorkerConfig) -> Option<ChatError> {
-    (attempt > config.max_generation_retries + 1).then(|| {
+    (attempt > i64::from(config.max_generation_retries) + 1).then(|| {
         ChatError::new(
             ChatErrorKind::Generic,
             "Generation failed too many times.",

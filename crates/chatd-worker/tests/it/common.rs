@@ -399,7 +399,7 @@ impl WorkerConfigExt {
     }
 
     /// [`fast_config`] with a retry budget.
-    pub fn with_retries(retries: i64) -> WorkerConfig {
+    pub fn with_retries(retries: u32) -> WorkerConfig {
         WorkerConfig {
             max_generation_retries: retries,
             ..fast_config()
