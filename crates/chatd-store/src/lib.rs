@@ -4,12 +4,12 @@
 //!
 //! - [`MIGRATOR`]: the forward-only schema, triggers included, embedded in the
 //!   binary.
-//! - [`Store`] ([`store`]) and [`ChatMachine`] ([`machine`]): the handles;
+//! - [`Store`] (`store.rs`) and [`ChatMachine`] (`machine.rs`): the handles;
 //!   `lock`, `read_lock` and `snapshot`.
-//! - [`bundle`]: [`ChatTx`], a transition bundle: `update`/`begin` lock the
+//! - `bundle/`: [`ChatTx`], a transition bundle: `update`/`begin` lock the
 //!   chat row and bump `snapshot_version` once, transitions apply, the
-//!   commit then publishes ([`bundle::publish`]).
-//! - [`transitions`]: every transition, one file per family, validated
+//!   commit then publishes (`bundle/publish.rs`).
+//! - `transitions/`: every transition, one file per family, validated
 //!   against [`chatd_core::matrix`]; `create_chat` and the family archives
 //!   among them.
 //! - [`models`]: the rows and inputs the modules share.
@@ -22,17 +22,17 @@
 //! triggers turn any out-of-band write of a message into a `history_version`
 //! change that in-flight workers would see as a fence failure.
 
-pub mod bundle;
+pub(crate) mod bundle;
 pub mod context_cache;
 pub mod error;
-pub mod machine;
+pub(crate) mod machine;
 pub mod models;
 pub mod queries;
 pub(crate) mod row_cache;
 pub mod rules;
 pub mod secrets;
-pub mod store;
-pub mod transitions;
+pub(crate) mod store;
+pub(crate) mod transitions;
 
 pub use error::{StoreError, StoreResult};
 

@@ -1,7 +1,7 @@
 //! [`ChatMachine`]: the chat-scoped handle (`spec/chatstate-package.md`,
 //! "Overview", `ChatMachine.Update/Lock/ReadLock`), and [`LockedChat`], a
 //! row read under a lock or in a snapshot. The bundles it opens are
-//! [`crate::bundle`].
+//! `crate::bundle`.
 
 use chatd_core::{ExecutionState, StateError};
 use sqlx::{PgConnection, Postgres, Transaction};

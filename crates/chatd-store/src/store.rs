@@ -1,8 +1,8 @@
 //! [`Store`], the handle to the database and the publisher, and its
 //! tunables ([`StoreConfig`]). Its operations live with what they do:
-//! [`Store::machine`] in [`crate::machine`], [`Store::create_chat`] in
-//! [`crate::transitions::create`], the family archives in
-//! [`crate::transitions::archive`].
+//! [`Store::machine`] in `crate::machine`, [`Store::create_chat`] in
+//! `crate::transitions::create`, the family archives in
+//! `crate::transitions::archive`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The transition bundle (`spec/chatstate-package.md`, `ChatMachine.Update`
 //! and `Tx`; `spec/chatd-architecture.md`, "Transitions" and "Notification
 //! emission rules"): [`ChatMachine::begin`] opens it, the transitions
-//! ([`crate::transitions`]) apply to it, [`ChatTx::commit`] commits it and
+//! (`crate::transitions`) apply to it, [`ChatTx::commit`] commits it and
 //! then publishes ([`publish`]).
 //!
 //! Invariants kept here:
@@ -33,7 +33,7 @@ use crate::queries;
 use crate::store::Store;
 
 pub(crate) mod guess;
-pub mod publish;
+pub(crate) mod publish;
 
 use publish::{commit_and_flush, enqueue_publications};
 
@@ -155,7 +155,7 @@ impl ChatMachine {
 /// bundle ([`ChatMachine::update_optimistic`]), will be by its first
 /// statement, which checks the guess its transitions validated against
 /// (`bundle::guess`). Transition methods live in
-/// [`crate::transitions`]; each reads the row and queue afresh, validates
+/// `crate::transitions`; each reads the row and queue afresh, validates
 /// against the matrix, writes, and checks where it landed.
 ///
 /// Example: [`ChatTx::commit`]; each transition method says which tests show it

@@ -1,5 +1,5 @@
 //! SQL of the `chat_messages` table: inserts and soft deletes (for
-//! [`crate::transitions`] only: the triggers turn them into
+//! `crate::transitions` only: the triggers turn them into
 //! `history_version` changes), the model's view of the history, and the
 //! client-visible reads of the message routes and the stream.
 

@@ -9,7 +9,7 @@
 //! [`crate::models`] or of their module. Execution-state tables and columns
 //! (`chats.status`, `archived`, ownership, the version counters, messages,
 //! queue, heartbeats of ownership) are written only by the transitions of
-//! [`crate::transitions`]; the functions that write them say so. Lookups
+//! `crate::transitions`; the functions that write them say so. Lookups
 //! by one key (`sql` with `$1 = key`) run through the `keyed` helpers.
 //!
 //! | module | table |

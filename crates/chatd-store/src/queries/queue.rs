@@ -1,5 +1,5 @@
 //! SQL of the `chat_queued_messages` table: a chat's queue, head first
-//! (lowest `position`, then id). Writes are for [`crate::transitions`] only:
+//! (lowest `position`, then id). Writes are for `crate::transitions` only:
 //! the triggers turn them into `queue_version` changes.
 
 use sqlx::types::Json;

@@ -21,14 +21,13 @@
 //!
 //! One file per family of transitions, each transition written once, as a
 //! method of [`ChatTx`] with its input and result types beside it:
-//! [`send`], [`edit`], [`queue`], [`interrupt`], [`requires_action`],
-//! [`step`] (acquiring, attempts, steps and finishing a turn), [`archive`]
-//! (one chat, and the family operations of [`crate::Store`]), [`context`]
-//! (compaction and clearing) and [`create`] (a new chat, or a child inside
-//! a bundle). This module holds what they share: entering a transition
+//! `send`, `edit`, `queue`, `interrupt`, `requires_action`, `step`
+//! (acquiring, attempts, steps and finishing a turn), `archive` (one chat,
+//! and the family operations of [`crate::Store`]), `context` (compaction
+//! and clearing) and `create` (a new chat, or a child inside a bundle). This module holds what they share: entering a transition
 //! (`ChatTx::enter`), landing it (`ChatTx::land`), and the writes that
 //! keep the miscellaneous rules. The bundle they run in (begin, commit,
-//! publication) is [`crate::bundle`].
+//! publication) is `crate::bundle`.
 
 use chatd_core::{
     ChatRole, ChatStatus, ExecutionState, MessagePart, StateError, ToolCallRef, Transition,
@@ -56,15 +55,15 @@ macro_rules! db {
     }};
 }
 
-pub mod archive;
-pub mod context;
-pub mod create;
-pub mod edit;
-pub mod interrupt;
-pub mod queue;
-pub mod requires_action;
-pub mod send;
-pub mod step;
+pub(crate) mod archive;
+pub(crate) mod context;
+pub(crate) mod create;
+pub(crate) mod edit;
+pub(crate) mod interrupt;
+pub(crate) mod queue;
+pub(crate) mod requires_action;
+pub(crate) mod send;
+pub(crate) mod step;
 
 /// The steps every transition is made of.
 impl ChatTx {

@@ -1,5 +1,5 @@
 //! SQL of the `chats` table: the row lock and snapshot bump of every
-//! transition bundle, execution-state writes (for [`crate::transitions`]
+//! transition bundle, execution-state writes (for `crate::transitions`
 //! only), metadata updates, listing, the family operations (archive,
 //! delete) and the reads of the worker's loops and the stream's sync poller.
 //!
