@@ -49,6 +49,7 @@ else
   echo "== scripts/e2e.sh (browser tests of the web UI)"
   scripts/e2e.sh || status=1
 fi
+echo "== scripts/schemathesis.sh (the API against its OpenAPI document, from outside)"; scripts/schemathesis.sh || status=1
 # The quick benchmarks, last and alone (issue 15): ratios against raw-SQL
 # baselines measured in the same run, each with a floor.
 echo "== scripts/bench-quick.sh (quick benchmarks: ratios and floors)"

@@ -336,21 +336,20 @@ pub fn hash_token(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()
 }
 
-/// Checks a user name: 1 to 64 characters, letters, digits, `.`, `_`, `-`,
-/// starting with a letter or digit.
+/// The form of a user name: 1 to 64 characters, ASCII letters, digits,
+/// `.`, `_`, `-`, starting with a letter or digit. [`validate_username`]
+/// matches with it and the OpenAPI document states it
+/// (`CreateUserRequest.username`).
+pub const USERNAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
+
+/// Checks a user name against [`USERNAME_PATTERN`].
 ///
 /// # Errors
 /// A description of the rule that was broken.
 pub fn validate_username(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    static USERNAME: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(USERNAME_PATTERN).expect("a valid pattern"));
+    let ok = USERNAME.is_match(name);
     if ok {
         Ok(())
     } else {

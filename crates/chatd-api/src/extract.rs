@@ -16,7 +16,9 @@
 //!   into a [`serde_json::Value`] first (malformed JSON, nesting deeper than
 //!   128, numbers out of range → `400` naming `body`), then checks it for
 //!   NUL characters, which PostgreSQL cannot store, then deserializes it into
-//!   `T` with the failing field's path ([`serde_path_to_error`]).
+//!   `T` with the failing field's path ([`serde_path_to_error`]). An integer
+//!   field takes any JSON number without a fractional part (`3.0` is `3`),
+//!   as the document's `integer` type promises.
 //! - [`QueryParams`] parses the query string (repeated keys allowed).
 
 use std::marker::PhantomData;
@@ -258,9 +260,70 @@ impl<'de> serde::Deserializer<'de> for StrictValue {
         visitor.visit_newtype_struct(self)
     }
 
+    fn deserialize_i8<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        self.deserialize_integer(visitor)
+    }
+
+    fn deserialize_i16<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        self.deserialize_integer(visitor)
+    }
+
+    fn deserialize_i32<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        self.deserialize_integer(visitor)
+    }
+
+    fn deserialize_i64<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        self.deserialize_integer(visitor)
+    }
+
+    fn deserialize_u8<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        self.deserialize_integer(visitor)
+    }
+
+    fn deserialize_u16<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        self.deserialize_integer(visitor)
+    }
+
+    fn deserialize_u32<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        self.deserialize_integer(visitor)
+    }
+
+    fn deserialize_u64<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        self.deserialize_integer(visitor)
+    }
+
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bool i128 u128 f32 f64 char str string
         bytes byte_buf unit unit_struct seq tuple tuple_struct map identifier ignored_any
+    }
+}
+
+impl StrictValue {
+    /// An integer field: a JSON number with no fractional part counts as
+    /// the integer it equals, however it is written (`3`, `3.0`, `3e0`),
+    /// as JSON Schema's `integer` says (the OpenAPI document types these
+    /// fields `integer`); anything else as [`serde::Deserializer::deserialize_any`].
+    fn deserialize_integer<'de, V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, serde::de::value::Error> {
+        use serde::Deserializer as _;
+        if let Value::Number(n) = &self.0
+            && n.as_i64().is_none()
+            && n.as_u64().is_none()
+            && let Some(f) = n.as_f64()
+            && f.fract() == 0.0
+        {
+            // 2^63 and 2^64 are exact in f64; within these bounds the casts
+            // are exact too.
+            if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+                return visitor.visit_i64(f as i64);
+            }
+            if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+                return visitor.visit_u64(f as u64);
+            }
+        }
+        self.deserialize_any(visitor)
     }
 }
 
@@ -388,8 +451,12 @@ impl PathParams {
     }
 }
 
-/// Parses a UUID in its hyphenated (or simple) form; braces and URNs are
-/// rejected so that one id has one spelling.
+/// The spellings [`parse_uuid`] accepts, as a regular expression (ECMA-262,
+/// Python and the `regex` crate alike): hyphenated or simple, either case.
+pub const UUID_PATTERN: &str = "^(?:[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|[0-9A-Fa-f]{32})$";
+
+/// Parses a UUID in its hyphenated (or simple) form ([`UUID_PATTERN`]);
+/// braces and URNs are rejected so that one id has one spelling.
 pub fn parse_uuid(s: &str) -> Option<Uuid> {
     if s.len() != 36 && s.len() != 32 {
         return None;
@@ -555,7 +622,58 @@ mod tests {
         assert_eq!(field(r#"[]"#), "body");
         assert_eq!(field(r#"{"a": 1, "b": [[]]}"#), "b[0]");
         assert_eq!(field(r#"{"a": 1.5}"#), "a");
+        assert_eq!(field(r#"{"a": 3e9}"#), "a");
         assert_eq!(field(r#"{"a": 1, "c": 1}"#), "c");
+    }
+
+    #[test]
+    fn whole_numbers_are_integers_however_written() {
+        for body in [r#"{"a": 3}"#, r#"{"a": 3.0}"#, r#"{"a": 3e0}"#, r#"{"a": 30e-1}"#] {
+            assert_eq!(parse_json::<Probe>(body.as_bytes()).unwrap().a, 3, "{body}");
+        }
+        assert_eq!(
+            parse_json::<Probe>(br#"{"a": -2147483648.0}"#).unwrap().a,
+            i32::MIN
+        );
+        #[derive(Debug, serde::Deserialize)]
+        struct Wide {
+            u: u64,
+            i: i64,
+            f: f64,
+            v: Value,
+        }
+        let wide: Wide =
+            parse_json(br#"{"u": 9.007199254740992e15, "i": -9.223372036854775808e18, "f": 2.0, "v": 2.0}"#)
+                .unwrap();
+        assert_eq!(wide.u, 9_007_199_254_740_992);
+        assert_eq!(wide.i, i64::MIN);
+        assert_eq!(wide.f, 2.0);
+        // Untyped JSON keeps its spelling.
+        assert!(wide.v.is_f64());
+        for bad in [r#"{"a": 1.5}"#, r#"{"a": 1.8446744073709552e19}"#, r#"{"a": 1e400}"#] {
+            assert!(parse_json::<Probe>(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn uuid_pattern_is_what_parse_uuid_accepts() {
+        let pattern = regex::Regex::new(UUID_PATTERN).unwrap();
+        let id = Uuid::new_v4();
+        for text in [
+            id.hyphenated().to_string(),
+            id.hyphenated().to_string().to_uppercase(),
+            id.simple().to_string(),
+            id.braced().to_string(),
+            id.urn().to_string(),
+            id.hyphenated().to_string().replace('-', "_"),
+            format!("{}0", id.simple()),
+            "me".to_owned(),
+            String::new(),
+            "0".repeat(36),
+            "g".repeat(32),
+        ] {
+            assert_eq!(pattern.is_match(&text), parse_uuid(&text).is_some(), "{text}");
+        }
     }
 
     #[test]

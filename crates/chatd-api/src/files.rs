@@ -413,7 +413,7 @@ pub async fn delete_file(
     tag = "files",
     params(("id" = Uuid, Path, description = "File id")),
     responses(
-        (status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 200, description = "The bytes, with the media type the file was uploaded with as `Content-Type`", content_type = "*/*", body = Vec<u8>),
         E400, E401, E404,
     )
 )]

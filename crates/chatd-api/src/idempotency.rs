@@ -105,8 +105,9 @@ fn declared_length(request: &Request) -> Option<u64> {
         .ok()
 }
 
-/// Whether a request is a mutating chat route.
-fn applies(method: &Method, path: &str) -> bool {
+/// Whether a request is a mutating chat route: the routes that take the
+/// header (the OpenAPI document lists it on exactly these).
+pub(crate) fn applies(method: &Method, path: &str) -> bool {
     let mutating = matches!(
         *method,
         Method::POST | Method::PATCH | Method::PUT | Method::DELETE
@@ -125,22 +126,47 @@ fn chat_route(path: &str) -> Option<&str> {
         })
 }
 
-/// Checks the header's value (API.md: 1..=255 printable ASCII).
+/// The header's form, as a regular expression (ECMA-262, Python and the
+/// `regex` crate read it alike): 1 to [`MAX_KEY_LEN`] printable ASCII
+/// characters, neither the first nor the last a space (HTTP strips spaces
+/// around a header value, so those never arrive). [`parse_key`] matches with
+/// it and the OpenAPI document states it ([`key_schema`]).
+pub fn key_pattern() -> String {
+    format!(
+        r"^[\x21-\x7E](?:[\x20-\x7E]{{0,{}}}[\x21-\x7E])?$",
+        MAX_KEY_LEN - 2
+    )
+}
+
+/// The `Idempotency-Key` header's schema in the OpenAPI document: a string
+/// of [`key_pattern`].
+pub fn key_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_KEY_LEN))
+        .pattern(Some(key_pattern()))
+        .build()
+}
+
+/// Checks the header's value against [`key_pattern`] (API.md: 1..=255
+/// printable ASCII).
 ///
 /// # Errors
 /// `400` naming `Idempotency-Key`.
 pub fn parse_key(value: &HeaderValue) -> Result<String, ApiError> {
-    let bytes = value.as_bytes();
-    if bytes.is_empty()
-        || bytes.len() > MAX_KEY_LEN
-        || !bytes.iter().all(|b| (0x20..0x7f).contains(b))
-    {
-        return Err(ApiError::invalid(
+    static KEY: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(&key_pattern()).expect("a valid pattern"));
+    match value.to_str() {
+        Ok(key) if KEY.is_match(key) => Ok(key.to_owned()),
+        _ => Err(ApiError::invalid(
             "Idempotency-Key",
-            format!("must be 1 to {MAX_KEY_LEN} printable ASCII characters"),
-        ));
+            format!(
+                "must be 1 to {MAX_KEY_LEN} printable ASCII characters, not starting or ending with a space"
+            ),
+        )),
     }
-    Ok(String::from_utf8_lossy(bytes).into_owned())
 }
 
 /// SHA-256 of a request body: of its canonical JSON when it parses (so
@@ -274,7 +300,12 @@ mod tests {
         assert!(ok("a"));
         assert!(ok(&"k".repeat(255)));
         assert!(ok("retry 1: ~!@#"));
+        assert!(ok("ab"));
+        assert!(ok(&format!("k{}k", " ".repeat(253))));
         assert!(!ok(""));
+        assert!(!ok(" "));
+        assert!(!ok(" a"));
+        assert!(!ok("a "));
         assert!(!ok(&"k".repeat(256)));
         assert!(!ok("tab\there"));
         let high = HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap();

@@ -51,24 +51,33 @@ use chatd_store::queries::queue;
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
 pub struct ListMessagesParams {
-    /// Newest `limit` messages with an id below this one.
+    /// Newest `limit` messages with an id below this one (a positive id;
+    /// not with `after_id`).
     before_id: Option<i64>,
-    /// Oldest `limit` messages with an id above this one.
+    /// Oldest `limit` messages with an id above this one (a positive id;
+    /// not with `before_id`).
     after_id: Option<i64>,
     /// Page size, 1..=200 (default 50). Not used with `window=true`.
-    #[param(minimum = 1, maximum = 200)]
     limit: Option<i64>,
     /// Page size in bytes, 1..=4194304 (default 524288): the page ends
     /// before the tool-call group that would pass it, and holds at least one
     /// message. A message's size is the length of its JSON as returned.
     /// Not used with `window=true`.
-    #[param(minimum = 1, maximum = 4194304)]
     max_bytes: Option<i64>,
     /// `true`: the first 20 (at most 128 KiB) and the last 100 (at most
     /// 384 KiB) visible messages, with `window` saying what lies between.
     /// Not allowed with `before_id` or `after_id`.
     window: Option<bool>,
 }
+
+/// The page size of `GET .../messages`: 1..=200 (the OpenAPI document
+/// states it: [`crate::openapi`]).
+pub(crate) const LIMIT: validate::IntRange = validate::IntRange::new(1, 200);
+
+/// The page size in bytes of `GET .../messages`:
+/// 1..=[`paging::MAX_MAX_BYTES`].
+pub(crate) const MAX_BYTES: validate::IntRange =
+    validate::IntRange::new(1, paging::MAX_MAX_BYTES);
 
 /// A page of messages.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -91,6 +100,7 @@ pub struct MessagesPage {
 #[serde(deny_unknown_fields)]
 pub struct SendMessageRequest {
     /// The message; non-empty, at most 256 KiB of text.
+    #[schema(schema_with = validate::message_content_schema)]
     pub content: Vec<ChatInputPart>,
     /// What to do when the chat is busy (default `queue`).
     #[serde(default)]
@@ -103,6 +113,7 @@ pub struct SendMessageRequest {
     pub reasoning_effort: Option<ReasoningEffort>,
     /// Client idempotency key (1–256 bytes), scoped to the chat.
     #[serde(default)]
+    #[schema(schema_with = validate::client_message_id_schema)]
     pub client_message_id: Option<String>,
 }
 
@@ -127,6 +138,7 @@ pub struct SendMessageResponse {
 #[serde(deny_unknown_fields)]
 pub struct EditMessageRequest {
     /// The replacement content.
+    #[schema(schema_with = validate::message_content_schema)]
     pub content: Vec<ChatInputPart>,
     /// An enabled model config.
     #[serde(default)]
@@ -170,11 +182,11 @@ pub async fn list_messages(
 ) -> ApiResult<Json<MessagesPage>> {
     let id = target.id();
     let query = QueryParams::parse(query.as_deref())?;
-    let limit = query.int_in("limit", 1, 200, 50)?;
+    let limit = query.int_in("limit", LIMIT.min, LIMIT.max, 50)?;
     let max_bytes = query.int_in(
         "max_bytes",
-        1,
-        paging::MAX_MAX_BYTES,
+        MAX_BYTES.min,
+        MAX_BYTES.max,
         paging::DEFAULT_MAX_BYTES,
     )?;
     let window = query.bool("window")?.unwrap_or(false);

@@ -10,7 +10,9 @@
 //! UI's static files (`/`, `/app.js`, ..., see `crate::web`) are not API operations
 //! and are not listed.
 
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{
+    HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+};
 use utoipa::{Modify, OpenApi};
 
 use std::sync::OnceLock;
@@ -96,6 +98,7 @@ A chat created with subagents: true offers the model the built-in tools spawn_ag
         chatd_core::MessagePart,
         crate::objects::ChatInputPart,
         crate::objects::DynamicTool,
+        crate::tools::ToolResult,
         crate::objects::Usage,
         crate::stream::event::ChatStreamEvent,
         crate::stream::event::StreamPayload,
@@ -108,7 +111,16 @@ A chat created with subagents: true offers the model the built-in tools spawn_ag
         crate::stream::event::EpisodeSelection,
         crate::paging::MessageWindow,
     )),
-    modifiers(&SecurityAddon, &IdempotencyHeader, &ExperimentalMount),
+    modifiers(
+        &SecurityAddon,
+        &IdempotencyHeader,
+        &LayerStatuses,
+        &CoreConstraints,
+        &ParameterConstraints,
+        &UsersMe,
+        &NoNul,
+        &ExperimentalMount
+    ),
     security(("bearer" = [])),
     tags(
         (name = "chats", description = "Chats (also under /api/experimental/chats)"),
@@ -168,45 +180,458 @@ impl Modify for SecurityAddon {
     }
 }
 
-/// Documents the `Idempotency-Key` header on every mutating chat route
-/// ([`crate::idempotency`]). Runs before [`ExperimentalMount`], so both
+/// Documents the `Idempotency-Key` header on exactly the routes the
+/// idempotency layer wraps ([`crate::idempotency::applies`]), with the form
+/// [`crate::idempotency::parse_key`] checks ([`crate::idempotency::key_schema`]),
+/// and the statuses the layer adds: `400` for a malformed key, `409` for a
+/// key reused on another request. Runs before [`ExperimentalMount`], so both
 /// mounts carry it.
 struct IdempotencyHeader;
 
 impl Modify for IdempotencyHeader {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use axum::http::Method;
         use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
-        use utoipa::openapi::schema::{ObjectBuilder, Type};
         for (path, item) in openapi.paths.paths.iter_mut() {
-            if !path.starts_with("/api/v2/chats") {
-                continue;
-            }
             let mutating = [
-                item.post.as_mut(),
-                item.put.as_mut(),
-                item.patch.as_mut(),
-                item.delete.as_mut(),
+                (Method::POST, item.post.as_mut()),
+                (Method::PUT, item.put.as_mut()),
+                (Method::PATCH, item.patch.as_mut()),
+                (Method::DELETE, item.delete.as_mut()),
             ];
-            for op in mutating.into_iter().flatten() {
+            for (method, op) in mutating {
+                let Some(op) = op else { continue };
+                if !crate::idempotency::applies(&method, path) {
+                    continue;
+                }
                 let header = ParameterBuilder::new()
                     .name("Idempotency-Key")
                     .parameter_in(ParameterIn::Header)
                     .required(utoipa::openapi::Required::False)
-                    .description(Some(
-                        "1 to 255 printable ASCII characters, per user. A repeat with the same key, method, path and body within 24 hours answers the first 2xx response (with `Idempotent-Replayed: true`) and changes nothing; the same key with another method, path or body is 409. Concurrent duplicates wait for the first. A request that failed is not remembered.",
-                    ))
-                    .schema(Some(
-                        ObjectBuilder::new()
-                            .schema_type(Type::String)
-                            .min_length(Some(1))
-                            .max_length(Some(255)),
-                    ))
+                    .description(Some(format!(
+                        "1 to {} printable ASCII characters, not starting or ending with a space, per user. A repeat with the same key, method, path and body within 24 hours answers the first 2xx response (with `Idempotent-Replayed: true`) and changes nothing; the same key with another method, path or body is 409. Concurrent duplicates wait for the first. A request that failed is not remembered.",
+                        crate::idempotency::MAX_KEY_LEN
+                    )))
+                    .schema(Some(crate::idempotency::key_schema()))
                     .build();
                 op.parameters
                     .get_or_insert_with(Vec::new)
                     .push(utoipa::openapi::RefOr::T(header));
+                add_status(op, 400, "A malformed `Idempotency-Key`");
+                add_status(
+                    op,
+                    409,
+                    "The `Idempotency-Key` was already used for another method, path or body",
+                );
             }
         }
+    }
+}
+
+/// Documents the statuses the router's layers answer on every operation
+/// they cover: `429` (the caller's `requests_per_minute`, [`crate::rate_limit`])
+/// on every authenticated one; on every operation with a request body `408`
+/// (the body deadline, [`crate::body_deadline`]) and `413` (the body limit,
+/// [`crate::extract::read_body`]), and `415` when that body is JSON
+/// ([`crate::extract::Json::read`]). Runs before [`ExperimentalMount`].
+struct LayerStatuses;
+
+impl Modify for LayerStatuses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let global_security = openapi.security.as_ref().is_some_and(|s| !s.is_empty());
+        for item in openapi.paths.paths.values_mut() {
+            for op in operations_mut(item) {
+                let public = op
+                    .security
+                    .as_ref()
+                    .map_or(!global_security, |reqs| {
+                        reqs.iter().any(|r| *r == SecurityRequirement::default())
+                    });
+                if !public {
+                    add_status(op, 401, "Missing, unknown or expired token");
+                    add_status(
+                        op,
+                        429,
+                        "The caller passed their `requests_per_minute` (counted per replica); `Retry-After` says in how many seconds to retry",
+                    );
+                }
+                let Some(utoipa::openapi::RefOr::T(body)) = &op.request_body else {
+                    continue;
+                };
+                let json = body.content.contains_key("application/json");
+                add_status(
+                    op,
+                    408,
+                    "The request body did not arrive within 60 s of the request's start; the connection is closed",
+                );
+                add_status(op, 413, "Request body over the limit");
+                if json {
+                    add_status(
+                        op,
+                        415,
+                        "The request body is not declared `Content-Type: application/json`",
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Adds `status` with the error body to `op`'s responses, or, when it is
+/// already listed, adds `why` to its description.
+fn add_status(op: &mut utoipa::openapi::path::Operation, status: u16, why: &str) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    let key = status.to_string();
+    match op.responses.responses.get_mut(&key) {
+        Some(RefOr::T(response)) => {
+            if !response.description.contains(why) {
+                response.description = format!("{}; or: {why}", response.description);
+            }
+        }
+        Some(RefOr::Ref(_)) => {}
+        None => {
+            let response = ResponseBuilder::new()
+                .description(why)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build();
+            op.responses.responses.insert(key, RefOr::T(response));
+        }
+    }
+}
+
+/// States the constraints the API checks on `chatd_core` types, whose
+/// derived schemas cannot know them ([`crate::validate::core_constraints`]):
+/// replaces each named property's schema, keeping its description; and the
+/// rules across fields of a request ([`crate::validate::component_rules`],
+/// the two shapes of a `ToolResult`: [`crate::tools::tool_result_one_of`]).
+///
+/// # Panics
+/// When a named component or property is missing (the document is built by
+/// the tests, so a rename fails them).
+struct CoreConstraints;
+
+impl Modify for CoreConstraints {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::Schema;
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let mut rules = crate::validate::component_rules();
+        rules.push(("ToolResult", "oneOf", crate::tools::tool_result_one_of()));
+        for (component, keyword, value) in rules {
+            let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(component)
+            else {
+                panic!("OpenAPI: no object schema {component}");
+            };
+            // utoipa's `Object` has no `oneOf`/`anyOf` beside its
+            // properties; its extensions serialize as given.
+            object
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(keyword.to_owned(), value);
+        }
+        for (component, property, mut schema) in crate::validate::core_constraints() {
+            let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(component)
+            else {
+                panic!("OpenAPI: no object schema {component}");
+            };
+            let Some(slot) = object.properties.get_mut(property) else {
+                panic!("OpenAPI: {component} has no property {property}");
+            };
+            if let RefOr::T(Schema::Object(old)) = slot {
+                schema.description = old.description.take();
+            }
+            *slot = RefOr::T(Schema::Object(schema));
+        }
+    }
+}
+
+/// The parameters declared in `#[utoipa::path(params(...))]` tuples, which
+/// take no `schema_with`: their schemas from the values the handlers parse
+/// them with. Each rule names a location and a parameter, and optionally
+/// the end of the paths it applies to; each must match at least one
+/// parameter.
+fn parameter_rules() -> Vec<(
+    utoipa::openapi::path::ParameterIn,
+    &'static str,
+    Option<&'static str>,
+    utoipa::openapi::schema::Schema,
+)> {
+    use crate::validate::{ID, IntRange, text_schema};
+    use utoipa::openapi::path::ParameterIn;
+    use utoipa::openapi::schema::Schema;
+    let mut user = text_schema(2, 36, false);
+    // `me` or a UUID: what `users::target_user` accepts.
+    user.pattern = Some(format!(
+        "^(?:me|{})$",
+        crate::extract::UUID_PATTERN
+            .trim_start_matches('^')
+            .trim_end_matches('$')
+    ));
+    user.min_length = None;
+    user.max_length = None;
+    let o = Schema::Object;
+    vec![
+        (ParameterIn::Query, "limit", Some("/api/v2/chats"), o(crate::chats::LIMIT.schema())),
+        (ParameterIn::Query, "q", Some("/api/v2/chats"), o(crate::chats::q_schema())),
+        (
+            ParameterIn::Query,
+            "label",
+            Some("/api/v2/chats"),
+            Schema::Array(crate::chats::label_filter_schema()),
+        ),
+        (ParameterIn::Query, "limit", Some("/messages"), o(crate::messages::LIMIT.schema())),
+        (ParameterIn::Query, "max_bytes", Some("/messages"), o(crate::messages::MAX_BYTES.schema())),
+        (ParameterIn::Query, "before_id", Some("/messages"), o(ID.schema())),
+        (ParameterIn::Query, "after_id", Some("/messages"), o(ID.schema())),
+        (
+            ParameterIn::Query,
+            "after_snapshot_version",
+            Some("/updates"),
+            o(crate::stream::updates::AFTER_SNAPSHOT_VERSION.schema()),
+        ),
+        (ParameterIn::Query, "wait_ms", Some("/updates"), o(crate::stream::updates::WAIT_MS.schema())),
+        (ParameterIn::Path, "user", None, o(user)),
+        (ParameterIn::Path, "queued", None, o(ID.schema())),
+        (ParameterIn::Path, "message", None, o(ID.schema())),
+        (ParameterIn::Query, "after_id", Some("/stream"), o(ID.schema())),
+        (ParameterIn::Query, "after_id", Some("/events"), o(ID.schema())),
+        // `Last-Event-ID`: a message id, or 0 for "from the start".
+        (
+            ParameterIn::Header,
+            "Last-Event-ID",
+            Some("/events"),
+            o(IntRange::new(0, i64::MAX).schema()),
+        ),
+    ]
+}
+
+/// Applies [`parameter_rules`], keeping each parameter's description.
+///
+/// # Panics
+/// When a rule matches no parameter (the tests build the document).
+struct ParameterConstraints;
+
+impl Modify for ParameterConstraints {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        for (location, name, suffix, schema) in parameter_rules() {
+            let mut matched = 0;
+            for (path, item) in openapi.paths.paths.iter_mut() {
+                if suffix.is_some_and(|s| !path.ends_with(s)) {
+                    continue;
+                }
+                for op in operations_mut(item) {
+                    for param in op.parameters.iter_mut().flatten() {
+                        if let RefOr::T(param) = param
+                            && param.name == name
+                            && param.parameter_in == location
+                        {
+                            param.schema = Some(RefOr::T(schema.clone()));
+                            matched += 1;
+                        }
+                    }
+                }
+            }
+            assert!(matched > 0, "OpenAPI: no parameter {name} to constrain");
+        }
+    }
+}
+
+/// `{user}` accepts `me`, so `/api/v2/users/me` answers every method of
+/// `/api/v2/users/{user}`: lists `PATCH /api/v2/users/me` too (a copy of
+/// `PATCH /api/v2/users/{user}` without the path parameter).
+struct UsersMe;
+
+impl Modify for UsersMe {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::path::ParameterIn;
+        let Some(mut patch) = openapi
+            .paths
+            .paths
+            .get("/api/v2/users/{user}")
+            .and_then(|item| item.patch.clone())
+        else {
+            panic!("OpenAPI: no PATCH /api/v2/users/{{user}}");
+        };
+        if let Some(params) = &mut patch.parameters {
+            params.retain(|p| {
+                !matches!(p, RefOr::T(p) if p.name == "user" && p.parameter_in == ParameterIn::Path)
+            });
+        }
+        patch.operation_id = patch.operation_id.map(|id| format!("{id}_me"));
+        // The caller of this route is an admin (`403` otherwise), who cannot
+        // disable themselves: `disabled` may only be `false` here.
+        if let Some(RefOr::T(body)) = &mut patch.request_body {
+            use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, Type};
+            for content in body.content.values_mut() {
+                let RefOr::T(content) = content else { continue };
+                let Some(schema) = content.schema.take() else {
+                    continue;
+                };
+                let only_false = ObjectBuilder::new().property(
+                    "disabled",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Boolean)
+                        .enum_values(Some([false])),
+                );
+                content.schema = Some(RefOr::T(utoipa::openapi::schema::Schema::AllOf(
+                    AllOfBuilder::new().item(schema).item(only_false).build(),
+                )));
+            }
+        }
+        if let Some(me) = openapi.paths.paths.get_mut("/api/v2/users/me") {
+            me.patch = Some(patch);
+        }
+    }
+}
+
+/// States on every string of the document that it holds no NUL
+/// ([`crate::validate::NO_NUL_PATTERN`]; the server refuses NUL anywhere in a
+/// request, and never stores one): a string without a pattern gets that
+/// one (the patterns of [`crate::validate`] exclude NUL themselves), a map's
+/// keys get it as `propertyNames`, and an arbitrary JSON value becomes the
+/// component `JsonWithoutNul`. Each variant of `ChatInputPart` takes its own
+/// fields only (`additionalProperties: false`, as its deserializer). Runs
+/// last but for [`ExperimentalMount`].
+struct NoNul;
+
+impl Modify for NoNul {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::{AdditionalProperties, Schema};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for (name, schema) in components.schemas.iter_mut() {
+            // An error names the field it is about as the request spelled
+            // it, NUL included.
+            if name != "ErrorBody" && name != "Validation" {
+                no_nul(schema);
+            }
+        }
+        if let Some(RefOr::T(Schema::OneOf(parts))) = components.schemas.get_mut("ChatInputPart") {
+            for part in &mut parts.items {
+                if let RefOr::T(Schema::Object(part)) = part {
+                    part.additional_properties =
+                        Some(Box::new(AdditionalProperties::FreeForm(false)));
+                }
+            }
+        }
+        components
+            .schemas
+            .insert("JsonWithoutNul".to_owned(), RefOr::T(json_without_nul()));
+        for item in openapi.paths.paths.values_mut() {
+            for op in operations_mut(item) {
+                for param in op.parameters.iter_mut().flatten() {
+                    if let RefOr::T(param) = param
+                        && let Some(schema) = &mut param.schema
+                    {
+                        no_nul(schema);
+                    }
+                }
+                if let Some(RefOr::T(body)) = &mut op.request_body {
+                    for content in body.content.values_mut() {
+                        if let RefOr::T(content) = content
+                            && let Some(schema) = &mut content.schema
+                        {
+                            no_nul(schema);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Any JSON value without NUL in its strings or keys.
+fn json_without_nul() -> utoipa::openapi::schema::Schema {
+    use crate::validate::NO_NUL_PATTERN;
+    use utoipa::openapi::Ref;
+    use utoipa::openapi::schema::{
+        AdditionalProperties, AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type,
+    };
+    let itself = || Ref::from_schema_name("JsonWithoutNul");
+    let string = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(NO_NUL_PATTERN))
+        .build();
+    let mut object = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::RefOr(itself().into())))
+        .build();
+    object.property_names = Some(Box::new(Schema::Object(string.clone())));
+    Schema::AnyOf(
+        AnyOfBuilder::new()
+            .item(string)
+            .item(ObjectBuilder::new().schema_type(SchemaType::Array(vec![
+                Type::Number,
+                Type::Boolean,
+                Type::Null,
+            ])))
+            .item(ArrayBuilder::new().items(itself()))
+            .item(object)
+            .build(),
+    )
+}
+
+/// See [`NoNul`].
+fn no_nul(schema: &mut utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>) {
+    use crate::validate::NO_NUL_PATTERN;
+    use utoipa::openapi::schema::{AdditionalProperties, ArrayItems, Schema, SchemaType, Type};
+    use utoipa::openapi::{Ref, RefOr};
+    let RefOr::T(inner) = schema else { return };
+    match inner {
+        Schema::Object(object) => {
+            let types: Vec<Type> = match &object.schema_type {
+                SchemaType::Type(t) => vec![t.clone()],
+                SchemaType::Array(ts) => ts.clone(),
+                SchemaType::AnyValue => Vec::new(),
+            };
+            let free_form = object.properties.is_empty()
+                && object.additional_properties.is_none()
+                && object.enum_values.is_none()
+                && object.extensions.is_none();
+            if object.schema_type == SchemaType::AnyValue && free_form {
+                *schema = RefOr::Ref(Ref::from_schema_name("JsonWithoutNul"));
+                return;
+            }
+            if types.contains(&Type::String) && object.enum_values.is_none() && object.pattern.is_none() {
+                object.pattern = Some(NO_NUL_PATTERN.to_owned());
+            }
+            if types.contains(&Type::Object) {
+                if object.properties.is_empty() && object.additional_properties.is_none() {
+                    object.additional_properties = Some(Box::new(AdditionalProperties::RefOr(
+                        Ref::from_schema_name("JsonWithoutNul").into(),
+                    )));
+                }
+                if object.additional_properties.is_some() && object.property_names.is_none() {
+                    let mut names = utoipa::openapi::schema::Object::with_type(Type::String);
+                    names.pattern = Some(NO_NUL_PATTERN.to_owned());
+                    object.property_names = Some(Box::new(Schema::Object(names)));
+                }
+            }
+            for property in object.properties.values_mut() {
+                no_nul(property);
+            }
+            if let Some(extra) = &mut object.additional_properties
+                && let AdditionalProperties::RefOr(extra) = extra.as_mut()
+            {
+                no_nul(extra);
+            }
+        }
+        Schema::Array(array) => {
+            if let ArrayItems::RefOrSchema(items) = &mut array.items {
+                no_nul(items);
+            }
+        }
+        Schema::OneOf(one_of) => one_of.items.iter_mut().for_each(no_nul),
+        Schema::AnyOf(any_of) => any_of.items.iter_mut().for_each(no_nul),
+        Schema::AllOf(all_of) => all_of.items.iter_mut().for_each(no_nul),
+        _ => {}
     }
 }
 

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::app::AppState;
 use crate::auth::{Caller, require_owner, visible_chat};
 use crate::chats::{Chat, begin, check_model_config, commit};
-use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415, E429};
+use crate::error::{ApiResult, E400, E401, E403, E404, E409, E413, E415, E429};
 use crate::extract::{self, PathParams, double_option};
 use crate::objects::{ChatInputPart, ChatQueuedMessage};
 use crate::validate;
@@ -30,6 +30,7 @@ use chatd_store::queries::queue;
 pub struct EditQueuedMessageRequest {
     /// The new content (non-empty, at most 256 KiB of text).
     #[serde(default)]
+    #[schema(schema_with = validate::nullable_message_content_schema)]
     pub content: Option<Vec<ChatInputPart>>,
     /// An enabled model config, or `null` to clear it.
     #[serde(default, deserialize_with = "double_option")]
@@ -45,7 +46,7 @@ pub struct EditQueuedMessageRequest {
 #[serde(deny_unknown_fields)]
 pub struct MoveQueuedMessageRequest {
     /// The 0-based index in queue order to move to; past the end = last.
-    #[schema(minimum = 0)]
+    #[schema(schema_with = validate::queue_position_schema)]
     pub position: i64,
 }
 
@@ -205,8 +206,9 @@ pub async fn move_queued_message(
     params.id("queued")?;
     let chat = visible_chat(&state, &caller, id).await?;
     let req = body.read().await?;
-    let position = u64::try_from(req.position)
-        .map_err(|_| ApiError::invalid("position", "must be a non-negative integer"))?;
+    let position = validate::QUEUE_POSITION
+        .check(req.position, "position")
+        .map(|p| p.unsigned_abs())?;
     require_owner(&caller, &chat)?;
     let (mut tx, queued) = begin_on_queued(&state, &caller, &params, true).await?;
     let queue = tx.move_queued_message(queued, position).await?;

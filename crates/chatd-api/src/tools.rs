@@ -32,7 +32,8 @@ pub const MAX_REASON_BYTES: usize = 4096;
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolResult {
-    /// The pending call it answers.
+    /// The pending call it answers (1 to 512 bytes).
+    #[schema(schema_with = tool_call_id_schema)]
     pub tool_call_id: String,
     /// A client tool's result: any JSON value, `null` included.
     #[serde(default, deserialize_with = "present")]
@@ -47,7 +48,42 @@ pub struct ToolResult {
     /// Why (optional, at most [`MAX_REASON_BYTES`] bytes; only with
     /// `approved`). A denial's result carries it.
     #[serde(default)]
+    #[schema(schema_with = reason_schema)]
     pub reason: Option<String>,
+}
+
+/// The longest `tool_call_id`, in bytes.
+pub const MAX_TOOL_CALL_ID_BYTES: usize = 512;
+
+/// `tool_call_id`'s schema: 1 to [`MAX_TOOL_CALL_ID_BYTES`] (the schema
+/// counts characters: the same for ASCII ids).
+fn tool_call_id_schema() -> utoipa::openapi::schema::Object {
+    validate::text_schema(1, MAX_TOOL_CALL_ID_BYTES, false)
+}
+
+/// `reason`'s schema: at most [`MAX_REASON_BYTES`] (characters in the
+/// schema), `null` the same as absent.
+fn reason_schema() -> utoipa::openapi::schema::Object {
+    validate::nullable(validate::text_schema(0, MAX_REASON_BYTES, false))
+}
+
+/// The two shapes of a [`ToolResult`] that [`ToolResult::to_input`]
+/// accepts, as the JSON Schema `oneOf` the OpenAPI document adds to the
+/// `ToolResult` component: `output` (any JSON value) with `is_error`, no
+/// `approved` or `reason`; or `approved` (a boolean) with `reason`, no
+/// `output` or `is_error` (`null` counts as absent, except for `output`).
+pub fn tool_result_one_of() -> serde_json::Value {
+    serde_json::json!([
+        {
+            "required": ["output"],
+            "properties": {"approved": {"type": "null"}, "reason": {"type": "null"}},
+        },
+        {
+            "required": ["approved"],
+            "properties": {"approved": {"type": "boolean"}, "is_error": {"type": "null"}},
+            "not": {"required": ["output"]},
+        },
+    ])
 }
 
 /// Deserializes a present field, `null` included, as `Some`.
@@ -103,11 +139,20 @@ impl ToolResult {
     }
 }
 
+/// `results`' schema: at most [`validate::MAX_TOOL_RESULTS`] answers.
+fn results_schema() -> utoipa::openapi::schema::Array {
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(utoipa::openapi::Ref::from_schema_name("ToolResult"))
+        .max_items(Some(validate::MAX_TOOL_RESULTS))
+        .build()
+}
+
 /// Body of `POST /chats/{chat}/tool-results`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolResultsRequest {
-    /// Exactly one answer per pending tool call.
+    /// Exactly one answer per pending tool call (at most 250).
+    #[schema(schema_with = results_schema)]
     pub results: Vec<ToolResult>,
 }
 
@@ -140,7 +185,7 @@ pub async fn submit_tool_results(
     }
     let mut results = Vec::with_capacity(req.results.len());
     for (i, r) in req.results.iter().enumerate() {
-        if r.tool_call_id.is_empty() || r.tool_call_id.len() > 512 {
+        if r.tool_call_id.is_empty() || r.tool_call_id.len() > MAX_TOOL_CALL_ID_BYTES {
             return Err(ApiError::invalid(
                 format!("results[{i}].tool_call_id"),
                 "must be 1 to 512 bytes",

@@ -41,7 +41,9 @@ use chatd_store::queries::{tokens, users};
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateUserRequest {
-    /// Unique; 1–64 characters of letters, digits, `.`, `_`, `-`.
+    /// Unique; 1–64 characters of letters, digits, `.`, `_`, `-`, starting
+    /// with a letter or digit.
+    #[schema(schema_with = username_schema)]
     pub username: String,
     /// Role.
     pub role: Role,
@@ -53,12 +55,49 @@ pub struct CreateUserRequest {
 pub struct CreateTokenRequest {
     /// A label for the token (at most 200 characters).
     #[serde(default)]
+    #[schema(schema_with = validate::name_schema)]
     pub name: Option<String>,
     /// Lifetime in seconds, 1..=316224000 (ten years). Absent: no expiry
     /// for an admin's token; `--max-member-token-lifetime` for a member's,
     /// which may not ask for more (`400`).
     #[serde(default)]
+    #[schema(schema_with = token_lifetime_schema)]
     pub lifetime_seconds: Option<i64>,
+}
+
+/// The `lifetime_seconds` of a new token: 1..=[`MAX_TOKEN_LIFETIME_SECONDS`]
+/// (ten years).
+const TOKEN_LIFETIME_SECONDS: validate::IntRange =
+    validate::IntRange::new(1, MAX_TOKEN_LIFETIME_SECONDS);
+
+/// [`TOKEN_LIFETIME_SECONDS`]'s schema, `null` allowed (same as absent).
+fn token_lifetime_schema() -> utoipa::openapi::schema::Object {
+    TOKEN_LIFETIME_SECONDS.nullable_schema()
+}
+
+/// `CreateUserRequest.username`'s schema: [`auth::USERNAME_PATTERN`].
+fn username_schema() -> utoipa::openapi::schema::Object {
+    let mut schema = validate::text_schema(1, 64, false);
+    schema.pattern = Some(auth::USERNAME_PATTERN.to_owned());
+    schema
+}
+
+/// `limits.max_running_chats`: `0..=2^31-1`.
+const MAX_RUNNING_CHATS: validate::IntRange = validate::IntRange::new(0, i32::MAX as i64);
+/// `limits.requests_per_minute`: `1..=2^31-1`.
+const REQUESTS_PER_MINUTE: validate::IntRange = validate::IntRange::new(1, i32::MAX as i64);
+/// `limits.monthly_budget_micros`, `monthly_token_budget`,
+/// `max_storage_bytes`: `0..=2^63-1`.
+const NON_NEGATIVE: validate::IntRange = validate::IntRange::new(0, i64::MAX);
+
+fn max_running_chats_schema() -> utoipa::openapi::schema::Object {
+    MAX_RUNNING_CHATS.nullable_schema()
+}
+fn requests_per_minute_schema() -> utoipa::openapi::schema::Object {
+    REQUESTS_PER_MINUTE.nullable_schema()
+}
+fn non_negative_schema() -> utoipa::openapi::schema::Object {
+    NON_NEGATIVE.nullable_schema()
 }
 
 /// A token as listed (never the token itself or its hash).
@@ -95,7 +134,7 @@ pub struct PatchUserRequest {
     /// Disable (`true`) or re-enable (`false`) the user; a disabled user's
     /// tokens answer `401`. An admin cannot disable themselves.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<bool>)]
+    #[schema(value_type = bool)]
     pub disabled: Option<Option<bool>>,
     /// Limit overrides.
     #[serde(default)]
@@ -109,23 +148,23 @@ pub struct PatchUserRequest {
 pub struct LimitsPatch {
     /// Chats of the user running at once across all replicas, `>= 0`.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<i32>)]
+    #[schema(schema_with = max_running_chats_schema)]
     pub max_running_chats: Option<Option<i32>>,
     /// API requests per minute (per replica), `>= 1`.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<i32>)]
+    #[schema(schema_with = requests_per_minute_schema)]
     pub requests_per_minute: Option<Option<i32>>,
     /// Monthly spend budget in micro-dollars, `>= 0`.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<i64>)]
+    #[schema(schema_with = non_negative_schema)]
     pub monthly_budget_micros: Option<Option<i64>>,
     /// Monthly token budget (input + output tokens), `>= 0`.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<i64>)]
+    #[schema(schema_with = non_negative_schema)]
     pub monthly_token_budget: Option<Option<i64>>,
     /// Bytes of files the user keeps, `>= 0`.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<i64>)]
+    #[schema(schema_with = non_negative_schema)]
     pub max_storage_bytes: Option<Option<i64>>,
 }
 
@@ -158,24 +197,28 @@ impl PatchUserRequest {
             (
                 "limits.max_running_chats",
                 widen(limits.max_running_chats),
-                0,
+                MAX_RUNNING_CHATS.min,
             ),
             (
                 "limits.requests_per_minute",
                 widen(limits.requests_per_minute),
-                1,
+                REQUESTS_PER_MINUTE.min,
             ),
             (
                 "limits.monthly_budget_micros",
                 limits.monthly_budget_micros,
-                0,
+                NON_NEGATIVE.min,
             ),
             (
                 "limits.monthly_token_budget",
                 limits.monthly_token_budget,
-                0,
+                NON_NEGATIVE.min,
             ),
-            ("limits.max_storage_bytes", limits.max_storage_bytes, 0),
+            (
+                "limits.max_storage_bytes",
+                limits.max_storage_bytes,
+                NON_NEGATIVE.min,
+            ),
         ] {
             if at_least(value, min) {
                 invalid(
@@ -309,14 +352,8 @@ pub async fn create_user_token(
     let req = body.read().await?;
     let name = req.name.unwrap_or_default();
     validate::name(&name, "name")?;
-    if req
-        .lifetime_seconds
-        .is_some_and(|s| !(1..=MAX_TOKEN_LIFETIME_SECONDS).contains(&s))
-    {
-        return Err(ApiError::invalid(
-            "lifetime_seconds",
-            format!("must be in 1..={MAX_TOKEN_LIFETIME_SECONDS}"),
-        ));
+    if let Some(seconds) = req.lifetime_seconds {
+        TOKEN_LIFETIME_SECONDS.check(seconds, "lifetime_seconds")?;
     }
     let pool = state.store().pool();
     let user = users::select(pool, user_id)

@@ -101,6 +101,17 @@ pub struct ModelOptions {
     pub compact_recent_messages: Option<i64>,
 }
 
+/// The accepted `max_output_tokens` (the API's OpenAPI document states
+/// these ranges from the same constants).
+pub const MAX_OUTPUT_TOKENS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000_000;
+/// The accepted `temperature`.
+pub const TEMPERATURE_RANGE: std::ops::RangeInclusive<f64> = 0.0..=2.0;
+/// The accepted prices (`input_price_micros_per_mtok`,
+/// `output_price_micros_per_mtok`).
+pub const PRICE_RANGE: std::ops::RangeInclusive<i64> = 0..=i64::MAX;
+/// The accepted `compact_recent_messages`.
+pub const COMPACT_RECENT_MESSAGES_RANGE: std::ops::RangeInclusive<i64> = 4..=1000;
+
 /// Visible messages a compaction keeps verbatim when a model config does not
 /// say (API.md "Context management").
 pub const DEFAULT_COMPACT_RECENT_MESSAGES: i64 = 12;
@@ -130,23 +141,29 @@ impl ModelOptions {
         }
         if self
             .max_output_tokens
-            .is_some_and(|t| !(1..=10_000_000).contains(&t))
+            .is_some_and(|t| !MAX_OUTPUT_TOKENS_RANGE.contains(&t))
         {
             return invalid("options.max_output_tokens", "must be in 1..=10000000");
         }
         if self
             .temperature
-            .is_some_and(|t| !t.is_finite() || !(0.0..=2.0).contains(&t))
+            .is_some_and(|t| !t.is_finite() || !TEMPERATURE_RANGE.contains(&t))
         {
             return invalid("options.temperature", "must be in 0..=2");
         }
-        if self.input_price_micros_per_mtok.is_some_and(|p| p < 0) {
+        if self
+            .input_price_micros_per_mtok
+            .is_some_and(|p| !PRICE_RANGE.contains(&p))
+        {
             return invalid(
                 "options.input_price_micros_per_mtok",
                 "must not be negative",
             );
         }
-        if self.output_price_micros_per_mtok.is_some_and(|p| p < 0) {
+        if self
+            .output_price_micros_per_mtok
+            .is_some_and(|p| !PRICE_RANGE.contains(&p))
+        {
             return invalid(
                 "options.output_price_micros_per_mtok",
                 "must not be negative",
@@ -154,7 +171,7 @@ impl ModelOptions {
         }
         if self
             .compact_recent_messages
-            .is_some_and(|n| !(4..=1000).contains(&n))
+            .is_some_and(|n| !COMPACT_RECENT_MESSAGES_RANGE.contains(&n))
         {
             return invalid("options.compact_recent_messages", "must be in 4..=1000");
         }

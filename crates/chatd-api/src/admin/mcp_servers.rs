@@ -123,26 +123,33 @@ impl McpServer {
 pub struct CreateMcpServerRequest {
     /// 1–64 characters of `a-z`, `0-9`, `_`, `-`, starting with a letter or
     /// digit, without `__`.
+    #[schema(schema_with = validate::slug_schema)]
     pub slug: String,
     /// Display name.
     #[serde(default)]
+    #[schema(schema_with = validate::name_schema)]
     pub display_name: Option<String>,
     /// Transport.
     pub transport: McpTransport,
     /// Required for stdio.
     #[serde(default)]
+    #[schema(schema_with = validate::mcp_command_schema)]
     pub command: Option<String>,
     /// Arguments (stdio).
     #[serde(default)]
+    #[schema(schema_with = validate::mcp_args_schema)]
     pub args: Option<Vec<String>>,
     /// Environment (stdio).
     #[serde(default)]
+    #[schema(schema_with = validate::mcp_map_schema)]
     pub env: Option<BTreeMap<String, String>>,
     /// Required for streamable_http (http or https).
     #[serde(default)]
+    #[schema(schema_with = validate::nullable_url_schema)]
     pub url: Option<String>,
     /// HTTP headers (streamable_http).
     #[serde(default)]
+    #[schema(schema_with = validate::mcp_map_schema)]
     pub headers: Option<BTreeMap<String, String>>,
     /// Default true.
     #[serde(default)]
@@ -150,7 +157,7 @@ pub struct CreateMcpServerRequest {
     /// `"never"` (default), `"always"` or an array of the server's own tool
     /// names (1 to 128 bytes each, at most 256) whose calls need approval.
     #[serde(default)]
-    #[schema(value_type = Option<Value>)]
+    #[schema(schema_with = validate::require_approval_schema)]
     pub require_approval: Option<RequireApproval>,
 }
 
@@ -162,36 +169,41 @@ pub struct CreateMcpServerRequest {
 pub struct UpdateMcpServerRequest {
     /// Slug.
     #[serde(default)]
+    #[schema(schema_with = validate::nullable_slug_schema)]
     pub slug: Option<String>,
     /// Display name.
     #[serde(default)]
+    #[schema(schema_with = validate::name_schema)]
     pub display_name: Option<String>,
     /// Transport.
     #[serde(default)]
     pub transport: Option<McpTransport>,
     /// Command; `null` clears it.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = validate::mcp_command_schema)]
     pub command: Option<Option<String>>,
     /// Arguments.
     #[serde(default)]
+    #[schema(schema_with = validate::mcp_args_schema)]
     pub args: Option<Vec<String>>,
     /// Environment.
     #[serde(default)]
+    #[schema(schema_with = validate::mcp_map_schema)]
     pub env: Option<BTreeMap<String, String>>,
     /// URL; `null` clears it.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = validate::nullable_url_schema)]
     pub url: Option<Option<String>>,
     /// HTTP headers.
     #[serde(default)]
+    #[schema(schema_with = validate::mcp_map_schema)]
     pub headers: Option<BTreeMap<String, String>>,
     /// Enabled.
     #[serde(default)]
     pub enabled: Option<bool>,
     /// Which tools need approval (see [`CreateMcpServerRequest`]).
     #[serde(default)]
-    #[schema(value_type = Option<Value>)]
+    #[schema(schema_with = validate::require_approval_schema)]
     pub require_approval: Option<RequireApproval>,
 }
 

@@ -81,14 +81,18 @@ pub struct CreateModelConfigRequest {
     /// An existing provider.
     pub provider_id: Uuid,
     /// The provider's model name (1–256 characters).
+    #[schema(schema_with = validate::model_name_schema)]
     pub model: String,
     /// Display name.
     #[serde(default)]
+    #[schema(schema_with = validate::name_schema)]
     pub display_name: Option<String>,
     /// Context window in tokens, > 0.
+    #[schema(schema_with = validate::context_limit_schema)]
     pub context_limit: i64,
     /// 0..=100, default 70.
     #[serde(default)]
+    #[schema(schema_with = validate::compression_threshold_schema)]
     pub compression_threshold: Option<i32>,
     /// Make it the default (unsets the previous one).
     #[serde(default)]
@@ -110,15 +114,19 @@ pub struct UpdateModelConfigRequest {
     pub provider_id: Option<Uuid>,
     /// Model name.
     #[serde(default)]
+    #[schema(schema_with = validate::nullable_model_name_schema)]
     pub model: Option<String>,
     /// Display name.
     #[serde(default)]
+    #[schema(schema_with = validate::name_schema)]
     pub display_name: Option<String>,
     /// Context window in tokens.
     #[serde(default)]
+    #[schema(schema_with = validate::nullable_context_limit_schema)]
     pub context_limit: Option<i64>,
     /// 0..=100.
     #[serde(default)]
+    #[schema(schema_with = validate::compression_threshold_schema)]
     pub compression_threshold: Option<i32>,
     /// Make it the default, or stop it being the default.
     #[serde(default)]

@@ -79,9 +79,11 @@ pub struct CreateProviderRequest {
     pub provider: ProviderKind,
     /// Display name (at most 200 characters).
     #[serde(default)]
+    #[schema(schema_with = validate::name_schema)]
     pub display_name: Option<String>,
     /// Base URL (http or https).
     #[serde(default)]
+    #[schema(schema_with = validate::nullable_url_schema)]
     pub base_url: Option<String>,
     /// API key (write-only; at most 4096 bytes).
     #[serde(default)]
@@ -101,10 +103,11 @@ pub struct UpdateProviderRequest {
     pub provider: Option<ProviderKind>,
     /// Display name.
     #[serde(default)]
+    #[schema(schema_with = validate::name_schema)]
     pub display_name: Option<String>,
     /// Base URL; `null` clears it.
     #[serde(default, deserialize_with = "double_option")]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = validate::nullable_url_schema)]
     pub base_url: Option<Option<String>>,
     /// API key; `null` clears it.
     #[serde(default, deserialize_with = "double_option")]

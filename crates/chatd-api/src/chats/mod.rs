@@ -154,9 +154,11 @@ impl From<&chatd_store::Chat> for Chat {
 #[serde(deny_unknown_fields)]
 pub struct CreateChatRequest {
     /// The first user message; required and non-empty.
+    #[schema(schema_with = validate::message_content_schema)]
     pub content: Vec<ChatInputPart>,
-    /// Title, at most 200 characters (default "New Chat").
+    /// Title, at most 200 characters, not blank (default "New Chat").
     #[serde(default)]
+    #[schema(schema_with = validate::title_schema)]
     pub title: Option<String>,
     /// An enabled model config; default: the enabled default config.
     #[serde(default)]
@@ -168,16 +170,20 @@ pub struct CreateChatRequest {
     /// System prompt, at most 10,000 characters; stored as the first
     /// (system) message.
     #[serde(default)]
+    #[schema(schema_with = validate::system_prompt_schema)]
     pub system_prompt: Option<String>,
     /// At most 50 labels; keys 1–64 characters without `:`, values at most
     /// 256 characters.
     #[serde(default)]
+    #[schema(schema_with = validate::labels_schema)]
     pub labels: Option<BTreeMap<String, String>>,
     /// At most 250 client-executed tools with unique names.
     #[serde(default)]
+    #[schema(schema_with = validate::dynamic_tools_schema)]
     pub dynamic_tools: Option<Vec<DynamicTool>>,
     /// Existing MCP servers to offer the model (at most 100).
     #[serde(default)]
+    #[schema(schema_with = validate::mcp_server_ids_schema)]
     pub mcp_server_ids: Option<Vec<Uuid>>,
     /// Plan mode.
     #[serde(default)]
@@ -197,17 +203,20 @@ pub struct CreateChatRequest {
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateChatRequest {
-    /// New title (1–200 characters).
+    /// New title (1–200 characters, not blank).
     #[serde(default)]
+    #[schema(schema_with = validate::title_schema)]
     pub title: Option<String>,
     /// Archive (root chats only; the whole family) or unarchive.
     #[serde(default)]
     pub archived: Option<bool>,
     /// Replaces every label.
     #[serde(default)]
+    #[schema(schema_with = validate::labels_schema)]
     pub labels: Option<BTreeMap<String, String>>,
     /// Pin order, `0..=2147483647` (0 = not pinned).
     #[serde(default)]
+    #[schema(schema_with = validate::pin_order_schema)]
     pub pin_order: Option<i32>,
     /// `"plan"`, or `null` to leave plan mode.
     #[serde(default, deserialize_with = "double_option")]
@@ -225,10 +234,9 @@ pub struct ListChatsParams {
     archived: Option<bool>,
     /// `key:value` (split at the first `:`); may repeat, all must match.
     label: Option<Vec<String>>,
-    /// Case-insensitive substring of the title.
+    /// Case-insensitive substring of the title (at most 200 characters).
     q: Option<String>,
     /// Page size, 1..=100 (default 50).
-    #[param(minimum = 1, maximum = 100)]
     limit: Option<i64>,
     /// Id of the last chat of the previous page.
     after_id: Option<Uuid>,
@@ -239,6 +247,24 @@ pub struct ListChatsParams {
     /// absent: only root chats (children are hidden from the default
     /// list). Not a uuid → `400` naming `parent_id`.
     parent_id: Option<Uuid>,
+}
+
+/// The page size of `GET /chats`: 1..=100 (the OpenAPI document states it:
+/// [`crate::openapi`]).
+pub(crate) const LIMIT: validate::IntRange = validate::IntRange::new(1, 100);
+
+/// Schema of the `label` filter: `key:value` strings
+/// ([`validate::LABEL_FILTER_PATTERN`]).
+pub(crate) fn label_filter_schema() -> utoipa::openapi::schema::Array {
+    let mut item = validate::text_schema(0, 0, false);
+    item.max_length = None;
+    item.pattern = Some(validate::LABEL_FILTER_VALUE_PATTERN.to_owned());
+    utoipa::openapi::schema::ArrayBuilder::new().items(item).build()
+}
+
+/// Schema of `q`: at most [`validate::MAX_TITLE_CHARS`] characters.
+pub(crate) fn q_schema() -> utoipa::openapi::schema::Object {
+    validate::text_schema(0, validate::MAX_TITLE_CHARS, false)
 }
 
 /// Checks that `id` is an enabled model config.
@@ -295,7 +321,7 @@ pub async fn list_chats(
 ) -> ApiResult<Json<Vec<Chat>>> {
     let query = QueryParams::parse(query.as_deref())?;
     let archived = query.bool("archived")?.unwrap_or(false);
-    let limit = query.int_in("limit", 1, 100, 50)?;
+    let limit = query.int_in("limit", LIMIT.min, LIMIT.max, 50)?;
     let after_id = query.uuid("after_id")?;
     let owner = query.uuid("owner")?;
     let parent_id = query.uuid("parent_id")?;
@@ -311,7 +337,8 @@ pub async fn list_chats(
     let mut keys = Vec::new();
     let mut values = Vec::new();
     for label in query.all("label") {
-        let Some((k, v)) = label.split_once(':') else {
+        // `label.contains(validate::LABEL_FILTER_PATTERN)`, the schema's pattern.
+        let Some((k, v)) = label.split_once(validate::LABEL_FILTER_PATTERN) else {
             return Err(ApiError::invalid_query("label", "must be key:value"));
         };
         keys.push(k.to_owned());
@@ -490,7 +517,9 @@ pub async fn update_chat(
     if let Some(labels) = &req.labels {
         validate::labels(labels)?;
     }
-    if req.pin_order.is_some_and(|p| p < 0) {
+    if let Some(p) = req.pin_order
+        && !validate::PIN_ORDER.contains(p.into())
+    {
         return Err(ApiError::invalid("pin_order", "must not be negative"));
     }
     let stays_archived = req.archived.unwrap_or(chat.archived);

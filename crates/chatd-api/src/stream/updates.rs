@@ -37,6 +37,7 @@ use utoipa::IntoParams;
 use crate::app::AppState;
 use crate::auth::ChatTarget;
 use crate::chats::Chat;
+use crate::validate::IntRange;
 use crate::error::{ApiError, ApiResult, E400, E401, E404, E429, E503};
 use crate::extract::QueryParams;
 
@@ -53,12 +54,16 @@ pub struct UpdatesParams {
     /// Required: the `snapshot_version` the client has seen (a
     /// non-negative integer). The answer is `200` once the chat's is
     /// greater.
-    #[param(minimum = 0)]
     after_snapshot_version: i64,
     /// How long to wait in milliseconds, 0..=60000 (default 25000).
-    #[param(minimum = 0, maximum = 60000)]
     wait_ms: Option<i64>,
 }
+
+/// `after_snapshot_version`: `0..=2^63-1` (the OpenAPI document states
+/// it and `wait_ms`'s range: [`crate::openapi`]).
+pub(crate) const AFTER_SNAPSHOT_VERSION: IntRange = IntRange::new(0, i64::MAX);
+/// `wait_ms`: `0..=`[`MAX_WAIT_MS`].
+pub(crate) const WAIT_MS: IntRange = IntRange::new(0, MAX_WAIT_MS);
 
 /// `GET /api/v2/chats/{chat}/updates?after_snapshot_version=N&wait_ms=25000`:
 /// long-poll for a change of the chat (see the module doc). Same visibility
@@ -90,8 +95,13 @@ pub async fn long_poll_updates(
             "is required (a non-negative integer)",
         ));
     }
-    let after = query.int_in("after_snapshot_version", 0, i64::MAX, 0)?;
-    let wait_ms = query.int_in("wait_ms", 0, MAX_WAIT_MS, DEFAULT_WAIT_MS)?;
+    let after = query.int_in(
+        "after_snapshot_version",
+        AFTER_SNAPSHOT_VERSION.min,
+        AFTER_SNAPSHOT_VERSION.max,
+        0,
+    )?;
+    let wait_ms = query.int_in("wait_ms", WAIT_MS.min, WAIT_MS.max, DEFAULT_WAIT_MS)?;
     let service = state.stream_service()?;
     // A long-poll is an open stream: it counts under the caller's cap, and
     // ends with `401` if its token stops authenticating meanwhile.

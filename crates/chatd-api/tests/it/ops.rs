@@ -68,6 +68,90 @@ async fn metrics_count_requests_by_route_template_and_transitions() {
     );
 }
 
+/// Issue 32 point 8: the document states the constraints the handlers check
+/// and the statuses the layers answer (scripts/schemathesis.sh checks the
+/// whole of it against a live server; this pins a few by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document_states_the_checked_constraints_and_statuses() {
+    let s = Server::start().await;
+    let doc = s.call("GET", "/api/v2/openapi.json", None, None).await;
+    let doc = doc.expect(200).clone();
+    let paths = doc["paths"].as_object().unwrap();
+    let schemas = &doc["components"]["schemas"];
+    // Every mutating chat route (both mounts): the key's form, 400 and 409.
+    let mut keyed = 0;
+    for (path, item) in paths {
+        for (method, op) in item.as_object().unwrap() {
+            let mutating = ["post", "put", "patch", "delete"].contains(&method.as_str());
+            let chat_route =
+                path.starts_with("/api/v2/chats") || path.starts_with("/api/experimental/chats");
+            let key = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["name"] == "Idempotency-Key");
+            assert_eq!(key.is_some(), mutating && chat_route, "{method} {path}");
+            if let Some(key) = key {
+                keyed += 1;
+                let pattern = key["schema"]["pattern"].as_str().unwrap();
+                assert!(pattern.contains("{0,253}"), "{pattern}");
+                for status in ["400", "409", "429"] {
+                    assert!(
+                        op["responses"][status].is_object(),
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+            if op["requestBody"].is_object() {
+                for status in ["408", "413"] {
+                    assert!(
+                        op["responses"][status].is_object(),
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(keyed > 40, "{keyed}");
+    let create_model = &schemas["CreateModelConfigRequest"]["properties"];
+    assert_eq!(create_model["context_limit"]["minimum"], 1);
+    assert_eq!(create_model["compression_threshold"]["maximum"], 100);
+    assert!(create_model["model"]["pattern"].is_string());
+    let slug = schemas["CreateMcpServerRequest"]["properties"]["slug"]["pattern"]
+        .as_str()
+        .unwrap();
+    assert_eq!(slug, "^[a-z0-9](?:_?[a-z0-9-])*_?$");
+    let content = &schemas["CreateChatRequest"]["properties"]["content"];
+    assert_eq!(content["minItems"], 1);
+    assert!(content["contains"].is_object(), "{content}");
+    let lifetime = &schemas["CreateTokenRequest"]["properties"]["lifetime_seconds"];
+    assert_eq!(lifetime["minimum"], 1);
+    assert_eq!(lifetime["maximum"], 316_224_000);
+    assert_eq!(
+        schemas["MoveQueuedMessageRequest"]["properties"]["position"]["maximum"],
+        i64::MAX
+    );
+    let label = paths["/api/v2/chats"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "label")
+        .unwrap();
+    assert!(
+        label["schema"]["items"]["pattern"]
+            .as_str()
+            .unwrap()
+            .contains(':')
+    );
+    let after_id = paths["/api/v2/chats/{chat}/messages"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "after_id")
+        .unwrap();
+    assert_eq!(after_id["schema"]["minimum"], 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openapi_document_is_3_1_and_covers_every_route() {
     let s = Server::start().await;
