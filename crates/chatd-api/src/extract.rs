@@ -260,35 +260,59 @@ impl<'de> serde::Deserializer<'de> for StrictValue {
         visitor.visit_newtype_struct(self)
     }
 
-    fn deserialize_i8<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_i8<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         self.deserialize_integer(visitor)
     }
 
-    fn deserialize_i16<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_i16<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         self.deserialize_integer(visitor)
     }
 
-    fn deserialize_i32<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_i32<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         self.deserialize_integer(visitor)
     }
 
-    fn deserialize_i64<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_i64<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         self.deserialize_integer(visitor)
     }
 
-    fn deserialize_u8<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_u8<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         self.deserialize_integer(visitor)
     }
 
-    fn deserialize_u16<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_u16<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         self.deserialize_integer(visitor)
     }
 
-    fn deserialize_u32<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_u32<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         self.deserialize_integer(visitor)
     }
 
-    fn deserialize_u64<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_u64<V: serde::de::Visitor<'de>>(
+        self,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         self.deserialize_integer(visitor)
     }
 
@@ -628,7 +652,12 @@ mod tests {
 
     #[test]
     fn whole_numbers_are_integers_however_written() {
-        for body in [r#"{"a": 3}"#, r#"{"a": 3.0}"#, r#"{"a": 3e0}"#, r#"{"a": 30e-1}"#] {
+        for body in [
+            r#"{"a": 3}"#,
+            r#"{"a": 3.0}"#,
+            r#"{"a": 3e0}"#,
+            r#"{"a": 30e-1}"#,
+        ] {
             assert_eq!(parse_json::<Probe>(body.as_bytes()).unwrap().a, 3, "{body}");
         }
         assert_eq!(
@@ -642,15 +671,20 @@ mod tests {
             f: f64,
             v: Value,
         }
-        let wide: Wide =
-            parse_json(br#"{"u": 9.007199254740992e15, "i": -9.223372036854775808e18, "f": 2.0, "v": 2.0}"#)
-                .unwrap();
+        let wide: Wide = parse_json(
+            br#"{"u": 9.007199254740992e15, "i": -9.223372036854775808e18, "f": 2.0, "v": 2.0}"#,
+        )
+        .unwrap();
         assert_eq!(wide.u, 9_007_199_254_740_992);
         assert_eq!(wide.i, i64::MIN);
         assert_eq!(wide.f, 2.0);
         // Untyped JSON keeps its spelling.
         assert!(wide.v.is_f64());
-        for bad in [r#"{"a": 1.5}"#, r#"{"a": 1.8446744073709552e19}"#, r#"{"a": 1e400}"#] {
+        for bad in [
+            r#"{"a": 1.5}"#,
+            r#"{"a": 1.8446744073709552e19}"#,
+            r#"{"a": 1e400}"#,
+        ] {
             assert!(parse_json::<Probe>(bad.as_bytes()).is_err(), "{bad}");
         }
     }
@@ -672,7 +706,11 @@ mod tests {
             "0".repeat(36),
             "g".repeat(32),
         ] {
-            assert_eq!(pattern.is_match(&text), parse_uuid(&text).is_some(), "{text}");
+            assert_eq!(
+                pattern.is_match(&text),
+                parse_uuid(&text).is_some(),
+                "{text}"
+            );
         }
     }
 

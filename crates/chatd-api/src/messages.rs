@@ -76,8 +76,7 @@ pub(crate) const LIMIT: validate::IntRange = validate::IntRange::new(1, 200);
 
 /// The page size in bytes of `GET .../messages`:
 /// 1..=[`paging::MAX_MAX_BYTES`].
-pub(crate) const MAX_BYTES: validate::IntRange =
-    validate::IntRange::new(1, paging::MAX_MAX_BYTES);
+pub(crate) const MAX_BYTES: validate::IntRange = validate::IntRange::new(1, paging::MAX_MAX_BYTES);
 
 /// A page of messages.
 #[derive(Debug, Clone, Serialize, ToSchema)]

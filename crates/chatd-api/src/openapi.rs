@@ -10,9 +10,7 @@
 //! UI's static files (`/`, `/app.js`, ..., see `crate::web`) are not API operations
 //! and are not listed.
 
-use utoipa::openapi::security::{
-    HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
-};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use std::sync::OnceLock;
@@ -241,12 +239,9 @@ impl Modify for LayerStatuses {
         let global_security = openapi.security.as_ref().is_some_and(|s| !s.is_empty());
         for item in openapi.paths.paths.values_mut() {
             for op in operations_mut(item) {
-                let public = op
-                    .security
-                    .as_ref()
-                    .map_or(!global_security, |reqs| {
-                        reqs.iter().any(|r| *r == SecurityRequirement::default())
-                    });
+                let public = op.security.as_ref().map_or(!global_security, |reqs| {
+                    reqs.iter().any(|r| *r == SecurityRequirement::default())
+                });
                 if !public {
                     add_status(op, 401, "Missing, unknown or expired token");
                     add_status(
@@ -376,30 +371,75 @@ fn parameter_rules() -> Vec<(
     user.max_length = None;
     let o = Schema::Object;
     vec![
-        (ParameterIn::Query, "limit", Some("/api/v2/chats"), o(crate::chats::LIMIT.schema())),
-        (ParameterIn::Query, "q", Some("/api/v2/chats"), o(crate::chats::q_schema())),
+        (
+            ParameterIn::Query,
+            "limit",
+            Some("/api/v2/chats"),
+            o(crate::chats::LIMIT.schema()),
+        ),
+        (
+            ParameterIn::Query,
+            "q",
+            Some("/api/v2/chats"),
+            o(crate::chats::q_schema()),
+        ),
         (
             ParameterIn::Query,
             "label",
             Some("/api/v2/chats"),
             Schema::Array(crate::chats::label_filter_schema()),
         ),
-        (ParameterIn::Query, "limit", Some("/messages"), o(crate::messages::LIMIT.schema())),
-        (ParameterIn::Query, "max_bytes", Some("/messages"), o(crate::messages::MAX_BYTES.schema())),
-        (ParameterIn::Query, "before_id", Some("/messages"), o(ID.schema())),
-        (ParameterIn::Query, "after_id", Some("/messages"), o(ID.schema())),
+        (
+            ParameterIn::Query,
+            "limit",
+            Some("/messages"),
+            o(crate::messages::LIMIT.schema()),
+        ),
+        (
+            ParameterIn::Query,
+            "max_bytes",
+            Some("/messages"),
+            o(crate::messages::MAX_BYTES.schema()),
+        ),
+        (
+            ParameterIn::Query,
+            "before_id",
+            Some("/messages"),
+            o(ID.schema()),
+        ),
+        (
+            ParameterIn::Query,
+            "after_id",
+            Some("/messages"),
+            o(ID.schema()),
+        ),
         (
             ParameterIn::Query,
             "after_snapshot_version",
             Some("/updates"),
             o(crate::stream::updates::AFTER_SNAPSHOT_VERSION.schema()),
         ),
-        (ParameterIn::Query, "wait_ms", Some("/updates"), o(crate::stream::updates::WAIT_MS.schema())),
+        (
+            ParameterIn::Query,
+            "wait_ms",
+            Some("/updates"),
+            o(crate::stream::updates::WAIT_MS.schema()),
+        ),
         (ParameterIn::Path, "user", None, o(user)),
         (ParameterIn::Path, "queued", None, o(ID.schema())),
         (ParameterIn::Path, "message", None, o(ID.schema())),
-        (ParameterIn::Query, "after_id", Some("/stream"), o(ID.schema())),
-        (ParameterIn::Query, "after_id", Some("/events"), o(ID.schema())),
+        (
+            ParameterIn::Query,
+            "after_id",
+            Some("/stream"),
+            o(ID.schema()),
+        ),
+        (
+            ParameterIn::Query,
+            "after_id",
+            Some("/events"),
+            o(ID.schema()),
+        ),
         // `Last-Event-ID`: a message id, or 0 for "from the start".
         (
             ParameterIn::Header,
@@ -599,7 +639,10 @@ fn no_nul(schema: &mut utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>) 
                 *schema = RefOr::Ref(Ref::from_schema_name("JsonWithoutNul"));
                 return;
             }
-            if types.contains(&Type::String) && object.enum_values.is_none() && object.pattern.is_none() {
+            if types.contains(&Type::String)
+                && object.enum_values.is_none()
+                && object.pattern.is_none()
+            {
                 object.pattern = Some(NO_NUL_PATTERN.to_owned());
             }
             if types.contains(&Type::Object) {

@@ -329,9 +329,7 @@ impl IntRange {
     /// The JSON Schema of the range: an integer with `minimum` and `maximum`
     /// (`format` `int32` when the range fits in 32 bits, else `int64`).
     pub fn schema(&self) -> utoipa::openapi::schema::Object {
-        use utoipa::openapi::schema::{
-            KnownFormat, ObjectBuilder, SchemaFormat, Type,
-        };
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
         let int32 = self.min >= i64::from(i32::MIN) && self.max <= i64::from(i32::MAX);
         ObjectBuilder::new()
             .schema_type(Type::Integer)
@@ -510,7 +508,9 @@ pub fn dynamic_tools_schema() -> utoipa::openapi::schema::Array {
 /// Schema of `mcp_server_ids`: at most [`MAX_MCP_SERVERS`] ids of existing
 /// MCP servers; `null` is the same as absent.
 pub fn mcp_server_ids_schema() -> utoipa::openapi::schema::Array {
-    use utoipa::openapi::schema::{ArrayBuilder, KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type};
+    use utoipa::openapi::schema::{
+        ArrayBuilder, KnownFormat, ObjectBuilder, SchemaFormat, SchemaType, Type,
+    };
     ArrayBuilder::new()
         .schema_type(SchemaType::Array(vec![Type::Array, Type::Null]))
         .items(
@@ -548,7 +548,8 @@ pub fn core_constraints() -> Vec<(&'static str, &'static str, utoipa::openapi::s
     use chatd_core::model_options as mo;
     let mut name = text_schema(1, MAX_TOOL_NAME_CHARS, false);
     name.pattern = Some(tool_name_pattern());
-    let range = |r: &std::ops::RangeInclusive<i64>| IntRange::new(*r.start(), *r.end()).nullable_schema();
+    let range =
+        |r: &std::ops::RangeInclusive<i64>| IntRange::new(*r.start(), *r.end()).nullable_schema();
     let temperature = nullable(
         utoipa::openapi::schema::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::Type::Number)
@@ -560,10 +561,22 @@ pub fn core_constraints() -> Vec<(&'static str, &'static str, utoipa::openapi::s
             .build(),
     );
     vec![
-        ("ModelOptions", "max_output_tokens", range(&mo::MAX_OUTPUT_TOKENS_RANGE)),
+        (
+            "ModelOptions",
+            "max_output_tokens",
+            range(&mo::MAX_OUTPUT_TOKENS_RANGE),
+        ),
         ("ModelOptions", "temperature", temperature),
-        ("ModelOptions", "input_price_micros_per_mtok", range(&mo::PRICE_RANGE)),
-        ("ModelOptions", "output_price_micros_per_mtok", range(&mo::PRICE_RANGE)),
+        (
+            "ModelOptions",
+            "input_price_micros_per_mtok",
+            range(&mo::PRICE_RANGE),
+        ),
+        (
+            "ModelOptions",
+            "output_price_micros_per_mtok",
+            range(&mo::PRICE_RANGE),
+        ),
         (
             "ModelOptions",
             "compact_recent_messages",
@@ -670,7 +683,11 @@ pub fn mcp_map_schema() -> utoipa::openapi::schema::Object {
             text_schema(0, MAX_MCP_VALUE_BYTES, false),
         )))))
         .build();
-    map.property_names = Some(Box::new(Schema::Object(text_schema(1, MAX_MCP_KEY_BYTES, false))));
+    map.property_names = Some(Box::new(Schema::Object(text_schema(
+        1,
+        MAX_MCP_KEY_BYTES,
+        false,
+    ))));
     nullable(map)
 }
 
@@ -696,19 +713,21 @@ pub fn mcp_command_schema() -> utoipa::openapi::schema::Object {
 /// `null` is the same as absent.
 pub fn require_approval_schema() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
-    Schema::OneOf(OneOfBuilder::new()
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .enum_values(Some(["never", "always"])),
-        )
-        .item(
-            ArrayBuilder::new()
-                .items(text_schema(1, MAX_APPROVAL_TOOL_BYTES, false))
-                .max_items(Some(MAX_APPROVAL_TOOLS)),
-        )
-        .item(ObjectBuilder::new().schema_type(Type::Null))
-        .build())
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["never", "always"])),
+            )
+            .item(
+                ArrayBuilder::new()
+                    .items(text_schema(1, MAX_APPROVAL_TOOL_BYTES, false))
+                    .max_items(Some(MAX_APPROVAL_TOOLS)),
+            )
+            .item(ObjectBuilder::new().schema_type(Type::Null))
+            .build(),
+    )
 }
 
 /// Rules across the fields of a request body, as JSON Schema keywords added
@@ -811,11 +830,19 @@ mod tests {
             read_only: false,
         };
         for s in strings(&['a', 'Z', '0', '_', '-', ' ', '.', 'é'], 3) {
-            assert_eq!(pattern.is_match(&s), dynamic_tools(&[tool(&s)]).is_ok(), "{s:?}");
+            assert_eq!(
+                pattern.is_match(&s),
+                dynamic_tools(&[tool(&s)]).is_ok(),
+                "{s:?}"
+            );
         }
         for len in [MAX_TOOL_NAME_CHARS, MAX_TOOL_NAME_CHARS + 1] {
             let s = "a".repeat(len);
-            assert_eq!(pattern.is_match(&s), dynamic_tools(&[tool(&s)]).is_ok(), "{len}");
+            assert_eq!(
+                pattern.is_match(&s),
+                dynamic_tools(&[tool(&s)]).is_ok(),
+                "{len}"
+            );
         }
     }
 
@@ -824,7 +851,11 @@ mod tests {
         let pattern = Regex::new(LABEL_KEY_PATTERN).unwrap();
         for key in ["a", "a:b", ":", "team", "x y"] {
             let labels = BTreeMap::from([(key.to_owned(), String::new())]);
-            assert_eq!(pattern.is_match(key), super::labels(&labels).is_ok(), "{key:?}");
+            assert_eq!(
+                pattern.is_match(key),
+                super::labels(&labels).is_ok(),
+                "{key:?}"
+            );
         }
     }
 

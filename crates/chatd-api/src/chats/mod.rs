@@ -259,7 +259,9 @@ pub(crate) fn label_filter_schema() -> utoipa::openapi::schema::Array {
     let mut item = validate::text_schema(0, 0, false);
     item.max_length = None;
     item.pattern = Some(validate::LABEL_FILTER_VALUE_PATTERN.to_owned());
-    utoipa::openapi::schema::ArrayBuilder::new().items(item).build()
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(item)
+        .build()
 }
 
 /// Schema of `q`: at most [`validate::MAX_TITLE_CHARS`] characters.

@@ -37,9 +37,9 @@ use utoipa::IntoParams;
 use crate::app::AppState;
 use crate::auth::ChatTarget;
 use crate::chats::Chat;
-use crate::validate::IntRange;
 use crate::error::{ApiError, ApiResult, E400, E401, E404, E429, E503};
 use crate::extract::QueryParams;
+use crate::validate::IntRange;
 
 /// Default `wait_ms`: 25 s.
 pub const DEFAULT_WAIT_MS: i64 = 25_000;
