@@ -41,7 +41,7 @@
 //! apply it one after the other. Entries are validated with the same rules
 //! as the admin routes before anything is written.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -52,7 +52,7 @@ use uuid::Uuid;
 
 use crate::admin;
 use crate::error::ApiError;
-use chatd_core::{McpTransport, ModelOptions, ProviderKind, RequireApproval};
+use chatd_core::{ModelOptions, ProviderKind};
 use chatd_store::queries::locks::{self, AdvisoryLock};
 use chatd_store::queries::mcp_servers::{self, McpServerDef};
 use chatd_store::queries::model_configs::{self, ModelConfigDef};
@@ -128,40 +128,11 @@ pub struct ModelConfigEntry {
     pub options: Option<ModelOptions>,
 }
 
-/// A `[[mcp_servers]]` entry. `Debug` prints no `env` or `headers` value.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpServerEntry {
-    /// Stable key; same rules as the admin API.
-    pub slug: String,
-    /// Display name.
-    #[serde(default)]
-    pub display_name: Option<String>,
-    /// `stdio` or `streamable_http`.
-    pub transport: McpTransport,
-    /// Command (stdio).
-    #[serde(default)]
-    pub command: Option<String>,
-    /// Arguments (stdio).
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Environment (stdio).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// URL (streamable_http).
-    #[serde(default)]
-    pub url: Option<String>,
-    /// Headers (streamable_http).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Default true.
-    #[serde(default)]
-    pub enabled: Option<bool>,
-    /// `"never"` (default), `"always"` or a list of the server's own tool
-    /// names that need approval (API.md "Tool approval (human in the loop)").
-    #[serde(default)]
-    pub require_approval: RequireApproval,
-}
+/// A `[[mcp_servers]]` entry: the admin API's create request itself (one
+/// definition of an MCP server's fields, their defaults and their checks for
+/// both; `Debug` prints no `env` or `headers` value). `slug` is the entry's
+/// stable key.
+pub type McpServerEntry = admin::mcp_servers::CreateMcpServerRequest;
 
 impl std::fmt::Debug for ProviderEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -173,26 +144,6 @@ impl std::fmt::Debug for ProviderEntry {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("api_key_env", &self.api_key_env)
             .field("enabled", &self.enabled)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for McpServerEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redacted = |map: &BTreeMap<String, String>| -> BTreeMap<String, &'static str> {
-            map.keys().map(|k| (k.clone(), "<redacted>")).collect()
-        };
-        f.debug_struct("McpServerEntry")
-            .field("slug", &self.slug)
-            .field("display_name", &self.display_name)
-            .field("transport", &self.transport)
-            .field("command", &self.command)
-            .field("args", &self.args)
-            .field("env", &redacted(&self.env))
-            .field("url", &self.url.as_deref().map(redact_url))
-            .field("headers", &redacted(&self.headers))
-            .field("enabled", &self.enabled)
-            .field("require_approval", &self.require_approval)
             .finish()
     }
 }
@@ -347,19 +298,7 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
         if !slugs.insert(s.slug.as_str()) {
             bail!("{at}: duplicate slug");
         }
-        let def = McpServerDef {
-            id: stable_id("mcp-server", &s.slug),
-            slug: s.slug.clone(),
-            display_name: s.display_name.clone().unwrap_or_default(),
-            transport: s.transport,
-            command: s.command.clone(),
-            args: s.args.clone(),
-            env: s.env.clone(),
-            url: s.url.clone(),
-            headers: s.headers.clone(),
-            enabled: s.enabled.unwrap_or(true),
-            require_approval: s.require_approval.clone(),
-        };
+        let def = s.clone().into_def(stable_id("mcp-server", &s.slug));
         admin::mcp_servers::validate_mcp(&def).map_err(|e| invalid(&at, e))?;
         mcp_servers.push(def);
     }

@@ -736,8 +736,29 @@ pub fn require_approval_schema() -> utoipa::openapi::schema::Schema {
 ///   that is not blank, `streamable_http` a `url` (`crate::admin::mcp_servers`).
 /// - An `openai-compat` provider has no default address: it needs a
 ///   `base_url` (`crate::admin::providers`).
+/// - A disabled model config cannot be the default; reasoning effort
+///   bounds keep `default` ≤ `max` (`crate::admin::model_configs`).
 pub fn component_rules() -> Vec<(&'static str, &'static str, serde_json::Value)> {
+    use chatd_core::ReasoningEffort;
     use serde_json::json;
+    let default_and_disabled = json!({
+        "required": ["is_default", "enabled"],
+        "properties": {"is_default": {"const": true}, "enabled": {"const": false}},
+    });
+    let effort_pairs = ReasoningEffort::ALL
+        .iter()
+        .flat_map(|default| {
+            ReasoningEffort::ALL
+                .iter()
+                .filter(move |max| default <= *max)
+                .map(move |max| {
+                    json!({"properties": {
+                        "default": {"const": default.as_str()},
+                        "max": {"const": max.as_str()},
+                    }})
+                })
+        })
+        .collect();
     vec![
         (
             "CreateMcpServerRequest",
@@ -758,6 +779,20 @@ pub fn component_rules() -> Vec<(&'static str, &'static str, serde_json::Value)>
                     },
                 },
             ]),
+        ),
+        (
+            // A disabled model config cannot be the default.
+            "CreateModelConfigRequest",
+            "not",
+            default_and_disabled.clone(),
+        ),
+        ("UpdateModelConfigRequest", "not", default_and_disabled),
+        (
+            // `default` ≤ `max` (chatd_core::ModelOptions::validate): the
+            // pairs in the order of ReasoningEffort::ALL.
+            "ReasoningEffortOptions",
+            "anyOf",
+            serde_json::Value::Array(effort_pairs),
         ),
         (
             // An archived chat takes no plan mode (`crate::chats`: `400`).

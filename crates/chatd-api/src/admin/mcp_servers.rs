@@ -207,6 +207,29 @@ pub struct UpdateMcpServerRequest {
     pub require_approval: Option<RequireApproval>,
 }
 
+impl CreateMcpServerRequest {
+    /// The server this request defines, with id `id`; absent fields take
+    /// their defaults (no display name, no args, env or headers, enabled,
+    /// approval `never`). Not validated: see [`validate_mcp`]. The admin
+    /// route and the config file's `[[mcp_servers]]` entries (which are this
+    /// type, [`crate::config_file::McpServerEntry`]) both build through it.
+    pub(crate) fn into_def(self, id: Uuid) -> McpServerDef {
+        McpServerDef {
+            id,
+            slug: self.slug,
+            display_name: self.display_name.unwrap_or_default(),
+            transport: self.transport,
+            command: self.command,
+            args: self.args.unwrap_or_default(),
+            env: self.env.unwrap_or_default(),
+            url: self.url,
+            headers: self.headers.unwrap_or_default(),
+            enabled: self.enabled.unwrap_or(true),
+            require_approval: self.require_approval.unwrap_or_default(),
+        }
+    }
+}
+
 impl std::fmt::Debug for CreateMcpServerRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CreateMcpServerRequest")
@@ -355,20 +378,7 @@ pub async fn create_mcp_server(
     _admin: Admin,
     body: extract::Json<CreateMcpServerRequest>,
 ) -> ApiResult<(StatusCode, Json<McpServer>)> {
-    let req = body.read().await?;
-    let def = McpServerDef {
-        id: Uuid::new_v4(),
-        slug: req.slug,
-        display_name: req.display_name.unwrap_or_default(),
-        transport: req.transport,
-        command: req.command,
-        args: req.args.unwrap_or_default(),
-        env: req.env.unwrap_or_default(),
-        url: req.url,
-        headers: req.headers.unwrap_or_default(),
-        enabled: req.enabled.unwrap_or(true),
-        require_approval: req.require_approval.unwrap_or_default(),
-    };
+    let def = body.read().await?.into_def(Uuid::new_v4());
     validate_mcp(&def)?;
     let row = mcp_servers::insert(state.store().pool(), state.store().secrets(), &def)
         .await
