@@ -23,7 +23,7 @@ use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection, PgExecutor, Row};
 use uuid::Uuid;
 
-use crate::secrets::{self, PrepareError, Secrets};
+use crate::secrets::cipher::{self as secrets, PrepareError, Secrets};
 
 /// A row of `chat_mcp_servers`: its definition and when it was written.
 ///

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
-use crate::secrets::{self, Secrets};
+use crate::secrets::cipher::{self as secrets, Secrets};
 
 /// A row of `chat_providers`: its definition and when it was written.
 ///
@@ -321,7 +321,7 @@ pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
 pub(crate) async fn seal_plain_api_keys(
     conn: &mut PgConnection,
     secrets: &Secrets,
-) -> Result<usize, crate::secrets::PrepareError> {
+) -> Result<usize, secrets::PrepareError> {
     let rows: Vec<(Uuid, String)> = sqlx::query_as(
         "SELECT id, api_key FROM chat_providers WHERE api_key IS NOT NULL ORDER BY id FOR UPDATE",
     )
