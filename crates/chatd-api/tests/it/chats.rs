@@ -623,3 +623,30 @@ async fn subagents_flag_is_stored_and_children_are_listed_by_parent_id_only() {
     bad.expect_error(400);
     assert_eq!(bad.fields(), vec!["parent_id"]);
 }
+
+/// Free-form JSON (a dynamic tool's `input_schema`) holding a number at
+/// the edge of `f64` is stored and read back unchanged: PostgreSQL's jsonb
+/// writes `1.7976931348623155e308` back as a 309-digit integer, which
+/// serde_json's default float parsing refused ("number out of range"),
+/// so every read of the chat answered `500` (found by schemathesis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_number_at_the_edge_of_f64_in_a_json_value_round_trips() {
+    let s = Server::start().await;
+    let schema = json!({"type": "object", "maximum": 1.797_693_134_862_315_5e308_f64, "minimum": -5e-324_f64});
+    let created = s
+        .post(
+            "/api/v2/chats",
+            &s.alice,
+            json!({
+                "content": [{"type": "text", "text": "hello"}],
+                "dynamic_tools": [{"name": "pick", "description": "d", "input_schema": schema}],
+            }),
+        )
+        .await;
+    let id = uuid(&created.expect(201)["id"]);
+    let chat = s.get(&format!("/api/v2/chats/{id}"), &s.alice).await;
+    let chat = chat.expect(200);
+    assert_eq!(chat["dynamic_tools"][0]["input_schema"], schema);
+    let list = s.get("/api/v2/chats", &s.alice).await;
+    assert_eq!(ids(list.expect(200)), vec![id]);
+}
