@@ -104,7 +104,12 @@ pub const ASSETS: &[Asset] = &[
     asset!("/chat-view.js", "chat-view.js", JS, Caching::Revalidate),
     asset!("/messages.js", "messages.js", JS, Caching::Revalidate),
     asset!("/panels.js", "panels.js", JS, Caching::Revalidate),
-    asset!("/action-required.js", "action-required.js", JS, Caching::Revalidate),
+    asset!(
+        "/action-required.js",
+        "action-required.js",
+        JS,
+        Caching::Revalidate
+    ),
     asset!("/queue.js", "queue.js", JS, Caching::Revalidate),
     asset!("/app.css", "app.css", CSS, Caching::Revalidate),
     asset!(

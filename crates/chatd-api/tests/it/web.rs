@@ -70,7 +70,11 @@ async fn the_script_and_style_sheet_are_served_with_their_content_types() {
     for (path, content_type, needle) in [
         ("/app.js", "text/javascript; charset=utf-8", "chatd.token"),
         // The live view's WebSocket authenticates with the subprotocol.
-        ("/stream.js", "text/javascript; charset=utf-8", "chatd.bearer."),
+        (
+            "/stream.js",
+            "text/javascript; charset=utf-8",
+            "chatd.bearer.",
+        ),
         ("/app.css", "text/css; charset=utf-8", ".status-badge"),
     ] {
         let resp = get_public(&s, path).await;
