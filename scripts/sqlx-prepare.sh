@@ -16,9 +16,11 @@
 # crates/chatd-store/migrations/*.sql in order with psql (each in one
 # transaction, as sqlx's migrator does) and creates `_sqlx_migrations` with
 # sqlx's own definition (queries::migrations reads it); then, in a target
-# directory of its own (target/sqlx-prepare), `cargo clean -p` of every
-# package in PACKAGES (so their macros run again) and `cargo check
-# --all-targets` with DATABASE_URL=<that database>, SQLX_OFFLINE=false and
+# directory of its own (target/sqlx-prepare, or $SQLX_PREPARE_TARGET_DIR),
+# `cargo clean -p` of every
+# package in PACKAGES (so their macros run again) and `cargo check --lib
+# --profile test` (the library with its unit tests: where the statements
+# are) with DATABASE_URL=<that database>, SQLX_OFFLINE=false and
 # SQLX_OFFLINE_DIR=<empty temporary directory>: each macro describes its
 # statement against the database and writes its json there. Without
 # --check, the new files are copied into .sqlx/ first and only then the
@@ -59,7 +61,7 @@ check=false
 case "${1:-}" in
   --check) check=true ;;
   "") ;;
-  -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
   *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
 
@@ -97,13 +99,19 @@ for file in $(ls crates/chatd-store/migrations/*.sql | sort); do
   psql "$db_url" -Xq -v ON_ERROR_STOP=1 --single-transaction -f "$file" >/dev/null
 done
 
-target="$root/target/sqlx-prepare"
+target=${SQLX_PREPARE_TARGET_DIR:-$root/target/sqlx-prepare}
 pkg_args=()
 for p in "${PACKAGES[@]}"; do pkg_args+=(-p "$p"); done
-log "cargo check ${pkg_args[*]} --all-targets (target dir $target)"
+log "cargo check ${pkg_args[*]} --lib --profile test (target dir $target)"
 cargo clean -q "${pkg_args[@]}" --target-dir "$target" 2>/dev/null || true
-DATABASE_URL=$db_url SQLX_OFFLINE=false SQLX_OFFLINE_DIR=$out \
-  cargo check -q "${pkg_args[@]}" --all-targets --target-dir "$target"
+build_log="$out/cargo.log"
+if ! DATABASE_URL=$db_url SQLX_OFFLINE=false SQLX_OFFLINE_DIR=$out \
+  cargo check "${pkg_args[@]}" --lib --profile test --target-dir "$target" 2>"$build_log"; then
+  grep -v '^warning' "$build_log" | grep -A12 '^error' >&2 || cat "$build_log" >&2
+  log "the build failed: .sqlx/ left as it was"
+  exit 1
+fi
+rm -f "$build_log"
 count=$(find "$out" -name 'query-*.json' | wc -l)
 log "$count statements described"
 
