@@ -38,16 +38,6 @@ pub enum LockMode {
     Update,
 }
 
-impl LockMode {
-    fn select_sql(self) -> &'static str {
-        match self {
-            LockMode::None => "SELECT * FROM chats WHERE id = $1",
-            LockMode::Share => "SELECT * FROM chats WHERE id = $1 FOR SHARE",
-            LockMode::Update => "SELECT * FROM chats WHERE id = $1 FOR UPDATE",
-        }
-    }
-}
-
 /// Reads chat `chat_id` with the row lock `lock`; `None` when it does not
 /// exist.
 ///
@@ -73,10 +63,20 @@ pub async fn select(
     chat_id: Uuid,
     lock: LockMode,
 ) -> sqlx::Result<Option<Chat>> {
-    sqlx::query_as(lock.select_sql())
-        .bind(chat_id)
-        .fetch_optional(conn)
-        .await
+    macro_rules! select_chat {
+        ($lock:tt) => {
+            sql!(query() [, chat_id]:
+                "SELECT " chat_columns!() " FROM chats c WHERE c.id = $1" $lock)
+            .try_map(|r| Ok(chat_of!(r)))
+            .fetch_optional(conn)
+            .await
+        };
+    }
+    match lock {
+        LockMode::None => select_chat!(""),
+        LockMode::Share => select_chat!(" FOR SHARE"),
+        LockMode::Update => select_chat!(" FOR UPDATE"),
+    }
 }
 
 /// Reads chat `chat_id` `FOR UPDATE` in a transaction that will only read
@@ -105,25 +105,38 @@ pub async fn select_for_update_to_read(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<Chat>> {
-    let sql = "SELECT c.* FROM chats c
+    sql!(query() [, chat_id]:
+        "SELECT " chat_columns!() " FROM chats c
          CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS s
-         WHERE c.id = $1 FOR UPDATE OF c";
-    super::keyed::optional(conn, sql, chat_id).await
+         WHERE c.id = $1 FOR UPDATE OF c")
+    .try_map(|r| Ok(chat_of!(r)))
+    .fetch_optional(conn)
+    .await
 }
 
 /// The bump of the `locked` CTE's row and what [`Bumped`] reads beside it,
 /// the end of every statement of [`lock_and_bump`] and
 /// [`lock_and_bump_skip_locked`].
 macro_rules! bump_locked {
-    () => {
-        " UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
-         FROM locked WHERE chats.id = locked.id
-         RETURNING chats.*,
-             (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id) AS queue_len,
-             CASE WHEN chats.runner_id IS NOT NULL THEN
-                 (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
-                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END AS heartbeat_age_secs,
-             (SELECT s.snapshot_version FROM chats s WHERE s.id = chats.id) AS snapshot_seen"
+    (@sql $d:tt $k:tt () $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k
+            " UPDATE chats c SET snapshot_version = c.snapshot_version + 1, updated_at = now()
+             FROM locked WHERE c.id = locked.id
+             RETURNING " chat_columns!() ", "
+            chat_facts_columns_without_entries!(checked "c")
+            ", (SELECT s.snapshot_version FROM chats s WHERE s.id = c.id) AS snapshot_seen"
+            $($rest)*)
+    };
+}
+
+/// The [`Bumped`] of a record of a statement ending in `bump_locked!()`
+/// (`context_entries` is `NULL` there, as `FromRow`'s default left it).
+macro_rules! bumped_of {
+    ($r:ident) => {
+        Bumped {
+            facts: facts_of!($r),
+            snapshot_seen: $r.snapshot_seen,
+        }
     };
 }
 
@@ -169,25 +182,30 @@ pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Resu
     // lock is the same `FOR UPDATE`; a chat's parent and root never change,
     // so the filter cannot change while the statement waits for the lock.
     // A child, or a missing chat, takes the family statement below.
-    let root = concat!(
+    let root = sql!(query() [, chat_id]:
         "WITH locked AS (SELECT id FROM chats
                     WHERE id = $1 AND root_chat_id IS NULL AND parent_chat_id IS NULL FOR UPDATE)
-",
+"
         bump_locked!()
-    );
-    if let Some(bumped) = super::keyed::optional(&mut *conn, root, chat_id).await? {
+    )
+    .try_map(|r| Ok(bumped_of!(r)))
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(bumped) = root {
         return Ok(Some(bumped));
     }
-    let sql = concat!(
+    sql!(query() [, chat_id]:
         "WITH family AS (
              SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
              WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f),
          locked AS (SELECT id FROM chats
                     WHERE id = $1 AND (SELECT count(*) FROM family) >= 0 FOR UPDATE)
-",
+"
         bump_locked!()
-    );
-    super::keyed::optional(conn, sql, chat_id).await
+    )
+    .try_map(|r| Ok(bumped_of!(r)))
+    .fetch_optional(conn)
+    .await
 }
 
 /// The lock-and-bump of an optimistic bundle that knows the row
@@ -205,18 +223,20 @@ pub(crate) async fn lock_and_bump_guessed(
     chat_id: Uuid,
     guess: i64,
 ) -> sqlx::Result<Option<(chrono::DateTime<chrono::Utc>, Option<f64>)>> {
-    sqlx::query_as(
-        "WITH locked AS (SELECT id FROM chats WHERE id = $1 AND snapshot_version = $2
+    sqlx::query!(
+        r#"WITH locked AS (SELECT id FROM chats WHERE id = $1 AND snapshot_version = $2
                     AND root_chat_id IS NULL AND parent_chat_id IS NULL FOR UPDATE)
          UPDATE chats SET snapshot_version = chats.snapshot_version + 1, updated_at = now()
          FROM locked WHERE chats.id = locked.id
          RETURNING chats.updated_at,
              CASE WHEN chats.runner_id IS NOT NULL THEN
                  (SELECT extract(epoch FROM now() - h.heartbeat_at)::float8 FROM chat_heartbeats h
-                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END",
+                  WHERE h.chat_id = chats.id AND h.runner_id = chats.runner_id) END
+                 AS "heartbeat_age_secs?""#,
+        chat_id,
+        guess,
     )
-    .bind(chat_id)
-    .bind(guess)
+    .map(|r| (r.updated_at, r.heartbeat_age_secs))
     .fetch_optional(conn)
     .await
 }
@@ -230,7 +250,7 @@ pub async fn lock_and_bump_skip_locked(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<Bumped>> {
-    let sql = concat!(
+    sql!(query() [, chat_id]:
         "WITH family AS (
              SELECT f.id FROM chats c JOIN chats f ON f.id IN (c.root_chat_id, c.parent_chat_id)
              WHERE c.id = $1 ORDER BY f.id = c.root_chat_id DESC FOR KEY SHARE OF f SKIP LOCKED),
@@ -240,10 +260,12 @@ pub async fn lock_and_bump_skip_locked(
          locked AS (SELECT id FROM chats
                     WHERE id = $1 AND (SELECT count(*) FROM family) = (SELECT n FROM expected)
                     FOR UPDATE SKIP LOCKED)
-",
+"
         bump_locked!()
-    );
-    super::keyed::optional(conn, sql, chat_id).await
+    )
+    .try_map(|r| Ok(bumped_of!(r)))
+    .fetch_optional(conn)
+    .await
 }
 
 /// What [`lock_and_bump`] returns: the bumped row with its [`ChatFacts`],
@@ -311,20 +333,21 @@ pub(crate) async fn select_facts_with(
     chat_id: Uuid,
     entries: bool,
 ) -> sqlx::Result<Option<ChatFacts>> {
-    let sql = if entries {
-        concat!(
-            "SELECT c.*, ",
-            chat_facts_columns!("c"),
-            " FROM chats c WHERE c.id = $1"
-        )
+    if entries {
+        sql!(query() [, chat_id]:
+            "SELECT " chat_columns!() ", " chat_facts_columns!(checked "c")
+            " FROM chats c WHERE c.id = $1")
+        .try_map(|r| Ok(facts_of!(r)))
+        .fetch_optional(conn)
+        .await
     } else {
-        concat!(
-            "SELECT c.*, ",
-            chat_facts_columns_without_entries!("c"),
-            " FROM chats c WHERE c.id = $1"
-        )
-    };
-    super::keyed::optional(conn, sql, chat_id).await
+        sql!(query() [, chat_id]:
+            "SELECT " chat_columns!() ", " chat_facts_columns_without_entries!(checked "c")
+            " FROM chats c WHERE c.id = $1")
+        .try_map(|r| Ok(facts_of!(r)))
+        .fetch_optional(conn)
+        .await
+    }
 }
 
 /// Inserts the row of a new chat at `snapshot_version = 1` with `status`
