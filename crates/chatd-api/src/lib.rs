@@ -37,6 +37,7 @@
 //! Layers, each using only the ones below it (no module imports one above
 //! it): the route modules (one per resource) on top; below them [`auth`],
 //! [`extract`], [`validate`] and [`objects`]; then [`app`] (the shared state),
+//! and the leaves [`token`] (bearer tokens), [`json`] (JSON bodies),
 //! [`error`] and [`http_metrics`]. [`openapi`] lists every route and
 //! [`router`] mounts them.
 //!
@@ -57,6 +58,7 @@ pub mod files;
 pub mod health;
 pub mod http_metrics;
 pub mod idempotency;
+pub mod json;
 pub mod messages;
 pub mod objects;
 pub mod openapi;
@@ -64,6 +66,7 @@ pub mod paging;
 pub mod queue;
 pub mod rate_limit;
 pub mod stream;
+pub mod token;
 pub mod tools;
 pub mod usage;
 pub mod users;

@@ -217,7 +217,7 @@ impl ChatQueuedMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extract::parse_json;
+    use crate::json::parse_json;
 
     #[test]
     fn input_parts_reject_unknown_fields_and_types() {

@@ -28,8 +28,8 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::auth::{hash_token, request_token};
 use crate::error::ApiError;
+use crate::token::{hash_token, request_token};
 
 /// What an open user stream holds: its slot and its token's watch. Dropping
 /// it releases both.
