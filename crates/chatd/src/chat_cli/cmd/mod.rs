@@ -24,9 +24,15 @@ pub mod watch;
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Subcommand;
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
+use super::ServerArgs;
 use super::client::Client;
+use super::output::{report, stdout};
 
 /// What every `chatd chat` subcommand runs with.
 #[derive(Debug)]
@@ -83,4 +89,34 @@ impl ChatCommand {
             ChatCommand::Deny(args) => args.run(session).await,
         }
     }
+}
+
+/// What `chatd usage` and `chatd token list` run: `GET
+/// /users/{user}/{resource}` (`user` is `me`, a user id or a username, as
+/// [`Client::user_path`] resolves it), printed as the API's JSON when
+/// `json`, else decoded into `T` (an error says "decoding {what}") and
+/// printed as `format` writes it. Exit 0, or the error printed as `chatd
+/// chat` does and exit 1 ([`report`]).
+pub async fn show_user_resource<T: DeserializeOwned>(
+    server: &ServerArgs,
+    user: &str,
+    resource: &str,
+    json: bool,
+    what: &str,
+    format: impl FnOnce(&T) -> String,
+) -> ExitCode {
+    report(async {
+        let client = server.client()?;
+        let user = client.user_path(user).await?;
+        let answer: Value = client
+            .call(Method::GET, &format!("/users/{user}/{resource}"), None)
+            .await?;
+        if json {
+            return stdout(format!("{answer}\n"));
+        }
+        let answer: T =
+            serde_json::from_value(answer).with_context(|| format!("decoding {what}"))?;
+        stdout(format(&answer))
+    })
+    .await
 }

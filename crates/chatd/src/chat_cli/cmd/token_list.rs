@@ -5,14 +5,12 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use chatd_api::users::Token;
 use clap::Args;
-use reqwest::Method;
-use serde_json::Value;
 
 use crate::chat_cli::ServerArgs;
-use crate::chat_cli::output::{report, rfc3339, stdout, utc_minute};
+use crate::chat_cli::cmd::show_user_resource;
+use crate::chat_cli::output::{rfc3339, utc_minute};
 
 /// Flags of `chatd token list`.
 #[derive(Debug, Args)]
@@ -30,19 +28,15 @@ pub struct TokenListArgs {
 
 /// Runs `chatd token list`.
 pub async fn run(args: TokenListArgs) -> ExitCode {
-    report(async {
-        let client = args.server.client()?;
-        let user = client.user_path(&args.user).await?;
-        let tokens: Value = client
-            .call(Method::GET, &format!("/users/{user}/tokens"), None)
-            .await?;
-        if args.json {
-            return stdout(format!("{tokens}\n"));
-        }
-        let tokens: Vec<Token> =
-            serde_json::from_value(tokens).context("decoding the token list")?;
-        stdout(format_tokens(&tokens))
-    })
+    let format = |tokens: &Vec<Token>| format_tokens(tokens);
+    show_user_resource(
+        &args.server,
+        &args.user,
+        "tokens",
+        args.json,
+        "the token list",
+        format,
+    )
     .await
 }
 

@@ -12,14 +12,12 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use chatd_api::usage::UserUsage;
 use clap::Args;
-use reqwest::Method;
-use serde_json::Value;
 
 use crate::chat_cli::ServerArgs;
-use crate::chat_cli::output::{report, rfc3339, stdout, utc_minute};
+use crate::chat_cli::cmd::show_user_resource;
+use crate::chat_cli::output::{rfc3339, utc_minute};
 
 /// Flags of `chatd usage`.
 #[derive(Debug, Args)]
@@ -37,18 +35,14 @@ pub struct UsageArgs {
 
 /// Runs `chatd usage`.
 pub async fn run(args: UsageArgs) -> ExitCode {
-    report(async {
-        let client = args.server.client()?;
-        let user = client.user_path(&args.user).await?;
-        let usage: Value = client
-            .call(Method::GET, &format!("/users/{user}/usage"), None)
-            .await?;
-        if args.json {
-            return stdout(format!("{usage}\n"));
-        }
-        let usage: UserUsage = serde_json::from_value(usage).context("decoding the usage")?;
-        stdout(format_usage(&usage))
-    })
+    show_user_resource(
+        &args.server,
+        &args.user,
+        "usage",
+        args.json,
+        "the usage",
+        format_usage,
+    )
     .await
 }
 
