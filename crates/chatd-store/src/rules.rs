@@ -21,30 +21,36 @@
 
 /// SQL condition on a `chats` row that holds exactly when the chat is
 /// runnable; the argument is a column prefix such as `"c."` (none: bare
-/// column names).
+/// column names). Also a fragment of `crate::queries::sql!`, for the
+/// compile-checked statements.
 macro_rules! runnable_chat_sql {
+    (@sql $d:tt $k:tt ($prefix:tt) $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k
+            $prefix "status IN ('running', 'interrupting', 'requires_action') AND NOT "
+            $prefix "archived"
+            $($rest)*)
+    };
     () => {
         $crate::rules::runnable_chat_sql!("")
     };
     ($prefix:literal) => {
-        concat!(
-            $prefix,
-            "status IN ('running', 'interrupting', 'requires_action') AND NOT ",
-            $prefix,
-            "archived"
-        )
+        $crate::queries::sql!(concat: runnable_chat_sql!($prefix))
     };
 }
 
 /// SQL condition on a `chats` row that holds exactly when its status is
 /// idle (`waiting` or `error`): with a valid queue and archive marker such a
 /// chat is deletable, and with an empty queue it may be auto-archived.
+/// Also a fragment of `crate::queries::sql!`.
 macro_rules! idle_status_sql {
+    (@sql $d:tt $k:tt ($prefix:tt) $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k $prefix "status IN ('waiting', 'error')" $($rest)*)
+    };
     () => {
         $crate::rules::idle_status_sql!("")
     };
     ($prefix:literal) => {
-        concat!($prefix, "status IN ('waiting', 'error')")
+        $crate::queries::sql!(concat: idle_status_sql!($prefix))
     };
 }
 

@@ -49,22 +49,23 @@ pub async fn delete_family(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Result<(), NotDeletable>> {
-    let ids: Vec<Uuid> = sqlx::query_scalar(
+    let ids: Vec<Uuid> = sqlx::query_scalar!(
         "WITH RECURSIVE sub AS (
              SELECT id FROM chats WHERE id = $1
              UNION
              SELECT c.id FROM chats c JOIN sub ON c.parent_chat_id = sub.id)
          SELECT c.id FROM chats c WHERE c.id IN (SELECT id FROM sub) ORDER BY c.id FOR UPDATE",
+        chat_id
     )
-    .bind(chat_id)
     .fetch_all(&mut *conn)
     .await?;
-    let family: Vec<(Uuid, String, bool, bool)> = sqlx::query_as(
-        "SELECT c.id, c.status, c.archived,
-                EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = c.id)
-         FROM chats c WHERE c.id = ANY($1) ORDER BY c.id",
+    let family: Vec<(Uuid, String, bool, bool)> = sqlx::query!(
+        r#"SELECT c.id, c.status, c.archived,
+                EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = c.id) AS "queued!"
+         FROM chats c WHERE c.id = ANY($1) ORDER BY c.id"#,
+        &ids
     )
-    .bind(&ids)
+    .map(|r| (r.id, r.status, r.archived, r.queued))
     .fetch_all(&mut *conn)
     .await?;
     for (member, status, archived, queued) in family {
@@ -79,8 +80,7 @@ pub async fn delete_family(
             }));
         }
     }
-    sqlx::query("DELETE FROM chats WHERE id = $1")
-        .bind(chat_id)
+    sqlx::query!("DELETE FROM chats WHERE id = $1", chat_id)
         .execute(conn)
         .await?;
     Ok(Ok(()))
@@ -112,10 +112,10 @@ pub async fn delete_family(
 /// # Ok(()) }
 /// ```
 pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT id FROM chats WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id",
+        root_id
     )
-    .bind(root_id)
     .fetch_all(conn)
     .await
 }
@@ -130,14 +130,14 @@ pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Res
 ///
 /// Example: [`crate::Store::set_subtree_archived`].
 pub async fn subtree_members(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(
-        "WITH RECURSIVE sub AS (
+    sqlx::query_scalar!(
+        r#"WITH RECURSIVE sub AS (
              SELECT c.id, c.depth, c.created_at FROM chats c WHERE c.parent_chat_id = $1
              UNION
              SELECT c.id, c.depth, c.created_at FROM chats c JOIN sub ON c.parent_chat_id = sub.id)
-         SELECT id FROM sub ORDER BY created_at, id",
+         SELECT id AS "id!" FROM sub ORDER BY created_at, id"#,
+        chat_id
     )
-    .bind(chat_id)
     .fetch_all(conn)
     .await
 }
@@ -176,18 +176,28 @@ pub async fn child_progress(
     child: Uuid,
     since: DateTime<Utc>,
 ) -> sqlx::Result<Option<ChildProgress>> {
-    sqlx::query_as(
-        "SELECT c.parent_chat_id, c.status, c.archived,
-                (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS queued,
+    sqlx::query!(
+        r#"SELECT c.parent_chat_id, c.status, c.archived,
+                (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = c.id) AS "queued!",
                 (SELECT m.content FROM chat_messages m
                   WHERE m.chat_id = c.id AND m.role = 'assistant' AND NOT m.deleted
                     AND m.visibility <> 'model'
-                  ORDER BY m.id DESC LIMIT 1) AS last_message,
-                extract(epoch FROM now() - $2::timestamptz)::float8 AS elapsed_secs
-         FROM chats c WHERE c.id = $1",
+                  ORDER BY m.id DESC LIMIT 1) AS "last_message?: crate::queries::col::Content",
+                extract(epoch FROM now() - $2::timestamptz)::float8 AS "elapsed_secs!"
+         FROM chats c WHERE c.id = $1"#,
+        child,
+        since
     )
-    .bind(child)
-    .bind(since)
+    .try_map(|r| {
+        Ok(ChildProgress {
+            parent_chat_id: r.parent_chat_id,
+            status: crate::queries::decode_column("status", r.status)?,
+            archived: r.archived,
+            queued: r.queued,
+            last_message: r.last_message,
+            elapsed_secs: r.elapsed_secs,
+        })
+    })
     .fetch_optional(conn)
     .await
 }
@@ -222,7 +232,7 @@ pub async fn auto_archive_candidates(
     after: Option<(DateTime<Utc>, Uuid)>,
 ) -> sqlx::Result<Vec<(Uuid, DateTime<Utc>)>> {
     let (after_at, after_id) = after.unzip();
-    sqlx::query_as(concat!(
+    sql!(query() [, idle_for.as_secs_f64(), limit, after_at, after_id]:
         "SELECT r.id, r.updated_at FROM chats r
          WHERE r.parent_chat_id IS NULL AND NOT r.archived AND r.pin_order = 0
            AND r.updated_at < now() - make_interval(secs => $1)
@@ -230,18 +240,15 @@ pub async fn auto_archive_candidates(
            AND NOT EXISTS (
              SELECT 1 FROM chats m
              WHERE (m.id = r.id OR m.root_chat_id = r.id)
-               AND (NOT (",
-        idle_status_sql!("m."),
+               AND (NOT ("
+        idle_status_sql!("m.")
         ")
                     OR m.updated_at >= now() - make_interval(secs => $1)
                     OR EXISTS (SELECT 1 FROM chat_queued_messages q WHERE q.chat_id = m.id)))
          ORDER BY r.updated_at, r.id
          LIMIT $2"
-    ))
-    .bind(idle_for.as_secs_f64())
-    .bind(limit)
-    .bind(after_at)
-    .bind(after_id)
+    )
+    .map(|r| (r.id, r.updated_at))
     .fetch_all(conn)
     .await
 }
@@ -277,25 +284,26 @@ pub async fn lock_idle_family_nowait(
     root_id: Uuid,
     idle_for: Duration,
 ) -> sqlx::Result<bool> {
-    let root: Option<(Option<Uuid>, bool, i32, bool)> = sqlx::query_as(
-        "SELECT parent_chat_id, archived, pin_order,
-                updated_at < now() - make_interval(secs => $2)
-         FROM chats WHERE id = $1 FOR UPDATE NOWAIT",
+    let root: Option<(Option<Uuid>, bool, i32, bool)> = sqlx::query!(
+        r#"SELECT parent_chat_id, archived, pin_order,
+                updated_at < now() - make_interval(secs => $2) AS "idle!"
+         FROM chats WHERE id = $1 FOR UPDATE NOWAIT"#,
+        root_id,
+        idle_for.as_secs_f64()
     )
-    .bind(root_id)
-    .bind(idle_for.as_secs_f64())
+    .map(|r| (r.parent_chat_id, r.archived, r.pin_order, r.idle))
     .fetch_optional(&mut *conn)
     .await?;
     if !matches!(root, Some((None, false, 0, true))) {
         return Ok(false);
     }
-    let children_idle: Vec<bool> = sqlx::query_scalar(
-        "SELECT updated_at < now() - make_interval(secs => $2) FROM chats
+    let children_idle: Vec<bool> = sqlx::query_scalar!(
+        r#"SELECT updated_at < now() - make_interval(secs => $2) AS "idle!" FROM chats
          WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id
-         FOR UPDATE NOWAIT",
+         FOR UPDATE NOWAIT"#,
+        root_id,
+        idle_for.as_secs_f64()
     )
-    .bind(root_id)
-    .bind(idle_for.as_secs_f64())
     .fetch_all(conn)
     .await?;
     Ok(!children_idle.contains(&false))

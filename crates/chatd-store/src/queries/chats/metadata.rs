@@ -22,10 +22,12 @@ pub async fn is_owned_by(
     chat_id: Uuid,
     owner: Uuid,
 ) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1 AND owner_id = $2)")
-        .bind(chat_id)
-        .bind(owner)
-        .fetch_one(conn)
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1 AND owner_id = $2) AS "exists!""#,
+        chat_id,
+        owner
+    )
+    .fetch_one(conn)
         .await
 }
 
@@ -81,8 +83,9 @@ pub struct ChatFilter {
 /// # Ok(()) }
 /// ```
 pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec<Chat>> {
-    sqlx::query_as(
-        "SELECT c.* FROM chats c
+    sql!(query() [, f.owner, f.archived, f.q.as_deref(), &f.label_keys[..], &f.label_values[..],
+                    f.after_id, f.limit, f.parent_id]:
+        "SELECT " chat_columns!() " FROM chats c
          WHERE c.owner_id = $1
            AND c.archived = $2
            AND ($3::text IS NULL OR strpos(lower(c.title), lower($3)) > 0)
@@ -93,16 +96,9 @@ pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec
                 OR (c.updated_at, c.id) < (SELECT a.updated_at, a.id FROM chats a WHERE a.id = $6))
            AND (($8::uuid IS NULL AND c.parent_chat_id IS NULL) OR c.parent_chat_id = $8)
          ORDER BY c.updated_at DESC, c.id DESC
-         LIMIT $7",
+         LIMIT $7"
     )
-    .bind(f.owner)
-    .bind(f.archived)
-    .bind(&f.q)
-    .bind(&f.label_keys)
-    .bind(&f.label_values)
-    .bind(f.after_id)
-    .bind(f.limit)
-    .bind(f.parent_id)
+    .try_map(|r| Ok(chat_of!(r)))
     .fetch_all(conn)
     .await
 }
@@ -152,22 +148,18 @@ pub async fn update_metadata(
     chat_id: Uuid,
     c: &MetadataChanges,
 ) -> sqlx::Result<Chat> {
-    sqlx::query_as(
-        "UPDATE chats SET
+    sql!(query() [, chat_id, c.title.as_deref(), c.labels.as_ref().map(Json) as _, c.pin_order,
+                    c.plan_mode.is_some(), c.plan_mode.clone().flatten()]:
+        "UPDATE chats c SET
              title = COALESCE($2, title),
              labels = COALESCE($3, labels),
              pin_order = COALESCE($4, pin_order),
              plan_mode = CASE WHEN $5 THEN $6 ELSE plan_mode END,
              updated_at = greatest(now(), updated_at + interval '1 microsecond')
-         WHERE id = $1
-         RETURNING *",
+         WHERE c.id = $1
+         RETURNING " chat_columns!()
     )
-    .bind(chat_id)
-    .bind(&c.title)
-    .bind(c.labels.as_ref().map(Json))
-    .bind(c.pin_order)
-    .bind(c.plan_mode.is_some())
-    .bind(c.plan_mode.clone().flatten())
+    .try_map(|r| Ok(chat_of!(r)))
     .fetch_one(conn)
     .await
 }
@@ -196,13 +188,13 @@ pub async fn set_title_if_default(
     chat_id: Uuid,
     title: &str,
 ) -> sqlx::Result<bool> {
-    let updated = sqlx::query(
+    let updated = sqlx::query!(
         "UPDATE chats SET title = $2, updated_at = greatest(now(), updated_at + interval '1 microsecond')
          WHERE id = $1 AND title = $3",
+        chat_id,
+        title,
+        crate::DEFAULT_CHAT_TITLE,
     )
-    .bind(chat_id)
-    .bind(title)
-    .bind(crate::DEFAULT_CHAT_TITLE)
     .execute(conn)
     .await?
     .rows_affected();

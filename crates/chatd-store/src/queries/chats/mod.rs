@@ -384,27 +384,27 @@ pub async fn insert(
     status: ChatStatus,
     input: &CreateChatInput,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO chats (id, owner_id, parent_chat_id, root_chat_id, status, snapshot_version, title, labels,
              last_model_config_id, last_reasoning_effort, dynamic_tools, mcp_server_ids, plan_mode,
              subagents, depth, spawn_key)
          VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        id,
+        input.owner_id,
+        input.parent_chat_id,
+        root_chat_id,
+        status.as_str(),
+        input.title.as_deref().unwrap_or(crate::DEFAULT_CHAT_TITLE),
+        Json(&input.labels) as _,
+        input.last_model_config_id,
+        input.last_reasoning_effort.as_deref(),
+        Json(&input.dynamic_tools) as _,
+        &input.mcp_server_ids,
+        input.plan_mode.as_deref(),
+        input.subagents,
+        depth,
+        input.spawn_key.as_deref(),
     )
-    .bind(id)
-    .bind(input.owner_id)
-    .bind(input.parent_chat_id)
-    .bind(root_chat_id)
-    .bind(status.as_str())
-    .bind(input.title.as_deref().unwrap_or(crate::DEFAULT_CHAT_TITLE))
-    .bind(Json(&input.labels))
-    .bind(input.last_model_config_id)
-    .bind(&input.last_reasoning_effort)
-    .bind(Json(&input.dynamic_tools))
-    .bind(&input.mcp_server_ids)
-    .bind(&input.plan_mode)
-    .bind(input.subagents)
-    .bind(depth)
-    .bind(&input.spawn_key)
     .execute(conn)
     .await
     .map(|_| ())
@@ -423,10 +423,12 @@ pub async fn child_by_spawn_key(
     parent: Uuid,
     spawn_key: &str,
 ) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar("SELECT id FROM chats WHERE parent_chat_id = $1 AND spawn_key = $2")
-        .bind(parent)
-        .bind(spawn_key)
-        .fetch_optional(conn)
+    sqlx::query_scalar!(
+        "SELECT id FROM chats WHERE parent_chat_id = $1 AND spawn_key = $2",
+        parent,
+        spawn_key,
+    )
+    .fetch_optional(conn)
         .await
 }
 
@@ -491,8 +493,7 @@ pub async fn lock_family_for_child(
 ) -> sqlx::Result<Option<ChildPlacement>> {
     // A chat's root never changes, so it may be read before any lock.
     let root: Option<Option<Uuid>> =
-        sqlx::query_scalar("SELECT root_chat_id FROM chats WHERE id = $1")
-            .bind(parent)
+        sqlx::query_scalar!("SELECT root_chat_id FROM chats WHERE id = $1", parent)
             .fetch_optional(&mut *conn)
             .await?;
     let Some(root) = root else {
@@ -502,8 +503,7 @@ pub async fn lock_family_for_child(
     let mut archived = false;
     if root != parent {
         let root_archived: Option<bool> =
-            sqlx::query_scalar("SELECT archived FROM chats WHERE id = $1 FOR SHARE")
-                .bind(root)
+            sqlx::query_scalar!("SELECT archived FROM chats WHERE id = $1 FOR SHARE", root)
                 .fetch_optional(&mut *conn)
                 .await?;
         match root_archived {
@@ -512,8 +512,8 @@ pub async fn lock_family_for_child(
         }
     }
     let parent_row: Option<(bool, i32)> =
-        sqlx::query_as("SELECT archived, depth FROM chats WHERE id = $1 FOR SHARE")
-            .bind(parent)
+        sqlx::query!("SELECT archived, depth FROM chats WHERE id = $1 FOR SHARE", parent)
+            .map(|r| (r.archived, r.depth))
             .fetch_optional(&mut *conn)
             .await?;
     Ok(parent_row.map(|(a, depth)| ChildPlacement {
@@ -734,6 +734,7 @@ pub(crate) async fn update_execution_guarded(
         "{with}UPDATE chats c SET {}{from} WHERE c.id = $1 RETURNING c.*, {columns}",
         sets.join(", ")
     );
+    // Run-time checked: the SET list depends on which changes are present.
     let mut query = sqlx::query_as::<_, ChatFacts>(AssertSqlSafe(sql)).bind(chat_id);
     if let Some(status) = changes.status {
         query = query.bind(status.as_str());

@@ -18,16 +18,15 @@ use super::*;
 /// sent meanwhile without a new `Acquire`, so a held idle chat must keep
 /// its slot or the cap could be passed that way.
 macro_rules! counted_held_sql {
-    ($owner:literal) => {
-        concat!(
-            " FROM chats held WHERE held.owner_id = ",
-            $owner,
+    (@sql $d:tt $k:tt ($owner:tt) $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k
+            " FROM chats held WHERE held.owner_id = " $owner
             " AND held.worker_id IS NOT NULL AND held.runner_id IS NOT NULL
               AND held.status <> 'requires_action'
               AND EXISTS (SELECT 1 FROM chat_heartbeats hb
                            WHERE hb.chat_id = held.id AND hb.runner_id = held.runner_id
                              AND hb.heartbeat_at >= now() - make_interval(secs => $1))"
-        )
+            $($rest)*)
     };
 }
 
@@ -36,11 +35,11 @@ macro_rules! counted_held_sql {
 /// (`coalesce(root_chat_id, id)`: a root chat and its sub-agents share the
 /// root's slot) among the chats of [`counted_held_sql`].
 macro_rules! held_chats_sql {
-    ($owner:literal) => {
-        concat!(
-            "SELECT count(DISTINCT coalesce(held.root_chat_id, held.id))",
+    (@sql $d:tt $k:tt ($owner:tt) $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k
+            r#"SELECT count(DISTINCT coalesce(held.root_chat_id, held.id)) AS "count!""#
             counted_held_sql!($owner)
-        )
+            $($rest)*)
     };
 }
 
@@ -118,21 +117,22 @@ pub async fn acquisition_candidates(
     limit: i64,
     default_max_running_chats: i32,
 ) -> sqlx::Result<AcquisitionCandidates> {
-    let (chat_ids, blocked): (Vec<Uuid>, bool) = sqlx::query_as(concat!(
+    let (chat_ids, blocked): (Vec<Uuid>, bool) = sql!(query()
+        [, stale_after_secs, limit, default_max_running_chats]:
         "WITH waiting AS (
             SELECT c.id, c.owner_id, c.turn_started_at, coalesce(c.root_chat_id, c.id) AS family,
                    c.status IN ('requires_action', 'interrupting') AS slotless
               FROM chats c
-             WHERE ",
-        runnable_chat_sql!("c."),
+             WHERE "
+        runnable_chat_sql!("c.")
         " AND (c.worker_id IS NULL OR c.runner_id IS NULL OR NOT EXISTS (
                     SELECT 1 FROM chat_heartbeats h WHERE h.chat_id = c.id AND h.runner_id = c.runner_id
                       AND h.heartbeat_at >= now() - make_interval(secs => $1)))
          ), owners AS (
             SELECT u.id AS owner_id, coalesce(u.max_running_chats, $3) AS cap,
-                   ARRAY(SELECT DISTINCT coalesce(held.root_chat_id, held.id)",
-        counted_held_sql!("u.id"),
-        ") AS families
+                   ARRAY(SELECT DISTINCT coalesce(held.root_chat_id, held.id)"
+        counted_held_sql!("u.id")
+        r#") AS families
               FROM users u WHERE u.id IN (SELECT owner_id FROM waiting)
          ), classed AS (
             SELECT w.id, w.owner_id, w.turn_started_at, w.family, o.cap,
@@ -149,13 +149,12 @@ pub async fn acquisition_candidates(
               FROM classed c LEFT JOIN new_families f USING (owner_id, family)
              WHERE c.free OR f.place <= c.cap - c.held
          )
-         SELECT ARRAY(SELECT id FROM eligible ORDER BY rank, turn_started_at, id LIMIT $2),
+         SELECT ARRAY(SELECT id FROM eligible ORDER BY rank, turn_started_at, id LIMIT $2)
+                    AS "chat_ids!",
                 EXISTS (SELECT 1 FROM classed c JOIN new_families f USING (owner_id, family)
-                         WHERE f.place > c.cap - c.held)"
-    ))
-    .bind(stale_after_secs)
-    .bind(limit)
-    .bind(default_max_running_chats)
+                         WHERE f.place > c.cap - c.held) AS "blocked!""#
+    )
+    .map(|r| (r.chat_ids, r.blocked))
     .fetch_one(conn)
     .await?;
     Ok(AcquisitionCandidates { chat_ids, blocked })
@@ -193,9 +192,7 @@ pub async fn held_chat_count(
     owner_id: Uuid,
     stale_after_secs: f64,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar(held_chats_sql!("$2"))
-        .bind(stale_after_secs)
-        .bind(owner_id)
+    sql!(query_scalar() [, stale_after_secs, owner_id]: held_chats_sql!("$2"))
         .fetch_one(conn)
         .await
 }
@@ -231,14 +228,11 @@ pub async fn family_holds_slot(
     family_id: Uuid,
     stale_after_secs: f64,
 ) -> sqlx::Result<bool> {
-    sqlx::query_scalar(concat!(
-        "SELECT EXISTS (SELECT 1",
-        counted_held_sql!("$2"),
-        " AND coalesce(held.root_chat_id, held.id) = $3)"
-    ))
-    .bind(stale_after_secs)
-    .bind(owner_id)
-    .bind(family_id)
+    sql!(query_scalar() [, stale_after_secs, owner_id, family_id]:
+        "SELECT EXISTS (SELECT 1"
+        counted_held_sql!("$2")
+        r#" AND coalesce(held.root_chat_id, held.id) = $3) AS "exists!""#
+    )
     .fetch_one(conn)
     .await
 }
@@ -282,11 +276,11 @@ pub async fn lock_owner_room(
     default_max_running_chats: i32,
     stale_after_secs: f64,
 ) -> sqlx::Result<i64> {
-    let cap: Option<i32> = sqlx::query_scalar(
-        "SELECT coalesce(max_running_chats, $2) FROM users WHERE id = $1 FOR NO KEY UPDATE",
+    let cap: Option<i32> = sqlx::query_scalar!(
+        r#"SELECT coalesce(max_running_chats, $2) AS "cap!" FROM users WHERE id = $1 FOR NO KEY UPDATE"#,
+        owner_id,
+        default_max_running_chats,
     )
-    .bind(owner_id)
-    .bind(default_max_running_chats)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(cap) = cap else { return Ok(0) };
@@ -320,9 +314,11 @@ pub async fn lock_owner_room(
 /// # Ok(()) }
 /// ```
 pub async fn child_count(conn: impl PgExecutor<'_>, parent: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM chats WHERE parent_chat_id = $1")
-        .bind(parent)
-        .fetch_one(conn)
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM chats WHERE parent_chat_id = $1"#,
+        parent
+    )
+    .fetch_one(conn)
         .await
 }
 
@@ -360,16 +356,15 @@ pub async fn next_lease_expiry(
     worker_id: Uuid,
     stale_after_secs: f64,
 ) -> sqlx::Result<Option<f64>> {
-    sqlx::query_scalar(concat!(
-        "SELECT EXTRACT(EPOCH FROM (min(h.heartbeat_at) + make_interval(secs => $2) - now()))::float8
+    sql!(query_scalar() [, worker_id, stale_after_secs]:
+        r#"SELECT EXTRACT(EPOCH FROM (min(h.heartbeat_at) + make_interval(secs => $2) - now()))::float8
+               AS "secs?"
            FROM chats c JOIN chat_heartbeats h ON h.chat_id = c.id AND h.runner_id = c.runner_id
-          WHERE ",
-        runnable_chat_sql!("c."),
+          WHERE "#
+        runnable_chat_sql!("c.")
         " AND c.worker_id IS NOT NULL AND c.worker_id <> $1
             AND h.heartbeat_at >= now() - make_interval(secs => $2)"
-    ))
-    .bind(worker_id)
-    .bind(stale_after_secs)
+    )
     .fetch_one(conn)
     .await
     .map(|secs: Option<f64>| secs.map(|s| s.max(0.0)))
@@ -389,8 +384,10 @@ pub async fn next_lease_expiry(
 /// # Ok(()) }
 /// ```
 pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Chat>> {
-    let sql = "SELECT * FROM chats WHERE id = ANY($1::uuid[])";
-    sqlx::query_as(sql).bind(ids).fetch_all(conn).await
+    sql!(query() [, ids]: "SELECT " chat_columns!() " FROM chats c WHERE c.id = ANY($1::uuid[])")
+        .try_map(|r| Ok(chat_of!(r)))
+        .fetch_all(conn)
+        .await
 }
 
 /// `(chat id, runner id)` of every chat whose `worker_id` is `worker_id`.
@@ -412,8 +409,10 @@ pub async fn owned_by_worker(
     conn: impl PgExecutor<'_>,
     worker_id: Uuid,
 ) -> sqlx::Result<Vec<(Uuid, Option<Uuid>)>> {
-    let sql = "SELECT id, runner_id FROM chats WHERE worker_id = $1";
-    crate::queries::keyed::all(conn, sql, worker_id).await
+    sqlx::query!("SELECT id, runner_id FROM chats WHERE worker_id = $1", worker_id)
+        .map(|r| (r.id, r.runner_id))
+        .fetch_all(conn)
+        .await
 }
 
 /// Seconds until chat `chat_id`'s requires-action deadline (negative once
@@ -437,8 +436,13 @@ pub async fn requires_action_remaining_secs(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<f64>> {
-    let sql = "SELECT extract(epoch FROM requires_action_deadline_at - now())::float8 FROM chats WHERE id = $1";
-    crate::queries::keyed::scalar(conn, sql, chat_id).await
+    sqlx::query_scalar!(
+        r#"SELECT extract(epoch FROM requires_action_deadline_at - now())::float8 AS "secs?"
+           FROM chats WHERE id = $1"#,
+        chat_id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// The version columns of one chat, as the stream's sync poller reads them
@@ -483,8 +487,24 @@ pub struct ChatVersions {
 /// # Ok(()) }
 /// ```
 pub async fn versions(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<ChatVersions>> {
-    let sql = "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
+    sqlx::query!(
+        "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
          FROM chats
-         WHERE id = ANY($1::uuid[])";
-    sqlx::query_as(sql).bind(ids).fetch_all(conn).await
+         WHERE id = ANY($1::uuid[])",
+        ids
+    )
+    .try_map(|r| {
+        Ok(ChatVersions {
+            id: r.id,
+            snapshot_version: r.snapshot_version,
+            history_version: r.history_version,
+            queue_version: r.queue_version,
+            retry_state_version: r.retry_state_version,
+            generation_attempt: r.generation_attempt,
+            status: crate::queries::decode_column("status", r.status)?,
+            worker_id: r.worker_id,
+        })
+    })
+    .fetch_all(conn)
+    .await
 }
