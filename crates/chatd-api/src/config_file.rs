@@ -40,23 +40,31 @@
 //! transaction under an advisory lock, so replicas starting at the same time
 //! apply it one after the other. Entries are validated with the same rules
 //! as the admin routes before anything is written.
+//!
+//! Each entry is the admin API's create request for its resource (one
+//! definition of the fields, their defaults and their checks) with the
+//! file's own keys beside it: a provider's `name` and `api_key_env`, a model
+//! config's `name` and `provider` (the provider entry's `name`, which gives
+//! the request's `provider_id`), an MCP server's none. The writing is the
+//! store's ([`chatd_store::admin::config_sync`]).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::marker::PhantomData;
 use std::path::Path;
 
 use anyhow::{Context as _, anyhow, bail};
-use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use sha2::{Digest as _, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::admin;
+use crate::admin::model_configs::CreateModelConfigRequest;
+use crate::admin::providers::CreateProviderRequest;
 use crate::error::ApiError;
-use chatd_core::{ModelOptions, ProviderKind};
-use chatd_store::queries::locks::{self, AdvisoryLock};
-use chatd_store::queries::mcp_servers::{self, McpServerDef};
-use chatd_store::queries::model_configs::{self, ModelConfigDef};
-use chatd_store::queries::providers::{self, ProviderDef, redact_url};
+use chatd_store::admin::config_sync::{self, ConfigSync};
 use chatd_store::secrets::Secrets;
 
 /// The whole file.
@@ -74,58 +82,35 @@ pub struct ConfigFile {
     pub mcp_servers: Vec<McpServerEntry>,
 }
 
-/// A `[[providers]]` entry. `Debug` prints no key.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A `[[providers]]` entry: the admin API's create request with the file's
+/// own keys `name` and `api_key_env` beside it. `Debug` prints no key.
+#[derive(Debug, Clone)]
 pub struct ProviderEntry {
     /// Stable key (1–64 characters); the row's id is derived from it.
     pub name: String,
-    /// Kind: `openai`, `openai-compat` or `anthropic`.
-    pub provider: ProviderKind,
-    /// Display name (default: `name`).
-    #[serde(default)]
-    pub display_name: Option<String>,
-    /// Base URL including the version prefix.
-    #[serde(default)]
-    pub base_url: Option<String>,
-    /// API key in clear.
-    #[serde(default)]
-    pub api_key: Option<String>,
-    /// Name of an environment variable holding the API key (it must be set).
-    #[serde(default)]
+    /// Name of an environment variable holding the API key (it must be set);
+    /// instead of the request's `api_key`.
     pub api_key_env: Option<String>,
-    /// Default true.
-    #[serde(default)]
-    pub enabled: Option<bool>,
+    /// The other keys: `provider`, `display_name` (default: `name`),
+    /// `base_url`, `api_key`, `enabled`, as in `POST
+    /// /api/v2/chats/providers`.
+    pub request: CreateProviderRequest,
 }
 
-/// A `[[model_configs]]` entry.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A `[[model_configs]]` entry: the admin API's create request with the
+/// file's own keys `name` and `provider` beside it.
+#[derive(Debug, Clone)]
 pub struct ModelConfigEntry {
     /// Stable key (1–64 characters); the row's id is derived from it.
     pub name: String,
     /// The `name` of a provider entry of the same file.
     pub provider: String,
-    /// The provider's model name.
-    pub model: String,
-    /// Display name (default: `name`).
-    #[serde(default)]
-    pub display_name: Option<String>,
-    /// Context window in tokens, > 0.
-    pub context_limit: i64,
-    /// Percent, 0..=100 (default 70).
-    #[serde(default)]
-    pub compression_threshold: Option<i32>,
-    /// Make it the default (at most one entry).
-    #[serde(default)]
-    pub is_default: Option<bool>,
-    /// Default true.
-    #[serde(default)]
-    pub enabled: Option<bool>,
-    /// Options, as in the admin API.
-    #[serde(default)]
-    pub options: Option<ModelOptions>,
+    /// The other keys: `model`, `display_name` (default: `name`),
+    /// `context_limit`, `compression_threshold`, `is_default` (at most one
+    /// entry), `enabled`, `options`, as in `POST
+    /// /api/v2/chats/model-configs`. Its `provider_id` is the id derived
+    /// from `provider` ([`stable_id`]); the file cannot set it.
+    pub request: CreateModelConfigRequest,
 }
 
 /// A `[[mcp_servers]]` entry: the admin API's create request itself (one
@@ -134,17 +119,182 @@ pub struct ModelConfigEntry {
 /// stable key.
 pub type McpServerEntry = admin::mcp_servers::CreateMcpServerRequest;
 
-impl std::fmt::Debug for ProviderEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProviderEntry")
-            .field("name", &self.name)
-            .field("provider", &self.provider)
-            .field("display_name", &self.display_name)
-            .field("base_url", &self.base_url.as_deref().map(redact_url))
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("api_key_env", &self.api_key_env)
-            .field("enabled", &self.enabled)
-            .finish()
+impl ProviderEntry {
+    /// The API request this entry declares: `display_name` defaults to
+    /// `name`, and the key comes from `api_key` or from the variable
+    /// `api_key_env` names.
+    ///
+    /// # Errors
+    /// Both `api_key` and `api_key_env` set, or the variable not set.
+    fn into_request(self) -> anyhow::Result<CreateProviderRequest> {
+        let mut request = self.request;
+        request.api_key = match (request.api_key, self.api_key_env) {
+            (Some(_), Some(_)) => bail!("set api_key or api_key_env, not both"),
+            (Some(key), None) => Some(key),
+            (None, Some(var)) => Some(
+                std::env::var(&var)
+                    .map_err(|_| anyhow!("environment variable {var} is not set"))?,
+            ),
+            (None, None) => None,
+        };
+        request.display_name.get_or_insert(self.name);
+        Ok(request)
+    }
+}
+
+impl ModelConfigEntry {
+    /// The API request this entry declares: `display_name` defaults to
+    /// `name` (`provider_id` was derived from `provider` when parsing).
+    fn into_request(self) -> CreateModelConfigRequest {
+        let mut request = self.request;
+        request.display_name.get_or_insert(self.name);
+        request
+    }
+}
+
+impl<'de> Deserialize<'de> for ProviderEntry {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        const SHAPE: EntryShape = EntryShape {
+            own: &["name", "api_key_env"],
+            required: &["name"],
+            derived: None,
+        };
+        let (mut own, request) = deserialize_entry(de, &SHAPE)?;
+        Ok(ProviderEntry {
+            name: own.remove("name").unwrap_or_default(),
+            api_key_env: own.remove("api_key_env"),
+            request,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelConfigEntry {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        const SHAPE: EntryShape = EntryShape {
+            own: &["name", "provider"],
+            required: &["name", "provider"],
+            derived: Some(("provider_id", |own| {
+                stable_id("provider", &own["provider"]).to_string()
+            })),
+        };
+        let (mut own, request) = deserialize_entry(de, &SHAPE)?;
+        Ok(ModelConfigEntry {
+            name: own.remove("name").unwrap_or_default(),
+            provider: own.remove("provider").unwrap_or_default(),
+            request,
+        })
+    }
+}
+
+/// The values of an entry's own keys (strings), by key.
+type OwnKeys = BTreeMap<&'static str, String>;
+
+/// How an entry's keys split between the file's own keys and the API
+/// request's.
+struct EntryShape {
+    /// The file's own keys; their values are strings.
+    own: &'static [&'static str],
+    /// Those of `own` an entry must have.
+    required: &'static [&'static str],
+    /// A request field the file cannot set, given from the own keys instead
+    /// (as a string the field parses).
+    derived: Option<(&'static str, fn(&OwnKeys) -> String)>,
+}
+
+/// Deserializes a table (TOML) or object (JSON) as the own keys of `shape`
+/// and a `T` from the other keys, in one pass: `T`'s `deny_unknown_fields`
+/// still refuses a key neither knows (serde's `flatten` would not), and a
+/// value's error keeps its location.
+fn deserialize_entry<'de, D, T>(de: D, shape: &'static EntryShape) -> Result<(OwnKeys, T), D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct EntryVisitor<T>(&'static EntryShape, PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for EntryVisitor<T> {
+        type Value = (OwnKeys, T);
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a table")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            let mut split = SplitKeys {
+                map,
+                shape: self.0,
+                own: OwnKeys::new(),
+                derived: None,
+                derived_given: false,
+            };
+            let request = T::deserialize(de::value::MapAccessDeserializer::new(&mut split))?;
+            Ok((split.own, request))
+        }
+    }
+
+    de.deserialize_map(EntryVisitor(shape, PhantomData))
+}
+
+/// The keys of an entry as the request `T` sees them: the own keys taken
+/// out, the derived field added at the end.
+struct SplitKeys<A> {
+    map: A,
+    shape: &'static EntryShape,
+    own: OwnKeys,
+    /// The derived field's value, between its key and its value.
+    derived: Option<String>,
+    derived_given: bool,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for SplitKeys<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        loop {
+            let Some(key) = self.map.next_key::<String>()? else {
+                let own = &self.own;
+                if let Some(missing) = self.shape.required.iter().find(|k| !own.contains_key(*k)) {
+                    return Err(de::Error::missing_field(missing));
+                }
+                return match self.shape.derived {
+                    Some((field, value)) if !self.derived_given => {
+                        self.derived_given = true;
+                        self.derived = Some(value(own));
+                        seed.deserialize(IntoDeserializer::<A::Error>::into_deserializer(field))
+                            .map(Some)
+                    }
+                    _ => Ok(None),
+                };
+            };
+            if let Some(own) = self.shape.own.iter().find(|k| **k == key) {
+                if self.own.contains_key(own) {
+                    return Err(de::Error::duplicate_field(own));
+                }
+                let value = self.map.next_value::<String>()?;
+                self.own.insert(own, value);
+                continue;
+            }
+            let unknown = || de::Error::custom(format_args!("unknown field `{key}`"));
+            if self.shape.derived.is_some_and(|(field, _)| field == key) {
+                return Err(unknown());
+            }
+            return seed
+                .deserialize(IntoDeserializer::<A::Error>::into_deserializer(
+                    key.as_str(),
+                ))
+                .map(Some)
+                .map_err(|_: A::Error| unknown());
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        match self.derived.take() {
+            Some(value) => seed.deserialize(IntoDeserializer::<A::Error>::into_deserializer(value)),
+            None => self.map.next_value_seed(seed),
+        }
     }
 }
 
@@ -186,26 +336,7 @@ pub fn stable_id(kind: &str, name: &str) -> Uuid {
 /// database error (the transaction is rolled back).
 pub async fn apply(pool: &PgPool, secrets: &Secrets, file: &ConfigFile) -> anyhow::Result<()> {
     let plan = plan(file)?;
-    let mut tx = chatd_store::queries::begin(pool).await?;
-    locks::lock(&mut tx, AdvisoryLock::ConfigFile).await?;
-    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-    for provider in &plan.providers {
-        providers::upsert(&mut *tx, secrets, provider)
-            .await
-            .with_context(|| format!("writing provider {}", provider.display_name))?;
-    }
-    for config in &plan.model_configs {
-        model_configs::upsert(&mut tx, config)
-            .await
-            .with_context(|| format!("writing model config {}", config.model))?;
-    }
-    for server in &plan.mcp_servers {
-        mcp_servers::upsert_by_slug(&mut tx, secrets, server)
-            .await
-            .with_context(|| format!("writing MCP server {}", server.slug))?;
-    }
-    model_configs::ensure_default(&mut tx).await?;
-    tx.commit().await?;
+    config_sync::apply(pool, secrets, &plan).await?;
     tracing::info!(
         providers = plan.providers.len(),
         model_configs = plan.model_configs.len(),
@@ -215,14 +346,13 @@ pub async fn apply(pool: &PgPool, secrets: &Secrets, file: &ConfigFile) -> anyho
     Ok(())
 }
 
-#[derive(Debug)]
-struct Plan {
-    providers: Vec<ProviderDef>,
-    model_configs: Vec<ModelConfigDef>,
-    mcp_servers: Vec<McpServerDef>,
-}
-
-fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
+/// The definitions `file` declares: each entry converted into its API
+/// request, built by the request's `into_def` and checked as the admin
+/// routes check it.
+///
+/// # Errors
+/// The first entry refused, named with its field; nothing is written.
+fn plan(file: &ConfigFile) -> anyhow::Result<ConfigSync> {
     let mut names = HashSet::new();
     let mut providers = Vec::new();
     for (i, p) in file.providers.iter().enumerate() {
@@ -231,31 +361,10 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
         if !names.insert(p.name.as_str()) {
             bail!("{at}: duplicate provider name");
         }
-        let api_key = match (&p.api_key, &p.api_key_env) {
-            (Some(_), Some(_)) => bail!("{at}: set api_key or api_key_env, not both"),
-            (Some(key), None) => Some(key.clone()),
-            (None, Some(var)) => Some(
-                std::env::var(var)
-                    .map_err(|_| anyhow!("{at}: environment variable {var} is not set"))?,
-            ),
-            (None, None) => None,
-        }
-        .filter(|k| !k.is_empty());
-        let display_name = p.display_name.clone().unwrap_or_else(|| p.name.clone());
-        admin::providers::validate_provider(
-            &display_name,
-            p.base_url.as_deref(),
-            api_key.as_deref(),
-        )
-        .map_err(|e| invalid(&at, e))?;
-        providers.push(ProviderDef {
-            id: stable_id("provider", &p.name),
-            provider: p.provider,
-            display_name,
-            base_url: p.base_url.clone(),
-            api_key,
-            enabled: p.enabled.unwrap_or(true),
-        });
+        let request = p.clone().into_request().map_err(|e| anyhow!("{at}: {e}"))?;
+        let def = request.into_def(stable_id("provider", &p.name));
+        admin::providers::validate_provider(&def).map_err(|e| invalid(&at, e))?;
+        providers.push(def);
     }
     let mut config_names = HashSet::new();
     let mut model_configs = Vec::new();
@@ -271,26 +380,16 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
                 m.provider
             );
         }
-        let def = ModelConfigDef {
-            id: stable_id("model-config", &m.name),
-            provider_id: stable_id("provider", &m.provider),
-            model: m.model.clone(),
-            display_name: m.display_name.clone().unwrap_or_else(|| m.name.clone()),
-            context_limit: m.context_limit,
-            compression_threshold: m.compression_threshold.unwrap_or(70),
-            is_default: m.is_default.unwrap_or(false),
-            enabled: m.enabled.unwrap_or(true),
-            options: m.options.clone().unwrap_or_default(),
-        };
+        let def = m
+            .clone()
+            .into_request()
+            .into_def(stable_id("model-config", &m.name));
         admin::model_configs::validate_model_config(&def).map_err(|e| invalid(&at, e))?;
         model_configs.push(def);
     }
     if model_configs.iter().filter(|m| m.is_default).count() > 1 {
         bail!("model_configs: at most one entry may set is_default = true");
     }
-    // The default goes last so that its "unset the previous default" runs
-    // after every other config of the file is written.
-    model_configs.sort_by_key(|m| m.is_default);
     let mut slugs = HashSet::new();
     let mut mcp_servers = Vec::new();
     for (i, s) in file.mcp_servers.iter().enumerate() {
@@ -302,7 +401,7 @@ fn plan(file: &ConfigFile) -> anyhow::Result<Plan> {
         admin::mcp_servers::validate_mcp(&def).map_err(|e| invalid(&at, e))?;
         mcp_servers.push(def);
     }
-    Ok(Plan {
+    Ok(ConfigSync {
         providers,
         model_configs,
         mcp_servers,
@@ -360,6 +459,51 @@ args = ["--root", "/srv"]
         assert_eq!(plan.model_configs[0].provider_id, plan.providers[0].id);
         assert_eq!(plan.model_configs[0].options.max_output_tokens, Some(4096));
         assert_eq!(plan.mcp_servers[0].args, vec!["--root", "/srv"]);
+    }
+
+    #[test]
+    fn entries_split_the_file_keys_from_the_request() {
+        let file = ConfigFile::from_toml(EXAMPLE).unwrap();
+        assert_eq!(file.providers[0].name, "openai");
+        assert_eq!(file.providers[0].request.api_key.as_deref(), Some("sk-test"));
+        let config = &file.model_configs[0];
+        assert_eq!((config.name.as_str(), config.provider.as_str()), ("gpt", "openai"));
+        assert_eq!(config.request.provider_id, stable_id("provider", "openai"));
+        // display_name defaults to the entry's name, not to the API's empty one.
+        let plan = plan(&file).unwrap();
+        assert_eq!(plan.providers[0].display_name, "openai");
+        assert_eq!(plan.model_configs[0].display_name, "gpt");
+        assert_eq!(plan.model_configs[0].compression_threshold, 70);
+        // Keys neither the file nor the request knows are refused, and so is
+        // the request's provider_id, which the file's `provider` gives.
+        for (from, to) in [
+            ("api_key = \"sk-test\"", "api_key = \"sk-test\"\nbogus = 1"),
+            ("context_limit = 128000", "context_limit = 128000\nbogus = 1"),
+            (
+                "context_limit = 128000",
+                "context_limit = 128000\nprovider_id = \"00000000-0000-0000-0000-000000000000\"",
+            ),
+        ] {
+            let err = ConfigFile::from_toml(&EXAMPLE.replace(from, to)).unwrap_err();
+            assert!(err.to_string().contains("unknown field"), "{err}");
+        }
+        // The file's own keys are required where the request needs them.
+        let nameless = EXAMPLE.replace("name = \"gpt\"\n", "");
+        let err = ConfigFile::from_toml(&nameless).unwrap_err();
+        assert!(err.to_string().contains("missing field `name`"), "{err}");
+        let orphan = EXAMPLE.replace("provider = \"openai\"\nmodel", "model");
+        let err = ConfigFile::from_toml(&orphan).unwrap_err();
+        assert!(err.to_string().contains("missing field `provider`"), "{err}");
+        // A request field's error is the request's, at its line.
+        let wrong = EXAMPLE.replace("context_limit = 128000", "context_limit = \"big\"");
+        let err = ConfigFile::from_toml(&wrong).unwrap_err().to_string();
+        assert!(err.contains("line 12, column 17") && err.contains("i64"), "{err}");
+        // The same entry in JSON.
+        let json: ModelConfigEntry = serde_json::from_value(serde_json::json!({
+            "name": "gpt", "provider": "openai", "model": "gpt-4o", "context_limit": 1000
+        }))
+        .unwrap();
+        assert_eq!(json.request.provider_id, stable_id("provider", "openai"));
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! triggers turn any out-of-band write of a message into a `history_version`
 //! change that in-flight workers would see as a fence failure.
 
+pub mod admin;
 pub(crate) mod bundle;
 pub mod context_cache;
 pub mod error;

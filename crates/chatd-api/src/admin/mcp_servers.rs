@@ -21,9 +21,8 @@ use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415
 use crate::extract::{self, double_option};
 use crate::validate;
 use chatd_core::{McpTransport, RequireApproval};
-use chatd_store::McpServerRow;
-use chatd_store::queries::mcp_servers::{self, McpServerDef};
-use chatd_store::queries::providers::redact_url;
+use chatd_store::admin::mcp_servers::{self, McpServerError};
+use chatd_store::admin::{McpServerDef, McpServerRow, redact_url};
 
 /// The `404` message of an unknown MCP server id.
 const NOT_FOUND: &str = "MCP server not found.";
@@ -380,9 +379,7 @@ pub async fn create_mcp_server(
 ) -> ApiResult<(StatusCode, Json<McpServer>)> {
     let def = body.read().await?.into_def(Uuid::new_v4());
     validate_mcp(&def)?;
-    let row = mcp_servers::insert(state.store().pool(), state.store().secrets(), &def)
-        .await
-        .map_err(slug_conflict)?;
+    let row = mcp_servers::create(state.store().pool(), state.store().secrets(), &def).await?;
     Ok((StatusCode::CREATED, Json(McpServer::from_row(row, true))))
 }
 
@@ -398,31 +395,26 @@ pub async fn update_mcp_server(
     body: extract::Json<UpdateMcpServerRequest>,
 ) -> ApiResult<Json<McpServer>> {
     let req = body.read().await?;
-    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
-    let current = found(
-        mcp_servers::select_for_update(&mut tx, state.store().secrets(), id).await?,
-        NOT_FOUND,
-    )?
-    .def;
-    let def = McpServerDef {
-        id,
-        slug: req.slug.unwrap_or(current.slug),
-        display_name: req.display_name.unwrap_or(current.display_name),
-        transport: req.transport.unwrap_or(current.transport),
-        command: req.command.unwrap_or(current.command),
-        args: req.args.unwrap_or(current.args),
-        env: req.env.unwrap_or(current.env),
-        url: req.url.unwrap_or(current.url),
-        headers: req.headers.unwrap_or(current.headers),
-        enabled: req.enabled.unwrap_or(current.enabled),
-        require_approval: req.require_approval.unwrap_or(current.require_approval),
-    };
-    validate_mcp(&def)?;
-    let row = mcp_servers::update(&mut *tx, state.store().secrets(), &def)
-        .await
-        .map_err(slug_conflict)?;
-    tx.commit().await?;
-    Ok(Json(McpServer::from_row(row, true)))
+    let (pool, secrets) = (state.store().pool(), state.store().secrets());
+    let row = mcp_servers::update(pool, secrets, id, |current| {
+        let def = McpServerDef {
+            id,
+            slug: req.slug.unwrap_or(current.slug),
+            display_name: req.display_name.unwrap_or(current.display_name),
+            transport: req.transport.unwrap_or(current.transport),
+            command: req.command.unwrap_or(current.command),
+            args: req.args.unwrap_or(current.args),
+            env: req.env.unwrap_or(current.env),
+            url: req.url.unwrap_or(current.url),
+            headers: req.headers.unwrap_or(current.headers),
+            enabled: req.enabled.unwrap_or(current.enabled),
+            require_approval: req.require_approval.unwrap_or(current.require_approval),
+        };
+        validate_mcp(&def)?;
+        Ok::<_, ApiError>(def)
+    })
+    .await?;
+    Ok(Json(McpServer::from_row(found(row, NOT_FOUND)?, true)))
 }
 
 /// `DELETE /api/v2/chats/mcp-servers/{id}` (admin).
@@ -440,12 +432,14 @@ pub async fn delete_mcp_server(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `409` for a slug another MCP server has; any other error as it is.
-fn slug_conflict(err: sqlx::Error) -> ApiError {
-    match &err {
-        sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") => {
-            ApiError::conflict("An MCP server with this slug already exists.")
+/// `409` for a slug another MCP server has; a database error as it is.
+impl From<McpServerError> for ApiError {
+    fn from(err: McpServerError) -> Self {
+        match err {
+            McpServerError::SlugTaken => {
+                ApiError::conflict("An MCP server with this slug already exists.")
+            }
+            McpServerError::Database(err) => err.into(),
         }
-        _ => err.into(),
     }
 }

@@ -18,7 +18,12 @@
 //!   on the unique default index.
 //!
 //! One module per resource: [`providers`], [`model_configs`],
-//! [`mcp_servers`].
+//! [`mcp_servers`]. Each resource has one definition: its create request's
+//! `into_def` builds the store's definition, for the route and for the
+//! `--config` file's entries ([`crate::config_file`]) alike. The writes are
+//! operations of the store ([`chatd_store::admin`]): a handler checks the
+//! request and makes one call, and an update's merge and checks run inside
+//! the store's transaction as a closure.
 
 pub mod mcp_servers;
 pub mod model_configs;
@@ -26,32 +31,10 @@ pub mod providers;
 
 pub use chatd_core::{McpTransport, ModelOptions, ProviderKind, ReasoningEffortOptions};
 
-use sqlx::{Postgres, Transaction};
-
-use crate::app::AppState;
 use crate::error::{ApiError, ApiResult};
-use chatd_store::queries::locks::{self, AdvisoryLock};
-use chatd_store::queries::model_configs as model_config_rows;
 
 /// The row `row`, or `404` with `message` (`"Provider not found."`, ...)
 /// when there is none.
 pub(crate) fn found<T>(row: Option<T>, message: &str) -> ApiResult<T> {
     row.ok_or_else(|| ApiError::not_found(message))
-}
-
-/// Opens a transaction holding the model-configs advisory lock, which every
-/// mutation that can move the default takes first (see the module doc).
-pub(crate) async fn lock_model_configs(
-    state: &AppState,
-) -> ApiResult<Transaction<'static, Postgres>> {
-    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
-    locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-    Ok(tx)
-}
-
-/// Makes an enabled config the default if none is, then commits `tx`.
-pub(crate) async fn commit_with_default(mut tx: Transaction<'static, Postgres>) -> ApiResult<()> {
-    model_config_rows::ensure_default(&mut tx).await?;
-    tx.commit().await?;
-    Ok(())
 }

@@ -12,18 +12,15 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use sqlx::{Postgres, Transaction};
-
-use super::{commit_with_default, found, lock_model_configs};
+use super::found;
 use crate::app::AppState;
 use crate::auth::{Admin, AdminTarget, Caller};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E413, E415};
 use crate::extract;
 use crate::validate;
 use chatd_core::ModelOptions;
-use chatd_store::ModelConfigRow;
-use chatd_store::queries::model_configs::{self, ModelConfigDef};
-use chatd_store::queries::providers;
+use chatd_store::admin::model_configs::{self, ModelConfigError};
+use chatd_store::admin::{ModelConfigDef, ModelConfigRow};
 
 /// The `404` message of an unknown model config id.
 const NOT_FOUND: &str = "Model config not found.";
@@ -139,8 +136,43 @@ pub struct UpdateModelConfigRequest {
     pub options: Option<ModelOptions>,
 }
 
+impl CreateModelConfigRequest {
+    /// The model config this request defines, with id `id`; absent fields
+    /// take their defaults (no display name, compression threshold 70, not
+    /// the default, enabled, default options). Not validated: see
+    /// [`validate_model_config`]. The admin route and the config file's
+    /// `[[model_configs]]` entries (which wrap this type,
+    /// [`crate::config_file::ModelConfigEntry`]) both build through it.
+    pub(crate) fn into_def(self, id: Uuid) -> ModelConfigDef {
+        ModelConfigDef {
+            id,
+            provider_id: self.provider_id,
+            model: self.model,
+            display_name: self.display_name.unwrap_or_default(),
+            context_limit: self.context_limit,
+            compression_threshold: self.compression_threshold.unwrap_or(70),
+            is_default: self.is_default.unwrap_or(false),
+            enabled: self.enabled.unwrap_or(true),
+            options: self.options.unwrap_or_default(),
+        }
+    }
+}
+
+/// `400` naming `provider_id` for an unknown provider; a database error as
+/// it is.
+impl From<ModelConfigError> for ApiError {
+    fn from(err: ModelConfigError) -> Self {
+        match err {
+            ModelConfigError::UnknownProvider => {
+                ApiError::invalid("provider_id", "unknown provider")
+            }
+            ModelConfigError::Database(err) => err.into(),
+        }
+    }
+}
+
 /// Checks a model config definition (the provider's existence is checked by
-/// the caller).
+/// the store's write, [`ModelConfigError::UnknownProvider`]).
 pub(crate) fn validate_model_config(def: &ModelConfigDef) -> ApiResult<()> {
     if def.model.trim().is_empty() || def.model.chars().count() > 256 {
         return Err(ApiError::invalid("model", "must be 1 to 256 characters"));
@@ -208,21 +240,9 @@ pub async fn create_model_config(
     _admin: Admin,
     body: extract::Json<CreateModelConfigRequest>,
 ) -> ApiResult<(StatusCode, Json<ModelConfig>)> {
-    let req = body.read().await?;
-    let def = ModelConfigDef {
-        id: Uuid::new_v4(),
-        provider_id: req.provider_id,
-        model: req.model,
-        display_name: req.display_name.unwrap_or_default(),
-        context_limit: req.context_limit,
-        compression_threshold: req.compression_threshold.unwrap_or(70),
-        is_default: req.is_default.unwrap_or(false),
-        enabled: req.enabled.unwrap_or(true),
-        options: req.options.unwrap_or_default(),
-    };
+    let def = body.read().await?.into_def(Uuid::new_v4());
     validate_model_config(&def)?;
-    let tx = lock_model_configs(&state).await?;
-    let row = write(tx, &def).await?;
+    let row = model_configs::upsert(state.store().pool(), &def).await?;
     Ok((StatusCode::CREATED, Json(row.into())))
 }
 
@@ -238,38 +258,41 @@ pub async fn update_model_config(
     body: extract::Json<UpdateModelConfigRequest>,
 ) -> ApiResult<Json<ModelConfig>> {
     let req = body.read().await?;
-    let mut tx = lock_model_configs(&state).await?;
-    let current = found(model_configs::select(&mut *tx, id).await?, NOT_FOUND)?.def;
-    let enabled = req.enabled.unwrap_or(current.enabled);
-    let def = ModelConfigDef {
-        id,
-        provider_id: req.provider_id.unwrap_or(current.provider_id),
-        model: req.model.unwrap_or(current.model),
-        display_name: req.display_name.unwrap_or(current.display_name),
-        context_limit: req.context_limit.unwrap_or(current.context_limit),
-        compression_threshold: req
-            .compression_threshold
-            .unwrap_or(current.compression_threshold),
-        // Disabling the default unsets it (another config takes over).
-        is_default: req.is_default.unwrap_or(current.is_default) && enabled,
-        enabled,
-        options: req.options.unwrap_or(current.options),
-    };
-    if req.is_default == Some(true) && !enabled {
-        return Err(ApiError::invalid(
-            "is_default",
-            "a disabled model config cannot be the default",
-        ));
-    }
-    if req.is_default == Some(false) && current.is_default && enabled {
-        // Exactly one enabled default exists at all times: it moves by
-        // setting is_default on another config, never by unsetting it here.
-        return Err(ApiError::conflict(
-            "A default model config is required: set is_default on another model config instead.",
-        ));
-    }
-    validate_model_config(&def)?;
-    let row = write(tx, &def).await?;
+    let row = model_configs::update(state.store().pool(), id, |current| {
+        let enabled = req.enabled.unwrap_or(current.enabled);
+        if req.is_default == Some(true) && !enabled {
+            return Err(ApiError::invalid(
+                "is_default",
+                "a disabled model config cannot be the default",
+            ));
+        }
+        if req.is_default == Some(false) && current.is_default && enabled {
+            // Exactly one enabled default exists at all times: it moves by
+            // setting is_default on another config, never by unsetting it
+            // here.
+            return Err(ApiError::conflict(
+                "A default model config is required: set is_default on another model config instead.",
+            ));
+        }
+        let def = ModelConfigDef {
+            id,
+            provider_id: req.provider_id.unwrap_or(current.provider_id),
+            model: req.model.unwrap_or(current.model),
+            display_name: req.display_name.unwrap_or(current.display_name),
+            context_limit: req.context_limit.unwrap_or(current.context_limit),
+            compression_threshold: req
+                .compression_threshold
+                .unwrap_or(current.compression_threshold),
+            // Disabling the default unsets it (another config takes over).
+            is_default: req.is_default.unwrap_or(current.is_default) && enabled,
+            enabled,
+            options: req.options.unwrap_or(current.options),
+        };
+        validate_model_config(&def)?;
+        Ok(def)
+    })
+    .await?;
+    let row = found(row, NOT_FOUND)?;
     Ok(Json(row.into()))
 }
 
@@ -283,31 +306,7 @@ pub async fn delete_model_config(
     State(state): State<AppState>,
     AdminTarget { id }: AdminTarget,
 ) -> ApiResult<StatusCode> {
-    let mut tx = lock_model_configs(&state).await?;
-    found(
-        model_configs::delete(&mut *tx, id).await?.then_some(()),
-        NOT_FOUND,
-    )?;
-    commit_with_default(tx).await?;
+    let deleted = model_configs::delete(state.store().pool(), id).await?;
+    found(deleted.then_some(()), NOT_FOUND)?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Writes the checked `def` under the model-configs lock held by `tx`:
-/// `400` naming `provider_id` for an unknown provider, else upserts it,
-/// moves the default where needed and commits. Returns the row as
-/// committed (its `is_default` may have changed).
-async fn write(
-    mut tx: Transaction<'static, Postgres>,
-    def: &ModelConfigDef,
-) -> ApiResult<ModelConfigRow> {
-    if !providers::exists(&mut *tx, def.provider_id).await? {
-        return Err(ApiError::invalid("provider_id", "unknown provider"));
-    }
-    let row = model_configs::upsert(&mut tx, def).await?;
-    model_configs::ensure_default(&mut tx).await?;
-    let row = model_configs::select(&mut *tx, def.id)
-        .await?
-        .unwrap_or(row);
-    tx.commit().await?;
-    Ok(row)
 }

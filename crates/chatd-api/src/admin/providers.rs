@@ -13,15 +13,14 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{commit_with_default, found, lock_model_configs};
+use super::found;
 use crate::app::AppState;
 use crate::auth::{Admin, AdminTarget, Caller};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E413, E415};
 use crate::extract::{self, double_option};
 use crate::validate;
 use chatd_core::ProviderKind;
-use chatd_store::ProviderRow;
-use chatd_store::queries::providers::{self, ProviderDef, redact_url};
+use chatd_store::admin::{ProviderDef, ProviderRow, providers, redact_url};
 
 /// The `404` message of an unknown provider id.
 const NOT_FOUND: &str = "Provider not found.";
@@ -118,6 +117,24 @@ pub struct UpdateProviderRequest {
     pub enabled: Option<bool>,
 }
 
+impl CreateProviderRequest {
+    /// The provider this request defines, with id `id`; absent fields take
+    /// their defaults (no display name, enabled) and an empty `api_key` is
+    /// none. Not validated: see [`validate_provider`]. The admin route and
+    /// the config file's `[[providers]]` entries (which wrap this type,
+    /// [`crate::config_file::ProviderEntry`]) both build through it.
+    pub(crate) fn into_def(self, id: Uuid) -> ProviderDef {
+        ProviderDef {
+            id,
+            provider: self.provider,
+            display_name: self.display_name.unwrap_or_default(),
+            base_url: self.base_url,
+            api_key: self.api_key.filter(|k| !k.is_empty()),
+            enabled: self.enabled.unwrap_or(true),
+        }
+    }
+}
+
 impl std::fmt::Debug for CreateProviderRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CreateProviderRequest")
@@ -151,17 +168,16 @@ impl std::fmt::Debug for UpdateProviderRequest {
     }
 }
 
-/// Checks a provider definition.
-pub(crate) fn validate_provider(
-    display_name: &str,
-    base_url: Option<&str>,
-    api_key: Option<&str>,
-) -> ApiResult<()> {
-    validate::name(display_name, "display_name")?;
-    if let Some(url) = base_url {
+/// Checks a provider definition (the route adds [`require_base_url`]).
+///
+/// # Errors
+/// `400` naming the field.
+pub(crate) fn validate_provider(def: &ProviderDef) -> ApiResult<()> {
+    validate::name(&def.display_name, "display_name")?;
+    if let Some(url) = def.base_url.as_deref() {
         validate::http_url(url, "base_url")?;
     }
-    if api_key.is_some_and(|k| k.len() > 4096) {
+    if def.api_key.as_ref().is_some_and(|k| k.len() > 4096) {
         return Err(ApiError::invalid("api_key", "must be at most 4096 bytes"));
     }
     Ok(())
@@ -169,8 +185,8 @@ pub(crate) fn validate_provider(
 
 /// An `openai-compat` provider has no default address: without `base_url`
 /// the worker would send its requests (and API key) to OpenAI.
-fn require_base_url(kind: ProviderKind, base_url: Option<&str>) -> ApiResult<()> {
-    if kind == ProviderKind::OpenaiCompat && base_url.is_none() {
+fn require_base_url(def: &ProviderDef) -> ApiResult<()> {
+    if def.provider == ProviderKind::OpenaiCompat && def.base_url.is_none() {
         return Err(ApiError::invalid(
             "base_url",
             "is required for an openai-compat provider",
@@ -208,24 +224,10 @@ pub async fn create_provider(
     _admin: Admin,
     body: extract::Json<CreateProviderRequest>,
 ) -> ApiResult<(StatusCode, Json<Provider>)> {
-    let req = body.read().await?;
-    let display_name = req.display_name.unwrap_or_default();
-    let api_key = req.api_key.filter(|k| !k.is_empty());
-    validate_provider(&display_name, req.base_url.as_deref(), api_key.as_deref())?;
-    require_base_url(req.provider, req.base_url.as_deref())?;
-    let row = providers::upsert(
-        state.store().pool(),
-        state.store().secrets(),
-        &ProviderDef {
-            id: Uuid::new_v4(),
-            provider: req.provider,
-            display_name,
-            base_url: req.base_url,
-            api_key,
-            enabled: req.enabled.unwrap_or(true),
-        },
-    )
-    .await?;
+    let def = body.read().await?.into_def(Uuid::new_v4());
+    validate_provider(&def)?;
+    require_base_url(&def)?;
+    let row = providers::upsert(state.store().pool(), state.store().secrets(), &def).await?;
     Ok((StatusCode::CREATED, Json(Provider::from_row(row, true))))
 }
 
@@ -241,33 +243,25 @@ pub async fn update_provider(
     body: extract::Json<UpdateProviderRequest>,
 ) -> ApiResult<Json<Provider>> {
     let req = body.read().await?;
-    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
-    let secrets = state.store().secrets();
-    let current = found(
-        providers::select_for_update(&mut tx, secrets, id).await?,
-        NOT_FOUND,
-    )?
-    .def;
-    let def = ProviderDef {
-        id,
-        provider: req.provider.unwrap_or(current.provider),
-        display_name: req.display_name.unwrap_or(current.display_name),
-        base_url: req.base_url.unwrap_or(current.base_url),
-        api_key: req
-            .api_key
-            .unwrap_or(current.api_key)
-            .filter(|k| !k.is_empty()),
-        enabled: req.enabled.unwrap_or(current.enabled),
-    };
-    validate_provider(
-        &def.display_name,
-        def.base_url.as_deref(),
-        def.api_key.as_deref(),
-    )?;
-    require_base_url(def.provider, def.base_url.as_deref())?;
-    let row = providers::upsert(&mut *tx, secrets, &def).await?;
-    tx.commit().await?;
-    Ok(Json(Provider::from_row(row, true)))
+    let (pool, secrets) = (state.store().pool(), state.store().secrets());
+    let row = providers::update(pool, secrets, id, |current| {
+        let def = ProviderDef {
+            id,
+            provider: req.provider.unwrap_or(current.provider),
+            display_name: req.display_name.unwrap_or(current.display_name),
+            base_url: req.base_url.unwrap_or(current.base_url),
+            api_key: req
+                .api_key
+                .unwrap_or(current.api_key)
+                .filter(|k| !k.is_empty()),
+            enabled: req.enabled.unwrap_or(current.enabled),
+        };
+        validate_provider(&def)?;
+        require_base_url(&def)?;
+        Ok::<_, ApiError>(def)
+    })
+    .await?;
+    Ok(Json(Provider::from_row(found(row, NOT_FOUND)?, true)))
 }
 
 /// `DELETE /api/v2/chats/providers/{id}` (admin): also deletes its model
@@ -281,11 +275,7 @@ pub async fn delete_provider(
     State(state): State<AppState>,
     AdminTarget { id }: AdminTarget,
 ) -> ApiResult<StatusCode> {
-    let mut tx = lock_model_configs(&state).await?;
-    found(
-        providers::delete(&mut *tx, id).await?.then_some(()),
-        NOT_FOUND,
-    )?;
-    commit_with_default(tx).await?;
+    let deleted = providers::delete(state.store().pool(), id).await?;
+    found(deleted.then_some(()), NOT_FOUND)?;
     Ok(StatusCode::NO_CONTENT)
 }
