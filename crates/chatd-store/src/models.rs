@@ -561,14 +561,14 @@ impl ChatFacts {
 /// database returns it (also as JSON, in [`ChatFacts`]).
 #[derive(Debug, Clone, sqlx::FromRow, serde::Deserialize)]
 pub(crate) struct EntryRow {
-    id: i64,
-    role: String,
-    visibility: String,
-    compressed: bool,
-    compacted_through_id: Option<i64>,
-    token_estimate: i64,
-    prompt_tokens: Option<i64>,
-    output_tokens: Option<i64>,
+    pub(crate) id: i64,
+    pub(crate) role: String,
+    pub(crate) visibility: String,
+    pub(crate) compressed: bool,
+    pub(crate) compacted_through_id: Option<i64>,
+    pub(crate) token_estimate: i64,
+    pub(crate) prompt_tokens: Option<i64>,
+    pub(crate) output_tokens: Option<i64>,
 }
 
 impl EntryRow {

@@ -13,6 +13,63 @@ use chatd_core::context::ContextEntry;
 
 use crate::models::{Chat, ChatMessage, NewMessage};
 
+/// The columns of a [`ChatMessage`] of alias `m`, for the compile-checked
+/// statements; [`message_of`] makes the row of the record.
+macro_rules! message_columns {
+    (@sql $d:tt $k:tt () $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k
+            r#"m.id, m.chat_id, m.role, m.content AS "content: crate::queries::col::Content",
+             m.visibility, m.compressed, m.deleted, m.revision AS "revision!", m.created_by,
+             m.model_config_id, m.reasoning_effort, m.input_tokens, m.output_tokens,
+             m.reasoning_tokens, m.cache_read_tokens, m.cache_creation_tokens, m.total_tokens,
+             m.context_limit, m.total_cost_micros, m.runtime_ms, m.finish_reason,
+             m.provider_response_id, m.queued_message_id, m.client_message_id,
+             m.compacted_through_id, m.token_estimate, m.created_at"#
+            $($rest)*)
+    };
+}
+
+/// The [`ChatMessage`] of a record `$r` of a statement that selects
+/// [`message_columns`]; an unknown role, visibility or finish reason is the
+/// `ColumnDecode` error `FromRow` gives. Use where `?` returns a
+/// `sqlx::Error`.
+macro_rules! message_of {
+    ($r:ident) => {
+        ChatMessage {
+            id: $r.id,
+            chat_id: $r.chat_id,
+            role: crate::queries::decode_column("role", $r.role)?,
+            content: $r.content,
+            visibility: crate::queries::decode_column("visibility", $r.visibility)?,
+            compressed: $r.compressed,
+            deleted: $r.deleted,
+            revision: $r.revision,
+            created_by: $r.created_by,
+            model_config_id: $r.model_config_id,
+            reasoning_effort: $r.reasoning_effort,
+            input_tokens: $r.input_tokens,
+            output_tokens: $r.output_tokens,
+            reasoning_tokens: $r.reasoning_tokens,
+            cache_read_tokens: $r.cache_read_tokens,
+            cache_creation_tokens: $r.cache_creation_tokens,
+            total_tokens: $r.total_tokens,
+            context_limit: $r.context_limit,
+            total_cost_micros: $r.total_cost_micros,
+            runtime_ms: $r.runtime_ms,
+            finish_reason: match $r.finish_reason {
+                Some(reason) => Some(crate::queries::decode_column("finish_reason", reason)?),
+                None => None,
+            },
+            provider_response_id: $r.provider_response_id,
+            queued_message_id: $r.queued_message_id,
+            client_message_id: $r.client_message_id,
+            compacted_through_id: $r.compacted_through_id,
+            token_estimate: $r.token_estimate,
+            created_at: $r.created_at,
+        }
+    };
+}
+
 /// Inserts one message; the trigger assigns `revision` and advances
 /// `history_version`. Returns the row as stored: the statement returns only
 /// what the database assigns (`id`, `revision`, `created_at`), the rest is
@@ -53,17 +110,40 @@ pub async fn insert(
     let usage = message.usage;
     let token_estimate = chatd_core::context::estimate_tokens(&message.content);
     macro_rules! insert_sql {
-        ($returning:literal) => {
-            concat!(
-                "INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by,
+        ($returning:tt) => {
+            sqlx::query!(
+                r#"INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by,
                      model_config_id, reasoning_effort, input_tokens, output_tokens, reasoning_tokens,
                      cache_read_tokens, cache_creation_tokens, total_tokens, context_limit,
                      total_cost_micros, runtime_ms, provider_response_id, queued_message_id,
                      client_message_id, finish_reason, compacted_through_id, token_estimate)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
                      $18, $19, $20, $21, $22, $23)
-                 RETURNING id, revision, created_at",
-                $returning
+                 RETURNING id, revision AS "revision!", created_at"#
+                    + $returning,
+                chat_id,
+                role,
+                Json(&message.content) as _,
+                message.visibility.as_str(),
+                message.compressed,
+                message.created_by,
+                message.model_config_id,
+                message.reasoning_effort.as_deref(),
+                usage.map(|u| u.input_tokens),
+                usage.map(|u| u.output_tokens),
+                usage.map(|u| u.reasoning_tokens),
+                usage.map(|u| u.cache_read_tokens),
+                usage.map(|u| u.cache_creation_tokens),
+                usage.map(|u| u.total_tokens),
+                message.context_limit,
+                message.total_cost_micros,
+                message.runtime_ms,
+                message.provider_response_id.as_deref(),
+                queued_message_id,
+                message.client_message_id.as_deref(),
+                message.finish_reason.map(FinishReason::as_str),
+                message.compacted_through_id,
+                token_estimate,
             )
         };
     }
@@ -71,52 +151,18 @@ pub async fn insert(
     // which is not always how it was bound (`1e16` comes back as
     // `10000000000000000`, an integer): such content is read back.
     let read_back = message.content.iter().any(has_fraction);
-    let sql = if read_back {
-        insert_sql!(", content")
+    type Assigned = (i64, i64, DateTime<Utc>, Option<Json<Vec<MessagePart>>>);
+    let (id, revision, created_at, stored): Assigned = if read_back {
+        insert_sql!(r#", content AS "content: crate::queries::col::Content""#)
+            .map(|r| (r.id, r.revision, r.created_at, Some(r.content)))
+            .fetch_one(conn)
+            .await?
     } else {
         insert_sql!("")
+            .map(|r| (r.id, r.revision, r.created_at, None))
+            .fetch_one(conn)
+            .await?
     };
-    type Assigned = (i64, i64, DateTime<Utc>, Option<Json<Vec<MessagePart>>>);
-    let (id, revision, created_at, stored) = sqlx::query(sql)
-        .bind(chat_id)
-        .bind(role)
-        .bind(Json(&message.content))
-        .bind(message.visibility.as_str())
-        .bind(message.compressed)
-        .bind(message.created_by)
-        .bind(message.model_config_id)
-        .bind(&message.reasoning_effort)
-        .bind(usage.map(|u| u.input_tokens))
-        .bind(usage.map(|u| u.output_tokens))
-        .bind(usage.map(|u| u.reasoning_tokens))
-        .bind(usage.map(|u| u.cache_read_tokens))
-        .bind(usage.map(|u| u.cache_creation_tokens))
-        .bind(usage.map(|u| u.total_tokens))
-        .bind(message.context_limit)
-        .bind(message.total_cost_micros)
-        .bind(message.runtime_ms)
-        .bind(&message.provider_response_id)
-        .bind(queued_message_id)
-        .bind(&message.client_message_id)
-        .bind(message.finish_reason.map(FinishReason::as_str))
-        .bind(message.compacted_through_id)
-        .bind(token_estimate)
-        .try_map(|row: sqlx::postgres::PgRow| -> sqlx::Result<Assigned> {
-            use sqlx::Row;
-            let stored = if read_back {
-                Some(row.try_get("content")?)
-            } else {
-                None
-            };
-            Ok((
-                row.try_get("id")?,
-                row.try_get("revision")?,
-                row.try_get("created_at")?,
-                stored,
-            ))
-        })
-        .fetch_one(conn)
-        .await?;
     Ok(ChatMessage {
         id,
         chat_id,
@@ -187,10 +233,10 @@ pub async fn select(
     chat_id: Uuid,
     id: i64,
 ) -> sqlx::Result<Option<ChatMessage>> {
-    sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 AND id = $2")
-        .bind(chat_id)
-        .bind(id)
-        .fetch_optional(conn)
+    sql!(query() [, chat_id, id]:
+        "SELECT " message_columns!() " FROM chat_messages m WHERE m.chat_id = $1 AND m.id = $2")
+    .try_map(|r| Ok(message_of!(r)))
+    .fetch_optional(conn)
         .await
 }
 
@@ -216,9 +262,9 @@ pub async fn active_history(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Vec<ChatMessage>> {
-    let sql = context_candidates!("SELECT m.*");
-    let mut rows: Vec<Option<ChatMessage>> = sqlx::query_as::<_, ChatMessage>(sql)
-        .bind(chat_id)
+    let mut rows: Vec<Option<ChatMessage>> =
+        sql!(query() [, chat_id]: context_candidates!("SELECT " message_columns!()))
+        .try_map(|r| Ok(message_of!(r)))
         .fetch_all(conn)
         .await?
         .into_iter()
@@ -243,9 +289,10 @@ pub async fn context_entries(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Vec<ContextEntry>> {
-    let sql = context_candidates!(context_entry_columns!());
-    let rows: Vec<crate::models::EntryRow> =
-        sqlx::query_as(sql).bind(chat_id).fetch_all(conn).await?;
+    let rows: Vec<crate::models::EntryRow> = sql!(query_as(crate::models::EntryRow,) [, chat_id]:
+        context_candidates!(context_entry_columns!(checked)))
+    .fetch_all(conn)
+    .await?;
     Ok(rows
         .into_iter()
         .filter_map(crate::models::EntryRow::into_entry)
@@ -300,13 +347,13 @@ pub async fn tail_contents(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Vec<Vec<MessagePart>>> {
-    let rows: Vec<Json<Vec<MessagePart>>> = sqlx::query_scalar(
-        "SELECT content FROM chat_messages
+    let rows: Vec<Json<Vec<MessagePart>>> = sqlx::query_scalar!(
+        r#"SELECT content AS "content: crate::queries::col::Content" FROM chat_messages
          WHERE chat_id = $1 AND NOT deleted AND id >= COALESCE(
              (SELECT max(id) FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND role = 'user'), 0)
-         ORDER BY id",
+         ORDER BY id"#,
+        chat_id
     )
-    .bind(chat_id)
     .fetch_all(conn)
     .await?;
     Ok(rows.into_iter().map(|Json(parts)| parts).collect())
@@ -335,11 +382,11 @@ pub async fn soft_delete_from(
     chat_id: Uuid,
     from_id: i64,
 ) -> sqlx::Result<Vec<i64>> {
-    let mut ids: Vec<i64> = sqlx::query_scalar(
+    let mut ids: Vec<i64> = sqlx::query_scalar!(
         "UPDATE chat_messages SET deleted = true WHERE chat_id = $1 AND id >= $2 AND NOT deleted RETURNING id",
+        chat_id,
+        from_id
     )
-    .bind(chat_id)
-    .bind(from_id)
     .fetch_all(conn)
     .await?;
     ids.sort_unstable();
@@ -388,41 +435,22 @@ pub async fn scan(
 ) -> sqlx::Result<Vec<ChatMessage>> {
     // Client-visible rows of the chat.
     macro_rules! visible {
-        () => {
-            "chat_id = $1 AND NOT deleted AND visibility <> 'model'"
+        ([$($args:tt)*] $rest:tt) => {
+            sql!(query() [$($args)*]:
+                "SELECT " message_columns!() " FROM chat_messages m
+                 WHERE m.chat_id = $1 AND NOT m.deleted AND m.visibility <> 'model'" $rest)
+            .try_map(|r| Ok(message_of!(r)))
+            .fetch_all(conn)
+            .await
         };
     }
-    let (sql, bound): (&'static str, Option<i64>) = match cursor {
-        Cursor::Latest => (
-            concat!(
-                "SELECT * FROM chat_messages WHERE ",
-                visible!(),
-                " ORDER BY id DESC LIMIT $2"
-            ),
-            None,
-        ),
-        Cursor::Before(id) => (
-            concat!(
-                "SELECT * FROM chat_messages WHERE ",
-                visible!(),
-                " AND id < $3 ORDER BY id DESC LIMIT $2"
-            ),
-            Some(id),
-        ),
-        Cursor::After(id) => (
-            concat!(
-                "SELECT * FROM chat_messages WHERE ",
-                visible!(),
-                " AND id > $3 ORDER BY id LIMIT $2"
-            ),
-            Some(id),
-        ),
-    };
-    let mut query = sqlx::query_as::<_, ChatMessage>(sql).bind(chat_id).bind(n);
-    if let Some(id) = bound {
-        query = query.bind(id);
+    match cursor {
+        Cursor::Latest => visible!([, chat_id, n] " ORDER BY m.id DESC LIMIT $2"),
+        Cursor::Before(id) => {
+            visible!([, chat_id, n, id] " AND m.id < $3 ORDER BY m.id DESC LIMIT $2")
+        }
+        Cursor::After(id) => visible!([, chat_id, n, id] " AND m.id > $3 ORDER BY m.id LIMIT $2"),
     }
-    query.fetch_all(conn).await
 }
 
 /// Number of client-visible messages with `after < id < before` (the
@@ -446,13 +474,13 @@ pub async fn count_visible_between(
     after: i64,
     before: i64,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM chat_messages
-         WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' AND id > $2 AND id < $3",
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM chat_messages
+         WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' AND id > $2 AND id < $3"#,
+        chat_id,
+        after,
+        before
     )
-    .bind(chat_id)
-    .bind(after)
-    .bind(before)
     .fetch_one(conn)
     .await
 }
@@ -500,10 +528,11 @@ pub async fn changed_since(
     chat_id: Uuid,
     since: i64,
 ) -> sqlx::Result<Vec<ChatMessage>> {
-    sqlx::query_as("SELECT * FROM chat_messages WHERE chat_id = $1 AND revision > $2 ORDER BY id")
-        .bind(chat_id)
-        .bind(since)
-        .fetch_all(conn)
+    sql!(query() [, chat_id, since]:
+        "SELECT " message_columns!()
+        " FROM chat_messages m WHERE m.chat_id = $1 AND m.revision > $2 ORDER BY m.id")
+    .try_map(|r| Ok(message_of!(r)))
+    .fetch_all(conn)
         .await
 }
 
@@ -522,8 +551,12 @@ pub async fn changed_since(
 /// # Ok(()) }
 /// ```
 pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
-    let sql = "SELECT * FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id";
-    super::keyed::all(conn, sql, chat_id).await
+    sql!(query() [, chat_id]:
+        "SELECT " message_columns!() " FROM chat_messages m
+         WHERE m.chat_id = $1 AND NOT m.deleted AND m.visibility <> 'model' ORDER BY m.id")
+    .try_map(|r| Ok(message_of!(r)))
+    .fetch_all(conn)
+    .await
 }
 
 /// Recomputes `Chat.context` from the rows of the model context (no message
@@ -560,16 +593,13 @@ pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Re
 /// the last message the newest summary covers; `$1` the chat id) that
 /// [`refresh_context_from`] and [`refresh_context_facts`] write.
 macro_rules! context_columns_set {
-    () => {
-        context_columns_set!(context_derived_sets!())
-    };
-    ($derived:expr) => {
-        concat!(
+    (@sql $d:tt $k:tt ($($derived:tt)+) $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k
             "UPDATE chats c SET context_tokens = $2, context_estimated = $3,
-             compacted_through_message_id = $4, ",
-            $derived,
+             compacted_through_message_id = $4, "
+            $($derived)+
             " WHERE id = $1 "
-        )
+            $($rest)*)
     };
 }
 
@@ -601,18 +631,19 @@ pub(crate) async fn refresh_context_from(
     appended_only: bool,
 ) -> sqlx::Result<Chat> {
     let (tokens, estimated, through) = context_values(entries);
-    let sql = if appended_only {
-        concat!(context_columns_set!(context_limit_set!()), "RETURNING c.*")
-    } else {
-        concat!(context_columns_set!(), "RETURNING c.*")
-    };
-    sqlx::query_as(sql)
-        .bind(chat_id)
-        .bind(tokens)
-        .bind(estimated)
-        .bind(through)
+    if appended_only {
+        sql!(query() [, chat_id, tokens, estimated, through]:
+            context_columns_set!(context_limit_set!()) "RETURNING " chat_columns!())
+        .try_map(|r| Ok(chat_of!(r)))
         .fetch_one(conn)
         .await
+    } else {
+        sql!(query() [, chat_id, tokens, estimated, through]:
+            context_columns_set!(context_derived_sets!()) "RETURNING " chat_columns!())
+        .try_map(|r| Ok(chat_of!(r)))
+        .fetch_one(conn)
+        .await
+    }
 }
 
 /// [`refresh_context_from`] returning the row's facts (without the context
@@ -626,15 +657,11 @@ pub(crate) async fn refresh_context_facts(
     entries: &[ContextEntry],
 ) -> sqlx::Result<crate::models::ChatFacts> {
     let (tokens, estimated, through) = context_values(entries);
-    sqlx::query_as(concat!(
-        context_columns_set!(context_limit_set!()),
-        "RETURNING c.*, ",
-        chat_facts_columns_without_entries!("c")
-    ))
-    .bind(chat_id)
-    .bind(tokens)
-    .bind(estimated)
-    .bind(through)
+    sql!(query() [, chat_id, tokens, estimated, through]:
+        context_columns_set!(context_limit_set!())
+        "RETURNING " chat_columns!() ", " chat_facts_columns_without_entries!(checked "c")
+    )
+    .try_map(|r| Ok(facts_of!(r)))
     .fetch_one(conn)
     .await
 }

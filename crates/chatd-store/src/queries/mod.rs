@@ -185,6 +185,12 @@ macro_rules! facts_alias {
     (@sql $d:tt $k:tt (plain $name:ident) $($rest:tt)*) => {
         $crate::queries::sql!(@go $d $k facts_alias!(@plain $name) $($rest)*)
     };
+    (@sql $d:tt $k:tt (checked token_estimate) $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k r#""token_estimate!""# $($rest)*)
+    };
+    (@sql $d:tt $k:tt (@plain token_estimate) $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k "token_estimate" $($rest)*)
+    };
     (@sql $d:tt $k:tt (checked queue_len) $($rest:tt)*) => {
         $crate::queries::sql!(@go $d $k r#""queue_len!""# $($rest)*)
     };
@@ -230,8 +236,12 @@ macro_rules! context_candidates {
 /// `context_candidates!`.
 macro_rules! context_entry_columns {
     (@sql $d:tt $k:tt () $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k context_entry_columns!(plain) $($rest)*)
+    };
+    (@sql $d:tt $k:tt ($mode:ident) $($rest:tt)*) => {
         $crate::queries::sql!(@go $d $k "SELECT m.id, m.role, m.visibility, m.compressed, m.compacted_through_id,
-                COALESCE(m.token_estimate, octet_length(m.content::text) / 4 + 4) AS token_estimate,
+                COALESCE(m.token_estimate, octet_length(m.content::text) / 4 + 4) AS "
+                facts_alias!($mode token_estimate) ",
                 CASE WHEN m.role = 'assistant' AND m.input_tokens IS NOT NULL
                      THEN m.input_tokens + COALESCE(m.cache_read_tokens, 0)
                           + COALESCE(m.cache_creation_tokens, 0) END AS prompt_tokens,
@@ -297,12 +307,12 @@ macro_rules! chat_facts_base_columns {
 /// chat of alias `c` and id `$1`: written with the computed ones by every
 /// statement that brings `Chat.context` up to date.
 macro_rules! context_derived_sets {
-    () => {
-        concat!(
+    (@sql $d:tt $k:tt () $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k
             "compactions = (SELECT count(*) FROM chat_messages
-                 WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'), ",
+                 WHERE chat_id = $1 AND compressed AND NOT deleted AND visibility <> 'user'), "
             context_limit_set!()
-        )
+            $($rest)*)
     };
 }
 
@@ -312,10 +322,15 @@ macro_rules! context_derived_sets {
 /// summaries cannot have changed, and recounting them would scan the
 /// chat's whole history.
 macro_rules! context_limit_set {
-    () => {
-        "context_limit = (SELECT context_limit FROM chat_model_configs
+    (@sql $d:tt $k:tt () $($rest:tt)*) => {
+        $crate::queries::sql!(@go $d $k
+            "context_limit = (SELECT context_limit FROM chat_model_configs
                  WHERE enabled AND (id = c.last_model_config_id OR is_default)
                  ORDER BY (id = c.last_model_config_id) DESC NULLS LAST LIMIT 1)"
+            $($rest)*)
+    };
+    () => {
+        $crate::queries::sql!(concat: context_limit_set!())
     };
 }
 
