@@ -67,7 +67,7 @@ impl Default for ApiOptions {
             body_limit_bytes: 1024 * 1024,
             relay_secret: None,
             max_file_bytes: 10 * 1024 * 1024,
-            max_files_per_chat: chatd_store::queries::files::DEFAULT_MAX_FILE_LINKS,
+            max_files_per_chat: chatd_store::files::DEFAULT_MAX_FILE_LINKS,
             limits: chatd_core::limits::LimitDefaults::default(),
             request_body_timeout: std::time::Duration::from_secs(60),
             enforce_request_rate: true,
@@ -106,7 +106,7 @@ impl AppState {
     pub fn new(store: chatd_store::Store, options: ApiOptions) -> Self {
         Self {
             inner: Arc::new(Inner {
-                idempotency_pool: chatd_store::queries::idempotency_keys::claim_pool(store.pool()),
+                idempotency_pool: chatd_store::idempotency_keys::claim_pool(store.pool()),
                 store,
                 options,
                 metrics: install_metrics_recorder(),
@@ -155,7 +155,7 @@ impl AppState {
     }
 
     /// The pool of `Idempotency-Key` claims
-    /// ([`chatd_store::queries::idempotency_keys::claim_pool`]).
+    /// ([`chatd_store::idempotency_keys::claim_pool`]).
     pub fn idempotency_pool(&self) -> &sqlx::PgPool {
         &self.inner.idempotency_pool
     }

@@ -27,15 +27,15 @@
 //!   (`CHATD_BOOTSTRAP_ADMIN_TOKEN`, `chatd token create`). Both are
 //!   idempotent and safe when several replicas run them at once: every write
 //!   is a single `INSERT ... ON CONFLICT` statement
-//!   ([`chatd_store::queries::users`], [`chatd_store::queries::tokens`]).
+//!   ([`chatd_store::users`], [`chatd_store::tokens`]).
 //!   The bootstrap token never expires; a member's token always does,
 //!   whoever creates it ([`token_lifetime`]).
 
 use anyhow::Context as _;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use chatd_store::queries::users::UserRow;
-use chatd_store::queries::{tokens, users};
+use chatd_store::users::UserRow;
+use chatd_store::{tokens, users};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -53,7 +53,7 @@ pub use crate::token::{
     TOKEN_PREFIX, WS_BEARER_PROTOCOL_PREFIX, WS_PROTOCOL, generate_token, hash_token,
 };
 use chatd_store::LockMode;
-use chatd_store::queries::chats;
+use chatd_store::chats;
 
 /// Longest accepted token lifetime: ten years, in seconds.
 pub const MAX_TOKEN_LIFETIME_SECONDS: i64 = 10 * 366 * 24 * 3600;
@@ -342,26 +342,9 @@ pub async fn bootstrap_admin(pool: &PgPool, token: &str) -> anyhow::Result<()> {
     let token = token.trim();
     anyhow::ensure!(!token.is_empty(), "the bootstrap admin token is empty");
     let hash = hash_token(token);
-    let mut tx = chatd_store::queries::begin(pool).await?;
-    let admin_id = users::create_or_promote(&mut *tx, "admin", Role::Admin)
+    chatd_store::users::bootstrap_admin(pool, &hash)
         .await
-        .context("creating the admin user")?;
-    let enable = users::UserPatch {
-        disabled: Some(false),
-        ..Default::default()
-    };
-    users::update(&mut *tx, admin_id, &enable)
-        .await
-        .context("enabling the admin user")?;
-    tokens::upsert_bootstrap(&mut *tx, admin_id, &hash)
-        .await
-        .context("storing the bootstrap admin token")?;
-    // A rotated bootstrap token replaces the previous one: the old value
-    // stops authenticating as soon as a replica starts with the new one.
-    tokens::revoke_other_bootstraps(&mut *tx, admin_id, &hash)
-        .await
-        .context("revoking the previous bootstrap admin token")?;
-    tx.commit().await?;
+        .context("storing the bootstrap admin user and token")?;
     Ok(())
 }
 
@@ -405,32 +388,27 @@ pub async fn create_token_with_lifetime(
         })
         .transpose()?;
     let role = if admin { Role::Admin } else { Role::Member };
-    let mut tx = chatd_store::queries::begin(pool).await?;
-    let user_id = users::create_or_promote(&mut *tx, username, role)
-        .await
-        .context("creating the user")?;
-    let user = users::select(&mut *tx, user_id)
-        .await?
-        .context("the user vanished")?;
-    anyhow::ensure!(
-        !user.disabled,
-        "user {username:?} is disabled: re-enable it first (PATCH /api/v2/users/{user_id} with {{\"disabled\": false}})"
-    );
+    let token = generate_token();
     // The operator's own lifetime is taken as is (a member's still expires).
-    let seconds = match requested {
-        Some(seconds) => Some(seconds),
+    let lifetime = |user: &users::UserRow| match requested {
+        Some(seconds) => Ok(Some(seconds)),
         None => token_lifetime(
             user.role,
             None,
             LimitDefaults::default().max_member_token_lifetime,
-        )
-        .map_err(anyhow::Error::msg)?,
+        ),
     };
-    let token = generate_token();
-    tokens::insert(&mut *tx, user_id, "cli", &hash_token(&token), seconds)
+    match users::issue_token(pool, username, role, "cli", &hash_token(&token), lifetime)
         .await
-        .context("storing the token")?;
-    tx.commit().await?;
+        .context("storing the token")?
+    {
+        users::IssueOutcome::Issued(_) => {}
+        users::IssueOutcome::Disabled(user) => anyhow::bail!(
+            "user {username:?} is disabled: re-enable it first (PATCH /api/v2/users/{} with {{\"disabled\": false}})",
+            user.id
+        ),
+        users::IssueOutcome::Refused(err) => return Err(anyhow::Error::msg(err)),
+    }
     Ok(token)
 }
 

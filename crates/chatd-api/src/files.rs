@@ -2,7 +2,7 @@
 //! lifecycle"): `POST /api/v2/files` uploads a file, `GET /api/v2/files`
 //! lists the caller's files, `GET /api/v2/files/{id}` downloads one and
 //! `DELETE /api/v2/files/{id}` deletes one. Files are stored in PostgreSQL
-//! ([`chatd_store::queries::files`]) and linked to a chat by the message
+//! ([`chatd_store::files`]) and linked to a chat by the message
 //! that mentions them (`LinkFiles`, [`chatd_store::ChatTx::link_files`]).
 //!
 //! An upload reads the whole body before it touches the database: no pool
@@ -35,7 +35,7 @@ use axum::http::header::{
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use chatd_store::queries::files::{self, CHUNK_BYTES, DeleteOutcome, FileRow, Storage};
+use chatd_store::files::{self, CHUNK_BYTES, DeleteOutcome, FileRow, Storage};
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use http_body::Body as _;
@@ -146,23 +146,30 @@ pub async fn upload_file(
 
     // Only now a connection, for one short transaction.
     let id = Uuid::new_v4();
-    let mut chunks = spool.into_chunks().await.map_err(spool_failed)?;
-    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
-    let storage = files::lock_storage(&mut tx, caller.id(), default_quota)
-        .await?
-        .ok_or_else(ApiError::unauthorized)?;
-    if !storage.fits(size as i64) {
-        // Dropping `tx` rolls back and releases the lock.
-        return Err(over_quota(storage, size as i64));
-    }
-    let row =
-        files::insert_sized(&mut *tx, id, caller.id(), &name, &media_type, size as i64).await?;
-    let mut seq = 0i32;
-    while let Some(chunk) = chunks.next().await.map_err(spool_failed)? {
-        files::insert_chunk(&mut *tx, id, seq, &chunk).await?;
-        seq += 1;
-    }
-    tx.commit().await?;
+    let chunks = spool.into_chunks().await.map_err(spool_failed)?;
+    let chunks = futures::stream::try_unfold(chunks, |mut chunks| async move {
+        Ok(chunks.next().await?.map(|chunk| (chunk, chunks)))
+    });
+    let outcome = files::store_upload(
+        state.store().pool(),
+        id,
+        caller.id(),
+        &name,
+        &media_type,
+        size as i64,
+        default_quota,
+        chunks,
+    )
+    .await
+    .map_err(|err| match err {
+        files::UploadError::Database(err) => ApiError::from(err),
+        files::UploadError::Source(err) => spool_failed(err),
+    })?;
+    let row = match outcome {
+        files::UploadOutcome::Stored(row) => row,
+        files::UploadOutcome::OverQuota(storage) => return Err(over_quota(storage, size as i64)),
+        files::UploadOutcome::NoOwner => return Err(ApiError::unauthorized()),
+    };
     metrics::counter!("chatd_file_upload_bytes_total").increment(size as u64);
     Ok((StatusCode::CREATED, Json(File::from(&row))))
 }

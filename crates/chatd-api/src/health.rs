@@ -50,7 +50,7 @@ pub async fn healthz() -> Json<HealthStatus> {
     responses((status = 200, description = "Ready", body = HealthStatus), E503)
 )]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let applied = chatd_store::queries::migrations::all_applied(state.store().pool());
+    let applied = chatd_store::migrations::all_applied(state.store().pool());
     let not_ready = |detail: &'static str| {
         ApiError::unavailable("Not ready.")
             .with_detail(detail)

@@ -15,7 +15,7 @@
 //!    of its canonical JSON (object keys sorted, no whitespace) when it is
 //!    JSON, of its bytes otherwise.
 //! 3. The key is claimed in a transaction of its own
-//!    ([`chatd_store::queries::idempotency_keys::claim`]) that stays open
+//!    ([`chatd_store::idempotency_keys::begin_claim`]) that stays open
 //!    while the handler runs. A concurrent duplicate waits on that claim and
 //!    then answers the first one's response; if the first failed, the
 //!    duplicate runs itself.
@@ -31,7 +31,7 @@
 //! Keys are per user: another user's key with the same text is unrelated.
 //!
 //! The claims use a pool of their own
-//! ([`chatd_store::queries::idempotency_keys::claim_pool`]): a claim holds
+//! ([`chatd_store::idempotency_keys::claim_pool`]): a claim holds
 //! its connection while the handler needs another, and sharing one pool
 //! would let enough concurrent keyed requests take every connection and
 //! wait for each other.
@@ -58,7 +58,7 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::read_body;
-use chatd_store::queries::idempotency_keys::{self, Claim};
+use chatd_store::idempotency_keys::{self, ClaimStart};
 
 /// The request header.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -205,14 +205,12 @@ async fn keyed(
 
     let internal =
         |err: sqlx::Error| ApiError::from(chatd_store::StoreError::from(err)).into_response();
-    let mut claim_tx = state.idempotency_pool().begin().await.map_err(internal)?;
     let ttl = KEY_TTL.as_secs_f64();
-    match idempotency_keys::claim(&mut claim_tx, user, &key, &route, &hash, ttl)
+    match idempotency_keys::begin_claim(state.idempotency_pool(), user, &key, &route, &hash, ttl)
         .await
         .map_err(internal)?
     {
-        Claim::Existing(stored) => {
-            drop(claim_tx);
+        ClaimStart::Existing(stored) => {
             if stored.route != route || stored.request_hash != hash {
                 return Err(ApiError::conflict(
                     "Idempotency-Key was already used for a different request.",
@@ -225,7 +223,7 @@ async fn keyed(
             }
             Ok(replay(&stored))
         }
-        Claim::Claimed => {
+        ClaimStart::Claimed(claim) => {
             let request = Request::from_parts(parts, Body::from(bytes));
             let response = next.run(request).await;
             if !response.status().is_success() {
@@ -241,11 +239,7 @@ async fn keyed(
                 .get(CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok());
             let status = i16::try_from(parts.status.as_u16()).unwrap_or(i16::MAX);
-            let stored = async {
-                idempotency_keys::complete(&mut claim_tx, user, &key, status, content_type, &body)
-                    .await?;
-                claim_tx.commit().await
-            };
+            let stored = claim.complete(status, content_type, &body);
             if let Err(err) = stored.await {
                 // The effect is committed; only the record of it is lost,
                 // so the answer is still the handler's.

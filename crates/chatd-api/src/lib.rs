@@ -23,8 +23,10 @@
 //! - `Idempotency-Key` on every mutating chat route ([`idempotency`]).
 //!
 //! Every execution-state change goes through `chatd_store`'s
-//! `ChatMachine`, and every read and metadata write through its `queries`
-//! (this crate writes no SQL); errors become the API.md error body through one type,
+//! `ChatMachine`, every read and metadata write through its front
+//! (`chatd_store::{chats, messages, ...}`), and every other write of several
+//! statements through one store operation (this crate writes no SQL and
+//! opens no transaction of its own); errors become the API.md error body through one type,
 //! [`ApiError`]. Inputs are parsed by hand-written extractors ([`extract`]):
 //! a JSON body through the typed [`extract::Json`], read after the
 //! handler's visibility and permission checks, so that the order of checks

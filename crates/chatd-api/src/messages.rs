@@ -43,8 +43,8 @@ use crate::objects::{
 };
 use crate::paging::{self, MessageWindow};
 use crate::validate;
-use chatd_store::queries::messages::{self, Cursor};
-use chatd_store::queries::queue;
+use chatd_store::messages::{self, Cursor};
+use chatd_store::queue;
 
 /// Query of `GET /chats/{chat}/messages`.
 #[derive(Debug, Clone, Deserialize, IntoParams)]

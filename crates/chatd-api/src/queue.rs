@@ -22,7 +22,7 @@ use crate::error::{ApiResult, E400, E401, E403, E404, E409, E413, E415, E429};
 use crate::extract::{self, PathParams, double_option};
 use crate::objects::{ChatInputPart, ChatQueuedMessage};
 use crate::validate;
-use chatd_store::queries::queue;
+use chatd_store::queue;
 
 /// Body of `PATCH /chats/{chat}/queue/{queued}`; an absent field is kept.
 #[derive(Debug, Clone, Deserialize, ToSchema)]

@@ -2,7 +2,7 @@
 //! start a turn (API.md "Limits, budgets and the token lifecycle":
 //! "Budgets" and `GET /api/v2/users/{user}/usage`).
 //!
-//! The ledger is kept by the database ([`chatd_store::queries::usage`]):
+//! The ledger is kept by the database ([`chatd_store::usage`]):
 //! every model call of the user's chats (answers, compaction summaries,
 //! titles, sub-agents) is counted in the calendar month (UTC) its result
 //! committed in. The worker checks the budgets before every model call; the
@@ -14,7 +14,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chatd_core::limits::UserLimits;
-use chatd_store::queries::usage::{self as ledger, Exceeded};
+use chatd_store::usage::{self as ledger, Exceeded};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -133,7 +133,7 @@ pub(crate) async fn refuse_send_over_budget(
         Err(refused) => refused,
     };
     if let Some(key) = client_message_id
-        && let Some((hash, response)) = chatd_store::queries::send_receipts::select::<
+        && let Some((hash, response)) = chatd_store::send_receipts::select::<
             serde_json::Value,
         >(state.store().pool(), chat.id, key)
         .await?

@@ -32,10 +32,10 @@ use crate::auth::{self, Admin, Caller, MAX_TOKEN_LIFETIME_SECONDS, Role, User};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, E413, E415, E429};
 use crate::extract::{self, PathParams, double_option, parse_uuid};
 use crate::validate;
-use chatd_store::queries::replicas::{self, ReplicaRow};
-use chatd_store::queries::tokens::TokenRow;
-use chatd_store::queries::users::UserPatch;
-use chatd_store::queries::{tokens, users};
+use chatd_store::replicas::{self, ReplicaRow};
+use chatd_store::tokens::TokenRow;
+use chatd_store::users::UserPatch;
+use chatd_store::{tokens, users};
 
 /// Body of `POST /api/v2/users`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -469,17 +469,14 @@ pub async fn patch_user(
             "an admin cannot disable themselves (another admin can)",
         ));
     }
-    let mut tx = chatd_store::queries::begin(state.store().pool()).await?;
     // Two admins disabling each other at once: one at a time, and the
     // second, disabled by the first, is refused (401, as its next request
     // would be), so an enabled admin always stays.
-    if patch.disabled == Some(true) && !users::lock_admins(&mut tx, caller.id()).await? {
-        return Err(ApiError::unauthorized());
-    }
-    let row = users::update(&mut *tx, user_id, &patch)
-        .await?
-        .ok_or_else(user_not_found)?;
-    tx.commit().await?;
+    let row = match users::patch(state.store().pool(), caller.id(), user_id, &patch).await? {
+        users::PatchOutcome::Updated(row) => row,
+        users::PatchOutcome::NotFound => return Err(user_not_found()),
+        users::PatchOutcome::CallerNotAdmin => return Err(ApiError::unauthorized()),
+    };
     Ok(Json(User::from_row(row, &state.options().limits)))
 }
 

@@ -14,26 +14,47 @@
 //!   among them.
 //! - [`models`]: the rows and inputs the modules share.
 //! - [`secrets`]: provider API keys and MCP secrets encrypted at rest.
-//! - [`queries`]: every SQL statement of chatd, one module per table, with
-//!   typed inputs and rows; no other crate writes SQL. [`rules`]: the
-//!   conditions (runnable, idle) that statements and Rust code share.
+//! - `queries/` (crate-private): every SQL statement of chatd, one module
+//!   per table, with typed inputs and rows; no other crate writes SQL.
+//!   [`rules`]: the conditions (runnable, idle) that statements and Rust
+//!   code share.
+//! - The front (`front.rs`): the modules named after tables ([`chats`],
+//!   [`messages`], [`files`], [`users`], ...) that re-export what other
+//!   crates may call: reads, and single-statement writes outside the state
+//!   machine. Operations of several statements run in one transaction of
+//!   their own: [`users::patch`], [`users::bootstrap_admin`],
+//!   [`users::issue_token`] (`accounts.rs`), [`files::store_upload`]
+//!   (`uploads.rs`), [`idempotency_keys::begin_claim`] (`claims.rs`), and
+//!   the admin resources' writes ([`admin`]).
 //!
 //! Execution-state tables are written only through the transitions; the
 //! triggers turn any out-of-band write of a message into a `history_version`
 //! change that in-flight workers would see as a fence failure.
 
+pub(crate) mod accounts;
 pub mod admin;
 pub(crate) mod bundle;
+mod claims;
 pub mod context_cache;
 pub mod error;
 pub(crate) mod machine;
 pub mod models;
-pub mod queries;
+pub(crate) mod queries;
 pub(crate) mod row_cache;
 pub mod rules;
 pub mod secrets;
 pub(crate) mod store;
+#[cfg(test)]
+mod test_fixture;
 pub(crate) mod transitions;
+pub(crate) mod front;
+mod uploads;
+
+pub use front::{
+    chats, cluster_settings, database, files, heartbeats, idempotency_keys, internals,
+    mcp_servers, messages, migrations, model_configs, providers, queue, replicas, send_receipts,
+    tokens, usage, users,
+};
 
 pub use error::{StoreError, StoreResult};
 

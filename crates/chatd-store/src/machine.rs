@@ -60,14 +60,14 @@ impl ChatMachine {
     /// # Example
     ///
     /// ```
-    /// use chatd_store::queries::chats;
+    /// use chatd_store::{LockMode, chats};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
     /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut locked = store.machine(chat.id).lock().await?;
     /// // Related reads in the same transaction see the locked row's state.
-    /// let facts = chats::select_facts(locked.conn(), chat.id).await?.expect("locked");
-    /// assert_eq!(facts.chat.snapshot_version, locked.chat.snapshot_version);
+    /// let row = chats::select(locked.conn(), chat.id, LockMode::None).await?.expect("locked");
+    /// assert_eq!(row.snapshot_version, locked.chat.snapshot_version);
     /// locked.finish().await?;
     /// # Ok(()) }
     /// ```
@@ -117,7 +117,7 @@ impl ChatMachine {
     /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut locked = store.machine(chat.id).lock_to_read().await?;
-    /// let history = chatd_store::queries::messages::active_history(locked.conn(), chat.id).await?;
+    /// let history = chatd_store::messages::active_history(locked.conn(), chat.id).await?;
     /// assert_eq!(history.len(), 1);
     /// locked.finish().await?;
     /// # Ok(()) }
@@ -141,7 +141,7 @@ impl ChatMachine {
     /// # Example
     ///
     /// ```
-    /// use chatd_store::queries::messages;
+    /// use chatd_store::messages;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
     /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
@@ -184,7 +184,7 @@ impl ChatMachine {
 /// assert!(!locked.queue_non_empty().await?);
 /// assert_eq!(locked.execution_state().await?, ExecutionState::R0);
 /// let conn = locked.conn(); // for related reads
-/// chatd_store::queries::queue::len(conn, chat.id).await?;
+/// chatd_store::queue::list(conn, chat.id).await?;
 /// locked.finish().await?;
 /// # Ok(()) }
 /// ```

@@ -58,12 +58,12 @@ impl Default for StoreConfig {
 /// use std::sync::Arc;
 /// use chatd_core::{ExecutionState, MessagePart, Role};
 /// use chatd_pubsub::RecordingPublisher;
-/// use chatd_store::{CreateChatInput, NewMessage, Store, queries};
+/// use chatd_store::{CreateChatInput, NewMessage, Store, users};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// let published = Arc::new(RecordingPublisher::new());
 /// let store = Store::new(pool.clone(), published.clone());
-/// let owner = queries::users::insert(store.pool(), "alice", Role::Member).await?.id;
+/// let owner = users::insert(store.pool(), "alice", Role::Member).await?.id;
 /// let input = CreateChatInput {
 ///     owner_id: owner,
 ///     initial_messages: vec![NewMessage::user(vec![MessagePart::text("hi")])],
@@ -208,7 +208,7 @@ impl Store {
 /// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
 /// // Idempotent: a migrated database has nothing pending.
 /// chatd_store::migrate(pool).await?;
-/// assert!(chatd_store::queries::migrations::all_applied(pool).await?);
+/// assert!(chatd_store::migrations::all_applied(pool).await?);
 /// # Ok(()) }
 /// ```
 pub async fn migrate(pool: &PgPool) -> StoreResult<()> {

@@ -61,7 +61,7 @@ impl StoreFixture {
         let published = Arc::new(RecordingPublisher::new());
         let store = Store::with_config(db.pool().clone(), published.clone(), config);
         let owner =
-            chatd_store::queries::users::insert(db.pool(), "alice", chatd_core::Role::Member)
+            chatd_store::users::insert(db.pool(), "alice", chatd_core::Role::Member)
                 .await?
                 .id;
         Ok(Self {

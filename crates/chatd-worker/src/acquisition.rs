@@ -20,13 +20,13 @@
 //! - the owner's running chats, across every replica: the database decides.
 //!   The candidate query returns no more of a user's chats than the room
 //!   under their cap, in the order their turns began
-//!   ([`queries::chats::acquisition_candidates`]), and every claim locks the
+//!   ([`chatd_store::chats::acquisition_candidates`]), and every claim locks the
 //!   owner's row and counts the chats runners hold before it acquires
-//!   ([`queries::chats::lock_owner_room`]), so two replicas claiming the same
+//!   ([`chatd_store::chats::lock_owner_room`]), so two replicas claiming the same
 //!   user's chats at once take turns and never pass the cap. The cap counts
 //!   slots: one per chat family (a root and its sub-agents share the
 //!   root's, so a sub-agent its parent waits for in `wait_agent` is always
-//!   acquired: [`queries::chats::family_holds_slot`]). Chats in
+//!   acquired: [`chatd_store::chats::family_holds_slot`]). Chats in
 //!   `requires_action` take no slot, and they and `interrupting` chats are
 //!   acquired without room (they wait on a timer, or only finish: an
 //!   interrupted chat that waited for a slot lands at once); a held
@@ -44,7 +44,6 @@ use futures::{FutureExt as _, StreamExt as _};
 
 use chatd_core::ChatStatus;
 use chatd_pubsub::OWNERSHIP_CHANNEL;
-use chatd_store::queries;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -196,7 +195,7 @@ impl AcquisitionLoop {
     /// failed lookup falls back to the interval.
     async fn next_wait(&self) -> std::time::Duration {
         let interval = self.ctx.config.acquisition_interval;
-        match queries::chats::next_lease_expiry(
+        match chatd_store::chats::next_lease_expiry(
             self.ctx.store.pool(),
             self.ctx.config.worker_id,
             self.ctx.config.lease_stale_after.as_secs_f64(),
@@ -249,7 +248,7 @@ impl AcquisitionLoop {
             slots.set_contended(true);
             return Ok(pass);
         }
-        let candidates = queries::chats::acquisition_candidates(
+        let candidates = chatd_store::chats::acquisition_candidates(
             self.ctx.store.pool(),
             stale,
             limit,
@@ -304,7 +303,7 @@ impl AcquisitionLoop {
         }
         if let Some(runner) = chat.runner_id
             && chat.worker_id.is_some()
-            && queries::heartbeats::is_fresh(tx.reader().await?, chat_id, runner, stale).await?
+            && chatd_store::heartbeats::is_fresh(tx.reader().await?, chat_id, runner, stale).await?
         {
             return Ok(Claim::NotACandidate);
         }
@@ -318,7 +317,7 @@ impl AcquisitionLoop {
             chat.status,
             ChatStatus::RequiresAction | ChatStatus::Interrupting
         ) {
-            let room = queries::chats::lock_owner_room(
+            let room = chatd_store::chats::lock_owner_room(
                 tx.reader().await?,
                 chat.owner_id,
                 self.ctx.config.limits.max_running_chats,
@@ -326,7 +325,7 @@ impl AcquisitionLoop {
             )
             .await?;
             if room <= 0
-                && !queries::chats::family_holds_slot(
+                && !chatd_store::chats::family_holds_slot(
                     tx.reader().await?,
                     chat.owner_id,
                     chat.root_chat_id.unwrap_or(chat.id),

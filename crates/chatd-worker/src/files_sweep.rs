@@ -10,13 +10,13 @@
 //! unlinked once its row is locked, so a send linking it at the same moment
 //! either links it first (and the file stays) or finds it gone (`400`, file
 //! unavailable) and links nothing
-//! ([`chatd_store::queries::files::delete_expired_unlinked`]). Errors are
+//! ([`chatd_store::files::delete_expired_unlinked`]). Errors are
 //! logged and the next pass tries again.
 
 use std::time::Duration;
 
 use chatd_store::Store;
-use chatd_store::queries::files;
+use chatd_store::files;
 use tokio_util::sync::CancellationToken;
 
 use crate::ticker::Ticker;

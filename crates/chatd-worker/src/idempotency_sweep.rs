@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use chatd_store::Store;
-use chatd_store::queries::idempotency_keys;
+use chatd_store::idempotency_keys;
 use tokio_util::sync::CancellationToken;
 
 use crate::ticker::Ticker;

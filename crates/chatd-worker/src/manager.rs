@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chatd_store::queries;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -257,7 +256,7 @@ impl DatabaseSync {
                 self.ctx.slots.set_parked(0);
                 continue;
             }
-            let rows = queries::chats::select_many(self.ctx.store.pool(), &ids).await;
+            let rows = chatd_store::chats::select_many(self.ctx.store.pool(), &ids).await;
             match rows {
                 Ok(rows) => {
                     let found: HashMap<Uuid, &chatd_store::Chat> =
@@ -331,7 +330,7 @@ impl Heartbeats {
 /// The spec's heartbeat upsert, skipping chats deleted meanwhile.
 pub(crate) async fn beat(ctx: &WorkerContext, keys: &[RunnerKey]) -> sqlx::Result<()> {
     let runners: Vec<(Uuid, Uuid)> = keys.iter().map(|k| (k.chat_id, k.runner_id)).collect();
-    queries::heartbeats::upsert_many(ctx.store.pool(), &runners).await
+    chatd_store::heartbeats::upsert_many(ctx.store.pool(), &runners).await
 }
 
 /// Deletes heartbeat rows older than the lease.
@@ -344,7 +343,7 @@ impl HeartbeatCleanup {
         let mut tick = Ticker::new(self.ctx.config.heartbeat_cleanup_interval);
         while tick.tick(&cancel).await {
             let stale = self.ctx.config.lease_stale_after.as_secs_f64();
-            if let Err(err) = queries::heartbeats::delete_stale(self.ctx.store.pool(), stale).await
+            if let Err(err) = chatd_store::heartbeats::delete_stale(self.ctx.store.pool(), stale).await
             {
                 tracing::warn!(error = %err, "heartbeat cleanup failed");
             }

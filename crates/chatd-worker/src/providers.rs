@@ -3,17 +3,18 @@
 //! provider row, and a [`chatd_llm::Provider`] built from it; plus the
 //! request's reasoning effort (`spec/chatd-architecture.md`, "Reasoning
 //! effort") and the chat's MCP servers. The rows and their SQL are the
-//! store's ([`chatd_store::queries`]).
+//! store's ([`chatd_store::model_configs`], [`chatd_store::providers`],
+//! [`chatd_store::mcp_servers`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use chatd_core::{ReasoningEffort, RequireApproval};
 use chatd_llm::{HttpOptions, Provider, ProviderConfig};
-use chatd_store::queries::mcp_servers::McpServerDef;
-use chatd_store::queries::model_configs::ModelConfigDef;
+use chatd_store::mcp_servers::McpServerDef;
+use chatd_store::model_configs::ModelConfigDef;
 use chatd_store::secrets::Secrets;
-use chatd_store::{Chat, ProviderRow, queries};
+use chatd_store::{Chat, ProviderRow};
 use chatd_tools::{McpServerConfig, McpTransport};
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -74,11 +75,11 @@ pub async fn resolve_model(
     chat: &Chat,
     factory: &dyn ProviderFactory,
 ) -> sqlx::Result<Result<ResolvedModel, String>> {
-    let config = queries::model_configs::for_chat(&mut *conn, chat.last_model_config_id).await?;
+    let config = chatd_store::model_configs::for_chat(&mut *conn, chat.last_model_config_id).await?;
     let Some(config) = config.map(|row| row.def) else {
         return Ok(Err("No enabled model is configured: ask an admin to add a provider and a default model config.".to_owned()));
     };
-    let provider = queries::providers::select(&mut *conn, secrets, config.provider_id).await?;
+    let provider = chatd_store::providers::select(&mut *conn, secrets, config.provider_id).await?;
     let Some(provider) = provider.filter(|p| p.def.enabled) else {
         return Ok(Err(format!(
             "The provider of model {:?} is missing or disabled.",
@@ -137,7 +138,7 @@ pub async fn load_mcp_servers(
     secrets: &Secrets,
     ids: &[Uuid],
 ) -> sqlx::Result<(Vec<McpServerConfig>, HashMap<String, RequireApproval>)> {
-    let rows = queries::mcp_servers::enabled_in_order(conn, secrets, ids).await?;
+    let rows = chatd_store::mcp_servers::enabled_in_order(conn, secrets, ids).await?;
     let mut policies = HashMap::new();
     let configs = rows
         .into_iter()
@@ -180,7 +181,7 @@ mod tests {
     #[test]
     fn mcp_rows_become_server_configs() {
         // Non-string JSON values of `env` and `args` are read as their text
-        // by the store (`chatd_store::queries::mcp_servers::string_map`).
+        // by the store (`chatd_store::mcp_servers::string_map`).
         let stdio = McpServerDef {
             command: Some("mcp-files".into()),
             args: vec!["--root".into(), "/tmp".into()],

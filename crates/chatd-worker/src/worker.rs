@@ -158,7 +158,7 @@ impl Worker {
         // Abandon every chat the database says we own: that includes chats
         // acquired just before the loop stopped whose runner may not be
         // registered yet.
-        let owned = match chatd_store::queries::chats::owned_by_worker(
+        let owned = match chatd_store::chats::owned_by_worker(
             self.ctx.store.pool(),
             self.ctx.config.worker_id,
         )

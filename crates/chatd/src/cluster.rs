@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use chatd_store::queries::{cluster_settings, replicas};
+use chatd_store::{cluster_settings, replicas};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;

@@ -36,7 +36,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use chatd_store::queries::database;
+use chatd_store::database;
 use nix::unistd::{Gid, Uid, User};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use sqlx::{ConnectOptions as _, Connection as _};

@@ -119,7 +119,7 @@ async fn migrate(postgres_url: &str) -> anyhow::Result<()> {
     chatd_store::migrate(&pool)
         .await
         .context("applying migrations")?;
-    let applied = chatd_store::queries::migrations::applied_count(&pool).await?;
+    let applied = chatd_store::migrations::applied_count(&pool).await?;
     println!("migrations applied: {applied}");
     Ok(())
 }

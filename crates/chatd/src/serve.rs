@@ -209,7 +209,7 @@ async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started>
     tracing::info!("migrations applied");
 
     // Members' tokens always expire, those created before that rule too.
-    let capped = chatd_store::queries::tokens::cap_member_lifetimes(
+    let capped = chatd_store::tokens::cap_member_lifetimes(
         pool,
         args.limits.max_member_token_lifetime.as_secs() as i64,
     )

@@ -13,7 +13,6 @@ use crate::app::AppState;
 use crate::auth::ChatTarget;
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E409, INVALID_STATE_MESSAGE};
 use crate::objects::{ChatError, ChatErrorKind};
-use chatd_store::queries::messages;
 
 /// `POST /api/v2/chats/{chat}/interrupt`: `Interrupt(user_cancel)`:
 /// `R0 → I0`, `R1 → I1`, `A0 → R0`, `A1 → R1`; anything else `409`.
@@ -88,7 +87,7 @@ pub async fn compact(State(state): State<AppState>, target: ChatTarget) -> ApiRe
         )));
     }
     if exec != ExecutionState::Invalid
-        && messages::compactable_count(tx.conn().await?, id).await? < MIN_MESSAGES_TO_COMPACT
+        && tx.compactable_count().await? < MIN_MESSAGES_TO_COMPACT
     {
         return Err(ApiError::conflict("Nothing to compact.").with_detail(format!(
             "Compaction needs at least {MIN_MESSAGES_TO_COMPACT} messages since the last compaction."

@@ -17,7 +17,7 @@
 //! Deleting is a hard delete of the chat and its descendants, allowed only
 //! when every one of them is deletable (`W`, `E0`, `E1`, `XW`, `XE0`, `XE1`:
 //! [`chatd_core::ExecutionState::is_deletable`], applied by
-//! [`chatd_store::queries::chats::delete_family`]).
+//! [`chatd_store::chats::delete_family`]).
 
 pub mod actions;
 
@@ -44,8 +44,8 @@ use crate::objects::{
 };
 use crate::validate;
 use chatd_store::LockMode;
-use chatd_store::queries::chats::{self, NotDeletable};
-use chatd_store::queries::{mcp_servers, model_configs};
+use chatd_store::chats::{self, NotDeletable};
+use chatd_store::{mcp_servers, model_configs};
 
 /// `Chat`.
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -12,7 +12,7 @@ use chatd_store::{Store, StoreError};
 
 use super::event::PendingToolCall;
 use super::state::{DbState, MessageRows, StreamState};
-use chatd_store::queries::{messages, queue};
+use chatd_store::{messages, queue};
 
 /// Why a fetch failed.
 #[derive(Debug, thiserror::Error)]

@@ -165,7 +165,7 @@ impl SyncPoller {
         if ids.is_empty() {
             return Ok(());
         }
-        let rows = chatd_store::queries::chats::versions(&self.pool, &ids).await?;
+        let rows = chatd_store::chats::versions(&self.pool, &ids).await?;
         let found: std::collections::HashSet<Uuid> = rows.iter().map(|row| row.id).collect();
         for row in &rows {
             self.registry.deliver(row.id, &SyncHints::from(row));

@@ -89,7 +89,7 @@ impl From<&ChatUpdate> for SyncHints {
 
 /// The version columns of one chat, as the sync poller reads them (spec
 /// "Sync poller" → "Polling"); the store's row.
-pub use chatd_store::queries::chats::ChatVersions;
+pub use chatd_store::chats::ChatVersions;
 
 impl From<&ChatVersions> for SyncHints {
     fn from(v: &ChatVersions) -> Self {

@@ -31,7 +31,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use chatd_pubsub::{ChatUpdate, PubsubEvent, chat_update_channel};
 use chatd_store::LockMode;
-use chatd_store::queries::chats;
+use chatd_store::chats;
 use utoipa::IntoParams;
 
 use crate::app::AppState;

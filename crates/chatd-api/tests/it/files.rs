@@ -818,16 +818,19 @@ async fn the_sweep_deletes_only_unlinked_files_older_than_a_day() {
     let mut many = Vec::new();
     for i in 0..(chatd_worker::files_sweep::FILES_SWEEP_BATCH + 5) {
         let id = Uuid::new_v4();
-        chatd_store::queries::files::insert_sized(
+        let stored = chatd_store::files::store_upload(
             s.pool(),
             id,
             s.alice.id,
             &format!("{i}"),
             "text/plain",
             0,
+            i64::MAX,
+            futures::stream::empty::<Result<Vec<u8>, std::convert::Infallible>>(),
         )
         .await
         .unwrap();
+        assert!(matches!(stored, chatd_store::files::UploadOutcome::Stored(_)));
         many.push(id);
     }
     sqlx::query("UPDATE chat_files SET created_at = now() - interval '2 days' WHERE id = ANY($1)")

@@ -236,7 +236,7 @@ headers = { Authorization = "Bearer header-sealed-by-file" }
         servers[1]["headers"],
         json!({"Authorization": "Bearer header-sealed-by-file"})
     );
-    let row = chatd_store::queries::providers::select(s.pool(), &secrets, id)
+    let row = chatd_store::providers::select(s.pool(), &secrets, id)
         .await
         .unwrap()
         .unwrap();

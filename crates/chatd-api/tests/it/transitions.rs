@@ -638,7 +638,7 @@ async fn clear_context_table() {
             last["content"],
             serde_json::json!([{"type": "context-cleared"}])
         );
-        let model_view = chatd_store::queries::messages::active_history(s.pool(), id)
+        let model_view = chatd_store::messages::active_history(s.pool(), id)
             .await
             .unwrap();
         assert!(model_view.is_empty(), "the model sees nothing before it");

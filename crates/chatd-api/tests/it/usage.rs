@@ -6,7 +6,7 @@
 use chatd_api::ApiOptions;
 use chatd_core::ExecutionState;
 use chatd_core::limits::LimitDefaults;
-use chatd_store::queries::usage;
+use chatd_store::usage;
 use chrono::{DateTime, Months, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;

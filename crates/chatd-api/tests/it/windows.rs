@@ -429,11 +429,18 @@ async fn message_count_and_preview_follow_sends_edits_and_skip_model_only_rows()
         .expect(200));
     assert_eq!(visible.len(), 5);
     let second = visible[2];
+    // What an edit's transaction does to the rows (the store's
+    // `lock_and_bump` and `soft_delete_from`, crate-private), by hand.
     let mut tx = s.pool().begin().await.unwrap();
-    chatd_store::queries::chats::lock_and_bump(&mut tx, id)
+    sqlx::query("UPDATE chats SET snapshot_version = snapshot_version + 1 WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
         .await
         .unwrap();
-    chatd_store::queries::messages::soft_delete_from(&mut tx, id, second)
+    sqlx::query("UPDATE chat_messages SET deleted = true WHERE chat_id = $1 AND id >= $2 AND NOT deleted")
+        .bind(id)
+        .bind(second)
+        .execute(&mut *tx)
         .await
         .unwrap();
     tx.commit().await.unwrap();

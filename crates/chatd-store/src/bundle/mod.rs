@@ -298,7 +298,7 @@ impl ChatTx {
     /// # Example
     ///
     /// ```
-    /// use chatd_store::queries::chats::{self, MetadataChanges};
+    /// use chatd_store::chats::{self, MetadataChanges};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
     /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
@@ -329,12 +329,12 @@ impl ChatTx {
     /// # Example
     ///
     /// ```
-    /// use chatd_store::queries::queue;
+    /// use chatd_store::queue;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
     /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
     /// let mut tx = store.machine(chat.id).begin().await?;
-    /// assert_eq!(queue::len(tx.reader().await?, chat.id).await?, 0);
+    /// assert!(queue::list(tx.reader().await?, chat.id).await?.is_empty());
     /// tx.interrupt().await?;
     /// tx.commit().await?;
     /// # Ok(()) }
@@ -523,12 +523,13 @@ impl ChatTx {
     ///
     /// ```
     /// use chatd_core::{MessagePart, StateError};
-    /// use chatd_store::queries::files;
+    /// use chatd_store::files;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
     /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// # let chat = fx.create_chat("hi").await?.chat;
     /// let id = uuid::Uuid::new_v4();
-    /// files::insert(pool, id, owner, "a.txt", "text/plain").await?;
+    /// let no_bytes = futures::stream::empty::<Result<Vec<u8>, std::convert::Infallible>>();
+    /// files::store_upload(pool, id, owner, "a.txt", "text/plain", 0, i64::MAX, no_bytes).await?;
     /// let mut parts = vec![MessagePart::File { file_id: id, media_type: String::new(), name: None }];
     /// let mut tx = store.machine(chat.id).begin().await?;
     /// tx.link_files(&mut parts, 20).await?;

@@ -112,7 +112,7 @@ impl Store {
     /// let archived = store.set_subtree_archived(child.id, true).await?;
     /// assert_eq!(archived.iter().map(|c| (c.id, c.archived)).collect::<Vec<_>>(), [(child.id, true)]);
     /// // The (running) root is untouched.
-    /// let root = chatd_store::queries::chats::select(pool, root.id, Default::default()).await?.unwrap();
+    /// let root = chatd_store::chats::select(pool, root.id, Default::default()).await?.unwrap();
     /// assert!(!root.archived);
     /// # Ok(()) }
     /// ```

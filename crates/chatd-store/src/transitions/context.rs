@@ -10,6 +10,19 @@ use crate::models::{ChatMessage, NewMessage};
 use crate::queries::chats::ChatChanges;
 
 impl ChatTx {
+    /// Number of messages a compaction of this chat could summarize or keep,
+    /// read in the bundle's transaction: the rows of the model context that
+    /// are neither system rows nor a summary (after a clear-context, only
+    /// those after it). `POST /compact` refuses fewer than it needs
+    /// (API.md "Context and compaction").
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn compactable_count(&mut self) -> StoreResult<i64> {
+        let chat_id = self.chat_id;
+        Ok(crate::queries::messages::compactable_count(self.reader().await?, chat_id).await?)
+    }
+
     /// `RequestCompaction`: `W/E0 → R0`, `E1 → R1`; sets the compaction marker,
     /// clears the error and ownership, and starts a fresh history epoch
     /// (`history_version = snapshot_version`, `generation_attempt = 0`).

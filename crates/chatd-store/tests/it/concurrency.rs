@@ -328,7 +328,7 @@ async fn an_optimistic_bundle_decides_on_the_current_row_when_its_guess_is_stale
 
     // Elsewhere: a message starts a turn; this replica still guesses W.
     let waiting =
-        chatd_store::queries::chats::select_facts(&mut h.pool().acquire().await.unwrap(), id)
+        chatd_store::internals::chats::select_facts(&mut h.pool().acquire().await.unwrap(), id)
             .await
             .unwrap()
             .expect("row");
@@ -440,7 +440,7 @@ async fn an_optimistic_bundle_decides_as_the_locked_row_after_execution_columns_
 
     // The reverse: the guess (waiting) refuses an attempt the row (set
     // running by hand) admits.
-    let row = chatd_store::queries::chats::select_facts(&mut h.pool().acquire().await.unwrap(), id)
+    let row = chatd_store::internals::chats::select_facts(&mut h.pool().acquire().await.unwrap(), id)
         .await
         .unwrap()
         .expect("row");
@@ -471,12 +471,12 @@ async fn an_optimistic_bundle_commits_metadata_written_since_its_guess() {
     let mut title = 0;
     for step in [false, true, false] {
         title += 1;
-        let changes = chatd_store::queries::chats::MetadataChanges {
+        let changes = chatd_store::internals::chats::MetadataChanges {
             title: Some(format!("renamed {title}")),
             ..Default::default()
         };
         let mut locked = h.store.machine(id).lock().await.expect("lock");
-        chatd_store::queries::chats::update_metadata(locked.conn(), id, &changes)
+        chatd_store::internals::chats::update_metadata(locked.conn(), id, &changes)
             .await
             .expect("rename");
         locked.finish().await.expect("finish");
@@ -535,11 +535,11 @@ async fn an_optimistic_bundle_waiting_for_the_lock_checks_its_guess_on_the_row_l
     // A metadata writer holds the row: the guess still holds after it.
     let mut locked = machine.lock().await.expect("lock");
     let holder = backend_pid(locked.conn()).await;
-    let changes = chatd_store::queries::chats::MetadataChanges {
+    let changes = chatd_store::internals::chats::MetadataChanges {
         title: Some("renamed while locked".into()),
         ..Default::default()
     };
-    chatd_store::queries::chats::update_metadata(locked.conn(), id, &changes)
+    chatd_store::internals::chats::update_metadata(locked.conn(), id, &changes)
         .await
         .expect("rename");
     let waiting = tokio::spawn(attempt(machine.clone()));
@@ -1217,7 +1217,7 @@ async fn a_begin_cancelled_mid_flight_never_leaves_a_pooled_connection_inside_a_
     let (mut cancelled, mut completed) = (0u32, 0u32);
     let mut round = 0u64;
     while (cancelled < 100 || completed < 20) && round < 5_000 {
-        let begin = chatd_store::queries::begin(&pool);
+        let begin = chatd_store::internals::begin(&pool);
         let outcome = if round.is_multiple_of(2) {
             tokio::select! {
                 biased;
@@ -1248,8 +1248,8 @@ async fn a_begin_cancelled_mid_flight_never_leaves_a_pooled_connection_inside_a_
             Some("25P01"),
             "round {round}: an autocommit statement ran inside a leftover transaction: {savepoint:?}"
         );
-        let mut tx = chatd_store::queries::begin(&pool).await.expect("begin");
-        chatd_store::queries::set_read_only_snapshot(&mut tx)
+        let mut tx = chatd_store::internals::begin(&pool).await.expect("begin");
+        chatd_store::internals::set_read_only_snapshot(&mut tx)
             .await
             .unwrap_or_else(|e| panic!("round {round}: snapshot not first statement: {e}"));
         tx.commit().await.expect("commit");
@@ -1342,7 +1342,7 @@ async fn heartbeat_upserts_racing_stale_cleanup_never_deadlock() {
     for _ in 0..200 {
         runners.push((h.create().await, Uuid::new_v4()));
     }
-    chatd_store::queries::heartbeats::upsert_many(h.pool(), &runners)
+    chatd_store::internals::heartbeats::upsert_many(h.pool(), &runners)
         .await
         .unwrap();
     let mut reversed = runners.clone();
@@ -1356,14 +1356,14 @@ async fn heartbeat_upserts_racing_stale_cleanup_never_deadlock() {
             tasks.spawn(async move {
                 barrier.wait().await;
                 match job {
-                    0 => chatd_store::queries::heartbeats::upsert_many(h.pool(), &runners.0)
+                    0 => chatd_store::internals::heartbeats::upsert_many(h.pool(), &runners.0)
                         .await
                         .map(|_| ()),
-                    1 => chatd_store::queries::heartbeats::upsert_many(h.pool(), &runners.1)
+                    1 => chatd_store::internals::heartbeats::upsert_many(h.pool(), &runners.1)
                         .await
                         .map(|_| ()),
                     // Everything is older than no time at all.
-                    _ => chatd_store::queries::heartbeats::delete_stale(h.pool(), -1.0)
+                    _ => chatd_store::internals::heartbeats::delete_stale(h.pool(), -1.0)
                         .await
                         .map(|_| ()),
                 }
@@ -1469,7 +1469,7 @@ async fn clear_context_racing_a_send_and_a_compaction_request_is_ordered_by_the_
                         "round {round}: the send came after the clear"
                     );
                 }
-                let model = chatd_store::queries::messages::active_history(h.pool(), id)
+                let model = chatd_store::internals::messages::active_history(h.pool(), id)
                     .await
                     .unwrap();
                 assert!(model.iter().all(|m| m.id > boundary), "round {round}");
@@ -1485,7 +1485,7 @@ async fn clear_context_racing_a_send_and_a_compaction_request_is_ordered_by_the_
         // Chat.context is what the history says.
         let chat = h.chat(id).await;
         let mut tx = h.pool().begin().await.unwrap();
-        chatd_store::queries::messages::refresh_context(&mut tx, id)
+        chatd_store::internals::messages::refresh_context(&mut tx, id)
             .await
             .unwrap();
         let fresh: (Option<i64>, bool) =
@@ -1655,8 +1655,8 @@ async fn a_write_through_conn_between_transitions_is_seen_by_the_next_one_and_th
     tx.record_generation_attempt().await.unwrap();
     // A queued row written behind the transitions' back (tests only: real
     // writers go through send_message), then a transition that must see it.
-    let tail = chatd_store::queries::queue::QueueEnd::Tail;
-    chatd_store::queries::queue::enqueue(
+    let tail = chatd_store::internals::queue::QueueEnd::Tail;
+    chatd_store::internals::queue::enqueue(
         tx.conn().await.unwrap(),
         id,
         &user_text("behind the back"),

@@ -2,6 +2,7 @@
 //! database per test). One test binary for the crate; modules by concern.
 
 mod approval;
+mod boundary;
 mod common;
 mod concurrency;
 mod matrix;

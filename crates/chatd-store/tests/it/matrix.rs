@@ -261,10 +261,10 @@ async fn check_transition(transition: Transition) {
 /// replica's cache at its current `history_version` ([`Form::Warm`]).
 async fn warm(h: &Harness, id: Uuid) {
     let chat = h.chat(id).await;
-    let entries = chatd_store::queries::messages::context_entries(h.pool(), id)
+    let entries = chatd_store::internals::messages::context_entries(h.pool(), id)
         .await
         .expect("entries");
-    let tail = chatd_store::queries::messages::tail_contents(h.pool(), id)
+    let tail = chatd_store::internals::messages::tail_contents(h.pool(), id)
         .await
         .expect("tail");
     let calls = chatd_core::outstanding_tool_calls(tail.iter().map(Vec::as_slice));
@@ -291,7 +291,7 @@ async fn guess(h: &Harness, id: Uuid, from: ExecutionState, stale: bool) {
         id
     };
     let mut conn = h.pool().acquire().await.expect("connection");
-    let mut row = chatd_store::queries::chats::select_facts(&mut conn, source)
+    let mut row = chatd_store::internals::chats::select_facts(&mut conn, source)
         .await
         .expect("facts")
         .expect("exists");
@@ -443,7 +443,7 @@ async fn check_context(
     chat: &chatd_store::Chat,
 ) {
     let mut tx = h.pool().begin().await.expect("begin");
-    let fresh = chatd_store::queries::messages::refresh_context(&mut tx, id)
+    let fresh = chatd_store::internals::messages::refresh_context(&mut tx, id)
         .await
         .expect("refresh");
     tx.rollback().await.expect("rollback");

@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
-use chatd_store::queries::chats;
+use chatd_store::internals::chats;
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
 use crate::common::{Harness, user_text};
 
 async fn add_user(h: &Harness, name: &str) -> Uuid {
-    chatd_store::queries::users::insert(h.pool(), name, chatd_core::Role::Member)
+    chatd_store::internals::users::insert(h.pool(), name, chatd_core::Role::Member)
         .await
         .expect("user")
         .id

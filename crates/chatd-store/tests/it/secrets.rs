@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use chatd_core::{McpTransport, ProviderKind, RequireApproval};
 use chatd_store::MIGRATOR;
-use chatd_store::queries::mcp_servers::{self, McpServerDef};
-use chatd_store::queries::providers::{self, ProviderDef};
+use chatd_store::internals::mcp_servers::{self, McpServerDef};
+use chatd_store::internals::providers::{self, ProviderDef};
 use chatd_store::secrets::{self, PrepareError, SecretError, SecretKey, Secrets};
 use chatd_testkit::TestDatabase;
 use serde_json::{Value, json};

@@ -874,7 +874,7 @@ async fn family_archive_is_all_or_nothing_and_root_only() {
 /// or without a finish, is the row a read finds.
 #[tokio::test]
 async fn a_step_that_only_appends_lands_unread_and_commits_the_current_row() {
-    use chatd_store::queries::chats::{self, LockMode};
+    use chatd_store::internals::chats::{self, LockMode};
 
     let h = Harness::new().await;
     let id = h.create().await;
@@ -930,7 +930,7 @@ async fn a_step_that_only_appends_lands_unread_and_commits_the_current_row() {
     assert_eq!(current.message_count, before.message_count + 2);
     assert_eq!(current.history_version, current.snapshot_version);
     let mut tx = h.pool().begin().await.unwrap();
-    let fresh = chatd_store::queries::messages::refresh_context(&mut tx, id)
+    let fresh = chatd_store::internals::messages::refresh_context(&mut tx, id)
         .await
         .unwrap();
     tx.rollback().await.unwrap();
@@ -963,7 +963,7 @@ async fn a_send_answers_the_outstanding_calls_from_the_cache_as_from_a_read_tail
     let id = h.create().await;
     let held = |version: i64| h.store.context_cache().outstanding(id, version);
     let read = || async {
-        let tail = chatd_store::queries::messages::tail_contents(h.pool(), id)
+        let tail = chatd_store::internals::messages::tail_contents(h.pool(), id)
             .await
             .unwrap();
         outstanding_tool_calls(tail.iter().map(Vec::as_slice))
@@ -1115,7 +1115,7 @@ async fn the_committed_context_equals_a_full_read_with_or_without_the_cache() {
         let h = &h;
         async move {
             let mut tx = h.pool().begin().await.unwrap();
-            let fresh = chatd_store::queries::messages::refresh_context(&mut tx, id)
+            let fresh = chatd_store::internals::messages::refresh_context(&mut tx, id)
                 .await
                 .unwrap();
             tx.rollback().await.unwrap();
@@ -1136,7 +1136,7 @@ async fn the_committed_context_equals_a_full_read_with_or_without_the_cache() {
                 .context_cache()
                 .outstanding(id, committed.history_version)
             {
-                let tail = chatd_store::queries::messages::tail_contents(h.pool(), id)
+                let tail = chatd_store::internals::messages::tail_contents(h.pool(), id)
                     .await
                     .unwrap();
                 let read = chatd_core::outstanding_tool_calls(tail.iter().map(Vec::as_slice));
@@ -1333,7 +1333,7 @@ async fn the_committed_context_equals_a_full_read_with_or_without_the_cache() {
 #[tokio::test]
 async fn insert_returns_the_row_a_read_finds() {
     use chatd_store::NewMessage;
-    use chatd_store::queries::{chats, messages};
+    use chatd_store::internals::{chats, messages};
 
     let h = Harness::new().await;
     let id = h.create().await;

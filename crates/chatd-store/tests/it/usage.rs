@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use chatd_store::MIGRATOR;
-use chatd_store::queries::usage;
+use chatd_store::internals::usage;
 use chatd_testkit::TestDatabase;
 use sqlx::PgPool;
 use uuid::Uuid;

@@ -289,7 +289,7 @@ async fn refetch(
 ) {
     let mut delay = ctx.config.infra_backoff.0;
     loop {
-        let row: Result<Option<Chat>, _> = chatd_store::queries::chats::select(
+        let row: Result<Option<Chat>, _> = chatd_store::chats::select(
             ctx.store.pool(),
             key.chat_id,
             chatd_store::LockMode::None,

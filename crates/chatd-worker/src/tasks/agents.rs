@@ -44,8 +44,9 @@ use std::time::Duration;
 use chatd_core::{BusyBehavior, ChatStatus, MessagePart};
 use chatd_llm::ToolSpec;
 use chatd_pubsub::chat_update_channel;
-use chatd_store::queries::{self, send_receipts};
-use chatd_store::{Chat, CreateChatInput, NewMessage, SendMessageInput, StoreError};
+use chatd_store::{
+    Chat, CreateChatInput, NewMessage, SendMessageInput, StoreError, UserSendStart,
+};
 use chatd_tools::{IdempotencyKey, ToolOutcome};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -304,11 +305,11 @@ pub(super) async fn create_spawned(
     let parent = tx.chat().await?.id;
     let conn = tx.reader().await?;
     let earlier = match &spawn.input.spawn_key {
-        Some(key) => queries::chats::child_by_spawn_key(&mut *conn, parent, key).await?,
+        Some(key) => chatd_store::chats::child_by_spawn_key(&mut *conn, parent, key).await?,
         None => None,
     };
     if earlier.is_none() {
-        let children = queries::chats::child_count(&mut *conn, parent).await?;
+        let children = chatd_store::chats::child_count(&mut *conn, parent).await?;
         if children >= i64::from(max_children) {
             patch_result(messages, &spawn.tool_call_id, fan_out_error(max_children));
             return Ok(());
@@ -373,7 +374,7 @@ async fn own_child(
     parent: Uuid,
     child: Uuid,
     since: DateTime<Utc>,
-) -> Result<queries::chats::ChildProgress, ToolOutcome> {
+) -> Result<chatd_store::chats::ChildProgress, ToolOutcome> {
     let progress = read(task, child, since).await?;
     match progress {
         Some(p) if p.parent_chat_id == Some(parent) => Ok(p),
@@ -390,11 +391,11 @@ async fn read(
     task: &TaskContext,
     child: Uuid,
     since: DateTime<Utc>,
-) -> Result<Option<queries::chats::ChildProgress>, ToolOutcome> {
+) -> Result<Option<chatd_store::chats::ChildProgress>, ToolOutcome> {
     let (min, max) = task.ctx.config.infra_backoff;
     let mut delay = min;
     loop {
-        match queries::chats::child_progress(task.ctx.store.pool(), child, since).await {
+        match chatd_store::chats::child_progress(task.ctx.store.pool(), child, since).await {
             Ok(progress) => return Ok(progress),
             Err(err) => {
                 tracing::warn!(chat_id = %task.chat_id, %child, error = %err, "reading a sub-agent failed; retrying");
@@ -411,7 +412,7 @@ async fn read(
 /// `wait_agent`: waiting, in error, or waiting for a client's tool result
 /// (which its parent cannot give), and nothing queued that would start it
 /// again.
-fn settled(progress: &queries::chats::ChildProgress) -> bool {
+fn settled(progress: &chatd_store::chats::ChildProgress) -> bool {
     progress.archived
         || (matches!(
             progress.status,
@@ -420,7 +421,7 @@ fn settled(progress: &queries::chats::ChildProgress) -> bool {
 }
 
 /// The text of a child's last assistant message (its text parts joined).
-fn last_text(progress: &queries::chats::ChildProgress) -> Value {
+fn last_text(progress: &chatd_store::chats::ChildProgress) -> Value {
     match &progress.last_message {
         Some(content) => Value::String(
             content
@@ -519,18 +520,20 @@ pub(super) async fn message(
     let mut delay = task.ctx.config.infra_backoff.0;
     loop {
         let attempt = async {
-            let mut tx = machine.begin().await?;
-            if let Some((_, response)) =
-                send_receipts::select::<Value>(tx.conn().await?, child, &receipt).await?
-            {
-                return Ok::<_, StoreError>(response);
-            }
-            if tx.chat().await?.archived {
-                return Ok(json!({"error": "The sub-agent is closed (archived)."}));
-            }
+            let receipt = Some((receipt.clone(), b"message_agent".to_vec()));
+            let mut send = match machine.begin_user_send(receipt).await? {
+                UserSendStart::Open(send) => send,
+                UserSendStart::Repeated(response) => return Ok::<_, StoreError>(response),
+                UserSendStart::KeyConflict => {
+                    return Ok(json!({"error": "The key was already used for another message."}));
+                }
+                UserSendStart::Archived => {
+                    return Ok(json!({"error": "The sub-agent is closed (archived)."}));
+                }
+            };
             let mut message = NewMessage::user(vec![MessagePart::text(text.clone())]);
             message.model_config_id = parent.last_model_config_id;
-            let sent = tx
+            let (sent, _position) = send
                 .send_message(SendMessageInput {
                     message,
                     busy_behavior: BusyBehavior::Queue,
@@ -538,15 +541,7 @@ pub(super) async fn message(
                 })
                 .await?;
             let response = json!({ "queued": sent.queued_message.is_some() });
-            send_receipts::insert(
-                tx.conn().await?,
-                child,
-                &receipt,
-                b"message_agent",
-                &response,
-            )
-            .await?;
-            tx.commit().await?;
+            send.commit(&response).await?;
             Ok(response)
         };
         match attempt.await {
@@ -624,7 +619,7 @@ async fn interrupt_busy(task: &TaskContext, child: Uuid) {
     let store = &task.ctx.store;
     let mut members = vec![child];
     if let Ok(mut conn) = store.pool().acquire().await
-        && let Ok(descendants) = queries::chats::subtree_members(&mut conn, child).await
+        && let Ok(descendants) = chatd_store::chats::subtree_members(&mut conn, child).await
     {
         members.extend(descendants);
     }

@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use chatd_core::{ChatError, ChatErrorKind, RequireApproval};
 use chatd_llm::{AttachedFile, ErrorKind, FinishReason, Provider, ProviderError, ResponseBuilder};
-use chatd_store::queries::usage::Exceeded;
-use chatd_store::{Chat, ChatMachine, ChatMessage, queries};
+use chatd_store::usage::Exceeded;
+use chatd_store::{Chat, ChatMachine, ChatMessage};
 use chatd_tools::McpServerConfig;
 use uuid::Uuid;
 
@@ -166,7 +166,7 @@ async fn over_budget(task: &TaskContext, owner_id: Uuid) -> TaskResult<Option<Ex
     let pool = task.ctx.store.pool();
     let owner = task
         .retrying("reading the owner's budgets", || async {
-            queries::usage::of_user(pool, owner_id)
+            chatd_store::usage::of_user(pool, owner_id)
                 .await
                 .map_err(|e| FenceError::Store(e.into()))
         })
@@ -353,7 +353,7 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let store_error = |e: sqlx::Error| FenceError::Store(e.into());
     let mut locked = fenced_lock(machine, &task.fence).await?;
     let chat = locked.chat.clone();
-    let history = queries::messages::active_history(locked.conn(), task.chat_id)
+    let history = chatd_store::messages::active_history(locked.conn(), task.chat_id)
         .await
         .map_err(store_error)?;
     let model = resolve_model(
@@ -375,7 +375,7 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
         .values()
         .any(|p| *p != RequireApproval::Never)
     {
-        queries::messages::tail_contents(locked.conn(), task.chat_id)
+        chatd_store::messages::tail_contents(locked.conn(), task.chat_id)
             .await
             .map_err(store_error)?
     } else {
@@ -384,12 +384,12 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let file_ids: Vec<Uuid> = history
         .iter()
         .filter(|m| m.role == chatd_core::ChatRole::User)
-        .flat_map(|m| queries::files::file_ids(&m.content.0))
+        .flat_map(|m| chatd_store::files::file_ids(&m.content.0))
         .collect();
     let files = if file_ids.is_empty() {
         BTreeMap::new()
     } else {
-        queries::files::linked_contents(
+        chatd_store::files::linked_contents(
             locked.conn(),
             task.chat_id,
             &file_ids,
@@ -414,7 +414,7 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     // One indexed read (the owner's row and its ledger rows of the period),
     // in the transaction that is open anyway.
     let over_budget = if task.ctx.config.check_budgets {
-        queries::usage::of_user(locked.conn(), chat.owner_id)
+        chatd_store::usage::of_user(locked.conn(), chat.owner_id)
             .await
             .map_err(store_error)?
             .and_then(|owner| owner.exceeded(&task.ctx.config.limits))

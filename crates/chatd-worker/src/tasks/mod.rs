@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_core::Episode;
-use chatd_store::{Chat, queries};
+use chatd_store::{Chat};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -171,7 +171,7 @@ async fn requires_action_timeout(task: &TaskContext) -> TaskResult<()> {
             .retrying("reading the requires-action deadline", || async {
                 let mut locked = fenced_lock(&machine, &task.fence).await?;
                 let secs =
-                    queries::chats::requires_action_remaining_secs(locked.conn(), task.chat_id)
+                    chatd_store::chats::requires_action_remaining_secs(locked.conn(), task.chat_id)
                         .await
                         .map_err(|e| FenceError::Store(e.into()))?;
                 locked.finish().await?;

@@ -39,7 +39,7 @@ use chatd_core::{
     ModelOptions, Visibility, outstanding_tool_calls,
 };
 use chatd_llm::{ModelRequest, RequestMessage, ToolSpec};
-use chatd_store::queries::model_configs::ModelConfigDef;
+use chatd_store::model_configs::ModelConfigDef;
 use chatd_store::{Chat, ChatMessage, DEFAULT_CHAT_TITLE};
 use serde_json::json;
 use uuid::Uuid;

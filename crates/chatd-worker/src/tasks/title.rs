@@ -17,7 +17,7 @@
 //! A title is a model call of the chat's owner (API.md "Limits, budgets and
 //! the token lifecycle"): it is skipped when the owner's budget is used up,
 //! and its usage is added to the owner's ledger
-//! ([`chatd_store::queries::usage::add`]) in the transaction that stores
+//! ([`chatd_store::usage::add`]) in the transaction that stores
 //! the title, whether or not the title is kept.
 
 use std::sync::Arc;
@@ -112,7 +112,7 @@ fn spawn(
         let work = async {
             if ctx.config.check_budgets {
                 let owner = with_retries(|| async {
-                    chatd_store::queries::usage::of_chat_owner(ctx.store.pool(), chat_id)
+                    chatd_store::usage::of_chat_owner(ctx.store.pool(), chat_id)
                         .await
                         .map_err(TitleError::from)
                 })
@@ -247,7 +247,7 @@ async fn store(
         Err(err) => return Err(err.into()),
     };
     if let Some((usage, micros)) = spent {
-        chatd_store::queries::usage::add(
+        chatd_store::usage::add(
             locked.conn(),
             chat_id,
             micros,
@@ -258,7 +258,7 @@ async fn store(
     }
     let updated = match title {
         Some(title) => {
-            chatd_store::queries::chats::set_title_if_default(locked.conn(), chat_id, title).await?
+            chatd_store::chats::set_title_if_default(locked.conn(), chat_id, title).await?
         }
         None => false,
     };

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chatd_core::limits::LimitDefaults;
 use chatd_core::{BusyBehavior, ChatStatus, MessagePart};
-use chatd_store::queries::usage::{self, PeriodUsage};
+use chatd_store::usage::{self, PeriodUsage};
 use chatd_store::{CreateChatInput, NewMessage};
 use chatd_testkit::fake_llm::{Script, is_compaction_request, is_title_request, summary_of};
 use chatd_worker::WorkerConfig;

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use chatd_core::{BusyBehavior, ChatRole, ChatStatus, MessagePart, Visibility};
-use chatd_store::queries;
 use chatd_testkit::fake_llm::{RecordedRequest, Script, is_compaction_request, summary_of};
 use serde_json::Value;
 use uuid::Uuid;
@@ -287,7 +286,7 @@ async fn a_manual_compaction_summarizes_and_the_chat_waits_again() {
     assert_eq!(summaries.len(), 1);
     // Half of the 8 messages are kept.
     assert_eq!(results[0]["summarized_messages"], 4);
-    let history = queries::messages::active_history(env.db.pool(), chat_id)
+    let history = chatd_store::messages::active_history(env.db.pool(), chat_id)
         .await
         .unwrap();
     assert!(history[0].compressed, "the summary comes first");

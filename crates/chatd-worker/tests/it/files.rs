@@ -5,7 +5,7 @@
 //! file inline.
 
 use chatd_core::{ChatStatus, MessagePart};
-use chatd_store::queries::files;
+use chatd_store::files;
 use chatd_store::{CreateChatInput, NewMessage};
 use chatd_testkit::fake_llm::Script;
 use serde_json::json;
@@ -19,13 +19,19 @@ const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
 /// Stores a file of the env's owner (as an upload does); returns its id.
 async fn store_file(env: &Env, name: &str, media_type: &str, data: &[u8]) -> Uuid {
     let id = Uuid::new_v4();
-    let mut tx = env.db.pool().begin().await.unwrap();
-    files::insert(&mut *tx, id, env.owner, name, media_type)
-        .await
-        .unwrap();
-    files::insert_chunk(&mut *tx, id, 0, data).await.unwrap();
-    files::finish_upload(&mut *tx, id).await.unwrap();
-    tx.commit().await.unwrap();
+    let stored = files::store_upload(
+        env.db.pool(),
+        id,
+        env.owner,
+        name,
+        media_type,
+        data.len() as i64,
+        i64::MAX,
+        futures::stream::iter([Ok::<_, std::convert::Infallible>(data.to_vec())]),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(stored, files::UploadOutcome::Stored(_)));
     id
 }
 

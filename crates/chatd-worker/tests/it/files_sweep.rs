@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use chatd_store::queries::files;
+use chatd_store::files;
 use chatd_worker::WorkerConfig;
 use uuid::Uuid;
 
@@ -27,15 +27,27 @@ async fn a_worker_sweeps_unlinked_files_past_the_configured_age_at_its_interval(
     let chat = env.create_chat("hi").await;
     let (young, old, old_linked) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     for id in [young, old, old_linked] {
-        files::insert_sized(env.db.pool(), id, env.owner, "f.txt", "text/plain", 0)
-            .await
-            .unwrap();
-    }
-    let mut tx = env.db.pool().begin().await.unwrap();
-    files::link(&mut tx, chat, env.owner, &[old_linked], 20)
+        let stored = files::store_upload(
+            env.db.pool(),
+            id,
+            env.owner,
+            "f.txt",
+            "text/plain",
+            0,
+            i64::MAX,
+            futures::stream::empty::<Result<Vec<u8>, std::convert::Infallible>>(),
+        )
         .await
         .unwrap();
-    tx.commit().await.unwrap();
+        assert!(matches!(stored, files::UploadOutcome::Stored(_)));
+    }
+    // Linked as a message attaching it would (the store's `files::link`).
+    sqlx::query("UPDATE chat_files SET chat_id = $1 WHERE id = $2")
+        .bind(chat)
+        .bind(old_linked)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
     // Backdated after the worker's first pass may have run: a later pass,
     // at the configured interval, must find it.
     sqlx::query("UPDATE chat_files SET created_at = now() - interval '2 hours' WHERE id = ANY($1)")

@@ -5,7 +5,7 @@
 //! leaving plan mode takes effect at the next model call.
 
 use chatd_core::{BusyBehavior, ChatRole, ChatStatus, MessagePart};
-use chatd_store::queries::chats::{self, MetadataChanges};
+use chatd_store::chats::{self, MetadataChanges};
 use chatd_store::{CreateChatInput, NewMessage};
 use chatd_testkit::fake_llm::{RecordedRequest, Script};
 use serde_json::{Value, json};

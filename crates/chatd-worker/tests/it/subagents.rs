@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chatd_core::{ChatRole, ChatStatus, MessagePart};
-use chatd_store::queries::chats::{self, ChatFilter};
+use chatd_store::chats::{self, ChatFilter};
 use chatd_store::{ChatMessage, CreateChatInput, NewMessage};
 use chatd_testkit::fake_llm::{RecordedRequest, Script};
 use serde_json::{Value, json};

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use chatd_core::Role;
-use chatd_store::queries::{tokens, users};
+use chatd_store::{tokens, users};
 use chatd_testkit::TestDatabase;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};

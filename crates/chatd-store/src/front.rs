@@ -1,0 +1,169 @@
+//! The public front of the store's SQL (issue 32, ARCHITECTURE.md "chatd-store").
+//!
+//! Every statement lives in the crate-private `queries` module, one file per
+//! table. Other crates change chat state only through [`crate::ChatMachine`]
+//! and [`crate::Store`]'s transitions; what they may call directly is this
+//! list: reads that need no lock, single-statement writes of tables outside
+//! the chat state machine (users, tokens, files, the usage ledger,
+//! idempotency keys, replica bookkeeping), and the few reads the worker runs
+//! inside a transition's transaction. A handler never opens a transaction
+//! and composes queries itself: such work is an operation of the store
+//! (for example [`users::patch`], [`files::store_upload`],
+//! [`users::bootstrap_admin`]).
+//!
+//! Each module here is named after its table and re-exports the items of
+//! the matching `queries` module; their docs (row shapes, errors, the API.md
+//! section) are on the items.
+
+/// `chats`: reads, the metadata and sub-agent queries, and the worker's
+/// acquisition queries (spec "Acquisition").
+pub mod chats {
+    pub use crate::queries::chats::{
+        ChatFilter, ChatVersions, ChildProgress, LockMode, MetadataChanges, NotDeletable,
+        acquisition_candidates, child_by_spawn_key, child_count, child_progress, delete_family,
+        family_holds_slot, is_owned_by, list, lock_owner_room, next_lease_expiry,
+        owned_by_worker, requires_action_remaining_secs, select, select_many,
+        set_title_if_default, subtree_members, update_metadata, versions,
+    };
+}
+
+/// `chat_messages`: the history reads of the API and the generation loop.
+pub mod messages {
+    pub use crate::queries::messages::{
+        Cursor, active_history, changed_since, count_visible_between, scan, select,
+        tail_contents, visible,
+    };
+}
+
+/// `chat_queued_messages`: reads of the queue.
+pub mod queue {
+    pub use crate::queries::queue::{index_of, list, select};
+}
+
+/// `files` and `file_chunks` (API.md "Files").
+pub mod files {
+    pub use crate::queries::files::{
+        CHUNK_BYTES, DEFAULT_MAX_FILE_LINKS, DeleteOutcome, FileRow, Storage, chunk,
+        delete_expired_unlinked, delete_unlinked, file_ids, is_owned_by, linked_contents,
+        list_owned, select, storage,
+    };
+    pub use crate::uploads::{UploadError, UploadOutcome, store_upload};
+}
+
+/// The usage ledger (API.md "Limits, budgets and the token lifecycle").
+pub mod usage {
+    pub use crate::queries::usage::{
+        Exceeded, PeriodUsage, add, exceeded, of_chat_owner, of_user, period, report,
+    };
+}
+
+/// `send_receipts`: the stored answer of an idempotent send.
+pub mod send_receipts {
+    pub use crate::queries::send_receipts::select;
+}
+
+/// `users` (API.md "Authentication and authorization").
+pub mod users {
+    pub use crate::accounts::{IssueOutcome, PatchOutcome, bootstrap_admin, issue_token, patch};
+    pub use crate::queries::users::{UserPatch, UserRow, create_or_promote, insert, list, select};
+}
+
+/// `api_tokens` (API.md "Limits, budgets and the token lifecycle").
+pub mod tokens {
+    pub use crate::queries::tokens::{
+        TokenRow, authenticate, cap_member_lifetimes, delete, insert, list,
+        user_by_secret_hash,
+    };
+}
+
+/// `replicas`: the replicas of the cluster and their advertised URLs.
+pub mod replicas {
+    pub use crate::queries::replicas::{
+        ReplicaRow, advertise_url, delete, list, prune, upsert,
+    };
+}
+
+/// `cluster_settings`: values every replica must share.
+pub mod cluster_settings {
+    pub use crate::queries::cluster_settings::{insert_if_absent, select};
+}
+
+/// `runner_heartbeats`: the runners' liveness (spec "Heartbeats").
+pub mod heartbeats {
+    pub use crate::queries::heartbeats::{delete_stale, is_fresh, upsert_many};
+}
+
+/// `idempotency_keys` (API.md "Idempotency").
+pub mod idempotency_keys {
+    pub use crate::claims::{ClaimStart, OpenClaim, begin_claim};
+    pub use crate::queries::idempotency_keys::{StoredResponse, claim_pool, delete_expired};
+}
+
+/// The migration bookkeeping `chatd` reads at start-up and `/readyz`.
+pub mod migrations {
+    pub use crate::queries::migrations::{all_applied, applied_count};
+}
+
+/// Databases of the server (the embedded PostgreSQL's set-up).
+pub mod database {
+    pub use crate::queries::database::{DUPLICATE_DATABASE, create, exists};
+}
+
+/// `providers`: the read of a generation (writes are [`crate::admin`]'s).
+pub mod providers {
+    pub use crate::queries::providers::{ProviderDef, ProviderRow, redact_url, select};
+}
+
+/// `model_configs`: a chat's model config and the checks of a new chat's
+/// choice (writes are [`crate::admin`]'s).
+pub mod model_configs {
+    pub use crate::queries::model_configs::{
+        ModelConfigDef, ModelConfigRow, default_id, for_chat, is_enabled,
+    };
+}
+
+/// `mcp_servers`: the enabled servers of a generation and the check of a
+/// new chat's choice (writes are
+/// [`crate::admin`]'s).
+pub mod mcp_servers {
+    pub use crate::queries::mcp_servers::{
+        McpServerDef, McpServerRow, enabled_in_order, existing_ids,
+    };
+}
+
+/// The crate-private statements that chatd-store's own integration tests
+/// (`tests/it`) call to set up or inspect states no public operation
+/// reaches alone. Not part of the front: no other crate may use it (the
+/// test `no_other_crate_uses_the_store_internals` in `tests/it/boundary.rs`
+/// fails when one does), and it changes with the SQL.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::queries::{begin, set_read_only_snapshot};
+
+    /// `chats`.
+    pub mod chats {
+        pub use crate::front::chats::*;
+        pub use crate::queries::chats::{held_chat_count, lock_and_bump, select_facts};
+    }
+    /// `chat_messages`.
+    pub mod messages {
+        pub use crate::front::messages::*;
+        pub use crate::queries::messages::{context_entries, insert, refresh_context};
+    }
+    /// `chat_queued_messages`.
+    pub mod queue {
+        pub use crate::front::queue::*;
+        pub use crate::queries::queue::{QueueEnd, enqueue};
+    }
+    /// `providers`.
+    pub mod providers {
+        pub use crate::front::providers::*;
+        pub use crate::queries::providers::{list, select_for_update, upsert};
+    }
+    /// `mcp_servers`.
+    pub mod mcp_servers {
+        pub use crate::front::mcp_servers::*;
+        pub use crate::queries::mcp_servers::{insert, list, update, upsert_by_slug};
+    }
+    pub use crate::front::{heartbeats, usage, users};
+}
