@@ -44,17 +44,16 @@ pub async fn user_by_secret_hash(
     conn: impl PgExecutor<'_>,
     secret_hash: &[u8],
 ) -> sqlx::Result<Option<UserRow>> {
-    let sql = concat!(
-        "SELECT ",
-        super::users::user_columns!("u."),
-        " FROM api_keys k JOIN users u ON u.id = k.user_id
+    super::users::select_users!(u
+        "FROM api_keys k JOIN users u ON u.id = k.user_id
          WHERE k.secret_hash = $1 AND (k.expires_at IS NULL OR k.expires_at > now())
-           AND NOT u.disabled"
-    );
-    sqlx::query_as(sql)
-        .bind(secret_hash)
-        .fetch_optional(conn)
-        .await
+           AND NOT u.disabled",
+        secret_hash,
+    )
+    .fetch_optional(conn)
+    .await?
+    .map(super::users::UserRecord::into_row)
+    .transpose()
 }
 
 /// How often `last_used_at` is written for one token, at most: once per
@@ -87,7 +86,8 @@ pub async fn authenticate(
     conn: impl PgExecutor<'_>,
     secret_hash: &[u8],
 ) -> sqlx::Result<Option<UserRow>> {
-    let sql = concat!(
+    sqlx::query_as!(
+        super::users::UserRecord,
         "WITH k AS (
              SELECT id, user_id FROM api_keys
              WHERE secret_hash = $1 AND (expires_at IS NULL OR expires_at > now())
@@ -97,15 +97,17 @@ pub async fn authenticate(
                AND (last_used_at IS NULL
                     OR last_used_at < now() - $2::bigint * interval '1 second')
          )
-         SELECT ",
-        super::users::user_columns!("u."),
-        " FROM k JOIN users u ON u.id = k.user_id WHERE NOT u.disabled"
-    );
-    sqlx::query_as(sql)
-        .bind(secret_hash)
-        .bind(LAST_USED_GRANULARITY_SECONDS)
-        .fetch_optional(conn)
-        .await
+         SELECT u.id, u.username, u.role, u.created_at, u.disabled, u.max_running_chats,
+                u.requests_per_minute, u.monthly_budget_micros, u.monthly_token_budget,
+                u.max_storage_bytes
+         FROM k JOIN users u ON u.id = k.user_id WHERE NOT u.disabled",
+        secret_hash,
+        LAST_USED_GRANULARITY_SECONDS,
+    )
+    .fetch_optional(conn)
+    .await?
+    .map(super::users::UserRecord::into_row)
+    .transpose()
 }
 
 /// A token as `GET /api/v2/users/{user}/tokens` lists it: never the token
@@ -130,11 +132,12 @@ pub struct TokenRow {
 ///
 /// Example: [`delete`].
 pub async fn list(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Vec<TokenRow>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        TokenRow,
         "SELECT id, name, created_at, expires_at, last_used_at FROM api_keys
          WHERE user_id = $1 ORDER BY created_at DESC, id",
+        user_id,
     )
-    .bind(user_id)
     .fetch_all(conn)
     .await
 }
@@ -163,9 +166,7 @@ pub async fn list(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Vec<
 /// # Ok(()) }
 /// ```
 pub async fn delete(conn: impl PgExecutor<'_>, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
-    let done = sqlx::query("DELETE FROM api_keys WHERE id = $1 AND user_id = $2")
-        .bind(id)
-        .bind(user_id)
+    let done = sqlx::query!("DELETE FROM api_keys WHERE id = $1 AND user_id = $2", id, user_id)
         .execute(conn)
         .await?;
     Ok(done.rows_affected() == 1)
@@ -201,12 +202,12 @@ pub async fn cap_member_lifetimes(
     conn: impl PgExecutor<'_>,
     max_lifetime_secs: i64,
 ) -> sqlx::Result<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE api_keys k SET expires_at = now() + make_interval(secs => $1::float8)
            FROM users u
           WHERE u.id = k.user_id AND u.role = 'member' AND k.expires_at IS NULL",
+        max_lifetime_secs as f64,
     )
-    .bind(max_lifetime_secs as f64)
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
@@ -239,15 +240,15 @@ pub async fn insert(
     lifetime_seconds: Option<i64>,
 ) -> sqlx::Result<Uuid> {
     let id = Uuid::new_v4();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO api_keys (id, user_id, name, secret_hash, expires_at)
          VALUES ($1, $2, $3, $4, CASE WHEN $5::bigint IS NULL THEN NULL ELSE now() + $5::bigint * interval '1 second' END)",
+        id,
+        user_id,
+        name,
+        secret_hash,
+        lifetime_seconds,
     )
-    .bind(id)
-    .bind(user_id)
-    .bind(name)
-    .bind(secret_hash)
-    .bind(lifetime_seconds)
     .execute(conn)
     .await?;
     Ok(id)
@@ -278,14 +279,14 @@ pub async fn upsert_bootstrap(
     admin_id: Uuid,
     secret_hash: &[u8],
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO api_keys (id, user_id, name, secret_hash) VALUES ($1, $2, $3, $4)
          ON CONFLICT (secret_hash) DO UPDATE SET user_id = EXCLUDED.user_id, expires_at = NULL",
+        Uuid::new_v4(),
+        admin_id,
+        BOOTSTRAP_TOKEN_NAME,
+        secret_hash,
     )
-    .bind(Uuid::new_v4())
-    .bind(admin_id)
-    .bind(BOOTSTRAP_TOKEN_NAME)
-    .bind(secret_hash)
     .execute(conn)
     .await
     .map(|_| ())
@@ -302,11 +303,13 @@ pub async fn revoke_other_bootstraps(
     keep_hash: &[u8],
 ) -> sqlx::Result<u64> {
     Ok(
-        sqlx::query("DELETE FROM api_keys WHERE user_id = $1 AND name = $2 AND secret_hash <> $3")
-            .bind(admin_id)
-            .bind(BOOTSTRAP_TOKEN_NAME)
-            .bind(keep_hash)
-            .execute(conn)
+        sqlx::query!(
+            "DELETE FROM api_keys WHERE user_id = $1 AND name = $2 AND secret_hash <> $3",
+            admin_id,
+            BOOTSTRAP_TOKEN_NAME,
+            keep_hash,
+        )
+        .execute(conn)
             .await?
             .rows_affected(),
     )

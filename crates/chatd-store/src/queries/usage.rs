@@ -197,63 +197,57 @@ pub fn exceeded(limits: &UserLimits, usage: &PeriodUsage) -> Option<Exceeded> {
     None
 }
 
-/// The columns of an [`OwnerRow`] of the user of alias `u`, and the
-/// joins they need (`owner_from!("users u")`): the period's sums over its
-/// ledger rows, one primary-key range scan.
-macro_rules! owner_columns {
-    () => {
-        "u.id, u.disabled, u.max_running_chats, u.requests_per_minute, u.monthly_budget_micros,
-         u.monthly_token_budget, u.max_storage_bytes, p.period_start,
-         coalesce(s.spent_micros, 0)::int8 AS spent_micros,
-         coalesce(s.input_tokens, 0)::int8 AS input_tokens,
-         coalesce(s.output_tokens, 0)::int8 AS output_tokens"
-    };
-}
-
-/// `FROM $from` (which binds the user as `u`) with the joins of
-/// [`owner_columns`].
-macro_rules! owner_from {
-    ($from:literal) => {
-        concat!(
-            " FROM ",
-            $from,
-            " CROSS JOIN (SELECT date_trunc('month', now(), 'UTC') AS period_start) p
-             CROSS JOIN LATERAL (
-                 SELECT sum(l.spent_micros) AS spent_micros, sum(l.input_tokens) AS input_tokens,
-                        sum(l.output_tokens) AS output_tokens
-                 FROM user_usage l WHERE l.user_id = u.id AND l.period_start = p.period_start) s"
+/// `sqlx::query!` of a statement that reads the budget columns of the user
+/// of alias `u` and the period's sums over its ledger rows (one primary-key
+/// range scan): `owner_query!($extra, $from, $where, arg)` selects them,
+/// then `$extra` (more columns, `""` for none), `FROM $from` (which binds
+/// the user as `u`) with the joins they need, then `$where`. Every piece is
+/// a string literal (sqlx's macros take no `concat!`); `owner_of!` makes
+/// the [`OwnerUsage`] of a record.
+macro_rules! owner_query {
+    ($extra:tt, $from:tt, $where:tt, $arg:expr) => {
+        sqlx::query!(
+            r#"SELECT u.id, u.disabled, u.max_running_chats, u.requests_per_minute,
+                      u.monthly_budget_micros, u.monthly_token_budget, u.max_storage_bytes,
+                      p.period_start AS "period_start!",
+                      coalesce(s.spent_micros, 0)::int8 AS "spent_micros!",
+                      coalesce(s.input_tokens, 0)::int8 AS "input_tokens!",
+                      coalesce(s.output_tokens, 0)::int8 AS "output_tokens!""#
+                + $extra
+                + " FROM "
+                + $from
+                + " CROSS JOIN (SELECT date_trunc('month', now(), 'UTC') AS period_start) p
+                   CROSS JOIN LATERAL (
+                       SELECT sum(l.spent_micros) AS spent_micros, sum(l.input_tokens) AS input_tokens,
+                              sum(l.output_tokens) AS output_tokens
+                       FROM user_usage l WHERE l.user_id = u.id AND l.period_start = p.period_start) s "
+                + $where,
+            $arg
         )
     };
 }
 
-#[derive(sqlx::FromRow)]
-struct OwnerRow {
-    id: Uuid,
-    disabled: bool,
-    max_running_chats: Option<i32>,
-    requests_per_minute: Option<i32>,
-    monthly_budget_micros: Option<i64>,
-    monthly_token_budget: Option<i64>,
-    max_storage_bytes: Option<i64>,
-    #[sqlx(flatten)]
-    usage: PeriodUsage,
-}
-
-impl From<OwnerRow> for OwnerUsage {
-    fn from(row: OwnerRow) -> Self {
+/// The [`OwnerUsage`] of a record `$r` of an `owner_query!`.
+macro_rules! owner_of {
+    ($r:ident) => {
         OwnerUsage {
-            user_id: row.id,
+            user_id: $r.id,
             overrides: LimitOverrides {
-                max_running_chats: row.max_running_chats,
-                requests_per_minute: row.requests_per_minute,
-                monthly_budget_micros: row.monthly_budget_micros,
-                monthly_token_budget: row.monthly_token_budget,
-                max_storage_bytes: row.max_storage_bytes,
+                max_running_chats: $r.max_running_chats,
+                requests_per_minute: $r.requests_per_minute,
+                monthly_budget_micros: $r.monthly_budget_micros,
+                monthly_token_budget: $r.monthly_token_budget,
+                max_storage_bytes: $r.max_storage_bytes,
             },
-            disabled: row.disabled,
-            usage: row.usage,
+            disabled: $r.disabled,
+            usage: PeriodUsage {
+                period_start: $r.period_start,
+                spent_micros: $r.spent_micros,
+                input_tokens: $r.input_tokens,
+                output_tokens: $r.output_tokens,
+            },
         }
-    }
+    };
 }
 
 /// User `user_id`'s limit overrides and current period usage, in one
@@ -286,14 +280,10 @@ impl From<OwnerRow> for OwnerUsage {
 /// # Ok(()) }
 /// ```
 pub async fn of_user(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Option<OwnerUsage>> {
-    let sql = concat!(
-        "SELECT ",
-        owner_columns!(),
-        owner_from!("users u"),
-        " WHERE u.id = $1"
-    );
-    let row: Option<OwnerRow> = super::keyed::optional(conn, sql, user_id).await?;
-    Ok(row.map(OwnerUsage::from))
+    let row = owner_query!("", "users u", "WHERE u.id = $1", user_id)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(|r| owner_of!(r)))
 }
 
 /// The current period's totals of user `user_id` (zeros for a user with
@@ -317,14 +307,22 @@ pub async fn of_user(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<O
 /// # Ok(()) }
 /// ```
 pub async fn period(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<PeriodUsage> {
-    let sql = concat!(
-        "SELECT p.period_start,
-                coalesce(s.spent_micros, 0)::int8 AS spent_micros,
-                coalesce(s.input_tokens, 0)::int8 AS input_tokens,
-                coalesce(s.output_tokens, 0)::int8 AS output_tokens",
-        owner_from!("(SELECT $1::uuid AS id) u"),
-    );
-    sqlx::query_as(sql).bind(user_id).fetch_one(conn).await
+    sqlx::query_as!(
+        PeriodUsage,
+        r#"SELECT p.period_start AS "period_start!",
+                  coalesce(s.spent_micros, 0)::int8 AS "spent_micros!",
+                  coalesce(s.input_tokens, 0)::int8 AS "input_tokens!",
+                  coalesce(s.output_tokens, 0)::int8 AS "output_tokens!"
+           FROM (SELECT $1::uuid AS id) u
+           CROSS JOIN (SELECT date_trunc('month', now(), 'UTC') AS period_start) p
+           CROSS JOIN LATERAL (
+               SELECT sum(l.spent_micros) AS spent_micros, sum(l.input_tokens) AS input_tokens,
+                      sum(l.output_tokens) AS output_tokens
+               FROM user_usage l WHERE l.user_id = u.id AND l.period_start = p.period_start) s"#,
+        user_id,
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// [`of_user`] of the owner of chat `chat_id`; `None` when the chat does
@@ -350,14 +348,15 @@ pub async fn of_chat_owner(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<OwnerUsage>> {
-    let sql = concat!(
-        "SELECT ",
-        owner_columns!(),
-        owner_from!("chats c JOIN users u ON u.id = c.owner_id"),
-        " WHERE c.id = $1"
-    );
-    let row: Option<OwnerRow> = super::keyed::optional(conn, sql, chat_id).await?;
-    Ok(row.map(OwnerUsage::from))
+    let row = owner_query!(
+        "",
+        "chats c JOIN users u ON u.id = c.owner_id",
+        "WHERE c.id = $1",
+        chat_id
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| owner_of!(r)))
 }
 
 /// Adds one model call of chat `chat_id` whose usage no message stores (a
@@ -377,12 +376,14 @@ pub async fn add(
     input_tokens: i64,
     output_tokens: i64,
 ) -> sqlx::Result<()> {
-    sqlx::query("SELECT chatd_add_usage($1, $2, $3, $4)")
-        .bind(chat_id)
-        .bind(spent_micros)
-        .bind(input_tokens)
-        .bind(output_tokens)
-        .execute(conn)
+    sqlx::query!(
+        "SELECT chatd_add_usage($1, $2, $3, $4)",
+        chat_id,
+        spent_micros,
+        input_tokens,
+        output_tokens,
+    )
+    .execute(conn)
         .await
         .map(|_| ())
 }
@@ -419,29 +420,22 @@ pub struct UsageReport {
 /// # Ok(()) }
 /// ```
 pub async fn report(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Option<UsageReport>> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        #[sqlx(flatten)]
-        owner: OwnerRow,
-        running_chats: i64,
-        storage_bytes: i64,
-    }
-    let sql = concat!(
-        "SELECT ",
-        owner_columns!(),
-        ",
+    let row = owner_query!(
+        r#",
          (SELECT count(*) FROM chats c
           WHERE c.owner_id = u.id AND c.worker_id IS NOT NULL AND NOT c.archived
-            AND c.status IN ('running', 'interrupting', 'requires_action')) AS running_chats,
+            AND c.status IN ('running', 'interrupting', 'requires_action')) AS "running_chats!",
          coalesce((SELECT sum(f.size) FROM chat_files f WHERE f.owner_id = u.id), 0)::int8
-             AS storage_bytes",
-        owner_from!("users u"),
-        " WHERE u.id = $1"
-    );
-    let row: Option<Row> = super::keyed::optional(conn, sql, user_id).await?;
+             AS "storage_bytes!""#,
+        "users u",
+        "WHERE u.id = $1",
+        user_id
+    )
+    .fetch_optional(conn)
+    .await?;
     Ok(row.map(|r| UsageReport {
-        owner: r.owner.into(),
         running_chats: r.running_chats,
         storage_bytes: r.storage_bytes,
+        owner: owner_of!(r),
     }))
 }

@@ -50,39 +50,77 @@ impl UserRow {
     }
 }
 
-/// Every column of [`UserRow`], for `SELECT` and `RETURNING` lists, as a
-/// string literal (for `concat!`); `user_columns!("u.")` qualifies each.
-macro_rules! user_columns {
-    () => {
-        $crate::queries::users::user_columns!("")
-    };
-    ($p:literal) => {
-        concat!(
-            $p,
-            "id, ",
-            $p,
-            "username, ",
-            $p,
-            "role, ",
-            $p,
-            "created_at, ",
-            $p,
-            "disabled, ",
-            $p,
-            "max_running_chats, ",
-            $p,
-            "requests_per_minute, ",
-            $p,
-            "monthly_budget_micros, ",
-            $p,
-            "monthly_token_budget, ",
-            $p,
-            "max_storage_bytes"
+/// A [`UserRow`] as sqlx's compile-checked macros read it (`role` as its
+/// text); [`UserRecord::into_row`] makes the row.
+pub(crate) struct UserRecord {
+    pub(crate) id: Uuid,
+    pub(crate) username: String,
+    pub(crate) role: String,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) disabled: bool,
+    pub(crate) max_running_chats: Option<i32>,
+    pub(crate) requests_per_minute: Option<i32>,
+    pub(crate) monthly_budget_micros: Option<i64>,
+    pub(crate) monthly_token_budget: Option<i64>,
+    pub(crate) max_storage_bytes: Option<i64>,
+}
+
+impl UserRecord {
+    /// The [`UserRow`]; an unknown `role` is the `ColumnDecode` error that
+    /// `FromRow` gave.
+    pub(crate) fn into_row(self) -> sqlx::Result<UserRow> {
+        Ok(UserRow {
+            id: self.id,
+            username: self.username,
+            role: Role::try_from(self.role).map_err(|e| sqlx::Error::ColumnDecode {
+                index: "role".into(),
+                source: Box::new(e),
+            })?,
+            created_at: self.created_at,
+            disabled: self.disabled,
+            max_running_chats: self.max_running_chats,
+            requests_per_minute: self.requests_per_minute,
+            monthly_budget_micros: self.monthly_budget_micros,
+            monthly_token_budget: self.monthly_token_budget,
+            max_storage_bytes: self.max_storage_bytes,
+        })
+    }
+}
+
+/// `sqlx::query_as!(UserRecord, ...)` of a statement that reads every
+/// column of [`UserRow`]: `select_users!(u "FROM ... WHERE ...", args)`
+/// selects them from `users` of alias `u` (`$rest` follows the column
+/// list); `returning_users!("INSERT ... RETURNING ", args)` puts them
+/// after the caller's text. sqlx's macros take only string literals, hence
+/// the list is written out here.
+macro_rules! select_users {
+    (u $rest:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            $crate::queries::users::UserRecord,
+            "SELECT u.id, u.username, u.role, u.created_at, u.disabled, u.max_running_chats,
+                    u.requests_per_minute, u.monthly_budget_micros, u.monthly_token_budget,
+                    u.max_storage_bytes "
+                + $rest
+            $(, $arg)*
         )
     };
 }
 
-pub(crate) use user_columns;
+pub(crate) use select_users;
+
+/// See [`select_users`].
+macro_rules! returning_users {
+    ($head:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            $crate::queries::users::UserRecord,
+            $head
+                + "id, username, role, created_at, disabled, max_running_chats,
+                   requests_per_minute, monthly_budget_micros, monthly_token_budget,
+                   max_storage_bytes"
+            $(, $arg)*
+        )
+    };
+}
 
 /// One user.
 ///
@@ -99,8 +137,11 @@ pub(crate) use user_columns;
 /// # Ok(()) }
 /// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<UserRow>> {
-    let sql = concat!("SELECT ", user_columns!(), " FROM users WHERE id = $1");
-    super::keyed::optional(conn, sql, id).await
+    select_users!(u "FROM users u WHERE u.id = $1", id)
+        .fetch_optional(conn)
+        .await?
+        .map(UserRecord::into_row)
+        .transpose()
 }
 
 /// Inserts a user with a fresh id (a taken name is `23505`).
@@ -124,15 +165,15 @@ pub async fn insert(
     username: &str,
     role: Role,
 ) -> sqlx::Result<UserRow> {
-    sqlx::query_as(concat!(
+    returning_users!(
         "INSERT INTO users (id, username, role) VALUES ($1, $2, $3) RETURNING ",
-        user_columns!()
-    ))
-    .bind(Uuid::new_v4())
-    .bind(username)
-    .bind(role.as_str())
+        Uuid::new_v4(),
+        username,
+        role.as_str(),
+    )
     .fetch_one(conn)
-    .await
+    .await?
+    .into_row()
 }
 
 /// Creates user `username` with `role`, or, when it exists, promotes it to
@@ -158,15 +199,15 @@ pub async fn create_or_promote(
     username: &str,
     role: Role,
 ) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO users (id, username, role) VALUES ($1, $2, $3)
          ON CONFLICT (username) DO UPDATE
              SET role = CASE WHEN EXCLUDED.role = 'admin' THEN 'admin' ELSE users.role END
          RETURNING id",
+        Uuid::new_v4(),
+        username,
+        role.as_str(),
     )
-    .bind(Uuid::new_v4())
-    .bind(username)
-    .bind(role.as_str())
     .fetch_one(conn)
     .await
 }
@@ -176,13 +217,12 @@ pub async fn create_or_promote(
 ///
 /// Example: [`update`].
 pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<UserRow>> {
-    sqlx::query_as(concat!(
-        "SELECT ",
-        user_columns!(),
-        " FROM users ORDER BY username"
-    ))
-    .fetch_all(conn)
-    .await
+    select_users!(u "FROM users u ORDER BY u.username")
+        .fetch_all(conn)
+        .await?
+        .into_iter()
+        .map(UserRecord::into_row)
+        .collect()
 }
 
 /// A change of a user's disabled flag and limit overrides
@@ -230,14 +270,12 @@ pub struct UserPatch {
 /// # Ok(()) }
 /// ```
 pub async fn lock_admins(conn: &mut sqlx::PgConnection, actor: Uuid) -> sqlx::Result<bool> {
-    let admins: Vec<(Uuid, bool)> = sqlx::query_as(
+    let admins = sqlx::query!(
         "SELECT id, disabled FROM users WHERE role = 'admin' ORDER BY id FOR UPDATE",
     )
     .fetch_all(conn)
     .await?;
-    Ok(admins
-        .iter()
-        .any(|&(id, disabled)| id == actor && !disabled))
+    Ok(admins.iter().any(|a| a.id == actor && !a.disabled))
 }
 
 /// Applies `patch` to user `id` in one statement; the updated row, or
@@ -270,7 +308,7 @@ pub async fn update(
     id: Uuid,
     patch: &UserPatch,
 ) -> sqlx::Result<Option<UserRow>> {
-    sqlx::query_as(concat!(
+    returning_users!(
         "UPDATE users SET
              disabled = COALESCE($2, disabled),
              max_running_chats = CASE WHEN $3 THEN $4 ELSE max_running_chats END,
@@ -279,20 +317,21 @@ pub async fn update(
              monthly_token_budget = CASE WHEN $9 THEN $10 ELSE monthly_token_budget END,
              max_storage_bytes = CASE WHEN $11 THEN $12 ELSE max_storage_bytes END
          WHERE id = $1 RETURNING ",
-        user_columns!()
-    ))
-    .bind(id)
-    .bind(patch.disabled)
-    .bind(patch.max_running_chats.is_some())
-    .bind(patch.max_running_chats.flatten())
-    .bind(patch.requests_per_minute.is_some())
-    .bind(patch.requests_per_minute.flatten())
-    .bind(patch.monthly_budget_micros.is_some())
-    .bind(patch.monthly_budget_micros.flatten())
-    .bind(patch.monthly_token_budget.is_some())
-    .bind(patch.monthly_token_budget.flatten())
-    .bind(patch.max_storage_bytes.is_some())
-    .bind(patch.max_storage_bytes.flatten())
+        id,
+        patch.disabled,
+        patch.max_running_chats.is_some(),
+        patch.max_running_chats.flatten(),
+        patch.requests_per_minute.is_some(),
+        patch.requests_per_minute.flatten(),
+        patch.monthly_budget_micros.is_some(),
+        patch.monthly_budget_micros.flatten(),
+        patch.monthly_token_budget.is_some(),
+        patch.monthly_token_budget.flatten(),
+        patch.max_storage_bytes.is_some(),
+        patch.max_storage_bytes.flatten(),
+    )
     .fetch_optional(conn)
-    .await
+    .await?
+    .map(UserRecord::into_row)
+    .transpose()
 }
