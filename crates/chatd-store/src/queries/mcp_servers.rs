@@ -18,9 +18,8 @@ use std::collections::BTreeMap;
 use chatd_core::{McpTransport, RequireApproval};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{FromRow, PgConnection, PgExecutor, Row};
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 use crate::secrets::cipher::{self as secrets, PrepareError, Secrets};
@@ -101,38 +100,103 @@ fn seal_map(secrets: &Secrets, map: &BTreeMap<String, String>, id: Uuid, column:
     Value::String(secrets.seal(&json, &secrets::place("chat_mcp_servers", column, id)))
 }
 
-impl<'r> FromRow<'r, PgRow> for StoredRow {
-    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
-        let transport: String = row.try_get("transport")?;
-        let Json(args): Json<Value> = row.try_get("args")?;
-        let Json(env): Json<Value> = row.try_get("env")?;
-        let Json(headers): Json<Value> = row.try_get("headers")?;
+/// A row of `chat_mcp_servers` as sqlx's compile-checked macros read it;
+/// [`McpRecord::stored`] makes the [`StoredRow`].
+struct McpRecord {
+    id: Uuid,
+    slug: String,
+    display_name: String,
+    transport: String,
+    command: Option<String>,
+    args: Value,
+    env: Value,
+    url: Option<String>,
+    headers: Value,
+    enabled: bool,
+    require_approval: Value,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl McpRecord {
+    /// The stored row; an unknown `transport` is a `ColumnDecode` error.
+    fn stored(self) -> sqlx::Result<StoredRow> {
         let def = McpServerDef {
-            id: row.try_get("id")?,
-            slug: row.try_get("slug")?,
-            display_name: row.try_get("display_name")?,
-            transport: transport.parse().map_err(|e| sqlx::Error::ColumnDecode {
-                index: "transport".into(),
-                source: Box::new(e),
-            })?,
-            command: row.try_get("command")?,
-            args: string_list(&args),
+            id: self.id,
+            slug: self.slug,
+            display_name: self.display_name,
+            transport: self
+                .transport
+                .parse()
+                .map_err(|e| sqlx::Error::ColumnDecode {
+                    index: "transport".into(),
+                    source: Box::new(e),
+                })?,
+            command: self.command,
+            args: string_list(&self.args),
             env: BTreeMap::new(),
-            url: row.try_get("url")?,
+            url: self.url,
             headers: BTreeMap::new(),
-            enabled: row.try_get("enabled")?,
-            require_approval: require_approval(row.try_get("require_approval")?),
+            enabled: self.enabled,
+            require_approval: require_approval(Json(self.require_approval)),
         };
         Ok(StoredRow {
             row: McpServerRow {
                 def,
-                created_at: row.try_get("created_at")?,
-                updated_at: row.try_get("updated_at")?,
+                created_at: self.created_at,
+                updated_at: self.updated_at,
             },
-            env,
-            headers,
+            env: self.env,
+            headers: self.headers,
         })
     }
+}
+
+/// `sqlx::query_as!(McpRecord, ...)` of every column of `chat_mcp_servers`
+/// of alias `s`, then `$rest` (`FROM ... s ...`): sqlx's macros take only
+/// string literals, hence the list is written out here.
+macro_rules! select_mcp_servers {
+    ($rest:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            McpRecord,
+            "SELECT s.id, s.slug, s.display_name, s.transport, s.command, s.args, s.env, s.url,
+                    s.headers, s.enabled, s.require_approval, s.created_at, s.updated_at "
+                + $rest
+            $(, $arg)*
+        )
+    };
+}
+
+/// Runs `$head` (an `INSERT` or `UPDATE` ending in `RETURNING `) with
+/// `$def`'s columns as `$1`..`$11` (`env` and `headers` sealed) and
+/// evaluates to the [`StoredRow`] it returns (`?` on errors): one
+/// compile-checked statement per caller.
+macro_rules! write_stored {
+    ($head:tt, $conn:expr, $secrets:expr, $def:expr) => {{
+        let def: &McpServerDef = $def;
+        let secrets: &Secrets = $secrets;
+        sqlx::query_as!(
+            McpRecord,
+            $head
+                + "id, slug, display_name, transport, command, args, env, url, headers, enabled,
+                   require_approval, created_at, updated_at",
+            def.id,
+            &def.slug,
+            &def.display_name,
+            def.transport.as_str(),
+            def.command.as_deref(),
+            // `as _`: sqlx checks a jsonb argument against `serde_json::Value`.
+            Json(&def.args) as _,
+            Json(seal_map(secrets, &def.env, def.id, "env")) as _,
+            def.url.as_deref(),
+            Json(seal_map(secrets, &def.headers, def.id, "headers")) as _,
+            def.enabled,
+            Json(&def.require_approval) as _,
+        )
+        .fetch_one($conn)
+        .await?
+        .stored()?
+    }};
 }
 
 /// The stored `require_approval`; a value written by hand that is not one
@@ -274,10 +338,12 @@ fn redacted_map(map: &BTreeMap<String, String>) -> BTreeMap<&str, &'static str> 
 /// # Ok(()) }
 /// ```
 pub async fn list(conn: impl PgExecutor<'_>, secrets: &Secrets) -> sqlx::Result<Vec<McpServerRow>> {
-    let rows: Vec<StoredRow> = sqlx::query_as("SELECT * FROM chat_mcp_servers ORDER BY slug")
+    let rows = select_mcp_servers!("FROM chat_mcp_servers s ORDER BY s.slug")
         .fetch_all(conn)
         .await?;
-    rows.into_iter().map(|r| r.open(secrets)).collect()
+    rows.into_iter()
+        .map(|r| r.stored()?.open(secrets))
+        .collect()
 }
 
 /// The ids among `ids` that are MCP servers.
@@ -313,8 +379,7 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    sqlx::query_scalar("SELECT id FROM chat_mcp_servers WHERE id = ANY($1)")
-        .bind(ids)
+    sqlx::query_scalar!("SELECT id FROM chat_mcp_servers WHERE id = ANY($1)", ids)
         .fetch_all(conn)
         .await
 }
@@ -366,12 +431,18 @@ pub async fn enabled_in_order(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = "SELECT s.* FROM unnest($1::uuid[]) WITH ORDINALITY AS wanted(id, n)
+    let rows = select_mcp_servers!(
+        "FROM unnest($1::uuid[]) WITH ORDINALITY AS wanted(id, n)
          JOIN chat_mcp_servers s ON s.id = wanted.id
          WHERE s.enabled
-         ORDER BY wanted.n";
-    let rows: Vec<StoredRow> = sqlx::query_as(sql).bind(ids).fetch_all(conn).await?;
-    rows.into_iter().map(|r| r.open(secrets)).collect()
+         ORDER BY wanted.n",
+        ids,
+    )
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| r.stored()?.open(secrets))
+        .collect()
 }
 
 /// One MCP server, locked `FOR UPDATE` until `conn`'s transaction ends.
@@ -410,9 +481,10 @@ pub async fn select_for_update(
     secrets: &Secrets,
     id: Uuid,
 ) -> sqlx::Result<Option<McpServerRow>> {
-    let sql = "SELECT * FROM chat_mcp_servers WHERE id = $1 FOR UPDATE";
-    let row: Option<StoredRow> = super::keyed::optional(conn, sql, id).await?;
-    row.map(|r| r.open(secrets)).transpose()
+    let row = select_mcp_servers!("FROM chat_mcp_servers s WHERE s.id = $1 FOR UPDATE", id)
+        .fetch_optional(conn)
+        .await?;
+    row.map(|r| r.stored()?.open(secrets)).transpose()
 }
 
 /// Inserts MCP server `def` (a taken slug is `23505`).
@@ -453,14 +525,14 @@ pub async fn insert(
     secrets: &Secrets,
     def: &McpServerDef,
 ) -> sqlx::Result<McpServerRow> {
-    write(
+    write_stored!(
         "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled, require_approval)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ",
         conn,
         secrets,
-        def,
+        def
     )
-    .await
+    .open(secrets)
 }
 
 /// Inserts MCP server `def`, or overwrites the one with the same slug (its
@@ -501,16 +573,17 @@ pub async fn upsert_by_slug(
     secrets: &Secrets,
     def: &McpServerDef,
 ) -> sqlx::Result<McpServerRow> {
-    let existing: Option<Uuid> =
-        sqlx::query_scalar("SELECT id FROM chat_mcp_servers WHERE slug = $1 FOR UPDATE")
-            .bind(&def.slug)
-            .fetch_optional(&mut *conn)
-            .await?;
+    let existing: Option<Uuid> = sqlx::query_scalar!(
+        "SELECT id FROM chat_mcp_servers WHERE slug = $1 FOR UPDATE",
+        &def.slug,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
     let def = McpServerDef {
         id: existing.unwrap_or(def.id),
         ..def.clone()
     };
-    let stored = write_stored(
+    let stored = write_stored!(
         "INSERT INTO chat_mcp_servers (id, slug, display_name, transport, command, args, env, url, headers, enabled, require_approval)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (slug) DO UPDATE SET display_name = EXCLUDED.display_name,
@@ -518,21 +591,22 @@ pub async fn upsert_by_slug(
              env = EXCLUDED.env, url = EXCLUDED.url, headers = EXCLUDED.headers,
              enabled = EXCLUDED.enabled, require_approval = EXCLUDED.require_approval,
              updated_at = now()
-         RETURNING *",
+         RETURNING ",
         &mut *conn,
         secrets,
-        &def,
-    )
-    .await?;
+        &def
+    );
     let id = stored.row.def.id;
     if id != def.id {
         // Another writer inserted the slug after the read above: the row
         // kept its id, so the secrets are sealed again for it.
-        sqlx::query("UPDATE chat_mcp_servers SET env = $2, headers = $3 WHERE id = $1")
-            .bind(id)
-            .bind(Json(seal_map(secrets, &def.env, id, "env")))
-            .bind(Json(seal_map(secrets, &def.headers, id, "headers")))
-            .execute(&mut *conn)
+        sqlx::query!(
+            "UPDATE chat_mcp_servers SET env = $2, headers = $3 WHERE id = $1",
+            id,
+            seal_map(secrets, &def.env, id, "env"),
+            seal_map(secrets, &def.headers, id, "headers"),
+        )
+        .execute(&mut *conn)
             .await?;
         let mut row = stored.row;
         row.def.env = def.env.clone();
@@ -576,50 +650,16 @@ pub async fn update(
     secrets: &Secrets,
     def: &McpServerDef,
 ) -> sqlx::Result<McpServerRow> {
-    write(
+    write_stored!(
         "UPDATE chat_mcp_servers SET slug = $2, display_name = $3, transport = $4, command = $5,
              args = $6, env = $7, url = $8, headers = $9, enabled = $10, require_approval = $11,
              updated_at = now()
-         WHERE id = $1 RETURNING *",
+         WHERE id = $1 RETURNING ",
         conn,
         secrets,
-        def,
+        def
     )
-    .await
-}
-
-async fn write(
-    sql: &'static str,
-    conn: impl PgExecutor<'_>,
-    secrets: &Secrets,
-    def: &McpServerDef,
-) -> sqlx::Result<McpServerRow> {
-    write_stored(sql, conn, secrets, def).await?.open(secrets)
-}
-
-/// Runs `sql` with `def`'s columns bound in order ($1 id ... $11
-/// require_approval), `env` and `headers` sealed for `def.id`; the row as
-/// stored.
-async fn write_stored(
-    sql: &'static str,
-    conn: impl PgExecutor<'_>,
-    secrets: &Secrets,
-    def: &McpServerDef,
-) -> sqlx::Result<StoredRow> {
-    sqlx::query_as(sql)
-        .bind(def.id)
-        .bind(&def.slug)
-        .bind(&def.display_name)
-        .bind(def.transport.as_str())
-        .bind(&def.command)
-        .bind(Json(&def.args))
-        .bind(Json(seal_map(secrets, &def.env, def.id, "env")))
-        .bind(&def.url)
-        .bind(Json(seal_map(secrets, &def.headers, def.id, "headers")))
-        .bind(def.enabled)
-        .bind(Json(&def.require_approval))
-        .fetch_one(conn)
-        .await
+    .open(secrets)
 }
 
 /// Deletes MCP server `id`; false when unknown.
@@ -652,8 +692,7 @@ async fn write_stored(
 /// # Ok(()) }
 /// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
-    let result = sqlx::query("DELETE FROM chat_mcp_servers WHERE id = $1")
-        .bind(id)
+    let result = sqlx::query!("DELETE FROM chat_mcp_servers WHERE id = $1", id)
         .execute(conn)
         .await?;
     Ok(result.rows_affected() > 0)
@@ -667,12 +706,11 @@ pub(crate) async fn seal_plain_secrets(
     conn: &mut PgConnection,
     secrets: &Secrets,
 ) -> Result<usize, PrepareError> {
-    let rows: Vec<(Uuid, Json<Value>, Json<Value>)> =
-        sqlx::query_as("SELECT id, env, headers FROM chat_mcp_servers ORDER BY id FOR UPDATE")
-            .fetch_all(&mut *conn)
-            .await?;
+    let rows = sqlx::query!("SELECT id, env, headers FROM chat_mcp_servers ORDER BY id FOR UPDATE")
+        .fetch_all(&mut *conn)
+        .await?;
     let mut sealed = 0;
-    for (id, Json(env), Json(headers)) in rows {
+    for (id, env, headers) in rows.into_iter().map(|r| (r.id, r.env, r.headers)) {
         let plain = |v: &Value| !matches!(v, Value::String(s) if secrets::is_sealed(s));
         let needs_seal = secrets.is_enabled()
             && [&env, &headers]
@@ -681,11 +719,13 @@ pub(crate) async fn seal_plain_secrets(
         let env = try_open_map(secrets, env, id, "env")?;
         let headers = try_open_map(secrets, headers, id, "headers")?;
         if needs_seal {
-            sqlx::query("UPDATE chat_mcp_servers SET env = $2, headers = $3 WHERE id = $1")
-                .bind(id)
-                .bind(Json(seal_map(secrets, &env, id, "env")))
-                .bind(Json(seal_map(secrets, &headers, id, "headers")))
-                .execute(&mut *conn)
+            sqlx::query!(
+                "UPDATE chat_mcp_servers SET env = $2, headers = $3 WHERE id = $1",
+                id,
+                seal_map(secrets, &env, id, "env"),
+                seal_map(secrets, &headers, id, "headers"),
+            )
+            .execute(&mut *conn)
                 .await?;
             sealed += 1;
         }

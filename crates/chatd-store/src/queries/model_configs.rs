@@ -51,6 +51,58 @@ pub struct ModelConfigDef {
     pub options: ModelOptions,
 }
 
+/// A [`ModelConfigRow`] as sqlx's compile-checked macros read it.
+struct ModelConfigRecord {
+    id: Uuid,
+    provider_id: Uuid,
+    model: String,
+    display_name: String,
+    context_limit: i64,
+    compression_threshold: i32,
+    is_default: bool,
+    enabled: bool,
+    options: Json<ModelOptions>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<ModelConfigRecord> for ModelConfigRow {
+    fn from(r: ModelConfigRecord) -> Self {
+        ModelConfigRow {
+            def: ModelConfigDef {
+                id: r.id,
+                provider_id: r.provider_id,
+                model: r.model,
+                display_name: r.display_name,
+                context_limit: r.context_limit,
+                compression_threshold: r.compression_threshold,
+                is_default: r.is_default,
+                enabled: r.enabled,
+                options: r.options.0,
+            },
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// `sqlx::query_as!(ModelConfigRecord, ...)` of every column of
+/// `chat_model_configs` of alias `m`, then `$rest` (`FROM chat_model_configs
+/// m ...`): sqlx's macros take only string literals, hence the list is
+/// written out here.
+macro_rules! select_model_configs {
+    ($rest:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            ModelConfigRecord,
+            r#"SELECT m.id, m.provider_id, m.model, m.display_name, m.context_limit,
+                      m.compression_threshold, m.is_default, m.enabled,
+                      m.options AS "options: Json<ModelOptions>", m.created_at, m.updated_at "#
+                + $rest
+            $(, $arg)*
+        )
+    };
+}
+
 /// Every model config (or only the enabled ones of enabled providers),
 /// default first, then oldest first.
 ///
@@ -100,10 +152,15 @@ pub async fn list(
     conn: impl PgExecutor<'_>,
     only_enabled: bool,
 ) -> sqlx::Result<Vec<ModelConfigRow>> {
-    let sql = "SELECT m.* FROM chat_model_configs m JOIN chat_providers p ON p.id = m.provider_id
+    let rows = select_model_configs!(
+        "FROM chat_model_configs m JOIN chat_providers p ON p.id = m.provider_id
          WHERE NOT $1 OR (m.enabled AND p.enabled)
-         ORDER BY m.is_default DESC, m.created_at, m.id";
-    super::keyed::all(conn, sql, only_enabled).await
+         ORDER BY m.is_default DESC, m.created_at, m.id",
+        only_enabled,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(ModelConfigRow::from).collect())
 }
 
 /// One model config.
@@ -149,8 +206,10 @@ pub async fn list(
 /// # Ok(()) }
 /// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ModelConfigRow>> {
-    let sql = "SELECT * FROM chat_model_configs WHERE id = $1";
-    super::keyed::optional(conn, sql, id).await
+    let row = select_model_configs!("FROM chat_model_configs m WHERE m.id = $1", id)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(ModelConfigRow::from))
 }
 
 /// Whether model config `id` exists and is enabled.
@@ -196,8 +255,12 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 /// # Ok(()) }
 /// ```
 pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
-    let sql = "SELECT EXISTS (SELECT 1 FROM chat_model_configs WHERE id = $1 AND enabled)";
-    super::keyed::scalar(conn, sql, id).await
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM chat_model_configs WHERE id = $1 AND enabled) AS "exists!""#,
+        id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// The id of the enabled default model config.
@@ -242,7 +305,7 @@ pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<boo
 /// # Ok(()) }
 /// ```
 pub async fn default_id(conn: impl PgExecutor<'_>) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar("SELECT id FROM chat_model_configs WHERE is_default AND enabled LIMIT 1")
+    sqlx::query_scalar!("SELECT id FROM chat_model_configs WHERE is_default AND enabled LIMIT 1")
         .fetch_optional(conn)
         .await
 }
@@ -297,10 +360,15 @@ pub async fn for_chat(
     conn: impl PgExecutor<'_>,
     last_model_config_id: Option<Uuid>,
 ) -> sqlx::Result<Option<ModelConfigRow>> {
-    let sql = "SELECT * FROM chat_model_configs
-         WHERE enabled AND (id = $1 OR is_default)
-         ORDER BY (id = $1) DESC NULLS LAST LIMIT 1";
-    super::keyed::optional(conn, sql, last_model_config_id).await
+    let row = select_model_configs!(
+        "FROM chat_model_configs m
+         WHERE m.enabled AND (m.id = $1 OR m.is_default)
+         ORDER BY (m.id = $1) DESC NULLS LAST LIMIT 1",
+        last_model_config_id,
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(ModelConfigRow::from))
 }
 
 /// Inserts or overwrites model config `def`; when it is the default, the
@@ -355,16 +423,17 @@ pub async fn for_chat(
 /// ```
 pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Result<ModelConfigRow> {
     if def.is_default {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE chat_model_configs SET is_default = false, updated_at = now()
              WHERE is_default AND id <> $1",
+            def.id,
         )
-        .bind(def.id)
         .execute(&mut *conn)
         .await?;
     }
-    sqlx::query_as(
-        "INSERT INTO chat_model_configs (id, provider_id, model, display_name, context_limit,
+    let row = sqlx::query_as!(
+        ModelConfigRecord,
+        r#"INSERT INTO chat_model_configs (id, provider_id, model, display_name, context_limit,
              compression_threshold, is_default, enabled, options)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (id) DO UPDATE SET provider_id = EXCLUDED.provider_id, model = EXCLUDED.model,
@@ -372,19 +441,22 @@ pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Resu
              compression_threshold = EXCLUDED.compression_threshold,
              is_default = EXCLUDED.is_default, enabled = EXCLUDED.enabled,
              options = EXCLUDED.options, updated_at = now()
-         RETURNING *",
+         RETURNING id, provider_id, model, display_name, context_limit, compression_threshold,
+             is_default, enabled, options AS "options: Json<ModelOptions>", created_at, updated_at"#,
+        def.id,
+        def.provider_id,
+        &def.model,
+        &def.display_name,
+        def.context_limit,
+        def.compression_threshold,
+        def.is_default,
+        def.enabled,
+        // `as _`: sqlx checks a jsonb argument against `serde_json::Value`.
+        Json(&def.options) as _,
     )
-    .bind(def.id)
-    .bind(def.provider_id)
-    .bind(&def.model)
-    .bind(&def.display_name)
-    .bind(def.context_limit)
-    .bind(def.compression_threshold)
-    .bind(def.is_default)
-    .bind(def.enabled)
-    .bind(Json(&def.options))
     .fetch_one(conn)
-    .await
+    .await?;
+    Ok(row.into())
 }
 
 /// Restores "exactly one enabled default while any config is enabled": a
@@ -442,13 +514,13 @@ pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Resu
 /// # Ok(()) }
 /// ```
 pub async fn ensure_default(conn: &mut PgConnection) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE chat_model_configs SET is_default = false, updated_at = now()
          WHERE is_default AND NOT enabled",
     )
     .execute(&mut *conn)
     .await?;
-    sqlx::query(
+    sqlx::query!(
         "UPDATE chat_model_configs SET is_default = true, updated_at = now()
          WHERE id = (SELECT id FROM chat_model_configs WHERE enabled ORDER BY created_at, id LIMIT 1)
            AND NOT EXISTS (SELECT 1 FROM chat_model_configs WHERE is_default AND enabled)",
@@ -502,8 +574,7 @@ pub async fn ensure_default(conn: &mut PgConnection) -> sqlx::Result<()> {
 /// # Ok(()) }
 /// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
-    let result = sqlx::query("DELETE FROM chat_model_configs WHERE id = $1")
-        .bind(id)
+    let result = sqlx::query!("DELETE FROM chat_model_configs WHERE id = $1", id)
         .execute(conn)
         .await?;
     Ok(result.rows_affected() > 0)

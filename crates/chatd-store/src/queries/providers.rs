@@ -93,6 +93,62 @@ pub fn redact_url(url: &str) -> String {
     format!("{scheme}{host}{path}")
 }
 
+/// A [`ProviderRow`] as sqlx's compile-checked macros read it (`provider`
+/// as its text); [`opened`] makes the row.
+struct ProviderRecord {
+    id: Uuid,
+    provider: String,
+    display_name: String,
+    base_url: Option<String>,
+    api_key: Option<String>,
+    enabled: bool,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl ProviderRecord {
+    /// The row, its `api_key` still sealed; an unknown `provider` is the
+    /// `ColumnDecode` error that `FromRow` gave.
+    fn into_row(self) -> sqlx::Result<ProviderRow> {
+        Ok(ProviderRow {
+            def: ProviderDef {
+                id: self.id,
+                provider: ProviderKind::try_from(self.provider).map_err(|e| {
+                    sqlx::Error::ColumnDecode {
+                        index: "provider".into(),
+                        source: Box::new(e),
+                    }
+                })?,
+                display_name: self.display_name,
+                base_url: self.base_url,
+                api_key: self.api_key,
+                enabled: self.enabled,
+            },
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// `sqlx::query_as!(ProviderRecord, ...)` of every column of
+/// `chat_providers`, then `$rest` (`FROM`, `WHERE`, ...): sqlx's macros
+/// take only string literals, hence the list is written out here.
+macro_rules! select_providers {
+    ($rest:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            ProviderRecord,
+            "SELECT id, provider, display_name, base_url, api_key, enabled, created_at, updated_at "
+                + $rest
+            $(, $arg)*
+        )
+    };
+}
+
+/// [`opened`] of a record just read.
+fn opened_record(record: ProviderRecord, secrets: &Secrets) -> sqlx::Result<ProviderRow> {
+    opened(record.into_row()?, secrets)
+}
+
 /// Opens the sealed `api_key` of a row just read.
 fn opened(mut row: ProviderRow, secrets: &Secrets) -> sqlx::Result<ProviderRow> {
     if let Some(stored) = row.def.api_key.take() {
@@ -129,11 +185,12 @@ fn opened(mut row: ProviderRow, secrets: &Secrets) -> sqlx::Result<ProviderRow> 
 /// # Ok(()) }
 /// ```
 pub async fn list(conn: impl PgExecutor<'_>, secrets: &Secrets) -> sqlx::Result<Vec<ProviderRow>> {
-    let rows: Vec<ProviderRow> =
-        sqlx::query_as("SELECT * FROM chat_providers ORDER BY created_at, id")
-            .fetch_all(conn)
-            .await?;
-    rows.into_iter().map(|row| opened(row, secrets)).collect()
+    let rows = select_providers!("FROM chat_providers ORDER BY created_at, id")
+        .fetch_all(conn)
+        .await?;
+    rows.into_iter()
+        .map(|row| opened_record(row, secrets))
+        .collect()
 }
 
 /// One provider.
@@ -163,9 +220,10 @@ pub async fn select(
     secrets: &Secrets,
     id: Uuid,
 ) -> sqlx::Result<Option<ProviderRow>> {
-    let sql = "SELECT * FROM chat_providers WHERE id = $1";
-    let row: Option<ProviderRow> = super::keyed::optional(conn, sql, id).await?;
-    row.map(|row| opened(row, secrets)).transpose()
+    let row = select_providers!("FROM chat_providers WHERE id = $1", id)
+        .fetch_optional(conn)
+        .await?;
+    row.map(|row| opened_record(row, secrets)).transpose()
 }
 
 /// One provider, locked `FOR UPDATE` until `conn`'s transaction ends.
@@ -198,9 +256,10 @@ pub async fn select_for_update(
     secrets: &Secrets,
     id: Uuid,
 ) -> sqlx::Result<Option<ProviderRow>> {
-    let sql = "SELECT * FROM chat_providers WHERE id = $1 FOR UPDATE";
-    let row: Option<ProviderRow> = super::keyed::optional(conn, sql, id).await?;
-    row.map(|row| opened(row, secrets)).transpose()
+    let row = select_providers!("FROM chat_providers WHERE id = $1 FOR UPDATE", id)
+        .fetch_optional(conn)
+        .await?;
+    row.map(|row| opened_record(row, secrets)).transpose()
 }
 
 /// Whether provider `id` exists.
@@ -227,8 +286,12 @@ pub async fn select_for_update(
 /// # Ok(()) }
 /// ```
 pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
-    let sql = "SELECT EXISTS (SELECT 1 FROM chat_providers WHERE id = $1)";
-    super::keyed::scalar(conn, sql, id).await
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM chat_providers WHERE id = $1) AS "exists!""#,
+        id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Inserts provider `def`, or (same id) overwrites it; returns the row.
@@ -264,23 +327,24 @@ pub async fn upsert(
 ) -> sqlx::Result<ProviderRow> {
     let place = secrets::place("chat_providers", "api_key", def.id);
     let api_key = def.api_key.as_deref().map(|k| secrets.seal(k, &place));
-    let row: ProviderRow = sqlx::query_as(
+    let row = sqlx::query_as!(
+        ProviderRecord,
         "INSERT INTO chat_providers (id, provider, display_name, base_url, api_key, enabled)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (id) DO UPDATE SET provider = EXCLUDED.provider,
              display_name = EXCLUDED.display_name, base_url = EXCLUDED.base_url,
              api_key = EXCLUDED.api_key, enabled = EXCLUDED.enabled, updated_at = now()
-         RETURNING *",
+         RETURNING id, provider, display_name, base_url, api_key, enabled, created_at, updated_at",
+        def.id,
+        def.provider.as_str(),
+        &def.display_name,
+        def.base_url.as_deref(),
+        api_key,
+        def.enabled,
     )
-    .bind(def.id)
-    .bind(def.provider.as_str())
-    .bind(&def.display_name)
-    .bind(&def.base_url)
-    .bind(api_key)
-    .bind(def.enabled)
     .fetch_one(conn)
     .await?;
-    opened(row, secrets)
+    opened_record(row, secrets)
 }
 
 /// Deletes provider `id` (its model configs cascade); false when unknown.
@@ -307,8 +371,7 @@ pub async fn upsert(
 /// # Ok(()) }
 /// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
-    let result = sqlx::query("DELETE FROM chat_providers WHERE id = $1")
-        .bind(id)
+    let result = sqlx::query!("DELETE FROM chat_providers WHERE id = $1", id)
         .execute(conn)
         .await?;
     Ok(result.rows_affected() > 0)
@@ -322,21 +385,24 @@ pub(crate) async fn seal_plain_api_keys(
     conn: &mut PgConnection,
     secrets: &Secrets,
 ) -> Result<usize, secrets::PrepareError> {
-    let rows: Vec<(Uuid, String)> = sqlx::query_as(
-        "SELECT id, api_key FROM chat_providers WHERE api_key IS NOT NULL ORDER BY id FOR UPDATE",
+    let rows = sqlx::query!(
+        r#"SELECT id, api_key AS "api_key!" FROM chat_providers
+           WHERE api_key IS NOT NULL ORDER BY id FOR UPDATE"#,
     )
     .fetch_all(&mut *conn)
     .await?;
     let mut sealed = 0;
-    for (id, stored) in rows {
+    for (id, stored) in rows.into_iter().map(|r| (r.id, r.api_key)) {
         let place = secrets::place("chat_providers", "api_key", id);
         if secrets::is_sealed(&stored) {
             secrets.open(&stored, &place)?;
         } else if secrets.is_enabled() {
-            sqlx::query("UPDATE chat_providers SET api_key = $2 WHERE id = $1")
-                .bind(id)
-                .bind(secrets.seal(&stored, &place))
-                .execute(&mut *conn)
+            sqlx::query!(
+                "UPDATE chat_providers SET api_key = $2 WHERE id = $1",
+                id,
+                secrets.seal(&stored, &place),
+            )
+            .execute(&mut *conn)
                 .await?;
             sealed += 1;
         }
