@@ -94,13 +94,13 @@ pub async fn insert(
     name: &str,
     media_type: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO chat_files (id, owner_id, name, media_type, size) VALUES ($1, $2, $3, $4, 0)",
+        id,
+        owner_id,
+        name,
+        media_type,
     )
-    .bind(id)
-    .bind(owner_id)
-    .bind(name)
-    .bind(media_type)
     .execute(conn)
     .await
     .map(|_| ())
@@ -115,11 +115,13 @@ pub async fn insert_chunk(
     seq: i32,
     data: &[u8],
 ) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO chat_file_chunks (file_id, seq, data) VALUES ($1, $2, $3)")
-        .bind(file_id)
-        .bind(seq)
-        .bind(data)
-        .execute(conn)
+    sqlx::query!(
+        "INSERT INTO chat_file_chunks (file_id, seq, data) VALUES ($1, $2, $3)",
+        file_id,
+        seq,
+        data,
+    )
+    .execute(conn)
         .await
         .map(|_| ())
 }
@@ -128,13 +130,14 @@ pub async fn insert_chunk(
 ///
 /// Example: [`insert`].
 pub async fn finish_upload(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<FileRow> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        FileRow,
         "UPDATE chat_files SET size = coalesce(
              (SELECT sum(octet_length(data)) FROM chat_file_chunks WHERE file_id = $1), 0)
          WHERE id = $1
          RETURNING id, owner_id, chat_id, name, media_type, size, created_at",
+        id,
     )
-    .bind(id)
     .fetch_one(conn)
     .await
 }
@@ -203,10 +206,14 @@ pub async fn lock_storage(
     owner_id: Uuid,
     default_quota: i64,
 ) -> sqlx::Result<Option<Storage>> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2::text))")
-        .bind(STORAGE_LOCK_CLASS)
-        .bind(owner_id)
-        .execute(&mut *conn)
+    // `$2::uuid::text`: the parameter is the uuid (as it was bound before
+    // the statement was compile-checked), hashed as its text.
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2::uuid::text))",
+        STORAGE_LOCK_CLASS,
+        owner_id,
+    )
+    .execute(&mut *conn)
         .await?;
     storage(&mut *conn, owner_id, default_quota).await
 }
@@ -235,16 +242,20 @@ pub async fn storage(
     owner_id: Uuid,
     default_quota: i64,
 ) -> sqlx::Result<Option<Storage>> {
-    let row: Option<(i64, i64)> = sqlx::query_as(
-        "SELECT coalesce((SELECT sum(size) FROM chat_files WHERE owner_id = $1), 0)::bigint,
-                coalesce(u.max_storage_bytes, $2)
-         FROM users u WHERE u.id = $1",
+    let row = sqlx::query!(
+        r#"SELECT coalesce((SELECT sum(size) FROM chat_files WHERE owner_id = $1), 0)::bigint
+                      AS "used!",
+                  coalesce(u.max_storage_bytes, $2) AS "quota!"
+           FROM users u WHERE u.id = $1"#,
+        owner_id,
+        default_quota,
     )
-    .bind(owner_id)
-    .bind(default_quota)
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|(used, quota)| Storage { used, quota }))
+    Ok(row.map(|r| Storage {
+        used: r.used,
+        quota: r.quota,
+    }))
 }
 
 /// Bytes of every file `owner_id` keeps (linked or not), without a lock
@@ -252,9 +263,11 @@ pub async fn storage(
 ///
 /// Example: [`storage`].
 pub async fn storage_used(conn: impl PgExecutor<'_>, owner_id: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT coalesce(sum(size), 0)::bigint FROM chat_files WHERE owner_id = $1")
-        .bind(owner_id)
-        .fetch_one(conn)
+    sqlx::query_scalar!(
+        r#"SELECT coalesce(sum(size), 0)::bigint AS "used!" FROM chat_files WHERE owner_id = $1"#,
+        owner_id
+    )
+    .fetch_one(conn)
         .await
 }
 
@@ -272,15 +285,16 @@ pub async fn insert_sized(
     media_type: &str,
     size: i64,
 ) -> sqlx::Result<FileRow> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        FileRow,
         "INSERT INTO chat_files (id, owner_id, name, media_type, size) VALUES ($1, $2, $3, $4, $5)
          RETURNING id, owner_id, chat_id, name, media_type, size, created_at",
+        id,
+        owner_id,
+        name,
+        media_type,
+        size,
     )
-    .bind(id)
-    .bind(owner_id)
-    .bind(name)
-    .bind(media_type)
-    .bind(size)
     .fetch_one(conn)
     .await
 }
@@ -294,10 +308,12 @@ pub async fn is_owned_by(
     id: Uuid,
     owner_id: Uuid,
 ) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM chat_files WHERE id = $1 AND owner_id = $2)")
-        .bind(id)
-        .bind(owner_id)
-        .fetch_one(conn)
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM chat_files WHERE id = $1 AND owner_id = $2) AS "exists!""#,
+        id,
+        owner_id,
+    )
+    .fetch_one(conn)
         .await
 }
 
@@ -331,17 +347,18 @@ pub async fn list_owned(
     after_id: Option<Uuid>,
     limit: i64,
 ) -> sqlx::Result<Vec<FileRow>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        FileRow,
         "SELECT id, owner_id, chat_id, name, media_type, size, created_at FROM chat_files f
          WHERE owner_id = $1
            AND ($2::uuid IS NULL
                 OR (created_at, id) < (SELECT created_at, id FROM chat_files WHERE id = $2))
          ORDER BY created_at DESC, id DESC
          LIMIT $3",
+        owner_id,
+        after_id,
+        limit,
     )
-    .bind(owner_id)
-    .bind(after_id)
-    .bind(limit)
     .fetch_all(conn)
     .await
 }
@@ -389,12 +406,14 @@ pub async fn delete_unlinked(
     owner_id: Uuid,
 ) -> sqlx::Result<DeleteOutcome> {
     let deleted =
-        sqlx::query("DELETE FROM chat_files WHERE id = $1 AND owner_id = $2 AND chat_id IS NULL")
-            .bind(id)
-            .bind(owner_id)
-            .execute(pool)
-            .await?
-            .rows_affected();
+        sqlx::query!(
+            "DELETE FROM chat_files WHERE id = $1 AND owner_id = $2 AND chat_id IS NULL",
+            id,
+            owner_id,
+        )
+        .execute(pool)
+        .await?
+        .rows_affected();
     if deleted > 0 {
         return Ok(DeleteOutcome::Deleted);
     }
@@ -438,17 +457,19 @@ pub async fn delete_expired_unlinked(
     batch: i64,
 ) -> sqlx::Result<u64> {
     let max_age_us = i64::try_from(max_age.as_micros()).unwrap_or(i64::MAX);
-    sqlx::query(
+    // `$1::bigint::float8`: the parameter is the bigint (as it was bound
+    // before the statement was compile-checked), divided as a float8.
+    sqlx::query!(
         "DELETE FROM chat_files WHERE id IN (
              SELECT id FROM chat_files
-             WHERE chat_id IS NULL AND created_at < now() - make_interval(secs => $1::float8 / 1e6)
+             WHERE chat_id IS NULL AND created_at < now() - make_interval(secs => $1::bigint::float8 / 1e6)
              ORDER BY created_at
              LIMIT $2
              FOR UPDATE SKIP LOCKED)
          AND chat_id IS NULL",
+        max_age_us,
+        batch,
     )
-    .bind(max_age_us)
-    .bind(batch)
     .execute(conn)
     .await
     .map(|r| r.rows_affected())
@@ -458,10 +479,11 @@ pub async fn delete_expired_unlinked(
 ///
 /// Example: [`link`].
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<FileRow>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        FileRow,
         "SELECT id, owner_id, chat_id, name, media_type, size, created_at FROM chat_files WHERE id = $1",
+        id,
     )
-    .bind(id)
     .fetch_optional(conn)
     .await
 }
@@ -474,10 +496,12 @@ pub async fn chunk(
     file_id: Uuid,
     seq: i32,
 ) -> sqlx::Result<Option<Vec<u8>>> {
-    sqlx::query_scalar("SELECT data FROM chat_file_chunks WHERE file_id = $1 AND seq = $2")
-        .bind(file_id)
-        .bind(seq)
-        .fetch_optional(conn)
+    sqlx::query_scalar!(
+        "SELECT data FROM chat_file_chunks WHERE file_id = $1 AND seq = $2",
+        file_id,
+        seq,
+    )
+    .fetch_optional(conn)
         .await
 }
 
@@ -485,11 +509,12 @@ pub async fn chunk(
 ///
 /// Example: [`link`].
 pub async fn linked(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<FileRow>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        FileRow,
         "SELECT id, owner_id, chat_id, name, media_type, size, created_at FROM chat_files
          WHERE chat_id = $1 ORDER BY created_at, id",
+        chat_id,
     )
-    .bind(chat_id)
     .fetch_all(conn)
     .await
 }
@@ -548,14 +573,15 @@ pub async fn link(
     }
     // The file rows are locked: a concurrent link of the same file to
     // another chat waits here and then finds it taken.
-    let rows: Vec<FileRow> = sqlx::query_as(
+    let rows: Vec<FileRow> = sqlx::query_as!(
+        FileRow,
         "SELECT id, owner_id, chat_id, name, media_type, size, created_at FROM chat_files
          WHERE id = ANY($1) AND owner_id = $2 AND (chat_id IS NULL OR chat_id = $3)
          ORDER BY id FOR UPDATE",
+        &ids,
+        owner_id,
+        chat_id,
     )
-    .bind(&ids)
-    .bind(owner_id)
-    .bind(chat_id)
     .fetch_all(&mut *conn)
     .await?;
     if let Some(missing) = ids.iter().find(|id| !rows.iter().any(|r| r.id == **id)) {
@@ -566,18 +592,22 @@ pub async fn link(
         .filter(|r| r.chat_id.is_none())
         .map(|r| r.id)
         .collect();
-    let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM chat_files WHERE chat_id = $1")
-        .bind(chat_id)
-        .fetch_one(&mut *conn)
+    let existing: i64 = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM chat_files WHERE chat_id = $1"#,
+        chat_id
+    )
+    .fetch_one(&mut *conn)
         .await?;
     if existing as usize + new.len() > max_links {
         return Err(StateError::ChatFileCapExceeded { max: max_links }.into());
     }
     if !new.is_empty() {
-        sqlx::query("UPDATE chat_files SET chat_id = $1, linked_at = now() WHERE id = ANY($2)")
-            .bind(chat_id)
-            .bind(&new)
-            .execute(&mut *conn)
+        sqlx::query!(
+            "UPDATE chat_files SET chat_id = $1, linked_at = now() WHERE id = ANY($2)",
+            chat_id,
+            &new,
+        )
+        .execute(&mut *conn)
             .await?;
     }
     Ok(ids
@@ -620,12 +650,13 @@ pub async fn linked_contents(
     ids: &[Uuid],
     prefix_bytes: impl Fn(&str, i64) -> usize,
 ) -> sqlx::Result<Vec<FileContent>> {
-    let rows: Vec<FileRow> = sqlx::query_as(
+    let rows: Vec<FileRow> = sqlx::query_as!(
+        FileRow,
         "SELECT id, owner_id, chat_id, name, media_type, size, created_at FROM chat_files
          WHERE id = ANY($1) AND chat_id = $2 ORDER BY id",
+        ids,
+        chat_id,
     )
-    .bind(ids)
-    .bind(chat_id)
     .fetch_all(&mut *conn)
     .await?;
     let mut out = Vec::with_capacity(rows.len());

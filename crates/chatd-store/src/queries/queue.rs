@@ -10,6 +10,41 @@ use chatd_core::MessagePart;
 
 use crate::models::{NewMessage, QueuedMessage};
 
+/// `sqlx::query_as!(QueuedMessage, ...)` of every column of
+/// `chat_queued_messages`: `select_queued!($rest, args)` selects them (the
+/// table's alias `q`) and then `$rest` (`FROM chat_queued_messages q ...`);
+/// `returning_queued!($head, args)` puts them after `$head` (which ends in
+/// `RETURNING `). sqlx's macros take only string literals, hence the list
+/// is written out here.
+macro_rules! select_queued {
+    ($rest:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            $crate::models::QueuedMessage,
+            r#"SELECT q.id, q.chat_id, q.position,
+                      q.content AS "content: sqlx::types::Json<Vec<chatd_core::MessagePart>>",
+                      q.created_by, q.model_config_id, q.reasoning_effort, q.client_message_id,
+                      q.created_at, q.steer "#
+                + $rest
+            $(, $arg)*
+        )
+    };
+}
+
+/// See `select_queued`.
+macro_rules! returning_queued {
+    ($head:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            $crate::models::QueuedMessage,
+            $head
+                + r#"id, chat_id, position,
+                     content AS "content: sqlx::types::Json<Vec<chatd_core::MessagePart>>",
+                     created_by, model_config_id, reasoning_effort, client_message_id,
+                     created_at, steer"#
+            $(, $arg)*
+        )
+    };
+}
+
 /// Number of queued messages of the chat.
 ///
 /// # Example
@@ -34,8 +69,12 @@ use crate::models::{NewMessage, QueuedMessage};
 /// # Ok(()) }
 /// ```
 pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
-    let sql = "SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1";
-    super::keyed::scalar(conn, sql, chat_id).await
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM chat_queued_messages WHERE chat_id = $1"#,
+        chat_id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// The chat's queue in order (head first).
@@ -63,8 +102,12 @@ pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> 
 /// # Ok(()) }
 /// ```
 pub async fn list(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
-    let sql = "SELECT * FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id";
-    super::keyed::all(conn, sql, chat_id).await
+    select_queued!(
+        "FROM chat_queued_messages q WHERE q.chat_id = $1 ORDER BY q.position, q.id",
+        chat_id
+    )
+    .fetch_all(conn)
+    .await
 }
 
 /// One queued message of the chat.
@@ -97,10 +140,12 @@ pub async fn select(
     chat_id: Uuid,
     id: i64,
 ) -> sqlx::Result<Option<QueuedMessage>> {
-    sqlx::query_as("SELECT * FROM chat_queued_messages WHERE chat_id = $1 AND id = $2")
-        .bind(chat_id)
-        .bind(id)
-        .fetch_optional(conn)
+    select_queued!(
+        "FROM chat_queued_messages q WHERE q.chat_id = $1 AND q.id = $2",
+        chat_id,
+        id
+    )
+    .fetch_optional(conn)
         .await
 }
 
@@ -172,28 +217,41 @@ pub async fn enqueue_flagged(
     end: QueueEnd,
     steer: bool,
 ) -> sqlx::Result<QueuedMessage> {
-    let sql = match end {
+    // `as _`: sqlx checks a jsonb argument against `serde_json::Value`.
+    match end {
         QueueEnd::Tail => {
-            "INSERT INTO chat_queued_messages (chat_id, position, content, created_by, model_config_id, reasoning_effort, client_message_id, steer)
-             VALUES ($1, nextval('chat_queued_message_position_seq'), $2, $3, $4, $5, $6, $7) RETURNING *"
+            returning_queued!(
+                "INSERT INTO chat_queued_messages (chat_id, position, content, created_by, model_config_id, reasoning_effort, client_message_id, steer)
+                 VALUES ($1, nextval('chat_queued_message_position_seq'), $2, $3, $4, $5, $6, $7) RETURNING ",
+                chat_id,
+                Json(&message.content) as _,
+                message.created_by,
+                message.model_config_id,
+                message.reasoning_effort.as_deref(),
+                message.client_message_id.as_deref(),
+                steer,
+            )
+            .fetch_one(conn)
+            .await
         }
         QueueEnd::Head => {
-            "INSERT INTO chat_queued_messages (chat_id, position, content, created_by, model_config_id, reasoning_effort, client_message_id, steer)
-             VALUES ($1, (SELECT COALESCE(min(position) - 1, nextval('chat_queued_message_position_seq'))
-                          FROM chat_queued_messages WHERE chat_id = $1),
-                     $2, $3, $4, $5, $6, $7) RETURNING *"
+            returning_queued!(
+                "INSERT INTO chat_queued_messages (chat_id, position, content, created_by, model_config_id, reasoning_effort, client_message_id, steer)
+                 VALUES ($1, (SELECT COALESCE(min(position) - 1, nextval('chat_queued_message_position_seq'))
+                              FROM chat_queued_messages WHERE chat_id = $1),
+                         $2, $3, $4, $5, $6, $7) RETURNING ",
+                chat_id,
+                Json(&message.content) as _,
+                message.created_by,
+                message.model_config_id,
+                message.reasoning_effort.as_deref(),
+                message.client_message_id.as_deref(),
+                steer,
+            )
+            .fetch_one(conn)
+            .await
         }
-    };
-    sqlx::query_as(sql)
-        .bind(chat_id)
-        .bind(Json(&message.content))
-        .bind(message.created_by)
-        .bind(message.model_config_id)
-        .bind(&message.reasoning_effort)
-        .bind(&message.client_message_id)
-        .bind(steer)
-        .fetch_one(conn)
-        .await
+    }
 }
 
 /// Removes and returns the head of the chat's queue.
@@ -227,10 +285,14 @@ pub async fn pop_head(
     conn: &mut PgConnection,
     chat_id: Uuid,
 ) -> sqlx::Result<Option<QueuedMessage>> {
-    let sql = "DELETE FROM chat_queued_messages WHERE id = (
+    returning_queued!(
+        "DELETE FROM chat_queued_messages WHERE id = (
              SELECT id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id LIMIT 1)
-         RETURNING *";
-    super::keyed::optional(conn, sql, chat_id).await
+         RETURNING ",
+        chat_id
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 /// Removes one queued message of the chat.
@@ -264,10 +326,12 @@ pub async fn delete(
     chat_id: Uuid,
     id: i64,
 ) -> sqlx::Result<Option<QueuedMessage>> {
-    sqlx::query_as("DELETE FROM chat_queued_messages WHERE chat_id = $1 AND id = $2 RETURNING *")
-        .bind(chat_id)
-        .bind(id)
-        .fetch_optional(conn)
+    returning_queued!(
+        "DELETE FROM chat_queued_messages WHERE chat_id = $1 AND id = $2 RETURNING ",
+        chat_id,
+        id
+    )
+    .fetch_optional(conn)
         .await
 }
 
@@ -299,12 +363,15 @@ pub async fn delete(
 /// # Ok(()) }
 /// ```
 pub async fn clear(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<i64>> {
-    let mut ids: Vec<(i64, i64)> = sqlx::query_as(
+    let mut ids: Vec<(i64, i64)> = sqlx::query!(
         "DELETE FROM chat_queued_messages WHERE chat_id = $1 RETURNING id, position",
+        chat_id,
     )
-    .bind(chat_id)
     .fetch_all(conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.id, r.position))
+    .collect();
     ids.sort_by_key(|(id, position)| (*position, *id));
     Ok(ids.into_iter().map(|(id, _)| id).collect())
 }
@@ -341,14 +408,14 @@ pub async fn move_to_head(
     chat_id: Uuid,
     id: i64,
 ) -> sqlx::Result<Option<QueuedMessage>> {
-    sqlx::query_as(
+    returning_queued!(
         "UPDATE chat_queued_messages q SET position = h.min_position - 1
          FROM (SELECT min(position) AS min_position FROM chat_queued_messages WHERE chat_id = $1) h
          WHERE q.chat_id = $1 AND q.id = $2 AND q.position <> h.min_position
-         RETURNING q.*",
+         RETURNING ",
+        chat_id,
+        id
     )
-    .bind(chat_id)
-    .bind(id)
     .fetch_optional(conn)
     .await
 }
@@ -377,11 +444,12 @@ pub async fn move_to_head(
 /// # Ok(()) }
 /// ```
 pub async fn pop_steer(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
-    let mut rows: Vec<QueuedMessage> =
-        sqlx::query_as("DELETE FROM chat_queued_messages WHERE chat_id = $1 AND steer RETURNING *")
-            .bind(chat_id)
-            .fetch_all(conn)
-            .await?;
+    let mut rows: Vec<QueuedMessage> = returning_queued!(
+        "DELETE FROM chat_queued_messages WHERE chat_id = $1 AND steer RETURNING ",
+        chat_id
+    )
+    .fetch_all(conn)
+    .await?;
     rows.sort_by_key(|q| (q.position, q.id));
     Ok(rows)
 }
@@ -428,20 +496,21 @@ pub async fn update(
     id: i64,
     changes: &QueuedChanges,
 ) -> sqlx::Result<Option<QueuedMessage>> {
-    sqlx::query_as(
+    returning_queued!(
         "UPDATE chat_queued_messages SET
              content = COALESCE($3, content),
              model_config_id = CASE WHEN $4 THEN $5 ELSE model_config_id END,
              steer = COALESCE($6, steer)
          WHERE chat_id = $1 AND id = $2
-         RETURNING *",
+         RETURNING ",
+        chat_id,
+        id,
+        // `as _`: sqlx checks a jsonb argument against `serde_json::Value`.
+        changes.content.as_ref().map(Json) as _,
+        changes.model_config_id.is_some(),
+        changes.model_config_id.flatten(),
+        changes.steer,
     )
-    .bind(chat_id)
-    .bind(id)
-    .bind(changes.content.as_ref().map(Json))
-    .bind(changes.model_config_id.is_some())
-    .bind(changes.model_config_id.flatten())
-    .bind(changes.steer)
     .fetch_optional(conn)
     .await
 }
@@ -489,14 +558,14 @@ pub async fn move_to(
     ids.insert(to, moved);
     // The i-th smallest of n distinct positions is at least `base + i`, so
     // the new positions never pass the sequence: tail inserts stay last.
-    sqlx::query(
+    sqlx::query!(
         "UPDATE chat_queued_messages q SET position = $2 + o.ord - 1
          FROM unnest($3::bigint[]) WITH ORDINALITY AS o(id, ord)
          WHERE q.chat_id = $1 AND q.id = o.id",
+        chat_id,
+        base,
+        &ids,
     )
-    .bind(chat_id)
-    .bind(base)
-    .bind(&ids)
     .execute(&mut *conn)
     .await?;
     Ok(Some(list(&mut *conn, chat_id).await?))
@@ -528,13 +597,13 @@ pub async fn index_of(
     chat_id: Uuid,
     id: i64,
 ) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM chat_queued_messages o
-                 WHERE o.chat_id = q.chat_id AND (o.position, o.id) < (q.position, q.id))
-         FROM chat_queued_messages q WHERE q.chat_id = $1 AND q.id = $2",
+    sqlx::query_scalar!(
+        r#"SELECT (SELECT count(*) FROM chat_queued_messages o
+                   WHERE o.chat_id = q.chat_id AND (o.position, o.id) < (q.position, q.id)) AS "index!"
+           FROM chat_queued_messages q WHERE q.chat_id = $1 AND q.id = $2"#,
+        chat_id,
+        id,
     )
-    .bind(chat_id)
-    .bind(id)
     .fetch_optional(conn)
     .await
 }
