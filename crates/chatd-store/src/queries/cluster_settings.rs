@@ -23,11 +23,11 @@ pub async fn insert_if_absent(
     key: &str,
     value: &str,
 ) -> sqlx::Result<bool> {
-    let inserted = sqlx::query(
+    let inserted = sqlx::query!(
         "INSERT INTO cluster_settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        key,
+        value,
     )
-    .bind(key)
-    .bind(value)
     .execute(conn)
     .await?
     .rows_affected();
@@ -46,8 +46,7 @@ pub async fn insert_if_absent(
 /// # Ok(()) }
 /// ```
 pub async fn select(conn: impl PgExecutor<'_>, key: &str) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("SELECT value FROM cluster_settings WHERE key = $1")
-        .bind(key)
+    sqlx::query_scalar!("SELECT value FROM cluster_settings WHERE key = $1", key)
         .fetch_optional(conn)
         .await
 }

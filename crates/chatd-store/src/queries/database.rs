@@ -24,8 +24,12 @@ pub const DUPLICATE_DATABASE: &str = "42P04";
 /// # Ok(()) }
 /// ```
 pub async fn exists(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool> {
-    let sql = "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)";
-    sqlx::query_scalar(sql).bind(name).fetch_one(conn).await
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS "exists!""#,
+        name
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Creates database `name` (quoted as an identifier, so any name is safe).
@@ -47,6 +51,7 @@ pub async fn exists(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool>
 /// # Ok(()) }
 /// ```
 pub async fn create(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<()> {
+    // Run-time checked: the database name is an identifier built at run time.
     sqlx::query(AssertSqlSafe(format!(
         "CREATE DATABASE {}",
         quote_identifier(name)

@@ -27,13 +27,13 @@ pub async fn is_fresh(
     runner_id: Uuid,
     stale_after_secs: f64,
 ) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2
-                        AND heartbeat_at >= now() - make_interval(secs => $3))",
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2
+                          AND heartbeat_at >= now() - make_interval(secs => $3)) AS "fresh!""#,
+        chat_id,
+        runner_id,
+        stale_after_secs,
     )
-    .bind(chat_id)
-    .bind(runner_id)
-    .bind(stale_after_secs)
     .fetch_one(conn)
     .await
 }
@@ -42,12 +42,12 @@ pub async fn is_fresh(
 ///
 /// Example: [`is_fresh`].
 pub async fn upsert(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at) VALUES ($1, $2, now())
          ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at",
+        chat_id,
+        runner_id,
     )
-    .bind(chat_id)
-    .bind(runner_id)
     .execute(conn)
     .await
     .map(|_| ())
@@ -79,16 +79,16 @@ pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) ->
     sorted.sort_unstable();
     sorted.dedup();
     let (chats, runners): (Vec<Uuid>, Vec<Uuid>) = sorted.into_iter().unzip();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at)
          SELECT r.chat_id, r.runner_id, now()
          FROM unnest($1::uuid[], $2::uuid[]) AS r(chat_id, runner_id)
          WHERE EXISTS (SELECT 1 FROM chats c WHERE c.id = r.chat_id)
          ORDER BY r.chat_id, r.runner_id
          ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at",
+        &chats,
+        &runners,
     )
-    .bind(&chats)
-    .bind(&runners)
     .execute(conn)
     .await
     .map(|_| ())
@@ -111,10 +111,12 @@ pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) ->
 /// # Ok(()) }
 /// ```
 pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2")
-        .bind(chat_id)
-        .bind(runner_id)
-        .execute(conn)
+    sqlx::query!(
+        "DELETE FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2",
+        chat_id,
+        runner_id,
+    )
+    .execute(conn)
         .await
         .map(|_| ())
 }
@@ -137,13 +139,13 @@ pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 /// # Ok(()) }
 /// ```
 pub async fn delete_stale(conn: impl PgExecutor<'_>, older_than_secs: f64) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "DELETE FROM chat_heartbeats WHERE (chat_id, runner_id) IN (
              SELECT chat_id, runner_id FROM chat_heartbeats
              WHERE heartbeat_at < now() - make_interval(secs => $1)
              FOR UPDATE SKIP LOCKED)",
+        older_than_secs,
     )
-    .bind(older_than_secs)
     .execute(conn)
     .await?
     .rows_affected())

@@ -78,31 +78,32 @@ pub async fn claim(
 ) -> sqlx::Result<Claim> {
     // The placeholder (status 0) is never committed: the claimant either
     // completes it or rolls back.
-    let claimed: Option<bool> = sqlx::query_scalar(
-        "INSERT INTO idempotency_keys (user_id, key, route, request_hash, status, response, expires_at)
+    let claimed: Option<bool> = sqlx::query_scalar!(
+        r#"INSERT INTO idempotency_keys (user_id, key, route, request_hash, status, response, expires_at)
          VALUES ($1, $2, $3, $4, 0, '', now() + make_interval(secs => $5))
          ON CONFLICT (user_id, key) DO UPDATE SET
              route = EXCLUDED.route, request_hash = EXCLUDED.request_hash, status = 0,
              content_type = NULL, response = '', created_at = now(), expires_at = EXCLUDED.expires_at
          WHERE idempotency_keys.expires_at <= now()
-         RETURNING true",
+         RETURNING true AS "claimed!""#,
+        user_id,
+        key,
+        route,
+        request_hash,
+        ttl_secs,
     )
-    .bind(user_id)
-    .bind(key)
-    .bind(route)
-    .bind(request_hash)
-    .bind(ttl_secs)
     .fetch_optional(&mut *conn)
     .await?;
     if claimed.is_some() {
         return Ok(Claim::Claimed);
     }
-    let stored: StoredResponse = sqlx::query_as(
+    let stored = sqlx::query_as!(
+        StoredResponse,
         "SELECT route, request_hash, status, content_type, response FROM idempotency_keys
          WHERE user_id = $1 AND key = $2",
+        user_id,
+        key,
     )
-    .bind(user_id)
-    .bind(key)
     .fetch_one(conn)
     .await?;
     Ok(Claim::Existing(stored))
@@ -122,15 +123,15 @@ pub async fn complete(
     content_type: Option<&str>,
     response: &[u8],
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE idempotency_keys SET status = $3, content_type = $4, response = $5
          WHERE user_id = $1 AND key = $2",
+        user_id,
+        key,
+        status,
+        content_type,
+        response,
     )
-    .bind(user_id)
-    .bind(key)
-    .bind(status)
-    .bind(content_type)
-    .bind(response)
     .execute(conn)
     .await
     .map(|_| ())
@@ -156,12 +157,12 @@ pub async fn complete(
 /// # Ok(()) }
 /// ```
 pub async fn delete_expired(conn: impl PgExecutor<'_>, limit: i64) -> sqlx::Result<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "DELETE FROM idempotency_keys WHERE (user_id, key) IN (
              SELECT user_id, key FROM idempotency_keys WHERE expires_at <= now()
              ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+        limit,
     )
-    .bind(limit)
     .execute(conn)
     .await?;
     Ok(done.rows_affected())

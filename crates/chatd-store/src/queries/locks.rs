@@ -54,8 +54,7 @@ impl AdvisoryLock {
 /// # Ok(()) }
 /// ```
 pub async fn lock(conn: &mut PgConnection, lock: AdvisoryLock) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(lock.key())
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", lock.key())
         .execute(conn)
         .await
         .map(|_| ())

@@ -21,11 +21,11 @@ const UNDEFINED_TABLE: &str = "42P01";
 /// ```
 pub async fn all_applied(conn: impl PgExecutor<'_>) -> sqlx::Result<bool> {
     let applied: Vec<(i64, Vec<u8>)> =
-        match sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+        match sqlx::query!("SELECT version, checksum FROM _sqlx_migrations WHERE success")
             .fetch_all(conn)
             .await
         {
-            Ok(rows) => rows,
+            Ok(rows) => rows.into_iter().map(|r| (r.version, r.checksum)).collect(),
             Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some(UNDEFINED_TABLE) => {
                 return Ok(false);
             }
@@ -53,7 +53,7 @@ pub async fn all_applied(conn: impl PgExecutor<'_>) -> sqlx::Result<bool> {
 /// # Ok(()) }
 /// ```
 pub async fn applied_count(conn: impl PgExecutor<'_>) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+    sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM _sqlx_migrations WHERE success"#)
         .fetch_one(conn)
         .await
 }

@@ -41,7 +41,8 @@ pub struct ReplicaRow {
 /// # Ok(()) }
 /// ```
 pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ReplicaRow>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        ReplicaRow,
         "SELECT id, advertise_url, started_at, last_seen_at FROM replicas ORDER BY started_at, id",
     )
     .fetch_all(conn)
@@ -63,9 +64,9 @@ pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<ReplicaRow>> {
 /// # Ok(()) }
 /// ```
 pub async fn advertise_url(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<String>> {
-    let sql = "SELECT advertise_url FROM replicas WHERE id = $1";
-    let row: Option<(String,)> = super::keyed::optional(conn, sql, id).await?;
-    Ok(row.map(|(url,)| url))
+    sqlx::query_scalar!("SELECT advertise_url FROM replicas WHERE id = $1", id)
+        .fetch_optional(conn)
+        .await
 }
 
 /// Registers replica `id` at `advertise_url`, or refreshes its row
@@ -86,12 +87,12 @@ pub async fn advertise_url(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<
 /// # Ok(()) }
 /// ```
 pub async fn upsert(conn: impl PgExecutor<'_>, id: Uuid, advertise_url: &str) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO replicas (id, advertise_url) VALUES ($1, $2)
          ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), advertise_url = EXCLUDED.advertise_url",
+        id,
+        advertise_url,
     )
-    .bind(id)
-    .bind(advertise_url)
     .execute(conn)
     .await
     .map(|_| ())
@@ -112,8 +113,7 @@ pub async fn upsert(conn: impl PgExecutor<'_>, id: Uuid, advertise_url: &str) ->
 /// # Ok(()) }
 /// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM replicas WHERE id = $1")
-        .bind(id)
+    sqlx::query!("DELETE FROM replicas WHERE id = $1", id)
         .execute(conn)
         .await
         .map(|_| ())
@@ -146,6 +146,7 @@ pub async fn prune(
     keep: Uuid,
     silent_for: Duration,
 ) -> sqlx::Result<u64> {
+    // Run-time checked: the condition is `crate::rules`'s `concat!` fragment.
     Ok(sqlx::query(concat!(
         "DELETE FROM replicas r WHERE r.id <> $1
            AND r.last_seen_at < now() - make_interval(secs => $2)

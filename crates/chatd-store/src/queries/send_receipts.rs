@@ -32,14 +32,26 @@ pub async fn select<T: DeserializeOwned + Send + Unpin + 'static>(
     chat_id: Uuid,
     client_message_id: &str,
 ) -> sqlx::Result<Option<(Vec<u8>, T)>> {
-    let row: Option<(Vec<u8>, Json<T>)> = sqlx::query_as(
-        "SELECT request_hash, response FROM chat_send_receipts WHERE chat_id = $1 AND client_message_id = $2",
+    // The record of sqlx's macro cannot name `T`: the response is read as
+    // its JSON text and parsed here, the same parse `Json<T>` makes.
+    let row = sqlx::query!(
+        r#"SELECT request_hash, response AS "response: Json<Box<sqlx::types::JsonRawValue>>"
+           FROM chat_send_receipts WHERE chat_id = $1 AND client_message_id = $2"#,
+        chat_id,
+        client_message_id,
     )
-    .bind(chat_id)
-    .bind(client_message_id)
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|(hash, Json(response))| (hash, response)))
+    row.map(|r| {
+        let response = serde_json::from_str(r.response.0.get()).map_err(|e| {
+            sqlx::Error::ColumnDecode {
+                index: "1".to_owned(),
+                source: Box::new(e),
+            }
+        })?;
+        Ok((r.request_hash, response))
+    })
+    .transpose()
 }
 
 /// Remembers `response` of a send with `client_message_id` on chat
@@ -54,14 +66,15 @@ pub async fn insert<T: Serialize + Sync>(
     request_hash: &[u8],
     response: &T,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO chat_send_receipts (chat_id, client_message_id, request_hash, response)
          VALUES ($1, $2, $3, $4)",
+        chat_id,
+        client_message_id,
+        request_hash,
+        // `as _`: sqlx checks a jsonb argument against `serde_json::Value`.
+        Json(response) as _,
     )
-    .bind(chat_id)
-    .bind(client_message_id)
-    .bind(request_hash)
-    .bind(Json(response))
     .execute(conn)
     .await
     .map(|_| ())
