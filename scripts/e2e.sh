@@ -13,7 +13,8 @@
 # than package-lock.json, creates a database on the server of
 # CHATD_TEST_DATABASE_URL (default: the local one of scripts/ensure-postgres.sh),
 # starts fake-llm and chatd, waits for /readyz, runs the tests, and always
-# stops both and drops the database. Exit status: the tests'.
+# stops both and drops the database (scripts/lib/live-server.sh, shared with
+# scripts/schemathesis.sh). Exit status: the tests'.
 #
 # chatd runs in a loop that starts it again on the same port when it exits,
 # so that restart.test.mjs can SIGTERM it (pid in CHATD_PID_FILE); that file
@@ -24,19 +25,15 @@
 # target/e2e-artifacts, emptied at the start).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
+# shellcheck source=scripts/lib/live-server.sh
+source scripts/lib/live-server.sh
+live_init e2e
 
-default_db_url=postgres://postgres@127.0.0.1:5432/postgres
-db_admin_url="${CHATD_TEST_DATABASE_URL:-$default_db_url}"
-target_dir="${CARGO_TARGET_DIR:-$root/target}"
-case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
-artifacts="${E2E_ARTIFACTS_DIR:-$target_dir/e2e-artifacts}"
+artifacts="${E2E_ARTIFACTS_DIR:-$live_target_dir/e2e-artifacts}"
 chromium="${CHROMIUM_PATH:-/usr/bin/chromium}"
-admin_token="chatd-e2e-admin-token-$$-$RANDOM"
-started=$(date +%s)
 
-log() { echo "== e2e: $*"; }
-die() { echo "e2e: $*" >&2; exit 2; }
+log() { live_log "$@"; }
+die() { live_die "$@"; }
 
 # ---- prerequisites ----------------------------------------------------------
 
@@ -44,10 +41,7 @@ command -v node >/dev/null || die "node is missing (Node 20 or newer is needed)"
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$node_major" -ge 20 ] || die "Node $(node --version) is too old: the tests need Node 20 or newer"
 
-log "cargo build -p chatd -p chatd-testkit --bins"
-cargo build -p chatd -p chatd-testkit --bins
-bin="$target_dir/debug"
-[ -x "$bin/chatd" ] && [ -x "$bin/fake-llm" ] && [ -x "$bin/mcp-fixture" ] || die "no chatd, fake-llm or mcp-fixture in $bin after the build"
+live_build mcp-fixture
 
 if [ ! -x "$chromium" ]; then
   [ "$chromium" = /usr/bin/chromium ] || die "CHROMIUM_PATH=$chromium is not an executable"
@@ -74,146 +68,36 @@ if [ ! -d web/e2e/node_modules/playwright-core ] || [ "$(cat "$stamp" 2>/dev/nul
   echo "$lock_sum" > "$stamp"
 fi
 
-if [ -z "${CHATD_TEST_DATABASE_URL:-}" ]; then
-  scripts/ensure-postgres.sh
-fi
+# ---- services (scripts/lib/live-server.sh) ----------------------------------
 
-# ---- services ---------------------------------------------------------------
-
-rm -rf "$artifacts"
-mkdir -p "$artifacts"
-work=$(mktemp -d "${TMPDIR:-/tmp}/chatd-e2e.XXXXXX")
-db_name="chatd_e2e_$$_$RANDOM"
-# The same server, another database: swap the path, keep any query string.
-db_base="${db_admin_url%%\?*}"
-db_query="${db_admin_url#"$db_base"}"
-db_url="${db_base%/*}/$db_name$db_query"
-db_created=
-fake_pid=
-loop_pid=
-pid_file="$work/chatd.pid"
-
-cleanup() {
-  local status=$?
-  set +e
-  touch "$work/stop"
-  if [ -n "$loop_pid" ]; then
-    local pid
-    pid=$(cat "$pid_file" 2>/dev/null)
-    [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null
-    # The loop exits once chatd has; give the graceful shutdown 20 s.
-    for _ in $(seq 1 200); do kill -0 "$loop_pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$loop_pid" 2>/dev/null; then
-      pid=$(cat "$pid_file" 2>/dev/null)
-      [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
-      kill -KILL "$loop_pid" 2>/dev/null
-    fi
-    wait "$loop_pid" 2>/dev/null
-  fi
-  if [ -n "$fake_pid" ]; then
-    kill -TERM "$fake_pid" 2>/dev/null
-    wait "$fake_pid" 2>/dev/null
-  fi
-  if [ -n "$db_created" ]; then
-    psql "$db_admin_url" -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS \"$db_name\" WITH (FORCE)" >/dev/null \
-      || echo "e2e: could not drop database $db_name" >&2
-  fi
-  rm -rf "$work"
-  log "done in $(( $(date +%s) - started )) s (exit status $status)"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-log "database $db_name"
-psql "$db_admin_url" -q -v ON_ERROR_STOP=1 -c "CREATE DATABASE \"$db_name\"" >/dev/null
-db_created=1
-
-"$bin/fake-llm" --listen 127.0.0.1:0 --mode scripted >"$work/fake-llm.out" 2>"$artifacts/fake-llm.log" &
-fake_pid=$!
-fake_line=
-for _ in $(seq 1 300); do
-  fake_line=$(head -n1 "$work/fake-llm.out" 2>/dev/null || true)
-  [ -n "$fake_line" ] && break
-  kill -0 "$fake_pid" 2>/dev/null || die "fake-llm exited: $(cat "$artifacts/fake-llm.log")"
-  sleep 0.1
-done
-case "$fake_line" in
-  "listening on http://"*) fake_url="${fake_line#listening on }" ;;
-  *) die "fake-llm did not print its address (got: ${fake_line:-nothing})" ;;
-esac
-
-cat >"$work/chatd.toml" <<EOF
-[[providers]]
-name = "fake"
-provider = "openai-compat"
-display_name = "Fake LLM (scripted)"
-base_url = "$fake_url/v1"
-
-[[model_configs]]
-name = "fake-model"
-provider = "fake"
-model = "fake-model"
-display_name = "Fake model"
-context_limit = 100000
-is_default = true
+live_setup "$artifacts"
+live_start_fake_llm scripted
+live_write_config "Fake LLM (scripted)"
+cat >>"$live_config" <<EOF
 
 # The testkit MCP server; a call of its add tool waits for approval
 # (approval.test.mjs). Chats use it only when they list it.
 [[mcp_servers]]
 slug = "calc"
 transport = "stdio"
-command = "$bin/mcp-fixture"
+command = "$live_bin/mcp-fixture"
 require_approval = ["add"]
 EOF
-
-port=$(node -e '
-  const s = require("net").createServer();
-  s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')
-url="http://127.0.0.1:$port"
-
-# chatd, started again whenever it exits (restart.test.mjs), until cleanup
-# says stop; at most 5 starts that fail within 2 s in a row.
-(
-  failures=0
-  while [ ! -e "$work/stop" ]; do
-    t0=$(date +%s)
-    CHATD_BOOTSTRAP_ADMIN_TOKEN="$admin_token" CHATD_LOG="${CHATD_LOG:-info,sqlx=warn}" \
-      "$bin/chatd" serve \
-        --postgres-url "$db_url" \
-        --listen "127.0.0.1:$port" \
-        --config "$work/chatd.toml" \
-        --acquisition-interval 1s \
-        --heartbeat-interval 1s \
-        --lease-stale-after 5s \
-        --sync-poll-interval 1s \
-        --retry-initial-delay 200ms \
-        --retry-max-delay 1s \
-        --shutdown-grace 2s \
-        --default-requests-per-minute 100000 \
-        </dev/null >>"$artifacts/chatd.log" 2>&1 &
-    echo $! >"$pid_file"
-    wait $! && code=0 || code=$?
-    [ -e "$work/stop" ] && break
-    echo "== e2e: chatd exited with status $code; starting it again" >>"$artifacts/chatd.log"
-    if [ $(( $(date +%s) - t0 )) -lt 2 ]; then failures=$((failures + 1)); else failures=0; fi
-    [ "$failures" -lt 5 ] || { echo "== e2e: chatd keeps failing to start" >>"$artifacts/chatd.log"; break; }
-    sleep 0.2
-  done
-) &
-loop_pid=$!
-
-log "chatd at $url, fake LLM at $fake_url"
-node -e '
-  const [url, seconds] = process.argv.slice(1);
-  const deadline = Date.now() + Number(seconds) * 1000;
-  (async () => {
-    for (;;) {
-      try { if ((await fetch(url)).ok) return; } catch {}
-      if (Date.now() > deadline) { console.error(`e2e: ${url} not ready after ${seconds} s`); process.exit(1); }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  })();' "$url/readyz" 60 || { tail -n 40 "$artifacts/chatd.log" >&2; exit 2; }
+# chatd, started again whenever it exits (restart.test.mjs SIGTERMs it; its
+# pid in CHATD_PID_FILE).
+live_start_chatd --restart-loop \
+  --acquisition-interval 1s \
+  --heartbeat-interval 1s \
+  --lease-stale-after 5s \
+  --sync-poll-interval 1s \
+  --retry-initial-delay 200ms \
+  --retry-max-delay 1s \
+  --shutdown-grace 2s \
+  --default-requests-per-minute 100000
+live_wait_ready 60
+url=$live_url
+admin_token=$live_admin_token
+pid_file=$live_pid_file
 
 # ---- tests ------------------------------------------------------------------
 

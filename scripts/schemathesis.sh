@@ -30,20 +30,16 @@
 # Exit status: schemathesis's (0 only when there was no failure of any kind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
+# shellcheck source=scripts/lib/live-server.sh
+source scripts/lib/live-server.sh
+live_init schemathesis
 
 SCHEMATHESIS_VERSION=4.32.5
-default_db_url=postgres://postgres@127.0.0.1:5432/postgres
-db_admin_url="${CHATD_TEST_DATABASE_URL:-$default_db_url}"
-target_dir="${CARGO_TARGET_DIR:-$root/target}"
-case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
-artifacts="${SCHEMATHESIS_ARTIFACTS_DIR:-$target_dir/schemathesis-artifacts}"
-venv="$target_dir/schemathesis/venv-$SCHEMATHESIS_VERSION"
-admin_token="chatd-schemathesis-admin-$$-$RANDOM"
-started=$(date +%s)
+artifacts="${SCHEMATHESIS_ARTIFACTS_DIR:-$live_target_dir/schemathesis-artifacts}"
+venv="$live_target_dir/schemathesis/venv-$SCHEMATHESIS_VERSION"
 
-log() { echo "== schemathesis: $*"; }
-die() { echo "schemathesis: $*" >&2; exit 2; }
+log() { live_log "$@"; }
+die() { live_die "$@"; }
 
 # ---- prerequisites ----------------------------------------------------------
 
@@ -66,106 +62,18 @@ fi
 "$venv/bin/schemathesis" --version | grep -q "version $SCHEMATHESIS_VERSION\$" \
   || die "$venv holds another schemathesis than $SCHEMATHESIS_VERSION"
 
-log "cargo build -p chatd -p chatd-testkit --bins"
-cargo build -p chatd -p chatd-testkit --bins
-bin="$target_dir/debug"
-[ -x "$bin/chatd" ] && [ -x "$bin/fake-llm" ] || die "no chatd or fake-llm in $bin after the build"
+live_build
 
-if [ -z "${CHATD_TEST_DATABASE_URL:-}" ]; then
-  scripts/ensure-postgres.sh
-fi
+# ---- services (scripts/lib/live-server.sh) ----------------------------------
 
-# ---- services ---------------------------------------------------------------
-
-rm -rf "$artifacts"
-mkdir -p "$artifacts"
-work=$(mktemp -d "${TMPDIR:-/tmp}/chatd-schemathesis.XXXXXX")
-db_name="chatd_schemathesis_$$_$RANDOM"
-db_base="${db_admin_url%%\?*}"
-db_query="${db_admin_url#"$db_base"}"
-db_url="${db_base%/*}/$db_name$db_query"
-db_created=
-fake_pid=
-chatd_pid=
-
-cleanup() {
-  local status=$?
-  set +e
-  if [ -n "$chatd_pid" ]; then
-    kill -TERM "$chatd_pid" 2>/dev/null
-    for _ in $(seq 1 200); do kill -0 "$chatd_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$chatd_pid" 2>/dev/null
-    wait "$chatd_pid" 2>/dev/null
-  fi
-  if [ -n "$fake_pid" ]; then
-    kill -TERM "$fake_pid" 2>/dev/null
-    wait "$fake_pid" 2>/dev/null
-  fi
-  if [ -n "$db_created" ]; then
-    psql "$db_admin_url" -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS \"$db_name\" WITH (FORCE)" >/dev/null \
-      || echo "schemathesis: could not drop database $db_name" >&2
-  fi
-  rm -rf "$work"
-  log "done in $(( $(date +%s) - started )) s (exit status $status)"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-log "database $db_name"
-psql "$db_admin_url" -q -v ON_ERROR_STOP=1 -c "CREATE DATABASE \"$db_name\"" >/dev/null
-db_created=1
-
-"$bin/fake-llm" --listen 127.0.0.1:0 --mode echo >"$work/fake-llm.out" 2>"$artifacts/fake-llm.log" &
-fake_pid=$!
-fake_line=
-for _ in $(seq 1 300); do
-  fake_line=$(head -n1 "$work/fake-llm.out" 2>/dev/null || true)
-  [ -n "$fake_line" ] && break
-  kill -0 "$fake_pid" 2>/dev/null || die "fake-llm exited: $(cat "$artifacts/fake-llm.log")"
-  sleep 0.1
-done
-case "$fake_line" in
-  "listening on http://"*) fake_url="${fake_line#listening on }" ;;
-  *) die "fake-llm did not print its address (got: ${fake_line:-nothing})" ;;
-esac
-
-cat >"$work/chatd.toml" <<EOF
-[[providers]]
-name = "fake"
-provider = "openai-compat"
-display_name = "Fake LLM (echo)"
-base_url = "$fake_url/v1"
-
-[[model_configs]]
-name = "fake-model"
-provider = "fake"
-model = "fake-model"
-display_name = "Fake model"
-context_limit = 100000
-is_default = true
-EOF
-
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-url="http://127.0.0.1:$port"
-
-CHATD_BOOTSTRAP_ADMIN_TOKEN="$admin_token" CHATD_LOG="${CHATD_LOG:-info,sqlx=warn}" \
-  "$bin/chatd" serve \
-    --postgres-url "$db_url" \
-    --listen "127.0.0.1:$port" \
-    --config "$work/chatd.toml" \
-    --shutdown-grace 2s \
-    --default-requests-per-minute 1000000 \
-    </dev/null >"$artifacts/chatd.log" 2>&1 &
-chatd_pid=$!
-
-log "chatd at $url, fake LLM at $fake_url"
-for i in $(seq 1 600); do
-  curl -fsS -o /dev/null "$url/readyz" 2>/dev/null && break
-  kill -0 "$chatd_pid" 2>/dev/null || { tail -n 40 "$artifacts/chatd.log" >&2; die "chatd exited"; }
-  [ "$i" -lt 600 ] || { tail -n 40 "$artifacts/chatd.log" >&2; die "$url/readyz not ready after 60 s"; }
-  sleep 0.1
-done
+live_setup "$artifacts"
+live_start_fake_llm echo
+live_write_config "Fake LLM (echo)"
+live_start_chatd --shutdown-grace 2s --default-requests-per-minute 1000000
+live_wait_ready 60
+url=$live_url
+admin_token=$live_admin_token
+work=$live_work
 
 # ---- hooks: existing resources, and the run's own limits ---------------------
 
