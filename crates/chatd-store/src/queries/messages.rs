@@ -237,7 +237,7 @@ pub async fn select(
         "SELECT " message_columns!() " FROM chat_messages m WHERE m.chat_id = $1 AND m.id = $2")
     .try_map(|r| Ok(message_of!(r)))
     .fetch_optional(conn)
-        .await
+    .await
 }
 
 /// The model's view of the history (`chatd_core::context::model_context`):
@@ -264,12 +264,12 @@ pub async fn active_history(
 ) -> sqlx::Result<Vec<ChatMessage>> {
     let mut rows: Vec<Option<ChatMessage>> =
         sql!(query() [, chat_id]: context_candidates!("SELECT " message_columns!()))
-        .try_map(|r| Ok(message_of!(r)))
-        .fetch_all(conn)
-        .await?
-        .into_iter()
-        .map(Some)
-        .collect();
+            .try_map(|r| Ok(message_of!(r)))
+            .fetch_all(conn)
+            .await?
+            .into_iter()
+            .map(Some)
+            .collect();
     let entries: Vec<ContextEntry> = rows
         .iter()
         .flatten()
@@ -533,7 +533,7 @@ pub async fn changed_since(
         " FROM chat_messages m WHERE m.chat_id = $1 AND m.revision > $2 ORDER BY m.id")
     .try_map(|r| Ok(message_of!(r)))
     .fetch_all(conn)
-        .await
+    .await
 }
 
 /// Every current client-visible message of the chat (not soft-deleted, not

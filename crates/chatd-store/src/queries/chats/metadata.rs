@@ -28,7 +28,7 @@ pub async fn is_owned_by(
         owner
     )
     .fetch_one(conn)
-        .await
+    .await
 }
 
 /// Filters of `GET /chats`.

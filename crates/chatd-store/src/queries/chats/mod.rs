@@ -429,7 +429,7 @@ pub async fn child_by_spawn_key(
         spawn_key,
     )
     .fetch_optional(conn)
-        .await
+    .await
 }
 
 /// Where a child of chat `parent` would go: the family root and whether the
@@ -511,11 +511,13 @@ pub async fn lock_family_for_child(
             None => return Ok(None),
         }
     }
-    let parent_row: Option<(bool, i32)> =
-        sqlx::query!("SELECT archived, depth FROM chats WHERE id = $1 FOR SHARE", parent)
-            .map(|r| (r.archived, r.depth))
-            .fetch_optional(&mut *conn)
-            .await?;
+    let parent_row: Option<(bool, i32)> = sqlx::query!(
+        "SELECT archived, depth FROM chats WHERE id = $1 FOR SHARE",
+        parent
+    )
+    .map(|r| (r.archived, r.depth))
+    .fetch_optional(&mut *conn)
+    .await?;
     Ok(parent_row.map(|(a, depth)| ChildPlacement {
         root_chat_id: root,
         archived: archived || a,

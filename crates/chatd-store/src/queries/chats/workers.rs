@@ -319,7 +319,7 @@ pub async fn child_count(conn: impl PgExecutor<'_>, parent: Uuid) -> sqlx::Resul
         parent
     )
     .fetch_one(conn)
-        .await
+    .await
 }
 
 /// Seconds (database time, ≥ 0) until the first lease held by another
@@ -409,10 +409,13 @@ pub async fn owned_by_worker(
     conn: impl PgExecutor<'_>,
     worker_id: Uuid,
 ) -> sqlx::Result<Vec<(Uuid, Option<Uuid>)>> {
-    sqlx::query!("SELECT id, runner_id FROM chats WHERE worker_id = $1", worker_id)
-        .map(|r| (r.id, r.runner_id))
-        .fetch_all(conn)
-        .await
+    sqlx::query!(
+        "SELECT id, runner_id FROM chats WHERE worker_id = $1",
+        worker_id
+    )
+    .map(|r| (r.id, r.runner_id))
+    .fetch_all(conn)
+    .await
 }
 
 /// Seconds until chat `chat_id`'s requires-action deadline (negative once
