@@ -9,8 +9,10 @@
 //! [`crate::models`] or of their module. Execution-state tables and columns
 //! (`chats.status`, `archived`, ownership, the version counters, messages,
 //! queue, heartbeats of ownership) are written only by the transitions of
-//! `crate::transitions`; the functions that write them say so. Lookups
-//! by one key (`sql` with `$1 = key`) run through the `keyed` helpers.
+//! `crate::transitions`; the functions that write them say so. Static
+//! statements are checked against the schema at compile time (sqlx's
+//! macros, offline data in the workspace's `.sqlx/`; `sql!` assembles them
+//! from the shared fragments below); the few assembled at run time say why.
 //!
 //! | module | table |
 //! |---|---|
@@ -429,49 +431,3 @@ where
     })
 }
 
-/// The statement shape most lookups share: `sql` with `$1 = key`, its rows
-/// read as `T` (a row struct, or a tuple).
-pub(crate) mod keyed {
-    use sqlx::postgres::PgRow;
-    use sqlx::{Encode, FromRow, PgExecutor, Postgres, Type};
-
-    /// The rows of `sql` for `key`, in the statement's order.
-    pub(crate) async fn all<'c, T, K>(
-        conn: impl PgExecutor<'c>,
-        sql: &'static str,
-        key: K,
-    ) -> sqlx::Result<Vec<T>>
-    where
-        T: for<'r> FromRow<'r, PgRow> + Send + Unpin,
-        K: 'static + Encode<'static, Postgres> + Type<Postgres> + Send,
-    {
-        sqlx::query_as(sql).bind(key).fetch_all(conn).await
-    }
-
-    /// The row of `sql` for `key`, `None` when there is none.
-    pub(crate) async fn optional<'c, T, K>(
-        conn: impl PgExecutor<'c>,
-        sql: &'static str,
-        key: K,
-    ) -> sqlx::Result<Option<T>>
-    where
-        T: for<'r> FromRow<'r, PgRow> + Send + Unpin,
-        K: 'static + Encode<'static, Postgres> + Type<Postgres> + Send,
-    {
-        sqlx::query_as(sql).bind(key).fetch_optional(conn).await
-    }
-
-    /// The single value of `sql` for `key` (a `count(*)`, an aggregate).
-    pub(crate) async fn scalar<'c, T, K>(
-        conn: impl PgExecutor<'c>,
-        sql: &'static str,
-        key: K,
-    ) -> sqlx::Result<T>
-    where
-        (T,): for<'r> FromRow<'r, PgRow>,
-        T: Send + Unpin,
-        K: 'static + Encode<'static, Postgres> + Type<Postgres> + Send,
-    {
-        sqlx::query_scalar(sql).bind(key).fetch_one(conn).await
-    }
-}
