@@ -12,7 +12,10 @@ Rules, kept simple on purpose:
   and `a/mod.rs` are `a`, `a/b.rs` is `a::b`. Inline `mod x { ... }` blocks
   (the `tests` modules) count as their file, so `use super::*` in a unit test
   is no edge. Files of `src/bin/` are separate roots and skipped; so are
-  `tests/`, `benches/` and `examples/`.
+  `tests/`, `benches/` and `examples/`, and test code inside `src/`: an
+  inline module gated by `#[cfg(test)]` (its paths are dropped) and a file
+  whose `mod` line is gated by it (a test fixture), since tests may use
+  the whole crate and no build but a test's contains them.
 - A path resolves to the longest module prefix it names (`crate::a::b::C` is
   `a::b` when `a/b.rs` exists, else `a`). A path that stops at a module
   which re-exports the name (`pub use x::C;` in the root or in a `mod.rs`) is
@@ -62,6 +65,28 @@ def strip_comments_and_strings(text: str) -> str:
     text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
     text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
     return text
+
+
+def strip_test_modules(text: str) -> str:
+    """Removes every `#[cfg(test)] mod name { ... }` block (brace-matched;
+    run after comments and strings are gone)."""
+    out, i = [], 0
+    for m in re.finditer(r"#\[cfg\(test\)\](?:\s*#\[[^\]]*\])*\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", text):
+        if m.start() < i:
+            continue
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        out.append(text[i : m.start()])
+        i = j
+    out.append(text[i:])
+    return "".join(out)
+
+
+def test_only_children(text: str) -> set[str]:
+    """The names of `#[cfg(test)] mod name;` declarations."""
+    return set(re.findall(r"#\[cfg\(test\)\](?:\s*#\[[^\]]*\])*\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text))
 
 
 def expand_use_tree(tree: str) -> list[str]:
@@ -119,6 +144,14 @@ class Crate:
             m: strip_comments_and_strings(open(p, encoding="utf-8").read())
             for m, p in self.files.items()
         }
+        test_only = {
+            m + (child,) for m, t in self.text.items() for child in test_only_children(t)
+        }
+        for m in list(self.files):
+            if any(m[: len(t)] == t for t in test_only):
+                del self.files[m]
+                del self.text[m]
+        self.text = {m: strip_test_modules(t) for m, t in self.text.items()}
         self.children = defaultdict(set)
         for m in self.files:
             if m:
