@@ -196,10 +196,13 @@ struct EntryShape {
     own: &'static [&'static str],
     /// Those of `own` an entry must have.
     required: &'static [&'static str],
-    /// A request field the file cannot set, given from the own keys instead
-    /// (as a string the field parses).
-    derived: Option<(&'static str, fn(&OwnKeys) -> String)>,
+    /// A request field the file cannot set, given from the own keys instead.
+    derived: Option<(&'static str, Derive)>,
 }
+
+/// The value of a derived field from the own keys, as a string the field
+/// parses.
+type Derive = fn(&OwnKeys) -> String;
 
 /// Deserializes a table (TOML) or object (JSON) as the own keys of `shape`
 /// and a `T` from the other keys, in one pass: `T`'s `deny_unknown_fields`
@@ -465,9 +468,15 @@ args = ["--root", "/srv"]
     fn entries_split_the_file_keys_from_the_request() {
         let file = ConfigFile::from_toml(EXAMPLE).unwrap();
         assert_eq!(file.providers[0].name, "openai");
-        assert_eq!(file.providers[0].request.api_key.as_deref(), Some("sk-test"));
+        assert_eq!(
+            file.providers[0].request.api_key.as_deref(),
+            Some("sk-test")
+        );
         let config = &file.model_configs[0];
-        assert_eq!((config.name.as_str(), config.provider.as_str()), ("gpt", "openai"));
+        assert_eq!(
+            (config.name.as_str(), config.provider.as_str()),
+            ("gpt", "openai")
+        );
         assert_eq!(config.request.provider_id, stable_id("provider", "openai"));
         // display_name defaults to the entry's name, not to the API's empty one.
         let plan = plan(&file).unwrap();
@@ -478,7 +487,10 @@ args = ["--root", "/srv"]
         // the request's provider_id, which the file's `provider` gives.
         for (from, to) in [
             ("api_key = \"sk-test\"", "api_key = \"sk-test\"\nbogus = 1"),
-            ("context_limit = 128000", "context_limit = 128000\nbogus = 1"),
+            (
+                "context_limit = 128000",
+                "context_limit = 128000\nbogus = 1",
+            ),
             (
                 "context_limit = 128000",
                 "context_limit = 128000\nprovider_id = \"00000000-0000-0000-0000-000000000000\"",
@@ -493,11 +505,17 @@ args = ["--root", "/srv"]
         assert!(err.to_string().contains("missing field `name`"), "{err}");
         let orphan = EXAMPLE.replace("provider = \"openai\"\nmodel", "model");
         let err = ConfigFile::from_toml(&orphan).unwrap_err();
-        assert!(err.to_string().contains("missing field `provider`"), "{err}");
+        assert!(
+            err.to_string().contains("missing field `provider`"),
+            "{err}"
+        );
         // A request field's error is the request's, at its line.
         let wrong = EXAMPLE.replace("context_limit = 128000", "context_limit = \"big\"");
         let err = ConfigFile::from_toml(&wrong).unwrap_err().to_string();
-        assert!(err.contains("line 12, column 17") && err.contains("i64"), "{err}");
+        assert!(
+            err.contains("line 12, column 17") && err.contains("i64"),
+            "{err}"
+        );
         // The same entry in JSON.
         let json: ModelConfigEntry = serde_json::from_value(serde_json::json!({
             "name": "gpt", "provider": "openai", "model": "gpt-4o", "context_limit": 1000
