@@ -7,8 +7,8 @@ use chatd_core::Role;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::queries::{self, tokens, users};
 use crate::queries::users::{UserPatch, UserRow};
+use crate::queries::{self, tokens, users};
 
 /// What [`patch`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,17 +21,17 @@ pub mod chats {
     pub use crate::queries::chats::{
         ChatFilter, ChatVersions, ChildProgress, LockMode, MetadataChanges, NotDeletable,
         acquisition_candidates, child_by_spawn_key, child_count, child_progress, delete_family,
-        family_holds_slot, is_owned_by, list, lock_owner_room, next_lease_expiry,
-        owned_by_worker, requires_action_remaining_secs, select, select_many,
-        set_title_if_default, subtree_members, update_metadata, versions,
+        family_holds_slot, is_owned_by, list, lock_owner_room, next_lease_expiry, owned_by_worker,
+        requires_action_remaining_secs, select, select_many, set_title_if_default, subtree_members,
+        update_metadata, versions,
     };
 }
 
 /// `chat_messages`: the history reads of the API and the generation loop.
 pub mod messages {
     pub use crate::queries::messages::{
-        Cursor, active_history, changed_since, count_visible_between, scan, select,
-        tail_contents, visible,
+        Cursor, active_history, changed_since, count_visible_between, scan, select, tail_contents,
+        visible,
     };
 }
 
@@ -71,16 +71,13 @@ pub mod users {
 /// `api_tokens` (API.md "Limits, budgets and the token lifecycle").
 pub mod tokens {
     pub use crate::queries::tokens::{
-        TokenRow, authenticate, cap_member_lifetimes, delete, insert, list,
-        user_by_secret_hash,
+        TokenRow, authenticate, cap_member_lifetimes, delete, insert, list, user_by_secret_hash,
     };
 }
 
 /// `replicas`: the replicas of the cluster and their advertised URLs.
 pub mod replicas {
-    pub use crate::queries::replicas::{
-        ReplicaRow, advertise_url, delete, list, prune, upsert,
-    };
+    pub use crate::queries::replicas::{ReplicaRow, advertise_url, delete, list, prune, upsert};
 }
 
 /// `cluster_settings`: values every replica must share.

@@ -37,6 +37,7 @@ pub(crate) mod bundle;
 mod claims;
 pub mod context_cache;
 pub mod error;
+pub(crate) mod front;
 pub(crate) mod machine;
 pub mod models;
 pub(crate) mod queries;
@@ -47,13 +48,12 @@ pub(crate) mod store;
 #[cfg(test)]
 mod test_fixture;
 pub(crate) mod transitions;
-pub(crate) mod front;
 mod uploads;
 
 pub use front::{
-    chats, cluster_settings, database, files, heartbeats, idempotency_keys, internals,
-    mcp_servers, messages, migrations, model_configs, providers, queue, replicas, send_receipts,
-    tokens, usage, users,
+    chats, cluster_settings, database, files, heartbeats, idempotency_keys, internals, mcp_servers,
+    messages, migrations, model_configs, providers, queue, replicas, send_receipts, tokens, usage,
+    users,
 };
 
 pub use error::{StoreError, StoreResult};

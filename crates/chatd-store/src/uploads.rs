@@ -6,8 +6,8 @@ use futures::{Stream, StreamExt as _};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::queries::{self, files};
 use crate::queries::files::{FileRow, Storage};
+use crate::queries::{self, files};
 
 /// What [`store_upload`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

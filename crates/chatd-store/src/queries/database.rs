@@ -4,25 +4,9 @@
 use sqlx::{AssertSqlSafe, PgExecutor};
 
 /// PostgreSQL's `duplicate_database`.
-///
-/// Example: [`create`].
 pub const DUPLICATE_DATABASE: &str = "42P04";
 
 /// Whether a database named `name` exists on the server.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::database;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let name = format!("chatd_doc_{}", uuid::Uuid::new_v4().simple());
-/// database::create(pool, &name).await?;
-/// assert!(database::exists(pool, &name).await?);
-/// assert!(!database::exists(pool, "no such database").await?);
-/// # sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE \"{name}\""))).execute(pool).await?;
-/// # Ok(()) }
-/// ```
 pub async fn exists(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS "exists!""#,
@@ -34,22 +18,6 @@ pub async fn exists(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool>
 
 /// Creates database `name` (quoted as an identifier, so any name is safe).
 /// A concurrent creation of the same name fails with [`DUPLICATE_DATABASE`].
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::database;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let name = format!("chatd_doc_{}", uuid::Uuid::new_v4().simple());
-/// database::create(pool, &name).await?;
-/// assert!(database::exists(pool, &name).await?);
-/// let again = database::create(pool, &name).await.unwrap_err();
-/// let code = again.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
-/// assert_eq!(code.as_deref(), Some(database::DUPLICATE_DATABASE));
-/// # sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE \"{name}\""))).execute(pool).await?;
-/// # Ok(()) }
-/// ```
 pub async fn create(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<()> {
     // Run-time checked: the database name is an identifier built at run time.
     sqlx::query(AssertSqlSafe(format!(
@@ -73,5 +41,48 @@ mod tests {
     fn identifiers_are_quoted_with_inner_quotes_doubled() {
         assert_eq!(super::quote_identifier("chatd"), "\"chatd\"");
         assert_eq!(super::quote_identifier("a\"b"), "\"a\"\"b\"");
+    }
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn exists_whether_a_database_named_name_exists_on_the_server() -> anyhow::Result<()> {
+        use crate::queries::database;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let name = format!("chatd_doc_{}", uuid::Uuid::new_v4().simple());
+        database::create(pool, &name).await?;
+        assert!(database::exists(pool, &name).await?);
+        assert!(!database::exists(pool, "no such database").await?);
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE \"{name}\"")))
+            .execute(pool)
+            .await?;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn creates_database_name_quoted_as_an_identifier_so_any_name_is_safe()
+    -> anyhow::Result<()> {
+        use crate::queries::database;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let name = format!("chatd_doc_{}", uuid::Uuid::new_v4().simple());
+        database::create(pool, &name).await?;
+        assert!(database::exists(pool, &name).await?);
+        let again = database::create(pool, &name).await.unwrap_err();
+        let code = again
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.into_owned());
+        assert_eq!(code.as_deref(), Some(database::DUPLICATE_DATABASE));
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE \"{name}\"")))
+            .execute(pool)
+            .await?;
+        Ok(())
     }
 }

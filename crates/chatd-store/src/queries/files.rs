@@ -68,25 +68,7 @@ pub struct FileContent {
 /// Inserts the row of a new file of `owner_id`, size 0, in the upload's
 /// transaction; its chunks follow ([`insert_chunk`]), then
 /// [`finish_upload`].
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::files;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// let id = uuid::Uuid::new_v4();
-/// let mut tx = pool.begin().await?;
-/// files::insert(&mut *tx, id, owner, "notes.txt", "text/plain").await?;
-/// files::insert_chunk(&mut *tx, id, 0, b"hello ").await?;
-/// files::insert_chunk(&mut *tx, id, 1, b"world").await?;
-/// let row = files::finish_upload(&mut *tx, id).await?;
-/// tx.commit().await?;
-/// assert_eq!((row.size, row.chat_id), (11, None));
-/// assert_eq!(files::chunk(pool, id, 1).await?.as_deref(), Some(&b"world"[..]));
-/// assert_eq!(files::chunk(pool, id, 2).await?, None);
-/// # Ok(()) }
-/// ```
+#[cfg(test)] // the tests' two-step form; an upload is `crate::uploads::store_upload`
 pub async fn insert(
     conn: impl PgExecutor<'_>,
     id: Uuid,
@@ -107,8 +89,6 @@ pub async fn insert(
 }
 
 /// Stores chunk `seq` (0-based) of file `file_id`.
-///
-/// Example: [`insert`].
 pub async fn insert_chunk(
     conn: impl PgExecutor<'_>,
     file_id: Uuid,
@@ -122,13 +102,12 @@ pub async fn insert_chunk(
         data,
     )
     .execute(conn)
-        .await
-        .map(|_| ())
+    .await
+    .map(|_| ())
 }
 
 /// Sets the size of file `id` to the sum of its chunks and returns its row.
-///
-/// Example: [`insert`].
+#[cfg(test)] // see `insert`
 pub async fn finish_upload(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<FileRow> {
     sqlx::query_as!(
         FileRow,
@@ -160,13 +139,6 @@ pub struct Storage {
 impl Storage {
     /// Whether `size` more bytes fit under the quota (`used + size <=
     /// quota`).
-    ///
-    /// ```
-    /// use chatd_store::queries::files::Storage;
-    /// let s = Storage { used: 90, quota: 100 };
-    /// assert!(s.fits(10));
-    /// assert!(!s.fits(11));
-    /// ```
     pub fn fits(&self, size: i64) -> bool {
         self.used.saturating_add(size) <= self.quota
     }
@@ -183,24 +155,6 @@ impl Storage {
 /// that starts after the lock is held, or it could miss an upload that
 /// committed while this one waited, and two uploads could pass the quota
 /// together.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::files;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// let mut tx = pool.begin().await?;
-/// let storage = files::lock_storage(&mut tx, owner, 100).await?.unwrap();
-/// assert_eq!(storage, files::Storage { used: 0, quota: 100 });
-/// assert!(storage.fits(100));
-/// let row = files::insert_sized(&mut *tx, uuid::Uuid::new_v4(), owner, "a.txt", "text/plain", 60).await?;
-/// tx.commit().await?;
-/// assert_eq!(row.size, 60);
-/// let mut tx = pool.begin().await?;
-/// assert_eq!(files::lock_storage(&mut tx, owner, 100).await?.unwrap().used, 60);
-/// # Ok(()) }
-/// ```
 pub async fn lock_storage(
     conn: &mut PgConnection,
     owner_id: Uuid,
@@ -214,7 +168,7 @@ pub async fn lock_storage(
         owner_id,
     )
     .execute(&mut *conn)
-        .await?;
+    .await?;
     storage(&mut *conn, owner_id, default_quota).await
 }
 
@@ -222,21 +176,6 @@ pub async fn lock_storage(
 /// `default_quota`) without a lock, `None` when the user does not exist:
 /// for the early check of an upload whose `Content-Length` already passes
 /// the quota. An upload decides under [`lock_storage`].
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::files;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// files::insert_sized(pool, uuid::Uuid::new_v4(), owner, "a", "text/plain", 7).await?;
-/// files::insert_sized(pool, uuid::Uuid::new_v4(), owner, "b", "text/plain", 5).await?;
-/// sqlx::query("UPDATE users SET max_storage_bytes = 20").execute(pool).await?;
-/// let storage = files::storage(pool, owner, 1 << 30).await?.unwrap();
-/// assert_eq!(storage, files::Storage { used: 12, quota: 20 });
-/// assert_eq!(files::storage_used(pool, owner).await?, 12);
-/// # Ok(()) }
-/// ```
 pub async fn storage(
     conn: impl PgExecutor<'_>,
     owner_id: Uuid,
@@ -260,23 +199,20 @@ pub async fn storage(
 
 /// Bytes of every file `owner_id` keeps (linked or not), without a lock
 /// (`storage_bytes` of the usage report).
-///
-/// Example: [`storage`].
+#[cfg(test)] // the usage report sums storage in its own statement
 pub async fn storage_used(conn: impl PgExecutor<'_>, owner_id: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
         r#"SELECT coalesce(sum(size), 0)::bigint AS "used!" FROM chat_files WHERE owner_id = $1"#,
         owner_id
     )
     .fetch_one(conn)
-        .await
+    .await
 }
 
 /// Inserts the row of a new file of `owner_id` whose size (`size` bytes,
 /// the sum of the chunks that follow, [`insert_chunk`]) is already known,
 /// and returns it. Call [`lock_storage`] first in the same transaction to
 /// keep the quota.
-///
-/// Example: [`lock_storage`].
 pub async fn insert_sized(
     conn: impl PgExecutor<'_>,
     id: Uuid,
@@ -301,8 +237,6 @@ pub async fn insert_sized(
 
 /// Whether file `id` exists and belongs to `owner_id` (an `after_id` a
 /// caller may page from).
-///
-/// Example: [`list_owned`].
 pub async fn is_owned_by(
     conn: impl PgExecutor<'_>,
     id: Uuid,
@@ -314,33 +248,13 @@ pub async fn is_owned_by(
         owner_id,
     )
     .fetch_one(conn)
-        .await
+    .await
 }
 
 /// A page of `owner_id`'s files, newest first (`created_at`, then id,
 /// descending): at most `limit`, those after file `after_id` (the last of
 /// the previous page) when given. A missing `after_id` gives an empty page
 /// (check it with [`is_owned_by`] first).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::files;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// let mut ids = Vec::new();
-/// for name in ["a", "b", "c"] {
-///     let id = uuid::Uuid::new_v4();
-///     files::insert_sized(pool, id, owner, name, "text/plain", 1).await?;
-///     ids.push(id);
-/// }
-/// let first = files::list_owned(pool, owner, None, 2).await?;
-/// assert_eq!(first.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["c", "b"]);
-/// assert!(files::is_owned_by(pool, first[1].id, owner).await?);
-/// let next = files::list_owned(pool, owner, Some(first[1].id), 2).await?;
-/// assert_eq!(next.iter().map(|f| f.id).collect::<Vec<_>>(), [ids[0]]);
-/// # Ok(()) }
-/// ```
 pub async fn list_owned(
     conn: impl PgExecutor<'_>,
     owner_id: Uuid,
@@ -380,40 +294,19 @@ pub enum DeleteOutcome {
 /// it is locked: a concurrent `LinkFiles` ([`link`]) that locked the row
 /// first makes it wait and then find the file linked ([`DeleteOutcome::Linked`]);
 /// one that comes second finds the file gone (`ChatFileUnavailable`).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::files::{self, DeleteOutcome};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// # let chat = fx.create_chat("hi").await?.chat;
-/// let (loose, linked) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-/// files::insert_sized(pool, loose, owner, "a", "text/plain", 1).await?;
-/// files::insert_sized(pool, linked, owner, "b", "text/plain", 1).await?;
-/// let mut tx = pool.begin().await?;
-/// files::link(&mut tx, chat.id, owner, &[linked], 20).await?;
-/// tx.commit().await?;
-/// assert_eq!(files::delete_unlinked(pool, linked, owner).await?, DeleteOutcome::Linked);
-/// assert_eq!(files::delete_unlinked(pool, loose, uuid::Uuid::new_v4()).await?, DeleteOutcome::NotFound);
-/// assert_eq!(files::delete_unlinked(pool, loose, owner).await?, DeleteOutcome::Deleted);
-/// assert_eq!(files::delete_unlinked(pool, loose, owner).await?, DeleteOutcome::NotFound);
-/// # Ok(()) }
-/// ```
 pub async fn delete_unlinked(
     pool: &sqlx::PgPool,
     id: Uuid,
     owner_id: Uuid,
 ) -> sqlx::Result<DeleteOutcome> {
-    let deleted =
-        sqlx::query!(
-            "DELETE FROM chat_files WHERE id = $1 AND owner_id = $2 AND chat_id IS NULL",
-            id,
-            owner_id,
-        )
-        .execute(pool)
-        .await?
-        .rows_affected();
+    let deleted = sqlx::query!(
+        "DELETE FROM chat_files WHERE id = $1 AND owner_id = $2 AND chat_id IS NULL",
+        id,
+        owner_id,
+    )
+    .execute(pool)
+    .await?
+    .rows_affected();
     if deleted > 0 {
         return Ok(DeleteOutcome::Deleted);
     }
@@ -435,22 +328,6 @@ pub async fn delete_unlinked(
 /// are skipped (`SKIP LOCKED`), and a row is deleted only if it is still
 /// unlinked once locked; a `LinkFiles` that comes after finds the file gone
 /// (`ChatFileUnavailable`) and links nothing.
-///
-/// # Example
-///
-/// ```
-/// use std::time::Duration;
-/// use chatd_store::queries::files;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// let id = uuid::Uuid::new_v4();
-/// files::insert_sized(pool, id, owner, "a", "text/plain", 1).await?;
-/// assert_eq!(files::delete_expired_unlinked(pool, Duration::from_secs(3600), 100).await?, 0);
-/// sqlx::query("UPDATE chat_files SET created_at = now() - interval '2 hours'").execute(pool).await?;
-/// assert_eq!(files::delete_expired_unlinked(pool, Duration::from_secs(3600), 100).await?, 1);
-/// assert_eq!(files::select(pool, id).await?, None);
-/// # Ok(()) }
-/// ```
 pub async fn delete_expired_unlinked(
     conn: impl PgExecutor<'_>,
     max_age: std::time::Duration,
@@ -476,8 +353,6 @@ pub async fn delete_expired_unlinked(
 }
 
 /// The row of file `id`, `None` when there is none.
-///
-/// Example: [`link`].
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<FileRow>> {
     sqlx::query_as!(
         FileRow,
@@ -489,8 +364,6 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 }
 
 /// Chunk `seq` of file `file_id`, `None` past the last one.
-///
-/// Example: [`insert`].
 pub async fn chunk(
     conn: impl PgExecutor<'_>,
     file_id: Uuid,
@@ -502,12 +375,11 @@ pub async fn chunk(
         seq,
     )
     .fetch_optional(conn)
-        .await
+    .await
 }
 
 /// Files linked to chat `chat_id`, by upload time.
-///
-/// Example: [`link`].
+#[cfg(test)] // the tests' view of a chat's links
 pub async fn linked(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<FileRow>> {
     sqlx::query_as!(
         FileRow,
@@ -531,30 +403,6 @@ pub async fn linked(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Ve
 /// another user's, or is linked to another chat; `ChatFileCapExceeded` when
 /// the chat would have more than `max_links` files. Nothing is linked then.
 /// Database errors.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::StateError;
-/// use chatd_store::queries::files;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// # let chat = fx.create_chat("hi").await?.chat;
-/// let id = uuid::Uuid::new_v4();
-/// files::insert(pool, id, owner, "a.txt", "text/plain").await?;
-/// let mut tx = pool.begin().await?;
-/// let rows = files::link(&mut tx, chat.id, owner, &[id, id], 1).await?;
-/// assert_eq!(rows.len(), 1);
-/// // Linking it again uses no new slot; an unknown file links nothing.
-/// files::link(&mut tx, chat.id, owner, &[id], 1).await?;
-/// let unknown = uuid::Uuid::new_v4();
-/// let err = files::link(&mut tx, chat.id, owner, &[unknown], 1).await.unwrap_err();
-/// assert_eq!(err.state(), Some(&StateError::ChatFileUnavailable { file_id: unknown }));
-/// tx.commit().await?;
-/// assert_eq!(files::linked(pool, chat.id).await?.len(), 1);
-/// assert_eq!(files::select(pool, id).await?.unwrap().chat_id, Some(chat.id));
-/// # Ok(()) }
-/// ```
 pub async fn link(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -597,7 +445,7 @@ pub async fn link(
         chat_id
     )
     .fetch_one(&mut *conn)
-        .await?;
+    .await?;
     if existing as usize + new.len() > max_links {
         return Err(StateError::ChatFileCapExceeded { max: max_links }.into());
     }
@@ -608,7 +456,7 @@ pub async fn link(
             &new,
         )
         .execute(&mut *conn)
-            .await?;
+        .await?;
     }
     Ok(ids
         .iter()
@@ -623,27 +471,6 @@ pub async fn link(
 /// The files of `ids` linked to chat `chat_id`, each with its first
 /// `prefix_bytes(media_type, size)` bytes (0 reads none), for a model call.
 /// Files not linked to the chat (deleted meanwhile) are left out.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::files;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// # let chat = fx.create_chat("hi").await?.chat;
-/// let id = uuid::Uuid::new_v4();
-/// let mut tx = pool.begin().await?;
-/// files::insert(&mut *tx, id, owner, "a.txt", "text/plain").await?;
-/// files::insert_chunk(&mut *tx, id, 0, b"abc").await?;
-/// files::insert_chunk(&mut *tx, id, 1, b"def").await?;
-/// files::finish_upload(&mut *tx, id).await?;
-/// files::link(&mut tx, chat.id, owner, &[id], 20).await?;
-/// tx.commit().await?;
-/// let mut conn = pool.acquire().await?;
-/// let got = files::linked_contents(&mut conn, chat.id, &[id], |_, _| 4).await?;
-/// assert_eq!((got[0].data.as_slice(), got[0].size), (&b"abcd"[..], 6));
-/// # Ok(()) }
-/// ```
 pub async fn linked_contents(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -684,8 +511,6 @@ pub async fn linked_contents(
 }
 
 /// The file ids of `parts`' file parts, in order (repeats kept).
-///
-/// Example: [`describe`].
 pub fn file_ids(parts: &[chatd_core::MessagePart]) -> Vec<Uuid> {
     parts
         .iter()
@@ -698,22 +523,6 @@ pub fn file_ids(parts: &[chatd_core::MessagePart]) -> Vec<Uuid> {
 
 /// Fills in the media type and name of every file part of `parts` from
 /// `rows` (what [`link`] returned), so that a stored part says what it is.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::queries::files::{self, FileRow};
-/// let id = uuid::Uuid::new_v4();
-/// let mut parts = vec![MessagePart::File { file_id: id, media_type: String::new(), name: None }];
-/// assert_eq!(files::file_ids(&parts), [id]);
-/// let row = FileRow {
-///     id, owner_id: id, chat_id: None, name: "cat.png".into(), media_type: "image/png".into(),
-///     size: 3, created_at: chrono::Utc::now(),
-/// };
-/// files::describe(&mut parts, &[row]);
-/// assert!(matches!(&parts[0], MessagePart::File { media_type, name: Some(n), .. } if media_type == "image/png" && n == "cat.png"));
-/// ```
 pub fn describe(parts: &mut [chatd_core::MessagePart], rows: &[FileRow]) {
     for part in parts {
         if let chatd_core::MessagePart::File {
@@ -726,5 +535,262 @@ pub fn describe(parts: &mut [chatd_core::MessagePart], rows: &[FileRow]) {
             *media_type = row.media_type.clone();
             *name = Some(row.name.clone());
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn inserts_the_row_of_a_new_file_of_owner_id_size_0_in_the_upload_s() -> anyhow::Result<()>
+    {
+        use crate::queries::files;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let id = uuid::Uuid::new_v4();
+        let mut tx = pool.begin().await?;
+        files::insert(&mut *tx, id, owner, "notes.txt", "text/plain").await?;
+        files::insert_chunk(&mut *tx, id, 0, b"hello ").await?;
+        files::insert_chunk(&mut *tx, id, 1, b"world").await?;
+        let row = files::finish_upload(&mut *tx, id).await?;
+        tx.commit().await?;
+        assert_eq!((row.size, row.chat_id), (11, None));
+        assert_eq!(
+            files::chunk(pool, id, 1).await?.as_deref(),
+            Some(&b"world"[..])
+        );
+        assert_eq!(files::chunk(pool, id, 2).await?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn fits_whether_size_more_bytes_fit_under_the_quota_used_size_quota() {
+        use crate::queries::files::Storage;
+        let s = Storage {
+            used: 90,
+            quota: 100,
+        };
+        assert!(s.fits(10));
+        assert!(!s.fits(11));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn lock_storage_takes_the_owner_s_storage_lock_for_the_rest_of_conn_s()
+    -> anyhow::Result<()> {
+        use crate::queries::files;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let mut tx = pool.begin().await?;
+        let storage = files::lock_storage(&mut tx, owner, 100).await?.unwrap();
+        assert_eq!(
+            storage,
+            files::Storage {
+                used: 0,
+                quota: 100
+            }
+        );
+        assert!(storage.fits(100));
+        let row = files::insert_sized(
+            &mut *tx,
+            uuid::Uuid::new_v4(),
+            owner,
+            "a.txt",
+            "text/plain",
+            60,
+        )
+        .await?;
+        tx.commit().await?;
+        assert_eq!(row.size, 60);
+        let mut tx = pool.begin().await?;
+        assert_eq!(
+            files::lock_storage(&mut tx, owner, 100)
+                .await?
+                .unwrap()
+                .used,
+            60
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn storage_owner_id_s_storage_quota() -> anyhow::Result<()> {
+        use crate::queries::files;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        files::insert_sized(pool, uuid::Uuid::new_v4(), owner, "a", "text/plain", 7).await?;
+        files::insert_sized(pool, uuid::Uuid::new_v4(), owner, "b", "text/plain", 5).await?;
+        sqlx::query("UPDATE users SET max_storage_bytes = 20")
+            .execute(pool)
+            .await?;
+        let storage = files::storage(pool, owner, 1 << 30).await?.unwrap();
+        assert_eq!(
+            storage,
+            files::Storage {
+                used: 12,
+                quota: 20
+            }
+        );
+        assert_eq!(files::storage_used(pool, owner).await?, 12);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn list_owned_a_page_of_owner_id_s_files_newest_first_created_at_then_id()
+    -> anyhow::Result<()> {
+        use crate::queries::files;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let mut ids = Vec::new();
+        for name in ["a", "b", "c"] {
+            let id = uuid::Uuid::new_v4();
+            files::insert_sized(pool, id, owner, name, "text/plain", 1).await?;
+            ids.push(id);
+        }
+        let first = files::list_owned(pool, owner, None, 2).await?;
+        assert_eq!(
+            first.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            ["c", "b"]
+        );
+        assert!(files::is_owned_by(pool, first[1].id, owner).await?);
+        let next = files::list_owned(pool, owner, Some(first[1].id), 2).await?;
+        assert_eq!(next.iter().map(|f| f.id).collect::<Vec<_>>(), [ids[0]]);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn delete_unlinked_deletes_file_id_of_owner_id_with_its_chunks_unless_a()
+    -> anyhow::Result<()> {
+        use crate::queries::files::{self, DeleteOutcome};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let chat = fx.create_chat("hi").await?.chat;
+        let (loose, linked) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        files::insert_sized(pool, loose, owner, "a", "text/plain", 1).await?;
+        files::insert_sized(pool, linked, owner, "b", "text/plain", 1).await?;
+        let mut tx = pool.begin().await?;
+        files::link(&mut tx, chat.id, owner, &[linked], 20).await?;
+        tx.commit().await?;
+        assert_eq!(
+            files::delete_unlinked(pool, linked, owner).await?,
+            DeleteOutcome::Linked
+        );
+        assert_eq!(
+            files::delete_unlinked(pool, loose, uuid::Uuid::new_v4()).await?,
+            DeleteOutcome::NotFound
+        );
+        assert_eq!(
+            files::delete_unlinked(pool, loose, owner).await?,
+            DeleteOutcome::Deleted
+        );
+        assert_eq!(
+            files::delete_unlinked(pool, loose, owner).await?,
+            DeleteOutcome::NotFound
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn delete_expired_unlinked_deletes_at_most_batch_files_linked_to_no_chat()
+    -> anyhow::Result<()> {
+        use crate::queries::files;
+        use std::time::Duration;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let id = uuid::Uuid::new_v4();
+        files::insert_sized(pool, id, owner, "a", "text/plain", 1).await?;
+        assert_eq!(
+            files::delete_expired_unlinked(pool, Duration::from_secs(3600), 100).await?,
+            0
+        );
+        sqlx::query("UPDATE chat_files SET created_at = now() - interval '2 hours'")
+            .execute(pool)
+            .await?;
+        assert_eq!(
+            files::delete_expired_unlinked(pool, Duration::from_secs(3600), 100).await?,
+            1
+        );
+        assert_eq!(files::select(pool, id).await?, None);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn linkfiles_chat_id_file_ids_max_links() -> anyhow::Result<()> {
+        use crate::queries::files;
+        use chatd_core::StateError;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let chat = fx.create_chat("hi").await?.chat;
+        let id = uuid::Uuid::new_v4();
+        files::insert(pool, id, owner, "a.txt", "text/plain").await?;
+        let mut tx = pool.begin().await?;
+        let rows = files::link(&mut tx, chat.id, owner, &[id, id], 1).await?;
+        assert_eq!(rows.len(), 1);
+        // Linking it again uses no new slot; an unknown file links nothing.
+        files::link(&mut tx, chat.id, owner, &[id], 1).await?;
+        let unknown = uuid::Uuid::new_v4();
+        let err = files::link(&mut tx, chat.id, owner, &[unknown], 1)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.state(),
+            Some(&StateError::ChatFileUnavailable { file_id: unknown })
+        );
+        tx.commit().await?;
+        assert_eq!(files::linked(pool, chat.id).await?.len(), 1);
+        assert_eq!(
+            files::select(pool, id).await?.unwrap().chat_id,
+            Some(chat.id)
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn linked_contents_the_files_of_ids_linked_to_chat_chat_id_each_with_its()
+    -> anyhow::Result<()> {
+        use crate::queries::files;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let chat = fx.create_chat("hi").await?.chat;
+        let id = uuid::Uuid::new_v4();
+        let mut tx = pool.begin().await?;
+        files::insert(&mut *tx, id, owner, "a.txt", "text/plain").await?;
+        files::insert_chunk(&mut *tx, id, 0, b"abc").await?;
+        files::insert_chunk(&mut *tx, id, 1, b"def").await?;
+        files::finish_upload(&mut *tx, id).await?;
+        files::link(&mut tx, chat.id, owner, &[id], 20).await?;
+        tx.commit().await?;
+        let mut conn = pool.acquire().await?;
+        let got = files::linked_contents(&mut conn, chat.id, &[id], |_, _| 4).await?;
+        assert_eq!((got[0].data.as_slice(), got[0].size), (&b"abcd"[..], 6));
+        Ok(())
+    }
+
+    #[test]
+    fn describe_fills_in_the_media_type_and_name_of_every_file_part_of_parts() {
+        use crate::queries::files::{self, FileRow};
+        use chatd_core::MessagePart;
+        let id = uuid::Uuid::new_v4();
+        let mut parts = vec![MessagePart::File {
+            file_id: id,
+            media_type: String::new(),
+            name: None,
+        }];
+        assert_eq!(files::file_ids(&parts), [id]);
+        let row = FileRow {
+            id,
+            owner_id: id,
+            chat_id: None,
+            name: "cat.png".into(),
+            media_type: "image/png".into(),
+            size: 3,
+            created_at: chrono::Utc::now(),
+        };
+        files::describe(&mut parts, &[row]);
+        assert!(
+            matches!(&parts[0], MessagePart::File { media_type, name: Some(n), .. } if media_type == "image/png" && n == "cat.png")
+        );
     }
 }

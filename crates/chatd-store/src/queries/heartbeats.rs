@@ -7,20 +7,6 @@ use uuid::Uuid;
 
 /// Whether `(chat_id, runner_id)` has a heartbeat newer than
 /// `stale_after_secs`.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::heartbeats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let runner = uuid::Uuid::new_v4();
-/// assert!(!heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
-/// heartbeats::upsert(&mut *pool.acquire().await?, chat.id, runner).await?;
-/// assert!(heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
-/// # Ok(()) }
-/// ```
 pub async fn is_fresh(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -39,8 +25,6 @@ pub async fn is_fresh(
 }
 
 /// Inserts or refreshes the heartbeat row of `(chat_id, runner_id)`.
-///
-/// Example: [`is_fresh`].
 pub async fn upsert(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at) VALUES ($1, $2, now())
@@ -58,22 +42,6 @@ pub async fn upsert(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
 /// chats deleted meanwhile. Rows are written in key order, so two upserts
 /// that share rows (a replica's old and new runner lists, two replicas
 /// during a takeover) wait on each other instead of deadlocking.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::heartbeats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let runner = uuid::Uuid::new_v4();
-/// // A runner of a chat that no longer exists is skipped.
-/// let gone = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-/// heartbeats::upsert_many(pool, &[(chat.id, runner), gone]).await?;
-/// assert!(heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
-/// assert!(!heartbeats::is_fresh(pool, gone.0, gone.1, 30.0).await?);
-/// # Ok(()) }
-/// ```
 pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) -> sqlx::Result<()> {
     let mut sorted = runners.to_vec();
     sorted.sort_unstable();
@@ -95,21 +63,6 @@ pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) ->
 }
 
 /// Deletes the heartbeat row of `(chat_id, runner_id)`.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::heartbeats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let runner = uuid::Uuid::new_v4();
-/// let mut conn = pool.acquire().await?;
-/// heartbeats::upsert(&mut conn, chat.id, runner).await?;
-/// heartbeats::delete(&mut conn, chat.id, runner).await?;
-/// assert!(!heartbeats::is_fresh(&mut *conn, chat.id, runner, 30.0).await?);
-/// # Ok(()) }
-/// ```
 pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
     sqlx::query!(
         "DELETE FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2",
@@ -117,27 +70,14 @@ pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> 
         runner_id,
     )
     .execute(conn)
-        .await
-        .map(|_| ())
+    .await
+    .map(|_| ())
 }
 
 /// Deletes every heartbeat row older than `older_than_secs`; returns how
 /// many. Rows another statement holds (a runner's upsert refreshing it) are
 /// skipped, not waited for: the cleanup never joins a lock cycle, and a row
 /// being refreshed is not stale.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::heartbeats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// heartbeats::upsert_many(pool, &[(chat.id, uuid::Uuid::new_v4())]).await?;
-/// assert_eq!(heartbeats::delete_stale(pool, 30.0).await?, 0, "fresh rows stay");
-/// assert_eq!(heartbeats::delete_stale(pool, -1.0).await?, 1);
-/// # Ok(()) }
-/// ```
 pub async fn delete_stale(conn: impl PgExecutor<'_>, older_than_secs: f64) -> sqlx::Result<u64> {
     Ok(sqlx::query!(
         "DELETE FROM chat_heartbeats WHERE (chat_id, runner_id) IN (
@@ -149,4 +89,76 @@ pub async fn delete_stale(conn: impl PgExecutor<'_>, older_than_secs: f64) -> sq
     .execute(conn)
     .await?
     .rows_affected())
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn is_fresh_whether_chat_id_runner_id_has_a_heartbeat_newer_than_stale()
+    -> anyhow::Result<()> {
+        use crate::queries::heartbeats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let runner = uuid::Uuid::new_v4();
+        assert!(!heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
+        heartbeats::upsert(&mut *pool.acquire().await?, chat.id, runner).await?;
+        assert!(heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn upsert_many_inserts_or_refreshes_the_heartbeat_rows_of_every_chat_id()
+    -> anyhow::Result<()> {
+        use crate::queries::heartbeats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let runner = uuid::Uuid::new_v4();
+        // A runner of a chat that no longer exists is skipped.
+        let gone = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        heartbeats::upsert_many(pool, &[(chat.id, runner), gone]).await?;
+        assert!(heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
+        assert!(!heartbeats::is_fresh(pool, gone.0, gone.1, 30.0).await?);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn deletes_the_heartbeat_row_of_chat_id_runner_id() -> anyhow::Result<()> {
+        use crate::queries::heartbeats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let runner = uuid::Uuid::new_v4();
+        let mut conn = pool.acquire().await?;
+        heartbeats::upsert(&mut conn, chat.id, runner).await?;
+        heartbeats::delete(&mut conn, chat.id, runner).await?;
+        assert!(!heartbeats::is_fresh(&mut *conn, chat.id, runner, 30.0).await?);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn delete_stale_deletes_every_heartbeat_row_older_than_older_than_secs()
+    -> anyhow::Result<()> {
+        use crate::queries::heartbeats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        heartbeats::upsert_many(pool, &[(chat.id, uuid::Uuid::new_v4())]).await?;
+        assert_eq!(
+            heartbeats::delete_stale(pool, 30.0).await?,
+            0,
+            "fresh rows stay"
+        );
+        assert_eq!(heartbeats::delete_stale(pool, -1.0).await?, 1);
+        Ok(())
+    }
 }

@@ -13,8 +13,6 @@ use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 /// A stored response.
-///
-/// Example: [`claim`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct StoredResponse {
     /// The method and path the key was first used on.
@@ -30,8 +28,6 @@ pub struct StoredResponse {
 }
 
 /// The outcome of [`claim`].
-///
-/// Example: [`claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// The key is this transaction's: run the request, then [`complete`]
@@ -48,26 +44,6 @@ pub enum Claim {
 ///
 /// # Errors
 /// Database errors.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::idempotency_keys::{self, Claim};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// let mut tx = pool.begin().await?;
-/// let claim = idempotency_keys::claim(&mut tx, owner, "k1", "POST /chats", b"h", 86_400.0).await?;
-/// assert_eq!(claim, Claim::Claimed);
-/// idempotency_keys::complete(&mut tx, owner, "k1", 201, Some("application/json"), b"{}").await?;
-/// tx.commit().await?;
-/// let mut tx = pool.begin().await?;
-/// let Claim::Existing(stored) = idempotency_keys::claim(&mut tx, owner, "k1", "POST /chats", b"h", 86_400.0).await? else {
-///     panic!("the key is taken");
-/// };
-/// assert_eq!((stored.status, stored.response.as_slice()), (201, &b"{}"[..]));
-/// tx.rollback().await?;
-/// # Ok(()) }
-/// ```
 pub async fn claim(
     conn: &mut PgConnection,
     user_id: Uuid,
@@ -113,8 +89,6 @@ pub async fn claim(
 ///
 /// # Errors
 /// Database errors.
-///
-/// Example: [`claim`].
 pub async fn complete(
     conn: &mut PgConnection,
     user_id: Uuid,
@@ -141,21 +115,6 @@ pub async fn complete(
 ///
 /// # Errors
 /// Database errors.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::idempotency_keys::{self, Claim};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// let mut tx = pool.begin().await?;
-/// idempotency_keys::claim(&mut tx, owner, "old", "POST /x", b"h", -1.0).await?;
-/// idempotency_keys::complete(&mut tx, owner, "old", 200, None, b"").await?;
-/// tx.commit().await?;
-/// assert_eq!(idempotency_keys::delete_expired(pool, 1000).await?, 1);
-/// assert_eq!(idempotency_keys::delete_expired(pool, 1000).await?, 0);
-/// # Ok(()) }
-/// ```
 pub async fn delete_expired(conn: impl PgExecutor<'_>, limit: i64) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "DELETE FROM idempotency_keys WHERE (user_id, key) IN (
@@ -174,17 +133,6 @@ pub async fn delete_expired(conn: impl PgExecutor<'_>, limit: i64) -> sqlx::Resu
 /// connection while the request it guards uses `pool`; with one shared pool,
 /// enough concurrent keyed requests could hold every connection and wait for
 /// each other.
-///
-/// # Example
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// let claims = chatd_store::queries::idempotency_keys::claim_pool(pool);
-/// assert!(claims.options().get_max_connections() >= 2);
-/// sqlx::query("SELECT 1").execute(&claims).await?;
-/// # Ok(()) }
-/// ```
 pub fn claim_pool(pool: &sqlx::PgPool) -> sqlx::PgPool {
     let main = pool.options();
     crate::pool_options((main.get_max_connections() / 2).max(2))
@@ -192,4 +140,63 @@ pub fn claim_pool(pool: &sqlx::PgPool) -> sqlx::PgPool {
         .acquire_timeout(main.get_acquire_timeout())
         .idle_timeout(Some(std::time::Duration::from_secs(60)))
         .connect_lazy_with((*pool.connect_options()).clone())
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn claims_user_id_key_for_a_request_to_route_with_body_hash_request_hash()
+    -> anyhow::Result<()> {
+        use crate::queries::idempotency_keys::{self, Claim};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let mut tx = pool.begin().await?;
+        let claim =
+            idempotency_keys::claim(&mut tx, owner, "k1", "POST /chats", b"h", 86_400.0).await?;
+        assert_eq!(claim, Claim::Claimed);
+        idempotency_keys::complete(&mut tx, owner, "k1", 201, Some("application/json"), b"{}")
+            .await?;
+        tx.commit().await?;
+        let mut tx = pool.begin().await?;
+        let Claim::Existing(stored) =
+            idempotency_keys::claim(&mut tx, owner, "k1", "POST /chats", b"h", 86_400.0).await?
+        else {
+            panic!("the key is taken");
+        };
+        assert_eq!(
+            (stored.status, stored.response.as_slice()),
+            (201, &b"{}"[..])
+        );
+        tx.rollback().await?;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn delete_expired_deletes_at_most_limit_expired_keys_database_time() -> anyhow::Result<()>
+    {
+        use crate::queries::idempotency_keys::{self, Claim};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let mut tx = pool.begin().await?;
+        idempotency_keys::claim(&mut tx, owner, "old", "POST /x", b"h", -1.0).await?;
+        idempotency_keys::complete(&mut tx, owner, "old", 200, None, b"").await?;
+        tx.commit().await?;
+        assert_eq!(idempotency_keys::delete_expired(pool, 1000).await?, 1);
+        assert_eq!(idempotency_keys::delete_expired(pool, 1000).await?, 0);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn claim_pool_a_pool_for_claim_transactions_beside_pool() -> anyhow::Result<()> {
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let claims = crate::queries::idempotency_keys::claim_pool(pool);
+        assert!(claims.options().get_max_connections() >= 2);
+        sqlx::query("SELECT 1").execute(&claims).await?;
+        Ok(())
+    }
 }

@@ -25,8 +25,6 @@ use uuid::Uuid;
 use crate::secrets::cipher::{self as secrets, PrepareError, Secrets};
 
 /// A row of `chat_mcp_servers`: its definition and when it was written.
-///
-/// Example: [`insert`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerRow {
     /// Everything [`insert`] writes.
@@ -217,15 +215,6 @@ fn string_of(value: &Value) -> String {
 
 /// The items of a JSON array as strings (see the module docs); empty for
 /// anything but an array.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::mcp_servers::string_list;
-/// use serde_json::json;
-/// assert_eq!(string_list(&json!(["--root", "/tmp", 1])), vec!["--root", "/tmp", "1"]);
-/// assert!(string_list(&json!({"not": "an array"})).is_empty());
-/// ```
 pub fn string_list(value: &Value) -> Vec<String> {
     value
         .as_array()
@@ -235,16 +224,6 @@ pub fn string_list(value: &Value) -> Vec<String> {
 
 /// The entries of a JSON object with their values as strings (see the
 /// module docs); empty for anything but an object.
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_store::queries::mcp_servers::string_map;
-/// use serde_json::json;
-/// let env = string_map(&json!({"TOKEN": "x", "N": 3}));
-/// assert_eq!(env, BTreeMap::from([("N".into(), "3".into()), ("TOKEN".into(), "x".into())]));
-/// ```
 pub fn string_map(value: &Value) -> BTreeMap<String, String> {
     value
         .as_object()
@@ -310,33 +289,6 @@ fn redacted_map(map: &BTreeMap<String, String>) -> BTreeMap<&str, &'static str> 
 }
 
 /// Every MCP server, by slug.
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_core::{McpTransport, RequireApproval};
-/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "files".into(),
-///     display_name: "Files".into(),
-///     transport: McpTransport::Stdio,
-///     command: Some("mcp-files".into()),
-///     args: vec!["--root".into(), "/srv".into()],
-///     env: BTreeMap::from([("LOG".into(), "info".into())]),
-///     url: None,
-///     headers: BTreeMap::new(),
-///     enabled: true,
-///     require_approval: chatd_core::RequireApproval::Never,
-/// };
-/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
-/// assert_eq!(mcp_servers::list(pool, &Secrets::none()).await?, vec![row]);
-/// # Ok(()) }
-/// ```
 pub async fn list(conn: impl PgExecutor<'_>, secrets: &Secrets) -> sqlx::Result<Vec<McpServerRow>> {
     let rows = select_mcp_servers!("FROM chat_mcp_servers s ORDER BY s.slug")
         .fetch_all(conn)
@@ -347,34 +299,6 @@ pub async fn list(conn: impl PgExecutor<'_>, secrets: &Secrets) -> sqlx::Result<
 }
 
 /// The ids among `ids` that are MCP servers.
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_core::{McpTransport, RequireApproval};
-/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "files".into(),
-///     display_name: "Files".into(),
-///     transport: McpTransport::Stdio,
-///     command: Some("mcp-files".into()),
-///     args: vec!["--root".into(), "/srv".into()],
-///     env: BTreeMap::from([("LOG".into(), "info".into())]),
-///     url: None,
-///     headers: BTreeMap::new(),
-///     enabled: true,
-///     require_approval: chatd_core::RequireApproval::Never,
-/// };
-/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
-/// let unknown = uuid::Uuid::new_v4();
-/// assert_eq!(mcp_servers::existing_ids(pool, &[unknown, def.id]).await?, vec![def.id]);
-/// # Ok(()) }
-/// ```
 pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
     if ids.is_empty() {
         return Ok(Vec::new());
@@ -386,43 +310,6 @@ pub async fn existing_ids(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resu
 
 /// The enabled MCP servers among `ids` (a chat's `mcp_server_ids`), in the
 /// order of `ids`.
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_core::{McpTransport, RequireApproval};
-/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "files".into(),
-///     display_name: "Files".into(),
-///     transport: McpTransport::Stdio,
-///     command: Some("mcp-files".into()),
-///     args: vec!["--root".into(), "/srv".into()],
-///     env: BTreeMap::from([("LOG".into(), "info".into())]),
-///     url: None,
-///     headers: BTreeMap::new(),
-///     enabled: true,
-///     require_approval: chatd_core::RequireApproval::Never,
-/// };
-/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
-/// let web = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "web".into(),
-///     transport: McpTransport::StreamableHttp,
-///     command: None,
-///     url: Some("http://127.0.0.1:9000/mcp".into()),
-///     ..def.clone()
-/// };
-/// mcp_servers::insert(pool, &Secrets::none(), &web).await?;
-/// let rows = mcp_servers::enabled_in_order(pool, &Secrets::none(), &[web.id, def.id]).await?;
-/// assert_eq!(rows.iter().map(|r| r.def.slug.as_str()).collect::<Vec<_>>(), ["web", "files"]);
-/// # Ok(()) }
-/// ```
 pub async fn enabled_in_order(
     conn: impl PgExecutor<'_>,
     secrets: &Secrets,
@@ -446,36 +333,6 @@ pub async fn enabled_in_order(
 }
 
 /// One MCP server, locked `FOR UPDATE` until `conn`'s transaction ends.
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_core::{McpTransport, RequireApproval};
-/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "files".into(),
-///     display_name: "Files".into(),
-///     transport: McpTransport::Stdio,
-///     command: Some("mcp-files".into()),
-///     args: vec!["--root".into(), "/srv".into()],
-///     env: BTreeMap::from([("LOG".into(), "info".into())]),
-///     url: None,
-///     headers: BTreeMap::new(),
-///     enabled: true,
-///     require_approval: chatd_core::RequireApproval::Never,
-/// };
-/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
-/// let mut tx = pool.begin().await?;
-/// let locked = mcp_servers::select_for_update(&mut tx, &Secrets::none(), def.id).await?;
-/// assert_eq!(locked.map(|s| s.def.args), Some(vec!["--root".to_owned(), "/srv".to_owned()]));
-/// tx.commit().await?;
-/// # Ok(()) }
-/// ```
 pub async fn select_for_update(
     conn: &mut PgConnection,
     secrets: &Secrets,
@@ -488,38 +345,6 @@ pub async fn select_for_update(
 }
 
 /// Inserts MCP server `def` (a taken slug is `23505`).
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_core::{McpTransport, RequireApproval};
-/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "files".into(),
-///     display_name: "Files".into(),
-///     transport: McpTransport::Stdio,
-///     command: Some("mcp-files".into()),
-///     args: vec!["--root".into(), "/srv".into()],
-///     env: BTreeMap::from([("LOG".into(), "info".into())]),
-///     url: None,
-///     headers: BTreeMap::new(),
-///     enabled: true,
-///     require_approval: chatd_core::RequireApproval::Never,
-/// };
-/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
-/// assert_eq!(row.def, def);
-/// // The slug is taken now.
-/// let again = McpServerDef { id: uuid::Uuid::new_v4(), ..def.clone() };
-/// let err = mcp_servers::insert(pool, &Secrets::none(), &again).await.unwrap_err();
-/// let code = err.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
-/// assert_eq!(code.as_deref(), Some("23505"));
-/// # Ok(()) }
-/// ```
 pub async fn insert(
     conn: impl PgExecutor<'_>,
     secrets: &Secrets,
@@ -538,36 +363,6 @@ pub async fn insert(
 /// Inserts MCP server `def`, or overwrites the one with the same slug (its
 /// id is kept); the config file's write. The secrets are sealed for the id
 /// the row ends up with: the existing row's, read (and locked) first.
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_core::{McpTransport, RequireApproval};
-/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "files".into(),
-///     display_name: "Files".into(),
-///     transport: McpTransport::Stdio,
-///     command: Some("mcp-files".into()),
-///     args: vec!["--root".into(), "/srv".into()],
-///     env: BTreeMap::from([("LOG".into(), "info".into())]),
-///     url: None,
-///     headers: BTreeMap::new(),
-///     enabled: true,
-///     require_approval: chatd_core::RequireApproval::Never,
-/// };
-/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
-/// // Same slug, another id: the existing row is overwritten and keeps its id.
-/// let from_file = McpServerDef { id: uuid::Uuid::new_v4(), args: vec![], ..def.clone() };
-/// let written = mcp_servers::upsert_by_slug(&mut *pool.acquire().await?, &Secrets::none(), &from_file).await?;
-/// assert_eq!((written.def.id, written.def.args.len()), (def.id, 0));
-/// # Ok(()) }
-/// ```
 pub async fn upsert_by_slug(
     conn: &mut PgConnection,
     secrets: &Secrets,
@@ -607,7 +402,7 @@ pub async fn upsert_by_slug(
             seal_map(secrets, &def.headers, id, "headers"),
         )
         .execute(&mut *conn)
-            .await?;
+        .await?;
         let mut row = stored.row;
         row.def.env = def.env.clone();
         row.def.headers = def.headers.clone();
@@ -617,34 +412,6 @@ pub async fn upsert_by_slug(
 }
 
 /// Overwrites MCP server `def.id` (a taken slug is `23505`).
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_core::{McpTransport, RequireApproval};
-/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "files".into(),
-///     display_name: "Files".into(),
-///     transport: McpTransport::Stdio,
-///     command: Some("mcp-files".into()),
-///     args: vec!["--root".into(), "/srv".into()],
-///     env: BTreeMap::from([("LOG".into(), "info".into())]),
-///     url: None,
-///     headers: BTreeMap::new(),
-///     enabled: true,
-///     require_approval: chatd_core::RequireApproval::Never,
-/// };
-/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
-/// let disabled = McpServerDef { enabled: false, ..def.clone() };
-/// assert!(!mcp_servers::update(pool, &Secrets::none(), &disabled).await?.def.enabled);
-/// # Ok(()) }
-/// ```
 pub async fn update(
     conn: impl PgExecutor<'_>,
     secrets: &Secrets,
@@ -663,34 +430,6 @@ pub async fn update(
 }
 
 /// Deletes MCP server `id`; false when unknown.
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_core::{McpTransport, RequireApproval};
-/// use chatd_store::queries::mcp_servers::{self, McpServerDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = McpServerDef {
-///     id: uuid::Uuid::new_v4(),
-///     slug: "files".into(),
-///     display_name: "Files".into(),
-///     transport: McpTransport::Stdio,
-///     command: Some("mcp-files".into()),
-///     args: vec!["--root".into(), "/srv".into()],
-///     env: BTreeMap::from([("LOG".into(), "info".into())]),
-///     url: None,
-///     headers: BTreeMap::new(),
-///     enabled: true,
-///     require_approval: chatd_core::RequireApproval::Never,
-/// };
-/// let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
-/// assert!(mcp_servers::delete(pool, def.id).await?);
-/// assert!(!mcp_servers::delete(pool, def.id).await?);
-/// # Ok(()) }
-/// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     let result = sqlx::query!("DELETE FROM chat_mcp_servers WHERE id = $1", id)
         .execute(conn)
@@ -726,7 +465,7 @@ pub(crate) async fn seal_plain_secrets(
                 seal_map(secrets, &headers, id, "headers"),
             )
             .execute(&mut *conn)
-                .await?;
+            .await?;
             sealed += 1;
         }
     }
@@ -781,5 +520,301 @@ mod tests {
             );
             assert!(text.contains("https://mcp.example/mcp"), "{text}");
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[test]
+    fn string_list_the_items_of_a_json_array_as_strings_see_the_module_docs() {
+        use crate::queries::mcp_servers::string_list;
+        use serde_json::json;
+        assert_eq!(
+            string_list(&json!(["--root", "/tmp", 1])),
+            vec!["--root", "/tmp", "1"]
+        );
+        assert!(string_list(&json!({"not": "an array"})).is_empty());
+    }
+
+    #[test]
+    fn string_map_the_entries_of_a_json_object_with_their_values_as_strings_see() {
+        use crate::queries::mcp_servers::string_map;
+        use serde_json::json;
+        use std::collections::BTreeMap;
+        let env = string_map(&json!({"TOKEN": "x", "N": 3}));
+        assert_eq!(
+            env,
+            BTreeMap::from([("N".into(), "3".into()), ("TOKEN".into(), "x".into())])
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn list_every_mcp_server_by_slug() -> anyhow::Result<()> {
+        use crate::queries::mcp_servers::{self, McpServerDef};
+        use crate::secrets::Secrets;
+        use chatd_core::{McpTransport, RequireApproval};
+        use std::collections::BTreeMap;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        };
+        let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+        assert_eq!(mcp_servers::list(pool, &Secrets::none()).await?, vec![row]);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn existing_ids_the_ids_among_ids_that_are_mcp_servers() -> anyhow::Result<()> {
+        use crate::queries::mcp_servers::{self, McpServerDef};
+        use crate::secrets::Secrets;
+        use chatd_core::{McpTransport, RequireApproval};
+        use std::collections::BTreeMap;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        };
+        let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+        let unknown = uuid::Uuid::new_v4();
+        assert_eq!(
+            mcp_servers::existing_ids(pool, &[unknown, def.id]).await?,
+            vec![def.id]
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn enabled_in_order_the_enabled_mcp_servers_among_ids_a_chat_s_mcp_server()
+    -> anyhow::Result<()> {
+        use crate::queries::mcp_servers::{self, McpServerDef};
+        use crate::secrets::Secrets;
+        use chatd_core::{McpTransport, RequireApproval};
+        use std::collections::BTreeMap;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        };
+        let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+        let web = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "web".into(),
+            transport: McpTransport::StreamableHttp,
+            command: None,
+            url: Some("http://127.0.0.1:9000/mcp".into()),
+            ..def.clone()
+        };
+        mcp_servers::insert(pool, &Secrets::none(), &web).await?;
+        let rows = mcp_servers::enabled_in_order(pool, &Secrets::none(), &[web.id, def.id]).await?;
+        assert_eq!(
+            rows.iter().map(|r| r.def.slug.as_str()).collect::<Vec<_>>(),
+            ["web", "files"]
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_for_update_one_mcp_server_locked_for_update_until_conn_s() -> anyhow::Result<()>
+    {
+        use crate::queries::mcp_servers::{self, McpServerDef};
+        use crate::secrets::Secrets;
+        use chatd_core::{McpTransport, RequireApproval};
+        use std::collections::BTreeMap;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        };
+        let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+        let mut tx = pool.begin().await?;
+        let locked = mcp_servers::select_for_update(&mut tx, &Secrets::none(), def.id).await?;
+        assert_eq!(
+            locked.map(|s| s.def.args),
+            Some(vec!["--root".to_owned(), "/srv".to_owned()])
+        );
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn inserts_mcp_server_def_a_taken_slug_is_23505() -> anyhow::Result<()> {
+        use crate::queries::mcp_servers::{self, McpServerDef};
+        use crate::secrets::Secrets;
+        use chatd_core::{McpTransport, RequireApproval};
+        use std::collections::BTreeMap;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        };
+        let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+        assert_eq!(row.def, def);
+        // The slug is taken now.
+        let again = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            ..def.clone()
+        };
+        let err = mcp_servers::insert(pool, &Secrets::none(), &again)
+            .await
+            .unwrap_err();
+        let code = err
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.into_owned());
+        assert_eq!(code.as_deref(), Some("23505"));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn upsert_by_slug_inserts_mcp_server_def_or_overwrites_the_one_with_the()
+    -> anyhow::Result<()> {
+        use crate::queries::mcp_servers::{self, McpServerDef};
+        use crate::secrets::Secrets;
+        use chatd_core::{McpTransport, RequireApproval};
+        use std::collections::BTreeMap;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        };
+        let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+        // Same slug, another id: the existing row is overwritten and keeps its id.
+        let from_file = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            args: vec![],
+            ..def.clone()
+        };
+        let written =
+            mcp_servers::upsert_by_slug(&mut *pool.acquire().await?, &Secrets::none(), &from_file)
+                .await?;
+        assert_eq!((written.def.id, written.def.args.len()), (def.id, 0));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn update_overwrites_mcp_server_def_id_a_taken_slug_is_23505() -> anyhow::Result<()> {
+        use crate::queries::mcp_servers::{self, McpServerDef};
+        use crate::secrets::Secrets;
+        use chatd_core::{McpTransport, RequireApproval};
+        use std::collections::BTreeMap;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        };
+        let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+        let disabled = McpServerDef {
+            enabled: false,
+            ..def.clone()
+        };
+        assert!(
+            !mcp_servers::update(pool, &Secrets::none(), &disabled)
+                .await?
+                .def
+                .enabled
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn deletes_mcp_server_id() -> anyhow::Result<()> {
+        use crate::queries::mcp_servers::{self, McpServerDef};
+        use crate::secrets::Secrets;
+        use chatd_core::{McpTransport, RequireApproval};
+        use std::collections::BTreeMap;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        };
+        let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
+        assert!(mcp_servers::delete(pool, def.id).await?);
+        assert!(!mcp_servers::delete(pool, def.id).await?);
+        Ok(())
     }
 }

@@ -81,25 +81,6 @@ macro_rules! message_of {
 /// read back, since `jsonb` prints some of them otherwise (`1e16` as
 /// `10000000000000000`). The test `insert_returns_the_row_a_read_finds`
 /// compares the returned row with a read.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::NewMessage;
-/// use chatd_store::queries::{chats, messages};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// let bumped = chats::lock_and_bump(&mut tx, chat.id).await?.expect("exists");
-/// let answer = NewMessage::assistant(vec![MessagePart::text("hello")]);
-/// let row = messages::insert(&mut tx, chat.id, &answer, None).await?;
-/// // The trigger stamps the row with the bundle's snapshot version.
-/// assert_eq!(row.revision, bumped.facts.chat.snapshot_version);
-/// tx.rollback().await?; // ChatTx::commit_step and the other transitions do this for real
-/// # Ok(()) }
-/// ```
 pub async fn insert(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -214,20 +195,6 @@ fn has_fraction(part: &MessagePart) -> bool {
 }
 
 /// One message of the chat (deleted or not).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::messages;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let first = &created.initial_messages[0];
-/// let row = messages::select(pool, chat.id, first.id).await?.expect("exists");
-/// assert_eq!(row.content.0, first.content.0);
-/// assert!(messages::select(pool, uuid::Uuid::new_v4(), first.id).await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn select(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -245,19 +212,6 @@ pub async fn select(
 /// rows, the summary, then the rows after what it covers; after a
 /// clear-context marker the rows after it. In the order the model reads
 /// them. User-only rows are left out.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ChatRole;
-/// use chatd_store::queries::messages;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let history = messages::active_history(pool, chat.id).await?;
-/// assert_eq!(history.iter().map(|m| m.role).collect::<Vec<_>>(), vec![ChatRole::User]);
-/// # Ok(()) }
-/// ```
 pub async fn active_history(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -330,19 +284,6 @@ pub(crate) fn entry_of(message: &ChatMessage) -> Option<ContextEntry> {
 /// Contents of the active messages from the latest user message on (the only
 /// place an unanswered tool call can be: every transition that inserts a user
 /// message answers the calls before it), in id order.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::queries::messages;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let tail = messages::tail_contents(pool, chat.id).await?;
-/// assert_eq!(tail, vec![vec![MessagePart::text("hi")]]);
-/// # Ok(()) }
-/// ```
 pub async fn tail_contents(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -361,22 +302,6 @@ pub async fn tail_contents(
 
 /// Soft-deletes the active messages with `id >= from_id`, returning their ids
 /// in ascending order.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::{chats, messages};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let first = created.initial_messages[0].id;
-/// let mut tx = pool.begin().await?;
-/// chats::lock_and_bump(&mut tx, chat.id).await?;
-/// assert_eq!(messages::soft_delete_from(&mut tx, chat.id, first).await?, vec![first]);
-/// assert!(messages::soft_delete_from(&mut tx, chat.id, first).await?.is_empty());
-/// tx.rollback().await?; // ChatTx::edit_message does this for real
-/// # Ok(()) }
-/// ```
 pub async fn soft_delete_from(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -394,8 +319,6 @@ pub async fn soft_delete_from(
 }
 
 /// Where a page of [`scan`] starts.
-///
-/// Example: [`scan`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cursor {
     /// The newest messages.
@@ -412,21 +335,6 @@ pub enum Cursor {
 /// The message routes fetch one row more than a page can hold and cut the
 /// page themselves (by count, by bytes and at tool-call groups; API.md
 /// "Message windows and paging by size").
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::messages::{self, Cursor};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let first = created.initial_messages[0].id;
-/// let rows = messages::scan(pool, chat.id, Cursor::Latest, 51).await?;
-/// assert_eq!(rows.iter().map(|m| m.id).collect::<Vec<_>>(), vec![first]);
-/// assert!(messages::scan(pool, chat.id, Cursor::After(first), 51).await?.is_empty());
-/// assert_eq!(messages::scan(pool, chat.id, Cursor::Before(first + 1), 1).await?.len(), 1);
-/// # Ok(()) }
-/// ```
 pub async fn scan(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -455,19 +363,6 @@ pub async fn scan(
 
 /// Number of client-visible messages with `after < id < before` (the
 /// omitted middle of a message window).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::messages;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let first = created.initial_messages[0].id;
-/// assert_eq!(messages::count_visible_between(pool, chat.id, 0, first + 1).await?, 1);
-/// assert_eq!(messages::count_visible_between(pool, chat.id, first, first + 1).await?, 0);
-/// # Ok(()) }
-/// ```
 pub async fn count_visible_between(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -488,17 +383,6 @@ pub async fn count_visible_between(
 /// Number of messages a compaction could summarize or keep: the rows of
 /// the model context ([`active_history`]) that are neither system rows nor
 /// a summary (after a clear-context, only those after it).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::messages;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// assert_eq!(messages::compactable_count(pool, chat.id).await?, 1);
-/// # Ok(()) }
-/// ```
 pub async fn compactable_count(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
     let entries = context_entries(conn, chat_id).await?;
     let count = chatd_core::context::model_context(&entries)
@@ -511,18 +395,6 @@ pub async fn compactable_count(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx
 /// Rows of the chat changed after history version `since` (`revision >
 /// since`), soft-deleted and model-only ones included, in id order (stream
 /// loop message synchronisation).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::messages;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// assert_eq!(messages::changed_since(pool, chat.id, 0).await?.len(), 1);
-/// assert!(messages::changed_since(pool, chat.id, chat.history_version).await?.is_empty());
-/// # Ok(()) }
-/// ```
 pub async fn changed_since(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -538,18 +410,6 @@ pub async fn changed_since(
 
 /// Every current client-visible message of the chat (not soft-deleted, not
 /// model-only), in id order (the stream loop's full refresh).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::messages;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let rows = messages::visible(pool, chat.id).await?;
-/// assert_eq!(rows.iter().map(|m| m.id).collect::<Vec<_>>(), vec![created.initial_messages[0].id]);
-/// # Ok(()) }
-/// ```
 pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {
     sql!(query() [, chat_id]:
         "SELECT " message_columns!() " FROM chat_messages m
@@ -567,23 +427,6 @@ pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<V
 /// after a clear-context); returns the updated row. Run once by every
 /// transaction that changed the history, before its commit, under the
 /// chat's row lock.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::{chats, messages};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // CreateChat refreshed it: one user message "hi" is an estimate of 1 + 4 tokens.
-/// assert_eq!(created.chat.context_tokens, Some(5));
-/// assert!(created.chat.context_estimated);
-/// let mut tx = pool.begin().await?;
-/// let refreshed = messages::refresh_context(&mut tx, chat.id).await?;
-/// assert_eq!(refreshed.context_tokens, Some(5));
-/// tx.commit().await?;
-/// # Ok(()) }
-/// ```
 pub async fn refresh_context(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Chat> {
     let entries = context_entries(&mut *conn, chat_id).await?;
     refresh_context_from(conn, chat_id, &entries, false).await
@@ -664,4 +507,215 @@ pub(crate) async fn refresh_context_facts(
     .try_map(|r| Ok(facts_of!(r)))
     .fetch_one(conn)
     .await
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn inserts_one_message() -> anyhow::Result<()> {
+        use crate::NewMessage;
+        use crate::queries::{chats, messages};
+        use chatd_core::MessagePart;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        let bumped = chats::lock_and_bump(&mut tx, chat.id)
+            .await?
+            .expect("exists");
+        let answer = NewMessage::assistant(vec![MessagePart::text("hello")]);
+        let row = messages::insert(&mut tx, chat.id, &answer, None).await?;
+        // The trigger stamps the row with the bundle's snapshot version.
+        assert_eq!(row.revision, bumped.facts.chat.snapshot_version);
+        tx.rollback().await?; // ChatTx::commit_step and the other transitions do this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_one_message_of_the_chat_deleted_or_not() -> anyhow::Result<()> {
+        use crate::queries::messages;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let first = &created.initial_messages[0];
+        let row = messages::select(pool, chat.id, first.id)
+            .await?
+            .expect("exists");
+        assert_eq!(row.content.0, first.content.0);
+        assert!(
+            messages::select(pool, uuid::Uuid::new_v4(), first.id)
+                .await?
+                .is_none()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn active_history_the_model_s_view_of_the_history_chatd_core_context_model()
+    -> anyhow::Result<()> {
+        use crate::queries::messages;
+        use chatd_core::ChatRole;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let history = messages::active_history(pool, chat.id).await?;
+        assert_eq!(
+            history.iter().map(|m| m.role).collect::<Vec<_>>(),
+            vec![ChatRole::User]
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn tail_contents_contents_of_the_active_messages_from_the_latest_user()
+    -> anyhow::Result<()> {
+        use crate::queries::messages;
+        use chatd_core::MessagePart;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let tail = messages::tail_contents(pool, chat.id).await?;
+        assert_eq!(tail, vec![vec![MessagePart::text("hi")]]);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn soft_delete_from_soft_deletes_the_active_messages_with_id_from_id()
+    -> anyhow::Result<()> {
+        use crate::queries::{chats, messages};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let first = created.initial_messages[0].id;
+        let mut tx = pool.begin().await?;
+        chats::lock_and_bump(&mut tx, chat.id).await?;
+        assert_eq!(
+            messages::soft_delete_from(&mut tx, chat.id, first).await?,
+            vec![first]
+        );
+        assert!(
+            messages::soft_delete_from(&mut tx, chat.id, first)
+                .await?
+                .is_empty()
+        );
+        tx.rollback().await?; // ChatTx::edit_message does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn scan_at_most_n_client_visible_messages_not_deleted_not_model_only_from()
+    -> anyhow::Result<()> {
+        use crate::queries::messages::{self, Cursor};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let first = created.initial_messages[0].id;
+        let rows = messages::scan(pool, chat.id, Cursor::Latest, 51).await?;
+        assert_eq!(rows.iter().map(|m| m.id).collect::<Vec<_>>(), vec![first]);
+        assert!(
+            messages::scan(pool, chat.id, Cursor::After(first), 51)
+                .await?
+                .is_empty()
+        );
+        assert_eq!(
+            messages::scan(pool, chat.id, Cursor::Before(first + 1), 1)
+                .await?
+                .len(),
+            1
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn count_visible_between_number_of_client_visible_messages_with_after_id()
+    -> anyhow::Result<()> {
+        use crate::queries::messages;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let first = created.initial_messages[0].id;
+        assert_eq!(
+            messages::count_visible_between(pool, chat.id, 0, first + 1).await?,
+            1
+        );
+        assert_eq!(
+            messages::count_visible_between(pool, chat.id, first, first + 1).await?,
+            0
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn compactable_count_number_of_messages_a_compaction_could_summarize_or()
+    -> anyhow::Result<()> {
+        use crate::queries::messages;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        assert_eq!(messages::compactable_count(pool, chat.id).await?, 1);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn changed_since_rows_of_the_chat_changed_after_history_version_since()
+    -> anyhow::Result<()> {
+        use crate::queries::messages;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        assert_eq!(messages::changed_since(pool, chat.id, 0).await?.len(), 1);
+        assert!(
+            messages::changed_since(pool, chat.id, chat.history_version)
+                .await?
+                .is_empty()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn visible_every_current_client_visible_message_of_the_chat_not_soft()
+    -> anyhow::Result<()> {
+        use crate::queries::messages;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let rows = messages::visible(pool, chat.id).await?;
+        assert_eq!(
+            rows.iter().map(|m| m.id).collect::<Vec<_>>(),
+            vec![created.initial_messages[0].id]
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn refresh_context_recomputes_chat_context_from_the_rows_of_the_model()
+    -> anyhow::Result<()> {
+        use crate::queries::{chats, messages};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // CreateChat refreshed it: one user message "hi" is an estimate of 1 + 4 tokens.
+        assert_eq!(created.chat.context_tokens, Some(5));
+        assert!(created.chat.context_estimated);
+        let mut tx = pool.begin().await?;
+        let refreshed = messages::refresh_context(&mut tx, chat.id).await?;
+        assert_eq!(refreshed.context_tokens, Some(5));
+        tx.commit().await?;
+        Ok(())
+    }
 }

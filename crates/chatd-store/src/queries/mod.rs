@@ -374,17 +374,6 @@ use sqlx::PgConnection;
 ///
 /// The pool's error (timeout, closed pool) or the `BEGIN`'s; a task that
 /// panicked or was cancelled by a dying runtime is `sqlx::Error::PoolClosed`.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let tx = queries::begin(&pool).await?;
-/// tx.commit().await?;
-/// # Ok(()) }
-/// ```
 pub async fn begin(
     pool: &sqlx::PgPool,
 ) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
@@ -396,20 +385,6 @@ pub async fn begin(
 
 /// Makes the transaction of `conn` a read-only `REPEATABLE READ` one: every
 /// later read in it sees the same snapshot. Must be its first statement.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let mut tx = queries::begin(&pool).await?;
-/// queries::set_read_only_snapshot(&mut tx).await?;
-/// let write = queries::cluster_settings::insert_if_absent(&mut *tx, "k", "v").await;
-/// let code = write.unwrap_err().as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
-/// assert_eq!(code.as_deref(), Some("25006"), "read_only_sql_transaction");
-/// # Ok(()) }
-/// ```
 pub async fn set_read_only_snapshot(conn: &mut PgConnection) -> sqlx::Result<()> {
     sqlx::query!("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(conn)
@@ -431,3 +406,37 @@ where
     })
 }
 
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn begin_starts_a_transaction_on_a_connection_of_pool() -> anyhow::Result<()> {
+        use crate::queries;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let tx = queries::begin(&pool).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn set_read_only_snapshot_makes_the_transaction_of_conn_a_read_only() -> anyhow::Result<()>
+    {
+        use crate::queries;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let mut tx = queries::begin(&pool).await?;
+        queries::set_read_only_snapshot(&mut tx).await?;
+        let write = queries::cluster_settings::insert_if_absent(&mut *tx, "k", "v").await;
+        let code = write
+            .unwrap_err()
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.into_owned());
+        assert_eq!(code.as_deref(), Some("25006"), "read_only_sql_transaction");
+        Ok(())
+    }
+}

@@ -12,8 +12,6 @@ use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 /// A row of `chat_model_configs`: its definition and when it was written.
-///
-/// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ModelConfigRow {
     /// Everything [`upsert`] writes.
@@ -26,8 +24,6 @@ pub struct ModelConfigRow {
 }
 
 /// A complete model config definition: what [`upsert`] writes.
-///
-/// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ModelConfigDef {
     /// Id.
@@ -105,49 +101,6 @@ macro_rules! select_model_configs {
 
 /// Every model config (or only the enabled ones of enabled providers),
 /// default first, then oldest first.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{ModelOptions, ProviderKind};
-/// use chatd_store::queries::locks::{self, AdvisoryLock};
-/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let provider = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::Openai,
-///     display_name: String::new(),
-///     base_url: None,
-///     api_key: Some("sk-test".into()),
-///     enabled: true,
-/// };
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
-/// let def = ModelConfigDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider_id: provider.id,
-///     model: "gpt-4o".into(),
-///     display_name: "GPT-4o".into(),
-///     context_limit: 128_000,
-///     compression_threshold: 70,
-///     is_default: true,
-///     enabled: true,
-///     options: ModelOptions {
-///         max_output_tokens: Some(4096),
-///         ..Default::default()
-///     },
-/// };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let row = model_configs::upsert(&mut tx, &def).await?;
-/// tx.commit().await?;
-/// assert_eq!(model_configs::list(pool, false).await?, vec![row.clone()]);
-/// // Only enabled configs of enabled providers when asked.
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &ProviderDef { enabled: false, ..provider }).await?;
-/// assert!(model_configs::list(pool, true).await?.is_empty());
-/// # Ok(()) }
-/// ```
 pub async fn list(
     conn: impl PgExecutor<'_>,
     only_enabled: bool,
@@ -164,47 +117,6 @@ pub async fn list(
 }
 
 /// One model config.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{ModelOptions, ProviderKind};
-/// use chatd_store::queries::locks::{self, AdvisoryLock};
-/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let provider = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::Openai,
-///     display_name: String::new(),
-///     base_url: None,
-///     api_key: Some("sk-test".into()),
-///     enabled: true,
-/// };
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
-/// let def = ModelConfigDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider_id: provider.id,
-///     model: "gpt-4o".into(),
-///     display_name: "GPT-4o".into(),
-///     context_limit: 128_000,
-///     compression_threshold: 70,
-///     is_default: true,
-///     enabled: true,
-///     options: ModelOptions {
-///         max_output_tokens: Some(4096),
-///         ..Default::default()
-///     },
-/// };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let row = model_configs::upsert(&mut tx, &def).await?;
-/// tx.commit().await?;
-/// let read = model_configs::select(pool, def.id).await?.expect("exists");
-/// assert_eq!(read.def.options.max_output_tokens, Some(4096));
-/// # Ok(()) }
-/// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<ModelConfigRow>> {
     let row = select_model_configs!("FROM chat_model_configs m WHERE m.id = $1", id)
         .fetch_optional(conn)
@@ -213,47 +125,6 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 }
 
 /// Whether model config `id` exists and is enabled.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{ModelOptions, ProviderKind};
-/// use chatd_store::queries::locks::{self, AdvisoryLock};
-/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let provider = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::Openai,
-///     display_name: String::new(),
-///     base_url: None,
-///     api_key: Some("sk-test".into()),
-///     enabled: true,
-/// };
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
-/// let def = ModelConfigDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider_id: provider.id,
-///     model: "gpt-4o".into(),
-///     display_name: "GPT-4o".into(),
-///     context_limit: 128_000,
-///     compression_threshold: 70,
-///     is_default: true,
-///     enabled: true,
-///     options: ModelOptions {
-///         max_output_tokens: Some(4096),
-///         ..Default::default()
-///     },
-/// };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let row = model_configs::upsert(&mut tx, &def).await?;
-/// tx.commit().await?;
-/// assert!(model_configs::is_enabled(pool, def.id).await?);
-/// assert!(!model_configs::is_enabled(pool, uuid::Uuid::new_v4()).await?);
-/// # Ok(()) }
-/// ```
 pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM chat_model_configs WHERE id = $1 AND enabled) AS "exists!""#,
@@ -264,46 +135,6 @@ pub async fn is_enabled(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<boo
 }
 
 /// The id of the enabled default model config.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{ModelOptions, ProviderKind};
-/// use chatd_store::queries::locks::{self, AdvisoryLock};
-/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let provider = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::Openai,
-///     display_name: String::new(),
-///     base_url: None,
-///     api_key: Some("sk-test".into()),
-///     enabled: true,
-/// };
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
-/// let def = ModelConfigDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider_id: provider.id,
-///     model: "gpt-4o".into(),
-///     display_name: "GPT-4o".into(),
-///     context_limit: 128_000,
-///     compression_threshold: 70,
-///     is_default: true,
-///     enabled: true,
-///     options: ModelOptions {
-///         max_output_tokens: Some(4096),
-///         ..Default::default()
-///     },
-/// };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let row = model_configs::upsert(&mut tx, &def).await?;
-/// tx.commit().await?;
-/// assert_eq!(model_configs::default_id(pool).await?, Some(def.id));
-/// # Ok(()) }
-/// ```
 pub async fn default_id(conn: impl PgExecutor<'_>) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar!("SELECT id FROM chat_model_configs WHERE is_default AND enabled LIMIT 1")
         .fetch_optional(conn)
@@ -313,49 +144,6 @@ pub async fn default_id(conn: impl PgExecutor<'_>) -> sqlx::Result<Option<Uuid>>
 /// The model config a chat's next generation uses: `last_model_config_id`
 /// when that config is enabled, else the enabled default; `None` when
 /// neither exists. Whether the provider is enabled is the caller's check.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{ModelOptions, ProviderKind};
-/// use chatd_store::queries::locks::{self, AdvisoryLock};
-/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let provider = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::Openai,
-///     display_name: String::new(),
-///     base_url: None,
-///     api_key: Some("sk-test".into()),
-///     enabled: true,
-/// };
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
-/// let def = ModelConfigDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider_id: provider.id,
-///     model: "gpt-4o".into(),
-///     display_name: "GPT-4o".into(),
-///     context_limit: 128_000,
-///     compression_threshold: 70,
-///     is_default: true,
-///     enabled: true,
-///     options: ModelOptions {
-///         max_output_tokens: Some(4096),
-///         ..Default::default()
-///     },
-/// };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let row = model_configs::upsert(&mut tx, &def).await?;
-/// tx.commit().await?;
-/// // A chat without a model config of its own gets the default.
-/// assert_eq!(model_configs::for_chat(pool, None).await?.map(|m| m.def.id), Some(def.id));
-/// let unknown = Some(uuid::Uuid::new_v4());
-/// assert_eq!(model_configs::for_chat(pool, unknown).await?.map(|m| m.def.id), Some(def.id));
-/// # Ok(()) }
-/// ```
 pub async fn for_chat(
     conn: impl PgExecutor<'_>,
     last_model_config_id: Option<Uuid>,
@@ -374,53 +162,6 @@ pub async fn for_chat(
 /// Inserts or overwrites model config `def`; when it is the default, the
 /// previous default is unset first (same transaction). Hold
 /// [`AdvisoryLock::ModelConfigs`](super::locks::AdvisoryLock::ModelConfigs).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{ModelOptions, ProviderKind};
-/// use chatd_store::queries::locks::{self, AdvisoryLock};
-/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let provider = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::Openai,
-///     display_name: String::new(),
-///     base_url: None,
-///     api_key: Some("sk-test".into()),
-///     enabled: true,
-/// };
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
-/// let def = ModelConfigDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider_id: provider.id,
-///     model: "gpt-4o".into(),
-///     display_name: "GPT-4o".into(),
-///     context_limit: 128_000,
-///     compression_threshold: 70,
-///     is_default: true,
-///     enabled: true,
-///     options: ModelOptions {
-///         max_output_tokens: Some(4096),
-///         ..Default::default()
-///     },
-/// };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let row = model_configs::upsert(&mut tx, &def).await?;
-/// tx.commit().await?;
-/// assert_eq!(row.def, def);
-/// // A second default takes over; the first one is unset.
-/// let other = ModelConfigDef { id: uuid::Uuid::new_v4(), model: "gpt-4o-mini".into(), ..def.clone() };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// model_configs::upsert(&mut tx, &other).await?;
-/// tx.commit().await?;
-/// assert_eq!(model_configs::default_id(pool).await?, Some(other.id));
-/// # Ok(()) }
-/// ```
 pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Result<ModelConfigRow> {
     if def.is_default {
         sqlx::query!(
@@ -463,56 +204,6 @@ pub async fn upsert(conn: &mut PgConnection, def: &ModelConfigDef) -> sqlx::Resu
 /// disabled config is never the default, and without an enabled default the
 /// oldest enabled config becomes it. Hold
 /// [`AdvisoryLock::ModelConfigs`](super::locks::AdvisoryLock::ModelConfigs).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{ModelOptions, ProviderKind};
-/// use chatd_store::queries::locks::{self, AdvisoryLock};
-/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let provider = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::Openai,
-///     display_name: String::new(),
-///     base_url: None,
-///     api_key: Some("sk-test".into()),
-///     enabled: true,
-/// };
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
-/// let def = ModelConfigDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider_id: provider.id,
-///     model: "gpt-4o".into(),
-///     display_name: "GPT-4o".into(),
-///     context_limit: 128_000,
-///     compression_threshold: 70,
-///     is_default: true,
-///     enabled: true,
-///     options: ModelOptions {
-///         max_output_tokens: Some(4096),
-///         ..Default::default()
-///     },
-/// };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let row = model_configs::upsert(&mut tx, &def).await?;
-/// tx.commit().await?;
-/// // Disabling the default (here by writing it disabled) leaves none...
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let disabled = ModelConfigDef { enabled: false, ..def.clone() };
-/// model_configs::upsert(&mut tx, &disabled).await?;
-/// let second = ModelConfigDef { id: uuid::Uuid::new_v4(), is_default: false, ..def.clone() };
-/// model_configs::upsert(&mut tx, &second).await?;
-/// // ...and ensure_default makes the oldest enabled config the default.
-/// model_configs::ensure_default(&mut tx).await?;
-/// tx.commit().await?;
-/// assert_eq!(model_configs::default_id(pool).await?, Some(second.id));
-/// # Ok(()) }
-/// ```
 pub async fn ensure_default(conn: &mut PgConnection) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE chat_model_configs SET is_default = false, updated_at = now()
@@ -532,50 +223,383 @@ pub async fn ensure_default(conn: &mut PgConnection) -> sqlx::Result<()> {
 
 /// Deletes model config `id`; false when unknown. Follow with
 /// [`ensure_default`].
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{ModelOptions, ProviderKind};
-/// use chatd_store::queries::locks::{self, AdvisoryLock};
-/// use chatd_store::queries::model_configs::{self, ModelConfigDef};
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let provider = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::Openai,
-///     display_name: String::new(),
-///     base_url: None,
-///     api_key: Some("sk-test".into()),
-///     enabled: true,
-/// };
-/// providers::upsert(pool, &chatd_store::secrets::Secrets::none(), &provider).await?;
-/// let def = ModelConfigDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider_id: provider.id,
-///     model: "gpt-4o".into(),
-///     display_name: "GPT-4o".into(),
-///     context_limit: 128_000,
-///     compression_threshold: 70,
-///     is_default: true,
-///     enabled: true,
-///     options: ModelOptions {
-///         max_output_tokens: Some(4096),
-///         ..Default::default()
-///     },
-/// };
-/// let mut tx = pool.begin().await?;
-/// locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-/// let row = model_configs::upsert(&mut tx, &def).await?;
-/// tx.commit().await?;
-/// assert!(model_configs::delete(pool, def.id).await?);
-/// assert!(model_configs::default_id(pool).await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     let result = sqlx::query!("DELETE FROM chat_model_configs WHERE id = $1", id)
         .execute(conn)
         .await?;
     Ok(result.rows_affected() > 0)
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn list_every_model_config_or_only_the_enabled_ones_of_enabled_providers()
+    -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let provider = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::Openai,
+            display_name: String::new(),
+            base_url: None,
+            api_key: Some("sk-test".into()),
+            enabled: true,
+        };
+        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
+        let def = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            provider_id: provider.id,
+            model: "gpt-4o".into(),
+            display_name: "GPT-4o".into(),
+            context_limit: 128_000,
+            compression_threshold: 70,
+            is_default: true,
+            enabled: true,
+            options: ModelOptions {
+                max_output_tokens: Some(4096),
+                ..Default::default()
+            },
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let row = model_configs::upsert(&mut tx, &def).await?;
+        tx.commit().await?;
+        assert_eq!(model_configs::list(pool, false).await?, vec![row.clone()]);
+        // Only enabled configs of enabled providers when asked.
+        providers::upsert(
+            pool,
+            &crate::secrets::Secrets::none(),
+            &ProviderDef {
+                enabled: false,
+                ..provider
+            },
+        )
+        .await?;
+        assert!(model_configs::list(pool, true).await?.is_empty());
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_one_model_config() -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let provider = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::Openai,
+            display_name: String::new(),
+            base_url: None,
+            api_key: Some("sk-test".into()),
+            enabled: true,
+        };
+        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
+        let def = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            provider_id: provider.id,
+            model: "gpt-4o".into(),
+            display_name: "GPT-4o".into(),
+            context_limit: 128_000,
+            compression_threshold: 70,
+            is_default: true,
+            enabled: true,
+            options: ModelOptions {
+                max_output_tokens: Some(4096),
+                ..Default::default()
+            },
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let row = model_configs::upsert(&mut tx, &def).await?;
+        tx.commit().await?;
+        let read = model_configs::select(pool, def.id).await?.expect("exists");
+        assert_eq!(read.def.options.max_output_tokens, Some(4096));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn is_enabled_whether_model_config_id_exists_and_is_enabled() -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let provider = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::Openai,
+            display_name: String::new(),
+            base_url: None,
+            api_key: Some("sk-test".into()),
+            enabled: true,
+        };
+        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
+        let def = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            provider_id: provider.id,
+            model: "gpt-4o".into(),
+            display_name: "GPT-4o".into(),
+            context_limit: 128_000,
+            compression_threshold: 70,
+            is_default: true,
+            enabled: true,
+            options: ModelOptions {
+                max_output_tokens: Some(4096),
+                ..Default::default()
+            },
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let row = model_configs::upsert(&mut tx, &def).await?;
+        tx.commit().await?;
+        assert!(model_configs::is_enabled(pool, def.id).await?);
+        assert!(!model_configs::is_enabled(pool, uuid::Uuid::new_v4()).await?);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn default_id_the_id_of_the_enabled_default_model_config() -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let provider = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::Openai,
+            display_name: String::new(),
+            base_url: None,
+            api_key: Some("sk-test".into()),
+            enabled: true,
+        };
+        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
+        let def = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            provider_id: provider.id,
+            model: "gpt-4o".into(),
+            display_name: "GPT-4o".into(),
+            context_limit: 128_000,
+            compression_threshold: 70,
+            is_default: true,
+            enabled: true,
+            options: ModelOptions {
+                max_output_tokens: Some(4096),
+                ..Default::default()
+            },
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let row = model_configs::upsert(&mut tx, &def).await?;
+        tx.commit().await?;
+        assert_eq!(model_configs::default_id(pool).await?, Some(def.id));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn for_chat_the_model_config_a_chat_s_next_generation_uses() -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let provider = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::Openai,
+            display_name: String::new(),
+            base_url: None,
+            api_key: Some("sk-test".into()),
+            enabled: true,
+        };
+        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
+        let def = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            provider_id: provider.id,
+            model: "gpt-4o".into(),
+            display_name: "GPT-4o".into(),
+            context_limit: 128_000,
+            compression_threshold: 70,
+            is_default: true,
+            enabled: true,
+            options: ModelOptions {
+                max_output_tokens: Some(4096),
+                ..Default::default()
+            },
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let row = model_configs::upsert(&mut tx, &def).await?;
+        tx.commit().await?;
+        // A chat without a model config of its own gets the default.
+        assert_eq!(
+            model_configs::for_chat(pool, None).await?.map(|m| m.def.id),
+            Some(def.id)
+        );
+        let unknown = Some(uuid::Uuid::new_v4());
+        assert_eq!(
+            model_configs::for_chat(pool, unknown)
+                .await?
+                .map(|m| m.def.id),
+            Some(def.id)
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn upsert_inserts_or_overwrites_model_config_def() -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let provider = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::Openai,
+            display_name: String::new(),
+            base_url: None,
+            api_key: Some("sk-test".into()),
+            enabled: true,
+        };
+        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
+        let def = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            provider_id: provider.id,
+            model: "gpt-4o".into(),
+            display_name: "GPT-4o".into(),
+            context_limit: 128_000,
+            compression_threshold: 70,
+            is_default: true,
+            enabled: true,
+            options: ModelOptions {
+                max_output_tokens: Some(4096),
+                ..Default::default()
+            },
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let row = model_configs::upsert(&mut tx, &def).await?;
+        tx.commit().await?;
+        assert_eq!(row.def, def);
+        // A second default takes over; the first one is unset.
+        let other = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            model: "gpt-4o-mini".into(),
+            ..def.clone()
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        model_configs::upsert(&mut tx, &other).await?;
+        tx.commit().await?;
+        assert_eq!(model_configs::default_id(pool).await?, Some(other.id));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn ensure_default_restores_exactly_one_enabled_default_while_any_config_is()
+    -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let provider = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::Openai,
+            display_name: String::new(),
+            base_url: None,
+            api_key: Some("sk-test".into()),
+            enabled: true,
+        };
+        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
+        let def = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            provider_id: provider.id,
+            model: "gpt-4o".into(),
+            display_name: "GPT-4o".into(),
+            context_limit: 128_000,
+            compression_threshold: 70,
+            is_default: true,
+            enabled: true,
+            options: ModelOptions {
+                max_output_tokens: Some(4096),
+                ..Default::default()
+            },
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let row = model_configs::upsert(&mut tx, &def).await?;
+        tx.commit().await?;
+        // Disabling the default (here by writing it disabled) leaves none...
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let disabled = ModelConfigDef {
+            enabled: false,
+            ..def.clone()
+        };
+        model_configs::upsert(&mut tx, &disabled).await?;
+        let second = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            is_default: false,
+            ..def.clone()
+        };
+        model_configs::upsert(&mut tx, &second).await?;
+        // ...and ensure_default makes the oldest enabled config the default.
+        model_configs::ensure_default(&mut tx).await?;
+        tx.commit().await?;
+        assert_eq!(model_configs::default_id(pool).await?, Some(second.id));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn deletes_model_config_id() -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let provider = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::Openai,
+            display_name: String::new(),
+            base_url: None,
+            api_key: Some("sk-test".into()),
+            enabled: true,
+        };
+        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
+        let def = ModelConfigDef {
+            id: uuid::Uuid::new_v4(),
+            provider_id: provider.id,
+            model: "gpt-4o".into(),
+            display_name: "GPT-4o".into(),
+            context_limit: 128_000,
+            compression_threshold: 70,
+            is_default: true,
+            enabled: true,
+            options: ModelOptions {
+                max_output_tokens: Some(4096),
+                ..Default::default()
+            },
+        };
+        let mut tx = pool.begin().await?;
+        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
+        let row = model_configs::upsert(&mut tx, &def).await?;
+        tx.commit().await?;
+        assert!(model_configs::delete(pool, def.id).await?);
+        assert!(model_configs::default_id(pool).await?.is_none());
+        Ok(())
+    }
 }

@@ -14,8 +14,6 @@ use uuid::Uuid;
 use crate::secrets::cipher::{self as secrets, Secrets};
 
 /// A row of `chat_providers`: its definition and when it was written.
-///
-/// Example: [`upsert`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ProviderRow {
     /// Everything [`upsert`] writes.
@@ -28,8 +26,6 @@ pub struct ProviderRow {
 }
 
 /// A complete provider definition: what [`upsert`] writes.
-///
-/// Example: [`upsert`].
 #[derive(Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ProviderDef {
     /// Id.
@@ -67,17 +63,6 @@ impl std::fmt::Debug for ProviderDef {
 /// `?` or `#`, and cut after its last `@` when it has one. What members see
 /// of a provider's `base_url` (API.md "Limits, budgets and the token
 /// lifecycle"), and what `Debug` prints.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::providers::redact_url;
-/// assert_eq!(
-///     redact_url("https://user:pass@llm.example/v1?key=sk-1#frag"),
-///     "https://llm.example/v1"
-/// );
-/// assert_eq!(redact_url("http://127.0.0.1:8081/v1"), "http://127.0.0.1:8081/v1");
-/// ```
 pub fn redact_url(url: &str) -> String {
     let cut = url.find(['?', '#']).unwrap_or(url.len());
     let url = &url[..cut];
@@ -163,27 +148,6 @@ fn opened(mut row: ProviderRow, secrets: &Secrets) -> sqlx::Result<ProviderRow> 
 }
 
 /// Every provider, oldest first.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ProviderKind;
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::OpenaiCompat,
-///     display_name: "Local".into(),
-///     base_url: Some("http://127.0.0.1:8081/v1".into()),
-///     api_key: None,
-///     enabled: true,
-/// };
-/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
-/// assert_eq!(providers::list(pool, &Secrets::none()).await?, vec![row]);
-/// # Ok(()) }
-/// ```
 pub async fn list(conn: impl PgExecutor<'_>, secrets: &Secrets) -> sqlx::Result<Vec<ProviderRow>> {
     let rows = select_providers!("FROM chat_providers ORDER BY created_at, id")
         .fetch_all(conn)
@@ -194,27 +158,6 @@ pub async fn list(conn: impl PgExecutor<'_>, secrets: &Secrets) -> sqlx::Result<
 }
 
 /// One provider.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ProviderKind;
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::OpenaiCompat,
-///     display_name: "Local".into(),
-///     base_url: Some("http://127.0.0.1:8081/v1".into()),
-///     api_key: None,
-///     enabled: true,
-/// };
-/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
-/// assert_eq!(providers::select(pool, &Secrets::none(), def.id).await?, Some(row));
-/// # Ok(()) }
-/// ```
 pub async fn select(
     conn: impl PgExecutor<'_>,
     secrets: &Secrets,
@@ -227,30 +170,6 @@ pub async fn select(
 }
 
 /// One provider, locked `FOR UPDATE` until `conn`'s transaction ends.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ProviderKind;
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::OpenaiCompat,
-///     display_name: "Local".into(),
-///     base_url: Some("http://127.0.0.1:8081/v1".into()),
-///     api_key: None,
-///     enabled: true,
-/// };
-/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
-/// let mut tx = pool.begin().await?;
-/// let locked = providers::select_for_update(&mut tx, &Secrets::none(), def.id).await?;
-/// assert_eq!(locked.map(|p| p.def.provider), Some(ProviderKind::OpenaiCompat));
-/// tx.commit().await?;
-/// # Ok(()) }
-/// ```
 pub async fn select_for_update(
     conn: &mut PgConnection,
     secrets: &Secrets,
@@ -263,28 +182,6 @@ pub async fn select_for_update(
 }
 
 /// Whether provider `id` exists.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ProviderKind;
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::OpenaiCompat,
-///     display_name: "Local".into(),
-///     base_url: Some("http://127.0.0.1:8081/v1".into()),
-///     api_key: None,
-///     enabled: true,
-/// };
-/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
-/// assert!(providers::exists(pool, def.id).await?);
-/// assert!(!providers::exists(pool, uuid::Uuid::new_v4()).await?);
-/// # Ok(()) }
-/// ```
 pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM chat_providers WHERE id = $1) AS "exists!""#,
@@ -295,31 +192,6 @@ pub async fn exists(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
 }
 
 /// Inserts provider `def`, or (same id) overwrites it; returns the row.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ProviderKind;
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::OpenaiCompat,
-///     display_name: "Local".into(),
-///     base_url: Some("http://127.0.0.1:8081/v1".into()),
-///     api_key: None,
-///     enabled: true,
-/// };
-/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
-/// assert_eq!(row.def, def);
-/// // The same id again overwrites.
-/// let llama = ProviderDef { display_name: "llama".into(), ..def.clone() };
-/// let renamed = providers::upsert(pool, &Secrets::none(), &llama).await?;
-/// assert_eq!((renamed.def.id, renamed.def.display_name.as_str()), (def.id, "llama"));
-/// # Ok(()) }
-/// ```
 pub async fn upsert(
     conn: impl PgExecutor<'_>,
     secrets: &Secrets,
@@ -348,28 +220,6 @@ pub async fn upsert(
 }
 
 /// Deletes provider `id` (its model configs cascade); false when unknown.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ProviderKind;
-/// use chatd_store::queries::providers::{self, ProviderDef};
-/// use chatd_store::secrets::Secrets;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let def = ProviderDef {
-///     id: uuid::Uuid::new_v4(),
-///     provider: ProviderKind::OpenaiCompat,
-///     display_name: "Local".into(),
-///     base_url: Some("http://127.0.0.1:8081/v1".into()),
-///     api_key: None,
-///     enabled: true,
-/// };
-/// let row = providers::upsert(pool, &Secrets::none(), &def).await?;
-/// assert!(providers::delete(pool, def.id).await?);
-/// assert!(!providers::delete(pool, def.id).await?);
-/// # Ok(()) }
-/// ```
 pub async fn delete(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<bool> {
     let result = sqlx::query!("DELETE FROM chat_providers WHERE id = $1", id)
         .execute(conn)
@@ -403,7 +253,7 @@ pub(crate) async fn seal_plain_api_keys(
                 secrets.seal(&stored, &place),
             )
             .execute(&mut *conn)
-                .await?;
+            .await?;
             sealed += 1;
         }
     }
@@ -463,5 +313,166 @@ mod tests {
         ] {
             assert_eq!(redact_url(url), shown, "{url}");
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[test]
+    fn redact_url_url_without_user_info_user_password_query_or_fragment_where() {
+        use crate::queries::providers::redact_url;
+        assert_eq!(
+            redact_url("https://user:pass@llm.example/v1?key=sk-1#frag"),
+            "https://llm.example/v1"
+        );
+        assert_eq!(
+            redact_url("http://127.0.0.1:8081/v1"),
+            "http://127.0.0.1:8081/v1"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn list_every_provider_oldest_first() -> anyhow::Result<()> {
+        use crate::queries::providers::{self, ProviderDef};
+        use crate::secrets::Secrets;
+        use chatd_core::ProviderKind;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::OpenaiCompat,
+            display_name: "Local".into(),
+            base_url: Some("http://127.0.0.1:8081/v1".into()),
+            api_key: None,
+            enabled: true,
+        };
+        let row = providers::upsert(pool, &Secrets::none(), &def).await?;
+        assert_eq!(providers::list(pool, &Secrets::none()).await?, vec![row]);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_one_provider() -> anyhow::Result<()> {
+        use crate::queries::providers::{self, ProviderDef};
+        use crate::secrets::Secrets;
+        use chatd_core::ProviderKind;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::OpenaiCompat,
+            display_name: "Local".into(),
+            base_url: Some("http://127.0.0.1:8081/v1".into()),
+            api_key: None,
+            enabled: true,
+        };
+        let row = providers::upsert(pool, &Secrets::none(), &def).await?;
+        assert_eq!(
+            providers::select(pool, &Secrets::none(), def.id).await?,
+            Some(row)
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_for_update_one_provider_locked_for_update_until_conn_s() -> anyhow::Result<()> {
+        use crate::queries::providers::{self, ProviderDef};
+        use crate::secrets::Secrets;
+        use chatd_core::ProviderKind;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::OpenaiCompat,
+            display_name: "Local".into(),
+            base_url: Some("http://127.0.0.1:8081/v1".into()),
+            api_key: None,
+            enabled: true,
+        };
+        let row = providers::upsert(pool, &Secrets::none(), &def).await?;
+        let mut tx = pool.begin().await?;
+        let locked = providers::select_for_update(&mut tx, &Secrets::none(), def.id).await?;
+        assert_eq!(
+            locked.map(|p| p.def.provider),
+            Some(ProviderKind::OpenaiCompat)
+        );
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn exists_whether_provider_id_exists() -> anyhow::Result<()> {
+        use crate::queries::providers::{self, ProviderDef};
+        use crate::secrets::Secrets;
+        use chatd_core::ProviderKind;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::OpenaiCompat,
+            display_name: "Local".into(),
+            base_url: Some("http://127.0.0.1:8081/v1".into()),
+            api_key: None,
+            enabled: true,
+        };
+        let row = providers::upsert(pool, &Secrets::none(), &def).await?;
+        assert!(providers::exists(pool, def.id).await?);
+        assert!(!providers::exists(pool, uuid::Uuid::new_v4()).await?);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn upsert_inserts_provider_def_or_same_id_overwrites_it() -> anyhow::Result<()> {
+        use crate::queries::providers::{self, ProviderDef};
+        use crate::secrets::Secrets;
+        use chatd_core::ProviderKind;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::OpenaiCompat,
+            display_name: "Local".into(),
+            base_url: Some("http://127.0.0.1:8081/v1".into()),
+            api_key: None,
+            enabled: true,
+        };
+        let row = providers::upsert(pool, &Secrets::none(), &def).await?;
+        assert_eq!(row.def, def);
+        // The same id again overwrites.
+        let llama = ProviderDef {
+            display_name: "llama".into(),
+            ..def.clone()
+        };
+        let renamed = providers::upsert(pool, &Secrets::none(), &llama).await?;
+        assert_eq!(
+            (renamed.def.id, renamed.def.display_name.as_str()),
+            (def.id, "llama")
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn deletes_provider_id_its_model_configs_cascade() -> anyhow::Result<()> {
+        use crate::queries::providers::{self, ProviderDef};
+        use crate::secrets::Secrets;
+        use chatd_core::ProviderKind;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let def = ProviderDef {
+            id: uuid::Uuid::new_v4(),
+            provider: ProviderKind::OpenaiCompat,
+            display_name: "Local".into(),
+            base_url: Some("http://127.0.0.1:8081/v1".into()),
+            api_key: None,
+            enabled: true,
+        };
+        let row = providers::upsert(pool, &Secrets::none(), &def).await?;
+        assert!(providers::delete(pool, def.id).await?);
+        assert!(!providers::delete(pool, def.id).await?);
+        Ok(())
     }
 }

@@ -46,28 +46,6 @@ macro_rules! returning_queued {
 }
 
 /// Number of queued messages of the chat.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{BusyBehavior, MessagePart};
-/// use chatd_store::{NewMessage, SendMessageInput};
-/// use chatd_store::queries::queue;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // The chat is running: a send is queued.
-/// let send = SendMessageInput {
-///     message: NewMessage::user(vec![MessagePart::text("next")]),
-///     busy_behavior: BusyBehavior::Queue,
-///     max_queue_size: None,
-/// };
-/// let machine = store.machine(chat.id);
-/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
-/// let queued = sent.queued_message.expect("queued");
-/// assert_eq!(queue::len(pool, chat.id).await?, 1);
-/// # Ok(()) }
-/// ```
 pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
         r#"SELECT count(*) AS "count!" FROM chat_queued_messages WHERE chat_id = $1"#,
@@ -78,29 +56,6 @@ pub async fn len(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<i64> 
 }
 
 /// The chat's queue in order (head first).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{BusyBehavior, MessagePart};
-/// use chatd_store::{NewMessage, SendMessageInput};
-/// use chatd_store::queries::queue;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // The chat is running: a send is queued.
-/// let send = SendMessageInput {
-///     message: NewMessage::user(vec![MessagePart::text("next")]),
-///     busy_behavior: BusyBehavior::Queue,
-///     max_queue_size: None,
-/// };
-/// let machine = store.machine(chat.id);
-/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
-/// let queued = sent.queued_message.expect("queued");
-/// let rows = queue::list(pool, chat.id).await?;
-/// assert_eq!(rows.iter().map(|q| q.id).collect::<Vec<_>>(), vec![queued.id]);
-/// # Ok(()) }
-/// ```
 pub async fn list(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
     select_queued!(
         "FROM chat_queued_messages q WHERE q.chat_id = $1 ORDER BY q.position, q.id",
@@ -111,30 +66,6 @@ pub async fn list(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<
 }
 
 /// One queued message of the chat.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{BusyBehavior, MessagePart};
-/// use chatd_store::{NewMessage, SendMessageInput};
-/// use chatd_store::queries::queue;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // The chat is running: a send is queued.
-/// let send = SendMessageInput {
-///     message: NewMessage::user(vec![MessagePart::text("next")]),
-///     busy_behavior: BusyBehavior::Queue,
-///     max_queue_size: None,
-/// };
-/// let machine = store.machine(chat.id);
-/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
-/// let queued = sent.queued_message.expect("queued");
-/// let row = queue::select(pool, chat.id, queued.id).await?.expect("queued");
-/// assert_eq!(row.content.0, vec![MessagePart::text("next")]);
-/// assert!(queue::select(pool, chat.id, queued.id + 1).await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn select(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -146,12 +77,10 @@ pub async fn select(
         id
     )
     .fetch_optional(conn)
-        .await
+    .await
 }
 
 /// Where [`enqueue`] puts a message.
-///
-/// Example: [`enqueue`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueEnd {
     /// After every queued message.
@@ -161,26 +90,6 @@ pub enum QueueEnd {
 }
 
 /// Inserts a queued message at `end` of the chat's queue.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::NewMessage;
-/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// chats::lock_and_bump(&mut tx, chat.id).await?;
-/// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
-/// let tail = queue::enqueue(&mut tx, chat.id, &text("later"), QueueEnd::Tail).await?;
-/// let head = queue::enqueue(&mut tx, chat.id, &text("now"), QueueEnd::Head).await?;
-/// let order: Vec<i64> = queue::list(&mut *tx, chat.id).await?.iter().map(|q| q.id).collect();
-/// assert_eq!(order, vec![head.id, tail.id]);
-/// tx.rollback().await?; // ChatTx::send_message does this for real
-/// # Ok(()) }
-/// ```
 pub async fn enqueue(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -192,24 +101,6 @@ pub async fn enqueue(
 
 /// [`enqueue`] with the steer flag (`steer`: the message was sent with
 /// `busy_behavior: "steer"` while the chat ran).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::NewMessage;
-/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// chats::lock_and_bump(&mut tx, chat.id).await?;
-/// let text = NewMessage::user(vec![MessagePart::text("look at b.rs too")]);
-/// let row = queue::enqueue_flagged(&mut tx, chat.id, &text, QueueEnd::Tail, true).await?;
-/// assert!(row.steer);
-/// tx.rollback().await?; // ChatTx::send_message does this for real
-/// # Ok(()) }
-/// ```
 pub async fn enqueue_flagged(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -255,32 +146,6 @@ pub async fn enqueue_flagged(
 }
 
 /// Removes and returns the head of the chat's queue.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{BusyBehavior, MessagePart};
-/// use chatd_store::{NewMessage, SendMessageInput};
-/// use chatd_store::queries::queue;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // The chat is running: a send is queued.
-/// let send = SendMessageInput {
-///     message: NewMessage::user(vec![MessagePart::text("next")]),
-///     busy_behavior: BusyBehavior::Queue,
-///     max_queue_size: None,
-/// };
-/// let machine = store.machine(chat.id);
-/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
-/// let queued = sent.queued_message.expect("queued");
-/// let mut tx = pool.begin().await?;
-/// let head = queue::pop_head(&mut tx, chat.id).await?.expect("queued");
-/// assert_eq!(head.id, queued.id);
-/// assert!(queue::pop_head(&mut tx, chat.id).await?.is_none());
-/// tx.rollback().await?; // ChatTx::finish_turn does this for real
-/// # Ok(()) }
-/// ```
 pub async fn pop_head(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -296,31 +161,6 @@ pub async fn pop_head(
 }
 
 /// Removes one queued message of the chat.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{BusyBehavior, MessagePart};
-/// use chatd_store::{NewMessage, SendMessageInput};
-/// use chatd_store::queries::queue;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // The chat is running: a send is queued.
-/// let send = SendMessageInput {
-///     message: NewMessage::user(vec![MessagePart::text("next")]),
-///     busy_behavior: BusyBehavior::Queue,
-///     max_queue_size: None,
-/// };
-/// let machine = store.machine(chat.id);
-/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
-/// let queued = sent.queued_message.expect("queued");
-/// let mut tx = pool.begin().await?;
-/// assert!(queue::delete(&mut tx, chat.id, queued.id).await?.is_some());
-/// assert!(queue::delete(&mut tx, chat.id, queued.id).await?.is_none());
-/// tx.rollback().await?; // ChatTx::delete_queued_message does this for real
-/// # Ok(()) }
-/// ```
 pub async fn delete(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -332,36 +172,11 @@ pub async fn delete(
         id
     )
     .fetch_optional(conn)
-        .await
+    .await
 }
 
 /// Removes every queued message of the chat, returning their ids in queue
 /// order.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{BusyBehavior, MessagePart};
-/// use chatd_store::{NewMessage, SendMessageInput};
-/// use chatd_store::queries::queue;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // The chat is running: a send is queued.
-/// let send = SendMessageInput {
-///     message: NewMessage::user(vec![MessagePart::text("next")]),
-///     busy_behavior: BusyBehavior::Queue,
-///     max_queue_size: None,
-/// };
-/// let machine = store.machine(chat.id);
-/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
-/// let queued = sent.queued_message.expect("queued");
-/// let mut tx = pool.begin().await?;
-/// assert_eq!(queue::clear(&mut tx, chat.id).await?, vec![queued.id]);
-/// assert_eq!(queue::len(&mut *tx, chat.id).await?, 0);
-/// tx.rollback().await?; // ChatTx::edit_message does this for real
-/// # Ok(()) }
-/// ```
 pub async fn clear(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<i64>> {
     let mut ids: Vec<(i64, i64)> = sqlx::query!(
         "DELETE FROM chat_queued_messages WHERE chat_id = $1 RETURNING id, position",
@@ -378,31 +193,6 @@ pub async fn clear(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<i
 
 /// Moves a queued message to the head of its chat's queue (`None`, and no
 /// change, when it is already there or not queued).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::{BusyBehavior, MessagePart};
-/// use chatd_store::{NewMessage, SendMessageInput};
-/// use chatd_store::queries::queue;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // The chat is running: a send is queued.
-/// let send = SendMessageInput {
-///     message: NewMessage::user(vec![MessagePart::text("next")]),
-///     busy_behavior: BusyBehavior::Queue,
-///     max_queue_size: None,
-/// };
-/// let machine = store.machine(chat.id);
-/// let (sent, _) = machine.update(|tx| Box::pin(async move { tx.send_message(send).await })).await?;
-/// let queued = sent.queued_message.expect("queued");
-/// let mut tx = pool.begin().await?;
-/// // Already the head: nothing moves.
-/// assert!(queue::move_to_head(&mut tx, chat.id, queued.id).await?.is_none());
-/// tx.rollback().await?; // ChatTx::promote_queued_message does this for real
-/// # Ok(()) }
-/// ```
 pub async fn move_to_head(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -422,27 +212,6 @@ pub async fn move_to_head(
 
 /// Removes and returns every steer message of the chat's queue, in queue
 /// order (empty when there is none).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::NewMessage;
-/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// chats::lock_and_bump(&mut tx, chat.id).await?;
-/// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
-/// let plain = queue::enqueue(&mut tx, chat.id, &text("later"), QueueEnd::Tail).await?;
-/// let steer = queue::enqueue_flagged(&mut tx, chat.id, &text("now"), QueueEnd::Tail, true).await?;
-/// let popped = queue::pop_steer(&mut tx, chat.id).await?;
-/// assert_eq!(popped.iter().map(|q| q.id).collect::<Vec<_>>(), vec![steer.id]);
-/// assert_eq!(queue::list(&mut *tx, chat.id).await?[0].id, plain.id);
-/// tx.rollback().await?; // ChatTx::commit_step_steering does this for real
-/// # Ok(()) }
-/// ```
 pub async fn pop_steer(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<QueuedMessage>> {
     let mut rows: Vec<QueuedMessage> = returning_queued!(
         "DELETE FROM chat_queued_messages WHERE chat_id = $1 AND steer RETURNING ",
@@ -455,8 +224,6 @@ pub async fn pop_steer(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<V
 }
 
 /// The changes of [`update`]; `None` keeps a field.
-///
-/// Example: [`update`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QueuedChanges {
     /// New parts.
@@ -471,25 +238,6 @@ pub struct QueuedChanges {
 /// row (`None` when it is not queued on the chat). Every listed column is
 /// written, changed or not, so the update trigger advances `queue_version`
 /// even for an edit that repeats the current values.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::NewMessage;
-/// use chatd_store::queries::{chats, queue::{self, QueueEnd, QueuedChanges}};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// chats::lock_and_bump(&mut tx, chat.id).await?;
-/// let row = queue::enqueue(&mut tx, chat.id, &NewMessage::user(vec![MessagePart::text("typo")]), QueueEnd::Tail).await?;
-/// let changes = QueuedChanges { content: Some(vec![MessagePart::text("fixed")]), steer: Some(true), ..Default::default() };
-/// let edited = queue::update(&mut tx, chat.id, row.id, &changes).await?.expect("queued");
-/// assert_eq!((edited.content.0.clone(), edited.steer), (vec![MessagePart::text("fixed")], true));
-/// tx.rollback().await?; // ChatTx::edit_queued_message does this for real
-/// # Ok(()) }
-/// ```
 pub async fn update(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -521,26 +269,6 @@ pub async fn update(
 /// whole queue in its new order, or `None` when `id` is not queued on the
 /// chat. Every row is rewritten, so the trigger advances `queue_version`
 /// even when nothing moves.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::NewMessage;
-/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// chats::lock_and_bump(&mut tx, chat.id).await?;
-/// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
-/// let a = queue::enqueue(&mut tx, chat.id, &text("a"), QueueEnd::Tail).await?;
-/// let b = queue::enqueue(&mut tx, chat.id, &text("b"), QueueEnd::Tail).await?;
-/// let order = queue::move_to(&mut tx, chat.id, b.id, 0).await?.expect("queued");
-/// assert_eq!(order.iter().map(|q| q.id).collect::<Vec<_>>(), vec![b.id, a.id]);
-/// tx.rollback().await?; // ChatTx::move_queued_message does this for real
-/// # Ok(()) }
-/// ```
 pub async fn move_to(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -573,25 +301,6 @@ pub async fn move_to(
 
 /// The 0-based index of queued message `id` in the chat's queue (`None`
 /// when it is not queued there): `ChatQueuedMessage.position`.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::MessagePart;
-/// use chatd_store::NewMessage;
-/// use chatd_store::queries::{chats, queue::{self, QueueEnd}};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// chats::lock_and_bump(&mut tx, chat.id).await?;
-/// let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
-/// queue::enqueue(&mut tx, chat.id, &text("a"), QueueEnd::Tail).await?;
-/// let b = queue::enqueue(&mut tx, chat.id, &text("b"), QueueEnd::Tail).await?;
-/// assert_eq!(queue::index_of(&mut *tx, chat.id, b.id).await?, Some(1));
-/// tx.rollback().await?;
-/// # Ok(()) }
-/// ```
 pub async fn index_of(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -606,4 +315,373 @@ pub async fn index_of(
     )
     .fetch_optional(conn)
     .await
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn len_number_of_queued_messages_of_the_chat() -> anyhow::Result<()> {
+        use crate::queries::queue;
+        use crate::{NewMessage, SendMessageInput};
+        use chatd_core::{BusyBehavior, MessagePart};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // The chat is running: a send is queued.
+        let send = SendMessageInput {
+            message: NewMessage::user(vec![MessagePart::text("next")]),
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: None,
+        };
+        let machine = store.machine(chat.id);
+        let (sent, _) = machine
+            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
+            .await?;
+        let queued = sent.queued_message.expect("queued");
+        assert_eq!(queue::len(pool, chat.id).await?, 1);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn list_the_chat_s_queue_in_order_head_first() -> anyhow::Result<()> {
+        use crate::queries::queue;
+        use crate::{NewMessage, SendMessageInput};
+        use chatd_core::{BusyBehavior, MessagePart};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // The chat is running: a send is queued.
+        let send = SendMessageInput {
+            message: NewMessage::user(vec![MessagePart::text("next")]),
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: None,
+        };
+        let machine = store.machine(chat.id);
+        let (sent, _) = machine
+            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
+            .await?;
+        let queued = sent.queued_message.expect("queued");
+        let rows = queue::list(pool, chat.id).await?;
+        assert_eq!(
+            rows.iter().map(|q| q.id).collect::<Vec<_>>(),
+            vec![queued.id]
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_one_queued_message_of_the_chat() -> anyhow::Result<()> {
+        use crate::queries::queue;
+        use crate::{NewMessage, SendMessageInput};
+        use chatd_core::{BusyBehavior, MessagePart};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // The chat is running: a send is queued.
+        let send = SendMessageInput {
+            message: NewMessage::user(vec![MessagePart::text("next")]),
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: None,
+        };
+        let machine = store.machine(chat.id);
+        let (sent, _) = machine
+            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
+            .await?;
+        let queued = sent.queued_message.expect("queued");
+        let row = queue::select(pool, chat.id, queued.id)
+            .await?
+            .expect("queued");
+        assert_eq!(row.content.0, vec![MessagePart::text("next")]);
+        assert!(queue::select(pool, chat.id, queued.id + 1).await?.is_none());
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn enqueue_inserts_a_queued_message_at_end_of_the_chat_s_queue() -> anyhow::Result<()> {
+        use crate::NewMessage;
+        use crate::queries::{
+            chats,
+            queue::{self, QueueEnd},
+        };
+        use chatd_core::MessagePart;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        chats::lock_and_bump(&mut tx, chat.id).await?;
+        let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
+        let tail = queue::enqueue(&mut tx, chat.id, &text("later"), QueueEnd::Tail).await?;
+        let head = queue::enqueue(&mut tx, chat.id, &text("now"), QueueEnd::Head).await?;
+        let order: Vec<i64> = queue::list(&mut *tx, chat.id)
+            .await?
+            .iter()
+            .map(|q| q.id)
+            .collect();
+        assert_eq!(order, vec![head.id, tail.id]);
+        tx.rollback().await?; // ChatTx::send_message does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn enqueue_flagged_enqueue_with_the_steer_flag_steer() -> anyhow::Result<()> {
+        use crate::NewMessage;
+        use crate::queries::{
+            chats,
+            queue::{self, QueueEnd},
+        };
+        use chatd_core::MessagePart;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        chats::lock_and_bump(&mut tx, chat.id).await?;
+        let text = NewMessage::user(vec![MessagePart::text("look at b.rs too")]);
+        let row = queue::enqueue_flagged(&mut tx, chat.id, &text, QueueEnd::Tail, true).await?;
+        assert!(row.steer);
+        tx.rollback().await?; // ChatTx::send_message does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn pop_head_removes_and_returns_the_head_of_the_chat_s_queue() -> anyhow::Result<()> {
+        use crate::queries::queue;
+        use crate::{NewMessage, SendMessageInput};
+        use chatd_core::{BusyBehavior, MessagePart};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // The chat is running: a send is queued.
+        let send = SendMessageInput {
+            message: NewMessage::user(vec![MessagePart::text("next")]),
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: None,
+        };
+        let machine = store.machine(chat.id);
+        let (sent, _) = machine
+            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
+            .await?;
+        let queued = sent.queued_message.expect("queued");
+        let mut tx = pool.begin().await?;
+        let head = queue::pop_head(&mut tx, chat.id).await?.expect("queued");
+        assert_eq!(head.id, queued.id);
+        assert!(queue::pop_head(&mut tx, chat.id).await?.is_none());
+        tx.rollback().await?; // ChatTx::finish_turn does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn delete_removes_one_queued_message_of_the_chat() -> anyhow::Result<()> {
+        use crate::queries::queue;
+        use crate::{NewMessage, SendMessageInput};
+        use chatd_core::{BusyBehavior, MessagePart};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // The chat is running: a send is queued.
+        let send = SendMessageInput {
+            message: NewMessage::user(vec![MessagePart::text("next")]),
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: None,
+        };
+        let machine = store.machine(chat.id);
+        let (sent, _) = machine
+            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
+            .await?;
+        let queued = sent.queued_message.expect("queued");
+        let mut tx = pool.begin().await?;
+        assert!(queue::delete(&mut tx, chat.id, queued.id).await?.is_some());
+        assert!(queue::delete(&mut tx, chat.id, queued.id).await?.is_none());
+        tx.rollback().await?; // ChatTx::delete_queued_message does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn clear_removes_every_queued_message_of_the_chat_returning_their_ids_in()
+    -> anyhow::Result<()> {
+        use crate::queries::queue;
+        use crate::{NewMessage, SendMessageInput};
+        use chatd_core::{BusyBehavior, MessagePart};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // The chat is running: a send is queued.
+        let send = SendMessageInput {
+            message: NewMessage::user(vec![MessagePart::text("next")]),
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: None,
+        };
+        let machine = store.machine(chat.id);
+        let (sent, _) = machine
+            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
+            .await?;
+        let queued = sent.queued_message.expect("queued");
+        let mut tx = pool.begin().await?;
+        assert_eq!(queue::clear(&mut tx, chat.id).await?, vec![queued.id]);
+        assert_eq!(queue::len(&mut *tx, chat.id).await?, 0);
+        tx.rollback().await?; // ChatTx::edit_message does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn move_to_head_moves_a_queued_message_to_the_head_of_its_chat_s_queue_none()
+    -> anyhow::Result<()> {
+        use crate::queries::queue;
+        use crate::{NewMessage, SendMessageInput};
+        use chatd_core::{BusyBehavior, MessagePart};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // The chat is running: a send is queued.
+        let send = SendMessageInput {
+            message: NewMessage::user(vec![MessagePart::text("next")]),
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: None,
+        };
+        let machine = store.machine(chat.id);
+        let (sent, _) = machine
+            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
+            .await?;
+        let queued = sent.queued_message.expect("queued");
+        let mut tx = pool.begin().await?;
+        // Already the head: nothing moves.
+        assert!(
+            queue::move_to_head(&mut tx, chat.id, queued.id)
+                .await?
+                .is_none()
+        );
+        tx.rollback().await?; // ChatTx::promote_queued_message does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn pop_steer_removes_and_returns_every_steer_message_of_the_chat_s_queue_in()
+    -> anyhow::Result<()> {
+        use crate::NewMessage;
+        use crate::queries::{
+            chats,
+            queue::{self, QueueEnd},
+        };
+        use chatd_core::MessagePart;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        chats::lock_and_bump(&mut tx, chat.id).await?;
+        let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
+        let plain = queue::enqueue(&mut tx, chat.id, &text("later"), QueueEnd::Tail).await?;
+        let steer =
+            queue::enqueue_flagged(&mut tx, chat.id, &text("now"), QueueEnd::Tail, true).await?;
+        let popped = queue::pop_steer(&mut tx, chat.id).await?;
+        assert_eq!(
+            popped.iter().map(|q| q.id).collect::<Vec<_>>(),
+            vec![steer.id]
+        );
+        assert_eq!(queue::list(&mut *tx, chat.id).await?[0].id, plain.id);
+        tx.rollback().await?; // ChatTx::commit_step_steering does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn update_applies_changes_to_one_queued_message_of_the_chat_and_returns_the()
+    -> anyhow::Result<()> {
+        use crate::NewMessage;
+        use crate::queries::{
+            chats,
+            queue::{self, QueueEnd, QueuedChanges},
+        };
+        use chatd_core::MessagePart;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        chats::lock_and_bump(&mut tx, chat.id).await?;
+        let row = queue::enqueue(
+            &mut tx,
+            chat.id,
+            &NewMessage::user(vec![MessagePart::text("typo")]),
+            QueueEnd::Tail,
+        )
+        .await?;
+        let changes = QueuedChanges {
+            content: Some(vec![MessagePart::text("fixed")]),
+            steer: Some(true),
+            ..Default::default()
+        };
+        let edited = queue::update(&mut tx, chat.id, row.id, &changes)
+            .await?
+            .expect("queued");
+        assert_eq!(
+            (edited.content.0.clone(), edited.steer),
+            (vec![MessagePart::text("fixed")], true)
+        );
+        tx.rollback().await?; // ChatTx::edit_queued_message does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn move_to_moves_one_queued_message_to_0_based_index_of_the_chat_s_queue()
+    -> anyhow::Result<()> {
+        use crate::NewMessage;
+        use crate::queries::{
+            chats,
+            queue::{self, QueueEnd},
+        };
+        use chatd_core::MessagePart;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        chats::lock_and_bump(&mut tx, chat.id).await?;
+        let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
+        let a = queue::enqueue(&mut tx, chat.id, &text("a"), QueueEnd::Tail).await?;
+        let b = queue::enqueue(&mut tx, chat.id, &text("b"), QueueEnd::Tail).await?;
+        let order = queue::move_to(&mut tx, chat.id, b.id, 0)
+            .await?
+            .expect("queued");
+        assert_eq!(
+            order.iter().map(|q| q.id).collect::<Vec<_>>(),
+            vec![b.id, a.id]
+        );
+        tx.rollback().await?; // ChatTx::move_queued_message does this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn index_of_the_0_based_index_of_queued_message_id_in_the_chat_s_queue_none()
+    -> anyhow::Result<()> {
+        use crate::NewMessage;
+        use crate::queries::{
+            chats,
+            queue::{self, QueueEnd},
+        };
+        use chatd_core::MessagePart;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        chats::lock_and_bump(&mut tx, chat.id).await?;
+        let text = |t: &str| NewMessage::user(vec![MessagePart::text(t)]);
+        queue::enqueue(&mut tx, chat.id, &text("a"), QueueEnd::Tail).await?;
+        let b = queue::enqueue(&mut tx, chat.id, &text("b"), QueueEnd::Tail).await?;
+        assert_eq!(queue::index_of(&mut *tx, chat.id, b.id).await?, Some(1));
+        tx.rollback().await?;
+        Ok(())
+    }
 }

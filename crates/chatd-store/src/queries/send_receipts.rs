@@ -11,22 +11,6 @@ use uuid::Uuid;
 
 /// The stored `(request fingerprint, response)` of an earlier send with
 /// `client_message_id` on chat `chat_id`.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::send_receipts;
-/// use serde_json::{Value, json};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let response = json!({"queued": false, "messages": []});
-/// send_receipts::insert(pool, chat.id, "key-1", b"fingerprint", &response).await?;
-/// let stored = send_receipts::select::<Value>(pool, chat.id, "key-1").await?;
-/// assert_eq!(stored, Some((b"fingerprint".to_vec(), response)));
-/// assert!(send_receipts::select::<Value>(pool, chat.id, "key-2").await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn select<T: DeserializeOwned + Send + Unpin + 'static>(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -43,12 +27,11 @@ pub async fn select<T: DeserializeOwned + Send + Unpin + 'static>(
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        let response = serde_json::from_str(r.response.0.get()).map_err(|e| {
-            sqlx::Error::ColumnDecode {
+        let response =
+            serde_json::from_str(r.response.0.get()).map_err(|e| sqlx::Error::ColumnDecode {
                 index: "1".to_owned(),
                 source: Box::new(e),
-            }
-        })?;
+            })?;
         Ok((r.request_hash, response))
     })
     .transpose()
@@ -57,8 +40,6 @@ pub async fn select<T: DeserializeOwned + Send + Unpin + 'static>(
 /// Remembers `response` of a send with `client_message_id` on chat
 /// `chat_id` and its request fingerprint `request_hash` (a second receipt
 /// for the same key is a unique violation, `23505`).
-///
-/// Example: [`select`].
 pub async fn insert<T: Serialize + Sync>(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -78,4 +59,32 @@ pub async fn insert<T: Serialize + Sync>(
     .execute(conn)
     .await
     .map(|_| ())
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_the_stored_request_fingerprint_response_of_an_earlier_send_with()
+    -> anyhow::Result<()> {
+        use crate::queries::send_receipts;
+        use serde_json::{Value, json};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let response = json!({"queued": false, "messages": []});
+        send_receipts::insert(pool, chat.id, "key-1", b"fingerprint", &response).await?;
+        let stored = send_receipts::select::<Value>(pool, chat.id, "key-1").await?;
+        assert_eq!(stored, Some((b"fingerprint".to_vec(), response)));
+        assert!(
+            send_receipts::select::<Value>(pool, chat.id, "key-2")
+                .await?
+                .is_none()
+        );
+        Ok(())
+    }
 }

@@ -15,31 +15,12 @@ use uuid::Uuid;
 use super::users::UserRow;
 
 /// Name of the token row of `CHATD_BOOTSTRAP_ADMIN_TOKEN`.
-///
-/// Example: [`upsert_bootstrap`].
 pub const BOOTSTRAP_TOKEN_NAME: &str = "bootstrap";
 
 /// The user a token with hash `secret_hash` authenticates as, when the
 /// token exists, has not expired (database time) and its user is not
 /// disabled. Reads only (no `last_used_at` update): for re-checking the
 /// token of an open stream; a request authenticates with [`authenticate`].
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::{tokens, users};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let alice = users::insert(pool, "alice", Role::Member).await?;
-/// tokens::insert(pool, alice.id, "laptop", b"hash-1", None).await?;
-/// assert_eq!(tokens::user_by_secret_hash(pool, b"hash-1").await?, Some(alice.clone()));
-/// assert!(tokens::user_by_secret_hash(pool, b"unknown").await?.is_none());
-/// // A disabled user's tokens authenticate no more.
-/// users::update(pool, alice.id, &users::UserPatch { disabled: Some(true), ..Default::default() }).await?;
-/// assert!(tokens::user_by_secret_hash(pool, b"hash-1").await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn user_by_secret_hash(
     conn: impl PgExecutor<'_>,
     secret_hash: &[u8],
@@ -66,22 +47,6 @@ pub const LAST_USED_GRANULARITY_SECONDS: i64 = 60;
 /// [`LAST_USED_GRANULARITY_SECONDS`] (or unset). Concurrent requests of
 /// one token at the boundary write once: the second re-reads the row and
 /// finds it fresh.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::{tokens, users};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let alice = users::insert(pool, "alice", Role::Member).await?;
-/// tokens::insert(pool, alice.id, "laptop", b"hash-1", None).await?;
-/// assert!(tokens::list(pool, alice.id).await?[0].last_used_at.is_none());
-/// assert_eq!(tokens::authenticate(pool, b"hash-1").await?, Some(alice.clone()));
-/// assert!(tokens::list(pool, alice.id).await?[0].last_used_at.is_some());
-/// assert!(tokens::authenticate(pool, b"unknown").await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn authenticate(
     conn: impl PgExecutor<'_>,
     secret_hash: &[u8],
@@ -129,8 +94,6 @@ pub struct TokenRow {
 
 /// The tokens of user `user_id`, newest first (ties by id), expired ones
 /// included (their `expires_at` is in the past); revoked tokens are gone.
-///
-/// Example: [`delete`].
 pub async fn list(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Vec<TokenRow>> {
     sqlx::query_as!(
         TokenRow,
@@ -144,31 +107,14 @@ pub async fn list(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Vec<
 
 /// Revokes token `id` of user `user_id` (deletes its row); `false` when
 /// the user has no such token (unknown, another user's, or revoked already).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::{tokens, users};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let alice = users::insert(pool, "alice", Role::Member).await?;
-/// let bob = users::insert(pool, "bob", Role::Member).await?;
-/// let id = tokens::insert(pool, alice.id, "laptop", b"hash-1", Some(3600)).await?;
-/// let listed = tokens::list(pool, alice.id).await?;
-/// assert_eq!((listed.len(), listed[0].id, listed[0].name.as_str()), (1, id, "laptop"));
-/// assert!(listed[0].expires_at.is_some());
-/// assert!(!tokens::delete(pool, bob.id, id).await?, "not bob's token");
-/// assert!(tokens::delete(pool, alice.id, id).await?);
-/// assert!(!tokens::delete(pool, alice.id, id).await?, "revoked already");
-/// assert!(tokens::list(pool, alice.id).await?.is_empty());
-/// assert!(tokens::user_by_secret_hash(pool, b"hash-1").await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn delete(conn: impl PgExecutor<'_>, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
-    let done = sqlx::query!("DELETE FROM api_keys WHERE id = $1 AND user_id = $2", id, user_id)
-        .execute(conn)
-        .await?;
+    let done = sqlx::query!(
+        "DELETE FROM api_keys WHERE id = $1 AND user_id = $2",
+        id,
+        user_id
+    )
+    .execute(conn)
+    .await?;
     Ok(done.rows_affected() == 1)
 }
 
@@ -178,26 +124,6 @@ pub async fn delete(conn: impl PgExecutor<'_>, user_id: Uuid, id: Uuid) -> sqlx:
 /// including tokens created before that rule, and any token of a user who
 /// is a member now. `chatd serve` runs it at every start, after the
 /// migrations; admins' tokens are left alone.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::{tokens, users};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let alice = users::insert(pool, "alice", Role::Member).await?;
-/// let root = users::insert(pool, "root", Role::Admin).await?;
-/// // Tokens from before members' tokens always expired.
-/// tokens::insert(pool, alice.id, "old", b"member", None).await?;
-/// tokens::insert(pool, root.id, "old", b"admin", None).await?;
-/// assert_eq!(tokens::cap_member_lifetimes(pool, 3600).await?, 1);
-/// let listed = tokens::list(pool, alice.id).await?;
-/// assert!(listed[0].expires_at.is_some());
-/// assert!(tokens::list(pool, root.id).await?[0].expires_at.is_none());
-/// assert_eq!(tokens::cap_member_lifetimes(pool, 3600).await?, 0, "once");
-/// # Ok(()) }
-/// ```
 pub async fn cap_member_lifetimes(
     conn: impl PgExecutor<'_>,
     max_lifetime_secs: i64,
@@ -216,22 +142,6 @@ pub async fn cap_member_lifetimes(
 /// Inserts a token of user `user_id` named `name` and returns its fresh id.
 /// `lifetime_seconds` (when given) sets `expires_at = now() + lifetime` in
 /// database time; otherwise it never expires.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::{tokens, users};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let alice = users::insert(pool, "alice", Role::Member).await?;
-/// // An hour-long token, and one that has expired already.
-/// tokens::insert(pool, alice.id, "ci", b"hour", Some(3600)).await?;
-/// tokens::insert(pool, alice.id, "old", b"expired", Some(-1)).await?;
-/// assert!(tokens::user_by_secret_hash(pool, b"hour").await?.is_some());
-/// assert!(tokens::user_by_secret_hash(pool, b"expired").await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn insert(
     conn: impl PgExecutor<'_>,
     user_id: Uuid,
@@ -257,23 +167,6 @@ pub async fn insert(
 /// Makes the token with hash `secret_hash` a [`BOOTSTRAP_TOKEN_NAME`]
 /// token of user `admin_id` without expiry: inserts it, or moves an existing
 /// row with that hash (whoever it belonged to) to the admin.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::{tokens, users};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let admin = users::create_or_promote(pool, "admin", Role::Admin).await?;
-/// tokens::upsert_bootstrap(pool, admin, b"old").await?;
-/// // A rotated bootstrap token: store the new one, revoke the others.
-/// tokens::upsert_bootstrap(pool, admin, b"new").await?;
-/// assert_eq!(tokens::revoke_other_bootstraps(pool, admin, b"new").await?, 1);
-/// assert!(tokens::user_by_secret_hash(pool, b"old").await?.is_none());
-/// assert_eq!(tokens::user_by_secret_hash(pool, b"new").await?.map(|u| u.id), Some(admin));
-/// # Ok(()) }
-/// ```
 pub async fn upsert_bootstrap(
     conn: impl PgExecutor<'_>,
     admin_id: Uuid,
@@ -295,22 +188,182 @@ pub async fn upsert_bootstrap(
 /// Deletes the [`BOOTSTRAP_TOKEN_NAME`] tokens of user `admin_id` other
 /// than the one with hash `keep_hash` (a rotated bootstrap token); returns
 /// how many.
-///
-/// Example: [`upsert_bootstrap`].
 pub async fn revoke_other_bootstraps(
     conn: impl PgExecutor<'_>,
     admin_id: Uuid,
     keep_hash: &[u8],
 ) -> sqlx::Result<u64> {
-    Ok(
-        sqlx::query!(
-            "DELETE FROM api_keys WHERE user_id = $1 AND name = $2 AND secret_hash <> $3",
-            admin_id,
-            BOOTSTRAP_TOKEN_NAME,
-            keep_hash,
-        )
-        .execute(conn)
-            .await?
-            .rows_affected(),
+    Ok(sqlx::query!(
+        "DELETE FROM api_keys WHERE user_id = $1 AND name = $2 AND secret_hash <> $3",
+        admin_id,
+        BOOTSTRAP_TOKEN_NAME,
+        keep_hash,
     )
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn user_by_secret_hash_the_user_a_token_with_hash_secret_hash_authenticates()
+    -> anyhow::Result<()> {
+        use crate::queries::{tokens, users};
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let alice = users::insert(pool, "alice", Role::Member).await?;
+        tokens::insert(pool, alice.id, "laptop", b"hash-1", None).await?;
+        assert_eq!(
+            tokens::user_by_secret_hash(pool, b"hash-1").await?,
+            Some(alice.clone())
+        );
+        assert!(
+            tokens::user_by_secret_hash(pool, b"unknown")
+                .await?
+                .is_none()
+        );
+        // A disabled user's tokens authenticate no more.
+        users::update(
+            pool,
+            alice.id,
+            &users::UserPatch {
+                disabled: Some(true),
+                ..Default::default()
+            },
+        )
+        .await?;
+        assert!(
+            tokens::user_by_secret_hash(pool, b"hash-1")
+                .await?
+                .is_none()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn authenticate_user_by_secret_hash_for_a_request() -> anyhow::Result<()> {
+        use crate::queries::{tokens, users};
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let alice = users::insert(pool, "alice", Role::Member).await?;
+        tokens::insert(pool, alice.id, "laptop", b"hash-1", None).await?;
+        assert!(
+            tokens::list(pool, alice.id).await?[0]
+                .last_used_at
+                .is_none()
+        );
+        assert_eq!(
+            tokens::authenticate(pool, b"hash-1").await?,
+            Some(alice.clone())
+        );
+        assert!(
+            tokens::list(pool, alice.id).await?[0]
+                .last_used_at
+                .is_some()
+        );
+        assert!(tokens::authenticate(pool, b"unknown").await?.is_none());
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn delete_revokes_token_id_of_user_user_id_deletes_its_row() -> anyhow::Result<()> {
+        use crate::queries::{tokens, users};
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let alice = users::insert(pool, "alice", Role::Member).await?;
+        let bob = users::insert(pool, "bob", Role::Member).await?;
+        let id = tokens::insert(pool, alice.id, "laptop", b"hash-1", Some(3600)).await?;
+        let listed = tokens::list(pool, alice.id).await?;
+        assert_eq!(
+            (listed.len(), listed[0].id, listed[0].name.as_str()),
+            (1, id, "laptop")
+        );
+        assert!(listed[0].expires_at.is_some());
+        assert!(!tokens::delete(pool, bob.id, id).await?, "not bob's token");
+        assert!(tokens::delete(pool, alice.id, id).await?);
+        assert!(
+            !tokens::delete(pool, alice.id, id).await?,
+            "revoked already"
+        );
+        assert!(tokens::list(pool, alice.id).await?.is_empty());
+        assert!(
+            tokens::user_by_secret_hash(pool, b"hash-1")
+                .await?
+                .is_none()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn cap_member_lifetimes_gives_every_member_s_token_that_has_no_expiry_one()
+    -> anyhow::Result<()> {
+        use crate::queries::{tokens, users};
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let alice = users::insert(pool, "alice", Role::Member).await?;
+        let root = users::insert(pool, "root", Role::Admin).await?;
+        // Tokens from before members' tokens always expired.
+        tokens::insert(pool, alice.id, "old", b"member", None).await?;
+        tokens::insert(pool, root.id, "old", b"admin", None).await?;
+        assert_eq!(tokens::cap_member_lifetimes(pool, 3600).await?, 1);
+        let listed = tokens::list(pool, alice.id).await?;
+        assert!(listed[0].expires_at.is_some());
+        assert!(tokens::list(pool, root.id).await?[0].expires_at.is_none());
+        assert_eq!(tokens::cap_member_lifetimes(pool, 3600).await?, 0, "once");
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn inserts_a_token_of_user_user_id_named_name_and_returns_its_fresh_id()
+    -> anyhow::Result<()> {
+        use crate::queries::{tokens, users};
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let alice = users::insert(pool, "alice", Role::Member).await?;
+        // An hour-long token, and one that has expired already.
+        tokens::insert(pool, alice.id, "ci", b"hour", Some(3600)).await?;
+        tokens::insert(pool, alice.id, "old", b"expired", Some(-1)).await?;
+        assert!(tokens::user_by_secret_hash(pool, b"hour").await?.is_some());
+        assert!(
+            tokens::user_by_secret_hash(pool, b"expired")
+                .await?
+                .is_none()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn upsert_bootstrap_makes_the_token_with_hash_secret_hash_a_bootstrap_token()
+    -> anyhow::Result<()> {
+        use crate::queries::{tokens, users};
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let admin = users::create_or_promote(pool, "admin", Role::Admin).await?;
+        tokens::upsert_bootstrap(pool, admin, b"old").await?;
+        // A rotated bootstrap token: store the new one, revoke the others.
+        tokens::upsert_bootstrap(pool, admin, b"new").await?;
+        assert_eq!(
+            tokens::revoke_other_bootstraps(pool, admin, b"new").await?,
+            1
+        );
+        assert!(tokens::user_by_secret_hash(pool, b"old").await?.is_none());
+        assert_eq!(
+            tokens::user_by_secret_hash(pool, b"new")
+                .await?
+                .map(|u| u.id),
+            Some(admin)
+        );
+        Ok(())
+    }
 }

@@ -91,17 +91,6 @@ impl Exceeded {
     /// A sentence naming the budget, what was used of it and when it
     /// resets: the `detail` of the `429` and the message of the
     /// `usage_limit` error.
-    ///
-    /// ```
-    /// use chatd_store::queries::usage::{Budget, Exceeded};
-    /// let resets_at = "2027-01-01T00:00:00Z".parse().unwrap();
-    /// let e = Exceeded { budget: Budget::Tokens, limit: 1000, used: 1200, resets_at };
-    /// assert_eq!(
-    ///     e.message(),
-    ///     "The monthly token budget of 1000 tokens is used up (1200 input and output tokens \
-    ///      this month); it resets at 2027-01-01T00:00:00Z."
-    /// );
-    /// ```
     pub fn message(&self) -> String {
         let resets = self.resets_at.format("%Y-%m-%dT%H:%M:%SZ");
         match self.budget {
@@ -131,32 +120,6 @@ impl OwnerUsage {
     /// always reached. A disabled user is always refused
     /// ([`Budget::Disabled`]): disabling an account stops its spending, the
     /// turns it had running and queued included.
-    ///
-    /// ```
-    /// use chatd_core::limits::{LimitDefaults, LimitOverrides};
-    /// use chatd_store::queries::usage::{Budget, OwnerUsage, PeriodUsage};
-    /// let usage = PeriodUsage {
-    ///     period_start: "2026-12-01T00:00:00Z".parse().unwrap(),
-    ///     spent_micros: 500,
-    ///     input_tokens: 80,
-    ///     output_tokens: 20,
-    /// };
-    /// let owner = |budget, tokens| OwnerUsage {
-    ///     user_id: uuid::Uuid::nil(),
-    ///     overrides: LimitOverrides { monthly_budget_micros: budget, monthly_token_budget: tokens, ..Default::default() },
-    ///     disabled: false,
-    ///     usage,
-    /// };
-    /// let defaults = LimitDefaults::default();
-    /// assert_eq!(owner(None, None).exceeded(&defaults), None);
-    /// assert_eq!(owner(Some(501), Some(101)).exceeded(&defaults), None);
-    /// assert_eq!(owner(Some(500), None).exceeded(&defaults).unwrap().budget, Budget::Spend);
-    /// let tokens = owner(None, Some(100)).exceeded(&defaults).unwrap();
-    /// assert_eq!((tokens.budget, tokens.used), (Budget::Tokens, 100));
-    /// assert_eq!(tokens.resets_at.to_rfc3339(), "2027-01-01T00:00:00+00:00");
-    /// let disabled = OwnerUsage { disabled: true, ..owner(None, None) };
-    /// assert_eq!(disabled.exceeded(&defaults).unwrap().budget, Budget::Disabled);
-    /// ```
     pub fn exceeded(&self, defaults: &LimitDefaults) -> Option<Exceeded> {
         if self.disabled {
             return Some(Exceeded {
@@ -257,28 +220,6 @@ macro_rules! owner_of {
 ///
 /// # Errors
 /// Database errors.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::limits::LimitDefaults;
-/// use chatd_store::queries::usage;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// let created = fx.create_chat("hi").await?;
-/// usage::add(pool, created.chat.id, 1_500, 100, 20).await?;
-/// let owner_usage = usage::of_user(pool, owner).await?.expect("the user exists");
-/// assert_eq!(
-///     (owner_usage.usage.spent_micros, owner_usage.usage.input_tokens, owner_usage.usage.output_tokens),
-///     (1_500, 100, 20)
-/// );
-/// assert_eq!(owner_usage.exceeded(&LimitDefaults::default()), None, "no budget by default");
-/// sqlx::query("UPDATE users SET monthly_token_budget = 120 WHERE id = $1").bind(owner).execute(pool).await?;
-/// let owner_usage = usage::of_user(pool, owner).await?.unwrap();
-/// assert!(owner_usage.exceeded(&LimitDefaults::default()).is_some());
-/// assert!(usage::of_user(pool, uuid::Uuid::new_v4()).await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn of_user(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Option<OwnerUsage>> {
     let row = owner_query!("", "users u", "WHERE u.id = $1", user_id)
         .fetch_optional(conn)
@@ -292,20 +233,6 @@ pub async fn of_user(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<O
 ///
 /// # Errors
 /// Database errors.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::usage;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// let created = fx.create_chat("hi").await?;
-/// usage::add(pool, created.chat.id, 5, 4, 3).await?;
-/// let period = usage::period(pool, owner).await?;
-/// assert_eq!((period.spent_micros, period.tokens()), (5, 7));
-/// assert_eq!(usage::period(pool, uuid::Uuid::new_v4()).await?.tokens(), 0);
-/// # Ok(()) }
-/// ```
 pub async fn period(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<PeriodUsage> {
     sqlx::query_as!(
         PeriodUsage,
@@ -330,20 +257,6 @@ pub async fn period(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Pe
 ///
 /// # Errors
 /// Database errors.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::usage;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// let created = fx.create_chat("hi").await?;
-/// let of_chat = usage::of_chat_owner(pool, created.chat.id).await?.unwrap();
-/// assert_eq!(of_chat.user_id, owner);
-/// assert_eq!(of_chat.usage.spent_micros, 0);
-/// assert!(usage::of_chat_owner(pool, uuid::Uuid::new_v4()).await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn of_chat_owner(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -367,8 +280,6 @@ pub async fn of_chat_owner(
 ///
 /// # Errors
 /// Database errors.
-///
-/// Example: [`of_user`].
 pub async fn add(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -384,8 +295,8 @@ pub async fn add(
         output_tokens,
     )
     .execute(conn)
-        .await
-        .map(|_| ())
+    .await
+    .map(|_| ())
 }
 
 /// The report of `GET /users/{user}/usage` ([`report`]), limits aside.
@@ -405,20 +316,6 @@ pub struct UsageReport {
 ///
 /// # Errors
 /// Database errors.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::usage;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, owner) = (fx.pool(), fx.owner);
-/// let created = fx.create_chat("hi").await?;
-/// usage::add(pool, created.chat.id, 7, 3, 2).await?;
-/// let report = usage::report(pool, owner).await?.unwrap();
-/// assert_eq!(report.owner.usage.spent_micros, 7);
-/// assert_eq!((report.running_chats, report.storage_bytes), (0, 0), "no worker holds it");
-/// # Ok(()) }
-/// ```
 pub async fn report(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Option<UsageReport>> {
     let row = owner_query!(
         r#",
@@ -438,4 +335,149 @@ pub async fn report(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Op
         storage_bytes: r.storage_bytes,
         owner: owner_of!(r),
     }))
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[test]
+    fn message_a_sentence_naming_the_budget_what_was_used_of_it_and_when_it() {
+        use crate::queries::usage::{Budget, Exceeded};
+        let resets_at = "2027-01-01T00:00:00Z".parse().unwrap();
+        let e = Exceeded {
+            budget: Budget::Tokens,
+            limit: 1000,
+            used: 1200,
+            resets_at,
+        };
+        assert_eq!(
+            e.message(),
+            "The monthly token budget of 1000 tokens is used up (1200 input and output tokens \
+             this month); it resets at 2027-01-01T00:00:00Z."
+        );
+    }
+
+    #[test]
+    fn exceeded_the_first_budget_spend_then_tokens_the_period_s_usage_has() {
+        use crate::queries::usage::{Budget, OwnerUsage, PeriodUsage};
+        use chatd_core::limits::{LimitDefaults, LimitOverrides};
+        let usage = PeriodUsage {
+            period_start: "2026-12-01T00:00:00Z".parse().unwrap(),
+            spent_micros: 500,
+            input_tokens: 80,
+            output_tokens: 20,
+        };
+        let owner = |budget, tokens| OwnerUsage {
+            user_id: uuid::Uuid::nil(),
+            overrides: LimitOverrides {
+                monthly_budget_micros: budget,
+                monthly_token_budget: tokens,
+                ..Default::default()
+            },
+            disabled: false,
+            usage,
+        };
+        let defaults = LimitDefaults::default();
+        assert_eq!(owner(None, None).exceeded(&defaults), None);
+        assert_eq!(owner(Some(501), Some(101)).exceeded(&defaults), None);
+        assert_eq!(
+            owner(Some(500), None).exceeded(&defaults).unwrap().budget,
+            Budget::Spend
+        );
+        let tokens = owner(None, Some(100)).exceeded(&defaults).unwrap();
+        assert_eq!((tokens.budget, tokens.used), (Budget::Tokens, 100));
+        assert_eq!(tokens.resets_at.to_rfc3339(), "2027-01-01T00:00:00+00:00");
+        let disabled = OwnerUsage {
+            disabled: true,
+            ..owner(None, None)
+        };
+        assert_eq!(
+            disabled.exceeded(&defaults).unwrap().budget,
+            Budget::Disabled
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn of_user_user_user_id_s_limit_overrides_and_current_period_usage_in_one()
+    -> anyhow::Result<()> {
+        use crate::queries::usage;
+        use chatd_core::limits::LimitDefaults;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let created = fx.create_chat("hi").await?;
+        usage::add(pool, created.chat.id, 1_500, 100, 20).await?;
+        let owner_usage = usage::of_user(pool, owner).await?.expect("the user exists");
+        assert_eq!(
+            (
+                owner_usage.usage.spent_micros,
+                owner_usage.usage.input_tokens,
+                owner_usage.usage.output_tokens
+            ),
+            (1_500, 100, 20)
+        );
+        assert_eq!(
+            owner_usage.exceeded(&LimitDefaults::default()),
+            None,
+            "no budget by default"
+        );
+        sqlx::query("UPDATE users SET monthly_token_budget = 120 WHERE id = $1")
+            .bind(owner)
+            .execute(pool)
+            .await?;
+        let owner_usage = usage::of_user(pool, owner).await?.unwrap();
+        assert!(owner_usage.exceeded(&LimitDefaults::default()).is_some());
+        assert!(usage::of_user(pool, uuid::Uuid::new_v4()).await?.is_none());
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn period_the_current_period_s_totals_of_user_user_id_zeros_for_a_user_with()
+    -> anyhow::Result<()> {
+        use crate::queries::usage;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let created = fx.create_chat("hi").await?;
+        usage::add(pool, created.chat.id, 5, 4, 3).await?;
+        let period = usage::period(pool, owner).await?;
+        assert_eq!((period.spent_micros, period.tokens()), (5, 7));
+        assert_eq!(usage::period(pool, uuid::Uuid::new_v4()).await?.tokens(), 0);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn of_chat_owner_of_user_of_the_owner_of_chat_chat_id() -> anyhow::Result<()> {
+        use crate::queries::usage;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let of_chat = usage::of_chat_owner(pool, created.chat.id).await?.unwrap();
+        assert_eq!(of_chat.user_id, owner);
+        assert_eq!(of_chat.usage.spent_micros, 0);
+        assert!(
+            usage::of_chat_owner(pool, uuid::Uuid::new_v4())
+                .await?
+                .is_none()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn report_the_usage_report_of_user_user_id_in_one_statement() -> anyhow::Result<()> {
+        use crate::queries::usage;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, owner) = (fx.pool(), fx.owner);
+        let created = fx.create_chat("hi").await?;
+        usage::add(pool, created.chat.id, 7, 3, 2).await?;
+        let report = usage::report(pool, owner).await?.unwrap();
+        assert_eq!(report.owner.usage.spent_micros, 7);
+        assert_eq!(
+            (report.running_chats, report.storage_bytes),
+            (0, 0),
+            "no worker holds it"
+        );
+        Ok(())
+    }
 }

@@ -8,8 +8,6 @@ use sqlx::PgExecutor;
 use uuid::Uuid;
 
 /// A row of `users`.
-///
-/// Example: [`insert`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct UserRow {
     /// User id.
@@ -123,19 +121,6 @@ macro_rules! returning_users {
 }
 
 /// One user.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::users;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let alice = users::insert(pool, "alice", Role::Member).await?;
-/// assert_eq!(users::select(pool, alice.id).await?, Some(alice));
-/// assert!(users::select(pool, uuid::Uuid::new_v4()).await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<UserRow>> {
     select_users!(u "FROM users u WHERE u.id = $1", id)
         .fetch_optional(conn)
@@ -145,21 +130,6 @@ pub async fn select(conn: impl PgExecutor<'_>, id: Uuid) -> sqlx::Result<Option<
 }
 
 /// Inserts a user with a fresh id (a taken name is `23505`).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::users;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let alice = users::insert(pool, "alice", Role::Admin).await?;
-/// assert_eq!((alice.username.as_str(), alice.role), ("alice", Role::Admin));
-/// let taken = users::insert(pool, "alice", Role::Member).await.unwrap_err();
-/// let code = taken.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
-/// assert_eq!(code.as_deref(), Some("23505"));
-/// # Ok(()) }
-/// ```
 pub async fn insert(
     conn: impl PgExecutor<'_>,
     username: &str,
@@ -179,21 +149,6 @@ pub async fn insert(
 /// Creates user `username` with `role`, or, when it exists, promotes it to
 /// `admin` if `role` is admin (never demotes); returns its id. One statement,
 /// so concurrent callers agree on the row.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::users;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let id = users::create_or_promote(pool, "bob", Role::Member).await?;
-/// // Asking again as admin promotes the same user; a member never demotes.
-/// assert_eq!(users::create_or_promote(pool, "bob", Role::Admin).await?, id);
-/// assert_eq!(users::create_or_promote(pool, "bob", Role::Member).await?, id);
-/// assert_eq!(users::select(pool, id).await?.map(|u| u.role), Some(Role::Admin));
-/// # Ok(()) }
-/// ```
 pub async fn create_or_promote(
     conn: impl PgExecutor<'_>,
     username: &str,
@@ -214,8 +169,6 @@ pub async fn create_or_promote(
 
 /// Every user, by user name (API.md "Limits, budgets and the token
 /// lifecycle": `GET /api/v2/users`).
-///
-/// Example: [`update`].
 pub async fn list(conn: impl PgExecutor<'_>) -> sqlx::Result<Vec<UserRow>> {
     select_users!(u "FROM users u ORDER BY u.username")
         .fetch_all(conn)
@@ -254,55 +207,16 @@ pub struct UserPatch {
 ///
 /// # Errors
 /// Database errors only.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::users;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let root = users::insert(pool, "root", Role::Admin).await?;
-/// let alice = users::insert(pool, "alice", Role::Member).await?;
-/// let mut tx = pool.begin().await?;
-/// assert!(users::lock_admins(&mut tx, root.id).await?);
-/// assert!(!users::lock_admins(&mut tx, alice.id).await?, "not an admin");
-/// # Ok(()) }
-/// ```
 pub async fn lock_admins(conn: &mut sqlx::PgConnection, actor: Uuid) -> sqlx::Result<bool> {
-    let admins = sqlx::query!(
-        "SELECT id, disabled FROM users WHERE role = 'admin' ORDER BY id FOR UPDATE",
-    )
-    .fetch_all(conn)
-    .await?;
+    let admins =
+        sqlx::query!("SELECT id, disabled FROM users WHERE role = 'admin' ORDER BY id FOR UPDATE",)
+            .fetch_all(conn)
+            .await?;
     Ok(admins.iter().any(|a| a.id == actor && !a.disabled))
 }
 
 /// Applies `patch` to user `id` in one statement; the updated row, or
 /// `None` when there is no such user.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::Role;
-/// use chatd_store::queries::users::{self, UserPatch};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// let bob = users::insert(pool, "bob", Role::Member).await?;
-/// let alice = users::insert(pool, "alice", Role::Admin).await?;
-/// let patch = UserPatch { disabled: Some(true), requests_per_minute: Some(Some(5)), ..Default::default() };
-/// let bob = users::update(pool, bob.id, &patch).await?.unwrap();
-/// assert!(bob.disabled);
-/// assert_eq!((bob.requests_per_minute, bob.max_running_chats), (Some(5), None));
-/// // `Some(None)` returns a limit to the default; absent fields stay.
-/// let patch = UserPatch { requests_per_minute: Some(None), ..Default::default() };
-/// let bob = users::update(pool, bob.id, &patch).await?.unwrap();
-/// assert_eq!((bob.disabled, bob.requests_per_minute), (true, None));
-/// assert!(users::update(pool, uuid::Uuid::new_v4(), &patch).await?.is_none());
-/// let names: Vec<_> = users::list(pool).await?.into_iter().map(|u| u.username).collect();
-/// assert_eq!(names, ["alice", "bob"]);
-/// # Ok(()) }
-/// ```
 pub async fn update(
     conn: impl PgExecutor<'_>,
     id: Uuid,
@@ -334,4 +248,127 @@ pub async fn update(
     .await?
     .map(UserRecord::into_row)
     .transpose()
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_one_user() -> anyhow::Result<()> {
+        use crate::queries::users;
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let alice = users::insert(pool, "alice", Role::Member).await?;
+        assert_eq!(users::select(pool, alice.id).await?, Some(alice));
+        assert!(users::select(pool, uuid::Uuid::new_v4()).await?.is_none());
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn inserts_a_user_with_a_fresh_id_a_taken_name_is_23505() -> anyhow::Result<()> {
+        use crate::queries::users;
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let alice = users::insert(pool, "alice", Role::Admin).await?;
+        assert_eq!(
+            (alice.username.as_str(), alice.role),
+            ("alice", Role::Admin)
+        );
+        let taken = users::insert(pool, "alice", Role::Member)
+            .await
+            .unwrap_err();
+        let code = taken
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.into_owned());
+        assert_eq!(code.as_deref(), Some("23505"));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn create_or_promote_creates_user_username_with_role_or_when_it_exists()
+    -> anyhow::Result<()> {
+        use crate::queries::users;
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let id = users::create_or_promote(pool, "bob", Role::Member).await?;
+        // Asking again as admin promotes the same user; a member never demotes.
+        assert_eq!(
+            users::create_or_promote(pool, "bob", Role::Admin).await?,
+            id
+        );
+        assert_eq!(
+            users::create_or_promote(pool, "bob", Role::Member).await?,
+            id
+        );
+        assert_eq!(
+            users::select(pool, id).await?.map(|u| u.role),
+            Some(Role::Admin)
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn lock_admins_locks_every_admin_s_row_in_id_order_and_tells_whether_actor()
+    -> anyhow::Result<()> {
+        use crate::queries::users;
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let root = users::insert(pool, "root", Role::Admin).await?;
+        let alice = users::insert(pool, "alice", Role::Member).await?;
+        let mut tx = pool.begin().await?;
+        assert!(users::lock_admins(&mut tx, root.id).await?);
+        assert!(
+            !users::lock_admins(&mut tx, alice.id).await?,
+            "not an admin"
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn update_applies_patch_to_user_id_in_one_statement() -> anyhow::Result<()> {
+        use crate::queries::users::{self, UserPatch};
+        use chatd_core::Role;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let bob = users::insert(pool, "bob", Role::Member).await?;
+        let alice = users::insert(pool, "alice", Role::Admin).await?;
+        let patch = UserPatch {
+            disabled: Some(true),
+            requests_per_minute: Some(Some(5)),
+            ..Default::default()
+        };
+        let bob = users::update(pool, bob.id, &patch).await?.unwrap();
+        assert!(bob.disabled);
+        assert_eq!(
+            (bob.requests_per_minute, bob.max_running_chats),
+            (Some(5), None)
+        );
+        // `Some(None)` returns a limit to the default; absent fields stay.
+        let patch = UserPatch {
+            requests_per_minute: Some(None),
+            ..Default::default()
+        };
+        let bob = users::update(pool, bob.id, &patch).await?.unwrap();
+        assert_eq!((bob.disabled, bob.requests_per_minute), (true, None));
+        assert!(
+            users::update(pool, uuid::Uuid::new_v4(), &patch)
+                .await?
+                .is_none()
+        );
+        let names: Vec<_> = users::list(pool)
+            .await?
+            .into_iter()
+            .map(|u| u.username)
+            .collect();
+        assert_eq!(names, ["alice", "bob"]);
+        Ok(())
+    }
 }

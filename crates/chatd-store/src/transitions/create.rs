@@ -121,7 +121,7 @@ impl ChatTx {
     ///
     /// ```
     /// use chatd_core::MessagePart;
-    /// use chatd_store::{CreateChatInput, NewMessage, queries};
+    /// use chatd_store::{CreateChatInput, NewMessage, chats};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
     /// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
     /// # let parent = fx.create_chat("hi").await?.chat;
@@ -139,7 +139,7 @@ impl ChatTx {
     /// let mut tx = store.machine(parent.id).begin().await?;
     /// assert_eq!(tx.create_child(input).await?, (child, false));
     /// tx.commit().await?;
-    /// let row = queries::chats::select(pool, child, Default::default()).await?.unwrap();
+    /// let row = chats::select(pool, child, Default::default()).await?.unwrap();
     /// assert_eq!((row.parent_chat_id, row.depth), (Some(parent.id), 1));
     /// # Ok(()) }
     /// ```

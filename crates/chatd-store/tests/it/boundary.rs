@@ -22,14 +22,23 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn no_other_crate_uses_the_store_internals() {
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("crates/");
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("crates/");
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(crates).expect("crates/ is readable").flatten() {
+    for entry in std::fs::read_dir(crates)
+        .expect("crates/ is readable")
+        .flatten()
+    {
         if entry.file_name() != "chatd-store" {
             rust_files(&entry.path(), &mut files);
         }
     }
-    assert!(files.len() > 50, "found only {} files under {crates:?}", files.len());
+    assert!(
+        files.len() > 50,
+        "found only {} files under {crates:?}",
+        files.len()
+    );
     let offenders: Vec<String> = files
         .iter()
         .filter(|path| {

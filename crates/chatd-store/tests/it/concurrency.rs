@@ -440,10 +440,11 @@ async fn an_optimistic_bundle_decides_as_the_locked_row_after_execution_columns_
 
     // The reverse: the guess (waiting) refuses an attempt the row (set
     // running by hand) admits.
-    let row = chatd_store::internals::chats::select_facts(&mut h.pool().acquire().await.unwrap(), id)
-        .await
-        .unwrap()
-        .expect("row");
+    let row =
+        chatd_store::internals::chats::select_facts(&mut h.pool().acquire().await.unwrap(), id)
+            .await
+            .unwrap()
+            .expect("row");
     assert_eq!(row.chat.status, ChatStatus::Waiting);
     h.store.row_cache().put(row);
     sqlx::query("UPDATE chats SET status = 'running' WHERE id = $1")

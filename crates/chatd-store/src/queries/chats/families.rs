@@ -6,8 +6,6 @@ use super::*;
 
 /// A chat of a family that `DELETE` found not deletable
 /// ([`ExecutionState::is_deletable`]): busy, or invalid.
-///
-/// Example: [`delete_family`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotDeletable {
     /// The chat.
@@ -22,29 +20,6 @@ pub struct NotDeletable {
 /// nothing and returns the first one that is not, in id order. Locks the
 /// whole subtree `FOR UPDATE` in id order first; the caller holds the lock
 /// of `chat_id` already (a [`crate::ChatMachine::lock`]).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ExecutionState;
-/// use chatd_store::queries::chats::{self, LockMode};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // A running chat is not deletable...
-/// let mut locked = store.machine(chat.id).lock().await?;
-/// let refused = chats::delete_family(locked.conn(), chat.id).await?.unwrap_err();
-/// assert_eq!((refused.chat_id, refused.state), (chat.id, ExecutionState::R0));
-/// locked.finish().await?;
-/// // ...a waiting one is.
-/// let machine = store.machine(chat.id);
-/// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
-/// let mut locked = machine.lock().await?;
-/// chats::delete_family(locked.conn(), chat.id).await?.expect("deletable");
-/// locked.finish().await?;
-/// assert!(chats::select(pool, chat.id, LockMode::None).await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn delete_family(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -88,29 +63,6 @@ pub async fn delete_family(
 
 /// The members of root chat `root_id`'s family other than the root, by
 /// creation (the order [`crate::Store::set_family_archived`] locks them in).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let child = store
-///     .create_chat(chatd_store::CreateChatInput {
-///         owner_id: owner,
-///         parent_chat_id: Some(chat.id),
-///         initial_messages: vec![chatd_store::NewMessage::user(vec![
-///             chatd_core::MessagePart::text("sub-task"),
-///         ])],
-///         ..Default::default()
-///     })
-///     .await?
-///     .chat;
-/// let mut conn = pool.acquire().await?;
-/// assert_eq!(chats::family_members(&mut conn, chat.id).await?, vec![child.id]);
-/// # Ok(()) }
-/// ```
 pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar!(
         "SELECT id FROM chats WHERE root_chat_id = $1 AND id <> $1 ORDER BY created_at, id",
@@ -127,8 +79,6 @@ pub async fn family_members(conn: &mut PgConnection, root_id: Uuid) -> sqlx::Res
 ///
 /// # Errors
 /// Database errors only.
-///
-/// Example: [`crate::Store::set_subtree_archived`].
 pub async fn subtree_members(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar!(
         r#"WITH RECURSIVE sub AS (
@@ -207,24 +157,6 @@ pub async fn child_progress(
 /// change for `idle_for` (database time); ordered by `(updated_at, id)`, at
 /// most `limit`, after the keyset `after`. See
 /// [`crate::Store::auto_archive_candidates`].
-///
-/// # Example
-///
-/// ```
-/// use std::time::Duration;
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let machine = store.machine(chat.id);
-/// machine.update(|tx| Box::pin(async move { tx.finish_turn().await })).await?;
-/// let found = chats::auto_archive_candidates(pool, Duration::ZERO, 10, None).await?;
-/// assert_eq!(found.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![chat.id]);
-/// // Idle for less than an hour: not a candidate yet.
-/// let hour = Duration::from_secs(3600);
-/// assert!(chats::auto_archive_candidates(pool, hour, 10, None).await?.is_empty());
-/// # Ok(()) }
-/// ```
 pub async fn auto_archive_candidates(
     conn: impl PgExecutor<'_>,
     idle_for: Duration,
@@ -259,26 +191,6 @@ pub async fn auto_archive_candidates(
 /// checks it still qualifies: the chat exists, is a root, is neither
 /// archived nor pinned, and it and every member had no change for
 /// `idle_for` (database time).
-///
-/// # Example
-///
-/// ```
-/// use std::time::Duration;
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// assert!(chats::lock_idle_family_nowait(&mut tx, chat.id, Duration::ZERO).await?);
-/// // While it is held, another locker fails at once with 55P03.
-/// let mut other = pool.begin().await?;
-/// let err = chats::lock_idle_family_nowait(&mut other, chat.id, Duration::ZERO)
-///     .await
-///     .unwrap_err();
-/// let code = err.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
-/// assert_eq!(code.as_deref(), Some("55P03"));
-/// # Ok(()) }
-/// ```
 pub async fn lock_idle_family_nowait(
     conn: &mut PgConnection,
     root_id: Uuid,
@@ -307,4 +219,127 @@ pub async fn lock_idle_family_nowait(
     .fetch_all(conn)
     .await?;
     Ok(!children_idle.contains(&false))
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn delete_family_deletes_chat_chat_id_with_its_rows_and_descendants_by()
+    -> anyhow::Result<()> {
+        use crate::queries::chats::{self, LockMode};
+        use chatd_core::ExecutionState;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // A running chat is not deletable...
+        let mut locked = store.machine(chat.id).lock().await?;
+        let refused = chats::delete_family(locked.conn(), chat.id)
+            .await?
+            .unwrap_err();
+        assert_eq!(
+            (refused.chat_id, refused.state),
+            (chat.id, ExecutionState::R0)
+        );
+        locked.finish().await?;
+        // ...a waiting one is.
+        let machine = store.machine(chat.id);
+        machine
+            .update(|tx| Box::pin(async move { tx.finish_turn().await }))
+            .await?;
+        let mut locked = machine.lock().await?;
+        chats::delete_family(locked.conn(), chat.id)
+            .await?
+            .expect("deletable");
+        locked.finish().await?;
+        assert!(
+            chats::select(pool, chat.id, LockMode::None)
+                .await?
+                .is_none()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn family_members_the_members_of_root_chat_root_id_s_family_other_than_the()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let child = store
+            .create_chat(crate::CreateChatInput {
+                owner_id: owner,
+                parent_chat_id: Some(chat.id),
+                initial_messages: vec![crate::NewMessage::user(vec![
+                    chatd_core::MessagePart::text("sub-task"),
+                ])],
+                ..Default::default()
+            })
+            .await?
+            .chat;
+        let mut conn = pool.acquire().await?;
+        assert_eq!(
+            chats::family_members(&mut conn, chat.id).await?,
+            vec![child.id]
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn auto_archive_candidates_root_chats_the_auto_archive_loop_may_archive()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        use std::time::Duration;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let machine = store.machine(chat.id);
+        machine
+            .update(|tx| Box::pin(async move { tx.finish_turn().await }))
+            .await?;
+        let found = chats::auto_archive_candidates(pool, Duration::ZERO, 10, None).await?;
+        assert_eq!(
+            found.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            vec![chat.id]
+        );
+        // Idle for less than an hour: not a candidate yet.
+        let hour = Duration::from_secs(3600);
+        assert!(
+            chats::auto_archive_candidates(pool, hour, 10, None)
+                .await?
+                .is_empty()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn lock_idle_family_nowait_locks_the_family_of_root_chat_root_id_for_an()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        use std::time::Duration;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        assert!(chats::lock_idle_family_nowait(&mut tx, chat.id, Duration::ZERO).await?);
+        // While it is held, another locker fails at once with 55P03.
+        let mut other = pool.begin().await?;
+        let err = chats::lock_idle_family_nowait(&mut other, chat.id, Duration::ZERO)
+            .await
+            .unwrap_err();
+        let code = err
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.into_owned());
+        assert_eq!(code.as_deref(), Some("55P03"));
+        Ok(())
+    }
 }

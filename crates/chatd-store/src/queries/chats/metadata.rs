@@ -5,18 +5,6 @@
 use super::*;
 
 /// Whether chat `chat_id` exists and belongs to `owner`.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// assert!(chats::is_owned_by(pool, chat.id, owner).await?);
-/// assert!(!chats::is_owned_by(pool, chat.id, uuid::Uuid::new_v4()).await?);
-/// # Ok(()) }
-/// ```
 pub async fn is_owned_by(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -32,8 +20,6 @@ pub async fn is_owned_by(
 }
 
 /// Filters of `GET /chats`.
-///
-/// Example: [`list`].
 #[derive(Debug, Clone)]
 pub struct ChatFilter {
     /// Whose chats.
@@ -57,31 +43,6 @@ pub struct ChatFilter {
 }
 
 /// A page of chats, newest `updated_at` first, ties by id descending.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats::{self, ChatFilter};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut filter = ChatFilter {
-///     owner,
-///     archived: false,
-///     q: Some("new".into()), // the default title, "New Chat"
-///     label_keys: vec![],
-///     label_values: vec![],
-///     after_id: None,
-///     limit: 50,
-///     parent_id: None,
-/// };
-/// let page = chats::list(pool, &filter).await?;
-/// assert_eq!(page.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
-/// filter.label_keys = vec!["topic".into()];
-/// filter.label_values = vec!["travel".into()];
-/// assert!(chats::list(pool, &filter).await?.is_empty());
-/// # Ok(()) }
-/// ```
 pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec<Chat>> {
     sql!(query() [, f.owner, f.archived, f.q.as_deref(), &f.label_keys[..], &f.label_values[..],
                     f.after_id, f.limit, f.parent_id]:
@@ -104,8 +65,6 @@ pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec
 }
 
 /// Metadata fields of a `PATCH /chats/{chat}`; `None` keeps a column.
-///
-/// Example: [`update_metadata`].
 #[derive(Debug, Clone, Default)]
 pub struct MetadataChanges {
     /// New title.
@@ -120,29 +79,6 @@ pub struct MetadataChanges {
 
 /// Applies metadata changes and advances `updated_at` (strictly, even within
 /// one microsecond), returning the row. The caller holds the row lock.
-///
-/// # Example
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use chatd_store::queries::chats::{self, MetadataChanges};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let changes = MetadataChanges {
-///     title: Some("Trip".into()),
-///     labels: Some(BTreeMap::from([("topic".into(), "travel".into())])),
-///     ..Default::default()
-/// };
-/// let mut locked = store.machine(chat.id).lock().await?;
-/// let row = chats::update_metadata(locked.conn(), chat.id, &changes).await?;
-/// locked.finish().await?;
-/// assert_eq!((row.title.as_str(), row.labels["topic"].as_str()), ("Trip", "travel"));
-/// // Metadata is not execution state: no snapshot bump, but a newer updated_at.
-/// assert_eq!(row.snapshot_version, chat.snapshot_version);
-/// assert!(row.updated_at > chat.updated_at);
-/// # Ok(()) }
-/// ```
 pub async fn update_metadata(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -168,21 +104,6 @@ pub async fn update_metadata(
 /// title ([`crate::DEFAULT_CHAT_TITLE`]), advancing `updated_at` like
 /// [`update_metadata`]; returns whether it did. The caller holds the row
 /// lock.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut locked = store.machine(chat.id).lock().await?;
-/// assert!(chats::set_title_if_default(locked.conn(), chat.id, "Greetings").await?);
-/// // Only the default title is replaced.
-/// assert!(!chats::set_title_if_default(locked.conn(), chat.id, "Other").await?);
-/// locked.finish().await?;
-/// # Ok(()) }
-/// ```
 pub async fn set_title_if_default(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -199,4 +120,92 @@ pub async fn set_title_if_default(
     .await?
     .rows_affected();
     Ok(updated == 1)
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn is_owned_by_whether_chat_chat_id_exists_and_belongs_to_owner() -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        assert!(chats::is_owned_by(pool, chat.id, owner).await?);
+        assert!(!chats::is_owned_by(pool, chat.id, uuid::Uuid::new_v4()).await?);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn list_a_page_of_chats_newest_updated_at_first_ties_by_id_descending()
+    -> anyhow::Result<()> {
+        use crate::queries::chats::{self, ChatFilter};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut filter = ChatFilter {
+            owner,
+            archived: false,
+            q: Some("new".into()), // the default title, "New Chat"
+            label_keys: vec![],
+            label_values: vec![],
+            after_id: None,
+            limit: 50,
+            parent_id: None,
+        };
+        let page = chats::list(pool, &filter).await?;
+        assert_eq!(page.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
+        filter.label_keys = vec!["topic".into()];
+        filter.label_values = vec!["travel".into()];
+        assert!(chats::list(pool, &filter).await?.is_empty());
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn update_metadata_applies_metadata_changes_and_advances_updated_at() -> anyhow::Result<()>
+    {
+        use crate::queries::chats::{self, MetadataChanges};
+        use std::collections::BTreeMap;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let changes = MetadataChanges {
+            title: Some("Trip".into()),
+            labels: Some(BTreeMap::from([("topic".into(), "travel".into())])),
+            ..Default::default()
+        };
+        let mut locked = store.machine(chat.id).lock().await?;
+        let row = chats::update_metadata(locked.conn(), chat.id, &changes).await?;
+        locked.finish().await?;
+        assert_eq!(
+            (row.title.as_str(), row.labels["topic"].as_str()),
+            ("Trip", "travel")
+        );
+        // Metadata is not execution state: no snapshot bump, but a newer updated_at.
+        assert_eq!(row.snapshot_version, chat.snapshot_version);
+        assert!(row.updated_at > chat.updated_at);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn set_title_if_default_sets_the_title_of_chat_chat_id_to_title_if_it_still()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut locked = store.machine(chat.id).lock().await?;
+        assert!(chats::set_title_if_default(locked.conn(), chat.id, "Greetings").await?);
+        // Only the default title is replaced.
+        assert!(!chats::set_title_if_default(locked.conn(), chat.id, "Other").await?);
+        locked.finish().await?;
+        Ok(())
+    }
 }

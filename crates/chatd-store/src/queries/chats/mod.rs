@@ -23,8 +23,6 @@ use crate::rules::{idle_status_sql, runnable_chat_sql};
 
 /// The row lock a read of a chat row takes (PostgreSQL's row-level lock
 /// modes, in the transaction of the connection it runs on).
-///
-/// Example: [`select`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LockMode {
     /// No lock: a plain read (in a snapshot, or under a lock already held).
@@ -40,24 +38,6 @@ pub enum LockMode {
 
 /// Reads chat `chat_id` with the row lock `lock`; `None` when it does not
 /// exist.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats::{self, LockMode};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // A plain read, and one that locks the row until its transaction ends.
-/// let row = chats::select(pool, chat.id, LockMode::None).await?.expect("exists");
-/// assert_eq!(row.snapshot_version, 1);
-/// let mut tx = pool.begin().await?;
-/// let locked = chats::select(&mut *tx, chat.id, LockMode::Update).await?;
-/// assert_eq!(locked.map(|c| c.id), Some(chat.id));
-/// tx.commit().await?;
-/// assert!(chats::select(pool, uuid::Uuid::new_v4(), LockMode::Share).await?.is_none());
-/// # Ok(()) }
-/// ```
 pub async fn select(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -85,22 +65,6 @@ pub async fn select(
 /// its commit, which only releases the row lock, does not wait for a WAL
 /// flush. Never write through such a transaction: its commit may be lost
 /// in a crash.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// let row = chats::select_for_update_to_read(&mut tx, chat.id).await?.expect("exists");
-/// assert_eq!(row.snapshot_version, chat.snapshot_version);
-/// let setting: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut *tx).await?;
-/// assert_eq!(setting, "off");
-/// tx.commit().await?;
-/// # Ok(()) }
-/// ```
 pub async fn select_for_update_to_read(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -155,27 +119,6 @@ macro_rules! bumped_of {
 /// which locks the root first and then each member (race test
 /// `child_transitions_racing_family_archives_never_deadlock`). Taken before
 /// the child's row, every family transaction meets the others at the root.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// let bumped = chats::lock_and_bump(&mut tx, chat.id).await?.expect("exists");
-/// assert_eq!(bumped.facts.chat.snapshot_version, chat.snapshot_version + 1);
-/// // Nobody changed the chat while the statement waited for its lock.
-/// let facts = bumped.current_facts().expect("uncontended");
-/// assert_eq!((facts.queue_len, facts.heartbeat_age_secs), (0, None));
-/// // Another transaction skips the locked row instead of waiting for it.
-/// let mut other = pool.begin().await?;
-/// assert!(chats::lock_and_bump_skip_locked(&mut other, chat.id).await?.is_none());
-/// other.rollback().await?;
-/// tx.rollback().await?; // ChatMachine::begin and ChatTx::commit do this for real
-/// # Ok(()) }
-/// ```
 pub async fn lock_and_bump(conn: &mut PgConnection, chat_id: Uuid) -> sqlx::Result<Option<Bumped>> {
     // A root chat (no parent: most chats) has no family to key-share: one
     // index lookup fewer and a plan a third the size (issue 15). The row
@@ -244,8 +187,6 @@ pub(crate) async fn lock_and_bump_guessed(
 /// Like [`lock_and_bump`] with `SKIP LOCKED`: `None` when the row, or the
 /// key-share lock of its root or parent, is held by another transaction, or
 /// the chat is missing.
-///
-/// Example: [`lock_and_bump`].
 pub async fn lock_and_bump_skip_locked(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -278,8 +219,6 @@ pub async fn lock_and_bump_skip_locked(
 /// bumps the row under its lock, so the subqueries are current exactly when
 /// the snapshot's row is the one just before the bump
 /// ([`Bumped::current_facts`]).
-///
-/// Example: [`lock_and_bump`].
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Bumped {
     /// The bumped row and what the statement read beside it.
@@ -302,22 +241,6 @@ impl Bumped {
 /// The chat row, its queue length and its runner's heartbeat age
 /// ([`ChatFacts`]; no row lock clause: callers hold the lock already or
 /// read in a snapshot).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut conn = pool.acquire().await?;
-/// let row = chats::select_facts(&mut conn, chat.id).await?.expect("exists");
-/// assert_eq!((row.chat.id, row.queue_len), (chat.id, 0));
-/// // Running, nothing queued, no runner: a commit also publishes chat:ownership.
-/// assert!(row.execution_state().is_runnable());
-/// assert!(!row.fresh(30.0));
-/// # Ok(()) }
-/// ```
 pub async fn select_facts(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -354,28 +277,6 @@ pub(crate) async fn select_facts_with(
 /// and the metadata of `input` (title default [`crate::DEFAULT_CHAT_TITLE`]);
 /// `root_chat_id` is the root of the parent's family and `depth` the new
 /// chat's depth in it (0 for a root; API.md "Sub-agents and plan mode").
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ChatStatus;
-/// use chatd_store::CreateChatInput;
-/// use chatd_store::queries::chats::{self, LockMode};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// let id = uuid::Uuid::new_v4();
-/// let input = CreateChatInput {
-///     owner_id: owner,
-///     title: Some("Plans".into()),
-///     ..Default::default()
-/// };
-/// let mut tx = pool.begin().await?;
-/// chats::insert(&mut tx, id, None, 0, ChatStatus::Waiting, &input).await?;
-/// let row = chats::select(&mut *tx, id, LockMode::None).await?.expect("inserted");
-/// assert_eq!((row.title.as_str(), row.snapshot_version), ("Plans", 1));
-/// tx.rollback().await?; // Store::create_chat inserts the history in the same transaction
-/// # Ok(()) }
-/// ```
 pub async fn insert(
     conn: &mut PgConnection,
     id: Uuid,
@@ -416,8 +317,6 @@ pub async fn insert(
 ///
 /// # Errors
 /// Database errors only.
-///
-/// Example: [`crate::ChatTx::create_child`].
 pub async fn child_by_spawn_key(
     conn: impl PgExecutor<'_>,
     parent: Uuid,
@@ -461,32 +360,6 @@ pub struct ChildPlacement {
 ///
 /// # Errors
 /// Database errors only.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let child = store
-///     .create_chat(chatd_store::CreateChatInput {
-///         owner_id: owner,
-///         parent_chat_id: Some(chat.id),
-///         initial_status: Some(chatd_core::ChatStatus::Waiting),
-///         initial_messages: vec![chatd_store::NewMessage::user(vec![
-///             chatd_core::MessagePart::text("sub-task"),
-///         ])],
-///         ..Default::default()
-///     })
-///     .await?
-///     .chat;
-/// let mut tx = pool.begin().await?;
-/// let placement = chats::lock_family_for_child(&mut tx, child.id).await?.unwrap();
-/// assert_eq!((placement.root_chat_id, placement.archived), (chat.id, false));
-/// assert_eq!(chats::lock_family_for_child(&mut tx, uuid::Uuid::new_v4()).await?, None);
-/// # Ok(()) }
-/// ```
 pub async fn lock_family_for_child(
     conn: &mut PgConnection,
     parent: Uuid,
@@ -526,8 +399,6 @@ pub async fn lock_family_for_child(
 }
 
 /// Fields of the chat row a transition may set. `None` leaves a column alone.
-///
-/// Example: [`update_execution`].
 #[derive(Debug, Default, Clone)]
 pub struct ChatChanges {
     /// New status.
@@ -557,26 +428,6 @@ pub struct ChatChanges {
 
 /// Applies `changes` to the chat row and returns the new row. Only the
 /// transitions call it: these are execution-state columns.
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ChatStatus;
-/// use chatd_store::queries::chats::{self, ChatChanges};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let mut tx = pool.begin().await?;
-/// chats::lock_and_bump(&mut tx, chat.id).await?;
-/// let changes = ChatChanges {
-///     status: Some(ChatStatus::Waiting),
-///     ..Default::default()
-/// };
-/// let row = chats::update_execution(&mut tx, chat.id, &changes).await?;
-/// assert_eq!(row.status, ChatStatus::Waiting);
-/// tx.rollback().await?; // the transitions (crate::transitions) do this for real
-/// # Ok(()) }
-/// ```
 pub async fn update_execution(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -782,3 +633,185 @@ mod workers;
 pub use families::*;
 pub use metadata::*;
 pub use workers::*;
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_reads_chat_chat_id_with_the_row_lock_lock() -> anyhow::Result<()> {
+        use crate::queries::chats::{self, LockMode};
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // A plain read, and one that locks the row until its transaction ends.
+        let row = chats::select(pool, chat.id, LockMode::None)
+            .await?
+            .expect("exists");
+        assert_eq!(row.snapshot_version, 1);
+        let mut tx = pool.begin().await?;
+        let locked = chats::select(&mut *tx, chat.id, LockMode::Update).await?;
+        assert_eq!(locked.map(|c| c.id), Some(chat.id));
+        tx.commit().await?;
+        assert!(
+            chats::select(pool, uuid::Uuid::new_v4(), LockMode::Share)
+                .await?
+                .is_none()
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_for_update_to_read_reads_chat_chat_id_for_update_in_a_transaction()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        let row = chats::select_for_update_to_read(&mut tx, chat.id)
+            .await?
+            .expect("exists");
+        assert_eq!(row.snapshot_version, chat.snapshot_version);
+        let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+            .fetch_one(&mut *tx)
+            .await?;
+        assert_eq!(setting, "off");
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn lock_and_bump_locks_the_chat_row_for_update_and_advances_snapshot()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        let bumped = chats::lock_and_bump(&mut tx, chat.id)
+            .await?
+            .expect("exists");
+        assert_eq!(
+            bumped.facts.chat.snapshot_version,
+            chat.snapshot_version + 1
+        );
+        // Nobody changed the chat while the statement waited for its lock.
+        let facts = bumped.current_facts().expect("uncontended");
+        assert_eq!((facts.queue_len, facts.heartbeat_age_secs), (0, None));
+        // Another transaction skips the locked row instead of waiting for it.
+        let mut other = pool.begin().await?;
+        assert!(
+            chats::lock_and_bump_skip_locked(&mut other, chat.id)
+                .await?
+                .is_none()
+        );
+        other.rollback().await?;
+        tx.rollback().await?; // ChatMachine::begin and ChatTx::commit do this for real
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_facts_the_chat_row_its_queue_length_and_its_runner_s_heartbeat()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut conn = pool.acquire().await?;
+        let row = chats::select_facts(&mut conn, chat.id)
+            .await?
+            .expect("exists");
+        assert_eq!((row.chat.id, row.queue_len), (chat.id, 0));
+        // Running, nothing queued, no runner: a commit also publishes chat:ownership.
+        assert!(row.execution_state().is_runnable());
+        assert!(!row.fresh(30.0));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn inserts_the_row_of_a_new_chat_at_snapshot_version_1_with_status_and_the()
+    -> anyhow::Result<()> {
+        use crate::CreateChatInput;
+        use crate::queries::chats::{self, LockMode};
+        use chatd_core::ChatStatus;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let id = uuid::Uuid::new_v4();
+        let input = CreateChatInput {
+            owner_id: owner,
+            title: Some("Plans".into()),
+            ..Default::default()
+        };
+        let mut tx = pool.begin().await?;
+        chats::insert(&mut tx, id, None, 0, ChatStatus::Waiting, &input).await?;
+        let row = chats::select(&mut *tx, id, LockMode::None)
+            .await?
+            .expect("inserted");
+        assert_eq!((row.title.as_str(), row.snapshot_version), ("Plans", 1));
+        tx.rollback().await?; // Store::create_chat inserts the history in the same transaction
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn lock_family_for_child_locks_the_family_a_child_of_parent_joins_root()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let child = store
+            .create_chat(crate::CreateChatInput {
+                owner_id: owner,
+                parent_chat_id: Some(chat.id),
+                initial_status: Some(chatd_core::ChatStatus::Waiting),
+                initial_messages: vec![crate::NewMessage::user(vec![
+                    chatd_core::MessagePart::text("sub-task"),
+                ])],
+                ..Default::default()
+            })
+            .await?
+            .chat;
+        let mut tx = pool.begin().await?;
+        let placement = chats::lock_family_for_child(&mut tx, child.id)
+            .await?
+            .unwrap();
+        assert_eq!(
+            (placement.root_chat_id, placement.archived),
+            (chat.id, false)
+        );
+        assert_eq!(
+            chats::lock_family_for_child(&mut tx, uuid::Uuid::new_v4()).await?,
+            None
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn update_execution_applies_changes_to_the_chat_row_and_returns_the_new_row()
+    -> anyhow::Result<()> {
+        use crate::queries::chats::{self, ChatChanges};
+        use chatd_core::ChatStatus;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let mut tx = pool.begin().await?;
+        chats::lock_and_bump(&mut tx, chat.id).await?;
+        let changes = ChatChanges {
+            status: Some(ChatStatus::Waiting),
+            ..Default::default()
+        };
+        let row = chats::update_execution(&mut tx, chat.id, &changes).await?;
+        assert_eq!(row.status, ChatStatus::Waiting);
+        tx.rollback().await?; // the transitions (crate::transitions) do this for real
+        Ok(())
+    }
+}

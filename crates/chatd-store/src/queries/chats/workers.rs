@@ -85,32 +85,6 @@ pub struct AcquisitionCandidates {
 /// waiting chats never fill the batch ahead of another user's; at most
 /// `limit` ids. A hint: a claim checks again under the row lock and under
 /// the owner's lock ([`lock_owner_room`], [`family_holds_slot`]).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// // Running and held by no runner: a candidate.
-/// let found = chats::acquisition_candidates(pool, 30.0, 10, 8).await?;
-/// assert_eq!((found.chat_ids, found.blocked), (vec![chat.id], false));
-/// // With a cap of 0 for everyone, it waits.
-/// let found = chats::acquisition_candidates(pool, 30.0, 10, 0).await?;
-/// assert_eq!((found.chat_ids, found.blocked), (vec![], true));
-/// // Interrupted meanwhile, it takes no slot: a candidate even so.
-/// let machine = store.machine(chat.id);
-/// machine.update(|tx| Box::pin(async move { tx.interrupt().await.map(|_| ()) })).await?;
-/// let found = chats::acquisition_candidates(pool, 30.0, 10, 0).await?;
-/// assert_eq!((found.chat_ids, found.blocked), (vec![chat.id], false));
-/// // Acquired, with a fresh heartbeat: not.
-/// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-/// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
-/// let found = chats::acquisition_candidates(pool, 30.0, 10, 8).await?;
-/// assert_eq!((found.chat_ids, found.blocked), (vec![], false));
-/// # Ok(()) }
-/// ```
 pub async fn acquisition_candidates(
     conn: impl PgExecutor<'_>,
     stale_after_secs: f64,
@@ -169,24 +143,6 @@ pub async fn acquisition_candidates(
 /// chats count: a runner keeps a chat that went idle for a moment, and a
 /// message sent meanwhile runs without a new `Acquire`. This is what the
 /// running-chat cap counts.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 0);
-/// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-/// let machine = store.machine(chat.id);
-/// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
-/// assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 1);
-/// // Its runner lets it go: no slot.
-/// machine.update(|tx| Box::pin(async move { tx.abandon().await })).await?;
-/// assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 0);
-/// # Ok(()) }
-/// ```
 pub async fn held_chat_count(
     conn: impl PgExecutor<'_>,
     owner_id: Uuid,
@@ -207,21 +163,6 @@ pub async fn held_chat_count(
 ///
 /// # Errors
 /// Database errors only.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// assert!(!chats::family_holds_slot(pool, owner, chat.id, 30.0).await?);
-/// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-/// let machine = store.machine(chat.id);
-/// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
-/// assert!(chats::family_holds_slot(pool, owner, chat.id, 30.0).await?);
-/// # Ok(()) }
-/// ```
 pub async fn family_holds_slot(
     conn: impl PgExecutor<'_>,
     owner_id: Uuid,
@@ -255,21 +196,6 @@ pub async fn family_holds_slot(
 ///
 /// # Errors
 /// Database errors only.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// let mut tx = pool.begin().await?;
-/// assert_eq!(chats::lock_owner_room(&mut tx, owner, 8, 30.0).await?, 8);
-/// tx.commit().await?;
-/// sqlx::query("UPDATE users SET max_running_chats = 2 WHERE id = $1").bind(owner).execute(pool).await?;
-/// let mut tx = pool.begin().await?;
-/// assert_eq!(chats::lock_owner_room(&mut tx, owner, 8, 30.0).await?, 2);
-/// # Ok(()) }
-/// ```
 pub async fn lock_owner_room(
     conn: &mut PgConnection,
     owner_id: Uuid,
@@ -297,22 +223,6 @@ pub async fn lock_owner_room(
 ///
 /// # Errors
 /// Database errors only.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let parent = fx.create_chat("hi").await?.chat;
-/// assert_eq!(chats::child_count(pool, parent.id).await?, 0);
-/// let mut tx = store.machine(parent.id).begin().await?;
-/// let first = chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("sub-task")]);
-/// let child = chatd_store::CreateChatInput { owner_id: owner, initial_messages: vec![first], ..Default::default() };
-/// tx.create_child(child).await?;
-/// assert_eq!(chats::child_count(tx.reader().await?, parent.id).await?, 1);
-/// # Ok(()) }
-/// ```
 pub async fn child_count(conn: impl PgExecutor<'_>, parent: Uuid) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
         r#"SELECT count(*) AS "count!" FROM chats WHERE parent_chat_id = $1"#,
@@ -329,28 +239,6 @@ pub async fn child_count(conn: impl PgExecutor<'_>, parent: Uuid) -> sqlx::Resul
 /// bound; `None` when no such lease exists. The acquisition loop sleeps no
 /// longer than this, so a crashed owner's chat is taken over when its lease
 /// goes stale, not at the next timer pass (spec "Acquisition loop").
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::{chats, heartbeats};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?; let pool = db.pool();
-/// # let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
-/// # let owner = chatd_store::queries::users::insert(pool, "alice", chatd_core::Role::Member).await?.id;
-/// # let hi = vec![chatd_store::NewMessage::user(vec![chatd_core::MessagePart::text("hi")])];
-/// # let input = chatd_store::CreateChatInput { owner_id: owner, initial_messages: hi, ..Default::default() };
-/// # let created = store.create_chat(input).await?; let chat = created.chat.clone();
-/// let (me, other, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-/// assert_eq!(chats::next_lease_expiry(pool, me, 30.0).await?, None, "nobody holds it");
-/// let machine = store.machine(chat.id);
-/// machine.update(move |tx| Box::pin(async move { tx.acquire(other, runner).await })).await?;
-/// heartbeats::upsert(&mut *pool.acquire().await?, chat.id, runner).await?;
-/// let left = chats::next_lease_expiry(pool, me, 30.0).await?.expect("another worker's lease");
-/// assert!(left > 29.0 && left <= 30.0, "{left}");
-/// assert_eq!(chats::next_lease_expiry(pool, other, 30.0).await?, None, "its own lease");
-/// # Ok(()) }
-/// ```
 pub async fn next_lease_expiry(
     conn: impl PgExecutor<'_>,
     worker_id: Uuid,
@@ -371,18 +259,6 @@ pub async fn next_lease_expiry(
 }
 
 /// The rows of the chats among `ids` that exist (any order).
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let rows = chats::select_many(pool, &[chat.id, uuid::Uuid::new_v4()]).await?;
-/// assert_eq!(rows.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
-/// # Ok(()) }
-/// ```
 pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<Chat>> {
     sql!(query() [, ids]: "SELECT " chat_columns!() " FROM chats c WHERE c.id = ANY($1::uuid[])")
         .try_map(|r| Ok(chat_of!(r)))
@@ -391,20 +267,6 @@ pub async fn select_many(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Resul
 }
 
 /// `(chat id, runner id)` of every chat whose `worker_id` is `worker_id`.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-/// let machine = store.machine(chat.id);
-/// machine.update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await })).await?;
-/// assert_eq!(chats::owned_by_worker(pool, worker).await?, vec![(chat.id, Some(runner))]);
-/// # Ok(()) }
-/// ```
 pub async fn owned_by_worker(
     conn: impl PgExecutor<'_>,
     worker_id: Uuid,
@@ -420,21 +282,6 @@ pub async fn owned_by_worker(
 
 /// Seconds until chat `chat_id`'s requires-action deadline (negative once
 /// it passed; database time), `None` when it has none.
-///
-/// # Example
-///
-/// ```
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// assert_eq!(chats::requires_action_remaining_secs(pool, chat.id).await?, None);
-/// let machine = store.machine(chat.id);
-/// machine.update(|tx| Box::pin(async move { tx.enter_requires_action().await })).await?;
-/// let secs = chats::requires_action_remaining_secs(pool, chat.id).await?.expect("a deadline");
-/// assert!(secs > 0.0 && secs <= 300.0, "the default timeout is 5 minutes");
-/// # Ok(()) }
-/// ```
 pub async fn requires_action_remaining_secs(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
@@ -450,8 +297,6 @@ pub async fn requires_action_remaining_secs(
 
 /// The version columns of one chat, as the stream's sync poller reads them
 /// (spec "Sync poller" → "Polling").
-///
-/// Example: [`versions`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
 pub struct ChatVersions {
     /// Chat id.
@@ -475,20 +320,6 @@ pub struct ChatVersions {
 
 /// The [`ChatVersions`] of every chat among `ids` that exists, in one query
 /// (spec "Sync poller" → "Polling", verbatim).
-///
-/// # Example
-///
-/// ```
-/// use chatd_core::ChatStatus;
-/// use chatd_store::queries::chats;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> anyhow::Result<()> {
-/// # let fx = chatd_testkit::store::StoreFixture::new().await?; let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
-/// # let created = fx.create_chat("hi").await?; let chat = created.chat.clone();
-/// let rows = chats::versions(pool, &[chat.id, uuid::Uuid::new_v4()]).await?;
-/// assert_eq!(rows.len(), 1);
-/// assert_eq!((rows[0].snapshot_version, rows[0].status), (1, ChatStatus::Running));
-/// # Ok(()) }
-/// ```
 pub async fn versions(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<Vec<ChatVersions>> {
     sqlx::query!(
         "SELECT id, snapshot_version, history_version, queue_version, retry_state_version, generation_attempt, status, worker_id
@@ -510,4 +341,248 @@ pub async fn versions(conn: impl PgExecutor<'_>, ids: &[Uuid]) -> sqlx::Result<V
     })
     .fetch_all(conn)
     .await
+}
+
+#[cfg(test)]
+#[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
+mod examples {
+    //! The worked examples of this module's functions, each on a fresh
+    //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn acquisition_candidates_chats_a_worker_may_acquire_spec_acquisition_loop()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        // Running and held by no runner: a candidate.
+        let found = chats::acquisition_candidates(pool, 30.0, 10, 8).await?;
+        assert_eq!((found.chat_ids, found.blocked), (vec![chat.id], false));
+        // With a cap of 0 for everyone, it waits.
+        let found = chats::acquisition_candidates(pool, 30.0, 10, 0).await?;
+        assert_eq!((found.chat_ids, found.blocked), (vec![], true));
+        // Interrupted meanwhile, it takes no slot: a candidate even so.
+        let machine = store.machine(chat.id);
+        machine
+            .update(|tx| Box::pin(async move { tx.interrupt().await.map(|_| ()) }))
+            .await?;
+        let found = chats::acquisition_candidates(pool, 30.0, 10, 0).await?;
+        assert_eq!((found.chat_ids, found.blocked), (vec![chat.id], false));
+        // Acquired, with a fresh heartbeat: not.
+        let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        machine
+            .update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await }))
+            .await?;
+        let found = chats::acquisition_candidates(pool, 30.0, 10, 8).await?;
+        assert_eq!((found.chat_ids, found.blocked), (vec![], false));
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn held_chat_count_how_many_running_chat_slots_of_owner_id_runners_take_now()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 0);
+        let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let machine = store.machine(chat.id);
+        machine
+            .update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await }))
+            .await?;
+        assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 1);
+        // Its runner lets it go: no slot.
+        machine
+            .update(|tx| Box::pin(async move { tx.abandon().await }))
+            .await?;
+        assert_eq!(chats::held_chat_count(pool, owner, 30.0).await?, 0);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn family_holds_slot_whether_the_chat_family_family_id_a_root_chat_s_id()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        assert!(!chats::family_holds_slot(pool, owner, chat.id, 30.0).await?);
+        let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let machine = store.machine(chat.id);
+        machine
+            .update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await }))
+            .await?;
+        assert!(chats::family_holds_slot(pool, owner, chat.id, 30.0).await?);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn lock_owner_room_locks_the_row_of_user_owner_id_for_no_key_update_until()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let mut tx = pool.begin().await?;
+        assert_eq!(chats::lock_owner_room(&mut tx, owner, 8, 30.0).await?, 8);
+        tx.commit().await?;
+        sqlx::query("UPDATE users SET max_running_chats = 2 WHERE id = $1")
+            .bind(owner)
+            .execute(pool)
+            .await?;
+        let mut tx = pool.begin().await?;
+        assert_eq!(chats::lock_owner_room(&mut tx, owner, 8, 30.0).await?, 2);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn child_count_how_many_children_chat_parent_has_chats_whose_parent_chat_id()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let parent = fx.create_chat("hi").await?.chat;
+        assert_eq!(chats::child_count(pool, parent.id).await?, 0);
+        let mut tx = store.machine(parent.id).begin().await?;
+        let first = crate::NewMessage::user(vec![chatd_core::MessagePart::text("sub-task")]);
+        let child = crate::CreateChatInput {
+            owner_id: owner,
+            initial_messages: vec![first],
+            ..Default::default()
+        };
+        tx.create_child(child).await?;
+        assert_eq!(chats::child_count(tx.reader().await?, parent.id).await?, 1);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn next_lease_expiry_seconds_database_time_0_until_the_first_lease_held_by()
+    -> anyhow::Result<()> {
+        use crate::queries::{chats, heartbeats};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let store = crate::Store::new(
+            pool.clone(),
+            std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()),
+        );
+        let owner = crate::queries::users::insert(pool, "alice", chatd_core::Role::Member)
+            .await?
+            .id;
+        let hi = vec![crate::NewMessage::user(vec![
+            chatd_core::MessagePart::text("hi"),
+        ])];
+        let input = crate::CreateChatInput {
+            owner_id: owner,
+            initial_messages: hi,
+            ..Default::default()
+        };
+        let created = store.create_chat(input).await?;
+        let chat = created.chat.clone();
+        let (me, other, runner) = (
+            uuid::Uuid::new_v4(),
+            uuid::Uuid::new_v4(),
+            uuid::Uuid::new_v4(),
+        );
+        assert_eq!(
+            chats::next_lease_expiry(pool, me, 30.0).await?,
+            None,
+            "nobody holds it"
+        );
+        let machine = store.machine(chat.id);
+        machine
+            .update(move |tx| Box::pin(async move { tx.acquire(other, runner).await }))
+            .await?;
+        heartbeats::upsert(&mut *pool.acquire().await?, chat.id, runner).await?;
+        let left = chats::next_lease_expiry(pool, me, 30.0)
+            .await?
+            .expect("another worker's lease");
+        assert!(left > 29.0 && left <= 30.0, "{left}");
+        assert_eq!(
+            chats::next_lease_expiry(pool, other, 30.0).await?,
+            None,
+            "its own lease"
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn select_many_the_rows_of_the_chats_among_ids_that_exist_any_order() -> anyhow::Result<()>
+    {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let rows = chats::select_many(pool, &[chat.id, uuid::Uuid::new_v4()]).await?;
+        assert_eq!(rows.iter().map(|c| c.id).collect::<Vec<_>>(), vec![chat.id]);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn owned_by_worker_chat_id_runner_id_of_every_chat_whose_worker_id_is()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let (worker, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let machine = store.machine(chat.id);
+        machine
+            .update(move |tx| Box::pin(async move { tx.acquire(worker, runner).await }))
+            .await?;
+        assert_eq!(
+            chats::owned_by_worker(pool, worker).await?,
+            vec![(chat.id, Some(runner))]
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn requires_action_remaining_secs_seconds_until_chat_chat_id_s_requires()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        assert_eq!(
+            chats::requires_action_remaining_secs(pool, chat.id).await?,
+            None
+        );
+        let machine = store.machine(chat.id);
+        machine
+            .update(|tx| Box::pin(async move { tx.enter_requires_action().await }))
+            .await?;
+        let secs = chats::requires_action_remaining_secs(pool, chat.id)
+            .await?
+            .expect("a deadline");
+        assert!(
+            secs > 0.0 && secs <= 300.0,
+            "the default timeout is 5 minutes"
+        );
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn versions_the_chatversions_of_every_chat_among_ids_that_exists_in_one()
+    -> anyhow::Result<()> {
+        use crate::queries::chats;
+        use chatd_core::ChatStatus;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let (pool, store, owner) = (fx.pool(), &fx.store, fx.owner);
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let rows = chats::versions(pool, &[chat.id, uuid::Uuid::new_v4()]).await?;
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].snapshot_version, rows[0].status),
+            (1, ChatStatus::Running)
+        );
+        Ok(())
+    }
 }
