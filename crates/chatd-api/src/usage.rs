@@ -133,9 +133,11 @@ pub(crate) async fn refuse_send_over_budget(
         Err(refused) => refused,
     };
     if let Some(key) = client_message_id
-        && let Some((hash, response)) = chatd_store::send_receipts::select::<
-            serde_json::Value,
-        >(state.store().pool(), chat.id, key)
+        && let Some((hash, response)) = chatd_store::send_receipts::select::<serde_json::Value>(
+            state.store().pool(),
+            chat.id,
+            key,
+        )
         .await?
         && hash == fingerprint
     {

@@ -60,10 +60,9 @@ impl StoreFixture {
         let db = TestDatabase::new(&MIGRATOR).await?;
         let published = Arc::new(RecordingPublisher::new());
         let store = Store::with_config(db.pool().clone(), published.clone(), config);
-        let owner =
-            chatd_store::users::insert(db.pool(), "alice", chatd_core::Role::Member)
-                .await?
-                .id;
+        let owner = chatd_store::users::insert(db.pool(), "alice", chatd_core::Role::Member)
+            .await?
+            .id;
         Ok(Self {
             db,
             store,

@@ -343,7 +343,8 @@ impl HeartbeatCleanup {
         let mut tick = Ticker::new(self.ctx.config.heartbeat_cleanup_interval);
         while tick.tick(&cancel).await {
             let stale = self.ctx.config.lease_stale_after.as_secs_f64();
-            if let Err(err) = chatd_store::heartbeats::delete_stale(self.ctx.store.pool(), stale).await
+            if let Err(err) =
+                chatd_store::heartbeats::delete_stale(self.ctx.store.pool(), stale).await
             {
                 tracing::warn!(error = %err, "heartbeat cleanup failed");
             }

@@ -75,7 +75,8 @@ pub async fn resolve_model(
     chat: &Chat,
     factory: &dyn ProviderFactory,
 ) -> sqlx::Result<Result<ResolvedModel, String>> {
-    let config = chatd_store::model_configs::for_chat(&mut *conn, chat.last_model_config_id).await?;
+    let config =
+        chatd_store::model_configs::for_chat(&mut *conn, chat.last_model_config_id).await?;
     let Some(config) = config.map(|row| row.def) else {
         return Ok(Err("No enabled model is configured: ask an admin to add a provider and a default model config.".to_owned()));
     };

@@ -86,9 +86,7 @@ pub async fn compact(State(state): State<AppState>, target: ChatTarget) -> ApiRe
             "Its execution state is {exec}; compact once it is idle."
         )));
     }
-    if exec != ExecutionState::Invalid
-        && tx.compactable_count().await? < MIN_MESSAGES_TO_COMPACT
-    {
+    if exec != ExecutionState::Invalid && tx.compactable_count().await? < MIN_MESSAGES_TO_COMPACT {
         return Err(ApiError::conflict("Nothing to compact.").with_detail(format!(
             "Compaction needs at least {MIN_MESSAGES_TO_COMPACT} messages since the last compaction."
         )));

@@ -299,8 +299,7 @@ impl Forwarder {
     }
 
     async fn connect_once(&mut self, worker: Uuid) -> Next {
-        let url = match chatd_store::replicas::advertise_url(&self.deps.pool, worker).await
-        {
+        let url = match chatd_store::replicas::advertise_url(&self.deps.pool, worker).await {
             Ok(Some(url)) => url,
             Ok(None) => {
                 tracing::debug!(%worker, "relay: the owning replica is not registered");

@@ -830,7 +830,10 @@ async fn the_sweep_deletes_only_unlinked_files_older_than_a_day() {
         )
         .await
         .unwrap();
-        assert!(matches!(stored, chatd_store::files::UploadOutcome::Stored(_)));
+        assert!(matches!(
+            stored,
+            chatd_store::files::UploadOutcome::Stored(_)
+        ));
         many.push(id);
     }
     sqlx::query("UPDATE chat_files SET created_at = now() - interval '2 days' WHERE id = ANY($1)")

@@ -437,12 +437,14 @@ async fn message_count_and_preview_follow_sends_edits_and_skip_model_only_rows()
         .execute(&mut *tx)
         .await
         .unwrap();
-    sqlx::query("UPDATE chat_messages SET deleted = true WHERE chat_id = $1 AND id >= $2 AND NOT deleted")
-        .bind(id)
-        .bind(second)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE chat_messages SET deleted = true WHERE chat_id = $1 AND id >= $2 AND NOT deleted",
+    )
+    .bind(id)
+    .bind(second)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(recount(&s, id).await, (2, Some("answer one".into())));
     let chat = chat_json(&s, id).await;

@@ -289,12 +289,9 @@ async fn refetch(
 ) {
     let mut delay = ctx.config.infra_backoff.0;
     loop {
-        let row: Result<Option<Chat>, _> = chatd_store::chats::select(
-            ctx.store.pool(),
-            key.chat_id,
-            chatd_store::LockMode::None,
-        )
-        .await;
+        let row: Result<Option<Chat>, _> =
+            chatd_store::chats::select(ctx.store.pool(), key.chat_id, chatd_store::LockMode::None)
+                .await;
         match row {
             Ok(Some(chat)) => {
                 let _ = inputs.send(RunnerInput::Snapshot(Box::new(ChatSnapshot::from(&chat))));

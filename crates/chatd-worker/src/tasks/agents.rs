@@ -44,9 +44,7 @@ use std::time::Duration;
 use chatd_core::{BusyBehavior, ChatStatus, MessagePart};
 use chatd_llm::ToolSpec;
 use chatd_pubsub::chat_update_channel;
-use chatd_store::{
-    Chat, CreateChatInput, NewMessage, SendMessageInput, StoreError, UserSendStart,
-};
+use chatd_store::{Chat, CreateChatInput, NewMessage, SendMessageInput, StoreError, UserSendStart};
 use chatd_tools::{IdempotencyKey, ToolOutcome};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_core::Episode;
-use chatd_store::{Chat};
+use chatd_store::Chat;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
