@@ -236,15 +236,17 @@ mod examples {
     //! The worked examples of this module's functions, each on a fresh
     //! database (doc tests until `queries` became `pub(crate)`).
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn list_every_model_config_or_only_the_enabled_ones_of_enabled_providers()
-    -> anyhow::Result<()> {
-        use crate::queries::locks::{self, AdvisoryLock};
-        use crate::queries::model_configs::{self, ModelConfigDef};
-        use crate::queries::providers::{self, ProviderDef};
-        use chatd_core::{ModelOptions, ProviderKind};
-        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
-        let pool = db.pool();
+    use crate::queries::locks::{self, AdvisoryLock};
+    use crate::queries::model_configs::{self, ModelConfigDef, ModelConfigRow};
+    use crate::queries::providers::{self, ProviderDef};
+    use chatd_core::{ModelOptions, ProviderKind};
+
+    /// The set-up every example shares: an enabled OpenAI provider and its
+    /// default model config `gpt-4o`, upserted under the model-configs lock
+    /// as the admin operations do.
+    async fn seed_default(
+        pool: &sqlx::PgPool,
+    ) -> anyhow::Result<(ProviderDef, ModelConfigDef, ModelConfigRow)> {
         let provider = ProviderDef {
             id: uuid::Uuid::new_v4(),
             provider: ProviderKind::Openai,
@@ -272,6 +274,19 @@ mod examples {
         locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
         let row = model_configs::upsert(&mut tx, &def).await?;
         tx.commit().await?;
+        Ok((provider, def, row))
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn list_every_model_config_or_only_the_enabled_ones_of_enabled_providers()
+    -> anyhow::Result<()> {
+        use crate::queries::locks::{self, AdvisoryLock};
+        use crate::queries::model_configs::{self, ModelConfigDef};
+        use crate::queries::providers::{self, ProviderDef};
+        use chatd_core::{ModelOptions, ProviderKind};
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let pool = db.pool();
+        let (provider, def, row) = seed_default(pool).await?;
         assert_eq!(model_configs::list(pool, false).await?, vec![row.clone()]);
         // Only enabled configs of enabled providers when asked.
         providers::upsert(
@@ -295,33 +310,7 @@ mod examples {
         use chatd_core::{ModelOptions, ProviderKind};
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let provider = ProviderDef {
-            id: uuid::Uuid::new_v4(),
-            provider: ProviderKind::Openai,
-            display_name: String::new(),
-            base_url: None,
-            api_key: Some("sk-test".into()),
-            enabled: true,
-        };
-        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
-        let def = ModelConfigDef {
-            id: uuid::Uuid::new_v4(),
-            provider_id: provider.id,
-            model: "gpt-4o".into(),
-            display_name: "GPT-4o".into(),
-            context_limit: 128_000,
-            compression_threshold: 70,
-            is_default: true,
-            enabled: true,
-            options: ModelOptions {
-                max_output_tokens: Some(4096),
-                ..Default::default()
-            },
-        };
-        let mut tx = pool.begin().await?;
-        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-        let row = model_configs::upsert(&mut tx, &def).await?;
-        tx.commit().await?;
+        let (provider, def, row) = seed_default(pool).await?;
         let read = model_configs::select(pool, def.id).await?.expect("exists");
         assert_eq!(read.def.options.max_output_tokens, Some(4096));
         Ok(())
@@ -335,33 +324,7 @@ mod examples {
         use chatd_core::{ModelOptions, ProviderKind};
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let provider = ProviderDef {
-            id: uuid::Uuid::new_v4(),
-            provider: ProviderKind::Openai,
-            display_name: String::new(),
-            base_url: None,
-            api_key: Some("sk-test".into()),
-            enabled: true,
-        };
-        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
-        let def = ModelConfigDef {
-            id: uuid::Uuid::new_v4(),
-            provider_id: provider.id,
-            model: "gpt-4o".into(),
-            display_name: "GPT-4o".into(),
-            context_limit: 128_000,
-            compression_threshold: 70,
-            is_default: true,
-            enabled: true,
-            options: ModelOptions {
-                max_output_tokens: Some(4096),
-                ..Default::default()
-            },
-        };
-        let mut tx = pool.begin().await?;
-        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-        let row = model_configs::upsert(&mut tx, &def).await?;
-        tx.commit().await?;
+        let (provider, def, row) = seed_default(pool).await?;
         assert!(model_configs::is_enabled(pool, def.id).await?);
         assert!(!model_configs::is_enabled(pool, uuid::Uuid::new_v4()).await?);
         Ok(())
@@ -375,33 +338,7 @@ mod examples {
         use chatd_core::{ModelOptions, ProviderKind};
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let provider = ProviderDef {
-            id: uuid::Uuid::new_v4(),
-            provider: ProviderKind::Openai,
-            display_name: String::new(),
-            base_url: None,
-            api_key: Some("sk-test".into()),
-            enabled: true,
-        };
-        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
-        let def = ModelConfigDef {
-            id: uuid::Uuid::new_v4(),
-            provider_id: provider.id,
-            model: "gpt-4o".into(),
-            display_name: "GPT-4o".into(),
-            context_limit: 128_000,
-            compression_threshold: 70,
-            is_default: true,
-            enabled: true,
-            options: ModelOptions {
-                max_output_tokens: Some(4096),
-                ..Default::default()
-            },
-        };
-        let mut tx = pool.begin().await?;
-        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-        let row = model_configs::upsert(&mut tx, &def).await?;
-        tx.commit().await?;
+        let (provider, def, row) = seed_default(pool).await?;
         assert_eq!(model_configs::default_id(pool).await?, Some(def.id));
         Ok(())
     }
@@ -414,33 +351,7 @@ mod examples {
         use chatd_core::{ModelOptions, ProviderKind};
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let provider = ProviderDef {
-            id: uuid::Uuid::new_v4(),
-            provider: ProviderKind::Openai,
-            display_name: String::new(),
-            base_url: None,
-            api_key: Some("sk-test".into()),
-            enabled: true,
-        };
-        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
-        let def = ModelConfigDef {
-            id: uuid::Uuid::new_v4(),
-            provider_id: provider.id,
-            model: "gpt-4o".into(),
-            display_name: "GPT-4o".into(),
-            context_limit: 128_000,
-            compression_threshold: 70,
-            is_default: true,
-            enabled: true,
-            options: ModelOptions {
-                max_output_tokens: Some(4096),
-                ..Default::default()
-            },
-        };
-        let mut tx = pool.begin().await?;
-        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-        let row = model_configs::upsert(&mut tx, &def).await?;
-        tx.commit().await?;
+        let (provider, def, row) = seed_default(pool).await?;
         // A chat without a model config of its own gets the default.
         assert_eq!(
             model_configs::for_chat(pool, None).await?.map(|m| m.def.id),
@@ -464,33 +375,7 @@ mod examples {
         use chatd_core::{ModelOptions, ProviderKind};
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let provider = ProviderDef {
-            id: uuid::Uuid::new_v4(),
-            provider: ProviderKind::Openai,
-            display_name: String::new(),
-            base_url: None,
-            api_key: Some("sk-test".into()),
-            enabled: true,
-        };
-        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
-        let def = ModelConfigDef {
-            id: uuid::Uuid::new_v4(),
-            provider_id: provider.id,
-            model: "gpt-4o".into(),
-            display_name: "GPT-4o".into(),
-            context_limit: 128_000,
-            compression_threshold: 70,
-            is_default: true,
-            enabled: true,
-            options: ModelOptions {
-                max_output_tokens: Some(4096),
-                ..Default::default()
-            },
-        };
-        let mut tx = pool.begin().await?;
-        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-        let row = model_configs::upsert(&mut tx, &def).await?;
-        tx.commit().await?;
+        let (provider, def, row) = seed_default(pool).await?;
         assert_eq!(row.def, def);
         // A second default takes over; the first one is unset.
         let other = ModelConfigDef {
@@ -515,33 +400,7 @@ mod examples {
         use chatd_core::{ModelOptions, ProviderKind};
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let provider = ProviderDef {
-            id: uuid::Uuid::new_v4(),
-            provider: ProviderKind::Openai,
-            display_name: String::new(),
-            base_url: None,
-            api_key: Some("sk-test".into()),
-            enabled: true,
-        };
-        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
-        let def = ModelConfigDef {
-            id: uuid::Uuid::new_v4(),
-            provider_id: provider.id,
-            model: "gpt-4o".into(),
-            display_name: "GPT-4o".into(),
-            context_limit: 128_000,
-            compression_threshold: 70,
-            is_default: true,
-            enabled: true,
-            options: ModelOptions {
-                max_output_tokens: Some(4096),
-                ..Default::default()
-            },
-        };
-        let mut tx = pool.begin().await?;
-        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-        let row = model_configs::upsert(&mut tx, &def).await?;
-        tx.commit().await?;
+        let (provider, def, row) = seed_default(pool).await?;
         // Disabling the default (here by writing it disabled) leaves none...
         let mut tx = pool.begin().await?;
         locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
@@ -571,33 +430,7 @@ mod examples {
         use chatd_core::{ModelOptions, ProviderKind};
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let provider = ProviderDef {
-            id: uuid::Uuid::new_v4(),
-            provider: ProviderKind::Openai,
-            display_name: String::new(),
-            base_url: None,
-            api_key: Some("sk-test".into()),
-            enabled: true,
-        };
-        providers::upsert(pool, &crate::secrets::Secrets::none(), &provider).await?;
-        let def = ModelConfigDef {
-            id: uuid::Uuid::new_v4(),
-            provider_id: provider.id,
-            model: "gpt-4o".into(),
-            display_name: "GPT-4o".into(),
-            context_limit: 128_000,
-            compression_threshold: 70,
-            is_default: true,
-            enabled: true,
-            options: ModelOptions {
-                max_output_tokens: Some(4096),
-                ..Default::default()
-            },
-        };
-        let mut tx = pool.begin().await?;
-        locks::lock(&mut tx, AdvisoryLock::ModelConfigs).await?;
-        let row = model_configs::upsert(&mut tx, &def).await?;
-        tx.commit().await?;
+        let (provider, def, row) = seed_default(pool).await?;
         assert!(model_configs::delete(pool, def.id).await?);
         assert!(model_configs::default_id(pool).await?.is_none());
         Ok(())
