@@ -529,6 +529,28 @@ mod examples {
     //! The worked examples of this module's functions, each on a fresh
     //! database (doc tests until `queries` became `pub(crate)`).
 
+    use crate::queries::mcp_servers::McpServerDef;
+    use chatd_core::McpTransport;
+    use std::collections::BTreeMap;
+
+    /// The server every example starts from: `files`, over stdio, enabled,
+    /// with one argument pair and one environment variable.
+    fn files_server() -> McpServerDef {
+        McpServerDef {
+            id: uuid::Uuid::new_v4(),
+            slug: "files".into(),
+            display_name: "Files".into(),
+            transport: McpTransport::Stdio,
+            command: Some("mcp-files".into()),
+            args: vec!["--root".into(), "/srv".into()],
+            env: BTreeMap::from([("LOG".into(), "info".into())]),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            require_approval: chatd_core::RequireApproval::Never,
+        }
+    }
+
     #[test]
     fn string_list_the_items_of_a_json_array_as_strings_see_the_module_docs() {
         use crate::queries::mcp_servers::string_list;
@@ -560,19 +582,7 @@ mod examples {
         use std::collections::BTreeMap;
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let def = McpServerDef {
-            id: uuid::Uuid::new_v4(),
-            slug: "files".into(),
-            display_name: "Files".into(),
-            transport: McpTransport::Stdio,
-            command: Some("mcp-files".into()),
-            args: vec!["--root".into(), "/srv".into()],
-            env: BTreeMap::from([("LOG".into(), "info".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-            enabled: true,
-            require_approval: chatd_core::RequireApproval::Never,
-        };
+        let def = files_server();
         let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
         assert_eq!(mcp_servers::list(pool, &Secrets::none()).await?, vec![row]);
         Ok(())
@@ -586,19 +596,7 @@ mod examples {
         use std::collections::BTreeMap;
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let def = McpServerDef {
-            id: uuid::Uuid::new_v4(),
-            slug: "files".into(),
-            display_name: "Files".into(),
-            transport: McpTransport::Stdio,
-            command: Some("mcp-files".into()),
-            args: vec!["--root".into(), "/srv".into()],
-            env: BTreeMap::from([("LOG".into(), "info".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-            enabled: true,
-            require_approval: chatd_core::RequireApproval::Never,
-        };
+        let def = files_server();
         let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
         let unknown = uuid::Uuid::new_v4();
         assert_eq!(
@@ -617,19 +615,7 @@ mod examples {
         use std::collections::BTreeMap;
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let def = McpServerDef {
-            id: uuid::Uuid::new_v4(),
-            slug: "files".into(),
-            display_name: "Files".into(),
-            transport: McpTransport::Stdio,
-            command: Some("mcp-files".into()),
-            args: vec!["--root".into(), "/srv".into()],
-            env: BTreeMap::from([("LOG".into(), "info".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-            enabled: true,
-            require_approval: chatd_core::RequireApproval::Never,
-        };
+        let def = files_server();
         let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
         let web = McpServerDef {
             id: uuid::Uuid::new_v4(),
@@ -657,19 +643,7 @@ mod examples {
         use std::collections::BTreeMap;
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let def = McpServerDef {
-            id: uuid::Uuid::new_v4(),
-            slug: "files".into(),
-            display_name: "Files".into(),
-            transport: McpTransport::Stdio,
-            command: Some("mcp-files".into()),
-            args: vec!["--root".into(), "/srv".into()],
-            env: BTreeMap::from([("LOG".into(), "info".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-            enabled: true,
-            require_approval: chatd_core::RequireApproval::Never,
-        };
+        let def = files_server();
         let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
         let mut tx = pool.begin().await?;
         let locked = mcp_servers::select_for_update(&mut tx, &Secrets::none(), def.id).await?;
@@ -689,19 +663,7 @@ mod examples {
         use std::collections::BTreeMap;
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let def = McpServerDef {
-            id: uuid::Uuid::new_v4(),
-            slug: "files".into(),
-            display_name: "Files".into(),
-            transport: McpTransport::Stdio,
-            command: Some("mcp-files".into()),
-            args: vec!["--root".into(), "/srv".into()],
-            env: BTreeMap::from([("LOG".into(), "info".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-            enabled: true,
-            require_approval: chatd_core::RequireApproval::Never,
-        };
+        let def = files_server();
         let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
         assert_eq!(row.def, def);
         // The slug is taken now.
@@ -729,19 +691,7 @@ mod examples {
         use std::collections::BTreeMap;
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let def = McpServerDef {
-            id: uuid::Uuid::new_v4(),
-            slug: "files".into(),
-            display_name: "Files".into(),
-            transport: McpTransport::Stdio,
-            command: Some("mcp-files".into()),
-            args: vec!["--root".into(), "/srv".into()],
-            env: BTreeMap::from([("LOG".into(), "info".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-            enabled: true,
-            require_approval: chatd_core::RequireApproval::Never,
-        };
+        let def = files_server();
         let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
         // Same slug, another id: the existing row is overwritten and keeps its id.
         let from_file = McpServerDef {
@@ -764,19 +714,7 @@ mod examples {
         use std::collections::BTreeMap;
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let def = McpServerDef {
-            id: uuid::Uuid::new_v4(),
-            slug: "files".into(),
-            display_name: "Files".into(),
-            transport: McpTransport::Stdio,
-            command: Some("mcp-files".into()),
-            args: vec!["--root".into(), "/srv".into()],
-            env: BTreeMap::from([("LOG".into(), "info".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-            enabled: true,
-            require_approval: chatd_core::RequireApproval::Never,
-        };
+        let def = files_server();
         let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
         let disabled = McpServerDef {
             enabled: false,
@@ -799,19 +737,7 @@ mod examples {
         use std::collections::BTreeMap;
         let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
         let pool = db.pool();
-        let def = McpServerDef {
-            id: uuid::Uuid::new_v4(),
-            slug: "files".into(),
-            display_name: "Files".into(),
-            transport: McpTransport::Stdio,
-            command: Some("mcp-files".into()),
-            args: vec!["--root".into(), "/srv".into()],
-            env: BTreeMap::from([("LOG".into(), "info".into())]),
-            url: None,
-            headers: BTreeMap::new(),
-            enabled: true,
-            require_approval: chatd_core::RequireApproval::Never,
-        };
+        let def = files_server();
         let row = mcp_servers::insert(pool, &Secrets::none(), &def).await?;
         assert!(mcp_servers::delete(pool, def.id).await?);
         assert!(!mcp_servers::delete(pool, def.id).await?);
