@@ -323,6 +323,22 @@ mod examples {
     //! The worked examples of this module's functions, each on a fresh
     //! database (doc tests until `queries` became `pub(crate)`).
 
+    /// Sends the user message "next" to the running chat of `machine`,
+    /// which queues it; the queued row.
+    async fn queue_next(machine: &crate::ChatMachine) -> anyhow::Result<crate::QueuedMessage> {
+        use crate::{NewMessage, SendMessageInput};
+        use chatd_core::{BusyBehavior, MessagePart};
+        let send = SendMessageInput {
+            message: NewMessage::user(vec![MessagePart::text("next")]),
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: None,
+        };
+        let (sent, _) = machine
+            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
+            .await?;
+        Ok(sent.queued_message.expect("queued"))
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn len_number_of_queued_messages_of_the_chat() -> anyhow::Result<()> {
         use crate::queries::queue;
@@ -333,16 +349,8 @@ mod examples {
         let created = fx.create_chat("hi").await?;
         let chat = created.chat.clone();
         // The chat is running: a send is queued.
-        let send = SendMessageInput {
-            message: NewMessage::user(vec![MessagePart::text("next")]),
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: None,
-        };
         let machine = store.machine(chat.id);
-        let (sent, _) = machine
-            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
-            .await?;
-        let queued = sent.queued_message.expect("queued");
+        let queued = queue_next(&machine).await?;
         assert_eq!(queue::len(pool, chat.id).await?, 1);
         Ok(())
     }
@@ -357,16 +365,8 @@ mod examples {
         let created = fx.create_chat("hi").await?;
         let chat = created.chat.clone();
         // The chat is running: a send is queued.
-        let send = SendMessageInput {
-            message: NewMessage::user(vec![MessagePart::text("next")]),
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: None,
-        };
         let machine = store.machine(chat.id);
-        let (sent, _) = machine
-            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
-            .await?;
-        let queued = sent.queued_message.expect("queued");
+        let queued = queue_next(&machine).await?;
         let rows = queue::list(pool, chat.id).await?;
         assert_eq!(
             rows.iter().map(|q| q.id).collect::<Vec<_>>(),
@@ -385,16 +385,8 @@ mod examples {
         let created = fx.create_chat("hi").await?;
         let chat = created.chat.clone();
         // The chat is running: a send is queued.
-        let send = SendMessageInput {
-            message: NewMessage::user(vec![MessagePart::text("next")]),
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: None,
-        };
         let machine = store.machine(chat.id);
-        let (sent, _) = machine
-            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
-            .await?;
-        let queued = sent.queued_message.expect("queued");
+        let queued = queue_next(&machine).await?;
         let row = queue::select(pool, chat.id, queued.id)
             .await?
             .expect("queued");
@@ -461,16 +453,8 @@ mod examples {
         let created = fx.create_chat("hi").await?;
         let chat = created.chat.clone();
         // The chat is running: a send is queued.
-        let send = SendMessageInput {
-            message: NewMessage::user(vec![MessagePart::text("next")]),
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: None,
-        };
         let machine = store.machine(chat.id);
-        let (sent, _) = machine
-            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
-            .await?;
-        let queued = sent.queued_message.expect("queued");
+        let queued = queue_next(&machine).await?;
         let mut tx = pool.begin().await?;
         let head = queue::pop_head(&mut tx, chat.id).await?.expect("queued");
         assert_eq!(head.id, queued.id);
@@ -489,16 +473,8 @@ mod examples {
         let created = fx.create_chat("hi").await?;
         let chat = created.chat.clone();
         // The chat is running: a send is queued.
-        let send = SendMessageInput {
-            message: NewMessage::user(vec![MessagePart::text("next")]),
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: None,
-        };
         let machine = store.machine(chat.id);
-        let (sent, _) = machine
-            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
-            .await?;
-        let queued = sent.queued_message.expect("queued");
+        let queued = queue_next(&machine).await?;
         let mut tx = pool.begin().await?;
         assert!(queue::delete(&mut tx, chat.id, queued.id).await?.is_some());
         assert!(queue::delete(&mut tx, chat.id, queued.id).await?.is_none());
@@ -517,16 +493,8 @@ mod examples {
         let created = fx.create_chat("hi").await?;
         let chat = created.chat.clone();
         // The chat is running: a send is queued.
-        let send = SendMessageInput {
-            message: NewMessage::user(vec![MessagePart::text("next")]),
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: None,
-        };
         let machine = store.machine(chat.id);
-        let (sent, _) = machine
-            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
-            .await?;
-        let queued = sent.queued_message.expect("queued");
+        let queued = queue_next(&machine).await?;
         let mut tx = pool.begin().await?;
         assert_eq!(queue::clear(&mut tx, chat.id).await?, vec![queued.id]);
         assert_eq!(queue::len(&mut *tx, chat.id).await?, 0);
@@ -545,16 +513,8 @@ mod examples {
         let created = fx.create_chat("hi").await?;
         let chat = created.chat.clone();
         // The chat is running: a send is queued.
-        let send = SendMessageInput {
-            message: NewMessage::user(vec![MessagePart::text("next")]),
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: None,
-        };
         let machine = store.machine(chat.id);
-        let (sent, _) = machine
-            .update(|tx| Box::pin(async move { tx.send_message(send).await }))
-            .await?;
-        let queued = sent.queued_message.expect("queued");
+        let queued = queue_next(&machine).await?;
         let mut tx = pool.begin().await?;
         // Already the head: nothing moves.
         assert!(
