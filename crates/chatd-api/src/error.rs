@@ -305,6 +305,11 @@ impl From<StateError> for ApiError {
             StateError::EditedMessageNotUser { .. } => {
                 ApiError::new(StatusCode::BAD_REQUEST, "Only user messages can be edited.")
             }
+            StateError::RegeneratedMessageNotAssistant { .. } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "Only assistant answers can be regenerated.",
+            )
+            .with_detail("Edit a user message to branch from it instead."),
             StateError::MessageQueueFull { max } => {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "Message queue is full.")
                     .with_detail(format!("A chat's queue holds at most {max} messages."))

@@ -100,6 +100,32 @@ impl<T: DeserializeOwned> Json<T> {
     }
 }
 
+impl<T: DeserializeOwned + Default> Json<T> {
+    /// [`Json::read`] for a route whose body is optional: no body at all
+    /// (declared empty or sent empty, with or without a JSON
+    /// `Content-Type`) is `T::default()`.
+    ///
+    /// # Errors
+    /// As [`Json::read`] for a body that is there.
+    pub async fn read_or_default(self) -> ApiResult<T> {
+        if self.body.size_hint().exact() == Some(0) && self.media_type != MediaType::Other {
+            return Ok(T::default());
+        }
+        match self.media_type {
+            MediaType::Json | MediaType::Absent => {}
+            MediaType::Other => return Err(ApiError::unsupported_media_type()),
+        }
+        let bytes = read_body(self.body, self.limit).await?;
+        if bytes.is_empty() {
+            return Ok(T::default());
+        }
+        if self.media_type == MediaType::Absent {
+            return Err(ApiError::unsupported_media_type());
+        }
+        parse_json(&bytes)
+    }
+}
+
 /// The media type of `headers`' `Content-Type`: `application/json`, with
 /// any parameters, in any letter case.
 fn media_type(headers: &HeaderMap) -> MediaType {

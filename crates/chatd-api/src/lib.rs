@@ -51,6 +51,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod body_deadline;
+pub mod branches;
 pub mod chats;
 pub mod config_file;
 pub mod drain;
@@ -127,7 +128,14 @@ fn chat_routes() -> Router<AppState> {
             "/{chat}/messages",
             get(messages::list_messages).post(messages::send_message),
         )
+        .route("/{chat}/messages/tree", get(branches::message_tree))
         .route("/{chat}/messages/{message}", patch(messages::edit_message))
+        .route(
+            "/{chat}/messages/{message}/regenerate",
+            post(branches::regenerate),
+        )
+        .route("/{chat}/branches/activate", post(branches::activate_branch))
+        .route("/{chat}/fork", post(branches::fork_chat))
         .route(
             "/{chat}/queue/{queued}",
             delete(queue::delete_queued_message).patch(queue::edit_queued_message),

@@ -107,6 +107,15 @@ pub struct ChatMessage {
     pub content: Vec<MessagePart>,
     /// Insertion time.
     pub created_at: DateTime<Utc>,
+    /// The message this one follows in the chat's tree (API.md "Branches,
+    /// regenerate and fork"); `null` for the first. May name a model-only
+    /// row (a context boundary), which clients never see.
+    pub parent_id: Option<i64>,
+    /// The client-visible messages with the same parent, this one included,
+    /// ascending; `[]` when it has no siblings. More than one: an edit or a
+    /// regenerate made other versions (`POST .../branches/activate` with one
+    /// of them switches to its branch).
+    pub sibling_ids: Vec<i64>,
     /// Author of a user message.
     pub created_by: Option<Uuid>,
     /// Model config.
@@ -137,6 +146,8 @@ impl From<&chatd_store::ChatMessage> for ChatMessage {
             role: m.role,
             content: m.content.0.clone(),
             created_at: m.created_at,
+            parent_id: m.parent_id,
+            sibling_ids: m.sibling_ids.clone(),
             created_by: m.created_by,
             model_config_id: m.model_config_id,
             revision: m.revision,

@@ -137,6 +137,8 @@ mod tests {
             role,
             content: vec![MessagePart::text("x".repeat(text_len))],
             created_at: Utc::now(),
+            parent_id: None,
+            sibling_ids: vec![],
             created_by: None,
             model_config_id: None,
             revision: 1,

@@ -117,6 +117,13 @@ pub enum StateError {
         /// The targeted message.
         message_id: i64,
     },
+    /// `RegenerateMessage` targeted a message whose role is not `assistant`
+    /// (API.md "Branches, regenerate and fork": `400`).
+    #[error("only assistant answers can be regenerated")]
+    RegeneratedMessageNotAssistant {
+        /// The targeted message.
+        message_id: i64,
+    },
     /// The per-chat queue is at its cap (`MessageQueueFullError`).
     #[error("chat message queue is full (maximum {max})")]
     MessageQueueFull {

@@ -118,6 +118,13 @@ pub const MATRIX: &[Row] = &[
     row(Transition::EditMessage, I1, &[R0]),
     row(Transition::EditMessage, A0, &[R0]),
     row(Transition::EditMessage, A1, &[R0]),
+    // RegenerateMessage and ActivateBranch (API.md "Branches, regenerate and
+    // fork"): idle chats only, `E1` included in the refusals (its queue
+    // would run on a history the caller did not choose).
+    row(Transition::RegenerateMessage, W, &[R0]),
+    row(Transition::RegenerateMessage, E0, &[R0]),
+    row(Transition::ActivateBranch, W, &[W]),
+    row(Transition::ActivateBranch, E0, &[W]),
     // RequestCompaction and ClearContext (package doc; see module doc).
     row(Transition::RequestCompaction, W, &[R0]),
     row(Transition::RequestCompaction, E0, &[R0]),

@@ -72,8 +72,17 @@ pub enum Transition {
         /// What to do when the chat is busy.
         busy_behavior: BusyBehavior,
     },
-    /// Replace an earlier user message and drop the suffix after it.
+    /// Replace an earlier user message: the replacement becomes a sibling of
+    /// it on a new active branch; the old branch stays, inactive (API.md
+    /// "Branches, regenerate and fork").
     EditMessage,
+    /// Ask for another answer to the user message an assistant answer
+    /// follows: a new sibling branch from that user message (API.md
+    /// "Branches, regenerate and fork"). Idle chats only.
+    RegenerateMessage,
+    /// Make the branch ending at the newest leaf under a message the active
+    /// one (API.md "Branches, regenerate and fork"). Idle chats only.
+    ActivateBranch,
     /// Ask a worker to compact the history (manual compaction).
     RequestCompaction,
     /// Insert caller-built context-boundary rows and land in `waiting`.
@@ -117,7 +126,7 @@ pub enum Transition {
 impl Transition {
     /// Every transition value, both arguments of the parametrised ones
     /// included: the rows of the exhaustive matrix test.
-    pub const ALL: [Transition; 27] = [
+    pub const ALL: [Transition; 29] = [
         Transition::CreateChat,
         Transition::SetArchived { archived: true },
         Transition::SetArchived { archived: false },
@@ -134,6 +143,8 @@ impl Transition {
             busy_behavior: BusyBehavior::Reject,
         },
         Transition::EditMessage,
+        Transition::RegenerateMessage,
+        Transition::ActivateBranch,
         Transition::RequestCompaction,
         Transition::ClearContext,
         Transition::DeleteQueuedMessage,
@@ -163,6 +174,8 @@ impl Transition {
             Transition::SetArchived { .. } => "SetArchived",
             Transition::SendMessage { .. } => "SendMessage",
             Transition::EditMessage => "EditMessage",
+            Transition::RegenerateMessage => "RegenerateMessage",
+            Transition::ActivateBranch => "ActivateBranch",
             Transition::RequestCompaction => "RequestCompaction",
             Transition::ClearContext => "ClearContext",
             Transition::DeleteQueuedMessage => "DeleteQueuedMessage",

@@ -30,8 +30,8 @@ pub mod chats {
 /// `chat_messages`: the history reads of the API and the generation loop.
 pub mod messages {
     pub use crate::queries::messages::{
-        Cursor, active_history, changed_since, count_visible_between, scan, select, tail_contents,
-        visible,
+        Cursor, TreeNode, active_history, changed_since, count_visible_between, scan, select,
+        tail_contents, tree, visible,
     };
 }
 

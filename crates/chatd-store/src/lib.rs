@@ -75,7 +75,9 @@ pub use queries::model_configs::ModelConfigRow;
 pub use queries::providers::ProviderRow;
 pub use store::{Store, StoreConfig, migrate};
 pub use transitions::create::CreateChatResult;
+pub use transitions::branches::{ActivateResult, RegenerateResult};
 pub use transitions::edit::{EditMessageInput, EditMessageResult};
+pub use transitions::fork::{ForkInput, ForkOutcome};
 pub use transitions::interrupt::FinishInterruptionResult;
 pub use transitions::queue::{EditQueuedMessageInput, PromoteQueuedMessageResult};
 pub use transitions::requires_action::{

@@ -126,6 +126,14 @@ pub struct Chat {
     pub compactions: i32,
     /// The last message the newest summary covers.
     pub compacted_through_message_id: Option<i64>,
+    /// The last message of the active branch (`None` while the chat has
+    /// none); kept by the `link_chat_message_parent` trigger and the branch
+    /// transitions (migration `0017_branches.sql`).
+    pub active_leaf_id: Option<i64>,
+    /// The chat this one was forked from (`POST /chats/{chat}/fork`).
+    pub forked_from_chat_id: Option<Uuid>,
+    /// The message of [`Chat::forked_from_chat_id`] the fork copied up to.
+    pub forked_from_message_id: Option<i64>,
     /// The model is offered the built-in agent tools (API.md "Sub-agents
     /// and plan mode"; migration `0010_subagents.sql`).
     pub subagents: bool,
@@ -209,8 +217,19 @@ pub struct ChatMessage {
     pub visibility: Visibility,
     /// A compaction summary boundary.
     pub compressed: bool,
-    /// Soft-deleted (truncated by an edit).
+    /// Not on the active branch (an edit, a regenerate or a branch switch
+    /// left it; migration `0017_branches.sql`). Rows soft-deleted by an edit
+    /// before branches existed also have [`ChatMessage::parent_id`] `None`
+    /// and are in no tree.
     pub deleted: bool,
+    /// The row this one follows in the chat's tree (`None` for a root);
+    /// set by the `link_chat_message_parent` trigger to the chat's active
+    /// leaf when the row is inserted. May name a model-only row (a context
+    /// boundary). API.md "Branches, regenerate and fork".
+    pub parent_id: Option<i64>,
+    /// The client-visible children of the same parent, this one included,
+    /// ascending; empty when it has none. Kept by the same trigger.
+    pub sibling_ids: Vec<i64>,
     /// The snapshot version that last inserted or changed the row (trigger).
     pub revision: i64,
     /// The user who wrote it (user messages).

@@ -109,6 +109,12 @@ pub struct Chat {
     pub last_message_preview: Option<String>,
     /// The size of the model context against the model's window.
     pub context: ChatContext,
+    /// The last message of the active branch (API.md "Branches, regenerate
+    /// and fork"; may be a model-only row); `null` for a chat without
+    /// messages.
+    pub active_leaf_id: Option<i64>,
+    /// Where a fork came from (`POST .../fork`); `null` for other chats.
+    pub forked_from: Option<ForkedFrom>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change (transitions and metadata updates).
@@ -143,10 +149,25 @@ impl From<&chatd_store::Chat> for Chat {
             message_count: c.message_count,
             last_message_preview: c.last_message_preview.clone(),
             context: ChatContext::from(c),
+            active_leaf_id: c.active_leaf_id,
+            forked_from: c.forked_from_chat_id.map(|chat_id| ForkedFrom {
+                chat_id,
+                message_id: c.forked_from_message_id.unwrap_or_default(),
+            }),
             created_at: c.created_at,
             updated_at: c.updated_at,
         }
     }
+}
+
+/// `Chat.forked_from`: the chat a fork copied and the last message it
+/// copied. The source may have been deleted since.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ForkedFrom {
+    /// The source chat.
+    pub chat_id: Uuid,
+    /// The last message of the source's active branch the fork copied.
+    pub message_id: i64,
 }
 
 /// `CreateChatRequest`.

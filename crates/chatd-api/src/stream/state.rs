@@ -566,6 +566,9 @@ mod tests {
             subagents: false,
             depth: 0,
             spawn_key: None,
+            active_leaf_id: None,
+            forked_from_chat_id: None,
+            forked_from_message_id: None,
             created_at: Utc::now(),
             updated_at: Utc::now(),
         }
@@ -580,6 +583,8 @@ mod tests {
             visibility: Visibility::Both,
             compressed: false,
             deleted: false,
+            parent_id: None,
+            sibling_ids: vec![],
             revision,
             created_by: None,
             model_config_id: None,

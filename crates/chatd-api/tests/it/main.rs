@@ -5,6 +5,7 @@
 mod admin;
 mod approval;
 mod auth;
+mod branches;
 mod bad_input;
 mod chats;
 mod common;

@@ -264,8 +264,8 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
     let chat_props = schemas["Chat"]["properties"].as_object().unwrap();
     assert_eq!(
         chat_props.len(),
-        27,
-        "Chat gained context, message_count and last_message_preview (issue 13), subagents (issue 17)"
+        29,
+        "Chat gained context, message_count and last_message_preview (issue 13), subagents (issue 17), active_leaf_id and forked_from (issue 33)"
     );
     assert_eq!(chat_props["subagents"]["type"], "boolean");
     assert!(

@@ -378,6 +378,62 @@ pub async fn chunk(
     .await
 }
 
+/// Bytes of the files linked to chat `source` that the active rows of
+/// `source` up to message `through_id` name: what a fork copies.
+pub async fn fork_bytes(
+    conn: &mut PgConnection,
+    source: Uuid,
+    through_id: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"SELECT COALESCE(sum(f.size), 0)::bigint AS "bytes!" FROM chat_files f
+         WHERE f.chat_id = $1 AND f.id IN (
+             SELECT (p->>'file_id')::uuid FROM chat_messages m,
+                 jsonb_array_elements(CASE WHEN jsonb_typeof(m.content) = 'array' THEN m.content ELSE '[]'::jsonb END) p
+             WHERE m.chat_id = $1 AND NOT m.deleted AND m.id <= $2 AND p->>'type' = 'file'
+                 AND p->>'file_id' ~ '^[0-9a-fA-F-]{36}$')"#,
+        source,
+        through_id
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Copies the files [`fork_bytes`] counts (rows and chunks, new ids) into
+/// chat `target`, linked to it; returns `{old id: new id}` as a JSON object
+/// for [`crate::queries::messages::copy_branch`].
+pub async fn copy_for_fork(
+    conn: &mut PgConnection,
+    source: Uuid,
+    through_id: i64,
+    target: Uuid,
+) -> sqlx::Result<serde_json::Value> {
+    let map = sqlx::query_scalar!(
+        r#"WITH picked AS (
+             SELECT f.id, gen_random_uuid() AS new_id FROM chat_files f
+             WHERE f.chat_id = $1 AND f.id IN (
+                 SELECT (p->>'file_id')::uuid FROM chat_messages m,
+                     jsonb_array_elements(CASE WHEN jsonb_typeof(m.content) = 'array' THEN m.content ELSE '[]'::jsonb END) p
+                 WHERE m.chat_id = $1 AND NOT m.deleted AND m.id <= $2 AND p->>'type' = 'file'
+                     AND p->>'file_id' ~ '^[0-9a-fA-F-]{36}$')
+         ), rows AS (
+             INSERT INTO chat_files (id, owner_id, chat_id, name, media_type, size, created_at, linked_at)
+             SELECT p.new_id, f.owner_id, $3, f.name, f.media_type, f.size, f.created_at, now()
+             FROM picked p JOIN chat_files f ON f.id = p.id
+         ), chunks AS (
+             INSERT INTO chat_file_chunks (file_id, seq, data)
+             SELECT p.new_id, c.seq, c.data FROM picked p JOIN chat_file_chunks c ON c.file_id = p.id
+         )
+         SELECT COALESCE(jsonb_object_agg(id::text, new_id::text), '{}'::jsonb) AS "map!" FROM picked"#,
+        source,
+        through_id,
+        target
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(map)
+}
+
 /// Files linked to chat `chat_id`, by upload time.
 #[cfg(test)] // the tests' view of a chat's links
 pub async fn linked(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<FileRow>> {

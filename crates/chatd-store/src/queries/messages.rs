@@ -24,7 +24,7 @@ macro_rules! message_columns {
              m.reasoning_tokens, m.cache_read_tokens, m.cache_creation_tokens, m.total_tokens,
              m.context_limit, m.total_cost_micros, m.runtime_ms, m.finish_reason,
              m.provider_response_id, m.queued_message_id, m.client_message_id,
-             m.compacted_through_id, m.token_estimate, m.created_at"#
+             m.compacted_through_id, m.token_estimate, m.parent_id, m.sibling_ids, m.created_at"#
             $($rest)*)
     };
 }
@@ -43,6 +43,8 @@ macro_rules! message_of {
             visibility: crate::queries::decode_column("visibility", $r.visibility)?,
             compressed: $r.compressed,
             deleted: $r.deleted,
+            parent_id: $r.parent_id,
+            sibling_ids: $r.sibling_ids,
             revision: $r.revision,
             created_by: $r.created_by,
             model_config_id: $r.model_config_id,
@@ -100,7 +102,8 @@ pub async fn insert(
                      client_message_id, finish_reason, compacted_through_id, token_estimate)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
                      $18, $19, $20, $21, $22, $23)
-                 RETURNING id, revision AS "revision!", created_at"#
+                 RETURNING id, revision AS "revision!", created_at, parent_id,
+                     sibling_ids"#
                     + $returning,
                 chat_id,
                 role,
@@ -132,15 +135,24 @@ pub async fn insert(
     // which is not always how it was bound (`1e16` comes back as
     // `10000000000000000`, an integer): such content is read back.
     let read_back = message.content.iter().any(has_fraction);
-    type Assigned = (i64, i64, DateTime<Utc>, Option<Json<Vec<MessagePart>>>);
-    let (id, revision, created_at, stored): Assigned = if read_back {
+    type Assigned = (
+        i64,
+        i64,
+        DateTime<Utc>,
+        Option<i64>,
+        Vec<i64>,
+        Option<Json<Vec<MessagePart>>>,
+    );
+    let (id, revision, created_at, parent_id, sibling_ids, stored): Assigned = if read_back {
         insert_sql!(r#", content AS "content: crate::queries::col::Content""#)
-            .map(|r| (r.id, r.revision, r.created_at, Some(r.content)))
+            .map(|r| {
+                (r.id, r.revision, r.created_at, r.parent_id, r.sibling_ids, Some(r.content))
+            })
             .fetch_one(conn)
             .await?
     } else {
         insert_sql!("")
-            .map(|r| (r.id, r.revision, r.created_at, None))
+            .map(|r| (r.id, r.revision, r.created_at, r.parent_id, r.sibling_ids, None))
             .fetch_one(conn)
             .await?
     };
@@ -153,6 +165,8 @@ pub async fn insert(
         visibility: message.visibility,
         compressed: message.compressed,
         deleted: false,
+        parent_id,
+        sibling_ids,
         revision,
         created_by: message.created_by,
         model_config_id: message.model_config_id,
@@ -300,8 +314,10 @@ pub async fn tail_contents(
     Ok(rows.into_iter().map(|Json(parts)| parts).collect())
 }
 
-/// Soft-deletes the active messages with `id >= from_id`, returning their ids
-/// in ascending order.
+/// Takes the active messages with `id >= from_id` off the active branch
+/// (`deleted`: they stay, on an inactive branch), returning their ids in
+/// ascending order. Ids grow along a branch, so these are the active
+/// branch's rows from `from_id` on.
 pub async fn soft_delete_from(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -316,6 +332,243 @@ pub async fn soft_delete_from(
     .await?;
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// Sets the chat's active leaf (`chats.active_leaf_id`): the row the next
+/// inserted message will follow (migration `0017_branches.sql`). Only the
+/// branch transitions call it, after moving the `deleted` flags to match.
+pub async fn set_active_leaf(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    leaf_id: Option<i64>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE chats SET active_leaf_id = $2 WHERE id = $1",
+        chat_id,
+        leaf_id
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The newest active user message before message `id`: the question an
+/// assistant answer at `id` answers (`None` when there is none).
+pub async fn answered_user_message(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "SELECT max(id) FROM chat_messages
+         WHERE chat_id = $1 AND NOT deleted AND role = 'user' AND id < $2",
+        chat_id,
+        id
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// The newest row of the subtree under message `id` (itself included): the
+/// leaf of the newest branch through it. `None` when `id` is not a row of
+/// this chat's tree (missing, another chat's, or deleted by an edit before
+/// branches existed).
+pub async fn newest_under(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        r#"WITH RECURSIVE under(id) AS (
+             SELECT id FROM chat_messages WHERE chat_id = $1 AND id = $2 AND NOT detached
+             UNION ALL
+             SELECT m.id FROM chat_messages m JOIN under u ON m.parent_id = u.id
+             WHERE m.chat_id = $1
+         )
+         SELECT max(id) AS "leaf" FROM under"#,
+        chat_id,
+        id
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Makes the branch from the root to `leaf_id` the active one: walks up
+/// from `leaf_id` to the first row already active (the last row the two
+/// branches share; none when they share no root), takes the active rows
+/// after it off the branch and puts the walked rows on it. Returns
+/// `(deactivated, activated)` ids, ascending. Work and writes are
+/// proportional to the part of the two branches that differs.
+pub async fn activate_path(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    leaf_id: i64,
+) -> sqlx::Result<(Vec<i64>, Vec<i64>)> {
+    let walked = sqlx::query!(
+        r#"WITH RECURSIVE up(id, parent_id, deleted) AS (
+             SELECT id, parent_id, deleted FROM chat_messages WHERE chat_id = $1 AND id = $2
+             UNION ALL
+             SELECT m.id, m.parent_id, m.deleted FROM chat_messages m JOIN up ON m.id = up.parent_id
+             WHERE m.chat_id = $1 AND up.deleted
+         )
+         SELECT id AS "id!", deleted AS "deleted!" FROM up"#,
+        chat_id,
+        leaf_id
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let shared = walked.iter().filter(|r| !r.deleted).map(|r| r.id).max();
+    let joining: Vec<i64> = walked.iter().filter(|r| r.deleted).map(|r| r.id).collect();
+    let mut deactivated: Vec<i64> = sqlx::query_scalar!(
+        "UPDATE chat_messages SET deleted = true
+         WHERE chat_id = $1 AND NOT deleted AND id > $2 RETURNING id",
+        chat_id,
+        shared.unwrap_or(0)
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut activated: Vec<i64> = sqlx::query_scalar!(
+        "UPDATE chat_messages SET deleted = false
+         WHERE chat_id = $1 AND id = ANY($2) AND deleted RETURNING id",
+        chat_id,
+        &joining
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    deactivated.sort_unstable();
+    activated.sort_unstable();
+    Ok((deactivated, activated))
+}
+
+/// One row of a chat's tree ([`tree`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeNode {
+    /// Message id.
+    pub id: i64,
+    /// The row it follows (may be a model-only row, which [`tree`] leaves
+    /// out: the node then hangs from that row's nearest visible ancestor).
+    pub parent_id: Option<i64>,
+    /// Role.
+    pub role: ChatRole,
+    /// The first 80 characters of its last non-empty text part.
+    pub preview: Option<String>,
+    /// On the active branch.
+    pub active: bool,
+    /// Insertion time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Every client-visible row of the chat's tree (every branch; not the rows
+/// an edit deleted before branches existed), ascending by id, each with its
+/// nearest client-visible ancestor as `parent_id`: what `GET
+/// /chats/{chat}/messages/tree` returns.
+pub async fn tree(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<TreeNode>> {
+    let rows = sqlx::query!(
+        r#"SELECT id, parent_id, role, visibility <> 'model' AS "visible!",
+                  left(chat_message_preview(content), 80) AS preview, NOT deleted AS "active!",
+                  created_at
+           FROM chat_messages WHERE chat_id = $1 AND NOT detached ORDER BY id"#,
+        chat_id
+    )
+    .fetch_all(conn)
+    .await?;
+    // Parents come before children (ids grow along a branch): one pass
+    // resolves model-only parents. `hang_from[r]` is the visible row a child
+    // of row `r` hangs from.
+    let mut hang_from: std::collections::HashMap<i64, Option<i64>> =
+        std::collections::HashMap::with_capacity(rows.len());
+    let mut nodes = Vec::with_capacity(rows.len());
+    for r in rows {
+        let parent = r
+            .parent_id
+            .and_then(|p| hang_from.get(&p).copied().unwrap_or(Some(p)));
+        if r.visible {
+            hang_from.insert(r.id, Some(r.id));
+            nodes.push(TreeNode {
+                id: r.id,
+                parent_id: parent,
+                role: crate::queries::decode_column("role", r.role)?,
+                preview: r.preview,
+                active: r.active,
+                created_at: r.created_at,
+            });
+        } else {
+            hang_from.insert(r.id, parent);
+        }
+    }
+    Ok(nodes)
+}
+
+/// Copies the active rows of chat `source` up to message `through_id` into
+/// chat `target` (a fork, API.md "Branches, regenerate and fork"), in id
+/// order, so the parent trigger chains them into one branch. Each copy
+/// keeps the row's content (file ids renamed by `file_map`, `{old: new}`),
+/// role, visibility, usage and times, and records `copied_from_id` (the
+/// usage ledger does not count copies); boundary rows' `compacted_through_id`
+/// is renamed to the copy's id. Returns the number of rows copied.
+pub async fn copy_branch(
+    conn: &mut PgConnection,
+    source: Uuid,
+    through_id: i64,
+    target: Uuid,
+    file_map: &serde_json::Value,
+) -> sqlx::Result<u64> {
+    let copied = sqlx::query!(
+        r#"INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by,
+             model_config_id, reasoning_effort, input_tokens, output_tokens, reasoning_tokens,
+             cache_read_tokens, cache_creation_tokens, total_tokens, context_limit,
+             total_cost_micros, runtime_ms, provider_response_id, finish_reason,
+             compacted_through_id, token_estimate, copied_from_id, created_at)
+         SELECT $3, m.role,
+             CASE WHEN $4::jsonb = '{}'::jsonb OR jsonb_typeof(m.content) <> 'array' THEN m.content
+             ELSE COALESCE((
+                 SELECT jsonb_agg(CASE WHEN p->>'type' = 'file' AND $4::jsonb ? (p->>'file_id')
+                                       THEN jsonb_set(p, '{file_id}', $4::jsonb -> (p->>'file_id'))
+                                       ELSE p END ORDER BY o)
+                 FROM jsonb_array_elements(m.content) WITH ORDINALITY e(p, o)), '[]'::jsonb) END,
+             m.visibility, m.compressed, m.created_by, m.model_config_id, m.reasoning_effort,
+             m.input_tokens, m.output_tokens, m.reasoning_tokens, m.cache_read_tokens,
+             m.cache_creation_tokens, m.total_tokens, m.context_limit, m.total_cost_micros,
+             m.runtime_ms, m.provider_response_id, m.finish_reason, m.compacted_through_id,
+             m.token_estimate, m.id, m.created_at
+         FROM chat_messages m
+         WHERE m.chat_id = $1 AND NOT m.deleted AND m.id <= $2
+         ORDER BY m.id"#,
+        source,
+        through_id,
+        target,
+        file_map
+    )
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    sqlx::query!(
+        "UPDATE chat_messages n SET compacted_through_id = o.id
+         FROM chat_messages o
+         WHERE n.chat_id = $1 AND n.compacted_through_id IS NOT NULL
+           AND o.chat_id = $1 AND o.copied_from_id = n.compacted_through_id",
+        target
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(copied)
+}
+
+/// Whether message `id` is a client-visible row of chat `chat_id`'s active
+/// branch.
+pub async fn is_active_visible(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    id: i64,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM chat_messages
+           WHERE chat_id = $1 AND id = $2 AND NOT deleted AND visibility <> 'model') AS "found!""#,
+        chat_id,
+        id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Where a page of [`scan`] starts.

@@ -113,6 +113,7 @@ macro_rules! chat_columns {
              c.mcp_server_ids, c.plan_mode, c.compaction_requested_at, c.message_count,
              c.last_message_preview, c.context_tokens, c.context_estimated, c.context_limit,
              c.compactions, c.compacted_through_message_id, c.subagents, c.depth, c.spawn_key,
+             c.active_leaf_id, c.forked_from_chat_id, c.forked_from_message_id,
              c.created_at, c.updated_at"#
             $($rest)*)
     };
@@ -157,6 +158,9 @@ macro_rules! chat_of {
             context_limit: $r.context_limit,
             compactions: $r.compactions,
             compacted_through_message_id: $r.compacted_through_message_id,
+            active_leaf_id: $r.active_leaf_id,
+            forked_from_chat_id: $r.forked_from_chat_id,
+            forked_from_message_id: $r.forked_from_message_id,
             subagents: $r.subagents,
             depth: $r.depth,
             spawn_key: $r.spawn_key,

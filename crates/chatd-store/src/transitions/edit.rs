@@ -28,7 +28,8 @@ pub struct EditMessageInput {
 pub struct EditMessageResult {
     /// The new user message.
     pub replacement_message: ChatMessage,
-    /// Soft-deleted message ids (the edited one and everything after it).
+    /// Ids that left the active branch (the edited one and everything after
+    /// it), ascending; they stay, on an inactive branch.
     pub deleted_message_ids: Vec<i64>,
     /// Queued message ids removed (the whole queue).
     pub deleted_queued_message_ids: Vec<i64>,
@@ -39,9 +40,11 @@ pub struct EditMessageResult {
 }
 
 impl ChatTx {
-    /// `EditMessage(k, replacement)`: clears the queue, soft-deletes message
-    /// `k` and every active message after it, answers any call left
-    /// outstanding, inserts the replacement and the suffix, clears pending
+    /// `EditMessage(k, replacement)`: clears the queue, takes message `k`
+    /// and every active message after it off the active branch (API.md
+    /// "Branches, regenerate and fork": nothing is deleted), answers any
+    /// call left outstanding, inserts the replacement as a sibling of `k`
+    /// (it follows `k`'s parent) and the suffix after it, clears pending
     /// action and error, and lands in `R0`.
     ///
     /// # Errors
@@ -103,6 +106,7 @@ impl ChatTx {
         let deleted_queued_message_ids = queries::queue::clear(db!(self), self.chat_id).await?;
         let deleted_message_ids =
             queries::messages::soft_delete_from(db!(self), self.chat_id, target.id).await?;
+        queries::messages::set_active_leaf(db!(self), self.chat_id, target.parent_id).await?;
         self.history.forget();
         let cancellation_messages = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
         let mut replacement = input.replacement;

@@ -56,9 +56,11 @@ macro_rules! db {
 }
 
 pub(crate) mod archive;
+pub(crate) mod branches;
 pub(crate) mod context;
 pub(crate) mod create;
 pub(crate) mod edit;
+pub(crate) mod fork;
 pub(crate) mod interrupt;
 pub(crate) mod queue;
 pub(crate) mod requires_action;

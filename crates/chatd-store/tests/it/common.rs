@@ -240,3 +240,57 @@ pub fn assistant_text(text: &str) -> NewMessage {
 pub fn is_role(message: &chatd_store::ChatMessage, role: ChatRole) -> bool {
     message.role == role
 }
+
+/// The tree invariants of migration `0017_branches.sql` (API.md "Branches,
+/// regenerate and fork"), whatever raced before: one active leaf (the
+/// newest row on the active branch, `None` only for a chat with no rows);
+/// every parent in the same chat and older than its child; the walk from the
+/// active leaf to the root is exactly the rows not `deleted` (rows an edit
+/// deleted before branches existed, `detached`, are in no tree); every
+/// client-visible row's `sibling_ids` are its parent's client-visible
+/// children (empty when it is the only one).
+pub async fn assert_tree(h: &Harness, id: Uuid, context: &str) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let chat = h.chat(id).await;
+    let rows: Vec<(i64, Option<i64>, bool, bool, String, Vec<i64>)> = sqlx::query_as(
+        "SELECT id, parent_id, deleted, detached, visibility, sibling_ids
+         FROM chat_messages WHERE chat_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(h.pool())
+    .await
+    .expect("tree rows");
+    let by_id: BTreeMap<i64, &(i64, Option<i64>, bool, bool, String, Vec<i64>)> =
+        rows.iter().map(|r| (r.0, r)).collect();
+    let active: BTreeSet<i64> = rows.iter().filter(|r| !r.2).map(|r| r.0).collect();
+    assert_eq!(
+        chat.active_leaf_id,
+        active.iter().next_back().copied(),
+        "{context}: the active leaf is the newest active row"
+    );
+    for r in &rows {
+        if let Some(parent) = r.1 {
+            let p = by_id
+                .get(&parent)
+                .unwrap_or_else(|| panic!("{context}: row {} has parent {parent} outside its chat", r.0));
+            assert!(parent < r.0, "{context}: parent {parent} is newer than {}", r.0);
+            assert!(!p.3, "{context}: row {} hangs from detached {parent}", r.0);
+        }
+    }
+    let mut walked = BTreeSet::new();
+    let mut at = chat.active_leaf_id;
+    while let Some(node) = at {
+        assert!(walked.insert(node), "{context}: a cycle at {node}");
+        at = by_id[&node].1;
+    }
+    assert_eq!(walked, active, "{context}: the active branch is the rows not deleted");
+    let mut children: BTreeMap<Option<i64>, Vec<i64>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| !r.3 && r.4 != "model") {
+        children.entry(r.1).or_default().push(r.0);
+    }
+    for r in rows.iter().filter(|r| !r.3 && r.4 != "model") {
+        let siblings = &children[&r.1];
+        let expected = if siblings.len() > 1 { siblings.clone() } else { vec![] };
+        assert_eq!(r.5, expected, "{context}: sibling_ids of {}", r.0);
+    }
+}

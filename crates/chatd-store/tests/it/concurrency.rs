@@ -659,9 +659,11 @@ enum RaceOp {
     FinishInterruption,
     FinishError,
     CancelRequiresAction,
+    Regenerate,
+    Activate,
 }
 
-const RACE_OPS: [RaceOp; 13] = [
+const RACE_OPS: [RaceOp; 15] = [
     RaceOp::Interrupt,
     RaceOp::SendQueue,
     RaceOp::SendInterrupt,
@@ -675,6 +677,8 @@ const RACE_OPS: [RaceOp; 13] = [
     RaceOp::FinishInterruption,
     RaceOp::FinishError,
     RaceOp::CancelRequiresAction,
+    RaceOp::Regenerate,
+    RaceOp::Activate,
 ];
 
 /// A server-side tool call answered in the same step, as a worker commits it.
@@ -700,8 +704,23 @@ async fn run_race_op(
     tag: String,
     user_message: i64,
     queued_message: i64,
+    answer: i64,
 ) -> StoreResult<()> {
     let result = match op {
+        RaceOp::Regenerate => {
+            machine
+                .update(move |tx| {
+                    Box::pin(async move { tx.regenerate_message(answer).await.map(|_| ()) })
+                })
+                .await
+        }
+        RaceOp::Activate => {
+            machine
+                .update(move |tx| {
+                    Box::pin(async move { tx.activate_branch(user_message).await.map(|_| ()) })
+                })
+                .await
+        }
         RaceOp::Interrupt => {
             machine
                 .update(|tx| Box::pin(async move { tx.interrupt().await.map(|_| ()) }))
@@ -971,6 +990,21 @@ async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
             .map(|m| m.id)
             .collect();
         let queued: Vec<i64> = h.queue(id).await.iter().map(|q| q.id).collect();
+        // Every user message of the tree, on any branch: switching to any.
+        let all_user_messages: Vec<i64> = h
+            .messages(id)
+            .await
+            .iter()
+            .filter(|m| m.role == chatd_core::ChatRole::User && m.parent_id.is_some())
+            .map(|m| m.id)
+            .collect();
+        let answers: Vec<i64> = h
+            .active_messages(id)
+            .await
+            .iter()
+            .filter(|m| m.role == chatd_core::ChatRole::Assistant)
+            .map(|m| m.id)
+            .collect();
 
         // Watches committed states while the race runs.
         let stop = Arc::new(AtomicBool::new(false));
@@ -983,8 +1017,17 @@ async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
             let pick = next() as usize;
             // Targets read before the race: they may be gone by the time the
             // operation runs, which must be a clean domain error.
+            let user_messages = if op == RaceOp::Activate {
+                &all_user_messages
+            } else {
+                &user_messages
+            };
             let user_message = user_messages
                 .get(pick % user_messages.len().max(1))
+                .copied()
+                .unwrap_or(i64::MAX);
+            let answer = answers
+                .get(pick % answers.len().max(1))
                 .copied()
                 .unwrap_or(i64::MAX);
             let queued_message = queued
@@ -996,7 +1039,8 @@ async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
             let tag = format!("r{round}-t{i}");
             tasks.spawn(async move {
                 barrier.wait().await;
-                let result = run_race_op(machine, op, tag, user_message, queued_message).await;
+                let result =
+                    run_race_op(machine, op, tag, user_message, queued_message, answer).await;
                 (op, result)
             });
         }
@@ -1032,6 +1076,7 @@ async fn mixed_race_of_transitions_leaves_a_valid_consistent_chat() {
 
         let context = format!("after round {round}");
         assert_chat_invariants(&h, id, &context).await;
+        crate::common::assert_tree(&h, id, &context).await;
         // Failed bundles rolled their bump back; each success advanced the
         // version once and published once.
         let after = h.snapshot_version(id).await;

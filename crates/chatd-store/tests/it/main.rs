@@ -3,6 +3,7 @@
 
 mod approval;
 mod boundary;
+mod branches;
 mod common;
 mod concurrency;
 mod matrix;

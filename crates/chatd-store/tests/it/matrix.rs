@@ -84,6 +84,12 @@ async fn apply(
         id,
     )
     .await;
+    let last_answer = lowest_id(
+        h,
+        "SELECT coalesce(max(id), 1) FROM chat_messages WHERE chat_id = $1 AND role = 'assistant' AND NOT deleted",
+        id,
+    )
+    .await;
     let mut child = h.chat_input(Uuid::new_v4(), "sub-task");
     child.spawn_key = Some(format!("{id}:spawn"));
     let inputs = Inputs {
@@ -91,6 +97,7 @@ async fn apply(
         form,
         first_user,
         first_queued,
+        last_answer,
         child,
     };
     if matches!(form, Form::Guessed | Form::Misguessed) {
@@ -114,6 +121,8 @@ struct Inputs {
     form: Form,
     first_user: i64,
     first_queued: i64,
+    /// The newest assistant answer of the active branch.
+    last_answer: i64,
     /// The child a spawning step creates.
     child: chatd_store::CreateChatInput,
 }
@@ -125,6 +134,7 @@ async fn run(tx: &mut chatd_store::ChatTx, inputs: Inputs) -> Result<(), StoreEr
         form,
         first_user,
         first_queued,
+        last_answer,
         child,
     } = inputs;
     match transition {
@@ -146,6 +156,8 @@ async fn run(tx: &mut chatd_store::ChatTx, inputs: Inputs) -> Result<(), StoreEr
             })
             .await
             .map(|_| ())?,
+        Transition::RegenerateMessage => tx.regenerate_message(last_answer).await.map(|_| ())?,
+        Transition::ActivateBranch => tx.activate_branch(first_user).await.map(|_| ())?,
         Transition::RequestCompaction => tx.request_compaction().await?,
         Transition::ClearContext => {
             let mut boundary = NewMessage::system("context cleared");
@@ -327,6 +339,18 @@ async fn check_form(transition: Transition, form: Form) {
                 .execute(h.pool())
                 .await
                 .expect("make the pending call an approval call");
+        }
+        if transition == Transition::RegenerateMessage && from != ExecutionState::N {
+            // An answer to regenerate, in every state (the rejected ones
+            // must refuse before looking at it).
+            sqlx::query(
+                "INSERT INTO chat_messages (chat_id, role, content)
+                 VALUES ($1, 'assistant', '[{\"type\":\"text\",\"text\":\"answer\"}]')",
+            )
+            .bind(id)
+            .execute(h.pool())
+            .await
+            .expect("an answer");
         }
         if matches!(form, Form::Guessed | Form::Misguessed) {
             guess(&h, id, from, form == Form::Misguessed).await;
@@ -689,6 +713,8 @@ matrix_tests! {
     matrix_send_message_steer => Transition::SendMessage { busy_behavior: BusyBehavior::Steer },
     matrix_send_message_reject => Transition::SendMessage { busy_behavior: BusyBehavior::Reject },
     matrix_edit_message => Transition::EditMessage,
+    matrix_regenerate_message => Transition::RegenerateMessage,
+    matrix_activate_branch => Transition::ActivateBranch,
     matrix_request_compaction => Transition::RequestCompaction,
     matrix_clear_context => Transition::ClearContext,
     matrix_delete_queued_message => Transition::DeleteQueuedMessage,
@@ -732,6 +758,6 @@ async fn matrix_commit_step_spawning_a_child() {
 
 #[test]
 fn matrix_tests_cover_every_transition() {
-    // 27 generated tests above, one per entry of Transition::ALL.
-    assert_eq!(Transition::ALL.len(), 27);
+    // 29 generated tests above, one per entry of Transition::ALL (RegenerateMessage and ActivateBranch joined in issue 33).
+    assert_eq!(Transition::ALL.len(), 29);
 }

@@ -273,6 +273,26 @@ pub(crate) async fn select_facts_with(
     }
 }
 
+
+/// Records where a fork came from (`chats.forked_from_*`, migration
+/// `0017_branches.sql`); only [`crate::Store::fork_chat`] calls it, in the
+/// fork's creating transaction.
+pub async fn set_forked_from(
+    conn: &mut PgConnection,
+    chat_id: Uuid,
+    source: Uuid,
+    message_id: i64,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE chats SET forked_from_chat_id = $2, forked_from_message_id = $3 WHERE id = $1",
+        chat_id,
+        source,
+        message_id
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
 /// Inserts the row of a new chat at `snapshot_version = 1` with `status`
 /// and the metadata of `input` (title default [`crate::DEFAULT_CHAT_TITLE`]);
 /// `root_chat_id` is the root of the parent's family and `depth` the new

@@ -20,6 +20,8 @@ fn row(id: i64, role: ChatRole, parts: Vec<MessagePart>) -> ChatMessage {
         visibility: Visibility::Both,
         compressed: false,
         deleted: false,
+        parent_id: (id > 1).then_some(id - 1),
+        sibling_ids: vec![],
         revision: id,
         created_by: None,
         model_config_id: None,

@@ -46,6 +46,9 @@ fn chat() -> Chat {
         subagents: false,
         depth: 0,
         spawn_key: None,
+        active_leaf_id: None,
+        forked_from_chat_id: None,
+        forked_from_message_id: None,
         created_at: Utc::now(),
         updated_at: Utc::now(),
     }
