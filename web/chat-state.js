@@ -1,6 +1,8 @@
 // @ts-check
 // The state of an open chat (`ChatView`) and how the server changes it:
-// stream events (API.md "Stream"), sends and edits. It draws nothing: the
+// stream events (API.md "Stream"), sends, edits and branch changes (API.md
+// "Branches, regenerate and fork": the view holds the active branch only).
+// It draws nothing: the
 // chat view (./chat-view.js and the renderers it uses) draws this state; a
 // new status only tells the list's badge (./sidebar.js) and, when a turn
 // ends, the usage panel (./usage.js).
@@ -23,6 +25,7 @@ import { updateListStatus } from './sidebar.js';
 /** @typedef {import('./wire.js').LivePart} LivePart */
 /** @typedef {import('./wire.js').StreamEvent} StreamEvent */
 /** @typedef {import('./wire.js').EditResult} EditResult */
+/** @typedef {import('./wire.js').MessagePage} MessagePage */
 /** @typedef {import('./stream.js').StreamClient} StreamClient */
 /** @typedef {import('./composer.js').Composer} Composer */
 
@@ -47,6 +50,7 @@ import { updateListStatus } from './sidebar.js';
  * @typedef {object} ChatDom
  * @property {HTMLElement} root
  * @property {HTMLElement} title
+ * @property {HTMLElement} origin "Forked from …" (hidden unless a fork)
  * @property {HTMLElement} status
  * @property {HTMLElement} connection
  * @property {HTMLElement} usage
@@ -81,6 +85,12 @@ import { updateListStatus } from './sidebar.js';
  * @property {() => void} render re-renders the view
  * @property {(chat: Chat) => void} applyChat takes a Chat from a REST answer
  * @property {() => void} retry retries the failed turn
+ * @property {(messageId: number, direction: 'prev' | 'next') => void} activate
+ *   shows the branch through sibling `messageId` (reached by the arrow `direction`)
+ * @property {(messageId: number) => void} regenerate asks for another answer
+ *   in place of answer `messageId`
+ * @property {(messageId: number) => void} fork forks the chat up to `messageId`
+ *   and opens the fork
  */
 
 /**
@@ -104,6 +114,8 @@ import { updateListStatus } from './sidebar.js';
  * @property {(RetryState & {episode: Episode | null}) | null} retry
  *   the retry event's payload, plus `episode` (lastEpisode when it came)
  * @property {number | null} editing message id being edited
+ * @property {boolean} branching a branch change (activate, regenerate) is being asked for
+ * @property {number} resets how many `history_reset`s the stream has sent
  * @property {boolean} atBottom the reader is at the end of the conversation (kept there)
  * @property {boolean} interruptArmed an interrupt is under way: the next new answer was cut by it
  * @property {Set<number>} interruptedIds
@@ -162,6 +174,8 @@ export function newChatView(chatId, actions, buildDom) {
     limitHelpFor: null,
     retry: null,
     editing: null,
+    branching: false,
+    resets: 0,
     atBottom: true,
     interruptArmed: false,
     interruptedIds: loadInterrupted(chatId),
@@ -256,6 +270,7 @@ export function applyEvent(view, event, frame) {
       view.gap = null;
       view.editing = null;
       view.retry = null;
+      view.resets += 1;
       break;
     default:
       console.warn('unknown stream event', /** @type {{type: string}} */ (event).type);
@@ -270,6 +285,7 @@ export function applyEvent(view, event, frame) {
 export function upsertMessage(view, message) {
   const known = view.messages.get(message.id);
   if (known && known.revision > message.revision) return;
+  if (!known) dropSupplanted(view, message);
   if (!known && message.role === 'user') view.turnStopped = false;
   if (!known && view.interruptArmed) {
     if (message.role === 'assistant') markInterrupted(view, message.id);
@@ -288,6 +304,83 @@ export function upsertMessage(view, message) {
     view.preview = null;
     view.retry = null;
   }
+}
+
+/**
+ * A new message that is a sibling of one the view holds (an edit's new
+ * text, a regenerated answer) takes its place on the active branch: the
+ * sibling and what followed it leave the view. On the active branch ids
+ * ascend, so what followed is every message with a greater id.
+ * @param {ChatView} view
+ * @param {ChatMessage} message not held yet
+ */
+function dropSupplanted(view, message) {
+  const siblings = message.sibling_ids || [];
+  let from = Infinity;
+  for (const id of siblings) {
+    if (id !== message.id && view.messages.has(id)) from = Math.min(from, id);
+  }
+  if (from === Infinity) return;
+  for (const id of [...view.messages.keys()]) {
+    if (id >= from) view.messages.delete(id);
+  }
+  // A sibling in the loaded head: the omitted middle left with it.
+  if (view.gap && from <= view.gap.after) view.gap = null;
+  if (view.editing !== null && view.editing >= from) view.editing = null;
+}
+
+/**
+ * Answers `messageId` and what followed it leave the view (a regenerate
+ * was taken: the new answer, a sibling, streams in), unless newer than
+ * `newestBefore`, the newest id held when it was asked for.
+ * @param {ChatView} view
+ * @param {number} messageId
+ * @param {number} newestBefore
+ */
+export function dropFrom(view, messageId, newestBefore) {
+  for (const id of [...view.messages.keys()]) {
+    if (id >= messageId && id <= newestBefore) view.messages.delete(id);
+  }
+  if (view.gap && messageId <= view.gap.after) view.gap = null;
+}
+
+/**
+ * The messages of the active branch read again (`GET .../messages?window=true`)
+ * replace those held, as a `history_reset` would.
+ * @param {ChatView} view
+ * @param {MessagePage} page
+ */
+export function replaceMessages(view, page) {
+  view.messages.clear();
+  for (const m of page.messages) view.messages.set(m.id, m);
+  const w = page.window;
+  view.gap = w && w.omitted > 0 ? { after: w.head_last_id, before: w.tail_first_id, omitted: w.omitted } : null;
+  view.editing = null;
+}
+
+/**
+ * Whether the chat is idle (API.md: `W`, or `E0`: an error with nothing
+ * queued), where branches can change: regenerate, activate.
+ * @param {LoadedView} view
+ */
+export function isIdle(view) {
+  const status = view.chat.status;
+  return status === 'waiting' || (status === 'error' && view.queue.length === 0);
+}
+
+/**
+ * The id of the answer that ends the active branch (an assistant message
+ * that is not a compaction's record), which can be regenerated; null when
+ * the branch ends otherwise (a user message, a tool result, a boundary).
+ * @param {ChatView} view
+ * @returns {number | null}
+ */
+export function lastAnswerId(view) {
+  let last = null;
+  for (const m of view.messages.values()) if (!last || m.id > last.id) last = m;
+  if (!last || last.role !== 'assistant') return null;
+  if (last.content.some((p) => p.type === 'tool-call' && p.tool_name === 'chatd_compact')) return null;
+  return last.id;
 }
 
 /**

@@ -6,20 +6,23 @@
 // plan mode, archive), banners, messages, the live preview (re-rendered at
 // most once per animation frame), the action-required panel, the queue and
 // the composer. Also the chat's actions: send, edit-and-retry, plan mode,
-// stop, archive.
+// stop, archive, and the branches (API.md "Branches, regenerate and fork"):
+// show a sibling's branch, regenerate the last answer, fork, and the link
+// of a fork to the chat it came from.
 //
 // The renderers in ./messages.js, ./panels.js, ./action-required.js and
 // ./queue.js call back through `view.actions`.
 
-import { h, toast, clearToast, announce } from './ui.js';
+import { h, toast, clearToast, announce, byTestId } from './ui.js';
 import { api, attempt, session } from './api.js';
 import { openStream } from './stream.js';
 import { renderMarkdownInto } from './markdown.js';
 import { buildComposer, sendRequest } from './composer.js';
 import { fillModelSelect, loadModels } from './models.js';
-import { refreshChats, mergeListed, dropIfMovedOut } from './sidebar.js';
+import { refreshChats, mergeListed, dropIfMovedOut, addCreated, listedChat } from './sidebar.js';
 import {
   newChatView, isLoaded, textOf, applyEvent, applyStatus, upsertMessage, applyEditResult, armInterrupt,
+  dropFrom, replaceMessages,
 } from './chat-state.js';
 import { renderMessages, rerenderMessages, renderPart, renderReasoning, roleLabel } from './messages.js';
 import { renderBanners, renderUsage, renderContext } from './panels.js';
@@ -55,6 +58,15 @@ export function openChatView(main, chatId) {
     },
     retry: () => {
       if (isLoaded(view)) retryTurn(view);
+    },
+    activate: (messageId, direction) => {
+      if (isLoaded(view)) activateBranch(view, messageId, direction);
+    },
+    regenerate: (messageId) => {
+      if (isLoaded(view)) regenerateAnswer(view, messageId);
+    },
+    fork: (messageId) => {
+      if (isLoaded(view)) forkChat(view, messageId);
     },
   }, buildChatDom);
   main.replaceChildren(view.dom.root);
@@ -106,6 +118,7 @@ async function load(view) {
     if (w && w.omitted > 0) view.gap = { after: w.head_last_id, before: w.tail_first_id, omitted: w.omitted };
   }
   render(view);
+  if (isLoaded(view)) renderOrigin(view);
   fillModelSelect(view.dom.composer.model, chat);
   loadModels().then(() => {
     if (!view.closed) rerenderMessages(view);
@@ -133,6 +146,7 @@ async function load(view) {
  */
 function buildChatDom(view) {
   const title = h('h1', { class: 'chat-heading', id: 'chat-heading' }, 'Loading…');
+  const origin = h('p', { class: 'chat-origin', testid: 'forked-from', hidden: true });
   const status = h('span', { class: 'status-badge', testid: 'chat-status' }, '…');
   const connection = h('span', { class: 'connection', testid: 'connection', role: 'status', 'aria-label': 'Connection' }, 'reconnecting');
   const usage = h('span', { class: 'usage', testid: 'usage', title: 'Token usage: input / output / total' });
@@ -188,11 +202,12 @@ function buildChatDom(view) {
       h('div', { class: 'chat-header-main' }, title, status, connection),
       h('div', { class: 'chat-header-tools' }, context, contextTools, usage, plan, archive),
     ),
+    origin,
     banners,
     scroller,
     h('div', { class: 'dock' }, action, queue, composer.root),
   );
-  return { root, title, status, connection, usage, context, contextTools, planInput, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null, decisions: new Map() };
+  return { root, title, origin, status, connection, usage, context, contextTools, planInput, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null, decisions: new Map() };
 }
 
 /**
@@ -518,4 +533,110 @@ function applyChat(view, chat) {
   }
   mergeListed(chat);
   render(view);
+}
+
+// ---------------------------------------------------------------------------
+// Branches (API.md "Branches, regenerate and fork")
+
+/**
+ * An arrow of "< n/m >": `POST /chats/{chat}/branches/activate`. The stream
+ * then sends `history_reset` and the new branch; when it has not done so by
+ * the time the answer comes (a socket reconnecting, a slow replica), the
+ * branch is read again (`GET .../messages?window=true`), and whichever
+ * comes second agrees with the first.
+ * @param {LoadedView} view
+ * @param {number} messageId the sibling whose branch to show
+ * @param {'prev' | 'next'} direction the arrow used (it keeps the focus)
+ */
+async function activateBranch(view, messageId, direction) {
+  if (view.branching) return;
+  view.branching = true;
+  render(view);
+  const resets = view.resets;
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('POST', `/chats/${view.chatId}/branches/activate`, { message_id: messageId }));
+  if (chat && !view.closed && view.resets === resets) {
+    /** @type {MessagePage | undefined} */
+    const page = await attempt(() => api('GET', `/chats/${view.chatId}/messages?window=true`));
+    if (page && !view.closed && view.resets === resets) replaceMessages(view, page);
+  }
+  view.branching = false;
+  if (view.closed) return;
+  if (chat) applyChat(view, chat);
+  else render(view);
+  if (!chat) return;
+  // The focus stays on the arrow used (or the other one, at an end).
+  const el = view.dom.messages.querySelector(`[data-message-id="${messageId}"]`);
+  const message = view.messages.get(messageId);
+  if (el && message) {
+    const siblings = message.sibling_ids || [];
+    announce(`Version ${siblings.indexOf(messageId) + 1} of ${siblings.length} shown.`);
+    const arrows = [byTestId(el, `branch-${direction}`), byTestId(el, `branch-${direction === 'prev' ? 'next' : 'prev'}`)];
+    const target = /** @type {HTMLButtonElement | undefined} */ (arrows.find((b) => b && !(/** @type {HTMLButtonElement} */ (b)).disabled));
+    if (target) target.focus();
+  }
+}
+
+/**
+ * "Regenerate": `POST /chats/{chat}/messages/{message}/regenerate`. The chat
+ * runs again and a new answer, a sibling of this one, streams in; this one
+ * (on a branch of its own now) leaves the view at once.
+ * @param {LoadedView} view
+ * @param {number} messageId
+ */
+async function regenerateAnswer(view, messageId) {
+  if (view.branching) return;
+  view.branching = true;
+  render(view);
+  const newest = Math.max(0, ...view.messages.keys());
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('POST', `/chats/${view.chatId}/messages/${messageId}/regenerate`));
+  view.branching = false;
+  if (view.closed) return;
+  if (chat) {
+    dropFrom(view, messageId, newest);
+    applyChat(view, chat);
+  } else {
+    render(view);
+  }
+}
+
+/**
+ * "Fork from here": `POST /chats/{chat}/fork {message_id}`, then the new
+ * chat opens.
+ * @param {LoadedView} view
+ * @param {number} messageId
+ */
+async function forkChat(view, messageId) {
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('POST', `/chats/${view.chatId}/fork`, { message_id: messageId }));
+  if (!chat || view.closed) return;
+  addCreated(chat);
+  location.hash = `#/chats/${chat.id}`;
+  refreshChats();
+  announce(`Forked into "${chat.title}".`);
+}
+
+/**
+ * On a fork, "Forked from <title>" under the header, a link to the chat it
+ * came from (its title from the list, else read once).
+ * @param {LoadedView} view
+ */
+async function renderOrigin(view) {
+  const from = view.chat.forked_from;
+  const el = view.dom.origin;
+  if (!from) {
+    el.hidden = true;
+    el.replaceChildren();
+    return;
+  }
+  const link = h('a', { href: `#/chats/${from.chat_id}`, testid: 'forked-from-link', class: 'chat-origin-link' }, 'another chat');
+  el.replaceChildren('Forked from ', link);
+  el.hidden = false;
+  const listed = listedChat(from.chat_id);
+  /** @type {Chat | undefined} */
+  const source = listed || await api('GET', `/chats/${from.chat_id}`, undefined, { quiet: true }).catch(() => undefined);
+  if (view.closed) return;
+  if (source) link.textContent = source.title || 'Untitled';
+  else link.replaceWith('a chat that is no longer available');
 }

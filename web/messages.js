@@ -3,7 +3,10 @@
 // as Markdown, user text as plain text, long texts collapsed, reasoning,
 // tool calls and results, files, the mark of an answer cut short), the
 // records of context compaction and clearing, the "load earlier" control
-// of a long chat opened as a window, and the editing of a user message.
+// of a long chat opened as a window, the editing of a user message, and
+// each message's branch controls (API.md "Branches, regenerate and fork":
+// "< n/m >" between siblings, "Regenerate" on the answer that ends the
+// branch, "Fork from here"), which call back through `view.actions`.
 // Also the parts shared with the live preview (`renderPart`,
 // `renderReasoning`, `roleLabel`).
 
@@ -11,7 +14,7 @@ import { h, byTestId, autoGrow, isLong, countLines, numberFormat, prettyJsonStri
 import { api, attempt, downloadFile } from './api.js';
 import { renderMarkdownInto } from './markdown.js';
 import { loadedModels, modelName } from './models.js';
-import { textOf, finishReasonOf, applyEditResult } from './chat-state.js';
+import { textOf, finishReasonOf, applyEditResult, isIdle, lastAnswerId } from './chat-state.js';
 
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
 /** @typedef {import('./chat-state.js').LoadedView} LoadedView */
@@ -55,14 +58,19 @@ export function renderMessages(view) {
   const gapState = view.gap;
   const gap = gapState && view.messages.has(gapState.after) ? gapControl(view, gapState) : null;
   const editable = !view.chat.archived;
+  const idle = isIdle(view) && !view.branching;
+  const lastAnswer = lastAnswerId(view);
   /** @type {ChildNode | null} */
   let previous = null;
   for (const [id, message] of messages) {
     let el = existing.get(id);
     existing.delete(id);
     // Archiving changes whether user messages can be edited; an interrupt
-    // seen by the UI adds a mark.
-    const key = `${message.revision}:${editable}:${finishReasonOf(view, message)}`;
+    // seen by the UI adds a mark; the branch controls follow the siblings
+    // and whether the chat is idle.
+    const siblings = (message.sibling_ids || []).join(',');
+    const branchKey = siblings.includes(',') || id === lastAnswer ? `${siblings}:${id === lastAnswer}:${idle}` : '';
+    const key = `${message.revision}:${editable}:${finishReasonOf(view, message)}:${branchKey}`;
     if ((!el || el.dataset.key !== key) && view.editing !== id) {
       const fresh = renderMessage(view, message);
       fresh.dataset.key = key;
@@ -231,8 +239,63 @@ function renderMessage(view, message) {
     message.role === 'user' && isLong(text) ? collapsible(body, text) : body,
     message.content.filter((p) => p.type !== 'text' && p.type !== 'reasoning').map(renderPart),
     mark,
+    branchControls(view, message),
   );
   return article;
+}
+
+/**
+ * The row under a message: "< n/m >" when it has siblings (the arrows show
+ * the previous or next one's branch; disabled at the ends and while the
+ * chat is busy), "Regenerate" on the answer that ends the active branch of
+ * an idle chat, and "Fork from here".
+ * @param {LoadedView} view
+ * @param {ChatMessage} message
+ * @returns {HTMLElement}
+ */
+function branchControls(view, message) {
+  const idle = isIdle(view) && !view.branching;
+  const siblings = message.sibling_ids || [];
+  const index = siblings.indexOf(message.id);
+  let nav = null;
+  if (siblings.length > 1 && index >= 0) {
+    const busyTitle = idle ? undefined : 'Available when the reply is done';
+    const prev = h('button', {
+      type: 'button',
+      class: 'btn btn-small btn-quiet branch-arrow',
+      testid: 'branch-prev',
+      'aria-label': 'Previous version',
+      title: busyTitle,
+      disabled: !idle || index === 0,
+      onclick: () => view.actions.activate(siblings[index - 1], 'prev'),
+    }, '<');
+    const next = h('button', {
+      type: 'button',
+      class: 'btn btn-small btn-quiet branch-arrow',
+      testid: 'branch-next',
+      'aria-label': 'Next version',
+      title: busyTitle,
+      disabled: !idle || index === siblings.length - 1,
+      onclick: () => view.actions.activate(siblings[index + 1], 'next'),
+    }, '>');
+    const position = h('span', {
+      class: 'branch-position',
+      testid: 'branch-position',
+      title: `Version ${index + 1} of ${siblings.length}`,
+    }, `${index + 1}/${siblings.length}`);
+    nav = h('span', { class: 'branch-nav', testid: 'branch-nav', role: 'group', 'aria-label': `Version ${index + 1} of ${siblings.length}` }, prev, position, next);
+  }
+  const regenerate = idle && !view.chat.archived && message.id === lastAnswerId(view)
+    ? h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'regenerate', 'aria-label': 'Regenerate the answer', onclick: () => view.actions.regenerate(message.id) }, 'Regenerate')
+    : null;
+  const fork = h('button', {
+    type: 'button',
+    class: 'btn btn-small btn-quiet',
+    testid: 'fork-message',
+    title: 'A new chat with a copy of the conversation up to this message',
+    onclick: () => view.actions.fork(message.id),
+  }, 'Fork from here');
+  return h('footer', { class: 'message-actions', testid: 'message-actions' }, nav, regenerate, fork);
 }
 
 /**
@@ -368,7 +431,8 @@ function renderFilePart(part) {
 
 // ---------------------------------------------------------------------------
 // Editing a user message: `PATCH /chats/{chat}/messages/{message}` reruns
-// the conversation from it.
+// the conversation from it, as a new sibling (the old text stays on its
+// branch, one arrow away).
 
 /**
  * @param {LoadedView} view

@@ -40,6 +40,14 @@
  */
 
 /**
+ * `Chat.forked_from` (API.md "Branches, regenerate and fork"): the chat
+ * and the message a fork copied up to.
+ * @typedef {object} ForkOrigin
+ * @property {string} chat_id
+ * @property {number} message_id
+ */
+
+/**
  * `Chat` (API.md "Objects", with `message_count` and
  * `last_message_preview` of "Message windows", `subagents` and
  * `plan_mode` of "Sub-agents and plan mode").
@@ -58,6 +66,9 @@
  * @property {ChatContext | null} [context]
  * @property {number} [message_count]
  * @property {string | null} [last_message_preview]
+ * @property {number | null} [active_leaf_id] the last message of the
+ *   active branch ("Branches, regenerate and fork")
+ * @property {ForkOrigin | null} [forked_from] set on a fork
  * @property {string} created_at
  * @property {string} updated_at
  */
@@ -102,7 +113,10 @@
 
 /**
  * `ChatMessage`. `finish_reason` (`stop`, `length`, `content_filter`,
- * `interrupted`) is absent from older servers.
+ * `interrupted`) is absent from older servers, as are `parent_id` and
+ * `sibling_ids` (API.md "Branches, regenerate and fork": the ids of the
+ * messages that follow the same parent, ascending, itself included; `[]`
+ * when it has no siblings).
  * @typedef {object} ChatMessage
  * @property {number} id
  * @property {Role} role
@@ -112,6 +126,8 @@
  * @property {number} revision
  * @property {Usage | null} [usage]
  * @property {string | null} [finish_reason]
+ * @property {number | null} [parent_id]
+ * @property {number[]} [sibling_ids]
  */
 
 /**
@@ -142,7 +158,9 @@
  */
 
 /**
- * `PATCH /chats/{chat}/messages/{message}`.
+ * `PATCH /chats/{chat}/messages/{message}`: the edited text is a new
+ * sibling; `deleted_message_ids` are the ids that left the active branch
+ * (kept on an inactive one).
  * @typedef {object} EditResult
  * @property {ChatMessage} [message]
  * @property {ChatMessage[]} [messages]
