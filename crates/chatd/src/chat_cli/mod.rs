@@ -7,11 +7,12 @@
 //! (required). Each subcommand is one file of [`cmd`]: its flags, how it
 //! builds its request and how it prints the answer (`list`, `children`,
 //! `new`, `send`, `queue list|edit|move`, `watch`, `interrupt`, `compact`,
-//! `clear-context`, `tool-results`, `approve`, `deny`; and `usage`,
-//! `token list`, `token revoke`).
+//! `clear-context`, `regenerate`, `branches`, `switch`, `fork`,
+//! `tool-results`, `approve`, `deny`; and `usage`, `token list`, `token
+//! revoke`).
 //!
-//! `new` and `send` stream the assistant's reply to standard output as it
-//! is generated and exit when the chat is idle again; `watch` prints the
+//! `new`, `send` and `regenerate` stream the assistant's reply to standard
+//! output as it is generated and exit when the chat is idle again; `watch` prints the
 //! whole conversation and follows it live. Client-side ("dynamic") tools
 //! (API.md `DynamicTool`) are offered with `new --tools`; when the model
 //! calls one the chat stops in `requires_action`, the pending calls and the

@@ -17,8 +17,9 @@
 //! - [`PendingToolCall`]: without `kind` (an older server) it waits for a
 //!   client tool's output;
 //! - [`ActionRequired::deadline_at`] is printed as the server wrote it;
-//! - [`Chat`], [`IdOnly`] and [`SendResponse`]: only the fields the client
-//!   prints (a stand-in server in the tests sends no more).
+//! - [`Chat`], [`IdOnly`], [`SendResponse`] and [`MessageTree`]: only the
+//!   fields the client prints (a stand-in server in the tests sends no
+//!   more).
 
 use chatd_core::{
     ActionKind, ChatError, ChatRole, ChatStatus, FinishReason, MessagePart, RetryState,
@@ -163,6 +164,49 @@ pub struct Chat {
     /// The size of its model context (absent from older servers).
     #[serde(default)]
     pub context: Option<ChatContext>,
+    /// The newest message of its active branch (`None` with no messages,
+    /// or from an older server).
+    #[serde(default)]
+    pub active_leaf_id: Option<i64>,
+    /// The chat and message it was forked from, if any.
+    #[serde(default)]
+    pub forked_from: Option<ForkedFrom>,
+}
+
+/// `Chat.forked_from`: where a fork was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct ForkedFrom {
+    /// The chat it was forked from.
+    pub chat_id: uuid::Uuid,
+    /// The last message copied.
+    pub message_id: i64,
+}
+
+/// `GET /chats/{chat}/messages/tree`: every message a client may see, on
+/// every branch, ascending by id.
+#[derive(Debug, Clone, Deserialize)]
+pub struct MessageTree {
+    /// The messages.
+    pub nodes: Vec<TreeNode>,
+}
+
+/// One message of [`MessageTree`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TreeNode {
+    /// Message id.
+    pub id: i64,
+    /// The nearest message it follows that the tree shows (`None` for a
+    /// first message).
+    #[serde(default)]
+    pub parent_id: Option<i64>,
+    /// Its role.
+    pub role: ChatRole,
+    /// The start of its text (`None` when it has none).
+    #[serde(default)]
+    pub preview: Option<String>,
+    /// Whether it is on the active branch.
+    #[serde(default)]
+    pub active: bool,
 }
 
 /// The answer of `POST /chats/{chat}/messages`: whether the message was

@@ -4,6 +4,7 @@
 //! real processes and bounds every wait; see `support.rs`.
 
 mod account_cli;
+mod branches_cli;
 mod cli;
 mod config_file;
 mod embedded;

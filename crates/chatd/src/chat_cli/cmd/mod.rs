@@ -7,15 +7,19 @@
 //! are top-level commands of the binary that `main` runs directly.
 
 pub mod approve;
+pub mod branches;
 pub mod children;
 pub mod clear_context;
 pub mod compact;
 pub mod deny;
+pub mod fork;
 pub mod interrupt;
 pub mod list;
 pub mod new;
 pub mod queue;
+pub mod regenerate;
 pub mod send;
+pub mod switch;
 pub mod token_list;
 pub mod token_revoke;
 pub mod tool_results;
@@ -63,6 +67,10 @@ pub enum ChatCommand {
     Interrupt(interrupt::InterruptArgs),
     Compact(compact::CompactArgs),
     ClearContext(clear_context::ClearContextArgs),
+    Regenerate(regenerate::RegenerateArgs),
+    Branches(branches::BranchesArgs),
+    Switch(switch::SwitchArgs),
+    Fork(fork::ForkArgs),
     ToolResults(tool_results::ToolResultsArgs),
     Approve(approve::ApproveArgs),
     Deny(deny::DenyArgs),
@@ -84,6 +92,10 @@ impl ChatCommand {
             ChatCommand::Interrupt(args) => args.run(session).await,
             ChatCommand::Compact(args) => args.run(session).await,
             ChatCommand::ClearContext(args) => args.run(session).await,
+            ChatCommand::Regenerate(args) => args.run(session).await,
+            ChatCommand::Branches(args) => args.run(session).await,
+            ChatCommand::Switch(args) => args.run(session).await,
+            ChatCommand::Fork(args) => args.run(session).await,
             ChatCommand::ToolResults(args) => args.run(session).await,
             ChatCommand::Approve(args) => args.run(session).await,
             ChatCommand::Deny(args) => args.run(session).await,

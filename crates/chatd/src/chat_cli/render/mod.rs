@@ -40,6 +40,8 @@
 //!   on standard error.
 //! - `history_reset`: the preview is dropped the same way; messages already
 //!   printed are not printed again (a terminal cannot unprint), new ones are.
+//!   In reply mode, messages up to [`Renderer::with_history_through`] are
+//!   history and never printed (`regenerate`'s new branch is sent whole).
 //! - Committed messages are keyed by `id`; a re-sent message with a newer
 //!   `revision` is noted on standard error in watch mode, not reprinted.
 
@@ -159,6 +161,9 @@ pub struct Renderer {
     own_user_id: Option<i64>,
     /// Reply mode: a later user message was committed, so our turn is over.
     turn_done: bool,
+    /// Reply mode: messages with an id up to this one are history, never
+    /// the reply (0: none is).
+    history_through: i64,
     /// Committed message id → revision printed.
     seen: HashMap<i64, i64>,
     /// The highest committed message id seen (the reconnect's `after_id`).
@@ -198,6 +203,7 @@ impl Renderer {
             gate_open,
             own_user_id: None,
             turn_done: false,
+            history_through: 0,
             seen: HashMap::new(),
             last_message_id: 0,
             preview: None,
@@ -295,6 +301,15 @@ impl Renderer {
     /// message before it. Later user messages end the reply.
     pub fn with_own_message(mut self, id: i64) -> Self {
         self.own_user_id = Some(id);
+        self
+    }
+
+    /// Reply mode: messages with an id up to `id` are history, not the
+    /// reply, even when the stream sends them (again): `regenerate`, whose
+    /// new branch follows a `history_reset` with every message of the
+    /// branch, the old ones included.
+    pub fn with_history_through(mut self, id: i64) -> Self {
+        self.history_through = id;
         self
     }
 
@@ -398,6 +413,9 @@ impl Renderer {
         }
         self.seen.insert(message.id, message.revision);
         self.last_message_id = self.last_message_id.max(message.id);
+        if matches!(self.mode, Mode::Reply { .. }) && message.id <= self.history_through {
+            return;
+        }
         if let Mode::Reply { awaiting_queued } = self.mode
             && message.role == ChatRole::User
         {

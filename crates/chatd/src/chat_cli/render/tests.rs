@@ -439,6 +439,31 @@ fn a_reply_ends_at_the_next_user_message_and_does_not_print_its_answer() {
 }
 
 #[test]
+fn a_regenerated_answer_is_printed_alone_when_the_new_branch_is_sent_whole() {
+    // Messages 1..=4 were the history; 2 (the old answer) left the active
+    // branch, and the stream resends the branch after a `history_reset`.
+    let mut r = reply().with_own_message(4).with_history_through(4);
+    let mut outs = Vec::new();
+    for event in [
+        status("running"),
+        ev(json!({"type": "history_reset", "chat_id": "c"})),
+        text_message(1, "user", "question"),
+        text_message(3, "user", "another question"),
+        text_message(4, "assistant", "the old answer to it"),
+        part(7, 1, 1, "the new "),
+        part(7, 1, 2, "answer"),
+        text_message(5, "assistant", "the new answer"),
+        status("waiting"),
+    ] {
+        outs.extend(r.apply(&event));
+    }
+    outs.extend(r.finish());
+    assert_eq!(split(&outs), ("the new answer\n".into(), String::new()));
+    assert_eq!(r.last_message_id(), 5);
+    assert_eq!(r.idle(), Some(Idle::Waiting));
+}
+
+#[test]
 fn idle_needs_an_empty_queue_and_reports_errors_and_actions() {
     let mut r = reply();
     r.apply(&status("waiting"));
