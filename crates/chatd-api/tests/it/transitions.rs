@@ -127,8 +127,11 @@ async fn send_message_response_shapes() {
     assert!(body["message"]["revision"].as_i64().unwrap() > 1);
     assert!(body.get("queued_message").is_none());
     assert_eq!(body["messages"], json!([body["message"].clone()]));
+    // Issue 33 added parent_id and sibling_ids.
+    assert_eq!(body["message"]["sibling_ids"], json!([]));
+    assert!(body["message"]["parent_id"].as_i64().is_some());
     let keys: Vec<&String> = body["message"].as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 13, "{keys:?}");
+    assert_eq!(keys.len(), 15, "{keys:?}");
 
     // R0 with busy_behavior=interrupt: queued, and the chat is interrupting.
     let id = s.chat_in(&s.alice, R0).await;
