@@ -442,3 +442,196 @@ async fn a_fork_copies_the_files_its_messages_name_within_the_quota() {
     let chunk = chatd_store::files::chunk(h.pool(), copied_id, 0).await.unwrap();
     assert_eq!(chunk.as_deref(), Some(&bytes[..]));
 }
+
+#[tokio::test]
+async fn existing_chats_become_one_branch_in_place_with_nothing_visible_changed() {
+    // A database as it stood before migration 0017, with a chat whose first
+    // answer an edit soft-deleted (the old, destructive edit).
+    let before_branches = sqlx::migrate::Migrator::with_migrations(
+        chatd_store::MIGRATOR
+            .iter()
+            .filter(|m| m.version < 17)
+            .cloned()
+            .collect(),
+    );
+    let db = chatd_testkit::TestDatabase::new(&before_branches).await.unwrap();
+    let pool = db.pool();
+    let owner = Uuid::new_v4();
+    let chat = Uuid::new_v4();
+    sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, 'old', 'member')")
+        .bind(owner)
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO chats (id, owner_id, status, snapshot_version) VALUES ($1, $2, 'waiting', 1)",
+    )
+    .bind(chat)
+    .bind(owner)
+    .execute(pool)
+    .await
+    .unwrap();
+    for (i, (role, text, deleted)) in [
+        ("user", "q1", false),
+        ("assistant", "a1", true),
+        ("user", "q1 edited", false),
+        ("assistant", "a1 again", false),
+        ("user", "q2", false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        sqlx::query("UPDATE chats SET snapshot_version = $2 WHERE id = $1")
+            .bind(chat)
+            .bind(i as i64 + 2)
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO chat_messages (chat_id, role, content, deleted)
+             VALUES ($1, $2, jsonb_build_array(jsonb_build_object('type', 'text', 'text', $3::text)), $4)",
+        )
+        .bind(chat)
+        .bind(role)
+        .bind(text)
+        .bind(deleted)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    let visible = |pool: sqlx::PgPool| async move {
+        let rows: Vec<(i64, i64, bool)> = sqlx::query_as(
+            "SELECT id, revision, deleted FROM chat_messages WHERE chat_id = $1 ORDER BY id",
+        )
+        .bind(chat)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let versions: (i64, i64, i64) = sqlx::query_as(
+            "SELECT snapshot_version, history_version, message_count FROM chats WHERE id = $1",
+        )
+        .bind(chat)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        (rows, versions)
+    };
+    let old = visible(pool.clone()).await;
+
+    chatd_store::MIGRATOR.run(pool).await.unwrap();
+
+    assert_eq!(visible(pool.clone()).await, old, "no revision, version or count moved");
+    let rows: Vec<(i64, Option<i64>, bool, Vec<i64>)> = sqlx::query_as(
+        "SELECT id, parent_id, detached, sibling_ids FROM chat_messages WHERE chat_id = $1 ORDER BY id",
+    )
+    .bind(chat)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    // The active rows are chained in id order; the deleted one is in no tree.
+    assert_eq!(
+        rows.iter().map(|r| (r.1, r.2)).collect::<Vec<_>>(),
+        [
+            (None, false),
+            (None, true),
+            (Some(ids[0]), false),
+            (Some(ids[2]), false),
+            (Some(ids[3]), false),
+        ]
+    );
+    assert!(rows.iter().all(|r| r.3.is_empty()), "no siblings anywhere");
+    let leaf: Option<i64> = sqlx::query_scalar("SELECT active_leaf_id FROM chats WHERE id = $1")
+        .bind(chat)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(leaf, Some(ids[4]));
+    // The next message follows the leaf, and the old deleted row can never
+    // come back or be anyone's sibling.
+    let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    let mut tx = store.machine(chat).begin().await.unwrap();
+    let err = tx.activate_branch(ids[1]).await.unwrap_err();
+    assert!(matches!(err, StoreError::State(StateError::MessageNotFound { .. })));
+    drop(tx);
+    let mut tx = store.machine(chat).begin().await.unwrap();
+    let edited = tx
+        .edit_message(EditMessageInput {
+            message_id: ids[0],
+            replacement: user_text("q1 once more"),
+            suffix_messages: vec![],
+        })
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(edited.replacement_message.parent_id, None);
+    assert_eq!(edited.replacement_message.sibling_ids, vec![ids[0], edited.replacement_message.id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_regenerates_activates_edits_and_sends_leave_one_consistent_tree() {
+    let h = Harness::new().await;
+    for round in 0..6 {
+        let (id, [q1, a1, q2, a2]) = two_turns(&h).await;
+        edit(&h, id, q2, "q2 again").await;
+        answer(&h, id, "a2 again").await;
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+        let mut tasks = tokio::task::JoinSet::new();
+        for op in 0..4 {
+            let machine = h.store.machine(id);
+            let barrier = barrier.clone();
+            tasks.spawn(async move {
+                barrier.wait().await;
+                let result = match (op + round) % 4 {
+                    0 => machine
+                        .update(move |tx| Box::pin(async move { tx.regenerate_message(a1).await.map(|_| ()) }))
+                        .await,
+                    1 => machine
+                        .update(move |tx| Box::pin(async move { tx.activate_branch(a2).await.map(|_| ()) }))
+                        .await,
+                    2 => machine
+                        .update(move |tx| {
+                            Box::pin(async move {
+                                tx.edit_message(EditMessageInput {
+                                    message_id: q1,
+                                    replacement: user_text("q1 raced"),
+                                    suffix_messages: vec![],
+                                })
+                                .await
+                                .map(|_| ())
+                            })
+                        })
+                        .await,
+                    _ => machine
+                        .update(move |tx| {
+                            Box::pin(async move {
+                                tx.send_message(chatd_store::SendMessageInput {
+                                    message: user_text("q3"),
+                                    busy_behavior: Default::default(),
+                                    max_queue_size: None,
+                                })
+                                .await
+                                .map(|_| ())
+                            })
+                        })
+                        .await,
+                };
+                result.map(|((), _)| ())
+            });
+        }
+        let mut won = 0;
+        while let Some(joined) = tasks.join_next().await {
+            match joined.unwrap() {
+                Ok(()) => won += 1,
+                Err(StoreError::State(
+                    StateError::TransitionNotAllowed(_) | StateError::MessageNotFound { .. },
+                )) => {}
+                Err(other) => panic!("round {round}: {other:?}"),
+            }
+        }
+        assert!(won >= 1, "round {round}: something won");
+        assert_tree(&h, id, &format!("round {round}")).await;
+        let state = h.state(id).await;
+        assert!(state != ExecutionState::Invalid, "round {round}: {state}");
+    }
+}
