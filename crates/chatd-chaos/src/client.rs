@@ -3,10 +3,12 @@
 //!
 //! Every user text a client writes carries a unique token (`tok-C-N`), so
 //! the checker can find each acknowledged message in the database and count
-//! its copies. Timestamps of edits let the checker tell a message lost from
-//! one legitimately removed: an edit of an earlier message soft-deletes
-//! every later one, so only messages written after the chat's last edit are
-//! required to survive.
+//! its copies. Timestamps of branch changes (edits, regenerations, branch
+//! switches) let the checker tell a message lost from one that legitimately
+//! left the active branch: a branch change can move any message off it (and
+//! an edit clears the queue), so only messages written after the chat's
+//! last branch change are required to be on the active branch. A message
+//! stored at once (not queued) is never deleted, on any branch.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -32,6 +34,9 @@ pub struct Written {
     pub acked: bool,
     /// The queued-message id, when it was queued.
     pub queued_id: Option<i64>,
+    /// The id of the message it was stored as, when it was stored at once
+    /// (a send that was not queued, an edit).
+    pub message_id: Option<i64>,
 }
 
 /// What every client and the fault task share.
@@ -51,8 +56,10 @@ pub struct Shared {
 pub struct Ledger {
     /// Sends and edits, by token.
     pub written: Vec<Written>,
-    /// Per chat: when the latest edit request ended (acknowledged or not).
-    pub last_edit_end: HashMap<String, Instant>,
+    /// Per chat: when the latest request that may change the active
+    /// branch (an edit, a regenerate, a branch switch) ended, acknowledged
+    /// or not.
+    pub last_branch_change: HashMap<String, Instant>,
     /// Queued-message ids whose deletion was acknowledged.
     pub queue_deleted: Vec<(String, i64)>,
     /// Invariant violations seen while running (snapshot versions going
@@ -161,8 +168,17 @@ pub async fn run_client(shared: Arc<Shared>, index: usize, seed: u64, stop: Canc
     let mut n = 0u64;
     while !stop.is_cancelled() {
         n += 1;
-        let chat = shared.chats[rng.random_range(0..shared.chats.len())].clone();
+        let mut chat = shared.chats[rng.random_range(0..shared.chats.len())].clone();
         let roll = rng.random_range(0..100);
+        if (46..54).contains(&roll) {
+            // Regenerate and switch need an idle chat: mostly pick one (a
+            // busy one answers 409, also checked now and then).
+            if rng.random_range(0..4) > 0
+                && let Some(idle) = idle_chat(&shared, &http, &mut rng).await
+            {
+                chat = idle;
+            }
+        }
         let mut client = Client {
             shared: &shared,
             http: &http,
@@ -173,10 +189,12 @@ pub async fn run_client(shared: Arc<Shared>, index: usize, seed: u64, stop: Canc
         match roll {
             0..30 => client.send(index, n, "queue").await,
             30..40 => client.send(index, n, "interrupt").await,
-            40..48 => client.edit(index, n).await,
-            48..54 => client.queue_delete().await,
-            54..60 => client.promote().await,
-            60..68 => client.interrupt().await,
+            40..46 => client.edit(index, n).await,
+            46..50 => client.regenerate().await,
+            50..54 => client.switch_branch().await,
+            54..58 => client.queue_delete().await,
+            58..62 => client.promote().await,
+            62..68 => client.interrupt().await,
             68..85 => client.answer_tools().await,
             85..88 => client.archive_round_trip().await,
             _ => {
@@ -186,6 +204,31 @@ pub async fn run_client(shared: Arc<Shared>, index: usize, seed: u64, stop: Canc
         let pause = rng.random_range(20..150);
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
+}
+
+/// A chat of the run that is idle (`waiting` or `error`) now, looked for
+/// in a random order; `None` when every chat is busy.
+async fn idle_chat(shared: &Shared, http: &reqwest::Client, rng: &mut StdRng) -> Option<String> {
+    let start = rng.random_range(0..shared.chats.len());
+    for i in 0..shared.chats.len() {
+        let chat = &shared.chats[(start + i) % shared.chats.len()];
+        let answer = request(
+            shared,
+            http,
+            rng,
+            "get_chat",
+            reqwest::Method::GET,
+            &format!("/chats/{chat}"),
+            None,
+        )
+        .await;
+        if answer.status == 200
+            && matches!(answer.body["status"].as_str(), Some("waiting" | "error"))
+        {
+            return Some(chat.clone());
+        }
+    }
+    None
 }
 
 struct Client<'a> {
@@ -255,6 +298,7 @@ impl Client<'_> {
             started,
             acked: false,
             queued_id: None,
+            message_id: None,
         };
         for _ in 0..8 {
             let answer = self
@@ -269,6 +313,7 @@ impl Client<'_> {
                 200 => {
                     written.acked = true;
                     written.queued_id = answer.body["queued_message"]["id"].as_i64();
+                    written.message_id = answer.body["message"]["id"].as_i64();
                     break;
                 }
                 0 | 502 | 503 => tokio::time::sleep(Duration::from_millis(300)).await,
@@ -326,7 +371,7 @@ impl Client<'_> {
             .await;
         let mut ledger = self.ledger();
         ledger
-            .last_edit_end
+            .last_branch_change
             .insert(self.chat.to_owned(), Instant::now());
         ledger.written.push(Written {
             chat: self.chat.to_owned(),
@@ -334,7 +379,81 @@ impl Client<'_> {
             started,
             acked: answer.status == 200,
             queued_id: None,
+            message_id: answer.body["message"]["id"].as_i64(),
         });
+    }
+
+    /// Notes that a request that may change the chat's active branch
+    /// ended.
+    fn branch_changed(&self) {
+        self.ledger()
+            .last_branch_change
+            .insert(self.chat.to_owned(), Instant::now());
+    }
+
+    /// Regenerates one of the last assistant answers of the active branch
+    /// (mostly the last). A busy chat answers `409`, as expected.
+    async fn regenerate(&mut self) {
+        let Some(page) = self.page().await else {
+            return;
+        };
+        let answers: Vec<i64> = page["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "assistant")
+            .filter_map(|m| m["id"].as_i64())
+            .collect();
+        if answers.is_empty() {
+            return;
+        }
+        let back = match self.rng.random_range(0..4) {
+            0 => self.rng.random_range(0..3.min(answers.len())),
+            _ => 0,
+        };
+        let pick = answers[answers.len() - 1 - back];
+        self.call(
+            "regenerate",
+            reqwest::Method::POST,
+            &format!("/chats/{}/messages/{pick}/regenerate", self.chat),
+            None,
+        )
+        .await;
+        self.branch_changed();
+    }
+
+    /// Activates the branch through a random message of the tree (any
+    /// branch). A busy chat answers `409`, as expected.
+    async fn switch_branch(&mut self) {
+        let answer = self
+            .call(
+                "get_tree",
+                reqwest::Method::GET,
+                &format!("/chats/{}/messages/tree", self.chat),
+                None,
+            )
+            .await;
+        if answer.status != 200 {
+            return;
+        }
+        let ids: Vec<i64> = answer.body["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n["id"].as_i64())
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let pick = ids[self.rng.random_range(0..ids.len())];
+        self.call(
+            "activate",
+            reqwest::Method::POST,
+            &format!("/chats/{}/branches/activate", self.chat),
+            Some(json!({"message_id": pick})),
+        )
+        .await;
+        self.branch_changed();
     }
 
     async fn queued(&mut self) -> Option<i64> {

@@ -386,6 +386,7 @@ async fn main() -> anyhow::Result<()> {
     let ledger = std::mem::take(&mut *shared.ledger.lock().unwrap_or_else(|p| p.into_inner()));
     let mut violations = ledger.violations.clone();
     violations.extend(check::check(&mut conn, &chats, &ledger, &views).await?);
+    violations.extend(check::branches(&mut conn, &shared, &http, &mut rng, &chats).await?);
     let stats = std::mem::take(&mut *shared.stats.lock().unwrap_or_else(|p| p.into_inner()));
     let ops: u64 = stats.answers.values().sum();
     println!(
