@@ -28,7 +28,7 @@ Every chat route under /api/v2/chats is also served, unchanged, under /api/exper
 Every non-2xx response has the body ErrorBody. \
 Any authenticated request may answer 429 with a Retry-After header (seconds) when the caller passes their requests_per_minute \
 (counted per replica), and any request with a body answers 408 and closes the connection when the body has not arrived \
-within 60 s of the request's start; a chat creation, send or edit while the owner is over a monthly budget answers 429 \
+within 60 s of the request's start; a chat creation, send, edit or regenerate while the owner is over a monthly budget answers 429 \
 with detail naming the budget. \
 A chat created with subagents: true offers the model the built-in tools spawn_agent, wait_agent, message_agent and close_agent \
 (run by the server; their children have parent_chat_id set and are listed with GET /chats?parent_id=, not in the default list).",

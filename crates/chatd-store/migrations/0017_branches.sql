@@ -40,6 +40,9 @@ ALTER TABLE chats ADD COLUMN forked_from_chat_id uuid;
 ALTER TABLE chats ADD COLUMN forked_from_message_id bigint;
 
 CREATE INDEX chat_messages_parent_idx ON chat_messages (chat_id, parent_id);
+-- The active branch's rows: every history read (`NOT deleted ORDER BY id`)
+-- scans only them, however many inactive branches a chat keeps.
+CREATE INDEX chat_messages_active_idx ON chat_messages (chat_id, id) WHERE NOT deleted;
 
 ALTER TABLE chat_messages DISABLE TRIGGER trigger_set_chat_message_revision_on_update;
 UPDATE chat_messages m
@@ -63,7 +66,9 @@ CREATE FUNCTION link_chat_message_parent() RETURNS trigger AS $$
 DECLARE
     siblings bigint[];
 BEGIN
-    IF NEW.detached THEN
+    IF NEW.detached OR NEW.copied_from_id IS NOT NULL THEN
+        -- A fork's copies come with their parent and no siblings (one
+        -- branch); the fork sets its leaf once (`copy_branch`).
         RETURN NEW;
     END IF;
     UPDATE chats c
@@ -99,7 +104,9 @@ BEFORE INSERT ON chat_messages
 FOR EACH ROW
 EXECUTE FUNCTION link_chat_message_parent();
 
--- The revision trigger, as in 0001_init.sql, with one exception: a new
+-- The revision trigger, as in 0001_init.sql, with two exceptions. It
+-- stamps the chats row only when the row is not stamped already (below).
+-- And a new
 -- sibling rewrites `sibling_ids` on the others, which are all off the
 -- active branch (a parent has one child on it). That is no history change
 -- anyone sees, so it moves no revision and no `history_version` (the stream
@@ -108,6 +115,7 @@ EXECUTE FUNCTION link_chat_message_parent();
 CREATE OR REPLACE FUNCTION set_chat_message_revision() RETURNS trigger AS $$
 DECLARE
     chat_snapshot_version bigint;
+    stamped boolean;
     unchanged chat_messages;
 BEGIN
     IF TG_OP = 'INSERT' AND NEW.revision IS NOT NULL THEN
@@ -131,17 +139,34 @@ BEGIN
             END IF;
         END IF;
     END IF;
-    UPDATE chats
-    SET history_version = snapshot_version, generation_attempt = 0
-    WHERE id = NEW.chat_id
-    RETURNING snapshot_version INTO chat_snapshot_version;
+    -- Once per bundle is enough: the second and later rows of a bundle
+    -- find the row already stamped and leave it alone (every UPDATE of one
+    -- row in a transaction lengthens the chain of versions the next one
+    -- walks, which made a bundle of n rows cost O(n^2)).
+    SELECT snapshot_version, history_version = snapshot_version AND generation_attempt = 0
+    INTO chat_snapshot_version, stamped
+    FROM chats WHERE id = NEW.chat_id;
     IF chat_snapshot_version IS NULL THEN
         RAISE EXCEPTION 'chat % does not exist', NEW.chat_id;
+    END IF;
+    IF NOT stamped THEN
+        UPDATE chats
+        SET history_version = snapshot_version, generation_attempt = 0
+        WHERE id = NEW.chat_id;
     END IF;
     NEW.revision = chat_snapshot_version;
     RETURN NEW;
 END;
 $$ LANGUAGE plpgsql;
+
+-- A fork's copies are counted once, by the fork (`copy_branch` sets the
+-- count and the preview from its rows in one statement), not row by row.
+DROP TRIGGER trigger_maintain_chat_message_summary_on_insert ON chat_messages;
+CREATE TRIGGER trigger_maintain_chat_message_summary_on_insert
+AFTER INSERT ON chat_messages
+FOR EACH ROW
+WHEN (NEW.copied_from_id IS NULL)
+EXECUTE FUNCTION maintain_chat_message_summary();
 
 -- A fork's copies carry the usage of the answers they copy (the context
 -- meter reads it) but were not paid for again: they do not count.

@@ -500,12 +500,16 @@ pub async fn tree(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<
 }
 
 /// Copies the active rows of chat `source` up to message `through_id` into
-/// chat `target` (a fork, API.md "Branches, regenerate and fork"), in id
-/// order, so the parent trigger chains them into one branch. Each copy
+/// chat `target` (a fork, API.md "Branches, regenerate and fork") as one
+/// branch, in one statement: ids are drawn in order, each copy's parent is
+/// the copy before it, and the target's leaf, message count and preview are
+/// set once at the end (the per-row triggers skip copies: a row-by-row
+/// update of the chats row costs O(n^2) in one transaction). Each copy
 /// keeps the row's content (file ids renamed by `file_map`, `{old: new}`),
 /// role, visibility, usage and times, and records `copied_from_id` (the
-/// usage ledger does not count copies); boundary rows' `compacted_through_id`
-/// is renamed to the copy's id. Returns the number of rows copied.
+/// usage ledger does not count copies); a boundary's
+/// `compacted_through_id` names the copy of the row it named. Returns the
+/// number of rows copied.
 pub async fn copy_branch(
     conn: &mut PgConnection,
     source: Uuid,
@@ -513,45 +517,77 @@ pub async fn copy_branch(
     target: Uuid,
     file_map: &serde_json::Value,
 ) -> sqlx::Result<u64> {
-    let copied = sqlx::query!(
-        r#"INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by,
-             model_config_id, reasoning_effort, input_tokens, output_tokens, reasoning_tokens,
-             cache_read_tokens, cache_creation_tokens, total_tokens, context_limit,
-             total_cost_micros, runtime_ms, provider_response_id, finish_reason,
-             compacted_through_id, token_estimate, copied_from_id, created_at)
-         SELECT $3, m.role,
-             CASE WHEN $4::jsonb = '{}'::jsonb OR jsonb_typeof(m.content) <> 'array' THEN m.content
-             ELSE COALESCE((
-                 SELECT jsonb_agg(CASE WHEN p->>'type' = 'file' AND $4::jsonb ? (p->>'file_id')
-                                       THEN jsonb_set(p, '{file_id}', $4::jsonb -> (p->>'file_id'))
-                                       ELSE p END ORDER BY o)
-                 FROM jsonb_array_elements(m.content) WITH ORDINALITY e(p, o)), '[]'::jsonb) END,
-             m.visibility, m.compressed, m.created_by, m.model_config_id, m.reasoning_effort,
-             m.input_tokens, m.output_tokens, m.reasoning_tokens, m.cache_read_tokens,
-             m.cache_creation_tokens, m.total_tokens, m.context_limit, m.total_cost_micros,
-             m.runtime_ms, m.provider_response_id, m.finish_reason, m.compacted_through_id,
-             m.token_estimate, m.id, m.created_at
-         FROM chat_messages m
-         WHERE m.chat_id = $1 AND NOT m.deleted AND m.id <= $2
-         ORDER BY m.id"#,
+    let leaf = sqlx::query_scalar!(
+        r#"WITH src AS (
+             SELECT m.*, row_number() OVER (ORDER BY m.id) AS n
+             FROM chat_messages m
+             WHERE m.chat_id = $1 AND NOT m.deleted AND m.id <= $2
+         ), ids AS (
+             SELECT new_id, row_number() OVER (ORDER BY new_id) AS n
+             FROM (SELECT nextval(pg_get_serial_sequence('chat_messages', 'id')) AS new_id FROM src) drawn
+         ), mapped AS (
+             SELECT src.*, ids.new_id, lag(ids.new_id) OVER (ORDER BY src.n) AS new_parent
+             FROM src JOIN ids USING (n)
+         ), copied AS (
+             INSERT INTO chat_messages (id, parent_id, chat_id, role, content, visibility, compressed,
+                 created_by, model_config_id, reasoning_effort, input_tokens, output_tokens,
+                 reasoning_tokens, cache_read_tokens, cache_creation_tokens, total_tokens,
+                 context_limit, total_cost_micros, runtime_ms, provider_response_id, finish_reason,
+                 compacted_through_id, token_estimate, copied_from_id, created_at)
+             SELECT m.new_id, m.new_parent, $3, m.role,
+                 CASE WHEN $4::jsonb = '{}'::jsonb OR jsonb_typeof(m.content) <> 'array' THEN m.content
+                 ELSE COALESCE((
+                     SELECT jsonb_agg(CASE WHEN p->>'type' = 'file' AND $4::jsonb ? (p->>'file_id')
+                                           THEN jsonb_set(p, '{file_id}', $4::jsonb -> (p->>'file_id'))
+                                           ELSE p END ORDER BY o)
+                     FROM jsonb_array_elements(m.content) WITH ORDINALITY e(p, o)), '[]'::jsonb) END,
+                 m.visibility, m.compressed, m.created_by, m.model_config_id, m.reasoning_effort,
+                 m.input_tokens, m.output_tokens, m.reasoning_tokens, m.cache_read_tokens,
+                 m.cache_creation_tokens, m.total_tokens, m.context_limit, m.total_cost_micros,
+                 m.runtime_ms, m.provider_response_id, m.finish_reason,
+                 (SELECT c.new_id FROM mapped c WHERE c.id = m.compacted_through_id),
+                 m.token_estimate, m.id, m.created_at
+             FROM mapped m
+             ORDER BY m.n
+             RETURNING id
+         )
+         SELECT max(id) AS "leaf" FROM copied"#,
         source,
         through_id,
         target,
         file_map
     )
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    sqlx::query!(
-        "UPDATE chat_messages n SET compacted_through_id = o.id
-         FROM chat_messages o
-         WHERE n.chat_id = $1 AND n.compacted_through_id IS NOT NULL
-           AND o.chat_id = $1 AND o.copied_from_id = n.compacted_through_id",
-        target
-    )
-    .execute(&mut *conn)
+    .fetch_one(&mut *conn)
     .await?;
-    Ok(copied)
+    // The leaf, and the count and preview `maintain_chat_message_summary`
+    // keeps (migration 0005), from the copies at once.
+    let copied = sqlx::query!(
+        r#"UPDATE chats c
+         SET active_leaf_id = $2,
+             message_count = v.n,
+             last_message_preview = p.preview,
+             last_message_preview_id = p.id
+         FROM (SELECT count(*) AS n FROM chat_messages m
+               WHERE m.chat_id = $1 AND NOT m.deleted AND m.visibility <> 'model') v
+         LEFT JOIN LATERAL (
+             SELECT q.preview, q.id FROM (
+                 SELECT chat_message_preview(m.content) AS preview, m.id
+                 FROM chat_messages m
+                 WHERE m.chat_id = $1 AND NOT m.deleted AND m.visibility <> 'model'
+                 ORDER BY m.id DESC
+             ) q
+             WHERE q.preview IS NOT NULL
+             LIMIT 1
+         ) p ON true
+         WHERE c.id = $1
+         RETURNING (SELECT count(*) FROM chat_messages WHERE chat_id = $1) AS "rows!""#,
+        target,
+        leaf
+    )
+    .fetch_one(&mut *conn)
+    .await?
+    .rows;
+    Ok(copied as u64)
 }
 
 /// Whether message `id` is a client-visible row of chat `chat_id`'s active
