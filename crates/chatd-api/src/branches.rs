@@ -63,7 +63,8 @@ pub async fn regenerate(
 #[serde(deny_unknown_fields)]
 pub struct ActivateBranchRequest {
     /// A message of the chat, on any branch: the branch ending at the
-    /// newest message under it becomes active.
+    /// newest message under it becomes active. Positive.
+    #[schema(minimum = 1)]
     pub message_id: i64,
 }
 
@@ -90,6 +91,7 @@ pub async fn activate_branch(
 ) -> ApiResult<Json<Chat>> {
     target.require_owner()?;
     let req = body.read().await?;
+    positive_id(req.message_id)?;
     let mut tx = begin(&state, target.id(), true).await?;
     tx.activate_branch(req.message_id).await?;
     commit(tx).await
@@ -99,9 +101,10 @@ pub async fn activate_branch(
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
-    /// The last message to copy: a message of the active branch. Default:
-    /// all of it.
+    /// The last message to copy: a message of the active branch (positive).
+    /// Default: all of it.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub message_id: Option<i64>,
 }
 
@@ -130,6 +133,9 @@ pub async fn fork_chat(
 ) -> ApiResult<(StatusCode, Json<Chat>)> {
     target.require_owner()?;
     let req = body.read_or_default().await?;
+    if let Some(id) = req.message_id {
+        positive_id(id)?;
+    }
     let outcome = state
         .store()
         .fork_chat(chatd_store::ForkInput {
@@ -150,6 +156,15 @@ pub async fn fork_chat(
             storage.used, storage.quota
         ))),
     }
+}
+
+/// `400` naming `message_id` unless it is positive, as for ids in a path
+/// (`PathParams::id`).
+fn positive_id(id: i64) -> ApiResult<()> {
+    if id < 1 {
+        return Err(ApiError::invalid("message_id", "must be a positive message id"));
+    }
+    Ok(())
 }
 
 /// One message of `MessageTree`.

@@ -108,8 +108,9 @@ pub struct ChatMessage {
     /// Insertion time.
     pub created_at: DateTime<Utc>,
     /// The message this one follows in the chat's tree (API.md "Branches,
-    /// regenerate and fork"); `null` for the first. May name a model-only
-    /// row (a context boundary), which clients never see.
+    /// regenerate and fork"): the nearest earlier client-visible message of
+    /// its branch (model-only rows such as a compaction summary are not in
+    /// the tree clients see); `null` for the first.
     pub parent_id: Option<i64>,
     /// The client-visible messages with the same parent, this one included,
     /// ascending; `[]` when it has no siblings. More than one: an edit or a
@@ -146,7 +147,7 @@ impl From<&chatd_store::ChatMessage> for ChatMessage {
             role: m.role,
             content: m.content.0.clone(),
             created_at: m.created_at,
-            parent_id: m.parent_id,
+            parent_id: m.visible_parent_id,
             sibling_ids: m.sibling_ids.clone(),
             created_by: m.created_by,
             model_config_id: m.model_config_id,

@@ -409,21 +409,38 @@ fn branch_violations(rows: &[BranchRow], leaf: Option<i64>, api: Option<&ApiView
     let Some(api) = api else {
         return violations;
     };
-    let want: Vec<(i64, Option<i64>)> = rows
+    // A row's nearest ancestor the tree shows (rows come parents first):
+    // what `GET /messages` and `GET /messages/tree` give as `parent_id`.
+    let mut shown_as: HashMap<i64, Option<i64>> = HashMap::new();
+    let mut shown_parent: HashMap<i64, Option<i64>> = HashMap::new();
+    let mut want = Vec::new();
+    for r in rows.iter().filter(|r| !r.detached) {
+        let parent = r
+            .parent_id
+            .and_then(|p| shown_as.get(&p).copied().unwrap_or(Some(p)));
+        if r.visible {
+            shown_as.insert(r.id, Some(r.id));
+            shown_parent.insert(r.id, parent);
+            want.push((r.id, parent, !r.deleted));
+        } else {
+            shown_as.insert(r.id, parent);
+        }
+    }
+    let want_messages: Vec<(i64, Option<i64>)> = rows
         .iter()
         .filter(|r| !r.deleted && r.visible)
-        .map(|r| (r.id, r.parent_id))
+        .map(|r| (r.id, shown_parent.get(&r.id).copied().flatten()))
         .collect();
     let got: Vec<(i64, Option<i64>)> = api.messages.iter().map(|m| (m.0, m.1)).collect();
-    if got != want {
+    if got != want_messages {
         violations.push(format!(
-            "GET /messages shows (id, parent) {got:?}, the active branch's visible messages are {want:?}"
+            "GET /messages shows (id, parent) {got:?}, the active branch's visible messages are {want_messages:?}"
         ));
     }
     for (id, parent, siblings) in &api.messages {
         let mut same_parent: Vec<i64> = rows
             .iter()
-            .filter(|r| r.in_tree() && r.parent_id == *parent)
+            .filter(|r| r.in_tree() && shown_parent.get(&r.id) == Some(parent))
             .map(|r| r.id)
             .collect();
         if same_parent.len() < 2 {
@@ -433,20 +450,6 @@ fn branch_violations(rows: &[BranchRow], leaf: Option<i64>, api: Option<&ApiView
             violations.push(format!(
                 "message {id}: sibling_ids {siblings:?}, the visible messages of its parent {same_parent:?}"
             ));
-        }
-    }
-    // A row's nearest ancestor the tree shows (rows come parents first).
-    let mut shown_as: HashMap<i64, Option<i64>> = HashMap::new();
-    let mut want = Vec::new();
-    for r in rows.iter().filter(|r| !r.detached) {
-        let parent = r
-            .parent_id
-            .and_then(|p| shown_as.get(&p).copied().unwrap_or(Some(p)));
-        if r.visible {
-            shown_as.insert(r.id, Some(r.id));
-            want.push((r.id, parent, !r.deleted));
-        } else {
-            shown_as.insert(r.id, parent);
         }
     }
     if api.tree != want {
@@ -569,9 +572,10 @@ mod tests {
         let v = branch_violations(&rows, Some(6), Some(&wrong_tree));
         assert!(v.iter().any(|v| v.contains("GET /messages/tree")), "{v:?}");
 
-        // Rows only the model reads are in neither; the tree hangs their
-        // children from the nearest visible ancestor. Rows an edit deleted
-        // before branches existed are in no tree.
+        // Rows only the model reads are in neither; both `GET /messages`
+        // and the tree hang their children from the nearest visible
+        // ancestor. Rows an edit deleted before branches existed are in no
+        // tree.
         let mut hidden = rows.clone();
         hidden.push(BranchRow {
             visible: false,
@@ -583,12 +587,15 @@ mod tests {
             ..row(9, None, true)
         });
         let mut shown = api(&rows);
-        shown.messages.push((8, Some(7), vec![]));
+        shown.messages.push((8, Some(6), vec![]));
         shown.tree.push((8, Some(6), true));
         let v = branch_violations(&hidden, Some(8), Some(&shown));
         assert_eq!(v, Vec::<String>::new());
         shown.tree.last_mut().unwrap().1 = Some(7);
         let v = branch_violations(&hidden, Some(8), Some(&shown));
         assert!(v.iter().any(|v| v.contains("GET /messages/tree")), "{v:?}");
+        shown.messages.last_mut().unwrap().1 = Some(7);
+        let v = branch_violations(&hidden, Some(8), Some(&shown));
+        assert!(v.iter().any(|v| v.contains("GET /messages shows")), "{v:?}");
     }
 }

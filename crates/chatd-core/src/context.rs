@@ -26,6 +26,12 @@ use crate::message::{ChatRole, MessagePart, Visibility};
 /// counting too many, so a threshold is reached early rather than late.
 pub const BYTES_PER_TOKEN: usize = 4;
 
+/// The name of the visible tool call a compaction leaves in the history
+/// (API.md "Context management"): the marker clients show. It is not an
+/// answer of the model, so it cannot be regenerated (API.md "Branches,
+/// regenerate and fork").
+pub const COMPACTION_TOOL: &str = "chatd_compact";
+
 /// Tokens added per message for its role and framing.
 pub const MESSAGE_OVERHEAD_TOKENS: i64 = 4;
 

@@ -18,9 +18,14 @@
 --   context, boundaries) follows the active branch unchanged, and a branch
 --   switch is a flip of flags, which the existing triggers turn into a new
 --   `history_version` (fences, the context cache's key, the stream's reset).
--- - `sibling_ids`: the client-visible children of the same parent, itself
---   included, ascending; `{}` when it has none. Kept by the trigger (a new
---   sibling rewrites the list on the others), so reads never aggregate.
+-- - `visible_parent_id`: the nearest client-visible ancestor (the parent,
+--   or for a row after a model-only row such as a compaction summary, that
+--   row's own visible parent): the tree clients see, in which model-only
+--   rows do not exist. Set by the same trigger. API `ChatMessage.parent_id`.
+-- - `sibling_ids`: the client-visible rows with the same visible parent,
+--   itself included, ascending; `{}` when it has none. Kept by the trigger
+--   (a new sibling rewrites the list on the others), so reads never
+--   aggregate.
 -- - `detached`: rows soft-deleted by an edit before this migration. They
 --   were deleted, not a branch: they are in no tree (`parent_id` NULL), are
 --   never anyone's sibling and can never be activated.
@@ -32,6 +37,7 @@
 -- version counter moves: the revision trigger is off for the backfill).
 
 ALTER TABLE chat_messages ADD COLUMN parent_id bigint;
+ALTER TABLE chat_messages ADD COLUMN visible_parent_id bigint;
 ALTER TABLE chat_messages ADD COLUMN sibling_ids bigint[] NOT NULL DEFAULT '{}';
 ALTER TABLE chat_messages ADD COLUMN detached boolean NOT NULL DEFAULT false;
 ALTER TABLE chat_messages ADD COLUMN copied_from_id bigint;
@@ -39,7 +45,7 @@ ALTER TABLE chats ADD COLUMN active_leaf_id bigint;
 ALTER TABLE chats ADD COLUMN forked_from_chat_id uuid;
 ALTER TABLE chats ADD COLUMN forked_from_message_id bigint;
 
-CREATE INDEX chat_messages_parent_idx ON chat_messages (chat_id, parent_id);
+CREATE INDEX chat_messages_parent_idx ON chat_messages (chat_id, visible_parent_id);
 -- The active branch's rows: every history read (`NOT deleted ORDER BY id`)
 -- scans only them, however many inactive branches a chat keeps.
 CREATE INDEX chat_messages_active_idx ON chat_messages (chat_id, id) WHERE NOT deleted;
@@ -49,6 +55,15 @@ UPDATE chat_messages m
 SET parent_id = p.prev
 FROM (
     SELECT id, lag(id) OVER (PARTITION BY chat_id ORDER BY id) AS prev
+    FROM chat_messages
+    WHERE NOT deleted
+) p
+WHERE m.id = p.id AND p.prev IS NOT NULL;
+UPDATE chat_messages m
+SET visible_parent_id = p.prev
+FROM (
+    SELECT id, max(id) FILTER (WHERE visibility <> 'model')
+               OVER (PARTITION BY chat_id ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
     FROM chat_messages
     WHERE NOT deleted
 ) p
@@ -76,14 +91,19 @@ BEGIN
     FROM (SELECT active_leaf_id FROM chats WHERE id = NEW.chat_id) prev
     WHERE c.id = NEW.chat_id
     RETURNING prev.active_leaf_id INTO NEW.parent_id;
+    IF NEW.parent_id IS NOT NULL THEN
+        SELECT CASE WHEN p.visibility = 'model' THEN p.visible_parent_id ELSE p.id END
+        INTO NEW.visible_parent_id
+        FROM chat_messages p WHERE p.id = NEW.parent_id;
+    END IF;
     IF NEW.visibility <> 'model' THEN
-        IF NEW.parent_id IS NULL THEN
+        IF NEW.visible_parent_id IS NULL THEN
             SELECT array_agg(id ORDER BY id) INTO siblings FROM chat_messages
-            WHERE chat_id = NEW.chat_id AND parent_id IS NULL
+            WHERE chat_id = NEW.chat_id AND visible_parent_id IS NULL
               AND visibility <> 'model' AND NOT detached;
         ELSE
             SELECT array_agg(id ORDER BY id) INTO siblings FROM chat_messages
-            WHERE chat_id = NEW.chat_id AND parent_id = NEW.parent_id
+            WHERE chat_id = NEW.chat_id AND visible_parent_id = NEW.visible_parent_id
               AND visibility <> 'model' AND NOT detached;
         END IF;
         IF siblings IS NOT NULL THEN

@@ -227,8 +227,13 @@ pub struct ChatMessage {
     /// leaf when the row is inserted. May name a model-only row (a context
     /// boundary). API.md "Branches, regenerate and fork".
     pub parent_id: Option<i64>,
-    /// The client-visible children of the same parent, this one included,
-    /// ascending; empty when it has none. Kept by the same trigger.
+    /// The nearest client-visible ancestor: [`ChatMessage::parent_id`], or
+    /// when that is a model-only row, its own visible parent. What clients
+    /// see as `parent_id`; set by the same trigger.
+    pub visible_parent_id: Option<i64>,
+    /// The client-visible rows with the same visible parent, this one
+    /// included, ascending; empty when it has none. Kept by the same
+    /// trigger.
     pub sibling_ids: Vec<i64>,
     /// The snapshot version that last inserted or changed the row (trigger).
     pub revision: i64,

@@ -584,6 +584,7 @@ mod tests {
             compressed: false,
             deleted: false,
             parent_id: None,
+            visible_parent_id: None,
             sibling_ids: vec![],
             revision,
             created_by: None,

@@ -24,7 +24,8 @@ macro_rules! message_columns {
              m.reasoning_tokens, m.cache_read_tokens, m.cache_creation_tokens, m.total_tokens,
              m.context_limit, m.total_cost_micros, m.runtime_ms, m.finish_reason,
              m.provider_response_id, m.queued_message_id, m.client_message_id,
-             m.compacted_through_id, m.token_estimate, m.parent_id, m.sibling_ids, m.created_at"#
+             m.compacted_through_id, m.token_estimate, m.parent_id, m.visible_parent_id,
+             m.sibling_ids, m.created_at"#
             $($rest)*)
     };
 }
@@ -44,6 +45,7 @@ macro_rules! message_of {
             compressed: $r.compressed,
             deleted: $r.deleted,
             parent_id: $r.parent_id,
+            visible_parent_id: $r.visible_parent_id,
             sibling_ids: $r.sibling_ids,
             revision: $r.revision,
             created_by: $r.created_by,
@@ -103,7 +105,7 @@ pub async fn insert(
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
                      $18, $19, $20, $21, $22, $23)
                  RETURNING id, revision AS "revision!", created_at, parent_id,
-                     sibling_ids"#
+                     visible_parent_id, sibling_ids"#
                     + $returning,
                 chat_id,
                 role,
@@ -139,23 +141,40 @@ pub async fn insert(
         i64,
         i64,
         DateTime<Utc>,
-        Option<i64>,
+        [Option<i64>; 2],
         Vec<i64>,
         Option<Json<Vec<MessagePart>>>,
     );
-    let (id, revision, created_at, parent_id, sibling_ids, stored): Assigned = if read_back {
-        insert_sql!(r#", content AS "content: crate::queries::col::Content""#)
-            .map(|r| {
-                (r.id, r.revision, r.created_at, r.parent_id, r.sibling_ids, Some(r.content))
-            })
-            .fetch_one(conn)
-            .await?
-    } else {
-        insert_sql!("")
-            .map(|r| (r.id, r.revision, r.created_at, r.parent_id, r.sibling_ids, None))
-            .fetch_one(conn)
-            .await?
-    };
+    let (id, revision, created_at, [parent_id, visible_parent_id], sibling_ids, stored): Assigned =
+        if read_back {
+            insert_sql!(r#", content AS "content: crate::queries::col::Content""#)
+                .map(|r| {
+                    (
+                        r.id,
+                        r.revision,
+                        r.created_at,
+                        [r.parent_id, r.visible_parent_id],
+                        r.sibling_ids,
+                        Some(r.content),
+                    )
+                })
+                .fetch_one(conn)
+                .await?
+        } else {
+            insert_sql!("")
+                .map(|r| {
+                    (
+                        r.id,
+                        r.revision,
+                        r.created_at,
+                        [r.parent_id, r.visible_parent_id],
+                        r.sibling_ids,
+                        None,
+                    )
+                })
+                .fetch_one(conn)
+                .await?
+        };
     Ok(ChatMessage {
         id,
         chat_id,
@@ -166,6 +185,7 @@ pub async fn insert(
         compressed: message.compressed,
         deleted: false,
         parent_id,
+        visible_parent_id,
         sibling_ids,
         revision,
         created_by: message.created_by,
@@ -315,8 +335,9 @@ pub async fn tail_contents(
 }
 
 /// Takes the active messages with `id >= from_id` off the active branch
-/// (`deleted`: they stay, on an inactive branch), returning their ids in
-/// ascending order. Ids grow along a branch, so these are the active
+/// (`deleted`: they stay, on an inactive branch), returning the ids of the
+/// client-visible ones in ascending order (model-only rows are never named
+/// to clients). Ids grow along a branch, so these are the active
 /// branch's rows from `from_id` on.
 pub async fn soft_delete_from(
     conn: &mut PgConnection,
@@ -324,7 +345,12 @@ pub async fn soft_delete_from(
     from_id: i64,
 ) -> sqlx::Result<Vec<i64>> {
     let mut ids: Vec<i64> = sqlx::query_scalar!(
-        "UPDATE chat_messages SET deleted = true WHERE chat_id = $1 AND id >= $2 AND NOT deleted RETURNING id",
+        r#"WITH gone AS (
+             UPDATE chat_messages SET deleted = true
+             WHERE chat_id = $1 AND id >= $2 AND NOT deleted
+             RETURNING id, visibility
+         )
+         SELECT id AS "id!" FROM gone WHERE visibility <> 'model'"#,
         chat_id,
         from_id
     )
@@ -352,8 +378,9 @@ pub async fn set_active_leaf(
     Ok(())
 }
 
-/// The newest active user message before message `id`: the question an
-/// assistant answer at `id` answers (`None` when there is none).
+/// The newest active client-visible user message before message `id`: the
+/// question an assistant answer at `id` answers (`None` when there is none;
+/// a compaction summary is a model-only `user` row and never counts).
 pub async fn answered_user_message(
     conn: &mut PgConnection,
     chat_id: Uuid,
@@ -361,7 +388,8 @@ pub async fn answered_user_message(
 ) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar!(
         "SELECT max(id) FROM chat_messages
-         WHERE chat_id = $1 AND NOT deleted AND role = 'user' AND id < $2",
+         WHERE chat_id = $1 AND NOT deleted AND role = 'user' AND visibility <> 'model'
+           AND id < $2",
         chat_id,
         id
     )
@@ -369,8 +397,10 @@ pub async fn answered_user_message(
     .await
 }
 
-/// The newest row of the subtree under message `id` (itself included): the
-/// leaf of the newest branch through it. `None` when `id` is not a row of
+/// The newest row of the subtree under client-visible message `id` (itself
+/// included): the leaf of the newest branch through it. Walks the tree of
+/// visible parents (`chat_messages_parent_idx`), which has the same rows
+/// under a visible row as the tree of parents. `None` when `id` is not a row of
 /// this chat's tree (missing, another chat's, or deleted by an edit before
 /// branches existed).
 pub async fn newest_under(
@@ -382,7 +412,7 @@ pub async fn newest_under(
         r#"WITH RECURSIVE under(id) AS (
              SELECT id FROM chat_messages WHERE chat_id = $1 AND id = $2 AND NOT detached
              UNION ALL
-             SELECT m.id FROM chat_messages m JOIN under u ON m.parent_id = u.id
+             SELECT m.id FROM chat_messages m JOIN under u ON m.visible_parent_id = u.id
              WHERE m.chat_id = $1
          )
          SELECT max(id) AS "leaf" FROM under"#,
@@ -529,12 +559,14 @@ pub async fn copy_branch(
              SELECT src.*, ids.new_id, lag(ids.new_id) OVER (ORDER BY src.n) AS new_parent
              FROM src JOIN ids USING (n)
          ), copied AS (
-             INSERT INTO chat_messages (id, parent_id, chat_id, role, content, visibility, compressed,
+             INSERT INTO chat_messages (id, parent_id, visible_parent_id, chat_id, role, content,
+                 visibility, compressed,
                  created_by, model_config_id, reasoning_effort, input_tokens, output_tokens,
                  reasoning_tokens, cache_read_tokens, cache_creation_tokens, total_tokens,
                  context_limit, total_cost_micros, runtime_ms, provider_response_id, finish_reason,
                  compacted_through_id, token_estimate, copied_from_id, created_at)
-             SELECT m.new_id, m.new_parent, $3, m.role,
+             SELECT m.new_id, m.new_parent,
+                 (SELECT c.new_id FROM mapped c WHERE c.id = m.visible_parent_id), $3, m.role,
                  CASE WHEN $4::jsonb = '{}'::jsonb OR jsonb_typeof(m.content) <> 'array' THEN m.content
                  ELSE COALESCE((
                      SELECT jsonb_agg(CASE WHEN p->>'type' = 'file' AND $4::jsonb ? (p->>'file_id')

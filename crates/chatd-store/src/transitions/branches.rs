@@ -8,7 +8,7 @@
 //! history write, so the fences, the context cache's key and the stream's
 //! `history_reset` follow without knowing about branches.
 
-use chatd_core::{ChatRole, ChatStatus, StateError, Transition};
+use chatd_core::{ChatRole, ChatStatus, MessagePart, StateError, Transition};
 
 use super::running_clearing_error;
 use crate::bundle::ChatTx;
@@ -49,7 +49,7 @@ impl ChatTx {
     /// # Errors
     /// `MessageNotFound` when `k` is not a client-visible message of the
     /// active branch, `RegeneratedMessageNotAssistant` when it is not an
-    /// assistant message, `InvalidInput` when no message precedes it; not
+    /// assistant message or is a compaction's marker, `InvalidInput` when no message precedes it; not
     /// allowed from busy, `E1` or archived states (`409`/`400` at the API).
     ///
     /// # Example
@@ -88,7 +88,12 @@ impl ChatTx {
             Some(m) if !m.deleted && m.visibility.client_visible() => m,
             _ => return Err(self.reject(t, StateError::MessageNotFound { message_id })),
         };
-        if target.role != ChatRole::Assistant {
+        // A compaction's marker is an assistant row but no answer.
+        let marker = target.content.0.iter().any(|p| {
+            matches!(p, MessagePart::ToolCall { tool_name, .. }
+                if tool_name == chatd_core::context::COMPACTION_TOOL)
+        });
+        if target.role != ChatRole::Assistant || marker {
             return Err(self.reject(t, StateError::RegeneratedMessageNotAssistant { message_id }));
         }
         let parent_id =

@@ -635,3 +635,81 @@ async fn racing_regenerates_activates_edits_and_sends_leave_one_consistent_tree(
         assert!(state != ExecutionState::Invalid, "round {round}: {state}");
     }
 }
+
+#[tokio::test]
+async fn after_a_compaction_regenerate_answers_the_visible_question_and_refuses_the_marker() {
+    let h = Harness::new().await;
+    let (id, [_, a1, q2, a2]) = two_turns(&h).await;
+    // What a compaction commits after a2: the model-only summary, then the
+    // visible chatd_compact call and its result (the marker).
+    let (rows, _) = h
+        .run(id, move |tx| {
+            Box::pin(async move {
+                tx.request_compaction().await?;
+                let mut summary = NewMessage::user(vec![MessagePart::text("summary")]);
+                summary.visibility = Visibility::Model;
+                summary.compressed = true;
+                summary.compacted_through_id = Some(a1);
+                let call = NewMessage::assistant(vec![MessagePart::ToolCall {
+                    tool_call_id: "compact_1".into(),
+                    tool_name: chatd_core::context::COMPACTION_TOOL.into(),
+                    args: "{}".into(),
+                }]);
+                let result = NewMessage::tool(vec![MessagePart::ToolResult {
+                    tool_call_id: "compact_1".into(),
+                    tool_name: chatd_core::context::COMPACTION_TOOL.into(),
+                    result: serde_json::json!({"ok": true}),
+                    is_error: false,
+                }]);
+                let rows = tx.commit_step(vec![summary, call, result], false).await?;
+                tx.finish_turn().await?;
+                Ok(rows)
+            })
+        })
+        .await;
+    let (summary, marker) = (rows[0].id, rows[1].id);
+    // The marker follows a2 in the tree clients see, not the summary.
+    assert_eq!(rows[1].parent_id, Some(summary));
+    assert_eq!(rows[1].visible_parent_id, Some(a2));
+    // The marker is no answer: 400, nothing changes.
+    let before = h.dump(id).await;
+    let err = h
+        .rejected(id, move |tx| Box::pin(async move { tx.regenerate_message(marker).await }))
+        .await;
+    assert!(matches!(
+        err,
+        StoreError::State(StateError::RegeneratedMessageNotAssistant { .. })
+    ));
+    assert_eq!(h.dump(id).await, before);
+    // A send after the compaction, then regenerating its answer: the new
+    // branch starts at the visible question, never at the summary.
+    let (sent, _) = h
+        .run(id, |tx| {
+            Box::pin(async move {
+                tx.send_message(chatd_store::SendMessageInput {
+                    message: user_text("q3"),
+                    busy_behavior: Default::default(),
+                    max_queue_size: None,
+                })
+                .await
+            })
+        })
+        .await;
+    let q3 = sent.inserted_messages.last().unwrap().id;
+    let a3 = answer(&h, id, "a3").await;
+    let (regenerated, _) = h
+        .run(id, move |tx| Box::pin(async move { tx.regenerate_message(a3).await }))
+        .await;
+    assert_eq!(regenerated.parent_id, q3);
+    assert_eq!(regenerated.deactivated_message_ids, vec![a3]);
+    // Regenerating a2 (before the compaction) takes the summary off the
+    // branch with the rest, and names only visible rows.
+    answer(&h, id, "a3 again").await;
+    let (regenerated, _) = h
+        .run(id, move |tx| Box::pin(async move { tx.regenerate_message(a2).await }))
+        .await;
+    assert_eq!(regenerated.parent_id, q2);
+    assert!(!regenerated.deactivated_message_ids.contains(&summary));
+    assert!(regenerated.deactivated_message_ids.contains(&marker));
+    assert_tree(&h, id, "after the compaction").await;
+}

@@ -247,8 +247,9 @@ pub fn is_role(message: &chatd_store::ChatMessage, role: ChatRole) -> bool {
 /// every parent in the same chat and older than its child; the walk from the
 /// active leaf to the root is exactly the rows not `deleted` (rows an edit
 /// deleted before branches existed, `detached`, are in no tree); every
-/// client-visible row's `sibling_ids` are its parent's client-visible
-/// children (empty when it is the only one).
+/// row's `visible_parent_id` is its nearest client-visible ancestor; every
+/// client-visible row's `sibling_ids` are the client-visible rows with the
+/// same visible parent (empty when it is the only one).
 pub async fn assert_tree(h: &Harness, id: Uuid, context: &str) {
     use std::collections::{BTreeMap, BTreeSet};
     let chat = h.chat(id).await;
@@ -284,12 +285,29 @@ pub async fn assert_tree(h: &Harness, id: Uuid, context: &str) {
         at = by_id[&node].1;
     }
     assert_eq!(walked, active, "{context}: the active branch is the rows not deleted");
+    // The tree clients see: each row hangs from its nearest visible
+    // ancestor (`visible_parent_id`); siblings share it.
+    let visible_parent: BTreeMap<i64, Option<i64>> = sqlx::query_as::<_, (i64, Option<i64>)>(
+        "SELECT id, visible_parent_id FROM chat_messages WHERE chat_id = $1",
+    )
+    .bind(id)
+    .fetch_all(h.pool())
+    .await
+    .expect("visible parents")
+    .into_iter()
+    .collect();
+    let mut shown_as: BTreeMap<i64, Option<i64>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| !r.3) {
+        let expected = r.1.and_then(|p| shown_as.get(&p).copied().unwrap_or(Some(p)));
+        assert_eq!(visible_parent[&r.0], expected, "{context}: visible parent of {}", r.0);
+        shown_as.insert(r.0, if r.4 != "model" { Some(r.0) } else { expected });
+    }
     let mut children: BTreeMap<Option<i64>, Vec<i64>> = BTreeMap::new();
     for r in rows.iter().filter(|r| !r.3 && r.4 != "model") {
-        children.entry(r.1).or_default().push(r.0);
+        children.entry(visible_parent[&r.0]).or_default().push(r.0);
     }
     for r in rows.iter().filter(|r| !r.3 && r.4 != "model") {
-        let siblings = &children[&r.1];
+        let siblings = &children[&visible_parent[&r.0]];
         let expected = if siblings.len() > 1 { siblings.clone() } else { vec![] };
         assert_eq!(r.5, expected, "{context}: sibling_ids of {}", r.0);
     }

@@ -39,7 +39,7 @@ use serde_json::json;
 use super::plan::ModelCall;
 
 /// The visible tool call a compaction leaves in the history.
-pub(super) const TOOL_NAME: &str = "chatd_compact";
+pub(super) const TOOL_NAME: &str = chatd_core::context::COMPACTION_TOOL;
 /// Passes of the hierarchical reduction.
 pub(super) const MAX_PASSES: usize = 4;
 /// Characters of a tool call's arguments or a tool result kept in the

@@ -21,6 +21,7 @@ fn row(id: i64, role: ChatRole, parts: Vec<MessagePart>) -> ChatMessage {
         compressed: false,
         deleted: false,
         parent_id: (id > 1).then_some(id - 1),
+        visible_parent_id: (id > 1).then_some(id - 1),
         sibling_ids: vec![],
         revision: id,
         created_by: None,
