@@ -119,6 +119,14 @@ async fn refusals_answer_their_status_and_change_nothing() {
     let activate = chat_path(id, "/branches/activate");
     s.post(&activate, &s.alice, json!({"message_id": 999_999_999})).await.expect_error(404);
     s.post(&activate, &s.alice, json!({"message_id": "x"})).await.expect_error(400);
+    // A non-positive id is malformed, as in a path.
+    for bad in [0, -1] {
+        let answer = s.post(&activate, &s.alice, json!({"message_id": bad})).await;
+        assert_eq!(answer.expect_error(400)["validations"][0]["field"], "message_id");
+        s.post(&chat_path(id, "/fork"), &s.alice, json!({"message_id": bad}))
+            .await
+            .expect_error(400);
+    }
     s.post(&activate, &s.alice, json!({})).await.expect_error(400);
     // Not the owner, admins included → 403.
     for user in [&s.bob, &s.admin] {
