@@ -103,7 +103,7 @@ impl<T: DeserializeOwned> Json<T> {
 impl<T: DeserializeOwned + Default> Json<T> {
     /// [`Json::read`] for a route whose body is optional: no body at all
     /// (declared empty or sent empty, with or without a JSON
-    /// `Content-Type`) is `T::default()`.
+    /// `Content-Type`) and a JSON `null` are `T::default()`.
     ///
     /// # Errors
     /// As [`Json::read`] for a body that is there.
@@ -122,7 +122,9 @@ impl<T: DeserializeOwned + Default> Json<T> {
         if self.media_type == MediaType::Absent {
             return Err(ApiError::unsupported_media_type());
         }
-        parse_json(&bytes)
+        // JSON `null` is no body too (the OpenAPI document lets the body be
+        // null).
+        Ok(parse_json::<Option<T>>(&bytes)?.unwrap_or_default())
     }
 }
 
