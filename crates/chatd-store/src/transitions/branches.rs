@@ -8,7 +8,7 @@
 //! history write, so the fences, the context cache's key and the stream's
 //! `history_reset` follow without knowing about branches.
 
-use chatd_core::{ChatRole, ChatStatus, MessagePart, StateError, Transition};
+use chatd_core::{CANCELLED_TOOL_RESULT, ChatRole, ChatStatus, MessagePart, StateError, Transition};
 
 use super::running_clearing_error;
 use crate::bundle::ChatTx;
@@ -29,12 +29,16 @@ pub struct RegenerateResult {
 /// Result of [`ChatTx::activate_branch`].
 #[derive(Debug, Clone)]
 pub struct ActivateResult {
-    /// The active leaf now: the newest row under the message asked for.
+    /// The active leaf now: the newest row under the message asked for, or
+    /// the last synthetic result after it.
     pub leaf_id: i64,
     /// Ids that left the active branch, ascending.
     pub deactivated_message_ids: Vec<i64>,
     /// Ids that joined it, ascending.
     pub activated_message_ids: Vec<i64>,
+    /// Synthetic results answering the calls the new branch ended in (a
+    /// branch an edit left while a call waited); they extend the branch.
+    pub cancellation_messages: Vec<crate::models::ChatMessage>,
 }
 
 impl ChatTx {
@@ -132,7 +136,8 @@ impl ChatTx {
     /// `ActivateBranch(k)`: `W/E0 → W`. The branch ending at the newest row
     /// under message `k` (`k` itself when it has no children) becomes the
     /// active one: the rows of the old branch after the two branches' last
-    /// common row leave it, the rows of the new one join it. Clears the
+    /// common row leave it, the rows of the new one join it; a call the new
+    /// branch ends in is answered with a synthetic cancellation. Clears the
     /// error. Activating the active branch changes nothing in history.
     ///
     /// # Errors
@@ -190,6 +195,10 @@ impl ChatTx {
             queries::messages::activate_path(db!(self), self.chat_id, leaf_id).await?;
         queries::messages::set_active_leaf(db!(self), self.chat_id, Some(leaf_id)).await?;
         self.history.forget();
+        // A branch an edit left while a call waited (A0/A1) ends in that
+        // call: a waiting chat has no unanswered call, so it is answered as
+        // any transition leaving requires_action answers it.
+        let cancellation_messages = self.answer_outstanding(CANCELLED_TOOL_RESULT).await?;
         self.change(ChatChanges {
             status: Some(ChatStatus::Waiting),
             last_error: Some(None),
@@ -198,9 +207,10 @@ impl ChatTx {
         .await?;
         self.land(t, from).await?;
         Ok(ActivateResult {
-            leaf_id,
+            leaf_id: cancellation_messages.last().map_or(leaf_id, |m| m.id),
             deactivated_message_ids,
             activated_message_ids,
+            cancellation_messages,
         })
     }
 }

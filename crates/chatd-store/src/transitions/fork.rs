@@ -142,6 +142,15 @@ impl Store {
             serde_json::json!({})
         };
         queries::messages::copy_branch(&mut tx, source.id, through_id, id, &file_map).await?;
+        // A fork waits: a call the copy ends in (the source waited for it)
+        // is answered, as any transition leaving requires_action answers it.
+        let tail = queries::messages::tail_contents(&mut *tx, id).await?;
+        for call in chatd_core::outstanding_tool_calls(tail.iter().map(Vec::as_slice)) {
+            let result = crate::models::NewMessage::tool(vec![
+                chatd_core::MessagePart::synthetic_result(&call, chatd_core::CANCELLED_TOOL_RESULT),
+            ]);
+            queries::messages::insert(&mut tx, id, &result, None).await?;
+        }
         let mut facts = queries::chats::select_facts_with(&mut *tx, id, false)
             .await?
             .ok_or(StateError::ChatNotFound)?;

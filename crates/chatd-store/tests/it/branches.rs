@@ -713,3 +713,46 @@ async fn after_a_compaction_regenerate_answers_the_visible_question_and_refuses_
     assert!(regenerated.deactivated_message_ids.contains(&marker));
     assert_tree(&h, id, "after the compaction").await;
 }
+
+#[tokio::test]
+async fn a_branch_that_ends_in_a_waiting_call_gets_it_answered_when_activated_or_forked() {
+    let h = Harness::new().await;
+    // A chat waiting for a client tool call, edited: the old branch ends in
+    // the call.
+    let id = h.chat_in(ExecutionState::A0).await;
+    let first = h
+        .active_messages(id)
+        .await
+        .into_iter()
+        .find(|m| m.role == ChatRole::User)
+        .unwrap()
+        .id;
+    edit(&h, id, first, "again").await;
+    answer(&h, id, "answered").await;
+    assert_eq!(h.state(id).await, ExecutionState::W);
+    // Back to the old branch: the call is answered, the chat waits.
+    let switched = activate(&h, id, first).await;
+    assert_eq!(switched.cancellation_messages.len(), 1);
+    assert_eq!(h.state(id).await, ExecutionState::W);
+    assert_eq!(h.outstanding_calls(id).await, vec![]);
+    assert_eq!(h.chat(id).await.active_leaf_id, Some(switched.leaf_id));
+    assert_tree(&h, id, "after the switch").await;
+    // A fork of a chat that waits for a call waits itself, call answered.
+    let waiting = h.chat_in(ExecutionState::A0).await;
+    let ForkOutcome::Forked(fork) = h
+        .store
+        .fork_chat(ForkInput {
+            source_chat_id: waiting,
+            owner_id: h.owner,
+            message_id: None,
+            default_quota: 1 << 30,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("no files")
+    };
+    assert_eq!(h.state(fork.id).await, ExecutionState::W);
+    assert_eq!(h.outstanding_calls(fork.id).await, vec![]);
+    assert_tree(&h, fork.id, "the fork").await;
+}
