@@ -146,7 +146,9 @@ pub async fn fork_chat(
         })
         .await?;
     match outcome {
-        chatd_store::ForkOutcome::Forked(chat) => Ok((StatusCode::CREATED, Json(Chat::from(&chat)))),
+        chatd_store::ForkOutcome::Forked(chat) => {
+            Ok((StatusCode::CREATED, Json(Chat::from(&chat))))
+        }
         chatd_store::ForkOutcome::OverQuota(storage, needed) => Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "The fork's files would exceed your storage quota.",
@@ -162,7 +164,10 @@ pub async fn fork_chat(
 /// (`PathParams::id`).
 fn positive_id(id: i64) -> ApiResult<()> {
     if id < 1 {
-        return Err(ApiError::invalid("message_id", "must be a positive message id"));
+        return Err(ApiError::invalid(
+            "message_id",
+            "must be a positive message id",
+        ));
     }
     Ok(())
 }

@@ -26,8 +26,11 @@ async fn answered(s: &Server) -> (uuid::Uuid, i64, i64) {
     let id = s.chat_in(&s.alice, R0).await;
     s.apply(id, |tx| {
         Box::pin(async move {
-            tx.commit_step(vec![NewMessage::assistant(vec![MessagePart::text("hello")])], false)
-                .await?;
+            tx.commit_step(
+                vec![NewMessage::assistant(vec![MessagePart::text("hello")])],
+                false,
+            )
+            .await?;
             tx.finish_turn().await.map(|_| ())
         })
     })
@@ -48,16 +51,31 @@ async fn edit_regenerate_and_activate_move_the_active_branch_and_lose_nothing() 
 
     // Regenerate: a new branch from the question.
     let chat = s
-        .post_empty(&chat_path(id, &format!("/messages/{answer}/regenerate")), &s.alice)
+        .post_empty(
+            &chat_path(id, &format!("/messages/{answer}/regenerate")),
+            &s.alice,
+        )
         .await;
     let chat = chat.expect(200);
     assert_eq!(chat["status"], "running");
     assert_eq!(chat["active_leaf_id"], json!(question));
-    assert_eq!(ids(s.get(&chat_path(id, "/messages"), &s.alice).await.expect(200)).last(), Some(&question));
+    assert_eq!(
+        ids(s
+            .get(&chat_path(id, "/messages"), &s.alice)
+            .await
+            .expect(200))
+        .last(),
+        Some(&question)
+    );
     s.apply(id, |tx| {
         Box::pin(async move {
-            tx.commit_step(vec![NewMessage::assistant(vec![MessagePart::text("hello again")])], false)
-                .await?;
+            tx.commit_step(
+                vec![NewMessage::assistant(vec![MessagePart::text(
+                    "hello again",
+                )])],
+                false,
+            )
+            .await?;
             tx.finish_turn().await.map(|_| ())
         })
     })
@@ -71,13 +89,22 @@ async fn edit_regenerate_and_activate_move_the_active_branch_and_lose_nothing() 
 
     // Back to the first answer: the old branch is all there.
     let chat = s
-        .post(&chat_path(id, "/branches/activate"), &s.alice, json!({"message_id": answer}))
+        .post(
+            &chat_path(id, "/branches/activate"),
+            &s.alice,
+            json!({"message_id": answer}),
+        )
         .await;
     let chat = chat.expect(200);
     assert_eq!(chat["status"], "waiting");
     assert_eq!(chat["active_leaf_id"], json!(answer));
     let page = s.get(&chat_path(id, "/messages"), &s.alice).await;
-    let last = page.expect(200)["messages"].as_array().unwrap().last().unwrap().clone();
+    let last = page.expect(200)["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
     assert_eq!(last["id"], json!(answer));
     assert_eq!(last["sibling_ids"], json!([answer, new_id]));
     assert_eq!(last["content"], json!([{"type": "text", "text": "hello"}]));
@@ -85,12 +112,19 @@ async fn edit_regenerate_and_activate_move_the_active_branch_and_lose_nothing() 
     // An edit adds a sibling of the question; deleted_message_ids are the
     // ids that left the branch.
     let edited = s
-        .patch(&chat_path(id, &format!("/messages/{question}")), &s.alice, text("hi there"))
+        .patch(
+            &chat_path(id, &format!("/messages/{question}")),
+            &s.alice,
+            text("hi there"),
+        )
         .await;
     let edited = edited.expect(200);
     let replacement = edited["message"]["id"].as_i64().unwrap();
     assert_eq!(edited["deleted_message_ids"], json!([question, answer]));
-    assert_eq!(edited["message"]["sibling_ids"], json!([question, replacement]));
+    assert_eq!(
+        edited["message"]["sibling_ids"],
+        json!([question, replacement])
+    );
     // The tree holds every branch.
     let tree = s.get(&chat_path(id, "/messages/tree"), &s.alice).await;
     let nodes = tree.expect(200)["nodes"].as_array().unwrap().clone();
@@ -113,30 +147,58 @@ async fn refusals_answer_their_status_and_change_nothing() {
     let before = s.dump().await;
     let regen = |m: &str| chat_path(id, &format!("/messages/{m}/regenerate"));
     // Not an answer → 400; not in the chat → 404; malformed → 400.
-    s.post_empty(&regen(&question.to_string()), &s.alice).await.expect_error(400);
-    s.post_empty(&regen("999999999"), &s.alice).await.expect_error(404);
-    s.post_empty(&regen("abc"), &s.alice).await.expect_error(400);
+    s.post_empty(&regen(&question.to_string()), &s.alice)
+        .await
+        .expect_error(400);
+    s.post_empty(&regen("999999999"), &s.alice)
+        .await
+        .expect_error(404);
+    s.post_empty(&regen("abc"), &s.alice)
+        .await
+        .expect_error(400);
     let activate = chat_path(id, "/branches/activate");
-    s.post(&activate, &s.alice, json!({"message_id": 999_999_999})).await.expect_error(404);
-    s.post(&activate, &s.alice, json!({"message_id": "x"})).await.expect_error(400);
+    s.post(&activate, &s.alice, json!({"message_id": 999_999_999}))
+        .await
+        .expect_error(404);
+    s.post(&activate, &s.alice, json!({"message_id": "x"}))
+        .await
+        .expect_error(400);
     // A non-positive id is malformed, as in a path.
     for bad in [0, -1] {
-        let answer = s.post(&activate, &s.alice, json!({"message_id": bad})).await;
-        assert_eq!(answer.expect_error(400)["validations"][0]["field"], "message_id");
-        s.post(&chat_path(id, "/fork"), &s.alice, json!({"message_id": bad}))
-            .await
-            .expect_error(400);
+        let answer = s
+            .post(&activate, &s.alice, json!({"message_id": bad}))
+            .await;
+        assert_eq!(
+            answer.expect_error(400)["validations"][0]["field"],
+            "message_id"
+        );
+        s.post(
+            &chat_path(id, "/fork"),
+            &s.alice,
+            json!({"message_id": bad}),
+        )
+        .await
+        .expect_error(400);
     }
-    s.post(&activate, &s.alice, json!({})).await.expect_error(400);
+    s.post(&activate, &s.alice, json!({}))
+        .await
+        .expect_error(400);
     // Not the owner, admins included → 403.
     for user in [&s.bob, &s.admin] {
         let status = s.post_empty(&regen(&answer.to_string()), user).await.status;
         assert!(status == 403 || status == 404, "{status}");
-        let status = s.post(&activate, user, json!({"message_id": answer})).await.status;
+        let status = s
+            .post(&activate, user, json!({"message_id": answer}))
+            .await
+            .status;
         assert!(status == 403 || status == 404, "{status}");
     }
-    s.post_empty(&regen(&answer.to_string()), &s.admin).await.expect_error(403);
-    s.post(&chat_path(id, "/fork"), &s.admin, json!({})).await.expect_error(403);
+    s.post_empty(&regen(&answer.to_string()), &s.admin)
+        .await
+        .expect_error(403);
+    s.post(&chat_path(id, "/fork"), &s.admin, json!({}))
+        .await
+        .expect_error(403);
     assert_eq!(s.dump().await, before);
 
     // Busy (R0, R1, A0, I0) and E1 → 409; archived → 400.
@@ -146,14 +208,24 @@ async fn refusals_answer_their_status_and_change_nothing() {
         let before = s.dump().await;
         let path = chat_path(busy, &format!("/messages/{}/regenerate", rows[0]));
         s.post_empty(&path, &s.alice).await.expect_error(409);
-        s.post(&chat_path(busy, "/branches/activate"), &s.alice, json!({"message_id": rows[0]}))
-            .await
-            .expect_error(409);
+        s.post(
+            &chat_path(busy, "/branches/activate"),
+            &s.alice,
+            json!({"message_id": rows[0]}),
+        )
+        .await
+        .expect_error(409);
         assert_eq!(s.dump().await, before, "{state}");
     }
-    s.patch(&chat_path(id, ""), &s.alice, json!({"archived": true})).await.expect(200);
-    s.post_empty(&regen(&answer.to_string()), &s.alice).await.expect_error(400);
-    s.post(&activate, &s.alice, json!({"message_id": answer})).await.expect_error(400);
+    s.patch(&chat_path(id, ""), &s.alice, json!({"archived": true}))
+        .await
+        .expect(200);
+    s.post_empty(&regen(&answer.to_string()), &s.alice)
+        .await
+        .expect_error(400);
+    s.post(&activate, &s.alice, json!({"message_id": answer}))
+        .await
+        .expect_error(400);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,7 +236,10 @@ async fn a_fork_is_a_new_idle_chat_with_a_copy_of_the_branch() {
     let whole = s.post_empty(&chat_path(id, "/fork"), &s.alice).await;
     let whole = whole.expect(201).clone();
     assert_eq!(whole["status"], "waiting");
-    assert_eq!(whole["forked_from"], json!({"chat_id": id.to_string(), "message_id": answer}));
+    assert_eq!(
+        whole["forked_from"],
+        json!({"chat_id": id.to_string(), "message_id": answer})
+    );
     assert!(whole["title"].as_str().unwrap().starts_with("Fork of "));
     let fork_id = uuid(&whole["id"]);
     let page = s.get(&chat_path(fork_id, "/messages"), &s.alice).await;
@@ -174,24 +249,58 @@ async fn a_fork_is_a_new_idle_chat_with_a_copy_of_the_branch() {
         .iter()
         .map(|m| m["content"].clone())
         .collect();
-    assert_eq!(texts.last().unwrap(), &json!([{"type": "text", "text": "hello"}]));
-    s.post(&chat_path(id, "/fork"), &s.alice, json!({})).await.expect(201);
+    assert_eq!(
+        texts.last().unwrap(),
+        &json!([{"type": "text", "text": "hello"}])
+    );
+    s.post(&chat_path(id, "/fork"), &s.alice, json!({}))
+        .await
+        .expect(201);
     // `null` is no body (schemathesis: the document allows it).
-    s.post(&chat_path(id, "/fork"), &s.alice, Value::Null).await.expect(201);
-    let part = s.post(&chat_path(id, "/fork"), &s.alice, json!({"message_id": question})).await;
+    s.post(&chat_path(id, "/fork"), &s.alice, Value::Null)
+        .await
+        .expect(201);
+    let part = s
+        .post(
+            &chat_path(id, "/fork"),
+            &s.alice,
+            json!({"message_id": question}),
+        )
+        .await;
     let part = part.expect(201).clone();
     let part_id = uuid(&part["id"]);
-    assert_eq!(s.message_ids(part_id).await.len(), s.message_ids(id).await.len() - 1);
+    assert_eq!(
+        s.message_ids(part_id).await.len(),
+        s.message_ids(id).await.len() - 1
+    );
     // Bad input: 400 / 404 / 415, nothing created.
     let chats_before = s.dump().await;
-    s.post(&chat_path(id, "/fork"), &s.alice, json!({"message_id": "x"})).await.expect_error(400);
-    s.post(&chat_path(id, "/fork"), &s.alice, json!({"other": 1})).await.expect_error(400);
-    s.post(&chat_path(id, "/fork"), &s.alice, json!({"message_id": 999_999_999})).await.expect_error(404);
+    s.post(
+        &chat_path(id, "/fork"),
+        &s.alice,
+        json!({"message_id": "x"}),
+    )
+    .await
+    .expect_error(400);
+    s.post(&chat_path(id, "/fork"), &s.alice, json!({"other": 1}))
+        .await
+        .expect_error(400);
+    s.post(
+        &chat_path(id, "/fork"),
+        &s.alice,
+        json!({"message_id": 999_999_999}),
+    )
+    .await
+    .expect_error(404);
     s.post(&chat_path(id, "/fork"), &s.bob, json!({})).await;
     assert_eq!(s.dump().await, chats_before);
     // A fork of an archived chat is allowed: the source is only read.
-    s.patch(&chat_path(id, ""), &s.alice, json!({"archived": true})).await.expect(200);
-    s.post_empty(&chat_path(id, "/fork"), &s.alice).await.expect(201);
+    s.patch(&chat_path(id, ""), &s.alice, json!({"archived": true}))
+        .await
+        .expect(200);
+    s.post_empty(&chat_path(id, "/fork"), &s.alice)
+        .await
+        .expect(201);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,9 +339,17 @@ async fn watchers_get_history_reset_and_the_new_branch_on_a_switch() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    ws.until("history_reset", |e| label(e) == "history_reset").await;
-    let after = ws.until("the old answer", |e| label(e) == format!("message:{answer_one}")).await;
-    assert_eq!(after["message"]["sibling_ids"], json!([answer_one, answer_two]));
+    ws.until("history_reset", |e| label(e) == "history_reset")
+        .await;
+    let after = ws
+        .until("the old answer", |e| {
+            label(e) == format!("message:{answer_one}")
+        })
+        .await;
+    assert_eq!(
+        after["message"]["sibling_ids"],
+        json!([answer_one, answer_two])
+    );
     let labels: Vec<String> = ws.events.iter().map(label).collect();
     let reset = labels.iter().rposition(|l| l == "history_reset").unwrap();
     assert!(

@@ -5,8 +5,8 @@
 mod admin;
 mod approval;
 mod auth;
-mod branches;
 mod bad_input;
+mod branches;
 mod chats;
 mod common;
 mod files;

@@ -8,7 +8,9 @@
 //! history write, so the fences, the context cache's key and the stream's
 //! `history_reset` follow without knowing about branches.
 
-use chatd_core::{CANCELLED_TOOL_RESULT, ChatRole, ChatStatus, MessagePart, StateError, Transition};
+use chatd_core::{
+    CANCELLED_TOOL_RESULT, ChatRole, ChatStatus, MessagePart, StateError, Transition,
+};
 
 use super::running_clearing_error;
 use crate::bundle::ChatTx;

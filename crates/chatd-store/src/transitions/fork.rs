@@ -146,9 +146,11 @@ impl Store {
         // is answered, as any transition leaving requires_action answers it.
         let tail = queries::messages::tail_contents(&mut *tx, id).await?;
         for call in chatd_core::outstanding_tool_calls(tail.iter().map(Vec::as_slice)) {
-            let result = crate::models::NewMessage::tool(vec![
-                chatd_core::MessagePart::synthetic_result(&call, chatd_core::CANCELLED_TOOL_RESULT),
-            ]);
+            let result =
+                crate::models::NewMessage::tool(vec![chatd_core::MessagePart::synthetic_result(
+                    &call,
+                    chatd_core::CANCELLED_TOOL_RESULT,
+                )]);
             queries::messages::insert(&mut tx, id, &result, None).await?;
         }
         let mut facts = queries::chats::select_facts_with(&mut *tx, id, false)

@@ -61,7 +61,12 @@ fn texts(messages: &[chatd_store::ChatMessage]) -> Vec<String> {
         .collect()
 }
 
-async fn edit(h: &Harness, id: Uuid, message_id: i64, text: &str) -> chatd_store::EditMessageResult {
+async fn edit(
+    h: &Harness,
+    id: Uuid,
+    message_id: i64,
+    text: &str,
+) -> chatd_store::EditMessageResult {
     let replacement = user_text(text);
     h.run(id, move |tx| {
         Box::pin(async move {
@@ -78,9 +83,11 @@ async fn edit(h: &Harness, id: Uuid, message_id: i64, text: &str) -> chatd_store
 }
 
 async fn activate(h: &Harness, id: Uuid, message_id: i64) -> chatd_store::ActivateResult {
-    h.run(id, move |tx| Box::pin(async move { tx.activate_branch(message_id).await }))
-        .await
-        .0
+    h.run(id, move |tx| {
+        Box::pin(async move { tx.activate_branch(message_id).await })
+    })
+    .await
+    .0
 }
 
 #[tokio::test]
@@ -90,8 +97,16 @@ async fn an_edit_adds_a_sibling_and_keeps_the_old_branch() {
     let before = h.chat(id).await;
     let edited = edit(&h, id, q2, "q2 again").await;
     let new_q2 = edited.replacement_message.id;
-    assert_eq!(edited.deleted_message_ids, vec![q2, a2], "the ids leaving the branch");
-    assert_eq!(edited.replacement_message.parent_id, Some(a1), "a sibling of q2");
+    assert_eq!(
+        edited.deleted_message_ids,
+        vec![q2, a2],
+        "the ids leaving the branch"
+    );
+    assert_eq!(
+        edited.replacement_message.parent_id,
+        Some(a1),
+        "a sibling of q2"
+    );
     assert_eq!(edited.replacement_message.sibling_ids, vec![q2, new_q2]);
     // Nothing deleted: the old rows are there, off the branch, and know
     // their new sibling.
@@ -100,7 +115,10 @@ async fn an_edit_adds_a_sibling_and_keeps_the_old_branch() {
     let old = all.iter().find(|m| m.id == q2).unwrap();
     assert!(old.deleted);
     assert_eq!(old.sibling_ids, vec![q2, new_q2]);
-    assert_eq!(texts(&h.active_messages(id).await), ["q1", "a1", "q2 again"]);
+    assert_eq!(
+        texts(&h.active_messages(id).await),
+        ["q1", "a1", "q2 again"]
+    );
     let chat = h.chat(id).await;
     assert_eq!(chat.active_leaf_id, Some(new_q2));
     assert_eq!(chat.message_count, 3);
@@ -127,10 +145,18 @@ async fn switching_branches_moves_history_counts_preview_and_context() {
     assert_eq!(chat.active_leaf_id, Some(a2));
     assert_eq!(chat.message_count, 4);
     assert_eq!(chat.last_message_preview.as_deref(), Some("a2"));
-    assert!(chat.history_version > on_new.history_version, "a new history version");
-    assert_eq!(texts(&h.active_messages(id).await), ["q1", "a1", "q2", "a2"]);
+    assert!(
+        chat.history_version > on_new.history_version,
+        "a new history version"
+    );
+    assert_eq!(
+        texts(&h.active_messages(id).await),
+        ["q1", "a1", "q2", "a2"]
+    );
     // The model reads the active branch.
-    let history = chatd_store::messages::active_history(h.pool(), id).await.unwrap();
+    let history = chatd_store::messages::active_history(h.pool(), id)
+        .await
+        .unwrap();
     assert_eq!(texts(&history), ["q1", "a1", "q2", "a2"]);
     // Activating the active leaf changes nothing.
     let version = chat.history_version;
@@ -152,7 +178,9 @@ async fn regenerate_answers_the_same_question_as_a_new_sibling() {
     let h = Harness::new().await;
     let (id, [q1, a1, q2, a2]) = two_turns(&h).await;
     let (regenerated, chat) = h
-        .run(id, move |tx| Box::pin(async move { tx.regenerate_message(a2).await }))
+        .run(id, move |tx| {
+            Box::pin(async move { tx.regenerate_message(a2).await })
+        })
         .await;
     assert_eq!(regenerated.parent_id, q2);
     assert_eq!(regenerated.deactivated_message_ids, vec![a2]);
@@ -164,10 +192,15 @@ async fn regenerate_answers_the_same_question_as_a_new_sibling() {
     assert_eq!(row(new_a2).parent_id, Some(q2));
     assert_eq!(row(new_a2).sibling_ids, vec![a2, new_a2]);
     assert_eq!(row(a2).sibling_ids, vec![a2, new_a2]);
-    assert_eq!(texts(&h.active_messages(id).await), ["q1", "a1", "q2", "a2 again"]);
+    assert_eq!(
+        texts(&h.active_messages(id).await),
+        ["q1", "a1", "q2", "a2 again"]
+    );
     // Regenerating an earlier answer cuts back to its question.
     let (regenerated, _) = h
-        .run(id, move |tx| Box::pin(async move { tx.regenerate_message(a1).await }))
+        .run(id, move |tx| {
+            Box::pin(async move { tx.regenerate_message(a1).await })
+        })
         .await;
     assert_eq!(regenerated.parent_id, q1);
     assert_eq!(regenerated.deactivated_message_ids, vec![a1, q2, new_a2]);
@@ -180,7 +213,9 @@ async fn refusals_change_nothing() {
     let (id, [q1, a1, q2, a2]) = two_turns(&h).await;
     let before = h.dump(id).await;
     let err = h
-        .rejected(id, move |tx| Box::pin(async move { tx.regenerate_message(q1).await }))
+        .rejected(id, move |tx| {
+            Box::pin(async move { tx.regenerate_message(q1).await })
+        })
         .await;
     assert!(matches!(
         err,
@@ -188,29 +223,48 @@ async fn refusals_change_nothing() {
     ));
     for missing in [i64::MAX, -1] {
         let err = h
-            .rejected(id, move |tx| Box::pin(async move { tx.regenerate_message(missing).await }))
+            .rejected(id, move |tx| {
+                Box::pin(async move { tx.regenerate_message(missing).await })
+            })
             .await;
-        assert!(matches!(err, StoreError::State(StateError::MessageNotFound { .. })));
+        assert!(matches!(
+            err,
+            StoreError::State(StateError::MessageNotFound { .. })
+        ));
         let err = h
-            .rejected(id, move |tx| Box::pin(async move { tx.activate_branch(missing).await }))
+            .rejected(id, move |tx| {
+                Box::pin(async move { tx.activate_branch(missing).await })
+            })
             .await;
-        assert!(matches!(err, StoreError::State(StateError::MessageNotFound { .. })));
+        assert!(matches!(
+            err,
+            StoreError::State(StateError::MessageNotFound { .. })
+        ));
     }
     // Another chat's message is not found here.
     let (other, [other_q1, ..]) = two_turns(&h).await;
     let err = h
-        .rejected(id, move |tx| Box::pin(async move { tx.activate_branch(other_q1).await }))
+        .rejected(id, move |tx| {
+            Box::pin(async move { tx.activate_branch(other_q1).await })
+        })
         .await;
-    assert!(matches!(err, StoreError::State(StateError::MessageNotFound { .. })));
+    assert!(matches!(
+        err,
+        StoreError::State(StateError::MessageNotFound { .. })
+    ));
     assert_eq!(h.dump(id).await, before);
     // Busy: both refused, nothing changes.
     edit(&h, id, q2, "busy now").await;
     let busy = h.dump(id).await;
     for err in [
-        h.rejected(id, move |tx| Box::pin(async move { tx.regenerate_message(a1).await }))
-            .await,
-        h.rejected(id, move |tx| Box::pin(async move { tx.activate_branch(q2).await }))
-            .await,
+        h.rejected(id, move |tx| {
+            Box::pin(async move { tx.regenerate_message(a1).await })
+        })
+        .await,
+        h.rejected(id, move |tx| {
+            Box::pin(async move { tx.activate_branch(q2).await })
+        })
+        .await,
     ] {
         assert!(
             matches!(err, StoreError::State(StateError::TransitionNotAllowed(_))),
@@ -235,20 +289,33 @@ async fn context_boundaries_belong_to_their_branch() {
         })
     })
     .await;
-    let cleared = chatd_store::messages::active_history(h.pool(), id).await.unwrap();
-    assert!(texts(&cleared).iter().all(|t| t != "q1"), "{:?}", texts(&cleared));
+    let cleared = chatd_store::messages::active_history(h.pool(), id)
+        .await
+        .unwrap();
+    assert!(
+        texts(&cleared).iter().all(|t| t != "q1"),
+        "{:?}",
+        texts(&cleared)
+    );
     // A new branch from q2 does not have that boundary.
     let new_q2 = edit(&h, id, q2, "q2 again").await.replacement_message.id;
     answer(&h, id, "a2 again").await;
-    let history = chatd_store::messages::active_history(h.pool(), id).await.unwrap();
+    let history = chatd_store::messages::active_history(h.pool(), id)
+        .await
+        .unwrap();
     assert_eq!(texts(&history), ["q1", "a1", "q2 again", "a2 again"]);
     let context_new = h.chat(id).await.context_tokens;
     // Switching back brings the boundary back with its branch.
     activate(&h, id, q2).await;
-    let history = chatd_store::messages::active_history(h.pool(), id).await.unwrap();
+    let history = chatd_store::messages::active_history(h.pool(), id)
+        .await
+        .unwrap();
     assert_eq!(texts(&history), texts(&cleared));
     let context_old = h.chat(id).await.context_tokens;
-    assert_ne!(context_old, context_new, "the context figure follows the branch");
+    assert_ne!(
+        context_old, context_new,
+        "the context figure follows the branch"
+    );
     // The model-only boundary is in the tree but hangs no visible sibling.
     let tree = chatd_store::messages::tree(h.pool(), id).await.unwrap();
     assert!(tree.iter().all(|n| n.role != ChatRole::System));
@@ -265,10 +332,15 @@ async fn a_warm_context_cache_never_serves_another_branch() {
     // Every bundle from here finds this replica's cache warm.
     activate(&h, id, q2).await;
     let chat = h.chat(id).await;
-    let fresh = chatd_store::internals::messages::context_entries(h.pool(), id).await.unwrap();
+    let fresh = chatd_store::internals::messages::context_entries(h.pool(), id)
+        .await
+        .unwrap();
     let cached = h.store.context_cache().get(id, chat.history_version);
     if let Some(cached) = cached {
-        assert_eq!(*cached, fresh, "the cache holds the active branch's entries");
+        assert_eq!(
+            *cached, fresh,
+            "the cache holds the active branch's entries"
+        );
     }
     // A send on the switched branch computes its context from this branch.
     h.run(id, |tx| {
@@ -282,10 +354,14 @@ async fn a_warm_context_cache_never_serves_another_branch() {
         })
     })
     .await;
-    let history = chatd_store::messages::active_history(h.pool(), id).await.unwrap();
+    let history = chatd_store::messages::active_history(h.pool(), id)
+        .await
+        .unwrap();
     assert_eq!(texts(&history), ["q1", "a1", "q2", "a2", "q3"]);
     let chat = h.chat(id).await;
-    let fresh = chatd_store::internals::messages::context_entries(h.pool(), id).await.unwrap();
+    let fresh = chatd_store::internals::messages::context_entries(h.pool(), id)
+        .await
+        .unwrap();
     let expected: i64 = fresh.iter().map(|e| e.token_estimate).sum();
     assert!(chat.context_tokens.unwrap() >= expected.min(1));
     assert_tree(&h, id, "after the send").await;
@@ -338,7 +414,10 @@ async fn a_fork_copies_the_active_branch_up_to_a_message() {
     // Not on the active branch, not the owner's, or missing: refused.
     for bad in [q2, i64::MAX] {
         let err = h.store.fork_chat(fork(Some(bad))).await.unwrap_err();
-        assert!(matches!(err, StoreError::State(StateError::MessageNotFound { .. })), "{err:?}");
+        assert!(
+            matches!(err, StoreError::State(StateError::MessageNotFound { .. })),
+            "{err:?}"
+        );
     }
     let mut stranger = fork(Some(q1));
     stranger.owner_id = Uuid::new_v4();
@@ -363,7 +442,9 @@ async fn a_fork_renames_compaction_boundaries_to_its_copies() {
         })
     })
     .await;
-    let source_history = chatd_store::messages::active_history(h.pool(), id).await.unwrap();
+    let source_history = chatd_store::messages::active_history(h.pool(), id)
+        .await
+        .unwrap();
     let ForkOutcome::Forked(fork) = h
         .store
         .fork_chat(ForkInput {
@@ -378,13 +459,18 @@ async fn a_fork_renames_compaction_boundaries_to_its_copies() {
         panic!("no files")
     };
     let rows = h.messages(fork.id).await;
-    let boundary = rows.iter().find(|m| m.compressed).expect("the boundary is copied");
+    let boundary = rows
+        .iter()
+        .find(|m| m.compressed)
+        .expect("the boundary is copied");
     let through = rows
         .iter()
         .find(|m| m.id == boundary.compacted_through_id.unwrap())
         .expect("it names a row of the fork");
     assert_eq!(texts(std::slice::from_ref(through)), ["a1"]);
-    let fork_history = chatd_store::messages::active_history(h.pool(), fork.id).await.unwrap();
+    let fork_history = chatd_store::messages::active_history(h.pool(), fork.id)
+        .await
+        .unwrap();
     assert_eq!(texts(&fork_history), texts(&source_history));
     assert_eq!(fork.compactions, h.chat(id).await.compactions);
 }
@@ -409,13 +495,11 @@ async fn a_fork_copies_the_files_its_messages_name_within_the_quota() {
         panic!("stored")
     };
     let mut input = h.chat_input(Uuid::new_v4(), "read this");
-    input.initial_messages[0]
-        .content
-        .push(MessagePart::File {
-            file_id: file.id,
-            media_type: "text/plain".into(),
-            name: None,
-        });
+    input.initial_messages[0].content.push(MessagePart::File {
+        file_id: file.id,
+        media_type: "text/plain".into(),
+        name: None,
+    });
     let id = h.store.create_chat(input).await.unwrap().chat.id;
     answer(&h, id, "done").await;
     let fork = |quota| ForkInput {
@@ -437,9 +521,14 @@ async fn a_fork_copies_the_files_its_messages_name_within_the_quota() {
     let rows = h.active_messages(forked.id).await;
     let copied_id = chatd_store::files::file_ids(&rows[0].content.0)[0];
     assert_ne!(copied_id, file.id, "a copy of its own");
-    let copy = chatd_store::files::select(h.pool(), copied_id).await.unwrap().unwrap();
+    let copy = chatd_store::files::select(h.pool(), copied_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((copy.chat_id, copy.size), (Some(forked.id), 1000));
-    let chunk = chatd_store::files::chunk(h.pool(), copied_id, 0).await.unwrap();
+    let chunk = chatd_store::files::chunk(h.pool(), copied_id, 0)
+        .await
+        .unwrap();
     assert_eq!(chunk.as_deref(), Some(&bytes[..]));
 }
 
@@ -454,7 +543,9 @@ async fn existing_chats_become_one_branch_in_place_with_nothing_visible_changed(
             .cloned()
             .collect(),
     );
-    let db = chatd_testkit::TestDatabase::new(&before_branches).await.unwrap();
+    let db = chatd_testkit::TestDatabase::new(&before_branches)
+        .await
+        .unwrap();
     let pool = db.pool();
     let owner = Uuid::new_v4();
     let chat = Uuid::new_v4();
@@ -520,7 +611,11 @@ async fn existing_chats_become_one_branch_in_place_with_nothing_visible_changed(
 
     chatd_store::MIGRATOR.run(pool).await.unwrap();
 
-    assert_eq!(visible(pool.clone()).await, old, "no revision, version or count moved");
+    assert_eq!(
+        visible(pool.clone()).await,
+        old,
+        "no revision, version or count moved"
+    );
     let rows: Vec<(i64, Option<i64>, bool, Vec<i64>)> = sqlx::query_as(
         "SELECT id, parent_id, detached, sibling_ids FROM chat_messages WHERE chat_id = $1 ORDER BY id",
     )
@@ -549,10 +644,16 @@ async fn existing_chats_become_one_branch_in_place_with_nothing_visible_changed(
     assert_eq!(leaf, Some(ids[4]));
     // The next message follows the leaf, and the old deleted row can never
     // come back or be anyone's sibling.
-    let store = chatd_store::Store::new(pool.clone(), std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()));
+    let store = chatd_store::Store::new(
+        pool.clone(),
+        std::sync::Arc::new(chatd_pubsub::RecordingPublisher::new()),
+    );
     let mut tx = store.machine(chat).begin().await.unwrap();
     let err = tx.activate_branch(ids[1]).await.unwrap_err();
-    assert!(matches!(err, StoreError::State(StateError::MessageNotFound { .. })));
+    assert!(matches!(
+        err,
+        StoreError::State(StateError::MessageNotFound { .. })
+    ));
     drop(tx);
     let mut tx = store.machine(chat).begin().await.unwrap();
     let edited = tx
@@ -565,7 +666,10 @@ async fn existing_chats_become_one_branch_in_place_with_nothing_visible_changed(
         .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(edited.replacement_message.parent_id, None);
-    assert_eq!(edited.replacement_message.sibling_ids, vec![ids[0], edited.replacement_message.id]);
+    assert_eq!(
+        edited.replacement_message.sibling_ids,
+        vec![ids[0], edited.replacement_message.id]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -583,38 +687,50 @@ async fn racing_regenerates_activates_edits_and_sends_leave_one_consistent_tree(
             tasks.spawn(async move {
                 barrier.wait().await;
                 let result = match (op + round) % 4 {
-                    0 => machine
-                        .update(move |tx| Box::pin(async move { tx.regenerate_message(a1).await.map(|_| ()) }))
-                        .await,
-                    1 => machine
-                        .update(move |tx| Box::pin(async move { tx.activate_branch(a2).await.map(|_| ()) }))
-                        .await,
-                    2 => machine
-                        .update(move |tx| {
-                            Box::pin(async move {
-                                tx.edit_message(EditMessageInput {
-                                    message_id: q1,
-                                    replacement: user_text("q1 raced"),
-                                    suffix_messages: vec![],
-                                })
-                                .await
-                                .map(|_| ())
+                    0 => {
+                        machine
+                            .update(move |tx| {
+                                Box::pin(async move { tx.regenerate_message(a1).await.map(|_| ()) })
                             })
-                        })
-                        .await,
-                    _ => machine
-                        .update(move |tx| {
-                            Box::pin(async move {
-                                tx.send_message(chatd_store::SendMessageInput {
-                                    message: user_text("q3"),
-                                    busy_behavior: Default::default(),
-                                    max_queue_size: None,
-                                })
-                                .await
-                                .map(|_| ())
+                            .await
+                    }
+                    1 => {
+                        machine
+                            .update(move |tx| {
+                                Box::pin(async move { tx.activate_branch(a2).await.map(|_| ()) })
                             })
-                        })
-                        .await,
+                            .await
+                    }
+                    2 => {
+                        machine
+                            .update(move |tx| {
+                                Box::pin(async move {
+                                    tx.edit_message(EditMessageInput {
+                                        message_id: q1,
+                                        replacement: user_text("q1 raced"),
+                                        suffix_messages: vec![],
+                                    })
+                                    .await
+                                    .map(|_| ())
+                                })
+                            })
+                            .await
+                    }
+                    _ => {
+                        machine
+                            .update(move |tx| {
+                                Box::pin(async move {
+                                    tx.send_message(chatd_store::SendMessageInput {
+                                        message: user_text("q3"),
+                                        busy_behavior: Default::default(),
+                                        max_queue_size: None,
+                                    })
+                                    .await
+                                    .map(|_| ())
+                                })
+                            })
+                            .await
+                    }
                 };
                 result.map(|((), _)| ())
             });
@@ -674,7 +790,9 @@ async fn after_a_compaction_regenerate_answers_the_visible_question_and_refuses_
     // The marker is no answer: 400, nothing changes.
     let before = h.dump(id).await;
     let err = h
-        .rejected(id, move |tx| Box::pin(async move { tx.regenerate_message(marker).await }))
+        .rejected(id, move |tx| {
+            Box::pin(async move { tx.regenerate_message(marker).await })
+        })
         .await;
     assert!(matches!(
         err,
@@ -698,7 +816,9 @@ async fn after_a_compaction_regenerate_answers_the_visible_question_and_refuses_
     let q3 = sent.inserted_messages.last().unwrap().id;
     let a3 = answer(&h, id, "a3").await;
     let (regenerated, _) = h
-        .run(id, move |tx| Box::pin(async move { tx.regenerate_message(a3).await }))
+        .run(id, move |tx| {
+            Box::pin(async move { tx.regenerate_message(a3).await })
+        })
         .await;
     assert_eq!(regenerated.parent_id, q3);
     assert_eq!(regenerated.deactivated_message_ids, vec![a3]);
@@ -706,7 +826,9 @@ async fn after_a_compaction_regenerate_answers_the_visible_question_and_refuses_
     // branch with the rest, and names only visible rows.
     answer(&h, id, "a3 again").await;
     let (regenerated, _) = h
-        .run(id, move |tx| Box::pin(async move { tx.regenerate_message(a2).await }))
+        .run(id, move |tx| {
+            Box::pin(async move { tx.regenerate_message(a2).await })
+        })
         .await;
     assert_eq!(regenerated.parent_id, q2);
     assert!(!regenerated.deactivated_message_ids.contains(&summary));

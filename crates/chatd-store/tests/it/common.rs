@@ -271,10 +271,17 @@ pub async fn assert_tree(h: &Harness, id: Uuid, context: &str) {
     );
     for r in &rows {
         if let Some(parent) = r.1 {
-            let p = by_id
-                .get(&parent)
-                .unwrap_or_else(|| panic!("{context}: row {} has parent {parent} outside its chat", r.0));
-            assert!(parent < r.0, "{context}: parent {parent} is newer than {}", r.0);
+            let p = by_id.get(&parent).unwrap_or_else(|| {
+                panic!(
+                    "{context}: row {} has parent {parent} outside its chat",
+                    r.0
+                )
+            });
+            assert!(
+                parent < r.0,
+                "{context}: parent {parent} is newer than {}",
+                r.0
+            );
             assert!(!p.3, "{context}: row {} hangs from detached {parent}", r.0);
         }
     }
@@ -284,7 +291,10 @@ pub async fn assert_tree(h: &Harness, id: Uuid, context: &str) {
         assert!(walked.insert(node), "{context}: a cycle at {node}");
         at = by_id[&node].1;
     }
-    assert_eq!(walked, active, "{context}: the active branch is the rows not deleted");
+    assert_eq!(
+        walked, active,
+        "{context}: the active branch is the rows not deleted"
+    );
     // The tree clients see: each row hangs from its nearest visible
     // ancestor (`visible_parent_id`); siblings share it.
     let visible_parent: BTreeMap<i64, Option<i64>> = sqlx::query_as::<_, (i64, Option<i64>)>(
@@ -298,8 +308,13 @@ pub async fn assert_tree(h: &Harness, id: Uuid, context: &str) {
     .collect();
     let mut shown_as: BTreeMap<i64, Option<i64>> = BTreeMap::new();
     for r in rows.iter().filter(|r| !r.3) {
-        let expected = r.1.and_then(|p| shown_as.get(&p).copied().unwrap_or(Some(p)));
-        assert_eq!(visible_parent[&r.0], expected, "{context}: visible parent of {}", r.0);
+        let expected =
+            r.1.and_then(|p| shown_as.get(&p).copied().unwrap_or(Some(p)));
+        assert_eq!(
+            visible_parent[&r.0], expected,
+            "{context}: visible parent of {}",
+            r.0
+        );
         shown_as.insert(r.0, if r.4 != "model" { Some(r.0) } else { expected });
     }
     let mut children: BTreeMap<Option<i64>, Vec<i64>> = BTreeMap::new();
@@ -308,7 +323,11 @@ pub async fn assert_tree(h: &Harness, id: Uuid, context: &str) {
     }
     for r in rows.iter().filter(|r| !r.3 && r.4 != "model") {
         let siblings = &children[&visible_parent[&r.0]];
-        let expected = if siblings.len() > 1 { siblings.clone() } else { vec![] };
+        let expected = if siblings.len() > 1 {
+            siblings.clone()
+        } else {
+            vec![]
+        };
         assert_eq!(r.5, expected, "{context}: sibling_ids of {}", r.0);
     }
 }

@@ -273,7 +273,6 @@ pub(crate) async fn select_facts_with(
     }
 }
 
-
 /// Records where a fork came from (`chats.forked_from_*`, migration
 /// `0017_branches.sql`); only [`crate::Store::fork_chat`] calls it, in the
 /// fork's creating transaction.
