@@ -147,7 +147,7 @@ pub async fn fork_chat(
         .await?;
     match outcome {
         chatd_store::ForkOutcome::Forked(chat) => {
-            Ok((StatusCode::CREATED, Json(Chat::from(&chat))))
+            Ok((StatusCode::CREATED, Json(Chat::from(chat.as_ref()))))
         }
         chatd_store::ForkOutcome::OverQuota(storage, needed) => Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

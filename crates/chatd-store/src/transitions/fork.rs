@@ -35,7 +35,7 @@ pub struct ForkInput {
 #[derive(Debug, Clone)]
 pub enum ForkOutcome {
     /// The new chat, committed, in `waiting`.
-    Forked(Chat),
+    Forked(Box<Chat>),
     /// Copying the files the copied messages name would take the owner
     /// over their storage quota; nothing was created. The storage as read
     /// under the owner's storage lock, and the bytes the copy needs.
@@ -153,7 +153,7 @@ impl Store {
                 )]);
             queries::messages::insert(&mut tx, id, &result, None).await?;
         }
-        let mut facts = queries::chats::select_facts_with(&mut *tx, id, false)
+        let mut facts = queries::chats::select_facts_with(&mut tx, id, false)
             .await?
             .ok_or(StateError::ChatNotFound)?;
         facts.chat = queries::messages::refresh_context(&mut tx, id).await?;
@@ -169,7 +169,7 @@ impl Store {
         commit_and_flush(tx, buffer).await?;
         self.row_cache.put(row);
         record_transition(Transition::CreateChat, "ok");
-        Ok(ForkOutcome::Forked(chat))
+        Ok(ForkOutcome::Forked(Box::new(chat)))
     }
 }
 
