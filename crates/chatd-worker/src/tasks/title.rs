@@ -19,6 +19,12 @@
 //! and its usage is added to the owner's ledger
 //! ([`chatd_store::usage::add`]) in the transaction that stores
 //! the title, whether or not the title is kept.
+//!
+//! Small local models answer the title request badly ("The conversation
+//! ends:", the prompt echoed back, a quoted sentence with a period): the
+//! answer goes through [`clean_title`], and when nothing title-like is left
+//! the title is the first words of the user's first message
+//! ([`fallback_title`]).
 
 use std::sync::Arc;
 
@@ -34,6 +40,16 @@ use crate::context::WorkerContext;
 pub const MAX_TITLE_WORDS: usize = 8;
 /// Longest title, in characters (API.md "Limits").
 pub const MAX_TITLE_CHARS: usize = 200;
+/// Characters a title is cut to at a word boundary (a longer first word is
+/// cut at this many characters), so that it fits a chat list.
+pub const TITLE_DISPLAY_CHARS: usize = 60;
+/// Words of the user's first message a fallback title keeps.
+pub const FALLBACK_TITLE_WORDS: usize = 6;
+/// Output tokens a title request may use: a title is a few words, and the
+/// cap keeps a small local model that rambles from holding a model server
+/// slot for minutes (a model that spends it all on reasoning answers
+/// nothing, and the fallback title applies).
+const TITLE_MAX_OUTPUT_TOKENS: u32 = 256;
 /// Characters of the first message and of the answer shown to the model.
 const EXCERPT_CHARS: usize = 2000;
 
@@ -125,6 +141,7 @@ fn spawn(
             // title (best effort), and its usage is counted once.
             let (title, usage) =
                 generate(provider.as_ref(), &model.name, &first_message, &answer).await?;
+            let title = title.or_else(|| fallback_title(&first_message));
             let spent = usage.map(|u| (u, model.options.cost_micros(&u).unwrap_or(0)));
             let stored =
                 with_retries(|| store(&ctx.store, chat_id, title.as_deref(), spent)).await?;
@@ -201,8 +218,9 @@ where
     }
 }
 
-/// Asks the model for a title: the cleaned title (`None`: nothing usable)
-/// and the call's usage, if the provider reported it.
+/// Asks the model for a title: the cleaned title (`None`: nothing usable,
+/// the caller falls back to [`fallback_title`]) and the call's usage, if
+/// the provider reported it.
 async fn generate(
     provider: &dyn Provider,
     model: &str,
@@ -222,6 +240,7 @@ async fn generate(
                 ),
             ),
         ],
+        max_output_tokens: Some(TITLE_MAX_OUTPUT_TOKENS),
         ..ModelRequest::default()
     };
     let response = collect(provider.stream(&request).await?).await?;
@@ -274,24 +293,179 @@ fn excerpt(text: &str) -> String {
     out
 }
 
-/// The model's answer as a title: its first non-empty line without a
-/// `Title:` prefix, quotes, markdown markers or a trailing period, spaces
-/// collapsed, at most [`MAX_TITLE_WORDS`] words and [`MAX_TITLE_CHARS`]
-/// characters; `None` when nothing is left.
+/// Characters trimmed from both ends of a title: quotes, Markdown markers,
+/// brackets and spaces.
+const TITLE_TRIM: &[char] = &[
+    '"', '\'', '`', '*', '#', '_', '“', '”', '‘', '’', '«', '»', '(', ')', '[', ']', '<', '>', '~',
+    '=', '|', ' ', '\t',
+];
+/// Characters trimmed from the end of a title.
+const TITLE_TRAILING: &[char] = &['.', '。', '!', '?', ',', ';', ':', '…', '-', '–', '—'];
+
+/// The model's answer as a title, or `None` when it holds nothing
+/// title-like (the caller then uses [`fallback_title`]):
+///
+/// - the first line that is not a lead-in (a line ending in `:`, such as
+///   "Here is a title:") is taken, without list markers (`- `, `1. `),
+///   Markdown markers and quotes;
+/// - a prefix naming the title ("Title:", "**Chat title:**", "Sure, here is
+///   a title: ...") is dropped, and so is trailing punctuation;
+/// - junk is refused: an echo of the request ("The conversation begins",
+///   "User: ...", "Assistant: ...", the instructions), talk about the
+///   conversation ("The conversation ends", "This conversation is about"),
+///   or nothing with a letter or digit;
+/// - at most [`MAX_TITLE_WORDS`] words, cut at a word boundary to
+///   [`TITLE_DISPLAY_CHARS`] characters, spaces collapsed.
 pub fn clean_title(answer: &str) -> Option<String> {
-    let line = answer.lines().map(str::trim).find(|l| !l.is_empty())?;
-    let line = line
-        .strip_prefix("Title:")
-        .or_else(|| line.strip_prefix("title:"))
-        .or_else(|| line.strip_prefix("TITLE:"))
-        .unwrap_or(line);
-    let trim: &[char] = &[
-        '"', '\'', '`', '*', '#', '_', '“', '”', '‘', '’', '«', '»', ' ',
+    let line = answer
+        .lines()
+        .map(strip_line)
+        .find(|l| !l.is_empty() && !l.ends_with(':'))?;
+    let line = strip_title_prefix(&line);
+    let title = line
+        .trim_matches(TITLE_TRIM)
+        .trim_end_matches(|c| TITLE_TRAILING.contains(&c) || TITLE_TRIM.contains(&c));
+    if is_junk_title(title) {
+        return None;
+    }
+    shorten(title, MAX_TITLE_WORDS)
+}
+
+/// A title from the first words of the user's first message (at most
+/// [`FALLBACK_TITLE_WORDS`], a greeting such as "Hello!" skipped, trailing
+/// punctuation dropped); `None` when the message has no words.
+pub fn fallback_title(first_message: &str) -> Option<String> {
+    let line = first_message
+        .lines()
+        .map(strip_line)
+        .find(|l| l.chars().any(char::is_alphanumeric))?;
+    let mut rest = line.as_str();
+    // "Hello!", "Hi there,": a greeting of one or two words says nothing.
+    if let Some(end) = rest.find(['!', ',']) {
+        let greeting = &rest[..end];
+        let after = rest[end + 1..].trim_start();
+        if greeting.split_whitespace().count() <= 2
+            && GREETINGS.contains(
+                &greeting
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_lowercase()
+                    .as_str(),
+            )
+            && after.chars().any(char::is_alphanumeric)
+        {
+            rest = after;
+        }
+    }
+    let title = shorten(rest, FALLBACK_TITLE_WORDS)?;
+    let title = title
+        .trim_end_matches(|c| TITLE_TRAILING.contains(&c) || TITLE_TRIM.contains(&c))
+        .to_owned();
+    (!title.is_empty()).then_some(title)
+}
+
+/// First words of a greeting that [`fallback_title`] skips.
+const GREETINGS: &[&str] = &["hello", "hi", "hey", "hiya", "greetings", "good", "dear"];
+
+/// A line without surrounding spaces, Markdown heading, list and quote
+/// markers.
+fn strip_line(line: &str) -> String {
+    let mut line = line.trim();
+    loop {
+        let before = line;
+        line = line
+            .trim_start_matches(['#', '>', '*', '-', '+', '•'])
+            .trim_start();
+        // A numbered list item: "1. " or "1) ".
+        let digits = line.len() - line.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 && line[digits..].starts_with(['.', ')']) {
+            let rest = &line[digits + 1..];
+            if rest.starts_with(' ') {
+                line = rest.trim_start();
+            }
+        }
+        if line == before {
+            break;
+        }
+    }
+    line.to_owned()
+}
+
+/// Drops a lead-in that names the title: "Title:", "**Chat title:**",
+/// "Sure! Here is a title: ...", "Suggested title - ...".
+fn strip_title_prefix(line: &str) -> String {
+    for sep in [':', '-', '–', '—'] {
+        if let Some(at) = line.find(sep) {
+            let head = line[..at].trim_matches(TITLE_TRIM).to_lowercase();
+            let tail = line[at + sep.len_utf8()..].trim();
+            if head
+                .split_whitespace()
+                .any(|w| w.trim_matches(TITLE_TRIM) == "title")
+                && head.split_whitespace().count() <= 6
+                && !tail.is_empty()
+            {
+                return tail.to_owned();
+            }
+        }
+    }
+    line.to_owned()
+}
+
+/// Whether a cleaned answer is no title: empty or without a letter or
+/// digit, an echo of the request, or talk about the conversation.
+fn is_junk_title(title: &str) -> bool {
+    if !title.chars().any(char::is_alphanumeric) {
+        return true;
+    }
+    let lower = title.to_lowercase();
+    const JUNK_STARTS: &[&str] = &[
+        "the conversation",
+        "this conversation",
+        "in this conversation",
+        "conversation begins",
+        "conversation ends",
+        "user:",
+        "assistant:",
+        "system:",
+        "you write titles",
+        "answer with",
+        "a short title",
+        "title",
+        "no title",
+        "i'm sorry",
+        "i am sorry",
+        "sorry",
+        "as an ai",
     ];
-    let line = line.trim().trim_matches(trim).trim_end_matches(['.', '。']);
-    let words: Vec<&str> = line.split_whitespace().take(MAX_TITLE_WORDS).collect();
-    let title: String = words.join(" ").chars().take(MAX_TITLE_CHARS).collect();
-    let title = title.trim().trim_matches(trim).to_owned();
+    JUNK_STARTS.iter().any(|junk| {
+        lower.starts_with(junk)
+            && (lower.len() == junk.len()
+                || junk.ends_with(':')
+                || !lower[junk.len()..].starts_with(char::is_alphanumeric))
+    })
+}
+
+/// At most `max_words` words of `text`, spaces collapsed, cut at a word
+/// boundary to [`TITLE_DISPLAY_CHARS`] characters (a longer first word is cut
+/// there) and never over [`MAX_TITLE_CHARS`]; `None` when empty.
+fn shorten(text: &str, max_words: usize) -> Option<String> {
+    let mut title = String::new();
+    for word in text.split_whitespace().take(max_words) {
+        let extra = usize::from(!title.is_empty()) + word.chars().count();
+        if title.chars().count() + extra > TITLE_DISPLAY_CHARS {
+            if title.is_empty() {
+                title = word.chars().take(TITLE_DISPLAY_CHARS).collect();
+            }
+            break;
+        }
+        if !title.is_empty() {
+            title.push(' ');
+        }
+        title.push_str(word);
+    }
+    let title: String = title.chars().take(MAX_TITLE_CHARS).collect();
+    let title = title.trim_matches(TITLE_TRIM).to_owned();
     (!title.is_empty()).then_some(title)
 }
 
@@ -299,23 +473,129 @@ pub fn clean_title(answer: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// Answers small local models gave to the title request (issue 34 and
+    /// tools/model-eval runs), and the title kept; `None`: no title, the
+    /// fallback applies.
+    const CASES: &[(&str, Option<&str>)] = &[
+        ("The conversation ends:", None),
+        ("The conversation ends.", None),
+        ("The conversation begins:\n\nUser: Hello!", None),
+        ("User: Hello! In two sentences, what is PostgreSQL?", None),
+        ("Assistant: PostgreSQL is a database.", None),
+        ("Title:", None),
+        ("Title", None),
+        ("  \n \"\" \n", None),
+        ("***", None),
+        ("This conversation is about PostgreSQL.", None),
+        ("You write titles for chat conversations.", None),
+        (
+            "Title: \"Planning a Trip to Lisbon.\"\n\nMore text",
+            Some("Planning a Trip to Lisbon"),
+        ),
+        (
+            "**Rust borrow checker basics**",
+            Some("Rust borrow checker basics"),
+        ),
+        (
+            "\"PostgreSQL: An Overview\"",
+            Some("PostgreSQL: An Overview"),
+        ),
+        ("Title: PostgreSQL Overview.", Some("PostgreSQL Overview")),
+        (
+            "**Title:** Understanding PostgreSQL",
+            Some("Understanding PostgreSQL"),
+        ),
+        ("Chat title - Learning Rust", Some("Learning Rust")),
+        (
+            "Sure! Here is a title: Intro to PostgreSQL!",
+            Some("Intro to PostgreSQL"),
+        ),
+        (
+            "Here is a title:\n\n\"What is PostgreSQL?\"",
+            Some("What is PostgreSQL"),
+        ),
+        (
+            "# PostgreSQL in two sentences",
+            Some("PostgreSQL in two sentences"),
+        ),
+        (
+            "1. PostgreSQL basics\n2. Databases",
+            Some("PostgreSQL basics"),
+        ),
+        ("- `PostgreSQL` explained", Some("PostgreSQL` explained")),
+        (
+            "PostgreSQL, a relational database...",
+            Some("PostgreSQL, a relational database"),
+        ),
+        (
+            "one two three four five six seven eight nine ten",
+            Some("one two three four five six seven eight"),
+        ),
+        (
+            "PostgreSQL is a powerful open-source relational database management system",
+            Some("PostgreSQL is a powerful open-source relational database"),
+        ),
+        ("Olá, mundo", Some("Olá, mundo")),
+        (
+            "Titles of Shakespeare's plays",
+            Some("Titles of Shakespeare's plays"),
+        ),
+    ];
+
     #[test]
-    fn titles_are_cleaned_and_cut_to_eight_words() {
+    fn answers_are_cleaned_into_titles_or_refused() {
+        for (answer, want) in CASES {
+            assert_eq!(clean_title(answer).as_deref(), *want, "answer {answer:?}");
+        }
+    }
+
+    #[test]
+    fn titles_fit_a_chat_list() {
+        // Eight words of 67 characters: cut after the seventh.
+        let long_words = "Supercalifragilistic expialidocious words that goes on and onwards";
+        let title = clean_title(long_words).unwrap();
         assert_eq!(
-            clean_title("Title: \"Planning a Trip to Lisbon.\"\n\nMore text").as_deref(),
-            Some("Planning a Trip to Lisbon")
+            title,
+            "Supercalifragilistic expialidocious words that goes on and"
         );
+        assert!(title.chars().count() <= TITLE_DISPLAY_CHARS, "{title}");
+        let one_word = "x".repeat(500);
         assert_eq!(
-            clean_title("**Rust borrow checker basics**").as_deref(),
-            Some("Rust borrow checker basics")
+            clean_title(&one_word).unwrap().chars().count(),
+            TITLE_DISPLAY_CHARS
         );
-        assert_eq!(
-            clean_title("one two three four five six seven eight nine ten").as_deref(),
-            Some("one two three four five six seven eight")
-        );
-        assert_eq!(clean_title("  \n \"\" \n").as_deref(), None);
-        assert_eq!(clean_title("Olá, mundo").as_deref(), Some("Olá, mundo"));
-        let long = "x".repeat(500);
-        assert_eq!(clean_title(&long).unwrap().chars().count(), MAX_TITLE_CHARS);
+    }
+
+    #[test]
+    fn the_fallback_is_the_first_words_of_the_message() {
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "Hello! In two sentences, what is PostgreSQL?",
+                Some("In two sentences, what is PostgreSQL"),
+            ),
+            (
+                "Hi there, how do B-tree indexes work?",
+                Some("how do B-tree indexes work"),
+            ),
+            (
+                "Explain the Raft protocol.",
+                Some("Explain the Raft protocol"),
+            ),
+            ("Hello!", Some("Hello")),
+            (
+                "Turn 1. In two or three sentences, tell me one thing about Rust.",
+                Some("Turn 1. In two or three"),
+            ),
+            ("\n\n## Write a haiku\nabout the sea", Some("Write a haiku")),
+            ("   \n  ", None),
+            ("?!", None),
+        ];
+        for (message, want) in cases {
+            assert_eq!(
+                fallback_title(message).as_deref(),
+                *want,
+                "message {message:?}"
+            );
+        }
     }
 }
