@@ -19,14 +19,30 @@ export const API = '/api/v2';
 /**
  * The signed-in session: the API token and the user (`GET /users/me`),
  * both null when signed out. `onUnauthorized` runs when the signed-in
- * token is refused (`401`): app.js signs out.
- * @type {{token: string | null, me: User | null, onUnauthorized: () => void}}
+ * token is refused (`401`): app.js signs out. `reachable` is false from a
+ * request that could not reach the server (a network error) until one
+ * that does (or the live stream connects, `setReachable`);
+ * `onReachable` is told each change (app.js: the connection banner).
+ * @type {{token: string | null, me: User | null, onUnauthorized: () => void, reachable: boolean, onReachable: (reachable: boolean) => void}}
  */
 export const session = {
   token: null,
   me: null,
   onUnauthorized: () => {},
+  reachable: true,
+  onReachable: () => {},
 };
+
+/**
+ * Records whether the server answered: every request does, and the stream
+ * (an open socket: reachable).
+ * @param {boolean} reachable
+ */
+export function setReachable(reachable) {
+  if (session.reachable === reachable) return;
+  session.reachable = reachable;
+  session.onReachable(reachable);
+}
 
 /** A refused or failed request: the HTTP status (0: network) and the error body. */
 export class ApiError extends Error {
@@ -91,10 +107,13 @@ export async function api(method, path, body, { quiet = false, token = session.t
   try {
     response = await fetch(API + path, init);
   } catch {
-    const error = new ApiError(0, { message: 'Network error: the server is unreachable.' });
-    if (!quiet) toast(error.message);
+    const error = new ApiError(0, { message: "Can't reach the server." });
+    // The connection banner says it (app.js); a toast would repeat it.
+    if (!quiet && session.reachable) toast(error.message);
+    setReachable(false);
     throw error;
   }
+  setReachable(true);
   const json = await jsonOf(response);
   if (!response.ok) {
     const retryAfter = Number.parseInt(response.headers.get('Retry-After') || '', 10);
@@ -166,4 +185,41 @@ export async function downloadFile(id) {
   const r = await fetch(`${API}/files/${id}`, { headers: { Authorization: `Bearer ${session.token}` } });
   if (!r.ok) throw new Error(`HTTP ${r.status}`);
   return r.blob();
+}
+
+/**
+ * `GET /chats/{chat}/export?format=`: the export's bytes and the file name
+ * of its `Content-Disposition` (null when it names none); rejects with
+ * ApiError.
+ * @param {string} chatId
+ * @param {'markdown' | 'json'} format
+ * @returns {Promise<{blob: Blob, filename: string | null}>}
+ */
+export async function downloadExport(chatId, format) {
+  let response;
+  try {
+    response = await fetch(`${API}/chats/${chatId}/export?format=${format}`, { headers: { Authorization: `Bearer ${session.token}` } });
+  } catch {
+    setReachable(false);
+    throw new ApiError(0, { message: "Can't reach the server." });
+  }
+  setReachable(true);
+  if (!response.ok) {
+    const error = new ApiError(response.status, await jsonOf(response));
+    toast(error.status === 404 ? 'This chat cannot be exported (not found).' : error.describe());
+    throw error;
+  }
+  const disposition = response.headers.get('Content-Disposition') || '';
+  const star = /filename\*=UTF-8''([^;]+)/i.exec(disposition);
+  const plain = /filename="?([^";]+)"?/i.exec(disposition);
+  let filename = null;
+  if (star) {
+    try {
+      filename = decodeURIComponent(star[1]);
+    } catch {
+      filename = null;
+    }
+  }
+  if (!filename && plain) filename = plain[1];
+  return { blob: await response.blob(), filename };
 }

@@ -21,8 +21,8 @@
 // Wire contract: ../../shared/API.md. Test selectors (`data-testid`):
 // web/README.md. User text is always plain text (textContent), never HTML.
 
-import { $, $input, toast, clearToast, announce } from './ui.js';
-import { ApiError, api, attempt, session } from './api.js';
+import { $, $input, toast, clearToast, announce, applyTheme, storedTheme, THEMES } from './ui.js';
+import { ApiError, api, session } from './api.js';
 import { startUsage, stopUsage, onUsage } from './usage.js';
 import { openTokensPage } from './tokens.js';
 import { openAdminPage } from './admin.js';
@@ -69,9 +69,27 @@ function openChat() {
 async function signIn(token) {
   token = token.trim();
   if (!token) return;
-  /** @type {User | undefined} */
-  const me = await attempt(() => api('GET', '/users/me', undefined, { token }));
-  if (!me) return;
+  const error = $('signin-error');
+  const input = $('token-input');
+  error.hidden = true;
+  input.removeAttribute('aria-invalid');
+  /** @type {User} */
+  let me;
+  try {
+    me = await api('GET', '/users/me', undefined, { token, quiet: true });
+  } catch (err) {
+    // Said in the form, next to the field, not in a toast.
+    error.textContent = err instanceof ApiError && err.status === 401
+      ? 'This token was not accepted: it is wrong, expired or revoked. Check it and try again.'
+      : err instanceof ApiError && err.status === 0
+        ? "Can't reach the server. Check that chatd is running, then try again."
+        : `Sign-in failed: ${/** @type {Error} */ (err).message}`;
+    error.hidden = false;
+    input.setAttribute('aria-invalid', 'true');
+    input.setAttribute('aria-describedby', 'signin-error');
+    input.focus();
+    return;
+  }
   clearToast();
   localStorage.setItem(TOKEN_KEY, token);
   session.token = token;
@@ -95,6 +113,32 @@ function signOut() {
   $('signin-view').hidden = false;
   $input('token-input').value = '';
   $('token-input').focus();
+}
+
+// ---------------------------------------------------------------------------
+// Settings and the connection banner
+
+/** The settings dialog: the colour theme (kept in this browser). */
+function openSettings() {
+  const dialog = /** @type {HTMLDialogElement} */ ($('settings-dialog'));
+  const theme = storedTheme();
+  for (const value of THEMES) {
+    /** @type {HTMLInputElement} */ (dialog.querySelector(`input[value="${value}"]`)).checked = value === theme;
+  }
+  dialog.showModal();
+}
+
+/**
+ * The banner under the top bar while the server is unreachable; the open
+ * chat disables its actions meanwhile.
+ * @param {boolean} reachable
+ */
+function reachableChanged(reachable) {
+  $('connection-banner').hidden = reachable;
+  announce(reachable ? 'Connected to the server again.' : "Can't reach the server; retrying.");
+  const view = openChat();
+  if (view && isLoaded(view)) renderHeader(view);
+  updateCountdowns(view);
 }
 
 function showSignedIn() {
@@ -197,11 +241,18 @@ function closeView() {
 // Start
 
 function start() {
+  applyTheme(storedTheme());
   $('signin-form').addEventListener('submit', (e) => {
     e.preventDefault();
     signIn($input('token-input').value);
   });
   $('sign-out').addEventListener('click', signOut);
+  $('open-settings').addEventListener('click', openSettings);
+  $('settings-dialog').addEventListener('change', (e) => {
+    const input = /** @type {HTMLInputElement} */ (e.target);
+    if (input.name === 'theme' && (input.value === 'system' || input.value === 'light' || input.value === 'dark')) applyTheme(input.value);
+  });
+  session.onReachable = reachableChanged;
   initSidebar({
     open: () => {
       const view = openChat();

@@ -55,9 +55,13 @@ import { updateListStatus } from './sidebar.js';
  * @property {HTMLElement} connection
  * @property {HTMLElement} usage
  * @property {HTMLElement} context
- * @property {HTMLElement} contextTools
- * @property {HTMLInputElement} planInput
- * @property {HTMLElement} archive
+ * @property {import('./ui.js').Menu} menu the chat's actions (`chat-menu`)
+ * @property {HTMLButtonElement} compact its "Compact context"
+ * @property {HTMLButtonElement} clear its "Clear context"
+ * @property {HTMLButtonElement} planInput its "Plan mode" (`menuitemcheckbox`)
+ * @property {HTMLButtonElement} archive its "Archive" / "Unarchive"
+ * @property {HTMLButtonElement[]} exportItems its "Export as Markdown / JSON"
+ * @property {HTMLButtonElement} toBottom the "scroll to the newest message" button
  * @property {HTMLElement} banners
  * @property {HTMLElement} messages
  * @property {HTMLElement} previewSlot
@@ -127,6 +131,7 @@ import { updateListStatus } from './sidebar.js';
  * @property {number} previewDrawnAt when the preview was last drawn (frame time, ms)
  * @property {number} previewCost how long that took (ms)
  * @property {boolean} closed
+ * @property {ReturnType<typeof setTimeout> | undefined} [reloadTimer] loading again after a failure
  * @property {ChatDom} dom
  * @property {ChatActions} actions
  */

@@ -13,11 +13,11 @@
 // The renderers in ./messages.js, ./panels.js, ./action-required.js and
 // ./queue.js call back through `view.actions`.
 
-import { h, toast, clearToast, announce, byTestId } from './ui.js';
-import { api, attempt, session } from './api.js';
+import { h, toast, clearToast, announce, byTestId, menuButton, setStatusBadge } from './ui.js';
+import { ApiError, api, attempt, session, downloadExport } from './api.js';
 import { openStream } from './stream.js';
 import { renderMarkdownInto } from './markdown.js';
-import { buildComposer, sendRequest } from './composer.js';
+import { buildComposer, sendRequest, placeSendButtons } from './composer.js';
 import { fillModelSelect, loadModels } from './models.js';
 import { refreshChats, mergeListed, dropIfMovedOut, addCreated, listedChat } from './sidebar.js';
 import {
@@ -80,6 +80,7 @@ export function openChatView(main, chatId) {
  */
 export function closeChatView(view) {
   view.closed = true;
+  clearTimeout(view.reloadTimer);
   if (view.previewFrame) cancelAnimationFrame(view.previewFrame);
   if (view.stream) view.stream.close();
 }
@@ -90,19 +91,26 @@ export function closeChatView(view) {
  */
 async function load(view) {
   const { chatId } = view;
-  /** @type {Chat | undefined} */
-  const chat = await attempt(() => api('GET', `/chats/${chatId}`));
-  if (view.closed) return;
-  if (!chat) {
+  /** @type {Chat} */
+  let chat;
+  try {
+    chat = await api('GET', `/chats/${chatId}`, undefined, { quiet: true });
+  } catch (err) {
+    if (view.closed) return;
+    if (err instanceof ApiError && (err.status === 404 || err.status === 403 || err.status === 400)) {
+      showNotFound(view);
+      return;
+    }
+    // Unreachable, or a failure that may pass: say so, and try again.
     view.dom.title.textContent = 'Chat not available';
-    view.dom.status.textContent = 'unavailable';
-    view.dom.connection.textContent = '';
-    view.dom.archive.replaceChildren();
-    const composer = view.dom.composer;
-    composer.input.disabled = composer.sendQueue.disabled = composer.sendInterrupt.disabled = true;
-    composer.model.disabled = true;
+    setConnection(view, 'reconnecting');
+    // (An unreachable server is said by the connection banner of app.js.)
+    const status = err instanceof ApiError ? err.status : -1;
+    if (status !== 0 && status !== 401) toast(err instanceof Error ? err.message : String(err));
+    if (status === 0 || status >= 500) view.reloadTimer = setTimeout(() => load(view), 3000);
     return;
   }
+  if (view.closed) return;
   view.chat = chat;
   view.historyVersion = chat.history_version;
   view.error = chat.status === 'error' ? chat.last_error ?? null : null;
@@ -133,10 +141,66 @@ async function load(view) {
       location.hash = '#/';
     },
     onRefused: (err) => {
+      if (err.status === 404) {
+        showNotFound(view);
+        return;
+      }
       toast(err.message);
       if (err.status === 401) session.onUnauthorized();
     },
   });
+}
+
+/**
+ * An unknown chat id, or a chat of someone else (`404`): a page that says
+ * so, with a way back, instead of the chat's.
+ * @param {ChatView} view
+ */
+function showNotFound(view) {
+  if (view.stream) view.stream.close();
+  const back = h('a', { href: '#/', class: 'btn btn-primary', testid: 'not-found-back' }, 'Back to your chats');
+  const page = h(
+    'section',
+    { class: 'page not-found', testid: 'chat-not-found', 'aria-labelledby': 'not-found-heading' },
+    h('h1', { id: 'not-found-heading', tabindex: '-1' }, "This chat doesn't exist or you don't have access"),
+    h('p', { class: 'hint' }, 'It may have been deleted, or the link is wrong.'),
+    h('p', {}, back),
+  );
+  view.dom.root.replaceChildren(page);
+  view.dom.root.dataset.state = 'not-found';
+  announce("This chat doesn't exist or you don't have access.");
+}
+
+/**
+ * `POST /chats/{chat}/compact` or `/clear-context`; refusals become a toast.
+ * @param {LoadedView} view
+ * @param {'/compact' | '/clear-context'} path
+ */
+async function contextAction(view, path) {
+  /** @type {Chat | undefined} */
+  const chat = await attempt(() => api('POST', `/chats/${view.chatId}${path}`));
+  if (chat && !view.closed) applyChat(view, chat);
+}
+
+/**
+ * "Export as Markdown / JSON": `GET /chats/{chat}/export?format=`, saved
+ * under the name of its `Content-Disposition` (else the chat's title).
+ * @param {ChatView} view
+ * @param {'markdown' | 'json'} format
+ */
+async function exportChat(view, format) {
+  /** @type {{blob: Blob, filename: string | null} | undefined} */
+  const file = await attempt(() => downloadExport(view.chatId, format));
+  if (!file || view.closed) return;
+  const title = (view.chat && view.chat.title) || 'chat';
+  const fallback = `${title.replace(/[^\p{L}\p{N}._ -]+/gu, '').trim() || 'chat'}.${format === 'json' ? 'json' : 'md'}`;
+  const url = URL.createObjectURL(file.blob);
+  const link = h('a', { href: url, download: file.filename || fallback, hidden: true });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+  announce(`Chat exported as ${format === 'json' ? 'JSON' : 'Markdown'}.`);
 }
 
 /**
@@ -147,35 +211,70 @@ async function load(view) {
 function buildChatDom(view) {
   const title = h('h1', { class: 'chat-heading', id: 'chat-heading' }, 'Loading…');
   const origin = h('p', { class: 'chat-origin', testid: 'forked-from', hidden: true });
-  const status = h('span', { class: 'status-badge', testid: 'chat-status' }, '…');
-  const connection = h('span', { class: 'connection', testid: 'connection', role: 'status', 'aria-label': 'Connection' }, 'reconnecting');
-  const usage = h('span', { class: 'usage', testid: 'usage', title: 'Token usage: input / output / total' });
+  const status = h('span', { class: 'status-badge', testid: 'chat-status', hidden: true });
+  // Says something only while the live view is not connected.
+  const connection = h('span', { class: 'connection', testid: 'connection', role: 'status', 'aria-label': 'Connection', dataset: { state: 'reconnecting' } }, 'Connecting…');
+  const usage = h('span', { class: 'usage', testid: 'usage' });
   const context = h(
     'span',
-    { class: 'context-meter', testid: 'context-meter', role: 'meter', 'aria-label': 'Context used', 'aria-valuemin': '0', 'aria-valuemax': '100' },
+    { class: 'context-meter', testid: 'context-meter', role: 'meter', 'aria-label': 'Context window used', 'aria-valuemin': '0', 'aria-valuemax': '100' },
     h('span', { class: 'context-bar' }, h('span', { class: 'context-fill' })),
     h('span', { class: 'context-label', testid: 'context-label' }, ''),
   );
-  const contextTools = h('span', { class: 'context-tools' });
-  const planInput = h('input', { type: 'checkbox', testid: 'plan-mode-toggle', id: 'plan-mode-toggle' });
-  const plan = h(
-    'label',
-    { class: 'toggle plan-mode', for: 'plan-mode-toggle', title: 'Plan mode: the model researches with read-only tools and proposes a plan; it takes effect at the next model call' },
-    planInput,
-    ' Plan mode',
+  // The chat's tools, in one menu (web/README.md "chat-menu").
+  const menu = menuButton({ testid: 'chat-menu', label: 'Chat actions', content: '⋯', buttonClass: 'btn btn-quiet btn-menu' });
+  /**
+   * @param {string} testid
+   * @param {string} label
+   * @param {string} hint
+   * @param {() => void} onclick
+   * @returns {HTMLButtonElement}
+   */
+  const item = (testid, label, hint, onclick) => h(
+    'button',
+    { type: 'button', class: 'menu-item', role: 'menuitem', testid, onclick },
+    h('span', { class: 'menu-item-label' }, label),
+    hint ? h('span', { class: 'menu-item-hint' }, hint) : null,
   );
-  planInput.addEventListener('change', () => {
-    if (isLoaded(view)) setPlanMode(view, planInput.checked);
+  const compact = item('compact-now', 'Compact context', 'Summarise older messages for the model', () => {
+    if (isLoaded(view)) contextAction(view, '/compact');
   });
-  const archive = h('span', { class: 'archive-slot' });
+  const clear = item('clear-context', 'Clear context', 'The model forgets what came before; messages stay', () => {
+    if (isLoaded(view)) contextAction(view, '/clear-context');
+  });
+  const planInput = item('plan-mode-toggle', 'Plan mode', 'Research with read-only tools and propose a plan first', () => {
+    if (isLoaded(view)) setPlanMode(view, planInput.getAttribute('aria-checked') !== 'true');
+  });
+  planInput.setAttribute('role', 'menuitemcheckbox');
+  planInput.setAttribute('aria-checked', 'false');
+  const exportMarkdown = item('export-markdown', 'Export as Markdown', '', () => exportChat(view, 'markdown'));
+  const exportJson = item('export-json', 'Export as JSON', '', () => exportChat(view, 'json'));
+  const archive = item('archive', 'Archive', 'Hide it from the chat list', () => {
+    if (isLoaded(view)) setArchived(view, !view.chat.archived);
+  });
+  menu.list.append(compact, clear, planInput, h('hr', { class: 'menu-sep' }), exportMarkdown, exportJson, h('hr', { class: 'menu-sep' }), archive);
   const banners = h('div', { class: 'banners' });
   const messages = h('div', { class: 'messages', testid: 'messages', role: 'log', 'aria-label': 'Messages' });
   const previewSlot = h('div', { class: 'preview-slot' });
   const scroller = h('div', { class: 'scroller', tabindex: '-1' }, h('div', { class: 'thread' }, messages, previewSlot));
+  const toBottom = h('button', {
+    type: 'button',
+    class: 'btn scroll-bottom',
+    testid: 'scroll-bottom',
+    'aria-label': 'Scroll to the newest message',
+    title: 'Scroll to the newest message',
+    hidden: true,
+    onclick: () => {
+      scroller.scrollTo({ top: scroller.scrollHeight, behavior: 'smooth' });
+      view.atBottom = true;
+      toBottom.hidden = true;
+    },
+  }, '↓');
   // Follow the conversation while the reader is at its end: through new
   // messages, the growing preview, and the composer growing or shrinking.
   scroller.addEventListener('scroll', () => {
     view.atBottom = isScrolledToBottom(scroller);
+    toBottom.hidden = view.atBottom;
   });
   new ResizeObserver(() => {
     if (view.atBottom) scrollToBottom(view);
@@ -199,15 +298,18 @@ function buildChatDom(view) {
     h(
       'header',
       { class: 'chat-header' },
-      h('div', { class: 'chat-header-main' }, title, status, connection),
-      h('div', { class: 'chat-header-tools' }, context, contextTools, usage, plan, archive),
+      h('div', { class: 'chat-header-main' }, title, status, connection, menu.root),
+      h('div', { class: 'chat-header-tools' }, context, usage),
     ),
     origin,
     banners,
-    scroller,
+    h('div', { class: 'scroller-wrap' }, scroller, toBottom),
     h('div', { class: 'dock' }, action, queue, composer.root),
   );
-  return { root, title, origin, status, connection, usage, context, contextTools, planInput, archive, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null, decisions: new Map() };
+  return {
+    root, title, origin, status, connection, usage, context, menu, compact, clear, planInput, archive, exportItems: [exportMarkdown, exportJson],
+    toBottom, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null, decisions: new Map(),
+  };
 }
 
 /**
@@ -245,20 +347,29 @@ function scrollToBottom(view) {
  */
 export function renderHeader(view) {
   const { chat, dom } = view;
+  const offline = !session.reachable;
   dom.title.textContent = chat.title || 'Untitled';
-  dom.status.textContent = chat.status;
-  dom.status.className = `status-badge status-${chat.status}`;
-  const archiveButton = chat.archived
-    ? h('button', { type: 'button', class: 'btn', testid: 'unarchive', onclick: () => setArchived(view, false) }, 'Unarchive')
-    : h('button', { type: 'button', class: 'btn btn-quiet', testid: 'archive', onclick: () => setArchived(view, true) }, 'Archive');
-  if (/** @type {HTMLElement | null} */ (dom.archive.firstChild)?.dataset.testid !== archiveButton.dataset.testid) {
-    dom.archive.replaceChildren(archiveButton);
+  dom.title.title = chat.title || 'Untitled';
+  setStatusBadge(dom.status, chat.status);
+  const idle = (chat.status === 'waiting' || chat.status === 'error') && !chat.archived;
+  const idleHint = idle ? '' : chat.archived ? 'Not for an archived chat' : 'Available when the reply is done';
+  for (const item of [dom.compact, dom.clear]) {
+    /** @type {HTMLButtonElement} */ (item).disabled = !idle || offline;
+    item.title = idleHint;
   }
-  if (!dom.planInput.dataset.pending) dom.planInput.checked = chat.plan_mode === 'plan';
-  dom.planInput.disabled = chat.archived;
+  if (!dom.planInput.dataset.pending) dom.planInput.setAttribute('aria-checked', String(chat.plan_mode === 'plan'));
+  /** @type {HTMLButtonElement} */ (dom.planInput).disabled = chat.archived || offline;
+  /** @type {HTMLElement} */ (dom.archive.querySelector('.menu-item-label')).textContent = chat.archived ? 'Unarchive' : 'Archive';
+  /** @type {HTMLElement} */ (dom.archive.querySelector('.menu-item-hint')).textContent = chat.archived ? 'Show it in the chat list again' : 'Hide it from the chat list';
+  dom.archive.dataset.testid = chat.archived ? 'unarchive' : 'archive';
+  /** @type {HTMLButtonElement} */ (dom.archive).disabled = offline;
+  for (const item of dom.exportItems) /** @type {HTMLButtonElement} */ (item).disabled = offline;
+  dom.menu.button.disabled = offline;
+  if (offline) dom.menu.close();
   const composer = dom.composer;
   const working = chat.status === 'running' || chat.status === 'interrupting';
   const busy = chat.status !== 'waiting' && chat.status !== 'error';
+  const blocked = chat.archived || offline;
   composer.input.disabled = chat.archived;
   composer.model.disabled = chat.archived;
   composer.input.placeholder = chat.archived
@@ -266,31 +377,41 @@ export function renderHeader(view) {
     : busy
       ? 'Write a message… (it waits in the queue until the reply is done)'
       : 'Write a message…';
-  composer.sendQueue.textContent = busy ? 'Queue' : 'Send';
+  /** @type {HTMLElement} */ (composer.sendQueue.querySelector('.send-label')).textContent = busy ? 'Queue' : 'Send';
+  composer.sendQueue.title = busy ? 'Send it after the reply is done' : '';
   composer.sendInterrupt.hidden = !busy || chat.archived;
   // Steering is for a running reply (elsewhere the server queues it).
   composer.sendSteer.hidden = chat.status !== 'running' || chat.archived;
   // The stop button: shown while the agent works (running, retrying,
-  // interrupting), usable while it runs.
+  // interrupting), usable while it runs. It is then the one primary
+  // action; the ways to send are in the menu beside it.
   composer.stop.hidden = !working || chat.archived;
+  placeSendButtons(composer, working && !chat.archived);
   const stopping = chat.status === 'interrupting';
   /** @type {HTMLElement} */ (composer.stop.querySelector('.stop-label')).textContent = stopping ? 'Stopping…' : 'Stop';
   composer.stop.setAttribute('aria-label', stopping ? 'Stopping the reply' : 'Stop the reply');
+  composer.offline = offline;
   if (!composer.sending) {
-    composer.sendQueue.disabled = chat.archived;
-    composer.sendInterrupt.disabled = chat.archived;
-    composer.sendSteer.disabled = chat.archived;
-    composer.stop.disabled = chat.status !== 'running' || chat.archived;
+    composer.sendQueue.disabled = blocked;
+    composer.sendInterrupt.disabled = blocked;
+    composer.sendSteer.disabled = blocked;
+    composer.stop.disabled = chat.status !== 'running' || blocked;
+    composer.more.button.disabled = blocked;
   }
 }
 
 /**
+ * The live view's connection: nothing while it is connected, else
+ * "Reconnecting…" (the banner of app.js says when the server is
+ * unreachable). `data-state` is `live`, `reconnecting` or `not live`.
  * @param {ChatView} view
  * @param {'live' | 'reconnecting' | 'not live'} state
  */
 function setConnection(view, state) {
-  view.dom.connection.textContent = state;
-  if (state !== 'not live') view.dom.connection.classList.toggle('live', state === 'live');
+  const el = view.dom.connection;
+  el.dataset.state = state;
+  el.textContent = state === 'live' ? '' : state === 'reconnecting' ? 'Reconnecting…' : 'Not updating';
+  el.hidden = state === 'live';
 }
 
 // ---------------------------------------------------------------------------
@@ -481,12 +602,17 @@ async function retryTurn(view) {
 async function setPlanMode(view, on) {
   const input = view.dom.planInput;
   input.dataset.pending = '1';
+  input.setAttribute('aria-checked', String(on));
   /** @type {Chat | undefined} */
   const chat = await attempt(() => api('PATCH', `/chats/${view.chatId}`, { plan_mode: on ? 'plan' : null }));
   delete input.dataset.pending;
   if (view.closed) return;
-  if (chat) applyChat(view, chat);
-  else input.checked = view.chat.plan_mode === 'plan';
+  if (chat) {
+    applyChat(view, chat);
+    announce(chat.plan_mode === 'plan' ? 'Plan mode is on.' : 'Plan mode is off.');
+  } else {
+    input.setAttribute('aria-checked', String(view.chat.plan_mode === 'plan'));
+  }
 }
 
 /**

@@ -6,7 +6,7 @@
 // (queue, interrupt, steer) and stop; and `sendRequest`, which shows why
 // the server refused a send above the textarea.
 
-import { h, icon, toast, isLong, countLines, autoGrow, setBusy, byTestId, numberFormat } from './ui.js';
+import { h, icon, toast, isLong, countLines, autoGrow, setBusy, byTestId, numberFormat, menuButton } from './ui.js';
 import { ApiError, uploadFile } from './api.js';
 import { rememberModel } from './models.js';
 import { refreshUsage } from './usage.js';
@@ -41,6 +41,10 @@ import { refreshUsage } from './usage.js';
  * @property {HTMLButtonElement} sendSteer
  * @property {HTMLButtonElement} stop
  *   (these three are not on the page of the new-chat form)
+ * @property {import('./ui.js').Menu} more the menu beside the primary
+ *   button of a busy chat, holding the other ways to send
+ * @property {HTMLElement} actions the row of the primary buttons
+ * @property {boolean} offline the server is unreachable: nothing is sent
  * @property {HTMLElement} pastes
  * @property {Paste[]} pasted
  * @property {boolean} sending
@@ -91,7 +95,7 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
   const sendQueue = h(
     'button',
     { type: 'submit', class: 'btn btn-primary', testid: 'send-queue' },
-    newChat ? 'Start chat' : 'Send',
+    h('span', { class: 'send-label' }, newChat ? 'Start chat' : 'Send'),
   );
   const sendInterrupt = h('button', {
     type: 'button',
@@ -118,6 +122,10 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
   // Why the server refused the last send (a limit: 429, 413); the typed
   // message stays in the textarea.
   const refusal = h('p', { class: 'composer-refusal', testid: 'send-refused', role: 'alert', hidden: true });
+  // A busy chat's other ways to send (Queue, Send now, Steer), beside Stop.
+  const more = menuButton({ testid: 'send-options', label: 'More ways to send', content: '▾', up: true, buttonClass: 'btn btn-more' });
+  more.root.hidden = true;
+  const actions = h('span', { class: 'composer-actions' }, attach, newChat ? null : [stop, sendSteer, sendInterrupt], sendQueue, newChat ? null : more.root);
   const root = h(
     'form',
     { class: 'composer', 'aria-label': 'Composer', testid: 'composer' },
@@ -131,17 +139,17 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
       { class: 'composer-bar' },
       h('span', { class: 'model-field' }, h('label', { for: modelId }, 'Model'), model),
       h('span', { class: 'composer-hint', id: 'composer-hint' }, 'Enter sends · Shift+Enter: new line'),
-      h('span', { class: 'composer-actions' }, attach, newChat ? null : [stop, sendSteer, sendInterrupt], sendQueue),
+      actions,
     ),
   );
   /** @type {Composer} */
-  const composer = { root, input, model, sendQueue, sendInterrupt, sendSteer, stop, pastes, pasted: [], sending: false, attachments, files: [], refusal };
+  const composer = { root, input, model, sendQueue, sendInterrupt, sendSteer, stop, more, actions, offline: false, pastes, pasted: [], sending: false, attachments, files: [], refusal };
 
   /** The message: pasted blocks (in order), then what was typed. */
   const messageText = () => [...composer.pasted.map((p) => p.text), input.value].filter((t) => t.trim()).join('\n\n');
   /** @param {BusyBehavior} behavior */
   const submit = async (behavior) => {
-    if (composer.sending) return;
+    if (composer.sending || composer.offline) return;
     const text = messageText();
     if (composer.files.some((f) => f.status === 'uploading')) {
       toast('Wait for the files to finish uploading.');
@@ -221,6 +229,39 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
     if (!newChat && chatId) rememberModel(chatId, model.value);
   });
   return composer;
+}
+
+/**
+ * Where the send buttons of a chat's composer are: while the agent works
+ * (`working`), Stop is the one primary button and the ways to send
+ * (Queue, Send now, Steer: those not hidden) are menu items of
+ * `send-options` beside it; otherwise Send (or Queue) is the primary
+ * button and the menu holds the rest (Send now while the chat waits on an
+ * action), or is hidden when there is nothing in it.
+ * @param {Composer} composer
+ * @param {boolean} working
+ */
+export function placeSendButtons(composer, working) {
+  const { sendQueue, sendInterrupt, sendSteer, more, actions } = composer;
+  const inMenu = working ? [sendQueue, sendInterrupt, sendSteer] : [sendInterrupt, sendSteer];
+  const inRow = working ? [] : [sendQueue];
+  for (const b of inMenu) {
+    if (b.parentElement !== more.list) more.list.append(b);
+    b.setAttribute('role', 'menuitem');
+    b.classList.add('menu-item');
+    b.classList.remove('btn', 'btn-primary');
+  }
+  for (const b of inRow) {
+    if (b.parentElement !== actions) actions.insertBefore(b, more.root);
+    b.removeAttribute('role');
+    b.classList.remove('menu-item');
+    b.classList.add('btn', 'btn-primary');
+  }
+  // Menu order: Queue, Send now, Steer.
+  for (const b of [sendQueue, sendInterrupt, sendSteer]) if (b.parentElement === more.list) more.list.append(b);
+  const any = inMenu.some((b) => !b.hidden);
+  more.root.hidden = !any;
+  if (!any) more.close();
 }
 
 /**

@@ -12,7 +12,7 @@
 
 import { h, byTestId, autoGrow, isLong, countLines, numberFormat, prettyJsonString, formatTime, announce } from './ui.js';
 import { api, attempt, downloadFile } from './api.js';
-import { renderMarkdownInto } from './markdown.js';
+import { renderMarkdownInto, copyText } from './markdown.js';
 import { loadedModels, modelName } from './models.js';
 import { textOf, finishReasonOf, applyEditResult, isIdle, lastAnswerId } from './chat-state.js';
 
@@ -211,7 +211,11 @@ function renderMessage(view, message) {
     h('span', { class: 'role' }, roleLabel(message.role)),
     model ? h('span', { class: 'message-model', testid: 'message-model' }, model) : null,
     h('time', { datetime: message.created_at, title: new Date(message.created_at).toLocaleString() }, formatTime(message.created_at)),
-    message.usage ? h('span', { class: 'message-usage' }, `${message.usage.total_tokens} tokens`) : null,
+    message.usage ? h('span', {
+      class: 'message-usage',
+      testid: 'message-usage',
+      title: `This answer: ${numberFormat.format(message.usage.output_tokens)} tokens written; its model call read ${numberFormat.format(promptTokens(message.usage))} prompt tokens`,
+    }, `${numberFormat.format(message.usage.output_tokens)} tokens out`) : null,
     canEdit
       ? h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'edit-message', 'aria-label': 'Edit message', onclick: () => startEdit(view, message.id) }, 'Edit')
       : null,
@@ -239,7 +243,7 @@ function renderMessage(view, message) {
     message.role === 'user' && isLong(text) ? collapsible(body, text) : body,
     message.content.filter((p) => p.type !== 'text' && p.type !== 'reasoning').map(renderPart),
     mark,
-    branchControls(view, message),
+    branchControls(view, message, text),
   );
   return article;
 }
@@ -251,9 +255,10 @@ function renderMessage(view, message) {
  * an idle chat, and "Fork from here".
  * @param {LoadedView} view
  * @param {ChatMessage} message
+ * @param {string} text the message's text (Markdown for an answer), for Copy
  * @returns {HTMLElement}
  */
-function branchControls(view, message) {
+function branchControls(view, message, text) {
   const idle = isIdle(view) && !view.branching;
   const siblings = message.sibling_ids || [];
   const index = siblings.indexOf(message.id);
@@ -295,7 +300,41 @@ function branchControls(view, message) {
     title: 'A new chat with a copy of the conversation up to this message',
     onclick: () => view.actions.fork(message.id),
   }, 'Fork from here');
-  return h('footer', { class: 'message-actions', testid: 'message-actions' }, nav, regenerate, fork);
+  const copy = text
+    ? h('button', {
+      type: 'button',
+      class: 'btn btn-small btn-quiet',
+      testid: 'copy-message',
+      'aria-label': message.role === 'assistant' ? 'Copy the answer as Markdown' : 'Copy the message',
+      onclick: (/** @type {Event} */ e) => copyMessage(/** @type {HTMLButtonElement} */ (e.currentTarget), text),
+    }, 'Copy')
+    : null;
+  return h('footer', { class: 'message-actions', testid: 'message-actions' }, nav, copy, regenerate, fork);
+}
+
+/**
+ * The whole prompt of a model call: new input, cache reads and writes.
+ * @param {import('./wire.js').Usage} usage
+ */
+function promptTokens(usage) {
+  return (usage.input_tokens || 0) + (usage.cache_read_tokens || 0) + (usage.cache_creation_tokens || 0);
+}
+
+/**
+ * "Copy" under a message: its text (an answer's Markdown) on the clipboard.
+ * @param {HTMLButtonElement & {copyTimer?: ReturnType<typeof setTimeout>}} button
+ * @param {string} text
+ */
+async function copyMessage(button, text) {
+  const ok = await copyText(text);
+  button.textContent = ok ? 'Copied' : 'Copy failed';
+  button.dataset.copied = String(ok);
+  announce(ok ? 'Message copied.' : 'Copying failed.');
+  clearTimeout(button.copyTimer);
+  button.copyTimer = setTimeout(() => {
+    button.textContent = 'Copy';
+    delete button.dataset.copied;
+  }, 2000);
 }
 
 /**

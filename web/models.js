@@ -54,20 +54,28 @@ export function resetModels() {
 
 /** @param {ModelOption} m */
 function modelLabel(m) {
-  return (m.display_name || m.model) + (m.is_default ? ' (default)' : '');
+  return m.display_name || m.model;
 }
 
 /**
- * Fills a model `select`: "Server default" for a new chat; for a chat,
- * its remembered pick or else the model it last used.
+ * Fills a model `select`, one option per model: for a new chat the
+ * server's default model is picked ("Server default" only when the list
+ * could not be loaded); for a chat, its remembered pick or else the model
+ * it last used.
  * @param {HTMLSelectElement} select
  * @param {Chat | null} chat
  */
 export async function fillModelSelect(select, chat) {
   const list = await loadModels();
-  const options = list.map((m) => h('option', { value: m.id }, modelLabel(m)));
+  const options = list.map((m) => h('option', { value: m.id, title: m.display_name && m.display_name !== m.model ? `${m.display_name} (${m.model})` : m.model }, modelLabel(m)));
   if (!chat) {
-    select.replaceChildren(h('option', { value: '' }, 'Server default'), ...options);
+    const fallback = list.find((m) => m.is_default) || list[0];
+    if (!fallback) {
+      select.replaceChildren(h('option', { value: '' }, 'Server default'));
+      return;
+    }
+    select.replaceChildren(...options);
+    select.value = fallback.id;
     return;
   }
   /**

@@ -1,12 +1,11 @@
 // @ts-check
 // The chat view's status panels: the error and retry banners (with Retry,
 // and the explanation of a `usage_limit` stop from ./usage.js), the token
-// usage of the chat, the context meter with "Compact" and "Clear context"
-// (API.md "Context management"), and the countdowns of deadlines and
-// retries (updated every second by app.js).
+// usage of the chat, the context meter (API.md "Context management"), and
+// the countdowns of deadlines and retries (updated every second by app.js).
 
-import { h, byTestId, numberFormat, formatDuration, formatTime } from './ui.js';
-import { api, attempt } from './api.js';
+import { h, byTestId, numberFormat, formatDuration, formatTime, formatMoney, timeUntil } from './ui.js';
+import { session } from './api.js';
 import { refreshUsage, usageLimitHelp } from './usage.js';
 import { finishReasonOf, isLoaded } from './chat-state.js';
 
@@ -51,7 +50,7 @@ export function renderBanners(view) {
         h('strong', {}, `Retry ${r.attempt}`),
         h('span', { class: 'banner-message' }, (r.error && r.error.message) || 'The model request failed.'),
         h('span', { class: 'countdown', dataset: { until: r.retrying_at } }, ''),
-        h('span', { class: 'banner-detail' }, `delay ${formatDuration(r.delay_ms)}`),
+        h('span', { class: 'banner-detail' }, `after waiting ${formatDuration(r.delay_ms)}`),
       ),
     );
   }
@@ -75,13 +74,16 @@ export function usageChanged(view) {
 }
 
 /**
- * The chat's token usage (the sum over its answers). Until an answer
- * reports usage it keeps the last figures it showed (a running reply has
- * none yet), or shows a dash.
+ * The chat's spend: the sum of its answers' usage (each answer's `usage` is
+ * that of the model call that wrote it). Prompt tokens read from the
+ * provider's cache are counted apart (`+N cached`), never as new input; the
+ * price is added when the model has prices. Until an answer reports usage
+ * it keeps the last figures it showed (a running reply has none yet), or
+ * shows a dash.
  * @param {LoadedView} view
  */
 export function renderUsage(view) {
-  const total = { input: 0, output: 0, total: 0 };
+  const total = { input: 0, cached: 0, output: 0, cost: 0, priced: 0 };
   let reported = 0;
   let unreported = 0;
   for (const m of view.messages.values()) {
@@ -92,29 +94,54 @@ export function renderUsage(view) {
       continue;
     }
     reported += 1;
-    total.input += m.usage.input_tokens || 0;
+    total.input += (m.usage.input_tokens || 0) + (m.usage.cache_creation_tokens || 0);
+    total.cached += m.usage.cache_read_tokens || 0;
     total.output += m.usage.output_tokens || 0;
-    total.total += m.usage.total_tokens || 0;
+    if (typeof m.total_cost_micros === 'number') {
+      total.cost += m.total_cost_micros;
+      total.priced += 1;
+    }
   }
+  const n = (/** @type {number} */ x) => numberFormat.format(x);
   let text;
+  let title = 'Tokens this chat has used';
   if (reported === 0 && unreported === 0) {
-    text = view.usageText || 'Tokens: –';
+    text = view.usageText || 'This chat: –';
   } else if (reported === 0) {
-    text = 'Tokens: not reported by the model server';
+    text = 'This chat: tokens not reported by the model server';
   } else {
-    text = `Tokens: ${total.input} in / ${total.output} out / ${total.total} total`;
+    const cached = total.cached ? ` (+${n(total.cached)} cached)` : '';
+    const cost = total.priced ? ` · ${formatMoney(total.cost)}` : '';
+    text = `This chat: ${n(total.input)} in${cached} · ${n(total.output)} out${cost}`;
+    title = `Tokens this chat has used: ${n(total.input)} prompt tokens sent, ${n(total.cached)} read from the provider's cache, ${n(total.output)} written by the model`;
     if (unreported > 0) {
-      text += ` (${unreported} ${unreported === 1 ? 'reply' : 'replies'} without usage from the model server)`;
+      text += ` (${unreported} ${unreported === 1 ? 'reply' : 'replies'} not reported)`;
+      title += `; ${unreported} ${unreported === 1 ? 'reply' : 'replies'} without usage from the model server`;
     }
     view.usageText = text;
   }
   view.dom.usage.textContent = text;
+  view.dom.usage.title = title;
+}
+
+/**
+ * A token count in a few characters: `512`, `8k`, `12.5k`, `131k`, `1M`.
+ * @param {number} n
+ */
+export function shortCount(n) {
+  if (n < 1000) return String(n);
+  if (n < 1_000_000) {
+    const k = n / 1000;
+    return `${k < 10 && Math.round(k) !== k ? k.toFixed(1) : Math.round(k)}k`;
+  }
+  const m = n / 1_000_000;
+  return `${m < 10 && Math.round(m) !== m ? m.toFixed(1) : Math.round(m)}M`;
 }
 
 /**
  * The context meter (API.md "Context management": `Chat.context`, kept up
- * to date by the stream's `context` event) and the "Compact now" and
- * "Clear context" actions, offered while the chat is idle.
+ * to date by the stream's `context` event): "Context 12% of 8k", the exact
+ * figures in its title. The actions on the context are in the chat's menu.
  * @param {LoadedView} view
  */
 export function renderContext(view) {
@@ -124,42 +151,19 @@ export function renderContext(view) {
   const label = /** @type {HTMLElement} */ (dom.context.querySelector('.context-label'));
   if (!c || !c.limit) {
     dom.context.hidden = true;
-  } else {
-    dom.context.hidden = false;
-    const percent = Math.max(0, c.percent);
-    fill.style.width = `${Math.min(100, percent)}%`;
-    dom.context.classList.toggle('context-high', percent >= 70);
-    dom.context.setAttribute('aria-valuenow', String(Math.min(100, percent)));
-    const about = c.estimated ? '~' : '';
-    label.textContent = `${percent}% context`;
-    const compactions = c.compactions ? `, ${c.compactions} compaction${c.compactions === 1 ? '' : 's'}` : '';
-    dom.context.title = `Context: ${about}${numberFormat.format(c.tokens)} of ${numberFormat.format(c.limit)} tokens${compactions}`;
-    dom.context.dataset.tokens = String(c.tokens);
-    dom.context.dataset.percent = String(percent);
+    return;
   }
-  const idle = (chat.status === 'waiting' || chat.status === 'error') && !chat.archived;
-  const key = idle ? 'idle' : 'busy';
-  if (dom.contextTools.dataset.key === key) return;
-  dom.contextTools.dataset.key = key;
-  dom.contextTools.replaceChildren(
-    ...(idle
-      ? [
-          h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'compact-now', title: 'Summarise the older messages for the model now', onclick: () => contextAction(view, '/compact') }, 'Compact'),
-          h('button', { type: 'button', class: 'btn btn-small btn-quiet', testid: 'clear-context', title: 'The model forgets everything before this point (messages stay visible)', onclick: () => contextAction(view, '/clear-context') }, 'Clear context'),
-        ]
-      : []),
-  );
-}
-
-/**
- * `POST /chats/{chat}/compact` or `/clear-context`; refusals become a toast.
- * @param {LoadedView} view
- * @param {'/compact' | '/clear-context'} path
- */
-async function contextAction(view, path) {
-  /** @type {Chat | undefined} */
-  const chat = await attempt(() => api('POST', `/chats/${view.chatId}${path}`));
-  if (chat && !view.closed) view.actions.applyChat(chat);
+  dom.context.hidden = false;
+  const percent = Math.max(0, c.percent);
+  fill.style.width = `${Math.min(100, percent)}%`;
+  dom.context.classList.toggle('context-high', percent >= 70);
+  dom.context.setAttribute('aria-valuenow', String(Math.min(100, percent)));
+  const about = c.estimated ? '~' : '';
+  label.textContent = `Context ${about}${percent}% of ${shortCount(c.limit)}`;
+  const compactions = c.compactions ? `, ${c.compactions} compaction${c.compactions === 1 ? '' : 's'}` : '';
+  dom.context.title = `Context: ${about}${numberFormat.format(c.tokens)} of ${numberFormat.format(c.limit)} tokens${compactions}`;
+  dom.context.dataset.tokens = String(c.tokens);
+  dom.context.dataset.percent = String(percent);
 }
 
 /**
@@ -177,7 +181,10 @@ export function updateCountdowns(view) {
   /** @type {HTMLElement | null} */
   const retry = view.dom.banners.querySelector('.countdown');
   const until = retry ? retry.dataset.until : undefined;
-  if (retry && until !== undefined) retry.textContent = `retrying at ${formatTime(until)} (${countdown(until, 'now')})`;
+  if (retry && until !== undefined) {
+    retry.textContent = !session.reachable ? 'waiting for the server' : timeUntil(until) === 'now' ? 'retrying now…' : `retrying ${timeUntil(until)}`;
+    retry.title = `at ${formatTime(until)}`;
+  }
 }
 
 /**

@@ -9,7 +9,7 @@
 // (which chat is open, its live status) and what it tells it (a new title,
 // a deletion) go through the hooks given to `initSidebar` by app.js.
 
-import { h, $, $input, byTestId, icon, confirmDialog } from './ui.js';
+import { h, $, $input, byTestId, icon, confirmDialog, setStatusBadge } from './ui.js';
 import { api, attempt, session } from './api.js';
 
 /** @typedef {import('./wire.js').Chat} Chat */
@@ -438,7 +438,9 @@ function chatTooltip(chat) {
  * @param {string} testid
  */
 function statusBadge(status, testid) {
-  return h('span', { class: `status-badge status-${status}`, testid }, status);
+  const badge = h('span', { testid });
+  setStatusBadge(badge, status);
+  return badge;
 }
 
 /**
@@ -451,10 +453,7 @@ export function updateListStatus(chatId, status) {
   if (chat) chat.status = status;
   const item = $('chat-list').querySelector(`[data-chat-id="${CSS.escape(chatId)}"]`);
   const badge = item && byTestId(item, 'status-badge');
-  if (badge) {
-    badge.textContent = status;
-    badge.className = `status-badge status-${status}`;
-  }
+  if (badge) setStatusBadge(badge, status);
 }
 
 /**

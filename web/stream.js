@@ -7,7 +7,7 @@
 // reconnects with exponential backoff (0.5 s doubling to 10 s, with
 // jitter) and `?after_id=` of the newest message it has.
 
-import { API, ApiError, api, session } from './api.js';
+import { API, ApiError, api, session, setReachable } from './api.js';
 
 /** @typedef {import('./wire.js').StreamEvent} StreamEvent */
 
@@ -85,6 +85,7 @@ export function openStream(chatId, handlers) {
     ws.addEventListener('open', () => {
       current.open = true;
       backoff = 0;
+      setReachable(true);
       handlers.onConnection('live');
     });
     ws.addEventListener('message', (e) => {

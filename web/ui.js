@@ -345,3 +345,156 @@ export function formatTime(iso) {
   const d = new Date(iso);
   return Number.isNaN(d.getTime()) ? '' : d.toLocaleTimeString();
 }
+
+// ---------------------------------------------------------------------------
+// Status words, menus, the colour theme
+
+/**
+ * What a chat's status is called on screen; `waiting` (idle) shows nothing.
+ * @type {Record<string, string>}
+ */
+const STATUS_WORDS = {
+  running: 'Working',
+  interrupting: 'Stopping',
+  requires_action: 'Needs your action',
+  error: 'Error',
+};
+
+/**
+ * Shows a chat's `status` in a badge: the words of STATUS_WORDS, hidden
+ * while the chat is idle (`waiting`); the raw status stays in
+ * `data-status` (web/README.md).
+ * @param {HTMLElement} badge
+ * @param {string} status
+ */
+export function setStatusBadge(badge, status) {
+  const word = STATUS_WORDS[status] || '';
+  if (badge.textContent !== word) badge.textContent = word;
+  badge.dataset.status = status;
+  badge.className = `status-badge status-${status}`;
+  badge.hidden = !word;
+}
+
+/**
+ * A menu button and its popup (`role="menu"`): the button toggles it;
+ * Escape, a click outside or choosing an item closes it; the arrow keys
+ * move between its items. Items are buttons (`role="menuitem"`, or
+ * `menuitemcheckbox` with `aria-checked`) put in `list`.
+ * @typedef {object} Menu
+ * @property {HTMLElement} root the wrapper (position: relative)
+ * @property {HTMLButtonElement} button
+ * @property {HTMLElement} list
+ * @property {() => void} close
+ */
+
+/**
+ * @param {{testid: string, label: string, content: Child, up?: boolean, buttonClass?: string}} options
+ *   `up`: the popup opens above the button (at the bottom of the page)
+ * @returns {Menu}
+ */
+export function menuButton({ testid, label, content, up = false, buttonClass = 'btn btn-quiet' }) {
+  const list = h('div', { class: `menu-list${up ? ' menu-up' : ''}`, role: 'menu', testid: `${testid}-list`, 'aria-label': label, hidden: true });
+  const button = h('button', {
+    type: 'button',
+    class: `${buttonClass} menu-button`,
+    testid,
+    'aria-label': label,
+    title: label,
+    'aria-haspopup': 'menu',
+    'aria-expanded': 'false',
+  }, content);
+  const root = h('span', { class: 'menu' }, button, list);
+  const items = () => /** @type {HTMLButtonElement[]} */ ([...list.querySelectorAll('[role^="menuitem"]')].filter(
+    (el) => !(/** @type {HTMLElement} */ (el)).hidden && !(/** @type {HTMLButtonElement} */ (el)).disabled,
+  ));
+  /** @param {Event} e */
+  const outside = (e) => {
+    if (!root.contains(/** @type {Node} */ (e.target))) close();
+  };
+  const close = () => {
+    if (list.hidden) return;
+    list.hidden = true;
+    button.setAttribute('aria-expanded', 'false');
+    document.removeEventListener('pointerdown', outside, true);
+  };
+  const open = () => {
+    list.hidden = false;
+    button.setAttribute('aria-expanded', 'true');
+    document.addEventListener('pointerdown', outside, true);
+  };
+  button.addEventListener('click', () => {
+    if (list.hidden) {
+      open();
+      const first = items()[0];
+      if (first && button.matches(':focus-visible')) first.focus();
+    } else {
+      close();
+    }
+  });
+  root.addEventListener('keydown', (e) => {
+    if (list.hidden) return;
+    if (e.key === 'Escape') {
+      e.preventDefault();
+      e.stopPropagation();
+      close();
+      button.focus();
+    } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+      e.preventDefault();
+      const all = items();
+      if (!all.length) return;
+      const at = all.indexOf(/** @type {HTMLButtonElement} */ (document.activeElement));
+      const next = e.key === 'ArrowDown' ? (at + 1) % all.length : (at - 1 + all.length) % all.length;
+      all[next].focus();
+    }
+  });
+  // Choosing an item closes the menu (its own handler runs first).
+  list.addEventListener('click', (e) => {
+    const item = /** @type {HTMLElement} */ (e.target).closest('[role^="menuitem"]');
+    if (item) close();
+  });
+  return { root, button, list, close };
+}
+
+/** The colour themes of the settings dialog. */
+export const THEMES = /** @type {const} */ (['system', 'light', 'dark']);
+
+const THEME_KEY = 'chatd.theme';
+
+/**
+ * The theme picked in this browser (localStorage `chatd.theme`): `system`
+ * (follow the system's light or dark mode, the default), `light` or `dark`.
+ * @returns {'system' | 'light' | 'dark'}
+ */
+export function storedTheme() {
+  const value = localStorage.getItem(THEME_KEY);
+  return value === 'light' || value === 'dark' ? value : 'system';
+}
+
+/**
+ * Applies (and remembers) a theme: `data-theme` on the root element picks
+ * the palette of app.css, and the dark style sheet of highlight.js follows.
+ * @param {'system' | 'light' | 'dark'} theme
+ */
+export function applyTheme(theme) {
+  if (theme === 'system') {
+    localStorage.removeItem(THEME_KEY);
+    delete document.documentElement.dataset.theme;
+  } else {
+    localStorage.setItem(THEME_KEY, theme);
+    document.documentElement.dataset.theme = theme;
+  }
+  const dark = /** @type {HTMLLinkElement | null} */ (document.getElementById('code-theme-dark'));
+  if (dark) dark.media = theme === 'system' ? '(prefers-color-scheme: dark)' : theme === 'dark' ? 'all' : 'not all';
+}
+
+/**
+ * "in 12 s", "in 1 min 5 s": how long until `iso`; `now` once it has passed.
+ * @param {string} iso
+ */
+export function timeUntil(iso) {
+  const s = Math.ceil((new Date(iso).getTime() - Date.now()) / 1000);
+  if (!(s > 0)) return 'now';
+  if (s < 60) return `in ${s} s`;
+  const m = Math.floor(s / 60);
+  return `in ${m} min${s % 60 ? ` ${s % 60} s` : ''}`;
+}

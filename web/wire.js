@@ -109,6 +109,8 @@
  * @property {number} output_tokens
  * @property {number} total_tokens
  * @property {number} [reasoning_tokens]
+ * @property {number} [cache_read_tokens] prompt tokens read from the provider's cache (not in `input_tokens`)
+ * @property {number} [cache_creation_tokens] prompt tokens written to it (not in `input_tokens`)
  */
 
 /**
@@ -124,7 +126,8 @@
  * @property {string} created_at
  * @property {string | null} [model_config_id]
  * @property {number} revision
- * @property {Usage | null} [usage]
+ * @property {Usage | null} [usage] of the one model call that wrote the message
+ * @property {number | null} [total_cost_micros] that call's price, when the model has prices
  * @property {string | null} [finish_reason]
  * @property {number | null} [parent_id]
  * @property {number[]} [sibling_ids]

@@ -15,7 +15,7 @@ test('an archived chat leaves the chat list and is found under show-archived', {
     await h.chatItem(page, id).click();
     await h.until('the chat to open', async () => (await h.byId(page, 'chat-view').getAttribute('data-chat-id')) === id);
 
-    await h.byId(page, 'archive').click();
+    await h.chatMenu(page, 'archive');
     await h.until('the server to have the chat archived', async () => (await h.api('GET', `/api/v2/chats/${id}`)).archived);
     if (!(await h.byId(page, 'chat-list').isVisible())) await page.goto(h.CHATD_URL + '/#/');
     const showArchived = h.byId(page, 'show-archived');
@@ -28,11 +28,11 @@ test('an archived chat leaves the chat list and is found under show-archived', {
     await h.until('the archived chat to open', async () => (await h.byId(page, 'chat-view').getAttribute('data-chat-id')) === id);
     await h.expectMessageTexts(page, 'assistant', ['echo: archive me']);
 
-    await h.byId(page, 'unarchive').click();
+    await h.chatMenu(page, 'unarchive');
     await h.until('the server to have the chat unarchived', async () => !(await h.api('GET', `/api/v2/chats/${id}`)).archived);
     if (!(await h.byId(page, 'chat-list').isVisible())) await page.goto(h.CHATD_URL + '/#/');
     await h.byId(page, 'show-archived').uncheck();
     await h.expectCount(h.chatItem(page, id), 1);
-    assert.equal(await h.textOf(h.chatItem(page, id).getByTestId('status-badge')), 'waiting');
+    assert.equal(await h.statusOf(h.chatItem(page, id).getByTestId('status-badge')), 'waiting');
   });
 });

@@ -48,7 +48,7 @@ test('a request the server rejects shows its message in a toast', { timeout: h.T
     await h.expectStatus(page, 'running');
 
     // Archiving a busy chat is a 409; the toast shows the server's message.
-    await h.byId(page, 'archive').click();
+    await h.chatMenu(page, 'archive');
     const toast = await h.until('a toast', () => h.textOf(h.byId(page, 'toast')));
     const response = await fetch(`${h.CHATD_URL}/api/v2/chats/${id}`, {
       method: 'PATCH',

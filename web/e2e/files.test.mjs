@@ -141,12 +141,15 @@ test('plan mode is switched on for a new chat and off and on again from the chat
       ['write_page', false],
     ]);
 
-    await toggle.uncheck();
+    // The toggle is an item of the chat's menu (a menuitemcheckbox).
+    await h.chatMenu(page, 'plan-mode-toggle');
     await h.until('plan mode off on the server', async () =>
       (await h.api('GET', `/api/v2/chats/${chatId}`)).plan_mode === null);
-    await toggle.check();
+    await h.until('the toggle to show plan mode off', async () => !(await toggle.isChecked()));
+    await h.chatMenu(page, 'plan-mode-toggle');
     await h.until('plan mode on on the server', async () =>
       (await h.api('GET', `/api/v2/chats/${chatId}`)).plan_mode === 'plan');
+    await h.until('the toggle to show plan mode on', () => toggle.isChecked());
     // A reload shows the stored value.
     await page.reload();
     await h.byId(page, 'chat-view').waitFor();

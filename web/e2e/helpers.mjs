@@ -88,9 +88,14 @@ const RECORDER = `(() => {
   const watched = ['chat-status', 'message-preview', 'connection', 'queue', 'live-status', 'usage', 'retry-banner'];
   const seen = {};
   window.__e2eSeen = seen;
+  // The chat's status and the connection show words (or nothing) on
+  // screen; their raw values are in data-status and data-state.
   const read = (id) => {
     const el = document.querySelector('[data-testid="' + id + '"]');
-    return el ? el.textContent : null;
+    if (!el) return null;
+    if (id === 'chat-status' && el.dataset.status !== undefined) return el.dataset.status;
+    if (id === 'connection' && el.dataset.state !== undefined) return el.dataset.state;
+    return el.textContent;
   };
   const sample = () => {
     for (const id of watched) {
@@ -325,10 +330,48 @@ export async function openAdvanced(page) {
   if (!(await advanced.evaluate((el) => el.open))) await byId(page, 'advanced-toggle').click();
 }
 
-/** Types `text` into the composer and clicks `button` (send-queue or send-interrupt). */
+/**
+ * Types `text` into the composer and clicks `button` (send-queue,
+ * send-interrupt or send-steer); while the chat works they are in the
+ * `send-options` menu beside Stop, which is opened first.
+ */
 export async function send(page, text, button = 'send-queue') {
   await byId(page, 'composer-input').fill(text);
-  await byId(page, button).click();
+  await clickSendButton(page, button);
+}
+
+/** Clicks send button `button`, opening the `send-options` menu when it is in there. */
+export async function clickSendButton(page, button) {
+  const target = byId(page, button);
+  const menu = byId(page, 'send-options-list');
+  const inMenu = await target.evaluate((el) => el.closest('[role="menu"]') !== null);
+  if (inMenu && !(await menu.isVisible())) await byId(page, 'send-options').click();
+  await target.click();
+}
+
+/**
+ * Clicks item `testid` of the open chat's menu (`chat-menu`: compact-now,
+ * clear-context, plan-mode-toggle, export-markdown, export-json, archive,
+ * unarchive), opening the menu first.
+ */
+export async function chatMenu(page, testid) {
+  if (!(await byId(page, 'chat-menu-list').isVisible())) await byId(page, 'chat-menu').click();
+  await byId(page, 'chat-menu-list').getByTestId(testid).click();
+}
+
+/** The raw status (`data-status`) of a status badge: `waiting`, `running`, ... */
+export async function statusOf(locator) {
+  const first = locator.first();
+  if ((await first.count()) === 0) return null;
+  return first.getAttribute('data-status', { timeout: 1000 });
+}
+
+/** Waits until the live view's connection (`connection`, `data-state`) is `state` (`live`, `reconnecting`). */
+export async function expectConnection(page, state, { timeout = WAIT } = {}) {
+  return until(`the connection to be ${state}`, () => byId(page, 'connection').first().getAttribute('data-state', { timeout: 1000 }), {
+    accept: (v) => v === state,
+    timeout,
+  });
 }
 
 /** Committed messages of the open chat with `role` (all when omitted). */
@@ -379,9 +422,15 @@ export async function expectMessageTexts(page, role, expected, { timeout = WAIT 
   );
 }
 
-/** Waits until the open chat's status (`chat-status`) is `status`. */
+/**
+ * Waits until the open chat's status (`chat-status`: its `data-status`; on
+ * screen it shows words, and nothing while `waiting`) is `status`.
+ */
 export async function expectStatus(page, status, { timeout = WAIT } = {}) {
-  return expectText(byId(page, 'chat-status'), status, { timeout });
+  return until(`the chat's status to be ${status}`, () => statusOf(byId(page, 'chat-status')), {
+    accept: (v) => v === status,
+    timeout,
+  });
 }
 
 /** The texts of the queue panel's `queued-message`s, in order. */
@@ -484,7 +533,10 @@ export async function expectListStatus(page, id, status, { timeout = WAIT } = {}
   if (!(await chatItem(page, id).isVisible())) {
     await page.goto(CHATD_URL + '/#/');
   }
-  return expectText(chatItem(page, id).getByTestId('status-badge'), status, { timeout });
+  return until(`chat ${id} listed as ${status}`, () => statusOf(chatItem(page, id).getByTestId('status-badge')), {
+    accept: (v) => v === status,
+    timeout,
+  });
 }
 
 /**

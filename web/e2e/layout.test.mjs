@@ -256,3 +256,61 @@ test('at phone width the sidebar is a drawer behind the menu button', { timeout:
     assert.ok(await noSideScroll(), 'nothing wider than the screen');
   }, h.PHONE);
 });
+
+for (const scheme of ['light', 'dark']) {
+  test(`at 390 px no main screen scrolls sideways (${scheme})`, { timeout: h.TEST_TIMEOUT }, async (t) => {
+    await h.withPage(browser(), t, async (page) => {
+      // Fails when the page is wider than the screen (the header of issue
+      // 34 made it 477 px wide, with Archive off-screen).
+      const expectNoSideScroll = async (what) => {
+        const { scroll, client } = await page.evaluate(() => ({
+          scroll: document.documentElement.scrollWidth,
+          client: document.documentElement.clientWidth,
+        }));
+        assert.ok(scroll <= client, `${what}: the page is ${scroll} px wide in ${client} px`);
+      };
+      /** Every visible element of `testid` lies within the screen. */
+      const expectOnScreen = async (testid) => {
+        const box = await h.byId(page, testid).boundingBox();
+        assert.ok(box && box.x >= 0 && box.x + box.width <= 390, `${testid} at ${JSON.stringify(box)}`);
+      };
+      await h.signIn(page);
+      await expectNoSideScroll('the new-chat form');
+      // A chat with long content: a wide code block, a long word, a table.
+      const long = `${RICH}\n\n\`\`\`\n${'wide code '.repeat(40)}\n\`\`\`\n\n${'unbroken'.repeat(40)}`;
+      await h.createChat(page, long);
+      await h.expectStatus(page, 'waiting');
+      await h.messages(page, 'assistant').locator('.code-block').first().waitFor();
+      await expectNoSideScroll('a chat with long content and code');
+      await expectOnScreen('chat-menu');
+      await expectOnScreen('send-queue');
+      // The chat list (the drawer).
+      await h.openSidebar(page);
+      await expectNoSideScroll('the chat list');
+      await page.keyboard.press('Escape');
+      // The chat's menu open.
+      await h.byId(page, 'chat-menu').click();
+      await h.byId(page, 'chat-menu-list').waitFor();
+      await expectNoSideScroll('the chat menu open');
+      await expectOnScreen('chat-menu-list');
+      await page.keyboard.press('Escape');
+      // A busy composer, and its menu open.
+      await h.send(page, 'slow and busy');
+      await h.expectStatus(page, 'running');
+      await h.byId(page, 'interrupt').waitFor();
+      await expectNoSideScroll('a busy composer');
+      await expectOnScreen('interrupt');
+      await h.byId(page, 'send-options').click();
+      await h.byId(page, 'send-options-list').waitFor();
+      await expectNoSideScroll('the send menu open');
+      await expectOnScreen('send-options-list');
+      await page.keyboard.press('Escape');
+      await h.byId(page, 'interrupt').click();
+      await h.expectStatus(page, 'waiting', { timeout: h.SLOW_WAIT });
+      // The settings dialog.
+      await h.byId(page, 'open-settings').click();
+      await expectNoSideScroll('the settings dialog');
+      await h.byId(page, 'settings-close').click();
+    }, { ...h.PHONE, colorScheme: scheme });
+  });
+}

@@ -16,7 +16,7 @@ test('a message queued while the chat is busy waits in the queue and is answered
     await h.send(page, 'then this', 'send-queue');
     await h.expectQueue(page, ['then this']);
     // Still busy with the first reply: nothing committed from the model yet.
-    assert.equal(await h.textOf(h.byId(page, 'chat-status')), 'running');
+    assert.equal(await h.statusOf(h.byId(page, 'chat-status')), 'running');
     assert.deepEqual(await h.messageTexts(page, 'assistant'), []);
 
     await h.expectMessageTexts(page, 'assistant', ['echo: slow first', 'echo: then this'], { timeout: h.SLOW_WAIT });

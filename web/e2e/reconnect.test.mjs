@@ -18,7 +18,7 @@ test('a reload restores the open chat with all its messages', { timeout: h.TEST_
 
     await page.reload();
     // Still signed in (the token is in localStorage), same chat, same history.
-    await h.expectText(h.byId(page, 'connection'), 'live');
+    await h.expectConnection(page, 'live');
     assert.equal(await h.byId(page, 'chat-view').getAttribute('data-chat-id'), id);
     await h.expectMessageTexts(page, 'user', ['before the reload', 'and more']);
     await h.expectMessageTexts(page, 'assistant', ['echo: before the reload', 'echo: and more']);

@@ -16,7 +16,7 @@ test('the connection indicator goes reconnecting then live across a server resta
     await h.signIn(page);
     await h.createChat(page, 'before the restart');
     await h.expectMessageTexts(page, 'assistant', ['echo: before the restart']);
-    await h.expectText(h.byId(page, 'connection'), 'live');
+    await h.expectConnection(page, 'live');
 
     // scripts/e2e.sh starts chatd again on the same port when it exits.
     const pid = h.chatdPid();
@@ -26,7 +26,7 @@ test('the connection indicator goes reconnecting then live across a server resta
       const now = h.chatdPid();
       return now && now !== pid;
     });
-    await h.expectText(h.byId(page, 'connection'), 'live');
+    await h.expectConnection(page, 'live');
 
     await h.send(page, 'after the restart');
     await h.expectMessageTexts(page, 'assistant', ['echo: before the restart', 'echo: after the restart'], {

@@ -14,8 +14,12 @@ test('a steer message sent while the reply runs is marked and answered before th
     await h.signIn(page);
     await h.createChat(page, 'slow first');
     await h.expectStatus(page, 'running');
+    // Stop is the one primary button; Steer is in the menu beside it, with "Send now".
+    await h.until('the stop button', () => h.byId(page, 'interrupt').isVisible());
+    await h.until('the steer item to be offered', () => h.byId(page, 'send-steer').evaluate((el) => !el.hidden));
+    await h.byId(page, 'send-options').click();
     const steer = h.byId(page, 'send-steer');
-    await h.until('the steer button to show', () => steer.isVisible());
+    await h.until('the steer item to show', () => steer.isVisible());
     assert.ok(await h.byId(page, 'send-interrupt').isVisible(), 'beside "Send now"');
 
     await h.send(page, 'plain one', 'send-queue');

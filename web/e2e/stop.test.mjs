@@ -173,7 +173,7 @@ test('the retry banner shows while the provider is retried and goes for good onc
     // the chat's state).
     await page.reload();
     await h.expectStatus(page, 'waiting');
-    await h.expectText(h.byId(page, 'connection'), 'live');
+    await h.expectConnection(page, 'live');
     assert.equal(await banner.count(), 0);
     // And when the next turn runs.
     await h.send(page, 'fine now');
@@ -189,13 +189,13 @@ test('the token label keeps the last known usage while a reply runs, never 0 in 
     // The fake model reports 10 input and 5 output tokens per answer.
     await h.createChat(page, 'count my tokens');
     await h.expectStatus(page, 'waiting');
-    await h.expectText(usage, 'Tokens: 10 in / 5 out / 15 total');
+    await h.expectText(usage, 'This chat: 10 in · 5 out');
     await h.send(page, 'and count again');
     await h.expectMessageTexts(page, 'assistant', ['echo: count my tokens', 'echo: and count again']);
-    await h.expectText(usage, 'Tokens: 20 in / 10 out / 30 total');
+    await h.expectText(usage, 'This chat: 20 in · 10 out');
     // Every label the page showed: a dash before the first answer, then
     // only real sums, each kept while the next reply ran.
     const seen = (await h.seenValues(page, 'usage')).filter(Boolean);
-    assert.deepEqual(seen, ['Tokens: –', 'Tokens: 10 in / 5 out / 15 total', 'Tokens: 20 in / 10 out / 30 total']);
+    assert.deepEqual(seen, ['This chat: –', 'This chat: 10 in · 5 out', 'This chat: 20 in · 10 out']);
   });
 });

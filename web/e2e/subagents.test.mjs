@@ -38,7 +38,7 @@ test('a spawned child is nested under its parent in the list with its status, an
     const nested = parentItem.getByTestId('chat-children').locator(`[data-testid="chat-item"][data-chat-id="${child.id}"]`);
     await h.until('the child nested under its parent', () => nested.count(), { accept: (n) => n === 1, timeout: h.SLOW_WAIT });
     await h.expectText(nested.getByTestId('chat-title'), 'Helper agent');
-    await h.expectText(nested.getByTestId('status-badge'), 'running', { timeout: h.SLOW_WAIT });
+    await h.until('the sub-agent listed as running', () => h.statusOf(nested.getByTestId('status-badge')), { accept: (v) => v === 'running', timeout: h.SLOW_WAIT });
     const topLevel = await h.byId(page, 'chat-list').evaluate((list, id) =>
       [...list.children].some((li) => li.dataset.chatId === id), child.id);
     assert.equal(topLevel, false, 'the child is not a top-level item');
@@ -53,7 +53,7 @@ test('a spawned child is nested under its parent in the list with its status, an
     await h.until('the children shown', () => nested.isVisible(), { accept: (v) => v === true });
 
     // The child's status follows it: it finishes its slow answer.
-    await h.expectText(nested.getByTestId('status-badge'), 'waiting', { timeout: h.SLOW_WAIT });
+    await h.until('the sub-agent listed as waiting', () => h.statusOf(nested.getByTestId('status-badge')), { accept: (v) => v === 'waiting', timeout: h.SLOW_WAIT });
 
     // Opening the child from the list shows its prompt.
     await nested.locator('.chat-link').click();
