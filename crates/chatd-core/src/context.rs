@@ -203,6 +203,148 @@ pub fn context_usage(ctx: &[&ContextEntry]) -> ContextUsage {
     }
 }
 
+/// What a compaction summary boundary's text starts with (the summary
+/// follows it).
+pub const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]\n";
+
+/// Estimated tokens of the shortest summary text worth keeping (about 128
+/// bytes: two sentences).
+pub const MIN_SUMMARY_TEXT_TOKENS: i64 = 32;
+
+/// Share of the window the verbatim tail of a compaction may take
+/// (percent).
+pub const COMPACTION_TAIL_PERCENT: i64 = 40;
+
+/// Visible messages an overflow compaction keeps.
+pub const OVERFLOW_TAIL: usize = 4;
+
+/// The estimated size, in tokens, of the smallest summary boundary worth
+/// committing: its [`SUMMARY_PREFIX`] and message framing plus
+/// [`MIN_SUMMARY_TEXT_TOKENS`]. A compaction replacing no more than this
+/// cannot make the model context smaller (API.md "Context management": a
+/// summary must be smaller than what it replaces).
+///
+/// ```
+/// use chatd_core::context::{min_summary_tokens, MIN_SUMMARY_TEXT_TOKENS};
+/// // 38 bytes of prefix (10 tokens) and 4 of framing.
+/// assert_eq!(min_summary_tokens(), 10 + 4 + MIN_SUMMARY_TEXT_TOKENS);
+/// ```
+pub fn min_summary_tokens() -> i64 {
+    estimate_tokens(&[MessagePart::text(SUMMARY_PREFIX)]) + MIN_SUMMARY_TEXT_TOKENS
+}
+
+/// Why a compaction runs; it decides the verbatim tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionMode {
+    /// `POST /compact`: the tail is at most half of what there is.
+    Manual,
+    /// The prompt reached the threshold or no longer fits.
+    Auto,
+    /// The provider refused the prompt as too long: a short tail
+    /// ([`OVERFLOW_TAIL`]).
+    Overflow,
+}
+
+/// What one compaction replaces: indices into the model context it was
+/// selected from ([`select_compaction`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CompactionSelection {
+    /// The leading system rows, kept.
+    pub leading: Vec<usize>,
+    /// The current summary, folded into the new one.
+    pub previous: Option<usize>,
+    /// The rows summarized, in model order.
+    pub summarized: Vec<usize>,
+    /// The rows kept verbatim, in model order.
+    pub tail: Vec<usize>,
+}
+
+impl CompactionSelection {
+    /// Estimated tokens of what the summary replaces (the previous summary
+    /// and the summarized rows) in `ctx`, the context it was selected from:
+    /// what the model reads of them now.
+    pub fn tokens_before(&self, ctx: &[&ContextEntry]) -> i64 {
+        self.previous
+            .iter()
+            .chain(&self.summarized)
+            .map(|&i| ctx[i].token_estimate)
+            .sum()
+    }
+
+    /// Whether a summary could be smaller than what it replaces in `ctx`:
+    /// [`Self::tokens_before`] exceeds [`min_summary_tokens`]. Nothing else
+    /// of a compaction reaches the model (its visible record is
+    /// client-only), so this compares like with like.
+    pub fn can_shrink(&self, ctx: &[&ContextEntry]) -> bool {
+        self.tokens_before(ctx) > min_summary_tokens()
+    }
+}
+
+/// Chooses what a compaction replaces in `ctx` (the model context, in model
+/// order as [`model_context`] gives it: leading system rows, the current
+/// summary if any, then the rest). `keep` is the model config's
+/// `compact_recent_messages`, `limit` the window in tokens. Everything after
+/// the leading system rows (and the previous summary, folded in) is
+/// summarized except a verbatim tail of `keep` rows ([`CompactionMode`]
+/// bounds it: at most half of the rows for a manual compaction,
+/// [`OVERFLOW_TAIL`] for an overflow), at most
+/// [`COMPACTION_TAIL_PERCENT`] of the window (one row at least), that never
+/// starts at a tool result (an assistant tool call is never separated from
+/// its results). `None` when nothing would be summarized.
+pub fn select_compaction(
+    ctx: &[&ContextEntry],
+    keep: usize,
+    limit: i64,
+    mode: CompactionMode,
+) -> Option<CompactionSelection> {
+    let mut i = 0;
+    while i < ctx.len() && ctx[i].role == ChatRole::System && !ctx[i].compressed {
+        i += 1;
+    }
+    let leading: Vec<usize> = (0..i).collect();
+    let previous =
+        (i < ctx.len() && ctx[i].compressed && ctx[i].visibility == Visibility::Model).then_some(i);
+    let rest: Vec<usize> = (i..ctx.len())
+        .filter(|&j| !ctx[j].compressed && ctx[j].visibility != Visibility::User)
+        .collect();
+    if rest.is_empty() {
+        return None;
+    }
+    let keep = match mode {
+        CompactionMode::Manual => keep.min(rest.len() / 2),
+        CompactionMode::Auto => keep.min(rest.len()),
+        CompactionMode::Overflow => keep.min(OVERFLOW_TAIL).min(rest.len()),
+    };
+    let mut start = rest.len() - keep;
+    // The tail takes at most its share of the window (one message at least,
+    // unless a manual compaction keeps none).
+    let budget = limit.max(0) * COMPACTION_TAIL_PERCENT / 100;
+    let size = |from: usize| -> i64 { rest[from..].iter().map(|&j| ctx[j].token_estimate).sum() };
+    while start + 1 < rest.len() && size(start) > budget {
+        start += 1;
+    }
+    // Never between an assistant tool call and its results: the tail starts
+    // at a message that is not a tool result, preferably earlier (a longer
+    // tail) unless that leaves nothing to summarize.
+    let is_result = |s: usize| ctx[rest[s]].role == ChatRole::Tool;
+    if start < rest.len() && is_result(start) {
+        let back = (1..start).rev().find(|&s| !is_result(s));
+        let forward = (start..rest.len())
+            .find(|&s| !is_result(s))
+            .unwrap_or(rest.len());
+        start = back.unwrap_or(forward);
+    }
+    if start == 0 {
+        return None;
+    }
+    Some(CompactionSelection {
+        leading,
+        previous,
+        summarized: rest[..start].to_vec(),
+        tail: rest[start..].to_vec(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +467,33 @@ mod tests {
         assert_eq!(context_usage(&[&user, &answer, &next]).tokens, 1007 + 30);
         let exact = context_usage(&[&user, &answer]);
         assert_eq!((exact.tokens, exact.estimated), (1007, false));
+    }
+
+    #[test]
+    fn a_compaction_shrinks_only_what_is_larger_than_the_smallest_summary() {
+        // A system row and four short rows: a manual compaction summarizes
+        // two of 10 tokens, less than any summary.
+        let mut rows = vec![entry(1, ChatRole::System)];
+        for id in 2..=5 {
+            rows.push(entry(id, ChatRole::User));
+        }
+        let ctx: Vec<&ContextEntry> = rows.iter().collect();
+        let s = select_compaction(&ctx, 12, 100_000, CompactionMode::Manual).unwrap();
+        assert_eq!(
+            (s.leading.clone(), s.summarized.clone(), s.tail.clone()),
+            (vec![0], vec![1, 2], vec![3, 4])
+        );
+        assert_eq!(s.tokens_before(&ctx), 20);
+        assert!(!s.can_shrink(&ctx));
+        // The same rows at 40 tokens each: 80 tokens replaced.
+        for r in &mut rows[1..] {
+            r.token_estimate = 40;
+        }
+        let ctx: Vec<&ContextEntry> = rows.iter().collect();
+        let s = select_compaction(&ctx, 12, 100_000, CompactionMode::Manual).unwrap();
+        assert!(s.can_shrink(&ctx), "{} tokens", s.tokens_before(&ctx));
+        // Everything in the tail: nothing to compact.
+        assert!(select_compaction(&ctx, 12, 100_000, CompactionMode::Auto).is_none());
     }
 
     #[test]

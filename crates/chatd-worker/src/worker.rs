@@ -70,6 +70,7 @@ impl Worker {
             local_locks: LocalLocks::default(),
             background: CancellationToken::new(),
             slots: Default::default(),
+            skipped_compactions: Default::default(),
         });
         let cancel = CancellationToken::new();
         let runners_cancel = CancellationToken::new();

@@ -23,6 +23,28 @@ impl ChatTx {
         Ok(crate::queries::messages::compactable_count(self.reader().await?, chat_id).await?)
     }
 
+    /// The chat's model context as compaction reads it: the context entries
+    /// ([`chatd_core::context::ContextEntry`], sizes without content) of the
+    /// rows the model would read next, in model order
+    /// ([`chatd_core::context::model_context`]), read in the bundle's
+    /// transaction. `POST /compact` selects from it what a compaction would
+    /// replace and refuses one that would not shrink (API.md "Context
+    /// management").
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn model_context_entries(
+        &mut self,
+    ) -> StoreResult<Vec<chatd_core::context::ContextEntry>> {
+        let chat_id = self.chat_id;
+        let entries =
+            crate::queries::messages::context_entries(self.reader().await?, chat_id).await?;
+        Ok(chatd_core::context::model_context(&entries)
+            .into_iter()
+            .map(|i| entries[i])
+            .collect())
+    }
+
     /// `RequestCompaction`: `W/E0 → R0`, `E1 → R1`; sets the compaction marker,
     /// clears the error and ownership, and starts a fresh history epoch
     /// (`history_version = snapshot_version`, `generation_attempt = 0`).

@@ -379,10 +379,15 @@ fn running_clearing_deadline() -> ChatChanges {
 }
 
 /// `changes` plus clearing `retry_state`: the generation attempt the payload
-/// announced is over, so no retry is coming (see the module doc).
+/// announced is over, so no retry is coming (see the module doc). It also
+/// clears a manual compaction request: the run it started is over (a
+/// compaction the worker refused, because its summary would not be
+/// smaller, ends with `FinishTurn` and adds nothing; a failed one with
+/// `FinishError`), so the next run answers instead of compacting again.
 fn ending_generation(changes: ChatChanges) -> ChatChanges {
     ChatChanges {
         retry_state: Some(None),
+        compaction_requested: Some(false),
         ..changes
     }
 }

@@ -337,6 +337,7 @@ mod tests {
             local_locks: LocalLocks::default(),
             background: CancellationToken::new(),
             slots: Default::default(),
+            skipped_compactions: Default::default(),
         });
         let (input_tx, inputs) = mpsc::unbounded_channel();
         let (cleanup, cleanup_rx) = mpsc::unbounded_channel();

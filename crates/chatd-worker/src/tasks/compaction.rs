@@ -24,6 +24,15 @@
 //! than what it replaces. [`messages`] builds the one `CommitStep`: the
 //! model-only summary boundary, and the visible `chatd_compact` call and
 //! result, which carries the summarization's usage.
+//!
+//! Only when it shrinks: a selection no larger than the smallest summary
+//! ([`Selection::can_shrink`]) is not summarized at all, and
+//! `tokens_before`/`tokens_after` measure the same thing, what the model
+//! reads of the replaced part ([`Selection::tokens_before`]) and of the
+//! boundary replacing it ([`summary_tokens_estimate`]); the visible call
+//! and result are client-only, so the model reads the summary once. What
+//! happens to a summary that is not smaller ([`is_not_smaller`]) is the
+//! generation task's `compact` (docs/operations.md "Context management").
 
 use std::sync::Arc;
 
@@ -46,11 +55,7 @@ pub(super) const MAX_PASSES: usize = 4;
 /// transcript.
 pub(super) const TOOL_TEXT_LIMIT: usize = 2_000;
 /// What the summary boundary's text starts with.
-pub(super) const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]\n";
-/// Share of the window the verbatim tail may take (percent).
-const TAIL_PERCENT: i64 = 40;
-/// Visible messages an overflow compaction keeps.
-const OVERFLOW_TAIL: usize = 4;
+pub(super) use chatd_core::context::SUMMARY_PREFIX;
 /// Tokens of the summarization instructions and framing.
 const INSTRUCTION_TOKENS: i64 = 400;
 /// Share of the window an answer may take when the config sets no output
@@ -64,16 +69,9 @@ carry on: the user's goals and instructions, decisions made, facts, names, numbe
 established, tool results that matter, open questions and the current state of any task. Write a concise \
 summary in the third person. Answer with the summary only.";
 
-/// Why a compaction runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
-    /// `POST /compact`: the tail is at most half of what there is.
-    Manual,
-    /// The prompt reached the threshold or no longer fits.
-    Auto,
-    /// The provider refused the prompt as too long: a short tail.
-    Overflow,
-}
+/// Why a compaction runs (`POST /compact`, the threshold, a provider's
+/// overflow); it decides the verbatim tail.
+pub(super) use chatd_core::context::CompactionMode as Mode;
 
 /// The size of a call's prompt against its model's window, in tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +145,8 @@ pub(super) fn measure<P>(call: &ModelCall<P>, history: &[ChatMessage]) -> Measur
     }
 }
 
-/// What one compaction replaces.
+/// What one compaction replaces ([`context::select_compaction`] on the
+/// rows).
 #[derive(Debug)]
 pub(super) struct Selection<'a> {
     /// The summary being folded into the new one.
@@ -166,7 +165,8 @@ impl Selection<'_> {
         self.summarized.last().map_or(0, |m| m.id)
     }
 
-    /// Estimated tokens of what the summary replaces.
+    /// Estimated tokens of what the summary replaces: the previous summary
+    /// and the summarized messages, as the model reads them now.
     pub(super) fn tokens_before(&self) -> i64 {
         self.previous
             .iter()
@@ -175,79 +175,42 @@ impl Selection<'_> {
             .sum()
     }
 
-    /// Estimated tokens of the context once `summary` replaces it.
-    pub(super) fn tokens_after(&self, summary: &[MessagePart]) -> i64 {
-        let kept: i64 = self
-            .leading
-            .iter()
-            .chain(&self.tail)
-            .map(|m| m.context_entry().token_estimate)
-            .sum();
-        kept + estimate_tokens(summary)
+    /// Whether a summary could be smaller than what it replaces
+    /// ([`context::CompactionSelection::can_shrink`]).
+    pub(super) fn can_shrink(&self) -> bool {
+        self.tokens_before() > context::min_summary_tokens()
     }
+}
+
+/// Estimated tokens of the summary boundary holding `summary`: what the
+/// model reads instead of [`Selection::tokens_before`] (the visible
+/// `chatd_compact` call and result are client-only, so nothing else of a
+/// compaction reaches the model).
+pub(super) fn summary_tokens_estimate(summary: &str) -> i64 {
+    estimate_tokens(&[MessagePart::text(format!("{SUMMARY_PREFIX}{summary}"))])
 }
 
 /// Chooses what a compaction replaces in `history` (the model context, in
 /// model order: leading system rows, the current summary if any, then the
-/// rest). `keep` is the model config's `compact_recent_messages`; `limit`
-/// the window. `None` when nothing would be summarized.
+/// rest): [`context::select_compaction`]. `keep` is the model config's
+/// `compact_recent_messages`; `limit` the window. `None` when nothing would
+/// be summarized.
 pub(super) fn select(
     history: &[ChatMessage],
     keep: usize,
     limit: i64,
     mode: Mode,
 ) -> Option<Selection<'_>> {
-    let mut i = 0;
-    while i < history.len() && history[i].role == ChatRole::System && !history[i].compressed {
-        i += 1;
-    }
-    let leading: Vec<&ChatMessage> = history[..i].iter().collect();
-    let previous = history
-        .get(i)
-        .filter(|m| m.compressed && m.visibility == Visibility::Model);
-    let rest: Vec<&ChatMessage> = history[i..]
-        .iter()
-        .filter(|m| !m.compressed && m.visibility != Visibility::User)
-        .collect();
-    if rest.is_empty() {
-        return None;
-    }
-    let keep = match mode {
-        Mode::Manual => keep.min(rest.len() / 2),
-        Mode::Auto => keep.min(rest.len()),
-        Mode::Overflow => keep.min(OVERFLOW_TAIL).min(rest.len()),
-    };
-    let mut start = rest.len() - keep;
-    // The tail takes at most its share of the window (one message at least,
-    // unless a manual compaction keeps none).
-    let budget = limit.max(0) * TAIL_PERCENT / 100;
-    let size = |from: usize| -> i64 {
-        rest[from..]
-            .iter()
-            .map(|m| m.context_entry().token_estimate)
-            .sum()
-    };
-    while start + 1 < rest.len() && size(start) > budget {
-        start += 1;
-    }
-    // Never between an assistant tool call and its results: the tail starts
-    // at a message that is not a tool result, preferably earlier (a longer
-    // tail) unless that leaves nothing to summarize.
-    if start < rest.len() && rest[start].role == ChatRole::Tool {
-        let back = (1..start).rev().find(|&s| rest[s].role != ChatRole::Tool);
-        let forward = (start..rest.len())
-            .find(|&s| rest[s].role != ChatRole::Tool)
-            .unwrap_or(rest.len());
-        start = back.unwrap_or(forward);
-    }
-    if start == 0 {
-        return None;
-    }
+    let entries: Vec<context::ContextEntry> =
+        history.iter().map(ChatMessage::context_entry).collect();
+    let refs: Vec<&context::ContextEntry> = entries.iter().collect();
+    let chosen = context::select_compaction(&refs, keep, limit, mode)?;
+    let rows = |indices: &[usize]| indices.iter().map(|&i| &history[i]).collect::<Vec<_>>();
     Some(Selection {
-        previous,
-        summarized: rest[..start].to_vec(),
-        tail: rest[start..].to_vec(),
-        leading,
+        previous: chosen.previous.map(|i| &history[i]),
+        summarized: rows(&chosen.summarized),
+        tail: rows(&chosen.tail),
+        leading: rows(&chosen.leading),
     })
 }
 
@@ -415,6 +378,16 @@ pub(super) async fn summarize(
     .with_retryable(false))
 }
 
+/// How the error of a summary that is not smaller than what it replaces
+/// starts ([`is_not_smaller`]).
+const NOT_SMALLER: &str = "the compaction summary was not smaller than what it replaces";
+
+/// `err` is [`summarize`]'s error for a summary that is not smaller than
+/// what it replaces (as opposed to an empty one or a provider failure).
+pub(super) fn is_not_smaller(err: &ProviderError) -> bool {
+    err.message.starts_with(NOT_SMALLER)
+}
+
 fn validate(
     text: String,
     selection: &Selection<'_>,
@@ -428,11 +401,9 @@ fn validate(
         return invalid("the compaction summary was empty".into());
     }
     let before = selection.tokens_before();
-    let after = estimate_tokens(&[MessagePart::text(format!("{SUMMARY_PREFIX}{text}"))]);
+    let after = summary_tokens_estimate(&text);
     if after >= before {
-        return invalid(format!(
-            "the compaction summary ({after} tokens) was not smaller than what it replaces ({before} tokens)"
-        ));
+        return invalid(format!("{NOT_SMALLER} ({after} tokens against {before})"));
     }
     Ok(Summary { text, usage, calls })
 }
@@ -499,48 +470,39 @@ async fn summarize_once(
 /// The rows of the compaction `CommitStep`: the model-only summary
 /// boundary covering `selection`, then the visible `chatd_compact` call and
 /// its result `{summarized_messages, tokens_before, tokens_after, summary}`
-/// carrying the summarization's usage and cost. With no summary (a manual
-/// compaction that found nothing), only the call and an error result.
+/// carrying the summarization's usage and cost. `tokens_before` is
+/// [`Selection::tokens_before`] and `tokens_after` the boundary's estimate
+/// ([`summary_tokens_estimate`]): the same measure of what the model reads
+/// of the replaced part before and after. The call and result are
+/// client-only: the model reads the summary once, in the boundary.
 pub(super) fn messages<P>(
     call: &ModelCall<P>,
-    selection: Option<&Selection<'_>>,
-    summary: Option<&Summary>,
+    selection: &Selection<'_>,
+    summary: &Summary,
     runtime_ms: i64,
 ) -> Vec<NewMessage> {
     let call_id = format!("chatd_compact_{}", uuid::Uuid::new_v4().simple());
-    let mut rows = Vec::new();
-    let result = match (selection, summary) {
-        (Some(selection), Some(summary)) => {
-            let parts = vec![MessagePart::text(format!(
-                "{SUMMARY_PREFIX}{}",
-                summary.text
-            ))];
-            let tokens_after = selection.tokens_after(&parts);
-            let mut boundary = NewMessage::user(parts);
-            boundary.compressed = true;
-            boundary.visibility = Visibility::Model;
-            boundary.compacted_through_id = Some(selection.through_id());
-            boundary.model_config_id = Some(call.model_config_id);
-            rows.push(boundary);
-            let summarized = selection.summarized.len() + usize::from(selection.previous.is_some());
-            MessagePart::ToolResult {
-                tool_call_id: call_id.clone(),
-                tool_name: TOOL_NAME.into(),
-                result: json!({
-                    "summarized_messages": summarized,
-                    "tokens_before": selection.tokens_before(),
-                    "tokens_after": tokens_after,
-                    "summary": summary.text,
-                }),
-                is_error: false,
-            }
-        }
-        _ => MessagePart::ToolResult {
-            tool_call_id: call_id.clone(),
-            tool_name: TOOL_NAME.into(),
-            result: json!({"error": "Nothing to compact.", "summarized_messages": 0}),
-            is_error: true,
-        },
+    let parts = vec![MessagePart::text(format!(
+        "{SUMMARY_PREFIX}{}",
+        summary.text
+    ))];
+    let tokens_after = estimate_tokens(&parts);
+    let mut boundary = NewMessage::user(parts);
+    boundary.compressed = true;
+    boundary.visibility = Visibility::Model;
+    boundary.compacted_through_id = Some(selection.through_id());
+    boundary.model_config_id = Some(call.model_config_id);
+    let summarized = selection.summarized.len() + usize::from(selection.previous.is_some());
+    let result = MessagePart::ToolResult {
+        tool_call_id: call_id.clone(),
+        tool_name: TOOL_NAME.into(),
+        result: json!({
+            "summarized_messages": summarized,
+            "tokens_before": selection.tokens_before(),
+            "tokens_after": tokens_after,
+            "summary": summary.text,
+        }),
+        is_error: false,
     };
     let mut call_row = NewMessage::assistant(vec![MessagePart::ToolCall {
         tool_call_id: call_id,
@@ -549,17 +511,13 @@ pub(super) fn messages<P>(
     }]);
     call_row.visibility = Visibility::User;
     call_row.model_config_id = Some(call.model_config_id);
-    rows.push(call_row);
     let mut result_row = NewMessage::tool(vec![result]);
     result_row.visibility = Visibility::User;
     result_row.model_config_id = Some(call.model_config_id);
-    if let Some(summary) = summary {
-        result_row.usage = Some(summary.usage);
-        result_row.total_cost_micros = call.options.cost_micros(&summary.usage);
-        result_row.runtime_ms = Some(runtime_ms);
-    }
-    rows.push(result_row);
-    rows
+    result_row.usage = Some(summary.usage);
+    result_row.total_cost_micros = call.options.cost_micros(&summary.usage);
+    result_row.runtime_ms = Some(runtime_ms);
+    vec![boundary, call_row, result_row]
 }
 
 #[cfg(test)]

@@ -91,7 +91,9 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             .await
         }
         Plan::Call(call) if call.compaction => {
-            Box::pin(compact(task, &loaded, *call, Mode::Manual, None)).await
+            Box::pin(compact(task, &loaded, &call, Mode::Manual, None, true))
+                .await
+                .map(|_| ())
         }
         Plan::Call(call) => {
             let mut call = *call;
@@ -116,14 +118,32 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             // API.md "Context management": compact before the call when the
             // prompt reached the threshold or does not fit with the answer.
             // Past the threshold with nothing to summarize yet (everything
-            // is in the verbatim tail), a prompt that fits is still sent.
+            // is in the verbatim tail, or what is not would not shrink), a
+            // prompt that fits is still sent; so is one whose last summary
+            // came out no smaller, until the context grew (see
+            // `SkippedCompactions`).
             let measure = compaction::measure(&call, &loaded.history);
             let keep = call.options.compact_recent_messages();
+            let fits = !measure.does_not_fit();
+            let mut skipped_attempts = 0;
             if measure.wants_compaction()
+                && !(fits
+                    && task.ctx.skipped_compactions.holds(
+                        task.chat_id,
+                        measure.tokens,
+                        measure.limit,
+                    ))
                 && compaction::select(&loaded.history, keep, call.context_limit, Mode::Auto)
-                    .is_some()
+                    .is_some_and(|s| s.can_shrink())
             {
-                return Box::pin(compact(task, &loaded, call, Mode::Auto, None)).await;
+                let compacted =
+                    Box::pin(compact(task, &loaded, &call, Mode::Auto, None, fits)).await?;
+                if compacted == Compacted::Done {
+                    return Ok(());
+                }
+                // The skipped summarization does not use up the answer's
+                // retries.
+                skipped_attempts = 1;
             }
             if measure.does_not_fit() {
                 return Box::pin(commit::finish_error(
@@ -133,7 +153,7 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
                 ))
                 .await;
             }
-            call_model(task, &loaded, call, &router, measure).await
+            call_model(task, &loaded, call, &router, measure, skipped_attempts).await
         }
     }
 }
@@ -199,45 +219,66 @@ fn does_not_fit(measure: &compaction::Measure, cause: Option<&ProviderError>) ->
 /// tends to give the same answer.
 const MAX_INVALID_SUMMARIES: u32 = 3;
 
+/// How [`compact`] ended when it did not end the task's step itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compacted {
+    /// A summary was committed, or the turn or request ended: the step is
+    /// done.
+    Done,
+    /// An automatic compaction whose summary was not smaller than what it
+    /// replaces: nothing was committed and the prompt, which fits, is sent
+    /// as it is.
+    Skipped,
+}
+
 /// Compacts the history (see [`compaction`]) and commits the summary in one
 /// `CommitStep`, after which the turn goes on (the next generation plans
 /// from the compacted history). Each summarization attempt is a generation
 /// attempt: failures are retried like model calls, and when they run out
 /// (or after [`MAX_INVALID_SUMMARIES`] unusable summaries) the turn ends
 /// (`context_length` when the summaries were unusable).
-/// Nothing to compact: a manual compaction commits a visible "nothing to
-/// compact" call and result; an automatic one ends the turn with a
-/// `context_length` error.
+///
+/// Only when it shrinks (API.md "Context management"; docs/operations.md
+/// "Context management"): a selection no larger than the smallest summary
+/// ([`compaction::Selection::can_shrink`]) is never sent to the model, and
+/// a summary that is not smaller than what it replaces is never committed.
+/// - Manual (`POST /compact`, which already refuses such a chat with
+///   `409`): nothing is committed; the request is dropped and the turn
+///   ends as after a compaction (`FinishTurn`), with no message added.
+/// - Automatic while the prompt still fits (`fits`): nothing is committed,
+///   the chat is remembered ([`crate::context::SkippedCompactions`]) so
+///   that the next calls do not summarize again until the context grew,
+///   and [`Compacted::Skipped`] sends the prompt as it is.
+/// - Automatic when the prompt does not fit, and overflow: a failed
+///   attempt, retried, then `context_length`; with nothing that can shrink,
+///   `context_length` at once.
 async fn compact(
     task: &TaskContext,
     loaded: &Loaded,
-    call: ModelCall<Arc<dyn Provider>>,
+    call: &ModelCall<Arc<dyn Provider>>,
     mode: Mode,
     cause: Option<ProviderError>,
-) -> TaskResult<()> {
+    fits: bool,
+) -> TaskResult<Compacted> {
     let config = &task.ctx.config;
     let keep = call.options.compact_recent_messages();
-    let Some(selection) = compaction::select(&loaded.history, keep, call.context_limit, mode)
-    else {
+    let selection = compaction::select(&loaded.history, keep, call.context_limit, mode)
+        .filter(compaction::Selection::can_shrink);
+    let Some(selection) = selection else {
         if mode == Mode::Manual {
-            let rows = compaction::messages(&call, None, None, 0);
-            return commit::commit_step(
-                task,
-                "committing an empty compaction",
-                rows,
-                true,
-                Next::Generate,
-            )
-            .await;
+            tracing::info!(chat_id = %task.chat_id, "nothing to compact: a summary would not be smaller; dropping the request");
+            Box::pin(commit::finish_turn(task)).await?;
+            return Ok(Compacted::Done);
         }
-        let measure = compaction::measure(&call, &loaded.history);
+        let measure = compaction::measure(call, &loaded.history);
         let error = does_not_fit(&measure, cause.as_ref());
-        return Box::pin(commit::finish_error(
+        Box::pin(commit::finish_error(
             task,
             "ending a turn with nothing to compact",
             error,
         ))
-        .await;
+        .await?;
+        return Ok(Compacted::Done);
     };
     let mut invalid_summary = None;
     let mut invalid_summaries = 0;
@@ -245,7 +286,8 @@ async fn compact(
     loop {
         // The first attempt was checked with the history.
         if retried && let Some(exceeded) = over_budget(task, loaded.chat.owner_id).await? {
-            return Box::pin(finish_over_budget(task, &exceeded)).await;
+            Box::pin(finish_over_budget(task, &exceeded)).await?;
+            return Ok(Compacted::Done);
         }
         retried = true;
         let attempt = task
@@ -255,34 +297,51 @@ async fn compact(
             .await?;
         if let Some(error) = attempts_spent(attempt, config) {
             let error = invalid_summary.take().unwrap_or(error);
-            return Box::pin(commit::finish_error(
+            Box::pin(commit::finish_error(
                 task,
                 "ending the turn after too many compaction attempts",
                 error,
             ))
-            .await;
+            .await?;
+            return Ok(Compacted::Done);
         }
         let started = Instant::now();
         let err = match task
-            .cancellable(compaction::summarize(&call, &selection))
+            .cancellable(compaction::summarize(call, &selection))
             .await?
         {
             Ok(summary) => {
                 let runtime_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-                tracing::info!(chat_id = %task.chat_id, ?mode, summarized = selection.summarized.len(), tokens_before = selection.tokens_before(), calls = summary.calls, runtime_ms, "compacted the history");
-                let rows =
-                    compaction::messages(&call, Some(&selection), Some(&summary), runtime_ms);
-                return commit::commit_step(
+                let tokens_after = compaction::summary_tokens_estimate(&summary.text);
+                tracing::info!(chat_id = %task.chat_id, ?mode, summarized = selection.summarized.len(), kept = selection.leading.len() + selection.tail.len(), tokens_before = selection.tokens_before(), tokens_after, calls = summary.calls, runtime_ms, "compacted the history");
+                task.ctx.skipped_compactions.forget(task.chat_id);
+                let rows = compaction::messages(call, &selection, &summary, runtime_ms);
+                commit::commit_step(
                     task,
                     "committing a compaction",
                     rows,
                     mode == Mode::Manual,
                     Next::Generate,
                 )
-                .await;
+                .await?;
+                return Ok(Compacted::Done);
             }
             Err(err) => err,
         };
+        if compaction::is_not_smaller(&err)
+            && (mode == Mode::Manual || (mode == Mode::Auto && fits))
+        {
+            tracing::info!(chat_id = %task.chat_id, ?mode, error = %err.message, "the summary would not make the context smaller; not compacting");
+            if mode == Mode::Manual {
+                Box::pin(commit::finish_turn(task)).await?;
+                return Ok(Compacted::Done);
+            }
+            let measure = compaction::measure(call, &loaded.history);
+            task.ctx
+                .skipped_compactions
+                .remember(task.chat_id, measure.tokens);
+            return Ok(Compacted::Skipped);
+        }
         if err.message.starts_with("the compaction summary") {
             invalid_summaries += 1;
             invalid_summary = Some(
@@ -307,12 +366,13 @@ async fn compact(
             AfterFailure::Fail(error) => {
                 tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "compaction failed; ending the turn");
                 let error = invalid_summary.take().unwrap_or(error);
-                return Box::pin(commit::finish_error(
+                Box::pin(commit::finish_error(
                     task,
                     "ending the turn after a failed compaction",
                     error,
                 ))
-                .await;
+                .await?;
+                return Ok(Compacted::Done);
             }
         }
     }
@@ -505,12 +565,16 @@ fn call_committed_at(history: &[ChatMessage], tool_call_id: &str) -> chrono::Dat
 /// too long, or an empty stream after a prompt near the window (`measure`),
 /// is a context overflow: compacted with a short tail when automatic
 /// compaction is on, else the turn ends with `context_length` at once.
+/// `skipped_attempts` generation attempts of this history went to an
+/// automatic compaction that was skipped: they do not count against the
+/// answer's retries.
 async fn call_model(
     task: &TaskContext,
     loaded: &Loaded,
     call: ModelCall<Arc<dyn Provider>>,
     router: &ToolRouter,
     measure: compaction::Measure,
+    skipped_attempts: i64,
 ) -> TaskResult<()> {
     let config = &task.ctx.config;
     let mut retried = false;
@@ -526,7 +590,7 @@ async fn call_model(
             Box::pin(async move { tx.record_generation_attempt().await })
         }))
         .await?;
-        if let Some(error) = attempts_spent(attempt, config) {
+        if let Some(error) = attempts_spent(attempt - skipped_attempts, config) {
             return Box::pin(commit::finish_error(
                 task,
                 "ending the turn after too many attempts",
@@ -563,7 +627,16 @@ async fn call_model(
         if overflow {
             tracing::info!(chat_id = %task.chat_id, attempt, error = %err.message, "the prompt is too long for the model");
             if measure.threshold.is_some() {
-                return Box::pin(compact(task, loaded, call, Mode::Overflow, Some(err))).await;
+                return Box::pin(compact(
+                    task,
+                    loaded,
+                    &call,
+                    Mode::Overflow,
+                    Some(err),
+                    false,
+                ))
+                .await
+                .map(|_| ());
             }
             let error = does_not_fit(&measure, Some(&err));
             return Box::pin(commit::finish_error(
@@ -573,7 +646,7 @@ async fn call_model(
             ))
             .await;
         }
-        match after_failure(&err, attempt, config, chrono::Utc::now()) {
+        match after_failure(&err, attempt - skipped_attempts, config, chrono::Utc::now()) {
             AfterFailure::Retry { state, delay } => {
                 tracing::info!(chat_id = %task.chat_id, attempt, ?delay, error = %err.message, "provider call failed; retrying");
                 Box::pin(back_off(task, state, delay)).await?;

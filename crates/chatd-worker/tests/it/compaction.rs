@@ -353,3 +353,200 @@ async fn past_the_threshold_with_nothing_to_summarize_a_prompt_that_fits_is_stil
     assert_eq!(text_of(last.last().unwrap()), format!("answer to {first}"));
     worker.shutdown().await;
 }
+
+/// A summary far larger than anything it replaces.
+fn bloated_summary() -> Script {
+    Script::text(format!(
+        "Summary: {}",
+        "and then they talked more. ".repeat(400)
+    ))
+}
+
+/// Answers a compaction request with [`bloated_summary`] and anything else
+/// as [`realistic`].
+fn bloating(request: &RecordedRequest) -> Script {
+    if is_compaction_request(request) {
+        bloated_summary()
+    } else {
+        realistic(request)
+    }
+}
+
+fn summarizing_requests(env: &Env) -> usize {
+    env.llm
+        .requests()
+        .iter()
+        .filter(|r| is_compaction_request(r))
+        .count()
+}
+
+async fn request_compaction(env: &Env, chat_id: Uuid) {
+    env.store
+        .machine(chat_id)
+        .update(|tx| Box::pin(async move { tx.request_compaction().await }))
+        .await
+        .unwrap();
+}
+
+/// The chat's rows and what a client sees of its state, to compare before
+/// and after a refused compaction.
+async fn snapshot(env: &Env, chat_id: Uuid) -> (Vec<i64>, ChatStatus, bool, i32, bool) {
+    let ids = env
+        .all_messages(chat_id)
+        .await
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    let chat = env.chat(chat_id).await;
+    (
+        ids,
+        chat.status,
+        chat.last_error.is_some(),
+        chat.compactions,
+        chat.compaction_requested_at.is_some(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manual_compaction_reports_like_with_like_and_the_model_reads_the_summary_once() {
+    let env = Env::new().await;
+    env.llm.set_default_fn(realistic);
+    let worker = env.worker();
+    let chat_id = chat_with_turns(&env, 4).await;
+    let history = chatd_store::messages::active_history(env.db.pool(), chat_id)
+        .await
+        .unwrap();
+    request_compaction(&env, chat_id).await;
+    env.wait_for(chat_id, Duration::from_secs(20), "the compaction", |c| {
+        c.status == ChatStatus::Waiting && c.worker_id.is_none() && c.compactions == 1
+    })
+    .await;
+    let (summaries, results) = compactions(&env, chat_id).await;
+    let result = &results[0];
+    // Half of the 8 messages are summarized: tokens_before is what the
+    // model read of them, tokens_after what it reads of the summary.
+    let before: i64 = history[..4]
+        .iter()
+        .map(|m| m.context_entry().token_estimate)
+        .sum();
+    let after = summaries[0].context_entry().token_estimate;
+    assert_eq!(result["tokens_before"], before, "{result}");
+    assert_eq!(result["tokens_after"], after, "{result}");
+    assert!(after < before, "{after} → {before}");
+    eprintln!("manual compaction of a 4-turn chat: tokens_before {before}, tokens_after {after}");
+
+    // The next answer's request carries the summary once (in the boundary),
+    // not the visible record of the compaction.
+    let summary = result["summary"].as_str().unwrap().to_owned();
+    turn(&env, chat_id, "after the compaction").await;
+    let requests = env.llm.requests();
+    let last = requests
+        .iter()
+        .rev()
+        .find(|r| !is_compaction_request(r))
+        .unwrap();
+    assert_eq!(
+        last.last_user_text().as_deref(),
+        Some("after the compaction")
+    );
+    let text = request_text(last);
+    assert_eq!(text.matches(&summary).count(), 1, "{text}");
+    assert_eq!(
+        text.matches("[Summary of the earlier conversation]")
+            .count(),
+        1
+    );
+    assert!(!text.contains("chatd_compact"), "{text}");
+    assert!(!text.contains("tokens_before"), "{text}");
+    assert!(!text.contains("q0 "), "q0 was summarized");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manual_compaction_that_would_not_shrink_changes_nothing_and_the_chat_goes_on() {
+    let env = Env::new().await;
+    env.llm.set_default_fn(realistic);
+    let worker = env.worker();
+    // Four short messages: what a compaction would replace is smaller than
+    // any summary, so the model is not even asked (POST /compact answers
+    // 409 before this; the worker checks again).
+    let chat_id = env.create_chat("hi").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    turn(&env, chat_id, "ok").await;
+    let before = snapshot(&env, chat_id).await;
+    let calls = env.llm.requests().len();
+    request_compaction(&env, chat_id).await;
+    env.wait_for(chat_id, Duration::from_secs(20), "the refusal", |c| {
+        c.status == ChatStatus::Waiting && c.worker_id.is_none()
+    })
+    .await;
+    assert_eq!(env.llm.requests().len(), calls, "no model call");
+    assert_eq!(snapshot(&env, chat_id).await, before);
+
+    // A long chat whose summary comes out larger than what it replaces:
+    // one summarization, nothing committed, no retry, no error.
+    env.llm.set_default_fn(bloating);
+    let chat_id = chat_with_turns(&env, 4).await;
+    let before = snapshot(&env, chat_id).await;
+    let summarizing = summarizing_requests(&env);
+    request_compaction(&env, chat_id).await;
+    env.wait_for(chat_id, Duration::from_secs(20), "the refusal", |c| {
+        c.status == ChatStatus::Waiting
+            && c.worker_id.is_none()
+            && c.compaction_requested_at.is_none()
+    })
+    .await;
+    assert_eq!(summarizing_requests(&env), summarizing + 1);
+    assert_eq!(snapshot(&env, chat_id).await, before);
+    // The chat is still usable: the next message is answered, not compacted.
+    turn(&env, chat_id, "still here").await;
+    assert_eq!(summarizing_requests(&env), summarizing + 1);
+    let last = env.active_messages(chat_id).await;
+    assert_eq!(text_of(last.last().unwrap()), "answer to still here");
+    assert!(env.chat(chat_id).await.last_error.is_none());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_automatic_compaction_that_would_not_shrink_is_skipped_and_not_retried_every_turn() {
+    let env = Env::new().await;
+    // 25 % of 4,000 tokens: reached after about six turns; the prompt fits
+    // until about 3,000 tokens (a quarter of the window kept for the answer).
+    set_context(&env, 4000, 25, 4).await;
+    env.llm.set_default_fn(bloating);
+    let worker = env.worker();
+    let chat_id = env.create_chat(&long(0)).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let mut per_turn = Vec::new();
+    for n in 1..13 {
+        let summarizing = summarizing_requests(&env);
+        turn(&env, chat_id, &long(n)).await;
+        per_turn.push(summarizing_requests(&env) - summarizing);
+        let chat = env.chat(chat_id).await;
+        assert!(chat.last_error.is_none(), "{:?}", chat.last_error);
+    }
+    // Every message was answered, nothing was compacted.
+    let answers: Vec<String> = env
+        .active_messages(chat_id)
+        .await
+        .iter()
+        .filter(|m| m.role == ChatRole::Assistant && m.visibility == Visibility::Both)
+        .map(text_of)
+        .collect();
+    let expected: Vec<String> = (0..13).map(|n| format!("answer to {}", long(n))).collect();
+    assert_eq!(answers, expected);
+    let (summaries, results) = compactions(&env, chat_id).await;
+    assert!(summaries.is_empty() && results.is_empty());
+    // One summarization at the threshold, then none until the context grew
+    // by a tenth of the window (about two turns of 170 tokens).
+    let first = per_turn
+        .iter()
+        .position(|&n| n > 0)
+        .expect("a compaction was tried");
+    assert_eq!(per_turn[first], 1, "{per_turn:?}");
+    assert_eq!(per_turn[first + 1], 0, "{per_turn:?}");
+    let tried: usize = per_turn.iter().sum();
+    assert!(tried * 2 <= per_turn.len() - first, "{per_turn:?}");
+    eprintln!("summarizations per turn with a bloating summarizer: {per_turn:?}");
+    worker.shutdown().await;
+}

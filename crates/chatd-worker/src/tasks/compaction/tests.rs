@@ -303,7 +303,7 @@ fn a_compaction_commits_the_boundary_then_the_visible_call_and_result() {
         },
         calls: 1,
     };
-    let rows = messages(&call(8192, 70, 0), Some(&s), Some(&summary), 12);
+    let rows = messages(&call(8192, 70, 0), &s, &summary, 12);
     assert_eq!(rows.len(), 3);
     let boundary = &rows[0];
     assert!(boundary.compressed);
@@ -340,15 +340,30 @@ fn a_compaction_commits_the_boundary_then_the_visible_call_and_result() {
     assert_eq!(result["summarized_messages"], 16);
     assert_eq!(result["summary"], "They talked.");
     assert!(result["tokens_after"].as_i64() < result["tokens_before"].as_i64());
+    // Like with like: what the model reads of the replaced part, then of
+    // the boundary that replaces it (the call and result are client-only).
+    assert_eq!(result["tokens_before"], s.tokens_before());
+    assert_eq!(result["tokens_after"], estimate_tokens(&boundary.content));
     assert_eq!(rows[2].visibility, Visibility::User);
     assert_eq!(rows[2].usage.map(|u| u.input_tokens), Some(300));
-    // Nothing to compact: the call and an error result only.
-    let rows = messages(&call(8192, 70, 0), None, None, 0);
-    assert_eq!(rows.len(), 2);
-    assert!(matches!(
-        &rows[1].content[0],
-        MessagePart::ToolResult { is_error: true, .. }
-    ));
+}
+
+#[test]
+fn a_selection_no_summary_could_shrink_is_not_compacted() {
+    // Two short turns: a manual compaction would summarize "question 0"
+    // and "answer 0", 14 tokens, less than the smallest summary.
+    let history = conversation(2);
+    let s = select(&history, 12, 100_000, Mode::Manual).unwrap();
+    assert_eq!(ids(&s.summarized), vec![2, 3]);
+    assert!(s.tokens_before() <= context::min_summary_tokens());
+    assert!(!s.can_shrink());
+    // Ten turns: 16 messages summarized.
+    let history = conversation(10);
+    assert!(
+        select(&history, 4, 100_000, Mode::Auto)
+            .unwrap()
+            .can_shrink()
+    );
 }
 
 #[test]
