@@ -159,7 +159,8 @@ export function renderContext(view) {
   dom.context.classList.toggle('context-high', percent >= 70);
   dom.context.setAttribute('aria-valuenow', String(Math.min(100, percent)));
   const about = c.estimated ? '~' : '';
-  label.textContent = `Context ${about}${percent}% of ${shortCount(c.limit)}`;
+  // (An estimate says so in the title: `~`.)
+  label.textContent = `Context ${percent}% of ${shortCount(c.limit)}`;
   const compactions = c.compactions ? `, ${c.compactions} compaction${c.compactions === 1 ? '' : 's'}` : '';
   dom.context.title = `Context: ${about}${numberFormat.format(c.tokens)} of ${numberFormat.format(c.limit)} tokens${compactions}`;
   dom.context.dataset.tokens = String(c.tokens);
