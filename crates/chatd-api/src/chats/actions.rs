@@ -66,9 +66,12 @@ pub const MIN_MESSAGES_TO_COMPACT: i64 = 4;
 /// `POST /api/v2/chats/{chat}/compact`: `RequestCompaction` (`W/E0 → R0`,
 /// `E1 → R1`). Owner-only. Busy → `409`; archived → `400`; fewer than 4
 /// messages in the model context besides system rows and the current
-/// summary → `409` "Nothing to compact." The worker then compacts on the
-/// same path as automatic compaction (keeping half of them verbatim) and
-/// the chat waits again.
+/// summary, or a selection no summary could shrink (what it would replace
+/// is no larger than [`chatd_core::context::min_summary_tokens`]) → `409`
+/// "Nothing to compact.", and nothing changes. The worker then compacts on
+/// the same path as automatic compaction (keeping half of them verbatim)
+/// and the chat waits again; a summary that came out no smaller is not
+/// committed (docs/operations.md "Context management").
 #[utoipa::path(
     post,
     path = "/api/v2/chats/{chat}/compact",
@@ -91,8 +94,51 @@ pub async fn compact(State(state): State<AppState>, target: ChatTarget) -> ApiRe
             "Compaction needs at least {MIN_MESSAGES_TO_COMPACT} messages since the last compaction."
         )));
     }
+    if exec != ExecutionState::Invalid
+        && let Some(tokens) = too_small_to_compact(&mut tx).await?
+    {
+        return Err(
+            ApiError::conflict("Nothing to compact.").with_detail(format!(
+                "The messages a compaction would summarize take about {tokens} tokens; a summary \
+             would not be smaller."
+            )),
+        );
+    }
     tx.request_compaction().await?;
     commit(tx).await
+}
+
+/// The window a chat without a model config is measured against: large
+/// enough that it never bounds the verbatim tail.
+const NO_WINDOW: i64 = i64::MAX / 1_000;
+
+/// What a manual compaction of `tx`'s chat would replace, in estimated
+/// tokens, when a summary could not be smaller than that (the worker's
+/// selection, [`chatd_core::context::select_compaction`] with the chat's
+/// model config, against [`chatd_core::context::min_summary_tokens`]);
+/// `None` when it could. A chat without a model config is measured with
+/// the default verbatim tail and no window bound.
+async fn too_small_to_compact(tx: &mut chatd_store::ChatTx) -> ApiResult<Option<i64>> {
+    use chatd_core::context::{CompactionMode, ContextEntry, select_compaction};
+    let chat = tx.chat().await?;
+    let config =
+        chatd_store::model_configs::for_chat(tx.reader().await?, chat.last_model_config_id).await?;
+    let (keep, limit) = match config {
+        Some(row) => (
+            row.def.options.compact_recent_messages(),
+            row.def.context_limit,
+        ),
+        None => (
+            chatd_core::ModelOptions::default().compact_recent_messages(),
+            NO_WINDOW,
+        ),
+    };
+    let entries = tx.model_context_entries().await?;
+    let ctx: Vec<&ContextEntry> = entries.iter().collect();
+    let Some(selection) = select_compaction(&ctx, keep, limit, CompactionMode::Manual) else {
+        return Ok(Some(0));
+    };
+    Ok((!selection.can_shrink(&ctx)).then(|| selection.tokens_before(&ctx)))
 }
 
 /// `POST /api/v2/chats/{chat}/clear-context`: `ClearContext` (`W/E0 → W`,

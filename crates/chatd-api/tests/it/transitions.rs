@@ -548,18 +548,36 @@ async fn reconcile_invalid_lands_in_e0_or_e1_and_is_409_otherwise() {
     }
 }
 
+/// `CommitStep` of an assistant reply of about 100 estimated tokens: two
+/// of them are more than a summary would take.
+async fn long_reply(s: &Server, id: uuid::Uuid) {
+    let text = format!("a long reply {}", "lorem ipsum dolor sit amet ".repeat(14));
+    s.store
+        .machine(id)
+        .update(move |tx| {
+            Box::pin(async move {
+                let reply =
+                    chatd_store::NewMessage::assistant(vec![chatd_core::MessagePart::text(text)]);
+                tx.commit_step(vec![reply], false).await.map(|_| ())
+            })
+        })
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compact_table_and_nothing_to_compact() {
     let s = Server::start().await;
-    // W has a user message and a reply: two more replies make four.
+    // W has a user message and a reply: two more replies make four, long
+    // enough that a summary of the first two would be smaller.
     let enough = |state| {
         let s = &s;
         async move {
             let id = s.create_chat(&s.alice).await;
             s.drive(id, R0).await;
-            s.step(id, Step::Reply).await;
-            s.step(id, Step::Reply).await;
-            s.step(id, Step::Reply).await;
+            long_reply(s, id).await;
+            long_reply(s, id).await;
+            long_reply(s, id).await;
             match state {
                 W => s.step(id, Step::FinishTurn).await,
                 E0 => s.step(id, Step::FinishError).await,
@@ -608,6 +626,55 @@ async fn compact_table_and_nothing_to_compact() {
     answer.expect_error(409);
     assert_eq!(answer.message(), "Nothing to compact.");
     assert_eq!(s.dump().await, before);
+}
+
+/// API.md "Context management": a compaction is committed only when it
+/// shrinks. Four short messages (a manual compaction would summarize
+/// "hello" and "hi there", about 12 tokens, less than any summary) →
+/// `409` "Nothing to compact.", nothing changes, and the chat takes the
+/// next message as before; with a model config (its own verbatim tail and
+/// window) the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacting_a_short_chat_is_nothing_to_compact_and_the_chat_stays_usable() {
+    let s = Server::start().await;
+    for with_config in [false, true] {
+        if with_config {
+            s.model_config().await;
+        }
+        let id = s.create_chat(&s.alice).await;
+        s.drive(id, R0).await;
+        s.step(id, Step::Reply).await;
+        s.step(id, Step::Reply).await;
+        s.step(id, Step::Reply).await;
+        s.step(id, Step::FinishTurn).await;
+        assert_eq!(s.state(id).await, W);
+        let before = s.dump().await;
+        let answer = s.post_empty(&chat_path(id, "/compact"), &s.alice).await;
+        let body = answer.expect_error(409);
+        assert_eq!(answer.message(), "Nothing to compact.");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("would not be smaller")),
+            "{body}"
+        );
+        assert_eq!(s.dump().await, before, "nothing changes");
+        assert_eq!(s.state(id).await, W);
+        let sent = s
+            .post(&chat_path(id, "/messages"), &s.alice, text("still here"))
+            .await;
+        assert_eq!(sent.expect(200)["message"]["role"], "user");
+        assert_eq!(s.state(id).await, R0, "the send starts a turn");
+        // Longer messages make it worth it.
+        let id = s.create_chat(&s.alice).await;
+        s.drive(id, R0).await;
+        for _ in 0..3 {
+            long_reply(&s, id).await;
+        }
+        s.step(id, Step::FinishTurn).await;
+        let answer = s.post_empty(&chat_path(id, "/compact"), &s.alice).await;
+        assert_eq!(answer.expect(200)["status"], "running");
+    }
 }
 
 /// `POST /clear-context` (API.md "Context management"): `W`/`E0` land `W`
