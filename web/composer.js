@@ -95,7 +95,9 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
   const sendQueue = h(
     'button',
     { type: 'submit', class: 'btn btn-primary', testid: 'send-queue' },
-    h('span', { class: 'send-label' }, newChat ? 'Start chat' : 'Send'),
+    h('span', { class: 'send-label menu-item-label' }, newChat ? 'Start chat' : 'Send'),
+    // Shown when it is an item of the send menu (a busy chat).
+    h('span', { class: 'menu-item-hint' }, 'Send it when the reply is done'),
   );
   const sendInterrupt = h('button', {
     type: 'button',
@@ -103,14 +105,14 @@ export function buildComposer({ newChat, send, stop: onStop, sent, chatId = null
     testid: 'send-interrupt',
     title: 'Stop the running reply and send this now',
     hidden: true,
-      }, 'Send now');
+      }, h('span', { class: 'menu-item-label' }, 'Send now'), h('span', { class: 'menu-item-hint' }, 'Stop the reply and send this instead'));
   const sendSteer = h('button', {
     type: 'button',
     class: 'btn',
     testid: 'send-steer',
     title: 'Tell the running reply this without stopping it: the model reads it at its next step',
     hidden: true,
-      }, 'Steer');
+      }, h('span', { class: 'menu-item-label' }, 'Steer'), h('span', { class: 'menu-item-hint' }, 'Tell the running reply this, without stopping it'));
   const stop = h('button', {
     type: 'button',
     class: 'btn btn-stop',

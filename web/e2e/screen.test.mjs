@@ -156,7 +156,7 @@ for (const v of VARIANTS) {
       await h.until('Steer offered', () => h.byId(page, 'send-steer').evaluate((el) => !el.hidden));
       await h.byId(page, 'send-options').click();
       const items = await h.byId(page, 'send-options-list').locator('[role="menuitem"]').evaluateAll((els) =>
-        els.filter((el) => !el.hidden).map((el) => el.textContent.trim()));
+        els.filter((el) => !el.hidden).map((el) => el.querySelector('.menu-item-label').textContent.trim()));
       assert.deepEqual(items, ['Queue', 'Send now', 'Steer']);
       const box = await h.byId(page, 'send-options-list').boundingBox();
       const width = page.viewportSize().width;
