@@ -56,6 +56,7 @@ pub mod chats;
 pub mod config_file;
 pub mod drain;
 pub mod error;
+pub mod export;
 pub mod extract;
 pub mod files;
 pub mod health;
@@ -68,6 +69,7 @@ pub mod openapi;
 pub mod paging;
 pub mod queue;
 pub mod rate_limit;
+pub mod search;
 pub mod stream;
 pub mod token;
 pub mod tools;
@@ -136,6 +138,8 @@ fn chat_routes() -> Router<AppState> {
         )
         .route("/{chat}/branches/activate", post(branches::activate_branch))
         .route("/{chat}/fork", post(branches::fork_chat))
+        .route("/{chat}/export", get(export::export_chat))
+        .route("/import", post(export::import_chat))
         .route(
             "/{chat}/queue/{queued}",
             delete(queue::delete_queued_message).patch(queue::edit_queued_message),
@@ -193,6 +197,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/v2/users/{user}/usage", get(usage::get_user_usage))
         .route("/api/v2/replicas", get(users::list_replicas))
+        .route("/api/v2/search", get(search::search))
         .route(
             "/api/v2/files",
             get(files::list_files).post(files::upload_file),

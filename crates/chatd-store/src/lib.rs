@@ -55,6 +55,7 @@ pub use front::{
     messages, migrations, model_configs, providers, queue, replicas, send_receipts, tokens, usage,
     users,
 };
+pub use front::search;
 
 pub use error::{StoreError, StoreResult};
 

@@ -18,6 +18,7 @@
 //! |---|---|
 //! | [`chats`] | `chats` |
 //! | [`messages`] | `chat_messages` |
+//! | [`search`] | `chat_messages` (full-text search) |
 //! | [`queue`] | `chat_queued_messages` |
 //! | [`heartbeats`] | `chat_heartbeats` |
 //! | [`send_receipts`] | `chat_send_receipts` |
@@ -354,6 +355,7 @@ pub mod model_configs;
 pub mod providers;
 pub mod queue;
 pub mod replicas;
+pub mod search;
 pub mod send_receipts;
 pub mod tokens;
 pub mod usage;
