@@ -5,10 +5,13 @@
 #   scripts/long-conversation.sh            # 60 turns (TURNS=N for another count)
 #
 # It starts scripts/run.sh in the background (installing the local model on a
-# first start, as run.sh does), waits until chatd is ready, creates one chat
-# and sends TURNS messages to it one after another with `chatd chat send`,
-# each waiting for its reply. After every turn it reads the chat and prints
-# one line:
+# first start, as run.sh does) with a context window of CONTEXT tokens for
+# the model config (default 4096, half the model server's slot, so that
+# compactions come every few turns; run.sh's CHATD_MODEL_CONTEXT), waits
+# until chatd is ready, creates one chat and sends TURNS messages to it one
+# after another with `chatd chat send`, each asking for a paragraph of about
+# 150 words, each waiting for its reply. After every turn it reads the chat
+# and prints one line:
 #
 #   turn=30 wall_s=12.4 status=waiting prompt_tokens=3120 context_tokens=3301 \
 #     context_percent=40 estimated=false compactions=2
@@ -17,26 +20,31 @@
 # turn's last model call, cached part included (`-` when it reports none); `context_*` and
 # `compactions` come from `Chat.context`. A turn that does not end in
 # `waiting` fails the run (exit 1) after printing the chat's last error; at
-# the end it prints a summary (turns, compactions, wall time per turn p50 and
-# max) and stops the servers. The run's settings are run.sh's
-# (CHATD_DATA_DIR, CHATD_LISTEN, ...); a CSV of the per-turn lines is written
-# to $CHATD_DATA_DIR/long-conversation.csv.
+# the end it prints a summary (turns, compactions, peak context percent, wall
+# time per turn p50 and max) and stops the servers; fewer than
+# MIN_COMPACTIONS automatic compactions (default 3 for 60 turns, scaled down
+# for fewer) also fail the run. The run's other settings are run.sh's
+# (CHATD_DATA_DIR, CHATD_LISTEN, CHATD_BIN, ...); a CSV of the per-turn lines
+# is written to $CHATD_DATA_DIR/long-conversation.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 turns=${TURNS:-60}
 case $turns in '' | *[!0-9]*) echo "TURNS must be a positive integer, not '$turns'" >&2; exit 2 ;; esac
 [ "$turns" -ge 1 ] || { echo "TURNS must be at least 1" >&2; exit 2; }
+context=${CONTEXT:-4096}
+case $context in '' | *[!0-9]*) echo "CONTEXT must be a positive integer, not '$context'" >&2; exit 2 ;; esac
+min_compactions=${MIN_COMPACTIONS:-$((turns >= 60 ? 3 : turns / 20))}
 data_dir=${CHATD_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/chatd}
 listen=${CHATD_LISTEN:-127.0.0.1:3000}
 export CHATD_URL=http://$listen
-chatd=target/release/chatd
+chatd=${CHATD_BIN:-target/release/chatd}
 log=$data_dir/long-conversation-run.log
 csv=$data_dir/long-conversation.csv
 mkdir -p "$data_dir"
 
 echo "== starting scripts/run.sh in the background (log: $log)"
-scripts/run.sh > "$log" 2>&1 &
+CHATD_MODEL_CONTEXT=$context scripts/run.sh > "$log" 2>&1 &
 run_pid=$!
 cleanup() {
   kill -TERM "$run_pid" 2>/dev/null || true
@@ -62,14 +70,15 @@ api() { # path
   curl -fsS -H "Authorization: Bearer $CHATD_TOKEN" "$CHATD_URL/api/v2$1"
 }
 
-# Topics the turns go through; every turn also asks the model to keep a
-# running number, so a summary has something concrete to carry over.
+# Topics the turns go through; every turn asks for a paragraph (so the
+# history grows by a few hundred tokens a turn, whatever the model) and
+# names its number, so a summary has something concrete to carry over.
 topics=(PostgreSQL Rust "the TCP handshake" "B-tree indexes" "write-ahead logging" "the CAP theorem"
   "garbage collection" "HTTP/2" "consistent hashing" "Unicode normalisation" "TLS certificates"
   "the Raft protocol")
 message_for() { # turn
   local n=$1 topic=${topics[$((($1 - 1) % ${#topics[@]}))]}
-  echo "Turn $n. In two or three sentences, tell me one thing about $topic. Then say which turn number this is."
+  echo "Turn $n. Write a paragraph of about 150 words about $topic: what it is, how it works and why it matters. End with the turn number."
 }
 
 chat_id=$("$chatd" chat new --no-watch --json --title "Long conversation ($turns turns)" "$(message_for 1)" \
@@ -116,13 +125,25 @@ for turn in $(seq 2 "$turns"); do
   report_turn "$turn" "$(python3 -c "import time; print(round(time.time() - $started, 1))")"
 done
 
-python3 - "$csv" <<'EOF'
+python3 - "$csv" "$context" "$min_compactions" <<'EOF'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+context, wanted = int(sys.argv[2]), int(sys.argv[3])
 walls = sorted(float(r["wall_s"]) for r in rows)
-print("== {} turns, all waiting; compactions={}; wall time per turn p50={:.1f}s max={:.1f}s".format(
-    len(rows), rows[-1]["compactions"], statistics.median(walls), walls[-1]))
+percents = [int(r["context_percent"]) for r in rows if r["context_percent"].isdigit()]
+compactions = int(rows[-1]["compactions"]) if rows[-1]["compactions"].isdigit() else 0
+at = [r["turn"] for prev, r in zip(rows, rows[1:]) if prev["compactions"] != r["compactions"]]
+if rows[0]["compactions"] not in ("0", "-"):
+    at.insert(0, rows[0]["turn"])
+print("== {} turns, all waiting; compactions={} (at turns {}); context window {} tokens, peak {}%; "
+      "wall time per turn p50={:.1f}s max={:.1f}s".format(
+    len(rows), compactions, ", ".join(at) or "-", context, max(percents, default=0),
+    statistics.median(walls), walls[-1]))
 for n in (5, 30, 60):
     if n <= len(rows):
         print("   prompt tokens at turn {}: {}".format(n, rows[n - 1]["prompt_tokens"]))
+if compactions < wanted:
+    print("FAIL: {} automatic compactions, fewer than the {} wanted (MIN_COMPACTIONS)".format(compactions, wanted),
+          file=sys.stderr)
+    sys.exit(1)
 EOF
