@@ -9,6 +9,7 @@
 //! ended by PostgreSQL, its locks released; the pool replaces the broken
 //! connection when it is next used.
 
+use std::path::Path;
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
@@ -50,9 +51,11 @@ pub enum Role {
     /// `chatd serve`: owns the embedded cluster for its lifetime; a data
     /// directory held by another process is an error (after a short wait).
     Server,
-    /// A short command (`chatd token create`): connects to the cluster of a
-    /// running server if there is one, otherwise starts the cluster and
-    /// stops it again when done.
+    /// A short command (`chatd token create`, `chatd user passwd`):
+    /// connects to the cluster of a running server if there is one,
+    /// otherwise starts the existing cluster and stops it again when done.
+    /// It never creates a cluster: a data directory without one is an
+    /// error naming it ([`existing_cluster`]).
     Tool,
 }
 
@@ -102,8 +105,15 @@ impl Database {
                 let lock = DataDirLock::acquire(&data_dir, Duration::from_secs(5)).await?;
                 (EmbeddedPostgres::start(&data_dir, &lock).await?, Some(lock))
             }
-            Role::Tool => match DataDirLock::try_acquire(&data_dir)? {
-                Some(lock) => (EmbeddedPostgres::start(&data_dir, &lock).await?, Some(lock)),
+            Role::Tool => match tool_lock(&data_dir, args)? {
+                Some(lock) => {
+                    tracing::info!(
+                        data_dir = %data_dir.display(),
+                        "no chatd server runs on this data directory: starting its PostgreSQL \
+                         for this command and stopping it afterwards"
+                    );
+                    (EmbeddedPostgres::start(&data_dir, &lock).await?, Some(lock))
+                }
                 None => {
                     tracing::info!(
                         data_dir = %data_dir.display(),
@@ -148,6 +158,72 @@ impl Database {
             drop(lock);
         }
         Ok(())
+    }
+}
+
+/// What a [`Role::Tool`] command gets of `data_dir`: its lock (`Some`: no
+/// server runs there; the cluster exists and this process may start it),
+/// or `None` when a server holds it (the caller attaches to its cluster,
+/// even one still being initialised). Nothing is created when there is
+/// neither a cluster nor a server.
+///
+/// # Errors
+/// As [`existing_cluster`], or the lock file cannot be opened.
+fn tool_lock(data_dir: &Path, args: &DatabaseArgs) -> anyhow::Result<Option<DataDirLock>> {
+    if let Err(missing) = existing_cluster(data_dir, args) {
+        // A server starting on a fresh directory holds its lock during
+        // initdb; `try_acquire` creates nothing when the lock file exists.
+        if !data_dir.join("chatd.lock").is_file() {
+            return Err(missing);
+        }
+        return match DataDirLock::try_acquire(data_dir)? {
+            None => Ok(None),
+            Some(_free) => Err(missing),
+        };
+    }
+    DataDirLock::try_acquire(data_dir)
+}
+
+/// Checks that `data_dir` holds a chatd cluster (`postgres/PG_VERSION`),
+/// which a [`Role::Tool`] command may use; it never creates one, so a
+/// command run without the server's `--data-dir` cannot quietly make a
+/// second database that the server never reads (issue 34, problem 8).
+///
+/// # Errors
+/// No cluster in `data_dir`: the message names the directory, where its
+/// name came from, and the ways to name the server's database.
+fn existing_cluster(data_dir: &Path, args: &DatabaseArgs) -> anyhow::Result<()> {
+    if data_dir.join("postgres").join("PG_VERSION").is_file() {
+        return Ok(());
+    }
+    let source = data_dir_source(args);
+    anyhow::bail!(
+        "no chatd database in {dir} ({source}): nothing was created.\n  \
+         This command works on the database of a chatd server. Start the server first \
+         (`scripts/run.sh`, or `chatd serve --data-dir DIR`), or name the database the \
+         running server uses: --data-dir DIR or CHATD_DATA_DIR (the server's --data-dir), \
+         or --postgres-url URL (CHATD_POSTGRES_URL) for a server run on an external \
+         PostgreSQL.",
+        dir = data_dir.display(),
+    )
+}
+
+/// Where the data directory of `args` came from, for [`existing_cluster`]'s
+/// message.
+fn data_dir_source(args: &DatabaseArgs) -> String {
+    if args.data_dir.is_some() {
+        let from_env = std::env::var_os("CHATD_DATA_DIR")
+            .is_some_and(|v| Some(std::path::PathBuf::from(v)) == args.data_dir);
+        return if from_env {
+            "from CHATD_DATA_DIR".to_owned()
+        } else {
+            "from --data-dir".to_owned()
+        };
+    }
+    if std::env::var_os("XDG_DATA_HOME").is_some_and(|v| !v.is_empty()) {
+        "the default, under XDG_DATA_HOME; no --data-dir or CHATD_DATA_DIR given".to_owned()
+    } else {
+        "the default, ~/.local/share/chatd; no --data-dir or CHATD_DATA_DIR given".to_owned()
     }
 }
 

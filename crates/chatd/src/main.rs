@@ -11,9 +11,16 @@
 //!   limits, over HTTP like `chatd chat` ([`chat_cli`]).
 //! - `chatd migrate --postgres-url URL`: apply the embedded migrations and
 //!   exit.
-//! - `chatd chat list|new|send|watch|interrupt`: a command-line client of a
-//!   running server (`--url`/`CHATD_URL`, `--token`/`CHATD_TOKEN`): start
-//!   chats and stream replies to the terminal ([`chat_cli`]).
+//! - `chatd chat list|new|send|watch|interrupt|rename|archive|delete|
+//!   export|import|search|share|...`: a command-line client of a running
+//!   server (`--url`/`CHATD_URL`, `--token`/`CHATD_TOKEN`): start chats,
+//!   stream replies to the terminal and manage chats ([`chat_cli`]).
+//!
+//! The local command `token create` works on the running
+//! server's database: `--postgres-url`, or the embedded cluster of
+//! `--data-dir`/`CHATD_DATA_DIR` (default `~/.local/share/chatd`, as
+//! `scripts/run.sh` uses); a data directory without a cluster is refused,
+//! never created ([`database::Role::Tool`]).
 //!
 //! Every flag has a `CHATD_*` environment fallback ([`config`]); logs go to
 //! standard error ([`logging`]), at `warn` by default for `chatd chat`.

@@ -6,9 +6,13 @@
 //! `--lifetime`, else forever.
 //!
 //! It works on the database of `--postgres-url`, or on the embedded cluster
-//! of `--data-dir`: the cluster of a running `chatd serve` when there is
-//! one, otherwise it starts the cluster and stops it again
-//! ([`crate::database::Role::Tool`]).
+//! of the data directory (`--data-dir`, `CHATD_DATA_DIR`, else
+//! `~/.local/share/chatd`, the default of `chatd serve` and
+//! `scripts/run.sh`): the cluster of a running `chatd serve` when there is
+//! one, otherwise it starts the existing cluster and stops it again. A
+//! data directory without a cluster is refused with a message naming it;
+//! no second database is ever created, whose tokens the running server
+//! would reject ([`crate::database::Role::Tool`]).
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};

@@ -163,6 +163,28 @@ impl Client {
         Ok(())
     }
 
+    /// `GET /api/v2{path}`: the 2xx answer's body as bytes, undecoded (a
+    /// file such as a chat export).
+    ///
+    /// # Errors
+    /// As [`Client::call`], but for decoding.
+    pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
+        let url = format!("{}/api/v2{path}", self.base);
+        let response = self
+            .http
+            .get(&url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|err| self.transport(&err))?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|err| self.transport(&err))?;
+        if !status.is_success() {
+            return Err(api_error(status, &bytes, &format!("GET {path}")));
+        }
+        Ok(bytes.to_vec())
+    }
+
     /// Uploads the file at `path` (`POST /files?name=`, its media type
     /// guessed from the extension: [`media_type_of`]); returns its id.
     ///

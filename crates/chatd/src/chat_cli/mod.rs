@@ -8,8 +8,9 @@
 //! builds its request and how it prints the answer (`list`, `children`,
 //! `new`, `send`, `queue list|edit|move`, `watch`, `interrupt`, `compact`,
 //! `clear-context`, `regenerate`, `branches`, `switch`, `fork`,
-//! `tool-results`, `approve`, `deny`; and `usage`, `token list`, `token
-//! revoke`).
+//! `tool-results`, `approve`, `deny`, `rename`, `archive`, `unarchive`,
+//! `delete`, `export`, `import`, `search`, `share`, `unshare`, `shares`;
+//! and `usage`, `token list`, `token revoke`).
 //!
 //! `new`, `send` and `regenerate` stream the assistant's reply to standard
 //! output as it is generated and exit when the chat is idle again; `watch` prints the
@@ -31,7 +32,8 @@
 //! server's stream events and objects), [`input`] and [`output`].
 //!
 //! Exit codes: 0 done; 1 an error (the server's message on standard
-//! error), including a chat that ends in `error`; 2 bad usage;
+//! error), including a chat that ends in `error`; 2 bad usage (and a
+//! `delete` not confirmed);
 //! [`EXIT_REQUIRES_ACTION`] (3) when the chat waits for client-side tool
 //! results; [`EXIT_INTERRUPTED`] (130) when Ctrl-C stops a wait for a reply
 //! (the chat goes on).

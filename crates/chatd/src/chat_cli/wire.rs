@@ -171,6 +171,10 @@ pub struct Chat {
     /// The chat and message it was forked from, if any.
     #[serde(default)]
     pub forked_from: Option<ForkedFrom>,
+    /// How many messages its active branch shows (`None` from an older
+    /// server).
+    #[serde(default)]
+    pub message_count: Option<i64>,
 }
 
 /// `Chat.forked_from`: where a fork was made.
@@ -220,7 +224,22 @@ pub struct SendResponse {
     pub message: Option<IdOnly>,
     /// The queued message, when queued.
     #[serde(default)]
-    pub queued_message: Option<IdOnly>,
+    pub queued_message: Option<QueuedPosition>,
+    /// Every visible row the send inserted, in id order (synthetic tool
+    /// results first, then the user message).
+    #[serde(default)]
+    pub messages: Vec<IdOnly>,
+}
+
+/// A queued message's id and place in the queue.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct QueuedPosition {
+    /// The queued message's id.
+    pub id: i64,
+    /// Its 0-based index in queue order (0 = next; `None` from an older
+    /// server).
+    #[serde(default)]
+    pub position: Option<i64>,
 }
 
 /// Decodes a message's `content`, leaving out the parts that are not a

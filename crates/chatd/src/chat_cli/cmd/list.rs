@@ -1,4 +1,5 @@
-//! `chatd chat list`: the caller's chats, newest first (`GET /chats`).
+//! `chatd chat list`: the caller's chats, newest first (`GET /chats`;
+//! `?archived=true`, or `?shared=true` for the chats shared with them).
 
 use std::process::ExitCode;
 
@@ -15,8 +16,11 @@ use crate::chat_cli::wire;
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// List archived chats instead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "shared")]
     archived: bool,
+    /// List the chats other users share with you (read-only) instead.
+    #[arg(long)]
+    shared: bool,
     /// Print the API's JSON array instead.
     #[arg(long)]
     json: bool,
@@ -35,6 +39,9 @@ impl ListArgs {
         let mut path = format!("/chats?limit={}", self.limit);
         if self.archived {
             path.push_str("&archived=true");
+        }
+        if self.shared {
+            path.push_str("&shared=true");
         }
         let chats: Value = session.client.call(Method::GET, &path, None).await?;
         if self.json {

@@ -7,18 +7,25 @@
 //! are top-level commands of the binary that `main` runs directly.
 
 pub mod approve;
+pub mod archive;
 pub mod branches;
 pub mod children;
 pub mod clear_context;
 pub mod compact;
+pub mod delete;
 pub mod deny;
+pub mod export;
 pub mod fork;
+pub mod import;
 pub mod interrupt;
 pub mod list;
 pub mod new;
 pub mod queue;
 pub mod regenerate;
+pub mod rename;
+pub mod search;
 pub mod send;
+pub mod share;
 pub mod switch;
 pub mod token_list;
 pub mod token_revoke;
@@ -74,6 +81,16 @@ pub enum ChatCommand {
     ToolResults(tool_results::ToolResultsArgs),
     Approve(approve::ApproveArgs),
     Deny(deny::DenyArgs),
+    Rename(rename::RenameArgs),
+    Archive(archive::ArchiveArgs),
+    Unarchive(archive::UnarchiveArgs),
+    Delete(delete::DeleteArgs),
+    Export(export::ExportArgs),
+    Import(import::ImportArgs),
+    Search(search::SearchArgs),
+    Share(share::ShareArgs),
+    Unshare(share::UnshareArgs),
+    Shares(share::SharesArgs),
 }
 
 impl ChatCommand {
@@ -99,6 +116,16 @@ impl ChatCommand {
             ChatCommand::ToolResults(args) => args.run(session).await,
             ChatCommand::Approve(args) => args.run(session).await,
             ChatCommand::Deny(args) => args.run(session).await,
+            ChatCommand::Rename(args) => args.run(session).await,
+            ChatCommand::Archive(args) => args.run(session).await,
+            ChatCommand::Unarchive(args) => args.run(session).await,
+            ChatCommand::Delete(args) => args.run(session).await,
+            ChatCommand::Export(args) => args.run(session).await,
+            ChatCommand::Import(args) => args.run(session).await,
+            ChatCommand::Search(args) => args.run(session).await,
+            ChatCommand::Share(args) => args.run(session).await,
+            ChatCommand::Unshare(args) => args.run(session).await,
+            ChatCommand::Shares(args) => args.run(session).await,
         }
     }
 }
