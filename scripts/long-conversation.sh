@@ -22,8 +22,8 @@
 # `waiting` fails the run (exit 1) after printing the chat's last error; at
 # the end it prints a summary (turns, compactions, peak context percent, wall
 # time per turn p50 and max) and stops the servers; fewer than
-# MIN_COMPACTIONS automatic compactions (default 3 for 60 turns, scaled down
-# for fewer) also fail the run. The run's other settings are run.sh's
+# MIN_COMPACTIONS automatic compactions (default: one per 10 turns, at most
+# 3) also fail the run. The run's other settings are run.sh's
 # (CHATD_DATA_DIR, CHATD_LISTEN, CHATD_BIN, ...); a CSV of the per-turn lines
 # is written to $CHATD_DATA_DIR/long-conversation.csv.
 set -euo pipefail
@@ -34,7 +34,7 @@ case $turns in '' | *[!0-9]*) echo "TURNS must be a positive integer, not '$turn
 [ "$turns" -ge 1 ] || { echo "TURNS must be at least 1" >&2; exit 2; }
 context=${CONTEXT:-4096}
 case $context in '' | *[!0-9]*) echo "CONTEXT must be a positive integer, not '$context'" >&2; exit 2 ;; esac
-min_compactions=${MIN_COMPACTIONS:-$((turns >= 60 ? 3 : turns / 20))}
+min_compactions=${MIN_COMPACTIONS:-$((turns / 10 < 3 ? turns / 10 : 3))}
 data_dir=${CHATD_DATA_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/chatd}
 listen=${CHATD_LISTEN:-127.0.0.1:3000}
 export CHATD_URL=http://$listen
