@@ -28,7 +28,9 @@ use crate::error::{ApiError, ApiResult, E400, E401};
 use crate::extract::QueryParams;
 use crate::objects::ChatRole;
 use crate::validate::IntRange;
-use chatd_store::search::{self as store_search, MARK_START, MARK_STOP, SearchCursor};
+use chatd_store::search::{
+    self as store_search, GREATER_THAN, LESS_THAN, MARK_START, MARK_STOP, SearchCursor,
+};
 
 /// Length of `q`, in characters: 1..=500.
 pub const QUERY_CHARS: IntRange = IntRange::new(1, 500);
@@ -184,7 +186,8 @@ pub fn decode_cursor(raw: &str) -> Option<SearchCursor> {
     Some(SearchCursor { rank, message_id })
 }
 
-/// A `ts_headline` snippet as safe HTML: escapes the text and turns
+/// A `ts_headline` snippet as safe HTML: escapes the text (with
+/// [`LESS_THAN`]/[`GREATER_THAN`] standing for `<`/`>`) and turns
 /// [`MARK_START`]/[`MARK_STOP`] (which the store removed from the text
 /// before highlighting, so they only mark matches) into `<mark>`/`</mark>`.
 /// An unbalanced marker is closed or dropped, so the markup is always
@@ -204,8 +207,8 @@ pub fn highlight_html(snippet: &str) -> String {
             }
             MARK_START | MARK_STOP => {}
             '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
+            '<' | LESS_THAN => out.push_str("&lt;"),
+            '>' | GREATER_THAN => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             c => out.push(c),
@@ -223,7 +226,9 @@ mod tests {
 
     #[test]
     fn snippets_are_escaped_and_marked() {
-        let raw = format!("<script>alert('x')</script> & {MARK_START}cats{MARK_STOP} \"q\"");
+        let raw = format!(
+            "{LESS_THAN}script{GREATER_THAN}alert('x')</script> & {MARK_START}cats{MARK_STOP} \"q\""
+        );
         assert_eq!(
             highlight_html(&raw),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; <mark>cats</mark> &quot;q&quot;"

@@ -38,7 +38,9 @@ pub mod messages {
 /// Full-text search over messages (API.md "Sign-in, search, sharing and
 /// export": `GET /api/v2/search`).
 pub mod search {
-    pub use crate::queries::search::{MARK_START, MARK_STOP, SearchCursor, SearchHit, search};
+    pub use crate::queries::search::{
+        GREATER_THAN, LESS_THAN, MARK_START, MARK_STOP, SearchCursor, SearchHit, search,
+    };
 }
 
 /// `chat_queued_messages`: reads of the queue.

@@ -24,6 +24,12 @@ use uuid::Uuid;
 pub const MARK_START: char = '\u{E000}';
 /// The private-use character `ts_headline` puts after a match (`StopSel`).
 pub const MARK_STOP: char = '\u{E001}';
+/// The private-use character that stands for `<` in a snippet: the text's
+/// `<` and `>` are replaced before `ts_headline`, whose parser would
+/// otherwise drop anything that looks like an HTML tag from the passage.
+pub const LESS_THAN: char = '\u{E002}';
+/// The private-use character that stands for `>` in a snippet.
+pub const GREATER_THAN: char = '\u{E003}';
 
 /// Where a page of results starts: strictly after the result with this
 /// rank and message id in the order (rank descending, id descending).
@@ -53,7 +59,8 @@ pub struct SearchHit {
     pub rank: f32,
     /// `ts_headline` of the message's text: plain text (not escaped), up to
     /// two fragments of 15 to 35 words joined by " … ", with each match
-    /// between [`MARK_START`] and [`MARK_STOP`] (which occur nowhere else).
+    /// between [`MARK_START`] and [`MARK_STOP`] and `<`, `>` written
+    /// [`LESS_THAN`], [`GREATER_THAN`] (these four occur nowhere else).
     pub snippet: String,
 }
 
@@ -92,7 +99,8 @@ pub async fn search(
            SELECT p.id AS "id!", p.chat_id AS "chat_id!", c.title AS "title!", p.role AS "role!",
                   p.created_at AS "created_at!", p.rank AS "rank!",
                   ts_headline('english',
-                      translate(chat_message_search_text(p.content), U&'\E000\E001', ''),
+                      translate(translate(chat_message_search_text(p.content), U&'\E000\E001\E002\E003', ''),
+                                '<>', U&'\E002\E003'),
                       q.q,
                       'StartSel=' || U&'\E000' || ', StopSel=' || U&'\E001'
                           || ', MaxWords=35, MinWords=15, MaxFragments=2, FragmentDelimiter=" … "'
