@@ -214,7 +214,12 @@ async fn chat_send_to_a_busy_chat_queues_and_streams_the_reply_to_the_queued_mes
 
     let (code, stdout, stderr) = output(cli(&url, &["send", &id, "second"])).await?;
     assert_eq!(code, Some(0), "stderr: {stderr}");
-    assert!(stderr.contains("queued"), "stderr: {stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "queued in chat {id} at position 1 of the queue (queued message id "
+        )),
+        "stderr: {stderr}"
+    );
     assert_eq!(stdout, "second answer\n", "only the queued message's reply");
     assert_eq!(chat_status(&setup.server, chat).await?, "waiting");
 
@@ -222,7 +227,13 @@ async fn chat_send_to_a_busy_chat_queues_and_streams_the_reply_to_the_queued_mes
     setup.llm.push(Script::text("third answer"));
     let (code, stdout, stderr) = output(cli(&url, &["send", &id, "third"])).await?;
     assert_eq!(code, Some(0), "stderr: {stderr}");
-    assert!(stderr.starts_with("sent (message "), "stderr: {stderr}");
+    // first, its answer, second, its answer: the fifth message.
+    assert!(
+        stderr.starts_with(&format!(
+            "sent to chat {id}: message 5 of the chat (message id "
+        )),
+        "stderr: {stderr}"
+    );
     assert_eq!(stdout, "third answer\n");
     Ok(())
 }
@@ -255,7 +266,7 @@ async fn send_reject_refuses_a_busy_chat_and_queue_list_edit_move_and_send_steer
         assert_eq!(code, Some(0), "stderr: {stderr}");
         ids.push(
             stderr
-                .split("message ")
+                .split("(queued message id ")
                 .nth(1)
                 .and_then(|rest| rest.split(')').next())
                 .context("queued id")?

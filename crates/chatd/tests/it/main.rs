@@ -1,13 +1,15 @@
 //! End-to-end tests of the `chatd` binary: `chatd serve` with the embedded
 //! PostgreSQL and with `--postgres-url`, several replicas on one database,
-//! `chatd token create`, and the `chatd chat` client. Every test starts
-//! real processes and bounds every wait; see `support.rs`.
+//! `chatd token create`, and the `chatd chat`
+//! client. Every test starts real processes and bounds every wait; see
+//! `support.rs`.
 
 mod account_cli;
 mod branches_cli;
 mod cli;
 mod config_file;
 mod embedded;
+mod manage_cli;
 mod pg_restart;
 mod replicas;
 mod secrets;

@@ -25,8 +25,8 @@ pub struct SearchArgs {
     /// by spaces.
     #[arg(required = true, value_name = "QUERY")]
     query: Vec<String>,
-    /// How many hits (1..=100).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100))]
+    /// How many hits (1..=50).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=50))]
     limit: u32,
     /// Continue after a previous page (the cursor the previous page
     /// printed).
