@@ -293,12 +293,24 @@ fn excerpt(text: &str) -> String {
     out
 }
 
-/// Characters trimmed from both ends of a title: quotes, Markdown markers,
-/// brackets and spaces.
+/// Characters trimmed from both ends of a title: quotes, Markdown markers
+/// and spaces (brackets only in pairs: [`unwrap_brackets`]).
 const TITLE_TRIM: &[char] = &[
-    '"', '\'', '`', '*', '#', '_', '“', '”', '‘', '’', '«', '»', '(', ')', '[', ']', '<', '>', '~',
-    '=', '|', ' ', '\t',
+    '"', '\'', '`', '*', '#', '_', '“', '”', '‘', '’', '«', '»', '<', '>', '~', '=', '|', ' ', '\t',
 ];
+
+/// A title wrapped whole in brackets, without them: "(PostgreSQL basics)"
+/// → "PostgreSQL basics"; "Lumina (a haiku)" stays.
+fn unwrap_brackets(title: &str) -> &str {
+    for (open, close) in [('(', ')'), ('[', ']')] {
+        if let Some(inner) = title.strip_prefix(open).and_then(|t| t.strip_suffix(close))
+            && !inner.contains([open, close])
+        {
+            return inner.trim_matches(TITLE_TRIM);
+        }
+    }
+    title
+}
 /// Characters trimmed from the end of a title.
 const TITLE_TRAILING: &[char] = &['.', '。', '!', '?', ',', ';', ':', '…', '-', '–', '—'];
 
@@ -322,8 +334,7 @@ pub fn clean_title(answer: &str) -> Option<String> {
         .map(strip_line)
         .find(|l| !l.is_empty() && !l.ends_with(':'))?;
     let line = strip_title_prefix(&line);
-    let title = line
-        .trim_matches(TITLE_TRIM)
+    let title = unwrap_brackets(line.trim_matches(TITLE_TRIM))
         .trim_end_matches(|c| TITLE_TRAILING.contains(&c) || TITLE_TRIM.contains(&c));
     if is_junk_title(title) {
         return None;
@@ -540,6 +551,12 @@ mod tests {
             "Titles of Shakespeare's plays",
             Some("Titles of Shakespeare's plays"),
         ),
+        (
+            "Lumina (a haiku of the sea)",
+            Some("Lumina (a haiku of the sea)"),
+        ),
+        ("(PostgreSQL basics)", Some("PostgreSQL basics")),
+        ("[Draft] Release notes", Some("[Draft] Release notes")),
     ];
 
     #[test]
