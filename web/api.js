@@ -18,15 +18,19 @@ export const API = '/api/v2';
 
 /**
  * The signed-in session: the API token and the user (`GET /users/me`),
- * both null when signed out. `onUnauthorized` runs when the signed-in
+ * both null when signed out. Signed in with a password, `token` is null,
+ * the browser sends the `chatd_session` cookie and `csrf` holds the CSRF
+ * token that every mutation carries in `X-CSRF-Token` (API.md "Sign-in,
+ * search, sharing and export"). `onUnauthorized` runs when the signed-in
  * token is refused (`401`): app.js signs out. `reachable` is false from a
  * request that could not reach the server (a network error) until one
  * that does (or the live stream connects, `setReachable`);
  * `onReachable` is told each change (app.js: the connection banner).
- * @type {{token: string | null, me: User | null, onUnauthorized: () => void, reachable: boolean, onReachable: (reachable: boolean) => void}}
+ * @type {{token: string | null, csrf: string | null, me: User | null, onUnauthorized: () => void, reachable: boolean, onReachable: (reachable: boolean) => void}}
  */
 export const session = {
   token: null,
+  csrf: null,
   me: null,
   onUnauthorized: () => {},
   reachable: true,
@@ -42,6 +46,20 @@ export function setReachable(reachable) {
   if (session.reachable === reachable) return;
   session.reachable = reachable;
   session.onReachable(reachable);
+}
+
+/**
+ * The credentials of a request: `Authorization: Bearer` with a token; in
+ * cookie mode (no token) the cookie goes by itself and a mutation (not
+ * GET or HEAD) adds `X-CSRF-Token`.
+ * @param {string} method
+ * @param {string | null} [token]
+ * @returns {Record<string, string>}
+ */
+export function authHeaders(method, token = session.token) {
+  if (token) return { Authorization: `Bearer ${token}` };
+  if (session.csrf && method !== 'GET' && method !== 'HEAD') return { 'X-CSRF-Token': session.csrf };
+  return {};
 }
 
 /** A refused or failed request: the HTTP status (0: network) and the error body. */
@@ -96,9 +114,9 @@ export class ApiError extends Error {
  */
 export async function api(method, path, body, { quiet = false, token = session.token } = {}) {
   /** @type {Record<string, string>} */
-  const headers = { Authorization: `Bearer ${token}` };
+  const headers = authHeaders(method, token);
   /** @type {RequestInit} */
-  const init = { method, headers };
+  const init = { method, headers, credentials: 'same-origin' };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
@@ -167,7 +185,7 @@ export async function attempt(fn) {
 export async function uploadFile(file) {
   const init = {
     method: 'POST',
-    headers: { Authorization: `Bearer ${session.token}`, 'Content-Type': file.type || 'application/octet-stream' },
+    headers: { ...authHeaders('POST'), 'Content-Type': file.type || 'application/octet-stream' },
     body: file,
   };
   const response = await fetch(`${API}/files?name=${encodeURIComponent(file.name)}`, init);
@@ -182,7 +200,7 @@ export async function uploadFile(file) {
  * @returns {Promise<Blob>}
  */
 export async function downloadFile(id) {
-  const r = await fetch(`${API}/files/${id}`, { headers: { Authorization: `Bearer ${session.token}` } });
+  const r = await fetch(`${API}/files/${id}`, { headers: authHeaders('GET') });
   if (!r.ok) throw new Error(`HTTP ${r.status}`);
   return r.blob();
 }
@@ -198,7 +216,7 @@ export async function downloadFile(id) {
 export async function downloadExport(chatId, format) {
   let response;
   try {
-    response = await fetch(`${API}/chats/${chatId}/export?format=${format}`, { headers: { Authorization: `Bearer ${session.token}` } });
+    response = await fetch(`${API}/chats/${chatId}/export?format=${format}`, { headers: authHeaders('GET') });
   } catch {
     setReachable(false);
     throw new ApiError(0, { message: "Can't reach the server." });

@@ -32,6 +32,10 @@ import { openNewChat } from './new-chat.js';
 import { openChatView, closeChatView, renderHeader } from './chat-view.js';
 import { forgetInterrupted, isLoaded } from './chat-state.js';
 import { usageChanged, updateCountdowns } from './panels.js';
+import { initPasswordSignIn, restoreCookieSession, endCookieSession, resetPasswordSignIn, buildPasswordSettings } from './signin.js';
+import { initSearch } from './search.js';
+import { initShares, startSharedList, stopSharedList, renderSharedList } from './shares.js';
+import { initImport } from './import-chat.js';
 
 /** @typedef {import('./wire.js').User} User */
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
@@ -92,6 +96,7 @@ async function signIn(token) {
   }
   clearToast();
   localStorage.setItem(TOKEN_KEY, token);
+  session.csrf = null;
   session.token = token;
   session.me = me;
   showSignedIn();
@@ -99,6 +104,8 @@ async function signIn(token) {
 
 function signOut() {
   localStorage.removeItem(TOKEN_KEY);
+  endCookieSession();
+  stopSharedList();
   session.token = null;
   session.me = null;
   resetModels();
@@ -112,7 +119,7 @@ function signOut() {
   $('app-view').hidden = true;
   $('signin-view').hidden = false;
   $input('token-input').value = '';
-  $('token-input').focus();
+  resetPasswordSignIn();
 }
 
 // ---------------------------------------------------------------------------
@@ -149,12 +156,25 @@ function showSignedIn() {
   $('username').textContent = session.me ? session.me.username : '';
   startUsage();
   startChatList();
+  startSharedList();
   route();
 }
 
 async function restoreSession() {
   const token = localStorage.getItem(TOKEN_KEY);
   if (!token) {
+    // A password sign-in's session (the cookie), if any.
+    try {
+      const me = await restoreCookieSession();
+      if (me) {
+        session.token = null;
+        session.me = me;
+        showSignedIn();
+        return;
+      }
+    } catch (err) {
+      if (err instanceof ApiError && err.status !== 0) toast(err.message);
+    }
     signOut();
     return;
   }
@@ -196,6 +216,7 @@ function route() {
   else if (page) openPage(page);
   else openNew();
   renderChatList();
+  renderSharedList();
 }
 
 /**
@@ -246,7 +267,18 @@ function start() {
     e.preventDefault();
     signIn($input('token-input').value);
   });
+  initPasswordSignIn((me) => {
+    clearToast();
+    localStorage.removeItem(TOKEN_KEY);
+    session.me = me;
+    showSignedIn();
+  });
   $('sign-out').addEventListener('click', signOut);
+  const settingsActions = /** @type {HTMLElement} */ ($('settings-dialog').querySelector('.dialog-actions'));
+  settingsActions.before(buildPasswordSettings());
+  initSearch({ openChat });
+  initShares({ openChat });
+  initImport();
   $('open-settings').addEventListener('click', openSettings);
   $('settings-dialog').addEventListener('change', (e) => {
     const input = /** @type {HTMLInputElement} */ (e.target);

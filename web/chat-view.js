@@ -18,6 +18,8 @@ import { ApiError, api, attempt, session, downloadExport } from './api.js';
 import { openStream } from './stream.js';
 import { renderMarkdownInto } from './markdown.js';
 import { buildComposer, sendRequest, placeSendButtons } from './composer.js';
+import { applyReadOnly, shareMenuItem } from './shares.js';
+import { revealPendingHit } from './search.js';
 import { fillModelSelect, loadModels } from './models.js';
 import { refreshChats, mergeListed, dropIfMovedOut, addCreated, listedChat } from './sidebar.js';
 import {
@@ -252,7 +254,7 @@ function buildChatDom(view) {
   const archive = item('archive', 'Archive', 'Hide it from the chat list', () => {
     if (isLoaded(view)) setArchived(view, !view.chat.archived);
   });
-  menu.list.append(compact, clear, planInput, h('hr', { class: 'menu-sep' }), exportMarkdown, exportJson, h('hr', { class: 'menu-sep' }), archive);
+  menu.list.append(compact, clear, planInput, h('hr', { class: 'menu-sep' }), exportMarkdown, exportJson, shareMenuItem(view), h('hr', { class: 'menu-sep' }), archive);
   const banners = h('div', { class: 'banners' });
   const messages = h('div', { class: 'messages', testid: 'messages', role: 'log', 'aria-label': 'Messages' });
   const previewSlot = h('div', { class: 'preview-slot' });
@@ -328,6 +330,7 @@ function render(view) {
   renderUsage(view);
   renderContext(view);
   if (stick) scrollToBottom(view);
+  revealPendingHit(view);
 }
 
 /** @param {HTMLElement} el */
@@ -398,6 +401,7 @@ export function renderHeader(view) {
     composer.stop.disabled = chat.status !== 'running' || blocked;
     composer.more.button.disabled = blocked;
   }
+  applyReadOnly(view);
 }
 
 /**

@@ -149,7 +149,7 @@ function toggleSidebar() {
 
 /** Loads the list (and the children of its parents) and renders it. */
 export async function refreshChats() {
-  if (!session.token) return;
+  if (!session.me) return;
   const params = new URLSearchParams({ limit: '100' });
   if (list.showArchived) params.set('archived', 'true');
   if (list.query) params.set('q', list.query);

@@ -70,7 +70,7 @@ export function openStream(chatId, handlers) {
     if (closed) return;
     let ws;
     try {
-      ws = new WebSocket(url(), ['chatd', `chatd.bearer.${session.token}`]);
+      ws = new WebSocket(url(), session.token ? ['chatd', `chatd.bearer.${session.token}`] : ['chatd']);
     } catch (err) {
       // A token with characters a subprotocol cannot carry (e.g. "/", "=",
       // spaces) cannot authenticate the live view; retrying cannot help.

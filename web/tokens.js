@@ -184,7 +184,7 @@ export function openTokensPage(main, userId = 'me', closed = () => false) {
         return;
       }
     }
-    if (closed() || !session.token) return;
+    if (closed() || !session.me) return;
     tokens = tokens.filter((x) => x.id !== t.id);
     renderList();
     announce(`Token ${t.name ? `“${t.name}” ` : ''}revoked.`);

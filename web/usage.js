@@ -99,7 +99,7 @@ export function stopUsage() {
 
 /** Loads the usage again soon (after a turn, a refused send); several calls make one request. */
 export function refreshUsage() {
-  if (!session.token) return;
+  if (!session.me) return;
   clearTimeout(state.pending ?? undefined);
   state.pending = setTimeout(loadUsage, REFRESH_DELAY_MS);
 }
@@ -119,11 +119,11 @@ export function onUsage(fn) {
 }
 
 async function loadUsage() {
-  if (!session.token) return;
+  if (!session.me) return;
   const seq = ++state.seq;
   // Quiet: a server without the route (or a passing failure) just shows no panel.
   const usage = await api('GET', '/users/me/usage', undefined, { quiet: true }).catch(() => /** @type {Usage | null} */ (null));
-  if (seq !== state.seq || !session.token) return;
+  if (seq !== state.seq || !session.me) return;
   if (!usage) return;
   state.usage = usage;
   renderUsagePanel(usage);

@@ -111,7 +111,12 @@ pub const ASSETS: &[Asset] = &[
         Caching::Revalidate
     ),
     asset!("/queue.js", "queue.js", JS, Caching::Revalidate),
+    asset!("/signin.js", "signin.js", JS, Caching::Revalidate),
+    asset!("/search.js", "search.js", JS, Caching::Revalidate),
+    asset!("/shares.js", "shares.js", JS, Caching::Revalidate),
+    asset!("/import-chat.js", "import-chat.js", JS, Caching::Revalidate),
     asset!("/app.css", "app.css", CSS, Caching::Revalidate),
+    asset!("/features.css", "features.css", CSS, Caching::Revalidate),
     asset!(
         "/vendor/marked-18.2.1/marked.esm.js",
         "vendor/marked-18.2.1/marked.esm.js",
