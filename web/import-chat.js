@@ -17,7 +17,7 @@ const MAX_BYTES = 64 * 1024 * 1024;
 export function initImport() {
   const button = /** @type {HTMLButtonElement} */ ($('import-chat'));
   const input = /** @type {HTMLInputElement} */ (h('input', {
-    type: 'file', accept: '.json,application/json', class: 'sr-only', testid: 'import-file', tabindex: '-1', 'aria-hidden': 'true',
+    type: 'file', accept: '.json,application/json', class: 'sr-only', testid: 'import-file', tabindex: '-1', 'aria-hidden': 'true', 'aria-label': 'Chat export to import',
   }));
   const error = h('p', { class: 'field-error import-error', testid: 'import-error', role: 'alert', hidden: true });
   const parent = /** @type {HTMLElement} */ (button.parentElement);

@@ -274,6 +274,9 @@ for (const scheme of ['light', 'dark']) {
         const box = await h.byId(page, testid).boundingBox();
         assert.ok(box && box.x >= 0 && box.x + box.width <= 390, `${testid} at ${JSON.stringify(box)}`);
       };
+      await page.goto(h.CHATD_URL + '/');
+      await h.byId(page, 'signin-username').waitFor();
+      await expectNoSideScroll('the sign-in screen');
       await h.signIn(page);
       await expectNoSideScroll('the new-chat form');
       // A chat with long content: a wide code block, a long word, a table.
@@ -311,6 +314,19 @@ for (const scheme of ['light', 'dark']) {
       await h.byId(page, 'open-settings').click();
       await expectNoSideScroll('the settings dialog');
       await h.byId(page, 'settings-close').click();
+      // Message search, with a hit on the long word.
+      await h.openSidebar(page);
+      await h.byId(page, 'open-search').click();
+      await h.byId(page, 'search-input').fill('unbroken'.repeat(40));
+      await h.byId(page, 'search-hit').first().waitFor();
+      await expectNoSideScroll('the search dialog with a hit');
+      await h.byId(page, 'search-close').click();
+      await page.keyboard.press('Escape');
+      // The share dialog.
+      await h.chatMenu(page, 'share-chat');
+      await h.byId(page, 'share-dialog').waitFor();
+      await expectNoSideScroll('the share dialog');
+      await h.byId(page, 'share-close').click();
     }, { ...h.PHONE, colorScheme: scheme });
   });
 }
