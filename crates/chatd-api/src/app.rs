@@ -89,6 +89,8 @@ struct Inner {
     streams: Option<StreamService>,
     /// Per-user request rate limiters of this replica.
     rate_limits: Arc<crate::rate_limit::RateLimits>,
+    /// Sign-in attempt limiters of this replica.
+    sign_in_limits: Arc<crate::rate_limit::SignInLimits>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -112,6 +114,7 @@ impl AppState {
                 metrics: install_metrics_recorder(),
                 streams: None,
                 rate_limits: Arc::default(),
+                sign_in_limits: Arc::default(),
             }),
         }
     }
@@ -135,6 +138,7 @@ impl AppState {
                 metrics: self.inner.metrics.clone(),
                 streams: Some(streams),
                 rate_limits: self.inner.rate_limits.clone(),
+                sign_in_limits: self.inner.sign_in_limits.clone(),
             }),
         }
     }
@@ -169,6 +173,11 @@ impl AppState {
     /// ([`crate::rate_limit`]).
     pub fn rate_limits(&self) -> &crate::rate_limit::RateLimits {
         &self.inner.rate_limits
+    }
+
+    /// The sign-in attempt limiters of this replica.
+    pub fn sign_in_limits(&self) -> &crate::rate_limit::SignInLimits {
+        &self.inner.sign_in_limits
     }
 
     /// The Prometheus handle `/metrics` renders.

@@ -165,6 +165,13 @@ impl ApiError {
             .with_detail("Sending, editing, promoting, submitting tool results and compacting run the agent with the owner's credentials.")
     }
 
+    /// `403` for a mutation of a chat shared with the caller (API.md
+    /// "Sign-in, search, sharing and export": shares are read only).
+    pub fn shared_read_only() -> Self {
+        Self::forbidden("This chat is shared with you read only.")
+            .with_detail("Only its owner can change it.")
+    }
+
     /// `404` with `message`.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, message)

@@ -410,8 +410,9 @@ pub async fn delete_file(
 
 /// `GET /api/v2/files/{id}`: the file's bytes, with its media type as
 /// `Content-Type`, its size as `Content-Length` and its name in
-/// `Content-Disposition`. Only the owner sees a file; anyone else gets
-/// `404`, as for a file that does not exist. The body is sandboxed
+/// `Content-Disposition`. Only the owner sees a file, and the users its
+/// chat is shared with (API.md "Sign-in, search, sharing and export");
+/// anyone else gets `404`, as for a file that does not exist. The body is sandboxed
 /// (`Content-Security-Policy: sandbox`, `nosniff`): a stored HTML file never
 /// runs as this origin's page.
 #[utoipa::path(
@@ -430,10 +431,21 @@ pub async fn download_file(
     params: PathParams,
 ) -> ApiResult<Response> {
     let id = params.uuid("id")?;
+    let not_found = || ApiError::not_found("File not found.");
     let row = files::select(state.store().pool(), id)
         .await?
-        .filter(|f| f.owner_id == caller.id())
-        .ok_or_else(|| ApiError::not_found("File not found."))?;
+        .ok_or_else(not_found)?;
+    // The owner, or a reader of the chat it is linked to through a share
+    // (the images of a shared chat show).
+    let shared = match row.chat_id {
+        Some(chat) if row.owner_id != caller.id() => {
+            chatd_store::shares::can_read(state.store().pool(), chat, caller.id()).await?
+        }
+        _ => false,
+    };
+    if row.owner_id != caller.id() && !shared {
+        return Err(not_found());
+    }
     let pool = state.store().pool().clone();
     // One chunk per query, in order; a file deleted meanwhile (its chat was
     // deleted) ends the body early, which the client sees as a short read.

@@ -7,7 +7,9 @@
 //! - the web UI: `/`, `/app.js`, `/markdown.js`, `/app.css` and the
 //!   vendored libraries under `/vendor/` (unauthenticated static files;
 //!   [`web::ASSETS`]);
-//! - users, tokens and replicas ([`users`], [`auth`]);
+//! - users, tokens and replicas ([`users`], [`auth`]); password sign-in,
+//!   sessions and password changes ([`sessions`]);
+//! - read-only shares of chats ([`shares`]);
 //! - a user's usage of the period and the budget refusal of the routes
 //!   that start a turn ([`usage`]);
 //! - chats and their actions ([`chats`]), messages ([`messages`]), the
@@ -70,6 +72,8 @@ pub mod paging;
 pub mod queue;
 pub mod rate_limit;
 pub mod search;
+pub mod sessions;
+pub mod shares;
 pub mod stream;
 pub mod token;
 pub mod tools;
@@ -79,7 +83,7 @@ pub mod validate;
 pub mod web;
 
 use axum::Router;
-use axum::routing::{delete, get, patch, post};
+use axum::routing::{delete, get, patch, post, put};
 
 pub use app::{ApiOptions, AppState};
 pub use auth::{bootstrap_admin, create_token};
@@ -141,6 +145,11 @@ fn chat_routes() -> Router<AppState> {
         .route("/{chat}/export", get(export::export_chat))
         .route("/import", post(export::import_chat))
         .route(
+            "/{chat}/shares",
+            get(shares::list_shares).post(shares::create_share),
+        )
+        .route("/{chat}/shares/{user}", delete(shares::delete_share))
+        .route(
             "/{chat}/queue/{queued}",
             delete(queue::delete_queued_message).patch(queue::edit_queued_message),
         )
@@ -187,6 +196,12 @@ pub fn router(state: AppState) -> Router {
             get(users::get_me).patch(users::patch_user),
         )
         .route("/api/v2/users/{user}", patch(users::patch_user))
+        .route("/api/v2/users/{user}/password", put(sessions::set_password))
+        .route("/api/v2/sessions", post(sessions::sign_in))
+        .route(
+            "/api/v2/sessions/current",
+            get(sessions::current_session).delete(sessions::sign_out),
+        )
         .route(
             "/api/v2/users/{user}/tokens",
             get(users::list_user_tokens).post(users::create_user_token),

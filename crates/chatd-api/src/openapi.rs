@@ -46,6 +46,13 @@ A chat created with subagents: true offers the model the built-in tools spawn_ag
         crate::users::list_user_tokens,
         crate::users::delete_user_token,
         crate::users::list_replicas,
+        crate::sessions::sign_in,
+        crate::sessions::current_session,
+        crate::sessions::sign_out,
+        crate::sessions::set_password,
+        crate::shares::create_share,
+        crate::shares::list_shares,
+        crate::shares::delete_share,
         crate::usage::get_user_usage,
         crate::files::upload_file,
         crate::files::list_files,
@@ -126,13 +133,14 @@ A chat created with subagents: true offers the model the built-in tools spawn_ag
         &NoNul,
         &ExperimentalMount
     ),
-    security(("bearer" = [])),
+    security(("bearer" = []), ("session" = [])),
     tags(
         (name = "chats", description = "Chats (also under /api/experimental/chats)"),
         (name = "messages", description = "Messages, queue and actions of one chat"),
         (name = "stream", description = "Live stream of a chat: WebSocket, Server-Sent Events, and the replica-to-replica parts relay"),
         (name = "admin", description = "Providers, model configs and MCP servers"),
         (name = "users", description = "Users, tokens and replicas"),
+        (name = "sessions", description = "Password sign-in and browser sessions"),
         (name = "files", description = "Uploaded files, attached to chats by file parts"),
         (name = "health", description = "Health, readiness, metrics and this document"),
     )
@@ -170,6 +178,15 @@ impl Modify for SecurityAddon {
                     ))
                     .build(),
             ),
+        );
+        components.add_security_scheme(
+            "session",
+            SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Cookie(
+                utoipa::openapi::security::ApiKeyValue::with_description(
+                    crate::auth::SESSION_COOKIE,
+                    "The session cookie set by `POST /api/v2/sessions` (password sign-in): `HttpOnly`, `SameSite=Strict`. A request it authenticates that is not a GET, HEAD or OPTIONS must carry the session's CSRF token in the `X-CSRF-Token` header (403 otherwise); a WebSocket upgrade or mutation whose `Origin` names another host is 403. A bearer token, when present, wins over the cookie.",
+                ),
+            )),
         );
         components.add_security_scheme(
             "relay_secret",

@@ -186,9 +186,126 @@ fn whole_seconds(wait: Duration) -> u64 {
     seconds.max(1)
 }
 
+/// The sign-in attempt limits of this replica (API.md "Sign-in, search,
+/// sharing and export": "Rate-limit sign-in attempts"). Every attempt
+/// counts, right or wrong, before its password is checked (so a refused
+/// attempt costs no hashing):
+/// - per user name and client address: a burst of
+///   [`SIGN_IN_BURST_PER_ACCOUNT`], then one every 30 s;
+/// - per client address, whatever the name: a burst of
+///   [`SIGN_IN_BURST_PER_ADDRESS`], then one every 2 s (password spraying
+///   across names).
+///
+/// The client address is the TCP peer's (`chatd serve` puts it in the
+/// request's `ConnectInfo`); `X-Forwarded-For` is not trusted. Without one
+/// (an in-process router in tests) every attempt shares one address.
+/// Limiters untouched long enough to be full again are dropped from time
+/// to time, so memory follows the recent attempts.
+#[derive(Debug)]
+pub struct SignInLimits {
+    per_account: governor::DefaultKeyedRateLimiter<(String, Option<std::net::IpAddr>)>,
+    per_address: governor::DefaultKeyedRateLimiter<Option<std::net::IpAddr>>,
+    last_sweep: Mutex<Instant>,
+}
+
+/// Sign-in attempts one user name may make from one address at once.
+pub const SIGN_IN_BURST_PER_ACCOUNT: u32 = 10;
+
+/// Sign-in attempts one address may make at once, whatever the names.
+pub const SIGN_IN_BURST_PER_ADDRESS: u32 = 60;
+
+impl Default for SignInLimits {
+    fn default() -> Self {
+        let burst = |n: u32| NonZeroU32::new(n).expect("positive");
+        Self {
+            per_account: RateLimiter::keyed(
+                Quota::with_period(Duration::from_secs(30))
+                    .expect("positive")
+                    .allow_burst(burst(SIGN_IN_BURST_PER_ACCOUNT)),
+            ),
+            per_address: RateLimiter::keyed(
+                Quota::with_period(Duration::from_secs(2))
+                    .expect("positive")
+                    .allow_burst(burst(SIGN_IN_BURST_PER_ADDRESS)),
+            ),
+            last_sweep: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl SignInLimits {
+    /// Counts one sign-in attempt for `username` (case-insensitive) from
+    /// `address`.
+    ///
+    /// # Errors
+    /// `429` with `Retry-After` when either limit is reached; the attempt
+    /// is then not checked.
+    pub fn check(&self, username: &str, address: Option<std::net::IpAddr>) -> Result<(), ApiError> {
+        self.sweep();
+        let refused = |wait: Duration| {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "Too many sign-in attempts.")
+                .with_detail(format!(
+                    "Wait {} s before trying again.",
+                    whole_seconds(wait)
+                ))
+                .with_retry_after(whole_seconds(wait))
+        };
+        if let Err(not_until) = self.per_address.check_key(&address) {
+            return Err(refused(
+                not_until.wait_time_from(self.per_address.clock().now()),
+            ));
+        }
+        let key = (username.to_lowercase(), address);
+        if let Err(not_until) = self.per_account.check_key(&key) {
+            return Err(refused(
+                not_until.wait_time_from(self.per_account.clock().now()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Drops the full limiters, at most once a minute.
+    fn sweep(&self) {
+        let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() >= WINDOW {
+            *last = Instant::now();
+            self.per_account.retain_recent();
+            self.per_address.retain_recent();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sign_in_attempts_are_limited_per_account_and_address() {
+        let limits = SignInLimits::default();
+        let ip: Option<std::net::IpAddr> = Some("10.0.0.1".parse().unwrap());
+        for _ in 0..SIGN_IN_BURST_PER_ACCOUNT {
+            limits.check("Alice", ip).expect("within the burst");
+        }
+        let refused = limits.check("alice", ip).expect_err("same name, any case");
+        assert_eq!(refused.status(), 429);
+        assert!(refused.retry_after().is_some_and(|s| (1..=30).contains(&s)));
+        limits.check("bob", ip).expect("another name");
+        limits
+            .check("alice", Some("10.0.0.2".parse().unwrap()))
+            .expect("another address");
+        for _ in 0..SIGN_IN_BURST_PER_ADDRESS {
+            let _ = limits.check("spray", Some("10.0.0.3".parse().unwrap()));
+        }
+        let name = "fresh-name";
+        assert_eq!(
+            limits
+                .check(name, Some("10.0.0.3".parse().unwrap()))
+                .unwrap_err()
+                .status(),
+            429,
+            "the address is spent, whatever the name"
+        );
+    }
 
     #[test]
     fn the_burst_is_the_per_minute_limit_then_refused_with_retry_after() {

@@ -12,6 +12,11 @@
 //!   `chatd.bearer.<token>` of `Sec-WebSocket-Protocol`
 //!   ([`WS_BEARER_PROTOCOL_PREFIX`]); the stream route then answers with the
 //!   plain [`WS_PROTOCOL`] subprotocol, never echoing the token.
+//! - A browser signed in with a password carries a session secret instead,
+//!   in the [`SESSION_COOKIE`] cookie ([`session_cookie`]); it has the same
+//!   form as a token (random, [`generate_token`]) and is stored hashed the
+//!   same way (`user_sessions.secret_hash`). A bearer token, when present,
+//!   wins over the cookie.
 
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
@@ -29,6 +34,29 @@ pub const WS_BEARER_PROTOCOL_PREFIX: &str = "chatd.bearer.";
 
 /// Prefix of every generated token.
 pub const TOKEN_PREFIX: &str = "chatd_";
+
+/// Name of the session cookie of the password sign-in (API.md "Sign-in,
+/// search, sharing and export"): `HttpOnly`, `SameSite=Strict`, `Path=/`.
+pub const SESSION_COOKIE: &str = "chatd_session";
+
+/// The header a cookie-authenticated mutation carries the session's CSRF
+/// token in (given by `POST /api/v2/sessions` and `GET
+/// /api/v2/sessions/current`).
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// The value of the [`SESSION_COOKIE`] cookie of a request, if any (the
+/// first non-empty one across `Cookie` headers). Cookie values are not
+/// decoded: ours are base64url, which needs no quoting.
+pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, value)| *name == SESSION_COOKIE && !value.is_empty())
+        .map(|(_, value)| value.trim_matches('"'))
+}
 
 /// The token of a request: from `Authorization` when the header is present
 /// (a malformed one is no token: no fallback), else, on a WebSocket upgrade
@@ -49,7 +77,7 @@ pub(crate) fn request_token(headers: &HeaderMap) -> Option<&str> {
 
 /// Whether the request asks for a WebSocket upgrade (`Connection: upgrade`
 /// and `Upgrade: websocket`, both case-insensitive, in lists).
-fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+pub(crate) fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
     let has = |name, wanted: &str| {
         headers
             .get_all(name)
@@ -152,6 +180,17 @@ mod tests {
         let mut pairs = UPGRADE_HEADERS.to_vec();
         pairs.push(("sec-websocket-protocol", "chatd, chatd.bearer."));
         assert_eq!(request_token(&headers(&pairs)), None);
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let h = headers(&[("cookie", "theme=dark; chatd_session=abc; x=y")]);
+        assert_eq!(session_cookie(&h), Some("abc"));
+        let h = headers(&[("cookie", "a=b"), ("cookie", "chatd_session=\"q\"")]);
+        assert_eq!(session_cookie(&h), Some("q"));
+        let h = headers(&[("cookie", "chatd_session=; other_chatd_session=z")]);
+        assert_eq!(session_cookie(&h), None);
+        assert_eq!(session_cookie(&headers(&[])), None);
     }
 
     #[test]

@@ -119,3 +119,74 @@ pub async fn issue_token<E>(
     tx.commit().await?;
     Ok(IssueOutcome::Issued(user))
 }
+
+/// What [`set_password`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasswordOutcome {
+    /// The password is set and the user's other sessions ended (how many).
+    Set {
+        /// Sessions ended.
+        sessions_ended: u64,
+    },
+    /// There is no such user; nothing changed.
+    NotFound,
+    /// The stored hash is no longer `expected` (another change won the
+    /// race); nothing changed.
+    Changed,
+}
+
+/// Sets user `user_id`'s password hash to `new_hash` and ends every
+/// session of the user but `keep` (the caller's own, when they change their
+/// own password), in one transaction. With `expected` (`Some(old)`, `old`
+/// being the hash the caller verified the current password against, `None`
+/// for no password), the change applies only when the stored hash is still
+/// that one: a compare-and-set, so two changes racing on the same current
+/// password cannot both win.
+///
+/// # Errors
+/// Database errors only; the outcomes are [`PasswordOutcome`].
+pub async fn set_password(
+    pool: &PgPool,
+    user_id: Uuid,
+    new_hash: &str,
+    expected: Option<Option<&str>>,
+    keep: Option<Uuid>,
+) -> sqlx::Result<PasswordOutcome> {
+    let mut tx = queries::begin(pool).await?;
+    let Some(current) = users::password_hash_for_update(&mut *tx, user_id).await? else {
+        return Ok(PasswordOutcome::NotFound);
+    };
+    if let Some(expected) = expected
+        && current.as_deref() != expected
+    {
+        return Ok(PasswordOutcome::Changed);
+    }
+    users::set_password_hash(&mut *tx, user_id, new_hash).await?;
+    let sessions_ended = crate::queries::sessions::delete_for_user(&mut *tx, user_id, keep).await?;
+    tx.commit().await?;
+    Ok(PasswordOutcome::Set { sessions_ended })
+}
+
+/// `chatd user passwd NAME`: creates user `username` with `role` when
+/// missing (an existing member is promoted when `role` is admin, never
+/// demoted), sets its password hash and ends all its sessions, in one
+/// transaction; returns the user.
+///
+/// # Errors
+/// Database errors only.
+pub async fn set_password_by_name(
+    pool: &PgPool,
+    username: &str,
+    role: Role,
+    new_hash: &str,
+) -> sqlx::Result<UserRow> {
+    let mut tx = queries::begin(pool).await?;
+    let user_id = users::create_or_promote(&mut *tx, username, role).await?;
+    users::set_password_hash(&mut *tx, user_id, new_hash).await?;
+    crate::queries::sessions::delete_for_user(&mut *tx, user_id, None).await?;
+    let user = users::select(&mut *tx, user_id)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?;
+    tx.commit().await?;
+    Ok(user)
+}

@@ -21,9 +21,9 @@ pub mod chats {
     pub use crate::queries::chats::{
         ChatFilter, ChatVersions, ChildProgress, LockMode, MetadataChanges, NotDeletable,
         acquisition_candidates, child_by_spawn_key, child_count, child_progress, delete_family,
-        family_holds_slot, is_owned_by, list, lock_owner_room, next_lease_expiry, owned_by_worker,
-        requires_action_remaining_secs, select, select_many, set_title_if_default, subtree_members,
-        update_metadata, versions,
+        family_holds_slot, is_owned_by, list, list_shared, lock_owner_room, next_lease_expiry,
+        owned_by_worker, requires_action_remaining_secs, select, select_many, set_title_if_default,
+        subtree_members, update_metadata, versions,
     };
 }
 
@@ -72,8 +72,14 @@ pub mod send_receipts {
 
 /// `users` (API.md "Authentication and authorization").
 pub mod users {
-    pub use crate::accounts::{IssueOutcome, PatchOutcome, bootstrap_admin, issue_token, patch};
-    pub use crate::queries::users::{UserPatch, UserRow, create_or_promote, insert, list, select};
+    pub use crate::accounts::{
+        IssueOutcome, PasswordOutcome, PatchOutcome, bootstrap_admin, issue_token, patch,
+        set_password, set_password_by_name,
+    };
+    pub use crate::queries::users::{
+        UserPatch, UserRow, create_or_promote, insert, list, password_hash, select,
+        with_password_by_name,
+    };
 }
 
 /// `api_tokens` (API.md "Limits, budgets and the token lifecycle").
@@ -81,6 +87,21 @@ pub mod tokens {
     pub use crate::queries::tokens::{
         TokenRow, authenticate, cap_member_lifetimes, delete, insert, list, user_by_secret_hash,
     };
+}
+
+/// `user_sessions`: browser sessions (API.md "Sign-in, search, sharing and
+/// export").
+pub mod sessions {
+    pub use crate::queries::sessions::{
+        SessionAuth, TOUCH_GRANULARITY_SECONDS, authenticate, delete, delete_expired,
+        delete_for_user, insert, is_valid,
+    };
+}
+
+/// `chat_shares`: read-only shares of chats (API.md "Sign-in, search,
+/// sharing and export").
+pub mod shares {
+    pub use crate::queries::shares::{ShareRow, can_read, delete, insert, list};
 }
 
 /// `replicas`: the replicas of the cluster and their advertised URLs.

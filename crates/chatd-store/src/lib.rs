@@ -50,12 +50,12 @@ mod test_fixture;
 pub(crate) mod transitions;
 mod uploads;
 
+pub use front::search;
 pub use front::{
     chats, cluster_settings, database, files, heartbeats, idempotency_keys, internals, mcp_servers,
-    messages, migrations, model_configs, providers, queue, replicas, send_receipts, tokens, usage,
-    users,
+    messages, migrations, model_configs, providers, queue, replicas, send_receipts, sessions,
+    shares, tokens, usage, users,
 };
-pub use front::search;
 
 pub use error::{StoreError, StoreResult};
 

@@ -51,17 +51,24 @@ pub async fn serve(
         let tcp = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     accept_failed(err).await;
                     continue;
                 }
             },
         };
+        let (tcp, peer) = tcp;
         if let Err(err) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {err}");
         }
-        connections.spawn(connection(tcp, router.clone(), deadlines, shutdown.clone()));
+        connections.spawn(connection(
+            tcp,
+            peer,
+            router.clone(),
+            deadlines,
+            shutdown.clone(),
+        ));
     }
     drop(listener);
     connections.close();
@@ -70,15 +77,25 @@ pub async fn serve(
 }
 
 /// Serves one connection until it ends; on `shutdown`, lets its in-flight
-/// request finish and closes it.
+/// request finish and closes it. Each request carries the peer's address
+/// as `ConnectInfo<SocketAddr>` (the sign-in rate limit keys on it).
 async fn connection(
     tcp: TcpStream,
+    peer: std::net::SocketAddr,
     router: Router,
     deadlines: HttpDeadlines,
     shutdown: CancellationToken,
 ) {
     // `Router` serves any body type, hyper's `Incoming` included.
-    let service = TowerToHyperService::new(router);
+    let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+        router,
+        move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            request
+        },
+    ));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())

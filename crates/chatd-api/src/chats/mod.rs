@@ -3,9 +3,10 @@
 //! endpoints": `POST /api/experimental/chats` and
 //! `PATCH /api/experimental/chats/{chat}`).
 //!
-//! Visibility: a member sees only their own chats; any other chat answers
-//! `404`, exactly as a chat that does not exist
-//! ([`crate::auth::visible_chat`]). Admins see every chat. The actions on a
+//! Visibility: a member sees only their own chats and those shared with
+//! them (read only: `403` on any change); any other chat answers `404`,
+//! exactly as a chat that does not exist ([`crate::auth::readable_chat`],
+//! [`crate::auth::visible_chat`]). Admins see every chat. The actions on a
 //! chat's execution (interrupt, reconcile, compact) are in [`actions`].
 //!
 //! Execution state changes go through the state machine only: `Create` for a
@@ -45,7 +46,7 @@ use crate::objects::{
 use crate::validate;
 use chatd_store::LockMode;
 use chatd_store::chats::{self, NotDeletable};
-use chatd_store::{mcp_servers, model_configs};
+use chatd_store::{mcp_servers, model_configs, shares};
 
 /// `Chat`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -268,6 +269,10 @@ pub struct ListChatsParams {
     /// absent: only root chats (children are hidden from the default
     /// list). Not a uuid → `400` naming `parent_id`.
     parent_id: Option<Uuid>,
+    /// `true`: the chats other users shared with the caller (API.md
+    /// "Sign-in, search, sharing and export"), with the same filters; not
+    /// with `owner`.
+    shared: Option<bool>,
 }
 
 /// The page size of `GET /chats`: 1..=100 (the OpenAPI document states it:
@@ -348,6 +353,13 @@ pub async fn list_chats(
     let after_id = query.uuid("after_id")?;
     let owner = query.uuid("owner")?;
     let parent_id = query.uuid("parent_id")?;
+    let shared = query.bool("shared")?.unwrap_or(false);
+    if shared && owner.is_some() {
+        return Err(ApiError::invalid_query(
+            "shared",
+            "cannot be combined with owner",
+        ));
+    }
     let q = query.get("q").map(str::to_owned);
     if q.as_deref()
         .is_some_and(|q| q.chars().count() > validate::MAX_TITLE_CHARS)
@@ -375,25 +387,29 @@ pub async fn list_chats(
         _ => caller.id(),
     };
     let pool = state.store().pool();
-    if let Some(after) = after_id
-        && !chats::is_owned_by(pool, after, owner).await?
-    {
+    let known_cursor = match after_id {
+        None => true,
+        Some(after) if shared => shares::can_read(pool, after, owner).await?,
+        Some(after) => chats::is_owned_by(pool, after, owner).await?,
+    };
+    if !known_cursor {
         return Err(ApiError::invalid_query("after_id", "unknown chat"));
     }
-    let chats = chats::list(
-        pool,
-        &chats::ChatFilter {
-            owner,
-            archived,
-            q,
-            label_keys: keys,
-            label_values: values,
-            after_id,
-            limit,
-            parent_id,
-        },
-    )
-    .await?;
+    let filter = chats::ChatFilter {
+        owner,
+        archived,
+        q,
+        label_keys: keys,
+        label_values: values,
+        after_id,
+        limit,
+        parent_id,
+    };
+    let chats = if shared {
+        chats::list_shared(pool, &filter).await?
+    } else {
+        chats::list(pool, &filter).await?
+    };
     Ok(Json(chats.iter().map(Chat::from).collect()))
 }
 
@@ -455,9 +471,14 @@ pub async fn create_chat(
         None => model_configs::default_id(state.store().pool()).await?,
     };
     if let Some(parent) = req.parent_chat_id {
-        let parent = visible_chat(&state, &caller, parent)
-            .await
-            .map_err(|_| ApiError::invalid("parent_chat_id", "chat not found"))?;
+        let parent = visible_chat(&state, &caller, parent).await.map_err(|e| {
+            let detail = if e.status() == StatusCode::FORBIDDEN {
+                "the chat is shared with you read only"
+            } else {
+                "chat not found"
+            };
+            ApiError::invalid("parent_chat_id", detail)
+        })?;
         if parent.archived {
             return Err(ApiError::invalid(
                 "parent_chat_id",

@@ -8,48 +8,69 @@
 //!   upgrade, and another user's streams are unaffected. The slot is a
 //!   guard: it is released when the stream ends however it ends (the
 //!   connection's task, the SSE body or the long-poll handler is dropped).
-//! - A watch on the token the stream was opened with ([`TokenWatcher`]):
-//!   every [`StreamConfig::token_check_interval`](super::config::StreamConfig)
-//!   (5 s, jittered) the replica checks each distinct token of its open
+//! - Watches on what let the stream open ([`TokenWatcher`], [`Watch`]):
+//!   the token or session it was opened with, and, for a reader of a chat
+//!   shared with them, that share. Every
+//!   [`StreamConfig::token_check_interval`](super::config::StreamConfig)
+//!   (5 s, jittered) the replica checks each distinct watch of its open
 //!   streams once, with the query authentication uses
-//!   ([`tokens::user_by_secret_hash`]); a token that no longer
-//!   authenticates (revoked, expired, or its user disabled) cancels the
-//!   streams opened with it, which close within 10 s of the revocation
-//!   (WebSocket `1008`, SSE and long-poll end). One query per distinct token
-//!   per period, however many streams share it.
+//!   ([`tokens::user_by_secret_hash`], [`sessions::is_valid`],
+//!   [`shares::can_read`]); a token or session that no longer
+//!   authenticates (revoked, signed out, expired, or its user disabled), or
+//!   a share revoked, cancels the streams that depend on it, which close
+//!   within 10 s of the revocation (WebSocket `1008`, SSE and long-poll
+//!   end). One query per distinct watch per period, however many streams
+//!   share it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use axum::http::HeaderMap;
-use chatd_store::tokens;
+use chatd_store::{sessions, shares, tokens};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::token::{hash_token, request_token};
 
-/// What an open user stream holds: its slot and its token's watch. Dropping
-/// it releases both.
+/// One thing an open stream depends on, re-checked periodically.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Watch {
+    /// The bearer token of that SHA-256 still authenticates.
+    Token(Vec<u8>),
+    /// The session of that secret SHA-256 still authenticates.
+    Session(Vec<u8>),
+    /// `user` may still read `chat` through a share.
+    Share {
+        /// The chat.
+        chat: Uuid,
+        /// The reader.
+        user: Uuid,
+    },
+}
+
+/// What an open user stream holds: its slot and its watches. Dropping it
+/// releases them.
 #[derive(Debug)]
 pub struct Admission {
     _slot: StreamSlot,
-    watch: Option<TokenWatch>,
+    watches: Vec<TokenWatch>,
     revoked: CancellationToken,
+    /// Ends the task that joins several watches' cancellations.
+    _join: Option<tokio_util::sync::DropGuard>,
 }
 
 impl Admission {
-    /// Cancelled when the stream's token stops authenticating.
+    /// Cancelled when any of the stream's watches fails (its token or
+    /// session stops authenticating, its share is revoked).
     pub fn revoked(&self) -> &CancellationToken {
         &self.revoked
     }
 
-    /// Whether a token is watched (false only when the request carried no
-    /// token, which authentication does not let through).
+    /// Whether a credential is watched (false only when the request
+    /// carried none, which authentication does not let through).
     pub fn watches_a_token(&self) -> bool {
-        self.watch.is_some()
+        !self.watches.is_empty()
     }
 }
 
@@ -115,11 +136,11 @@ impl Drop for StreamSlot {
     }
 }
 
-/// The tokens of this replica's open streams, and the loop that re-checks
+/// The watches of this replica's open streams, and the loop that re-checks
 /// them ([`TokenWatcher::run`]). Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct TokenWatcher {
-    watched: Arc<Mutex<HashMap<Vec<u8>, Watched>>>,
+    watched: Arc<Mutex<HashMap<Watch, Watched>>>,
 }
 
 #[derive(Debug)]
@@ -128,35 +149,35 @@ struct Watched {
     revoked: CancellationToken,
 }
 
-/// One stream's registration of its token: unregistered on drop.
+/// One stream's registration of a watch: unregistered on drop.
 #[derive(Debug)]
 struct TokenWatch {
     watcher: TokenWatcher,
-    hash: Vec<u8>,
+    key: Watch,
 }
 
 impl Drop for TokenWatch {
     fn drop(&mut self) {
         let mut watched = self.watcher.watched();
-        if let Some(entry) = watched.get_mut(&self.hash) {
+        if let Some(entry) = watched.get_mut(&self.key) {
             entry.sessions = entry.sessions.saturating_sub(1);
             if entry.sessions == 0 {
-                watched.remove(&self.hash);
+                watched.remove(&self.key);
             }
         }
     }
 }
 
 impl TokenWatcher {
-    fn watched(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Watched>> {
+    fn watched(&self) -> MutexGuard<'_, HashMap<Watch, Watched>> {
         self.watched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers one stream opened with the token of hash `hash`; the
-    /// returned token is cancelled when it stops authenticating.
-    fn watch(&self, hash: Vec<u8>) -> (TokenWatch, CancellationToken) {
+    /// Registers one stream's watch `key`; the returned token is cancelled
+    /// when it fails.
+    fn watch(&self, key: Watch) -> (TokenWatch, CancellationToken) {
         let mut watched = self.watched();
-        let entry = watched.entry(hash.clone()).or_insert_with(|| Watched {
+        let entry = watched.entry(key.clone()).or_insert_with(|| Watched {
             sessions: 0,
             revoked: CancellationToken::new(),
         });
@@ -166,18 +187,18 @@ impl TokenWatcher {
         (
             TokenWatch {
                 watcher: self.clone(),
-                hash,
+                key,
             },
             revoked,
         )
     }
 
-    /// How many distinct tokens are watched.
+    /// How many distinct watches (tokens, sessions, shares) there are.
     pub fn tokens(&self) -> usize {
         self.watched().len()
     }
 
-    /// Re-checks every watched token every `interval` (±20 %, so replicas
+    /// Re-checks every watch every `interval` (±20 %, so replicas
     /// started together do not query in step) until `cancel`. A token the
     /// query no longer finds is revoked: its streams are cancelled and it
     /// is forgotten. A database error ends the pass (the next one retries);
@@ -193,15 +214,22 @@ impl TokenWatcher {
         }
     }
 
-    /// One pass over the watched tokens; returns how many were revoked.
+    /// One pass over the watches; returns how many failed (were revoked).
     pub async fn check_once(&self, pool: &PgPool) -> usize {
-        let hashes: Vec<Vec<u8>> = self.watched().keys().cloned().collect();
+        let keys: Vec<Watch> = self.watched().keys().cloned().collect();
         let mut revoked = 0;
-        for hash in hashes {
-            match tokens::user_by_secret_hash(pool, &hash).await {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    if let Some(entry) = self.watched().remove(&hash) {
+        for key in keys {
+            let holds = match &key {
+                Watch::Token(hash) => tokens::user_by_secret_hash(pool, hash)
+                    .await
+                    .map(|user| user.is_some()),
+                Watch::Session(hash) => sessions::is_valid(pool, hash).await,
+                Watch::Share { chat, user } => shares::can_read(pool, *chat, *user).await,
+            };
+            match holds {
+                Ok(true) => {}
+                Ok(false) => {
+                    if let Some(entry) = self.watched().remove(&key) {
                         entry.revoked.cancel();
                         revoked += 1;
                     }
@@ -219,8 +247,8 @@ impl TokenWatcher {
     }
 }
 
-/// Admits a stream of `user` opened with the request `headers`: a slot
-/// under `max` and a watch on its token.
+/// Admits a stream of `user` that depends on `watches`: a slot under
+/// `max` and a watch on each.
 ///
 /// # Errors
 /// `429` when `user` already holds `max` streams on this replica.
@@ -228,27 +256,75 @@ pub(crate) fn admit(
     streams: &OpenStreams,
     watcher: &TokenWatcher,
     user: Uuid,
-    headers: &HeaderMap,
+    watches: Vec<Watch>,
     max: u32,
 ) -> Result<Admission, ApiError> {
     let slot = streams.acquire(user, max)?;
-    let (watch, revoked) = match request_token(headers) {
-        Some(token) => {
-            let (watch, revoked) = watcher.watch(hash_token(token));
-            (Some(watch), revoked)
+    let (watches, tokens): (Vec<_>, Vec<_>) =
+        watches.into_iter().map(|key| watcher.watch(key)).unzip();
+    let (revoked, join) = match <[CancellationToken; 1]>::try_from(tokens) {
+        // One watch (the usual case): its token as it is.
+        Ok([token]) => (token, None),
+        Err(tokens) if tokens.is_empty() => (CancellationToken::new(), None),
+        // Several: one token cancelled when any of them is, by a task that
+        // ends with the admission.
+        Err(tokens) => {
+            let any = CancellationToken::new();
+            let done = CancellationToken::new();
+            let (any2, done2) = (any.clone(), done.clone());
+            tokio::spawn(async move {
+                let failed =
+                    futures::future::select_all(tokens.iter().map(|t| Box::pin(t.cancelled())));
+                tokio::select! {
+                    _ = failed => any2.cancel(),
+                    () = done2.cancelled() => {}
+                }
+            });
+            (any, Some(done.drop_guard()))
         }
-        None => (None, CancellationToken::new()),
     };
     Ok(Admission {
         _slot: slot,
-        watch,
+        watches,
         revoked,
+        _join: join,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::token::request_token;
+    use axum::http::HeaderMap;
+
+    #[tokio::test]
+    async fn a_stream_with_several_watches_is_revoked_by_any() {
+        let watcher = TokenWatcher::default();
+        let streams = OpenStreams::default();
+        let user = Uuid::new_v4();
+        let share = Watch::Share {
+            chat: Uuid::new_v4(),
+            user,
+        };
+        let watches = vec![Watch::Token(b"t".to_vec()), share.clone()];
+        let a = admit(&streams, &watcher, user, watches.clone(), 8).unwrap();
+        let b = admit(&streams, &watcher, user, watches, 8).unwrap();
+        assert!(!a.revoked().is_cancelled());
+        watcher.watched()[&share].revoked.cancel();
+        tokio::time::timeout(Duration::from_secs(5), a.revoked().cancelled())
+            .await
+            .expect("the share's revocation reaches the stream");
+        assert!(
+            b.revoked().is_cancelled() || {
+                tokio::time::timeout(Duration::from_secs(5), b.revoked().cancelled())
+                    .await
+                    .is_ok()
+            }
+        );
+        drop((a, b));
+        assert_eq!(watcher.tokens(), 0, "no watch left behind");
+        assert_eq!(streams.count(user), 0);
+    }
 
     #[test]
     fn the_cap_is_per_user_and_slots_free_on_drop() {
@@ -280,11 +356,13 @@ mod tests {
     #[test]
     fn streams_of_one_token_share_one_watch() {
         let watcher = TokenWatcher::default();
-        let (w1, r1) = watcher.watch(b"h".to_vec());
-        let (w2, r2) = watcher.watch(b"h".to_vec());
-        let (w3, _) = watcher.watch(b"other".to_vec());
+        let (w1, r1) = watcher.watch(Watch::Token(b"h".to_vec()));
+        let (w2, r2) = watcher.watch(Watch::Token(b"h".to_vec()));
+        let (w3, _) = watcher.watch(Watch::Session(b"h".to_vec()));
         assert_eq!(watcher.tokens(), 2);
-        watcher.watched()[&b"h".to_vec()].revoked.cancel();
+        watcher.watched()[&Watch::Token(b"h".to_vec())]
+            .revoked
+            .cancel();
         assert!(r1.is_cancelled() && r2.is_cancelled());
         drop((w1, w2, w3));
         assert_eq!(watcher.tokens(), 0);

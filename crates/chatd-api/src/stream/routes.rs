@@ -13,7 +13,7 @@ use super::config::MAX_CLIENT_MESSAGE_BYTES;
 use super::event::ChatStreamEvent;
 use super::{sse, ws};
 use crate::app::AppState;
-use crate::auth::{Caller, WS_PROTOCOL, visible_chat};
+use crate::auth::{Caller, WS_PROTOCOL, readable_chat};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{PathParams, QueryParams, parse_id};
 
@@ -50,7 +50,7 @@ pub(crate) fn upgrade_required(rejection: WebSocketUpgradeRejection) -> ApiError
         ("Sec-WebSocket-Protocol" = Option<String>, Header, description = "Browser authentication: `chatd, chatd.bearer.<token>` when there is no `Authorization` header (browsers cannot set it on a WebSocket). The response selects the `chatd` subprotocol."),
     ),
     responses(
-        (status = 101, description = "WebSocket. The server sends text frames, each a JSON array of 1 to 256 `ChatStreamEvent`s: first the full state (messages with id > after_id, `queue_update`, `status`, then `error`/`action_required`/`retry` where they apply, `preview_reset`), then live events in the spec's order. The server pings; close codes: 1000 chat deleted, 1001 shutdown or dead connection, 1008 the token was revoked or expired or its user disabled (within 10 s), 1009 a client frame or message over 64 KiB, 1011 database failure or internal error, 1013 client too slow (reconnect with after_id)."),
+        (status = 101, description = "WebSocket. The server sends text frames, each a JSON array of 1 to 256 `ChatStreamEvent`s: first the full state (messages with id > after_id, `queue_update`, `status`, then `error`/`action_required`/`retry` where they apply, `preview_reset`), then live events in the spec's order. The server pings; close codes: 1000 chat deleted, 1001 shutdown or dead connection, 1008 the token or session was revoked or expired or its user disabled, or the chat's share with the caller was revoked (within 10 s), 1009 a client frame or message over 64 KiB, 1011 database failure or internal error, 1013 client too slow (reconnect with after_id)."),
         (status = 400, description = "Invalid chat id or after_id, or not a WebSocket upgrade", body = ErrorBody),
         (status = 401, description = "Missing, unknown or expired token", body = ErrorBody),
         (status = 404, description = "Chat not found or not visible", body = ErrorBody),
@@ -63,14 +63,13 @@ pub async fn stream_ws(
     caller: Caller,
     params: PathParams,
     RawQuery(query): RawQuery,
-    headers: HeaderMap,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     let chat_id = params.uuid("chat")?;
     let after_id = QueryParams::parse(query.as_deref())?
         .id("after_id")?
         .unwrap_or(0);
-    visible_chat(&state, &caller, chat_id).await?;
+    let (_, access) = readable_chat(&state, &caller, chat_id).await?;
     let service = state.stream_service()?.clone();
     let ws = ws.map_err(upgrade_required)?;
     // Browsers fail the handshake unless the server selects one of the
@@ -82,8 +81,9 @@ pub async fn stream_ws(
         .max_frame_size(MAX_CLIENT_MESSAGE_BYTES)
         .max_message_size(MAX_CLIENT_MESSAGE_BYTES);
     let admission = service.admit(
-        caller.id(),
-        &headers,
+        &caller,
+        chat_id,
+        access,
         state.options().limits.max_open_streams,
     )?;
     let stream_loop = service.open(chat_id, after_id, admission).await?;
@@ -135,11 +135,12 @@ pub async fn stream_sse(
             })?,
         };
     }
-    visible_chat(&state, &caller, chat_id).await?;
+    let (_, access) = readable_chat(&state, &caller, chat_id).await?;
     let service = state.stream_service()?.clone();
     let admission = service.admit(
-        caller.id(),
-        &headers,
+        &caller,
+        chat_id,
+        access,
         state.options().limits.max_open_streams,
     )?;
     let stream_loop = service.open(chat_id, after_id, admission).await?;

@@ -12,14 +12,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use axum::http::HeaderMap;
-
-use super::admission::{self, Admission, OpenStreams, TokenWatcher};
+use super::admission::{self, Admission, OpenStreams, TokenWatcher, Watch};
 use super::config::{StreamConfig, StreamDeps};
 use super::poller::{PollerRegistry, SyncPoller};
 use super::relay::{RelayDeps, RelayHandle};
 use super::session::StreamLoop;
 use super::state::StreamState;
+use crate::auth::{Caller, ChatAccess, Credential};
 use crate::error::{ApiError, ApiResult};
 
 /// The replica-wide part of streaming: dependencies, the poller's
@@ -87,24 +86,36 @@ impl StreamService {
         }
     }
 
-    /// Admits a stream of `user` opened with the request `headers`: takes a
-    /// slot under `max_open_streams` and watches the request's token
-    /// ([`super::admission`]). Called before any upgrade or response.
+    /// Admits a stream of `caller` on a chat they reach with `access`:
+    /// takes a slot under `max_open_streams` and watches the caller's
+    /// credential and, for a shared chat, the share ([`super::admission`]).
+    /// Called before any upgrade or response.
     ///
     /// # Errors
-    /// `429` naming the maximum when `user` already holds
+    /// `429` naming the maximum when the caller already holds
     /// `max_open_streams` streams on this replica.
     pub(crate) fn admit(
         &self,
-        user: Uuid,
-        headers: &HeaderMap,
+        caller: &Caller,
+        chat: Uuid,
+        access: ChatAccess,
         max_open_streams: u32,
     ) -> ApiResult<Admission> {
+        let mut watches = vec![match &caller.credential {
+            Credential::Token { hash } => Watch::Token(hash.clone()),
+            Credential::Session { hash, .. } => Watch::Session(hash.clone()),
+        }];
+        if access == ChatAccess::Shared {
+            watches.push(Watch::Share {
+                chat,
+                user: caller.id(),
+            });
+        }
         admission::admit(
             &self.open_streams,
             &self.token_watcher,
-            user,
-            headers,
+            caller.id(),
+            watches,
             max_open_streams,
         )
     }

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse as _, Response};
 use chatd_pubsub::{ChatUpdate, PubsubEvent, chat_update_channel};
 use chatd_store::LockMode;
@@ -85,7 +85,6 @@ pub async fn long_poll_updates(
     State(state): State<AppState>,
     target: ChatTarget,
     RawQuery(query): RawQuery,
-    headers: HeaderMap,
 ) -> ApiResult<Response> {
     let id = target.id();
     let query = QueryParams::parse(query.as_deref())?;
@@ -106,8 +105,9 @@ pub async fn long_poll_updates(
     // A long-poll is an open stream: it counts under the caller's cap, and
     // ends with `401` if its token stops authenticating meanwhile.
     let admission = service.admit(
-        target.caller.id(),
-        &headers,
+        &target.caller,
+        id,
+        target.access,
         state.options().limits.max_open_streams,
     )?;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);

@@ -374,6 +374,8 @@ impl Server {
             "chat_files",
             "chat_file_chunks",
             "idempotency_keys",
+            "user_sessions",
+            "chat_shares",
         ];
         let mut out = serde_json::Map::new();
         for table in tables {
@@ -382,6 +384,9 @@ impl Server {
             // lifecycle"): bookkeeping of the request, not a change it makes.
             let row = if table == "api_keys" {
                 "(to_jsonb(t) - 'last_used_at')"
+            } else if table == "user_sessions" {
+                // Likewise a session's use slides its end.
+                "(to_jsonb(t) - 'last_used_at' - 'expires_at')"
             } else {
                 "to_jsonb(t)"
             };

@@ -18,6 +18,8 @@ mod ops;
 mod rate_limit;
 mod search;
 mod secrets;
+mod sessions;
+mod shares;
 mod stream;
 mod stream_support;
 mod tokens;

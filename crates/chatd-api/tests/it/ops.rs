@@ -213,6 +213,11 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
         ("/api/v2/chats/mcp-servers/{id}", &["patch", "delete"]),
         ("/api/experimental/chats", &["get", "post"]),
         ("/api/experimental/chats/{chat}/messages", &["get", "post"]),
+        ("/api/v2/sessions", &["post"]),
+        ("/api/v2/sessions/current", &["get", "delete"]),
+        ("/api/v2/users/{user}/password", &["put"]),
+        ("/api/v2/chats/{chat}/shares", &["get", "post"]),
+        ("/api/v2/chats/{chat}/shares/{user}", &["delete"]),
     ];
     for (path, methods) in expected {
         let item = paths
@@ -287,7 +292,21 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
         doc["components"]["securitySchemes"]["bearer"]["scheme"],
         "bearer"
     );
-    assert_eq!(doc["security"], serde_json::json!([{"bearer": []}]));
+    // A bearer token, or the session cookie of a password sign-in (API.md
+    // "Sign-in, search, sharing and export").
+    assert_eq!(
+        doc["security"],
+        serde_json::json!([{"bearer": []}, {"session": []}])
+    );
+    let session = &doc["components"]["securitySchemes"]["session"];
+    assert_eq!(session["type"], "apiKey");
+    assert_eq!(session["in"], "cookie");
+    assert_eq!(session["name"], "chatd_session");
+    assert_eq!(
+        paths["/api/v2/sessions"]["post"]["security"],
+        serde_json::json!([{}]),
+        "signing in needs no credential"
+    );
     assert_eq!(
         paths["/healthz"]["get"]["security"],
         serde_json::json!([{}])

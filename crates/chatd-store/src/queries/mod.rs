@@ -26,6 +26,8 @@
 //! | [`idempotency_keys`] | `idempotency_keys` |
 //! | [`users`] | `users` |
 //! | [`tokens`] | `api_keys` |
+//! | [`sessions`] | `user_sessions` |
+//! | [`shares`] | `chat_shares` |
 //! | [`usage`] | `user_usage` |
 //! | [`replicas`] | `replicas` |
 //! | [`cluster_settings`] | `cluster_settings` |
@@ -357,6 +359,8 @@ pub mod queue;
 pub mod replicas;
 pub mod search;
 pub mod send_receipts;
+pub mod sessions;
+pub mod shares;
 pub mod tokens;
 pub mod usage;
 pub mod users;

@@ -250,6 +250,80 @@ pub async fn update(
     .transpose()
 }
 
+/// A user and their password hash (a PHC string; `None`: no password
+/// set), by user name: what sign-in reads.
+pub async fn with_password_by_name(
+    conn: impl PgExecutor<'_>,
+    username: &str,
+) -> sqlx::Result<Option<(UserRow, Option<String>)>> {
+    let row = sqlx::query!(
+        "SELECT u.id, u.username, u.role, u.created_at, u.disabled, u.max_running_chats,
+                u.requests_per_minute, u.monthly_budget_micros, u.monthly_token_budget,
+                u.max_storage_bytes, u.password_hash
+         FROM users u WHERE u.username = $1",
+        username,
+    )
+    .fetch_optional(conn)
+    .await?;
+    let Some(r) = row else { return Ok(None) };
+    let user = UserRecord {
+        id: r.id,
+        username: r.username,
+        role: r.role,
+        created_at: r.created_at,
+        disabled: r.disabled,
+        max_running_chats: r.max_running_chats,
+        requests_per_minute: r.requests_per_minute,
+        monthly_budget_micros: r.monthly_budget_micros,
+        monthly_token_budget: r.monthly_token_budget,
+        max_storage_bytes: r.max_storage_bytes,
+    }
+    .into_row()?;
+    Ok(Some((user, r.password_hash)))
+}
+
+/// The password hash of user `id`: `None` when there is no such user,
+/// `Some(None)` when they have no password.
+pub async fn password_hash(
+    conn: impl PgExecutor<'_>,
+    id: Uuid,
+) -> sqlx::Result<Option<Option<String>>> {
+    sqlx::query_scalar!("SELECT password_hash FROM users WHERE id = $1", id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// [`password_hash`] locking the user's row (`FOR UPDATE`): the read of a
+/// password change's transaction.
+pub async fn password_hash_for_update(
+    conn: impl PgExecutor<'_>,
+    id: Uuid,
+) -> sqlx::Result<Option<Option<String>>> {
+    sqlx::query_scalar!(
+        "SELECT password_hash FROM users WHERE id = $1 FOR UPDATE",
+        id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Sets user `id`'s password hash (a PHC string); `false` when there is no
+/// such user.
+pub async fn set_password_hash(
+    conn: impl PgExecutor<'_>,
+    id: Uuid,
+    password_hash: &str,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "UPDATE users SET password_hash = $2 WHERE id = $1",
+        id,
+        password_hash
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
 #[cfg(test)]
 #[allow(unused)] // as in doc tests: the shared set-up binds more than each example uses
 mod examples {

@@ -64,6 +64,33 @@ pub async fn list(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec
     .await
 }
 
+/// [`list`] of the chats shared with `f.owner` (API.md "Sign-in, search,
+/// sharing and export": `GET /chats?shared=true`): chats of other users
+/// with a share of the chat or of its root for them, with the same filters,
+/// order and cursor.
+pub async fn list_shared(conn: impl PgExecutor<'_>, f: &ChatFilter) -> sqlx::Result<Vec<Chat>> {
+    sql!(query() [, f.owner, f.archived, f.q.as_deref(), &f.label_keys[..], &f.label_values[..],
+                    f.after_id, f.limit, f.parent_id]:
+        "SELECT " chat_columns!() " FROM chats c
+         WHERE c.owner_id <> $1
+           AND EXISTS (SELECT 1 FROM chat_shares s
+                        WHERE s.user_id = $1 AND s.chat_id IN (c.id, c.root_chat_id))
+           AND c.archived = $2
+           AND ($3::text IS NULL OR strpos(lower(c.title), lower($3)) > 0)
+           AND NOT EXISTS (
+               SELECT 1 FROM unnest($4::text[], $5::text[]) AS f(k, v)
+               WHERE (c.labels ->> f.k) IS DISTINCT FROM f.v)
+           AND ($6::uuid IS NULL
+                OR (c.updated_at, c.id) < (SELECT a.updated_at, a.id FROM chats a WHERE a.id = $6))
+           AND (($8::uuid IS NULL AND c.parent_chat_id IS NULL) OR c.parent_chat_id = $8)
+         ORDER BY c.updated_at DESC, c.id DESC
+         LIMIT $7"
+    )
+    .try_map(|r| Ok(chat_of!(r)))
+    .fetch_all(conn)
+    .await
+}
+
 /// Metadata fields of a `PATCH /chats/{chat}`; `None` keeps a column.
 #[derive(Debug, Clone, Default)]
 pub struct MetadataChanges {
