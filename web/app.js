@@ -1,8 +1,10 @@
 // @ts-check
 // chatd web UI: plain ES modules, no build step, no framework. This is the
-// entry module (index.html loads it); it owns sign-in and sign-out (an API
-// token kept in localStorage `chatd.token`, checked with GET
-// /api/v2/users/me), the routing by hash, and which view is open:
+// entry module (index.html loads it); it owns sign-in and sign-out (a
+// password sign-in's cookie session, ./signin.js, checked on load with GET
+// /api/v2/sessions/current; or an API token kept in localStorage
+// `chatd.token`, checked with GET /api/v2/users/me), the routing by hash,
+// and which view is open:
 //
 //   #/                    the new-chat form          ./new-chat.js
 //   #/chats/<id>          a chat                     ./chat-view.js
@@ -13,7 +15,9 @@
 // The other modules: ./sidebar.js (the chat list), ./composer.js,
 // ./chat-state.js (an open chat's state and the stream events that change
 // it), ./stream.js (the WebSocket), ./messages.js, ./panels.js,
-// ./action-required.js and ./queue.js (the chat view's parts),
+// ./action-required.js and ./queue.js (the chat view's parts), ./search.js
+// (message search), ./shares.js (sharing, "Shared with me", read-only
+// chats), ./import-chat.js (import of a JSON export),
 // ./models.js, ./usage.js, ./markdown.js (model text as Markdown), ./api.js
 // (HTTP and the session) and ./ui.js (the `h` element helper, toasts,
 // formatting); ./wire.js holds the JSDoc types of the wire shapes.
