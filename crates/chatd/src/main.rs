@@ -7,6 +7,8 @@
 //! - `chatd token create --user NAME [--admin]`: print a new API token
 //!   ([`token`]); `chatd token list|revoke`: a user's tokens, over HTTP
 //!   like `chatd chat` ([`chat_cli`]).
+//! - `chatd user passwd USERNAME [--admin] [--password-stdin]`: set or
+//!   reset a user's sign-in password ([`user`]).
 //! - `chatd usage [--user USER]`: the month's usage against the user's
 //!   limits, over HTTP like `chatd chat` ([`chat_cli`]).
 //! - `chatd migrate --postgres-url URL`: apply the embedded migrations and
@@ -16,7 +18,7 @@
 //!   server (`--url`/`CHATD_URL`, `--token`/`CHATD_TOKEN`): start chats,
 //!   stream replies to the terminal and manage chats ([`chat_cli`]).
 //!
-//! The local command `token create` works on the running
+//! The local commands (`token create`, `user passwd`) work on the running
 //! server's database: `--postgres-url`, or the embedded cluster of
 //! `--data-dir`/`CHATD_DATA_DIR` (default `~/.local/share/chatd`, as
 //! `scripts/run.sh` uses); a data directory without a cluster is refused,
@@ -35,6 +37,7 @@ mod logging;
 mod serve;
 mod shutdown;
 mod token;
+mod user;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -42,6 +45,7 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::config::{LogFormat, ServeArgs};
 use crate::token::TokenCommand;
+use crate::user::UserCommand;
 
 /// chatd: durable, multi-replica LLM chat agents on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -70,6 +74,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Manage users' sign-in passwords.
+    #[command(subcommand)]
+    User(UserCommand),
     /// Apply the database migrations and exit.
     Migrate {
         /// PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/chatd.
@@ -104,6 +111,7 @@ async fn main() -> std::process::ExitCode {
         Command::Token(TokenCommand::List(args)) => return chat_cli::token_list(args).await,
         Command::Token(TokenCommand::Revoke(args)) => return chat_cli::token_revoke(args).await,
         Command::Token(command) => token::run(command).await,
+        Command::User(command) => user::run(command).await,
         Command::Migrate { postgres_url } => migrate(&postgres_url).await,
         Command::Chat(args) => return chat_cli::run(args).await,
         Command::Usage(args) => return chat_cli::usage(args).await,

@@ -1,6 +1,6 @@
 //! End-to-end tests of the `chatd` binary: `chatd serve` with the embedded
 //! PostgreSQL and with `--postgres-url`, several replicas on one database,
-//! `chatd token create`, and the `chatd chat`
+//! `chatd token create` and `chatd user passwd`, and the `chatd chat`
 //! client. Every test starts real processes and bounds every wait; see
 //! `support.rs`.
 
@@ -9,6 +9,7 @@ mod branches_cli;
 mod cli;
 mod config_file;
 mod embedded;
+mod local_cli;
 mod manage_cli;
 mod pg_restart;
 mod replicas;

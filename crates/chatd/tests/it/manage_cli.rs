@@ -189,7 +189,7 @@ async fn rename_archive_unarchive_and_delete_manage_a_chat_and_delete_wants_yes_
     assert!(!listed(&url, ADMIN_TOKEN, &[]).await?.contains(&chat));
     assert_eq!(
         listed(&url, ADMIN_TOKEN, &["--archived"]).await?,
-        [chat.clone()]
+        std::slice::from_ref(&chat)
     );
     let (code, _, stderr) = output(cli(&url, ADMIN_TOKEN, &["archive", &chat])).await?;
     assert_eq!(code, Some(1), "already archived: {stderr}");
@@ -395,7 +395,10 @@ async fn export_import_search_and_share_work_through_the_cli() -> anyhow::Result
     assert_eq!(stdout, format!("shared {chat} with bob (user {bob_id})\n"));
     let shares = ok_as(&url, &alice, &["shares", &chat]).await?;
     assert!(shares.starts_with(&format!("{bob_id}  bob  ")), "{shares}");
-    assert_eq!(listed(&url, &bob, &["--shared"]).await?, [chat.clone()]);
+    assert_eq!(
+        listed(&url, &bob, &["--shared"]).await?,
+        std::slice::from_ref(&chat)
+    );
     assert!(
         !listed(&url, &bob, &[]).await?.contains(&chat),
         "not his own"
