@@ -7,6 +7,11 @@
 //! table's size; every replica runs it, and `SKIP LOCKED` keeps two replicas
 //! (or a request taking over an expired key) from waiting on each other.
 //! Errors are logged and the next pass tries again.
+//!
+//! The same pass deletes the browser sessions that have expired
+//! ([`chatd_store::sessions::delete_expired`]; API.md "Sign-in, search,
+//! sharing and export"): they no longer authenticate either, so this too
+//! only bounds a table.
 
 use std::time::Duration;
 
@@ -52,6 +57,11 @@ impl IdempotencySweepLoop {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(deleted = n, "deleted expired idempotency keys"),
                 Err(err) => tracing::warn!(error = %err, "idempotency key sweep failed"),
+            }
+            match chatd_store::sessions::delete_expired(self.store.pool()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(deleted = n, "deleted expired sessions"),
+                Err(err) => tracing::warn!(error = %err, "session sweep failed"),
             }
         }
     }

@@ -276,3 +276,89 @@ async fn revoking_a_share_closes_the_readers_stream_within_10_s() {
             .is_err()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_cookie_opens_the_stream_and_signing_out_closes_it_within_10_s() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let env = StreamEnv::start().await;
+    let password = crate::sessions::PASSWORD;
+    chatd_api::auth::set_password(env.pool(), "alice", password, false)
+        .await
+        .unwrap();
+    let chat = env
+        .create_chat(
+            &env.alice,
+            json!({"content": [{"type": "text", "text": "hello"}]}),
+        )
+        .await;
+    let signed_in = env
+        .http
+        .post(format!("{}/api/v2/sessions", env.replica.base))
+        .json(&json!({"username": "alice", "password": password}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 201);
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let csrf = signed_in.headers()["x-csrf-token"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+
+    // A browser's WebSocket: the cookie, the plain subprotocol, its origin.
+    let url = env.replica.ws_url(&stream_path(chat, None));
+    let mut request = url.as_str().into_client_request().unwrap();
+    let host = env.replica.base.trim_start_matches("http://").to_owned();
+    let headers = request.headers_mut();
+    headers.insert("cookie", cookie.parse().unwrap());
+    headers.insert("sec-websocket-protocol", "chatd".parse().unwrap());
+    headers.insert("origin", format!("http://{host}").parse().unwrap());
+    let (mut ws, response) = tokio_tungstenite::connect_async(request.clone())
+        .await
+        .expect("the cookie authenticates the stream");
+    assert_eq!(response.headers()["sec-websocket-protocol"], "chatd");
+    let first = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut ws))
+        .await
+        .expect("the first frame");
+    assert!(matches!(
+        first,
+        Some(Ok(tokio_tungstenite::tungstenite::Message::Text(_)))
+    ));
+
+    // Another site's page cannot open it with the same cookie.
+    let mut foreign = request.clone();
+    foreign
+        .headers_mut()
+        .insert("origin", "https://evil.example".parse().unwrap());
+    assert!(tokio_tungstenite::connect_async(foreign).await.is_err());
+
+    let out = env
+        .http
+        .delete(format!("{}/api/v2/sessions/current", env.replica.base))
+        .header("cookie", &cookie)
+        .header("x-csrf-token", &csrf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 204);
+    let signed_out_at = Instant::now();
+    let code = tokio::time::timeout(Duration::from_secs(12), async {
+        while let Some(frame) = futures::StreamExt::next(&mut ws).await {
+            if let Ok(tokio_tungstenite::tungstenite::Message::Close(frame)) = frame {
+                return frame.map(|f| u16::from(f.code));
+            }
+        }
+        None
+    })
+    .await
+    .expect("the stream closes after sign-out");
+    assert!(signed_out_at.elapsed() < Duration::from_secs(11));
+    assert_eq!(code, Some(1008));
+    assert!(tokio_tungstenite::connect_async(request).await.is_err());
+}
