@@ -155,6 +155,20 @@ for (const scheme of ['light', 'dark']) {
       await h.expectStatus(page, 'waiting');
       await h.messages(page, 'assistant').last().getByTestId('finish-mark').waitFor();
       assert.deepEqual(await page.evaluate(lowContrast), [], 'interrupted mark');
+      // The message search with a marked hit, the share dialog, the settings with "Change password".
+      await page.keyboard.press('Control+k');
+      await h.byId(page, 'search-input').fill('rich');
+      await h.byId(page, 'search-hit').first().locator('mark').first().waitFor();
+      assert.deepEqual(await page.evaluate(lowContrast), [], 'search dialog');
+      await h.byId(page, 'search-close').click();
+      await h.chatMenu(page, 'share-chat');
+      await h.byId(page, 'share-empty').waitFor();
+      assert.deepEqual(await page.evaluate(lowContrast), [], 'share dialog');
+      await h.byId(page, 'share-close').click();
+      await h.byId(page, 'open-settings').click();
+      await h.byId(page, 'password-settings').waitFor();
+      assert.deepEqual(await page.evaluate(lowContrast), [], 'settings dialog');
+      await h.byId(page, 'settings-close').click();
     }, { colorScheme: scheme });
   });
 }

@@ -115,7 +115,7 @@ for (const v of VARIANTS) {
       await list.waitFor();
       assert.equal(await h.byId(page, 'chat-menu').getAttribute('aria-expanded'), 'true');
       const labels = await list.locator('[role^="menuitem"] .menu-item-label').allTextContents();
-      assert.deepEqual(labels, ['Compact context', 'Clear context', 'Plan mode', 'Export as Markdown', 'Export as JSON', 'Archive']);
+      assert.deepEqual(labels, ['Compact context', 'Clear context', 'Plan mode', 'Export as Markdown', 'Export as JSON', 'Share…', 'Archive']);
       // The open menu is on screen and the page does not scroll sideways.
       const box = await list.boundingBox();
       const width = page.viewportSize().width;
