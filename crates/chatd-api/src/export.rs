@@ -29,6 +29,10 @@
 //!
 //! # Import
 //!
+//! At most [`MAX_IMPORT_MESSAGES`] messages (`400` naming `messages`)
+//! within the JSON body limit (1 MiB, `413`): an import is one transaction
+//! holding one database connection, and this bounds how long.
+//!
 //! `POST /api/v2/chats/import` with that document → `201 Chat`: a new idle
 //! chat (`waiting`) of the caller, with the default model config, the title
 //! and labels of `chat` and the messages, created in one transaction. Tool
@@ -48,6 +52,11 @@
 //! body limit (`413` over it). There is no per-user chat count limit; an
 //! imported chat does not run, so the running-chats limit and budgets do
 //! not apply.
+
+/// Most messages one import creates: an import is one transaction that
+/// writes a row per message (a few milliseconds each, with their
+/// triggers), and this keeps it to a few seconds of one connection.
+pub const MAX_IMPORT_MESSAGES: usize = 1_000;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -462,6 +471,12 @@ pub fn parse_import(
         return Err(ApiError::invalid(
             "messages",
             "must contain at least one message",
+        ));
+    }
+    if raw.len() > MAX_IMPORT_MESSAGES {
+        return Err(ApiError::invalid(
+            "messages",
+            format!("must contain at most {MAX_IMPORT_MESSAGES} messages"),
         ));
     }
     let mut out = Vec::with_capacity(raw.len() + 1);

@@ -29,7 +29,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::app::AppState;
-use crate::auth::{self, Caller, ChatAccess, ChatTarget, require_owner, visible_chat};
+use crate::auth::{self, Caller, ChatTarget, visible_chat};
 use crate::error::{ApiError, ApiResult, E400, E401, E403, E404, E413, E415, E429};
 use crate::extract::{self, PathParams};
 use chatd_store::shares::{self, ShareRow};
@@ -87,7 +87,7 @@ pub async fn create_share(
 ) -> ApiResult<(StatusCode, Json<ChatShare>)> {
     let chat_id = params.uuid("chat")?;
     let chat = visible_chat(&state, &caller, chat_id).await?;
-    require_owner(&caller, &chat)?;
+    owner_manages(&caller, &chat)?;
     let req = body.read().await?;
     let pool = state.store().pool();
     let (field, user_id) = match (req.user_id, req.username.as_deref()) {
@@ -131,11 +131,7 @@ pub async fn list_shares(
     State(state): State<AppState>,
     target: ChatTarget,
 ) -> ApiResult<Json<Vec<ChatShare>>> {
-    if target.access != ChatAccess::Owner {
-        return Err(ApiError::forbidden(
-            "Only the chat's owner manages its shares.",
-        ));
-    }
+    owner_manages(&target.caller, &target.chat)?;
     let rows = shares::list(state.store().pool(), target.id()).await?;
     Ok(Json(rows.into_iter().map(ChatShare::from).collect()))
 }
@@ -160,10 +156,22 @@ pub async fn delete_share(
     let chat_id = params.uuid("chat")?;
     let user_id = params.uuid("user")?;
     let chat = visible_chat(&state, &caller, chat_id).await?;
-    require_owner(&caller, &chat)?;
+    owner_manages(&caller, &chat)?;
     if shares::delete(state.store().pool(), chat_id, user_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("Share not found."))
+    }
+}
+
+/// `403` unless `caller` owns `chat`: only the owner manages its shares
+/// (an admin who is not the owner included).
+fn owner_manages(caller: &Caller, chat: &chatd_store::Chat) -> ApiResult<()> {
+    if chat.owner_id == caller.id() {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(
+            "Only the chat's owner manages its shares.",
+        ))
     }
 }

@@ -291,3 +291,27 @@ async fn a_bad_import_is_refused_naming_the_field_and_creates_nothing() {
         .expect_error(413);
     assert_eq!(chat_count(&s).await, before, "nothing was created");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_of_more_than_the_most_messages_is_refused() {
+    let s = Server::start().await;
+    let most = chatd_api::export::MAX_IMPORT_MESSAGES;
+    let doc = |n: usize| {
+        let messages: Vec<Value> = (0..n)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                json!({"role": role, "content": [{"type": "text", "text": "x"}]})
+            })
+            .collect();
+        json!({"format": "chatd.chat", "version": 1, "chat": {"title": "Long"}, "messages": messages})
+    };
+    let before = chat_count(&s).await;
+    let answer = s
+        .post("/api/v2/chats/import", &s.alice, doc(most + 1))
+        .await;
+    answer.expect_error(400);
+    assert_eq!(answer.fields(), ["messages"]);
+    assert_eq!(chat_count(&s).await, before, "nothing created");
+    let answer = s.post("/api/v2/chats/import", &s.alice, doc(most)).await;
+    assert_eq!(answer.expect(201)["status"], "waiting");
+}

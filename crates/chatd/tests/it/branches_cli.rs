@@ -156,7 +156,7 @@ async fn regenerate_streams_the_new_answer_and_branches_and_switch_keep_and_rest
     ));
     let (code, stdout, stderr) = output(cli(&url, &["regenerate", &chat])).await?;
     assert_eq!(code, Some(0), "stderr: {stderr}");
-    assert_eq!(stdout, "blue, or green\n");
+    assert_eq!(stdout, "blue, or green\n", "stderr: {stderr}");
     assert_eq!(stderr.trim(), format!("regenerating (message {red})"));
     let after = messages(&setup.server, &chat).await?;
     let [(q, _, _), (blue, role, text)] = after.as_slice() else {
