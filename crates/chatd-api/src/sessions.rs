@@ -220,7 +220,7 @@ pub async fn current_session(caller: Caller) -> ApiResult<Response> {
 /// `DELETE /api/v2/sessions/current`: signs out.
 #[utoipa::path(
     delete, path = "/api/v2/sessions/current", tag = "sessions",
-    params(("X-CSRF-Token" = String, Header, description = "The session's CSRF token")),
+    params(("X-CSRF-Token" = Option<String>, Header, description = "The session's CSRF token (required with the session cookie; a bearer token has no session: 404)")),
     responses(
         (status = 204, description = "Signed out: the session ended on the server and the cookie is cleared"),
         (status = 404, description = "The request is authenticated with a bearer token: it has no session", body = crate::error::ErrorBody),
@@ -264,6 +264,16 @@ pub async fn set_password(
     let user_id = crate::users::target_user(&caller, &params)?;
     let req = body.read().await?;
     auth::validate_password(&req.password).map_err(|e| ApiError::invalid("password", e))?;
+    if req
+        .current_password
+        .as_ref()
+        .is_some_and(|p| p.chars().count() > auth::MAX_PASSWORD_CHARS)
+    {
+        return Err(ApiError::invalid(
+            "current_password",
+            "must be at most 1024 characters",
+        ));
+    }
     let pool = state.store().pool();
     let current = users::password_hash(pool, user_id)
         .await?

@@ -141,7 +141,7 @@ pub async fn list_shares(
     delete, path = "/api/v2/chats/{chat}/shares/{user}", tag = "chats",
     params(
         ("chat" = Uuid, Path, description = "Chat id"),
-        ("user" = Uuid, Path, description = "The user the chat is shared with"),
+        ("user" = String, Path, description = "The id of the user the chat is shared with (a UUID), or `me`"),
     ),
     responses(
         (status = 204, description = "Revoked: the chat answers that user 404 and their open streams of it close within 10 s"),
@@ -154,7 +154,12 @@ pub async fn delete_share(
     params: PathParams,
 ) -> ApiResult<StatusCode> {
     let chat_id = params.uuid("chat")?;
-    let user_id = params.uuid("user")?;
+    // `me`, as in `/users/{user}`: the caller (who, as the owner, has no
+    // share of their own chat: 404).
+    let user_id = match params.raw("user")? {
+        "me" => caller.id(),
+        _ => params.uuid("user")?,
+    };
     let chat = visible_chat(&state, &caller, chat_id).await?;
     owner_manages(&caller, &chat)?;
     if shares::delete(state.store().pool(), chat_id, user_id).await? {
