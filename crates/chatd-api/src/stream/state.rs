@@ -328,7 +328,7 @@ impl StreamState {
                 .unwrap_or(0);
             changed
                 .iter()
-                .any(|m| m.deleted && m.id <= self.after_id && m.revision > anchor)
+                .any(|m| m.deleted && m.id <= self.after_id && m.revision >= anchor)
         } else {
             changed.iter().any(|m| m.deleted)
         }
@@ -782,6 +782,27 @@ mod tests {
             s.known_messages().keys().copied().collect::<Vec<_>>(),
             [1, 2, 3, 5]
         );
+    }
+
+    #[test]
+    fn a_branch_switch_missed_while_disconnected_resets_the_reconnecting_client() {
+        // The client held rows 1..=6 (revision 4) and missed a switch at
+        // revision 9 that removed 5 and 6 and brought back 3's sibling 4.
+        let state = StreamState::new(CHAT, 6);
+        let changed = [
+            msg(1, 4),
+            msg(2, 4),
+            msg(4, 9),
+            deleted(5, 9),
+            deleted(6, 9),
+        ];
+        assert!(state.needs_history_reset(&changed));
+        // A client that saw the switch holds 4 at revision 9 too: an extra
+        // reset, harmless; and none without a deletion at all.
+        let state = StreamState::new(CHAT, 6);
+        assert!(!state.needs_history_reset(&[msg(1, 4), msg(4, 9)]));
+        // A deletion older than every row the client holds was seen.
+        assert!(!state.needs_history_reset(&[msg(1, 8), deleted(2, 7)]));
     }
 
     #[test]
