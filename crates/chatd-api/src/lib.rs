@@ -55,6 +55,7 @@ pub mod auth;
 pub mod body_deadline;
 pub mod branches;
 pub mod chats;
+pub mod compat;
 pub mod config_file;
 pub mod drain;
 pub mod error;
@@ -229,6 +230,7 @@ pub fn router(state: AppState) -> Router {
             "/api/experimental/chats",
             get(chats::list_chats).post(chats::create_chat),
         )
+        .merge(compat::routes())
         .nest("/api/v2/chats", chats.clone())
         .nest("/api/experimental/chats", chats)
         .route_layer(axum::middleware::from_fn_with_state(

@@ -30,8 +30,8 @@ pub mod chats {
 /// `chat_messages`: the history reads of the API and the generation loop.
 pub mod messages {
     pub use crate::queries::messages::{
-        Cursor, TreeNode, active_history, changed_since, count_visible_between, scan, select,
-        tail_contents, tree, visible,
+        Cursor, TreeNode, active_history, changed_since, count_visible_between, from_id, scan,
+        select, tail_contents, tree, visible,
     };
 }
 
@@ -40,6 +40,15 @@ pub mod messages {
 pub mod search {
     pub use crate::queries::search::{
         GREATER_THAN, LESS_THAN, MARK_START, MARK_STOP, SearchCursor, SearchHit, search,
+    };
+}
+
+/// `chat_responses` and `ai_sdk_chats`: the compatible protocols' ids
+/// (API.md "Compatible protocols"). Responses are recorded in the bundle
+/// that starts their turn ([`crate::ChatTx::record_response`]).
+pub mod responses {
+    pub use crate::queries::responses::{
+        NewResponse, ResponseRow, TurnOptions, after, ai_sdk_chat, latest, select, turn_options,
     };
 }
 

@@ -53,8 +53,8 @@ mod uploads;
 pub use front::search;
 pub use front::{
     chats, cluster_settings, database, files, heartbeats, idempotency_keys, internals, mcp_servers,
-    messages, migrations, model_configs, providers, queue, replicas, send_receipts, sessions,
-    shares, tokens, usage, users,
+    messages, migrations, model_configs, providers, queue, replicas, responses, send_receipts,
+    sessions, shares, tokens, usage, users,
 };
 
 pub use error::{StoreError, StoreResult};

@@ -519,7 +519,8 @@ pub struct CreateChatInput {
     pub mcp_server_ids: Vec<Uuid>,
     /// `"plan"` or none.
     pub plan_mode: Option<String>,
-    /// Initial history; must be non-empty.
+    /// Initial history; must be non-empty for a running chat (a waiting
+    /// one may start empty: an OpenAI conversation created without items).
     pub initial_messages: Vec<NewMessage>,
     /// `Running` (default, lands `R0`) or `Waiting` (lands `W`).
     pub initial_status: Option<ChatStatus>,
@@ -534,6 +535,13 @@ pub struct CreateChatInput {
     /// The idempotency key of the `spawn_agent` call creating this child
     /// (unique per parent; [`crate::ChatTx::create_child`]).
     pub spawn_key: Option<String>,
+    /// An OpenAI response whose turn is this chat's first (API.md
+    /// "Compatible protocols"): recorded in the same transaction, starting
+    /// at the last initial user message.
+    pub response: Option<crate::queries::responses::NewResponse>,
+    /// The AI SDK transport's id of the chat (per owner), mapped in the
+    /// same transaction; a unique violation when it is already mapped.
+    pub ai_sdk_id: Option<String>,
 }
 
 /// A chat row with what a transition bundle needs to know besides it: the

@@ -729,6 +729,24 @@ pub async fn changed_since(
     .await
 }
 
+/// At most `limit` rows of the chat with `id >= from_id`, on every branch
+/// (soft-deleted and model-only ones included), in id order: what the
+/// compatible protocols read to follow one turn down the tree from its
+/// first message (API.md "Compatible protocols").
+pub async fn from_id(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    from_id: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<ChatMessage>> {
+    sql!(query() [, chat_id, from_id, limit]:
+        "SELECT " message_columns!()
+        " FROM chat_messages m WHERE m.chat_id = $1 AND m.id >= $2 ORDER BY m.id LIMIT $3")
+    .try_map(|r| Ok(message_of!(r)))
+    .fetch_all(conn)
+    .await
+}
+
 /// Every current client-visible message of the chat (not soft-deleted, not
 /// model-only), in id order (the stream loop's full refresh).
 pub async fn visible(conn: impl PgExecutor<'_>, chat_id: Uuid) -> sqlx::Result<Vec<ChatMessage>> {

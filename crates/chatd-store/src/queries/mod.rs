@@ -357,6 +357,7 @@ pub mod model_configs;
 pub mod providers;
 pub mod queue;
 pub mod replicas;
+pub mod responses;
 pub mod search;
 pub mod send_receipts;
 pub mod sessions;

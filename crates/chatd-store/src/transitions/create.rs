@@ -75,7 +75,7 @@ impl Store {
             }
             .into());
         }
-        if input.initial_messages.is_empty() {
+        if input.initial_messages.is_empty() && status == ChatStatus::Running {
             return Err(StateError::InvalidInput {
                 field: "initial_messages",
                 detail: "must not be empty".into(),
@@ -242,6 +242,25 @@ async fn create_in(
             facts
         }
     };
+    if let Some(response) = &input.response {
+        let mut response = response.clone();
+        response.start_message_id = initial_messages
+            .iter()
+            .rev()
+            .find(|m| m.role == chatd_core::ChatRole::User)
+            .map(|m| m.id);
+        if response.start_message_id.is_none() {
+            return Err(StateError::InvalidInput {
+                field: "initial_messages",
+                detail: "a response needs a user message".into(),
+            }
+            .into());
+        }
+        queries::responses::insert(&mut *conn, id, &response).await?;
+    }
+    if let Some(client_id) = &input.ai_sdk_id {
+        queries::responses::insert_ai_sdk_chat(&mut *conn, input.owner_id, client_id, id).await?;
+    }
     let row = facts.clone();
     let chat = enqueue_publications(facts, buffer, config);
     let to = chat.execution_state(false);

@@ -226,7 +226,14 @@ impl ChatTx {
         self.confirm().await?;
         let t = Transition::CompleteRequiresAction;
         let (chat, _, from) = self.enter(t).await?;
-        let dynamic = chat.dynamic_tool_names();
+        let mut dynamic = chat.dynamic_tool_names();
+        // A turn started by an OpenAI response offers that response's
+        // client tools (API.md "Compatible protocols").
+        if let Some(turn) = queries::responses::turn_options(db!(self), self.chat_id).await?
+            && let Some(tools) = turn.tools
+        {
+            dynamic.extend(tools.into_iter().map(|t| t.name));
+        }
         let tail = queries::messages::tail_contents(db!(self), self.chat_id).await?;
         let pending = pending_actions(tail.iter().map(Vec::as_slice), |name| {
             dynamic.iter().any(|d| d == name)

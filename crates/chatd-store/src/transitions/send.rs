@@ -41,6 +41,23 @@ pub struct SendMessageResult {
 }
 
 impl ChatTx {
+    /// Records an OpenAI response whose turn this bundle starts (API.md
+    /// "Compatible protocols": the durable mapping of a `resp_…` id to a
+    /// turn), in the bundle's transaction: it exists exactly when the send
+    /// or the tool results it names commit. Not a transition: the chat's
+    /// state is not touched.
+    ///
+    /// # Errors
+    /// Database errors (a repeated id is a unique violation).
+    pub async fn record_response(
+        &mut self,
+        response: &crate::queries::responses::NewResponse,
+    ) -> StoreResult<()> {
+        let chat_id = self.chat_id;
+        queries::responses::insert(self.reader().await?, chat_id, response).await?;
+        Ok(())
+    }
+
     /// `SendMessage(m, busy_behavior)`: from `W`/`E0` the message enters
     /// history (`R0`); from `E1` it joins the queue's tail and the head is
     /// promoted (`R1`); when busy it is queued at the tail (`queue`) or at the
@@ -272,6 +289,17 @@ impl UserSend {
             None => None,
         };
         Ok((result, position))
+    }
+
+    /// [`ChatTx::record_response`] in this bundle.
+    ///
+    /// # Errors
+    /// As [`ChatTx::record_response`].
+    pub async fn record_response(
+        &mut self,
+        response: &crate::queries::responses::NewResponse,
+    ) -> StoreResult<()> {
+        self.tx.record_response(response).await
     }
 
     /// Stores `response` as the receipt of the send's `client_message_id`

@@ -61,6 +61,7 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
         },
         max_steps_per_turn: config.max_steps_per_turn,
         generate_titles: config.generate_titles,
+        turn: loaded.turn.as_ref(),
     });
     if let (Plan::Call(_), Some(exceeded)) = (&next, &loaded.over_budget) {
         // Answers and compactions alike: no model call over budget.
@@ -104,9 +105,7 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
                     .with_approvals(loaded.approvals())
                     .with_agents(&loaded.chat);
             if call.plan_mode {
-                let read_only = loaded
-                    .chat
-                    .dynamic_tools
+                let read_only = super::plan::turn_tools(&loaded.chat, loaded.turn.as_ref())
                     .iter()
                     .filter(|t| t.read_only)
                     .map(|t| t.name.clone())
@@ -395,6 +394,9 @@ struct Loaded {
     /// The owner's budget that the period's usage has reached, if any (read
     /// with the history: a model call is not made then).
     over_budget: Option<Exceeded>,
+    /// The options of the OpenAI response that started the turn, if one
+    /// did (API.md "Compatible protocols").
+    turn: Option<chatd_store::responses::TurnOptions>,
 }
 
 impl Loaded {
@@ -414,6 +416,9 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     let mut locked = fenced_lock(machine, &task.fence).await?;
     let chat = locked.chat.clone();
     let history = chatd_store::messages::active_history(locked.conn(), task.chat_id)
+        .await
+        .map_err(store_error)?;
+    let turn = chatd_store::responses::turn_options(locked.conn(), task.chat_id)
         .await
         .map_err(store_error)?;
     let model = resolve_model(
@@ -491,6 +496,7 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
         tail,
         files,
         over_budget,
+        turn,
     })
 }
 
@@ -505,7 +511,10 @@ async fn answer_outstanding(
     loaded: &Loaded,
     outstanding: Outstanding,
 ) -> TaskResult<()> {
-    let dynamic = loaded.chat.dynamic_tool_names().into_iter().collect();
+    let dynamic = super::plan::turn_tools(&loaded.chat, loaded.turn.as_ref())
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     let router = ToolRouter::list(task, dynamic, &loaded.mcp_servers)
         .await?
         .with_approvals(loaded.approvals())

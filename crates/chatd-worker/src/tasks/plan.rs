@@ -66,6 +66,22 @@ pub(super) struct PlanInput<'a, P> {
     pub(super) max_steps_per_turn: usize,
     /// Whether first answers get a title (`WorkerConfig::generate_titles`).
     pub(super) generate_titles: bool,
+    /// The options of the OpenAI response that started this turn, if one
+    /// did (API.md "Compatible protocols": `instructions` and `tools` apply
+    /// to that response only, `max_output_tokens` caps each model call).
+    pub(super) turn: Option<&'a chatd_store::responses::TurnOptions>,
+}
+
+/// The client tools of a turn: the response's own when the turn was started
+/// by an OpenAI response that sent `tools`, else the chat's.
+pub(super) fn turn_tools<'a>(
+    chat: &'a Chat,
+    turn: Option<&'a chatd_store::responses::TurnOptions>,
+) -> &'a [DynamicTool] {
+    match turn.and_then(|t| t.tools.as_deref()) {
+        Some(tools) => tools,
+        None => &chat.dynamic_tools,
+    }
 }
 
 /// One message of the active history, as [`plan`] reads it.
@@ -169,7 +185,8 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         .iter()
         .filter(|m| m.visibility != Visibility::User)
         .collect();
-    let dynamic: HashSet<String> = chat.dynamic_tool_names().into_iter().collect();
+    let client_tools = turn_tools(chat, input.turn);
+    let dynamic: HashSet<String> = client_tools.iter().map(|t| t.name.clone()).collect();
     let compaction = chat.compaction_requested_at.is_some();
     if !compaction
         && let Some(plan) = plan_without_call(&history, &dynamic, input.max_steps_per_turn)
@@ -206,23 +223,37 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
             PLAN_MODE_INSTRUCTION,
         ));
     }
+    if let Some(instructions) = input
+        .turn
+        .and_then(|t| t.instructions.as_deref())
+        .filter(|_| !compaction)
+    {
+        messages.push(RequestMessage::text(ChatRole::System, instructions));
+    }
     let tools = if compaction {
         Vec::new()
     } else {
-        dynamic_tool_specs(
-            chat.dynamic_tools
-                .iter()
-                .filter(|t| !plan_mode || t.read_only),
-        )
+        dynamic_tool_specs(client_tools.iter().filter(|t| !plan_mode || t.read_only))
     };
     let options = model.options.clone();
+    let turn_cap = input
+        .turn
+        .and_then(|t| t.max_output_tokens)
+        .and_then(|v| u32::try_from(v).ok())
+        .filter(|_| !compaction);
     let request = ModelRequest {
         model: model.model.clone(),
         messages,
         tools,
-        max_output_tokens: options
-            .max_output_tokens
-            .and_then(|v| u32::try_from(v).ok()),
+        max_output_tokens: match (
+            options
+                .max_output_tokens
+                .and_then(|v| u32::try_from(v).ok()),
+            turn_cap,
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
         temperature: options.temperature.map(|t| t as f32),
         reasoning_effort: resolve_reasoning_effort(chat.last_reasoning_effort.as_deref(), &options),
         files: Default::default(),

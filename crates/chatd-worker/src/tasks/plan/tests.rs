@@ -128,6 +128,7 @@ fn plan_for(chat: &Chat, history: &[HistoryMessage<'_>]) -> Plan<()> {
         model: Ok((&model, ())),
         max_steps_per_turn: 3,
         generate_titles: true,
+        turn: None,
     })
 }
 
@@ -185,6 +186,7 @@ fn only_a_first_answer_of_a_default_titled_chat_wants_a_title() {
         model: Ok((&model, ())),
         max_steps_per_turn: 3,
         generate_titles: false,
+        turn: None,
     });
     assert!(!call(untitled).wants_title);
 }
@@ -299,6 +301,7 @@ fn a_chat_without_a_model_fails_when_the_model_is_due() {
             model: Err("no model"),
             max_steps_per_turn: 3,
             generate_titles: true,
+            turn: None,
         })
     };
     assert!(matches!(no_model(&[user("hi")]), Plan::NoModel(m) if m == "no model"));

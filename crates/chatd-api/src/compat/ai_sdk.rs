@@ -1,0 +1,791 @@
+//! The AI SDK's chat transport (API.md "Compatible protocols"; the `ai`
+//! npm package's `DefaultChatTransport` and `useChat`):
+//!
+//! - `POST /api/v2/ai-sdk/chat` takes the transport's body (`id`,
+//!   `messages`, `trigger`, `messageId`, and chatd's extra `tools:
+//!   [DynamicTool]`) and answers the UI message stream (SSE, header
+//!   `x-vercel-ai-ui-message-stream: v1`) of the turn it starts;
+//! - `GET /api/v2/ai-sdk/chat/{id}/stream` resumes the running turn's
+//!   stream from its start (`204` when no turn runs);
+//! - `GET /api/v2/ai-sdk/chat/{id}/messages` → `200 [UIMessage]`, the chat's
+//!   active branch as UI messages (`[]` for an id never used), for an app
+//!   that reloads.
+//!
+//! `id` is a chat id, or any other string of 1 to 128 characters, mapped
+//! per user to the chat created on its first use (`ai_sdk_chats`).
+//! `trigger: "submit-message"` sends the last message's text when it is a
+//! user message (queued when a turn runs), or, when it is an assistant
+//! message whose tool parts carry outputs (`state: "output-available"` or
+//! `"output-error"`) or approval responses (`"approval-responded"`),
+//! answers the pending calls with them; `"regenerate-message"` regenerates
+//! the assistant message `messageId` (a chatd message id). Every turn is
+//! recorded as a response (`chat_responses`), whose `tools` are the
+//! request's `tools`: the client tools of that turn.
+//!
+//! The stream: `start` (and, once the turn's first answer is committed, a
+//! second `start` whose `messageId` is chatd's id of it), `text-*` parts
+//! streamed live and closed on commit, `reasoning-*` and tool parts from the
+//! committed messages (`tool-input-available` with `dynamic: true`,
+//! `tool-output-available` for calls chatd ran,
+//! `tool-approval-request` with `approvalId` = the call id), then
+//! `finish` (with an `error` chunk first when the turn failed) and
+//! `[DONE]`. A live text part whose attempt was discarded (a retry, a
+//! replica that died) is followed by a `data-chatd-discarded` chunk naming
+//! it (`{type: "data-chatd-discarded", data: {id}}`): the client drops that
+//! text part; the answer comes as a new one.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use chatd_core::{
+    ActionKind, BusyBehavior, ChatRole, ChatStatus, DynamicTool, MessagePart, PartDelta, Visibility,
+};
+use chatd_store::responses::NewResponse;
+use chatd_store::{
+    Chat, ChatMessage, CreateChatInput, NewMessage, SendMessageInput, UserSendStart,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::app::AppState;
+use crate::auth::{Caller, readable_chat, require_owner, visible_chat};
+use crate::compat::turn;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{self, PathParams};
+use crate::stream::{ChatStreamEvent, StreamPayload};
+
+/// The routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v2/ai-sdk/chat", post(post_chat))
+        .route("/api/v2/ai-sdk/chat/{id}/stream", get(resume_stream))
+        .route("/api/v2/ai-sdk/chat/{id}/messages", get(get_messages))
+}
+
+fn check_id(id: &str) -> ApiResult<()> {
+    if id.is_empty() || id.chars().count() > 128 {
+        return Err(ApiError::invalid("id", "must be 1 to 128 characters"));
+    }
+    Ok(())
+}
+
+/// The chat `id` names for `caller`: a chat id they may read, else their
+/// mapping of it; `None` when it names nothing yet.
+async fn chat_for(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Option<Chat>> {
+    if let Some(chat_id) = crate::extract::parse_uuid(id)
+        && let Ok((chat, _)) = readable_chat(state, caller, chat_id).await
+    {
+        return Ok(Some(chat));
+    }
+    match chatd_store::responses::ai_sdk_chat(state.store().pool(), caller.id(), id).await? {
+        Some(chat_id) => Ok(Some(readable_chat(state, caller, chat_id).await?.0)),
+        None => Ok(None),
+    }
+}
+
+fn text_of_parts(parts: &[Value]) -> String {
+    parts
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+/// The client's answers in an assistant UI message: `(call id, output or
+/// decision)`.
+fn answers_of(parts: &[Value]) -> Vec<chatd_store::ToolResultInput> {
+    let mut out = Vec::new();
+    for p in parts {
+        let kind = p["type"].as_str().unwrap_or("");
+        if !(kind == "dynamic-tool" || kind.starts_with("tool-")) {
+            continue;
+        }
+        let Some(call_id) = p["toolCallId"].as_str() else {
+            continue;
+        };
+        match p["state"].as_str() {
+            Some("output-available") => {
+                let output = p.get("output").cloned().unwrap_or(Value::Null);
+                out.push(chatd_store::ToolResultInput::output(
+                    call_id,
+                    output.to_string(),
+                    false,
+                ));
+            }
+            Some("output-error") => {
+                let text = p["errorText"].as_str().unwrap_or("error");
+                out.push(chatd_store::ToolResultInput::output(
+                    call_id,
+                    json!({"error": text}).to_string(),
+                    true,
+                ));
+            }
+            Some("approval-responded") => {
+                let approved = p.pointer("/approval/approved").and_then(Value::as_bool);
+                if let Some(approved) = approved {
+                    let reason = p
+                        .pointer("/approval/reason")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    out.push(chatd_store::ToolResultInput::decision(
+                        call_id, approved, reason,
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn parse_tools(value: Option<&Value>) -> ApiResult<Option<Vec<DynamicTool>>> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value::<Vec<DynamicTool>>(v.clone())
+            .map(Some)
+            .map_err(|e| ApiError::invalid("tools", format!("must be [DynamicTool]: {e}"))),
+    }
+}
+
+/// `POST /api/v2/ai-sdk/chat` (see the module doc).
+pub async fn post_chat(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: extract::Json<Value>,
+) -> ApiResult<Response> {
+    let body = body.read().await?;
+    let id = body["id"]
+        .as_str()
+        .ok_or_else(|| ApiError::invalid("id", "must be a string"))?
+        .to_owned();
+    check_id(&id)?;
+    let messages = body["messages"]
+        .as_array()
+        .ok_or_else(|| ApiError::invalid("messages", "must be an array of UI messages"))?;
+    let trigger = body["trigger"].as_str().unwrap_or("submit-message");
+    let tools = parse_tools(body.get("tools"))?;
+    let last = messages
+        .last()
+        .ok_or_else(|| ApiError::invalid("messages", "must not be empty"))?;
+    let last_parts: Vec<Value> = last["parts"].as_array().cloned().unwrap_or_default();
+    let mut response = NewResponse {
+        id: format!("resp_{}", Uuid::new_v4().simple()),
+        owner_id: caller.id(),
+        model: String::new(),
+        tools: tools.clone(),
+        metadata: json!({"surface": "ai-sdk"}),
+        ..Default::default()
+    };
+    let existing = chat_for(&state, &caller, &id).await?;
+    let chat_id = match (trigger, existing) {
+        ("regenerate-message", Some(chat)) => {
+            let chat = visible_chat(&state, &caller, chat.id).await?;
+            require_owner(&caller, &chat)?;
+            crate::usage::refuse_over_budget(&state, &caller.user).await?;
+            let message_id = body["messageId"]
+                .as_str()
+                .and_then(|s| s.parse::<i64>().ok())
+                .or_else(|| chat.active_leaf_id)
+                .ok_or_else(|| ApiError::invalid("messageId", "must name an assistant message"))?;
+            let mut tx = crate::chats::begin(&state, chat.id, true).await?;
+            let result = tx.regenerate_message(message_id).await?;
+            response.start_message_id = Some(result.parent_id);
+            response.model = model_name(&state, &chat).await?;
+            tx.record_response(&response).await?;
+            tx.commit().await?;
+            chat.id
+        }
+        ("regenerate-message", None) => {
+            return Err(ApiError::not_found("Chat not found."));
+        }
+        ("submit-message", existing) => {
+            let role = last["role"].as_str().unwrap_or("");
+            match (role, existing) {
+                ("user", None) => {
+                    crate::usage::refuse_over_budget(&state, &caller.user).await?;
+                    let text = text_of_parts(&last_parts);
+                    let content = user_content(text)?;
+                    let model_config_id =
+                        chatd_store::model_configs::default_id(state.store().pool()).await?;
+                    response.model_config_id = model_config_id;
+                    response.model = "default".into();
+                    let is_chat_id = crate::extract::parse_uuid(&id).is_some();
+                    let created = state
+                        .store()
+                        .create_chat(CreateChatInput {
+                            owner_id: caller.id(),
+                            last_model_config_id: model_config_id,
+                            dynamic_tools: tools.clone().unwrap_or_default(),
+                            initial_messages: vec![
+                                NewMessage::user(content).created_by(caller.id()),
+                            ],
+                            max_file_links: state.options().max_files_per_chat,
+                            response: Some(response.clone()),
+                            ai_sdk_id: (!is_chat_id).then(|| id.clone()),
+                            ..Default::default()
+                        })
+                        .await;
+                    match created {
+                        Ok(created) => created.chat.id,
+                        Err(e) => {
+                            // A concurrent first use mapped the id: send to
+                            // its chat.
+                            match chat_for(&state, &caller, &id).await? {
+                                Some(chat) => {
+                                    send_user(&state, &caller, &chat, &last_parts, &mut response)
+                                        .await?
+                                }
+                                None => return Err(e.into()),
+                            }
+                        }
+                    }
+                }
+                ("user", Some(chat)) => {
+                    crate::usage::refuse_over_budget(&state, &caller.user).await?;
+                    send_user(&state, &caller, &chat, &last_parts, &mut response).await?
+                }
+                ("assistant", Some(chat)) => {
+                    let chat = visible_chat(&state, &caller, chat.id).await?;
+                    require_owner(&caller, &chat)?;
+                    let answers = answers_of(&last_parts);
+                    if answers.is_empty() {
+                        return Err(ApiError::invalid(
+                            "messages",
+                            "the last message is an assistant message without tool outputs or approval responses",
+                        ));
+                    }
+                    let mut tx = crate::chats::begin(&state, chat.id, true).await?;
+                    let current = tx.chat().await?;
+                    let leaf = current.active_leaf_id;
+                    let input = chatd_store::CompleteRequiresActionInput {
+                        created_by: Some(caller.id()),
+                        model_config_id: current.last_model_config_id,
+                        results: answers,
+                        suffix_messages: Vec::new(),
+                    };
+                    tx.complete_requires_action(input)
+                        .await
+                        .map_err(|e| match e {
+                            chatd_store::StoreError::State(chatd_core::StateError::ToolResult(
+                                e,
+                            )) => ApiError::invalid(
+                                "messages",
+                                format!("the tool outputs do not match the pending calls: {e}"),
+                            ),
+                            other => other.into(),
+                        })?;
+                    response.start_message_id = leaf;
+                    response.continuation = true;
+                    response.model = model_name(&state, &chat).await?;
+                    tx.record_response(&response).await?;
+                    tx.commit().await?;
+                    chat.id
+                }
+                (_, None) => return Err(ApiError::not_found("Chat not found.")),
+                _ => {
+                    return Err(ApiError::invalid(
+                        "messages",
+                        "the last message must be a user message or an assistant message with tool outputs",
+                    ));
+                }
+            }
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "trigger",
+                "must be submit-message or regenerate-message",
+            ));
+        }
+    };
+    let row = chatd_store::responses::select(state.store().pool(), &response.id)
+        .await?
+        .ok_or_else(|| ApiError::internal(std::io::Error::other("the response row is missing")))?;
+    let chat = readable_chat(&state, &caller, chat_id).await?.0;
+    ui_stream(
+        &state,
+        &caller,
+        &chat,
+        row.start_message_id,
+        row.queued_message_id,
+        row.continuation,
+    )
+    .await
+}
+
+async fn model_name(state: &AppState, chat: &Chat) -> ApiResult<String> {
+    let _ = state;
+    Ok(chat
+        .last_model_config_id
+        .map_or_else(|| "default".to_owned(), |id| id.to_string()))
+}
+
+fn user_content(text: String) -> ApiResult<Vec<MessagePart>> {
+    let parts = vec![crate::objects::ChatInputPart::Text { text }];
+    crate::validate::message_content(&parts, "messages")
+}
+
+/// Sends the user message of `parts` to `chat` (queued when busy) with
+/// the response's row; returns the chat id.
+async fn send_user(
+    state: &AppState,
+    caller: &Caller,
+    chat: &Chat,
+    parts: &[Value],
+    response: &mut NewResponse,
+) -> ApiResult<Uuid> {
+    let chat = visible_chat(state, caller, chat.id).await?;
+    require_owner(caller, &chat)?;
+    let content = user_content(text_of_parts(parts))?;
+    response.model = model_name(state, &chat).await?;
+    let mut send = match state.store().machine(chat.id).begin_user_send(None).await? {
+        UserSendStart::Open(send) => send,
+        UserSendStart::Archived => return Err(ApiError::archived()),
+        _ => unreachable!("no client_message_id"),
+    };
+    let message = NewMessage::user(content).created_by(caller.id());
+    let (result, _) = send
+        .send_message(SendMessageInput {
+            message,
+            busy_behavior: BusyBehavior::Queue,
+            max_queue_size: Some(state.options().max_queued_messages),
+        })
+        .await?;
+    match (&result.queued_message, result.inserted_messages.last()) {
+        (Some(queued), _) => response.queued_message_id = Some(queued.id),
+        (None, Some(user)) => response.start_message_id = Some(user.id),
+        (None, None) => {
+            return Err(ApiError::internal(std::io::Error::other(
+                "send inserted nothing",
+            )));
+        }
+    }
+    send.record_response(response).await?;
+    send.commit(&Value::Null).await?;
+    Ok(chat.id)
+}
+
+/// `GET /api/v2/ai-sdk/chat/{id}/stream`: the running turn's stream from
+/// its start, `204` when no turn runs (or the id names no chat).
+pub async fn resume_stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Response> {
+    let id = params.raw("id")?.to_owned();
+    check_id(&id)?;
+    let Some(chat) = chat_for(&state, &caller, &id).await? else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    if !matches!(chat.status, ChatStatus::Running | ChatStatus::Interrupting) {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    // The turn's first message: the newest response's, else the newest
+    // user message of the active branch.
+    let latest = chatd_store::responses::latest(state.store().pool(), chat.id).await?;
+    let visible = chatd_store::messages::visible(state.store().pool(), chat.id).await?;
+    let last_user = visible
+        .iter()
+        .rev()
+        .find(|m| m.role == ChatRole::User)
+        .map(|m| m.id);
+    let (start, continuation) = match latest {
+        Some(r) if r.start_message_id.is_some() && r.start_message_id >= last_user => {
+            (r.start_message_id, r.continuation)
+        }
+        _ => (last_user, false),
+    };
+    ui_stream(&state, &caller, &chat, start, None, continuation).await
+}
+
+/// `GET /api/v2/ai-sdk/chat/{id}/messages`: the active branch as UI
+/// messages (a user message each; an assistant message per turn, named by
+/// its first assistant message's id).
+pub async fn get_messages(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Vec<Value>>> {
+    let id = params.raw("id")?.to_owned();
+    check_id(&id)?;
+    let Some(chat) = chat_for(&state, &caller, &id).await? else {
+        return Ok(Json(Vec::new()));
+    };
+    let visible = chatd_store::messages::visible(state.store().pool(), chat.id).await?;
+    let mut out: Vec<Value> = Vec::new();
+    let mut current: Option<Value> = None;
+    let results: std::collections::HashMap<String, (Value, bool)> = visible
+        .iter()
+        .flat_map(|m| m.content.0.iter())
+        .filter_map(|p| match p {
+            MessagePart::ToolResult {
+                tool_call_id,
+                result,
+                is_error,
+                ..
+            } => Some((tool_call_id.clone(), (result.clone(), *is_error))),
+            _ => None,
+        })
+        .collect();
+    for m in &visible {
+        match m.role {
+            ChatRole::User => {
+                if let Some(c) = current.take() {
+                    out.push(c);
+                }
+                out.push(json!({"id": m.id.to_string(), "role": "user",
+                    "parts": [{"type": "text", "text": turn::text_of(m)}]}));
+            }
+            ChatRole::Assistant => {
+                let c = current.get_or_insert_with(
+                    || json!({"id": m.id.to_string(), "role": "assistant", "parts": []}),
+                );
+                let parts = c["parts"].as_array_mut().expect("an array");
+                for p in &m.content.0 {
+                    match p {
+                        MessagePart::Text { text } => {
+                            parts.push(json!({"type": "text", "text": text, "state": "done"}));
+                        }
+                        MessagePart::Reasoning { text, .. } => {
+                            parts.push(json!({"type": "reasoning", "text": text, "state": "done"}));
+                        }
+                        MessagePart::ToolCall {
+                            tool_call_id,
+                            tool_name,
+                            args,
+                        } => {
+                            let input: Value = serde_json::from_str(args).unwrap_or(Value::Null);
+                            let part = match results.get(tool_call_id) {
+                                Some((output, false)) => {
+                                    json!({"type": "dynamic-tool", "toolName": tool_name,
+                                    "toolCallId": tool_call_id, "state": "output-available",
+                                    "input": input, "output": output})
+                                }
+                                Some((output, true)) => {
+                                    json!({"type": "dynamic-tool", "toolName": tool_name,
+                                    "toolCallId": tool_call_id, "state": "output-error",
+                                    "input": input, "errorText": output.to_string()})
+                                }
+                                None => json!({"type": "dynamic-tool", "toolName": tool_name,
+                                    "toolCallId": tool_call_id, "state": "input-available", "input": input}),
+                            };
+                            parts.push(part);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(c) = current.take() {
+        out.push(c);
+    }
+    Ok(Json(out))
+}
+
+/// Translates one turn's chat events into UI message stream chunks.
+struct UiTranslator {
+    start: Option<i64>,
+    queued: Option<i64>,
+    continuation: bool,
+    seen: HashSet<i64>,
+    live: Option<((i64, i64), String, usize)>,
+    announced: bool,
+    pending: HashSet<String>,
+    asked: HashSet<String>,
+    sent_text: String,
+    out: Vec<Value>,
+    done: bool,
+}
+
+impl UiTranslator {
+    fn message(&mut self, m: &ChatMessage) {
+        let Some(start) = self.start else {
+            if m.role == ChatRole::User
+                && m.queued_message_id.is_some()
+                && m.queued_message_id == self.queued
+            {
+                self.start = Some(m.id);
+            }
+            return;
+        };
+        if m.id <= start || !self.seen.insert(m.id) || m.visibility == Visibility::Model {
+            return;
+        }
+        match m.role {
+            ChatRole::Assistant => {
+                if !self.announced {
+                    self.announced = true;
+                    self.out
+                        .push(json!({"type": "start", "messageId": m.id.to_string()}));
+                }
+                let text = turn::text_of(m);
+                match self.live.take() {
+                    Some((_, id, _)) if text.starts_with(&self.live_text(&id)) => {
+                        let sent = self.sent_text.len();
+                        if text.len() > sent {
+                            self.out.push(
+                                json!({"type": "text-delta", "id": id, "delta": &text[sent..]}),
+                            );
+                        }
+                        self.out.push(json!({"type": "text-end", "id": id}));
+                    }
+                    other => {
+                        if let Some((_, id, _)) = other {
+                            self.discarded(&id);
+                        }
+                        if !text.is_empty() {
+                            let id = format!("msg_{}", m.id);
+                            self.out.push(json!({"type": "text-start", "id": id}));
+                            self.out
+                                .push(json!({"type": "text-delta", "id": id, "delta": text}));
+                            self.out.push(json!({"type": "text-end", "id": id}));
+                        }
+                    }
+                }
+                self.sent_text.clear();
+                let reasoning = turn::reasoning_of(m);
+                if !reasoning.is_empty() {
+                    let id = format!("rs_{}", m.id);
+                    self.out.push(json!({"type": "reasoning-start", "id": id}));
+                    self.out
+                        .push(json!({"type": "reasoning-delta", "id": id, "delta": reasoning}));
+                    self.out.push(json!({"type": "reasoning-end", "id": id}));
+                }
+                for (call_id, name, args) in turn::calls_of(m) {
+                    let input: Value = serde_json::from_str(args).unwrap_or(Value::Null);
+                    self.out.push(
+                        json!({"type": "tool-input-available", "toolCallId": call_id,
+                        "toolName": name, "input": input, "dynamic": true}),
+                    );
+                    self.pending.insert(call_id.to_owned());
+                }
+            }
+            ChatRole::Tool => {
+                for p in &m.content.0 {
+                    if let MessagePart::ToolResult {
+                        tool_call_id,
+                        result,
+                        is_error,
+                        ..
+                    } = p
+                        && self.pending.remove(tool_call_id)
+                    {
+                        if *is_error {
+                            self.out.push(
+                                json!({"type": "tool-output-error", "toolCallId": tool_call_id,
+                                "errorText": result.to_string(), "dynamic": true}),
+                            );
+                        } else {
+                            self.out.push(
+                                json!({"type": "tool-output-available", "toolCallId": tool_call_id,
+                                "output": result, "dynamic": true}),
+                            );
+                        }
+                    }
+                }
+                let _ = self.continuation;
+            }
+            _ => {}
+        }
+    }
+
+    fn live_text(&self, _id: &str) -> String {
+        self.sent_text.clone()
+    }
+
+    fn discarded(&mut self, id: &str) {
+        self.out.push(json!({"type": "text-end", "id": id}));
+        self.out
+            .push(json!({"type": "data-chatd-discarded", "data": {"id": id}, "transient": true}));
+        self.sent_text.clear();
+    }
+
+    fn part(&mut self, role: ChatRole, part: &PartDelta, episode: (i64, i64)) {
+        if self.start.is_none() || role != ChatRole::Assistant {
+            return;
+        }
+        let PartDelta::Text { text } = part else {
+            return;
+        };
+        if let Some((e, id, _)) = &self.live
+            && *e != episode
+        {
+            let id = id.clone();
+            self.live = None;
+            self.discarded(&id);
+        }
+        if self.live.is_none() {
+            let id = format!("t_{}_{}", episode.0, episode.1);
+            self.out.push(json!({"type": "text-start", "id": id}));
+            self.live = Some((episode, id, 0));
+        }
+        let id = self.live.as_ref().expect("opened").1.clone();
+        self.sent_text.push_str(text);
+        self.out
+            .push(json!({"type": "text-delta", "id": id, "delta": text}));
+    }
+}
+
+impl UiTranslator {
+    fn action_required(&mut self, calls: &[crate::stream::event::PendingToolCall]) {
+        for call in calls {
+            if call.kind == ActionKind::Approval && self.asked.insert(call.tool_call_id.clone()) {
+                self.out.push(json!({"type": "tool-approval-request",
+                    "approvalId": call.tool_call_id, "toolCallId": call.tool_call_id}));
+            }
+        }
+    }
+
+    fn finish(&mut self, chat: &Chat) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        if let Some((_, id, _)) = self.live.take() {
+            self.discarded(&id);
+        }
+        if chat.status == ChatStatus::Error {
+            let text = chat
+                .last_error
+                .as_ref()
+                .map_or_else(|| "The turn failed.".to_owned(), |e| e.message.clone());
+            self.out.push(json!({"type": "error", "errorText": text}));
+        }
+        self.out.push(json!({"type": "finish"}));
+    }
+}
+
+/// The UI message stream of the turn starting at `start` (or at the
+/// promotion of queued message `queued`) of `chat`.
+async fn ui_stream(
+    state: &AppState,
+    caller: &Caller,
+    chat: &Chat,
+    start: Option<i64>,
+    queued: Option<i64>,
+    continuation: bool,
+) -> ApiResult<Response> {
+    let (_, access) = readable_chat(state, caller, chat.id).await?;
+    let service = state.stream_service()?.clone();
+    let admission = service.admit(
+        caller,
+        chat.id,
+        access,
+        state.options().limits.max_open_streams,
+    )?;
+    let after_id = start.or(chat.active_leaf_id).unwrap_or(0);
+    let stream_loop = service.open(chat.id, after_id, admission).await?;
+    let (events_tx, mut events_rx) = mpsc::channel::<ChatStreamEvent>(256);
+    tokio::spawn(async move {
+        let _ = stream_loop.run(events_tx).await;
+    });
+    let (sse_tx, sse_rx) = mpsc::channel::<Event>(256);
+    let state = state.clone();
+    let chat_id = chat.id;
+    tokio::spawn(async move {
+        let mut t = UiTranslator {
+            start,
+            queued,
+            continuation,
+            seen: HashSet::new(),
+            live: None,
+            announced: false,
+            pending: HashSet::new(),
+            asked: HashSet::new(),
+            sent_text: String::new(),
+            out: vec![json!({"type": "start"})],
+            done: false,
+        };
+        while let Some(event) = events_rx.recv().await {
+            match &event.payload {
+                StreamPayload::MessagePart { message_part } => t.part(
+                    message_part.role,
+                    &message_part.part,
+                    (
+                        message_part.history_version,
+                        message_part.generation_attempt,
+                    ),
+                ),
+                StreamPayload::PreviewReset => {
+                    if let Some((_, id, _)) = t.live.take() {
+                        t.discarded(&id);
+                    }
+                }
+                StreamPayload::Message { message } => {
+                    if let Ok(Some(row)) =
+                        chatd_store::messages::select(state.store().pool(), chat_id, message.id)
+                            .await
+                    {
+                        t.message(&row);
+                    }
+                }
+                StreamPayload::ActionRequired { action_required } if t.start.is_some() => {
+                    t.action_required(&action_required.tool_calls);
+                }
+                StreamPayload::Status { status }
+                    if t.start.is_some()
+                        && !matches!(
+                            status.status,
+                            ChatStatus::Running | ChatStatus::Interrupting
+                        ) =>
+                {
+                    if let Ok(Some(chat)) = chatd_store::chats::select(
+                        state.store().pool(),
+                        chat_id,
+                        chatd_store::LockMode::None,
+                    )
+                    .await
+                    {
+                        t.finish(&chat);
+                    }
+                }
+                StreamPayload::Status { status }
+                    if t.start.is_none() && status.status == ChatStatus::Waiting =>
+                {
+                    // The queued message was removed: nothing will run.
+                    if let Ok(Some(chat)) = chatd_store::chats::select(
+                        state.store().pool(),
+                        chat_id,
+                        chatd_store::LockMode::None,
+                    )
+                    .await
+                    {
+                        t.finish(&chat);
+                    }
+                }
+                _ => {}
+            }
+            for chunk in std::mem::take(&mut t.out) {
+                let e = Event::default().data(serde_json::to_string(&chunk).expect("JSON"));
+                if sse_tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+            if t.done {
+                let _ = sse_tx.send(Event::default().data("[DONE]")).await;
+                return;
+            }
+        }
+    });
+    let stream = futures::stream::unfold(sse_rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+    });
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().text("keep-alive"))
+        .into_response();
+    response.headers_mut().insert(
+        "x-vercel-ai-ui-message-stream",
+        HeaderValue::from_static("v1"),
+    );
+    Ok(response)
+}

@@ -1,0 +1,240 @@
+//! `/v1/conversations`: a conversation is a chat (`conv_<chat id>`, API.md
+//! pinned details). Creating one never runs the model: the chat is created
+//! idle (`N → W`) with the items as its history. `metadata` is the chat's
+//! labels. Deleting one deletes the chat (idle chats only, as `DELETE
+//! /chats/{chat}`: busy → `409`).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use chatd_core::ChatStatus;
+use chatd_store::CreateChatInput;
+use chatd_store::chats::MetadataChanges;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::items::{conversation_items, history_of, parse_input};
+use crate::app::AppState;
+use crate::auth::{Caller, readable_chat, require_owner, visible_chat};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{self, PathParams, QueryParams};
+
+/// `conv_<chat id>` of chat `id`.
+pub fn conversation_id(id: Uuid) -> String {
+    format!("conv_{}", id.simple())
+}
+
+/// The chat a `conv_…` id (or a bare chat id) names.
+///
+/// # Errors
+/// `404` when it names no chat.
+pub fn chat_of(conversation: &str) -> ApiResult<Uuid> {
+    let raw = conversation.strip_prefix("conv_").unwrap_or(conversation);
+    crate::extract::parse_uuid(raw)
+        .ok_or_else(|| ApiError::not_found(format!("Conversation '{conversation}' not found.")))
+}
+
+/// The conversation object of `chat`.
+pub fn conversation_object(chat: &chatd_store::Chat) -> Value {
+    json!({
+        "id": conversation_id(chat.id),
+        "object": "conversation",
+        "created_at": chat.created_at.timestamp(),
+        "metadata": chat.labels,
+    })
+}
+
+/// `metadata` as labels: at most 16 pairs of strings (OpenAI's limit),
+/// keys up to 64 and values up to 256 characters (chatd's labels).
+pub fn metadata_labels(value: Option<&Value>, field: &str) -> ApiResult<BTreeMap<String, String>> {
+    let mut labels = BTreeMap::new();
+    match value {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            if map.len() > 16 {
+                return Err(ApiError::invalid(field, "at most 16 keys"));
+            }
+            for (k, v) in map {
+                let Some(v) = v.as_str() else {
+                    return Err(ApiError::invalid(
+                        format!("{field}.{k}"),
+                        "must be a string",
+                    ));
+                };
+                if k.is_empty() || k.chars().count() > 64 {
+                    return Err(ApiError::invalid(
+                        format!("{field}.{k}"),
+                        "keys are 1 to 64 characters",
+                    ));
+                }
+                if v.chars().count() > 256 {
+                    return Err(ApiError::invalid(
+                        format!("{field}.{k}"),
+                        "values are at most 256 characters",
+                    ));
+                }
+                labels.insert(k.clone(), v.to_owned());
+            }
+        }
+        Some(_) => return Err(ApiError::invalid(field, "must be an object of strings")),
+    }
+    Ok(labels)
+}
+
+/// `POST /v1/conversations` `{items?, metadata?}` → `200` the conversation;
+/// an idle chat whose history is the items.
+pub async fn create_conversation(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: extract::Json<Value>,
+) -> ApiResult<Json<Value>> {
+    let body = body.read_or_default().await?;
+    let labels = metadata_labels(body.get("metadata"), "metadata")?;
+    let history = match body.get("items") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) if a.is_empty() => Vec::new(),
+        Some(items) => history_of(&parse_input(items, "items")?, "items", caller.id())?,
+    };
+    let created = state
+        .store()
+        .create_chat(CreateChatInput {
+            owner_id: caller.id(),
+            labels,
+            last_model_config_id: chatd_store::model_configs::default_id(state.store().pool())
+                .await?,
+            initial_messages: history,
+            initial_status: Some(ChatStatus::Waiting),
+            max_file_links: state.options().max_files_per_chat,
+            ..Default::default()
+        })
+        .await?;
+    Ok(Json(conversation_object(&created.chat)))
+}
+
+/// `GET /v1/conversations/{conversation}`.
+pub async fn get_conversation(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Value>> {
+    let id = chat_of(params.raw("conversation")?)?;
+    let (chat, _) = readable_chat(&state, &caller, id).await?;
+    Ok(Json(conversation_object(&chat)))
+}
+
+/// `POST /v1/conversations/{conversation}` `{metadata}`: replaces the
+/// labels.
+pub async fn update_conversation(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+    body: extract::Json<Value>,
+) -> ApiResult<Json<Value>> {
+    let id = chat_of(params.raw("conversation")?)?;
+    let chat = visible_chat(&state, &caller, id).await?;
+    let body = body.read().await?;
+    let labels = metadata_labels(body.get("metadata"), "metadata")?;
+    require_owner(&caller, &chat)?;
+    let mut locked = state.store().machine(id).lock().await?;
+    let changes = MetadataChanges {
+        labels: Some(labels),
+        ..Default::default()
+    };
+    let chat = chatd_store::chats::update_metadata(locked.conn(), id, &changes).await?;
+    locked.finish().await?;
+    Ok(Json(conversation_object(&chat)))
+}
+
+/// `DELETE /v1/conversations/{conversation}` → `{id, object:
+/// "conversation.deleted", deleted: true}`.
+pub async fn delete_conversation(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Value>> {
+    let id = chat_of(params.raw("conversation")?)?;
+    let chat = visible_chat(&state, &caller, id).await?;
+    require_owner(&caller, &chat)?;
+    let mut locked = state.store().machine(id).lock().await?;
+    if let Err(busy) = chatd_store::chats::delete_family(locked.conn(), id).await? {
+        return Err(
+            ApiError::conflict("Conversation is busy.").with_detail(format!(
+                "chat {} is in execution state {}; cancel its response or wait until it is idle",
+                busy.chat_id, busy.state
+            )),
+        );
+    }
+    locked.finish().await?;
+    Ok(Json(
+        json!({"id": conversation_id(id), "object": "conversation.deleted", "deleted": true}),
+    ))
+}
+
+/// `GET /v1/conversations/{conversation}/items?limit=&order=&after=`: the
+/// active branch's visible messages as items (`order` `asc` or `desc`,
+/// default `desc`; `limit` 1..100, default 20; `after` an item id).
+pub async fn list_items(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Value>> {
+    let id = chat_of(params.raw("conversation")?)?;
+    let query = QueryParams::parse(query.as_deref())?;
+    let limit = match query.get("limit") {
+        None => 20,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| ApiError::invalid_query("limit", "must be 1 to 100"))?,
+    };
+    let descending = match query.get("order") {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(_) => return Err(ApiError::invalid_query("order", "must be asc or desc")),
+    };
+    let after = query.get("after").map(str::to_owned);
+    let (chat, _) = readable_chat(&state, &caller, id).await?;
+    let messages = chatd_store::messages::visible(state.store().pool(), chat.id).await?;
+    let mut items: Vec<Value> = messages.iter().flat_map(conversation_items).collect();
+    if descending {
+        items.reverse();
+    }
+    let start = match &after {
+        Some(after) => items
+            .iter()
+            .position(|i| i["id"] == after.as_str())
+            .map(|p| p + 1)
+            .ok_or_else(|| ApiError::invalid_query("after", "names no item of the conversation"))?,
+        None => 0,
+    };
+    let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
+    let has_more = items.len() > start + page.len();
+    Ok(Json(json!({
+        "object": "list",
+        "data": page,
+        "first_id": page.first().map(|i| i["id"].clone()),
+        "last_id": page.last().map(|i| i["id"].clone()),
+        "has_more": has_more,
+    })))
+}
+
+/// `POST /v1/conversations/{conversation}/items` `{items}`: appends items
+/// to an idle conversation without running the model. Not available yet:
+/// the state machine has no transition that appends history without
+/// starting a turn; answers `400` saying so (create the conversation with
+/// its items instead).
+pub async fn create_items(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: PathParams,
+) -> ApiResult<Json<Value>> {
+    let id = chat_of(params.raw("conversation")?)?;
+    let _ = visible_chat(&state, &caller, id).await?;
+    Err(ApiError::invalid(
+        "items",
+        "adding items to an existing conversation is not supported; pass the items to POST /v1/conversations, or send them as the input of a response",
+    ))
+}
