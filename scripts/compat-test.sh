@@ -17,6 +17,7 @@
 #   scripts/compat-test.sh -k conversation # extra arguments go to pytest
 #   COMPAT_NO_BUILD=1 scripts/compat-test.sh   # use the debug binaries as they are
 #   COMPAT_BENCH=1 scripts/compat-test.sh      # also tests/compat/bench_ttft.py
+#   COMPAT_HOLD=1 scripts/compat-test.sh       # start the services, print their env, wait
 #
 # It builds `chatd` and `fake-llm` (debug; skipped with COMPAT_NO_BUILD=1),
 # installs the Python packages into target/compat-venv and the npm packages
@@ -163,6 +164,11 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $live_ad
 export CHATD_URL_A="$a_url" CHATD_URL_B="$b_url" CHATD_TOKEN="$live_admin_token"
 export CHATD_PID_A="$a_pid" CHATD_PID_B="$b_pid"
 export CHATD_DB_URL="$live_db_url"
+if [ -n "${COMPAT_HOLD:-}" ]; then
+  # Debugging aid: the services stay up for a client run by hand.
+  log "holding: CHATD_URL_A=$a_url CHATD_URL_B=$b_url CHATD_TOKEN=$live_admin_token CHATD_PID_A=$a_pid CHATD_PID_B=$b_pid (Ctrl-C ends)"
+  while :; do sleep 1; done
+fi
 set +e
 log "node --test $node_dir/ai-sdk.test.mjs (ai $AI_VERSION)"
 (cd "$node_dir" && node --test --test-concurrency=1 \
@@ -171,14 +177,16 @@ log "node --test $node_dir/ai-sdk.test.mjs (ai $AI_VERSION)"
   ai-sdk.test.mjs)
 node_status=$?
 log "pytest tests/compat/test_openai.py (openai $OPENAI_VERSION)"
-"$venv/bin/python" -m pytest -p no:cacheprovider -q -rfE --junitxml="$artifacts/pytest.xml" \
+"$venv/bin/python" -m pytest -p no:cacheprovider -q -rfEP --junitxml="$artifacts/pytest.xml" \
   tests/compat/test_openai.py "$@"
 py_status=$?
 bench_status=0
 if [ -n "${COMPAT_BENCH:-}" ]; then
-  # Replica A may be gone (the resume test kills the owner): B serves.
-  log "tests/compat/bench_ttft.py"
-  "$venv/bin/python" tests/compat/bench_ttft.py --url "$b_url" || bench_status=$?
+  # The resume test killed one of the replicas: the other one serves.
+  bench_url=$b_url
+  curl -fsS -o /dev/null "$b_url/readyz" 2>/dev/null || bench_url=$a_url
+  log "tests/compat/bench_ttft.py against $bench_url"
+  "$venv/bin/python" tests/compat/bench_ttft.py --url "$bench_url" || bench_status=$?
 fi
 set -e
 

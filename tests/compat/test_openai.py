@@ -389,6 +389,8 @@ def test_zz_resume_on_the_other_replica_after_kill9():
     undecided = [i for i in order if i not in fate]
     assert not undecided, f"items streamed but never done: {undecided} ({types})"
     kept = "".join(texts[i] for i in order if fate[i] == ("message", "completed"))
+    print(f"resume: items {[(i, fate[i][1], texts[i]) for i in order]}")
+    print(f"resume: resumed stream {[(e.sequence_number, e.type) for e in events_second]}")
     assert kept == answer, (kept, {i: (texts[i], fate[i]) for i in order})
 
     # A replay of the whole stream (no starting_after) repeats no sequence

@@ -44,19 +44,37 @@ function isToolPart(p) {
   return p.type === 'dynamic-tool' || p.type.startsWith('tool-');
 }
 
+function summary(chunks) {
+  return chunks.map((c) => (c.type === 'start' ? `start(${c.messageId ?? ''})` : c.type)).join(' ');
+}
+
 // Reads a UI message chunk stream to its end: every chunk, and the last
-// UIMessage readUIMessageStream built from them.
+// UIMessage readUIMessageStream builds from them. The stream starts with a
+// `start` chunk naming chatd's assistant message (API.md, pinned details);
+// a later `start` may only repeat that id (readUIMessageStream starts a new
+// message on another id and drops the text it had).
 async function readAll(stream) {
-  const [forChunks, forMessages] = stream.tee();
   const chunks = [];
-  const collecting = (async () => {
-    for await (const chunk of forChunks) chunks.push(chunk);
-  })();
-  let message;
-  for await (const m of readUIMessageStream({ stream: forMessages, terminateOnError: true })) {
-    message = m;
+  for await (const chunk of stream) chunks.push(chunk);
+  assert.ok(chunks.length > 0, 'an empty UI message stream');
+  assert.equal(chunks[0].type, 'start', `the stream does not begin with start: ${summary(chunks)}`);
+  assert.equal(typeof chunks[0].messageId, 'string',
+    `the first start chunk names no messageId (chatd's assistant message id): ${summary(chunks)}`);
+  for (const c of chunks.filter((c) => c.type === 'start')) {
+    assert.equal(c.messageId, chunks[0].messageId, `start chunks with different ids: ${summary(chunks)}`);
   }
-  await collecting;
+  let message;
+  const replay = new ReadableStream({
+    start(controller) {
+      for (const c of chunks) controller.enqueue(c);
+      controller.close();
+    },
+  });
+  try {
+    for await (const m of readUIMessageStream({ stream: replay, terminateOnError: true })) message = m;
+  } catch (e) {
+    throw new Error(`readUIMessageStream: ${e.message}\nchunks: ${summary(chunks)}`);
+  }
   return { chunks, message };
 }
 
