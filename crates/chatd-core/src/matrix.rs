@@ -17,6 +17,9 @@
 //!   `R1`: busy chats answer `409` at the API.
 //! - `ClearContext` (package doc: "lands in waiting") is allowed from `W` and
 //!   `E0`; from `E1` it would strand a queue in `waiting`, an invalid state.
+//! - `AppendMessages` (API.md "Compatible protocols": items added to a
+//!   conversation) has the rows of `ClearContext`: idle chats only, and it
+//!   clears a `last_error` like any history the user writes.
 //! - `SendMessage(steer)` has the rows of `SendMessage(queue)` (API.md: in
 //!   states other than running it behaves as `queue`); `SendMessage(reject)`
 //!   only the idle and error rows, so a busy chat refuses it with `409`.
@@ -131,6 +134,8 @@ pub const MATRIX: &[Row] = &[
     row(Transition::RequestCompaction, E1, &[R1]),
     row(Transition::ClearContext, W, &[W]),
     row(Transition::ClearContext, E0, &[W]),
+    row(Transition::AppendMessages, W, &[W]),
+    row(Transition::AppendMessages, E0, &[W]),
     // DeleteQueuedMessage.
     row(Transition::DeleteQueuedMessage, E1, &[E0, E1]),
     row(Transition::DeleteQueuedMessage, R1, &[R0, R1]),

@@ -87,6 +87,10 @@ pub enum Transition {
     RequestCompaction,
     /// Insert caller-built context-boundary rows and land in `waiting`.
     ClearContext,
+    /// Append messages to an idle chat's history without starting a turn
+    /// (API.md "Compatible protocols": adding items to a conversation never
+    /// runs the model). Lands in `waiting`.
+    AppendMessages,
     /// Remove one queued message.
     DeleteQueuedMessage,
     /// Make a queued message the next one to process.
@@ -126,7 +130,7 @@ pub enum Transition {
 impl Transition {
     /// Every transition value, both arguments of the parametrised ones
     /// included: the rows of the exhaustive matrix test.
-    pub const ALL: [Transition; 29] = [
+    pub const ALL: [Transition; 30] = [
         Transition::CreateChat,
         Transition::SetArchived { archived: true },
         Transition::SetArchived { archived: false },
@@ -147,6 +151,7 @@ impl Transition {
         Transition::ActivateBranch,
         Transition::RequestCompaction,
         Transition::ClearContext,
+        Transition::AppendMessages,
         Transition::DeleteQueuedMessage,
         Transition::PromoteQueuedMessage,
         Transition::EditQueuedMessage,
@@ -178,6 +183,7 @@ impl Transition {
             Transition::ActivateBranch => "ActivateBranch",
             Transition::RequestCompaction => "RequestCompaction",
             Transition::ClearContext => "ClearContext",
+            Transition::AppendMessages => "AppendMessages",
             Transition::DeleteQueuedMessage => "DeleteQueuedMessage",
             Transition::PromoteQueuedMessage => "PromoteQueuedMessage",
             Transition::EditQueuedMessage => "EditQueuedMessage",

@@ -104,4 +104,44 @@ impl ChatTx {
         self.land(t, from).await?;
         Ok(inserted)
     }
+
+    /// `AppendMessages(messages)`: `W/E0 → W`, appending the caller-built
+    /// rows to the active branch without starting a turn (API.md
+    /// "Compatible protocols": `POST /v1/conversations/{id}/items`), and
+    /// clearing the error.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty batch; not allowed from other states
+    /// (busy, `E1`, archived).
+    ///
+    /// Tested by `tests/it/matrix.rs`: `matrix_append_messages` (every state).
+    pub async fn append_messages(
+        &mut self,
+        messages: Vec<NewMessage>,
+    ) -> StoreResult<Vec<ChatMessage>> {
+        self.confirm().await?;
+        let t = Transition::AppendMessages;
+        let (_, _, from) = self.enter(t).await?;
+        if messages.is_empty() {
+            return Err(self.reject(
+                t,
+                StateError::InvalidInput {
+                    field: "messages",
+                    detail: "nothing to append".into(),
+                },
+            ));
+        }
+        let mut inserted = Vec::with_capacity(messages.len());
+        for message in &messages {
+            inserted.push(self.insert(message).await?);
+        }
+        self.change(ChatChanges {
+            status: Some(ChatStatus::Waiting),
+            last_error: Some(None),
+            ..ChatChanges::default()
+        })
+        .await?;
+        self.land(t, from).await?;
+        Ok(inserted)
+    }
 }

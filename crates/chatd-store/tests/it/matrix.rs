@@ -165,6 +165,13 @@ async fn run(tx: &mut chatd_store::ChatTx, inputs: Inputs) -> Result<(), StoreEr
             boundary.visibility = chatd_core::Visibility::Model;
             tx.clear_context(vec![boundary]).await.map(|_| ())?
         }
+        Transition::AppendMessages => tx
+            .append_messages(vec![
+                user_text("appended"),
+                NewMessage::assistant(vec![MessagePart::text("noted")]),
+            ])
+            .await
+            .map(|_| ())?,
         Transition::DeleteQueuedMessage => {
             tx.delete_queued_message(first_queued).await.map(|_| ())?
         }
@@ -717,6 +724,7 @@ matrix_tests! {
     matrix_activate_branch => Transition::ActivateBranch,
     matrix_request_compaction => Transition::RequestCompaction,
     matrix_clear_context => Transition::ClearContext,
+    matrix_append_messages => Transition::AppendMessages,
     matrix_delete_queued_message => Transition::DeleteQueuedMessage,
     matrix_promote_queued_message => Transition::PromoteQueuedMessage,
     matrix_edit_queued_message => Transition::EditQueuedMessage,
@@ -758,6 +766,6 @@ async fn matrix_commit_step_spawning_a_child() {
 
 #[test]
 fn matrix_tests_cover_every_transition() {
-    // 29 generated tests above, one per entry of Transition::ALL (RegenerateMessage and ActivateBranch joined in issue 33).
-    assert_eq!(Transition::ALL.len(), 29);
+    // 30 generated tests above, one per entry of Transition::ALL (RegenerateMessage and ActivateBranch joined in issue 33, AppendMessages in issue 35).
+    assert_eq!(Transition::ALL.len(), 30);
 }

@@ -7,6 +7,7 @@
 mod account_cli;
 mod branches_cli;
 mod cli;
+mod compat;
 mod config_file;
 mod embedded;
 mod local_cli;

@@ -1,6 +1,7 @@
 //! `/v1/conversations`: a conversation is a chat (`conv_<chat id>`, API.md
 //! pinned details). Creating one never runs the model: the chat is created
-//! idle (`N → W`) with the items as its history. `metadata` is the chat's
+//! idle (`N → W`) with the items as its history, and adding items appends
+//! them (`AppendMessages`, idle chats only). `metadata` is the chat's
 //! labels. Deleting one deletes the chat (idle chats only, as `DELETE
 //! /chats/{chat}`: busy → `409`).
 
@@ -221,20 +222,36 @@ pub async fn list_items(
     })))
 }
 
-/// `POST /v1/conversations/{conversation}/items` `{items}`: appends items
-/// to an idle conversation without running the model. Not available yet:
-/// the state machine has no transition that appends history without
-/// starting a turn; answers `400` saying so (create the conversation with
-/// its items instead).
+/// `POST /v1/conversations/{conversation}/items` `{items}`: appends the
+/// items to an idle conversation without running the model
+/// (`AppendMessages`: `W`/`E0` → `W`; a busy chat → `409`) and answers
+/// them as a list.
 pub async fn create_items(
     State(state): State<AppState>,
     caller: Caller,
     params: PathParams,
+    body: extract::Json<Value>,
 ) -> ApiResult<Json<Value>> {
     let id = chat_of(params.raw("conversation")?)?;
-    let _ = visible_chat(&state, &caller, id).await?;
-    Err(ApiError::invalid(
-        "items",
-        "adding items to an existing conversation is not supported; pass the items to POST /v1/conversations, or send them as the input of a response",
-    ))
+    let chat = visible_chat(&state, &caller, id).await?;
+    let body = body.read().await?;
+    let items = body
+        .get("items")
+        .ok_or_else(|| ApiError::invalid("items", "is required"))?;
+    if !items.is_array() {
+        return Err(ApiError::invalid("items", "must be an array of items"));
+    }
+    let rows = history_of(&parse_input(items, "items")?, "items", caller.id())?;
+    require_owner(&caller, &chat)?;
+    let mut tx = crate::chats::begin(&state, id, true).await?;
+    let inserted = tx.append_messages(rows).await?;
+    tx.commit().await?;
+    let data: Vec<Value> = inserted.iter().flat_map(conversation_items).collect();
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "first_id": data.first().map(|i| i["id"].clone()),
+        "last_id": data.last().map(|i| i["id"].clone()),
+        "has_more": false,
+    })))
 }

@@ -1,0 +1,523 @@
+//! The compatible protocols (API.md "Compatible protocols") inside real
+//! `chatd serve` replicas with the fake LLM: what a response's options do
+//! to the model calls of its turn, the event stream's sequence numbers
+//! across a discarded attempt and a resume on another replica, a queued
+//! response, cancel, conversation items, and the AI SDK transport. The
+//! official clients drive the same routes in `scripts/compat-test.sh`.
+
+use std::time::Duration;
+
+use chatd_testkit::fake_llm::Script;
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+use crate::support::{ADMIN_TOKEN, Chatd, http};
+use crate::worker::{fixture, replica_args};
+
+async fn post(server: &Chatd, path: &str, body: Value) -> anyhow::Result<(u16, Value)> {
+    let response = http()
+        .post(format!("{}{path}", server.url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    let text = response.text().await?;
+    Ok((
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
+}
+
+/// Reads an SSE response until it ends (or `stop` says so), returning the
+/// `data:` payloads as JSON (`[DONE]` as a string).
+async fn sse(
+    response: reqwest::Response,
+    mut stop: impl FnMut(&Value) -> bool,
+) -> anyhow::Result<Vec<Value>> {
+    let mut events = Vec::new();
+    let mut buffer = String::new();
+    let mut body = response.bytes_stream();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let chunk = tokio::time::timeout_at(deadline, body.next()).await?;
+        let Some(chunk) = chunk else {
+            return Ok(events);
+        };
+        buffer.push_str(&String::from_utf8_lossy(&chunk?));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            for line in block.lines() {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    let value = serde_json::from_str(data)
+                        .unwrap_or_else(|_| Value::String(data.to_owned()));
+                    let done = stop(&value);
+                    events.push(value);
+                    if done {
+                        return Ok(events);
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn stream_post(server: &Chatd, path: &str, body: Value) -> anyhow::Result<reqwest::Response> {
+    let response = http()
+        .post(format!("{}{path}", server.url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await?;
+    anyhow::ensure!(response.status() == 200, "answered {}", response.status());
+    Ok(response)
+}
+
+fn is_final(event: &Value) -> bool {
+    matches!(
+        event["type"].as_str(),
+        Some("response.completed" | "response.failed" | "response.incomplete")
+    )
+}
+
+/// Sequence numbers increase strictly and no number is sent with two
+/// different events.
+fn check_sequence(events: &[Value]) {
+    let numbers: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().expect("a sequence number"))
+        .collect();
+    assert!(
+        numbers.windows(2).all(|w| w[0] < w[1]),
+        "sequence numbers increase: {numbers:?}"
+    );
+}
+
+fn deltas(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .filter_map(|e| e["delta"].as_str())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_options_apply_to_its_turn_only() -> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(Script::text("first answer").usage(10, 5));
+    let (status, first) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "hello", "instructions": "Answer in French.",
+               "max_output_tokens": 16, "reasoning": {"effort": "low"},
+               "tools": [{"type": "function", "name": "get_weather",
+                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["status"], "completed");
+    assert_eq!(first["output"][0]["content"][0]["text"], "first answer");
+    assert_eq!(first["usage"]["input_tokens"], 10);
+    let request = llm
+        .requests()
+        .into_iter()
+        .find(|r| r.last_user_text().as_deref() == Some("hello"))
+        .expect("the answer's request");
+    let body = request.body.to_string();
+    assert!(
+        body.contains("Answer in French."),
+        "instructions sent: {body}"
+    );
+    assert_eq!(request.body["tools"][0]["function"]["name"], "get_weather");
+    let cap = request
+        .body
+        .get("max_completion_tokens")
+        .or(request.body.get("max_tokens"));
+    assert_eq!(cap, Some(&json!(16)), "{body}");
+
+    // The next response of the conversation has none of them.
+    llm.push(Script::text("second answer"));
+    let (status, second) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "again", "previous_response_id": first["id"]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["conversation"], first["conversation"]);
+    let request = llm
+        .requests()
+        .into_iter()
+        .find(|r| r.last_user_text().as_deref() == Some("again"))
+        .expect("the second request");
+    let body = request.body.to_string();
+    assert!(!body.contains("Answer in French."), "{body}");
+    assert!(
+        request
+            .body
+            .get("tools")
+            .is_none_or(|t| t.as_array().is_none_or(Vec::is_empty))
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discarded_attempt_ends_its_item_incomplete_and_numbers_never_repeat()
+-> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    // The first attempt streams, then the connection drops (retried); the
+    // second answers differently.
+    llm.push(
+        Script::text_in_parts("lost words here", 3, Duration::from_millis(150))
+            .delay(Duration::from_millis(300))
+            .disconnect(),
+    );
+    llm.push(Script::text_in_parts(
+        "the kept answer",
+        3,
+        Duration::from_millis(50),
+    ));
+    let response = stream_post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "hi", "stream": true}),
+    )
+    .await?;
+    let events = sse(response, is_final).await?;
+    check_sequence(&events);
+    let last = events.last().expect("events");
+    assert_eq!(last["type"], "response.completed", "{events:#?}");
+    let text = last["response"]["output"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "message")
+        .map(|i| {
+            i["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect::<String>();
+    assert_eq!(text, "the kept answer");
+    let incomplete: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.done" && e["item"]["status"] == "incomplete")
+        .collect();
+    assert!(
+        deltas(&events).starts_with("lost words here"),
+        "the first attempt streamed before it was lost: {events:#?}"
+    );
+    assert_eq!(
+        incomplete.len(),
+        1,
+        "the lost attempt's item ends incomplete: {events:#?}"
+    );
+    assert_eq!(
+        incomplete[0]["item"]["content"][0]["text"],
+        "lost words here"
+    );
+    let done_texts: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.done")
+        .filter_map(|e| e["text"].as_str())
+        .collect();
+    assert_eq!(done_texts, ["the kept answer"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_resumes_after_a_sequence_number_on_another_replica() -> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let a = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    let b = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(Script::text_in_parts(
+        "one two three four five six seven eight",
+        8,
+        Duration::from_millis(150),
+    ));
+    let response = stream_post(
+        &a,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "count", "stream": true, "background": true}),
+    )
+    .await?;
+    let mut seen = 0;
+    let first = sse(response, |e| {
+        if e["type"] == "response.output_text.delta" {
+            seen += 1;
+        }
+        seen >= 2
+    })
+    .await?;
+    let id = first[0]["response"]["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let n = first.last().expect("events")["sequence_number"]
+        .as_u64()
+        .expect("a number");
+    let resumed = http()
+        .get(format!(
+            "{}/v1/responses/{id}?stream=true&starting_after={n}",
+            b.url()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await?;
+    assert_eq!(resumed.status(), 200);
+    let rest = sse(resumed, is_final).await?;
+    assert!(
+        rest.iter().all(|e| e["sequence_number"].as_u64() > Some(n)),
+        "only events after {n}"
+    );
+    let mut all = first.clone();
+    all.extend(rest.iter().cloned());
+    check_sequence(&all);
+    assert_eq!(deltas(&all), "one two three four five six seven eight");
+    assert_eq!(rest.last().expect("events")["type"], "response.completed");
+
+    // A resume of a finished response from the start repeats the same
+    // numbers with the same content.
+    let again = http()
+        .get(format!(
+            "{}/v1/responses/{id}?stream=true&starting_after=1",
+            a.url()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await?;
+    let again = sse(again, is_final).await?;
+    check_sequence(&again);
+    let last_again = again.last().expect("events");
+    assert_eq!(
+        last_again["sequence_number"],
+        rest.last().expect("events")["sequence_number"]
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_response_waits_and_cancel_interrupts_keeping_the_partial_answer()
+-> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(Script::text_in_parts(
+        "a long answer that goes on",
+        5,
+        Duration::from_millis(400),
+    ));
+    let (status, running) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "first", "background": true}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{running}");
+    let conversation = running["conversation"]["id"].clone();
+    llm.push(Script::text("queued answer"));
+    let (status, queued) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "second", "background": true,
+               "conversation": conversation}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{queued}");
+    assert_eq!(queued["status"], "queued");
+    // Cancel the running one once it streamed something.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !llm
+        .requests()
+        .iter()
+        .any(|r| r.last_user_text().as_deref() == Some("first"))
+    {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no model call");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, cancelled) = post(
+        &server,
+        &format!(
+            "/v1/responses/{}/cancel",
+            running["id"].as_str().unwrap_or_default()
+        ),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    // The queued response runs next and completes.
+    let id = queued["id"].as_str().unwrap_or_default().to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let object = server
+            .get_json(&format!("/v1/responses/{id}"), ADMIN_TOKEN)
+            .await?;
+        if object["status"] == "completed" {
+            assert_eq!(object["output"][0]["content"][0]["text"], "queued answer");
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "still {object}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_and_items_never_run_the_model() -> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    let (status, conversation) = post(
+        &server,
+        "/v1/conversations",
+        json!({"items": [{"type": "message", "role": "user", "content": "remember 42"}],
+               "metadata": {"topic": "numbers"}}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{conversation}");
+    let id = conversation["id"].as_str().expect("an id").to_owned();
+    assert!(id.starts_with("conv_"));
+    let (status, added) = post(
+        &server,
+        &format!("/v1/conversations/{id}/items"),
+        json!({"items": [{"role": "assistant", "content": [{"type": "output_text", "text": "noted"}]}]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{added}");
+    let items = server
+        .get_json(
+            &format!("/v1/conversations/{id}/items?order=asc"),
+            ADMIN_TOKEN,
+        )
+        .await?;
+    let roles: Vec<&str> = items["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["role"].as_str())
+        .collect();
+    assert_eq!(roles, ["user", "assistant"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        llm.requests()
+            .iter()
+            .all(|r| r.last_user_text().as_deref() != Some("remember 42")),
+        "no model call"
+    );
+    // A response continues it.
+    llm.push(Script::text("42"));
+    let (status, response) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "what number?", "conversation": id}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["output"][0]["content"][0]["text"], "42");
+    // Errors in OpenAI's shape.
+    let (status, error) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "x", "tools": [{"type": "web_search"}]}),
+    )
+    .await?;
+    assert_eq!(status, 400);
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert_eq!(error["error"]["param"], "tools[0].type");
+    let missing = http()
+        .get(format!(
+            "{}/v1/responses/resp_00000000000000000000000000000000",
+            server.url()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await?;
+    assert_eq!(missing.status(), 404);
+    let body: Value = missing.json().await?;
+    assert_eq!(body["error"]["code"], "not_found");
+    let unauthenticated = http()
+        .get(format!("{}/v1/models", server.url()))
+        .send()
+        .await?;
+    assert_eq!(unauthenticated.status(), 401);
+    let body: Value = unauthenticated.json().await?;
+    assert_eq!(body["error"]["type"], "authentication_error");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_sdk_transport_streams_resumes_and_maps_its_ids() -> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(Script::text_in_parts(
+        "hello there friend",
+        3,
+        Duration::from_millis(300),
+    ));
+    let body = json!({"id": "my-chat-1", "trigger": "submit-message", "messages": [
+        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]});
+    let response = stream_post(&server, "/api/v2/ai-sdk/chat", body).await?;
+    assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    // Resume while it runs: the turn's stream from its start.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let resumed = http()
+        .get(format!(
+            "{}/api/v2/ai-sdk/chat/my-chat-1/stream",
+            server.url()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await?;
+    assert_eq!(resumed.status(), 200);
+    let (first, second) = tokio::join!(
+        sse(response, |e| e == "[DONE]"),
+        sse(resumed, |e| e == "[DONE]")
+    );
+    for chunks in [first?, second?] {
+        let text: String = chunks
+            .iter()
+            .filter(|c| c["type"] == "text-delta")
+            .filter_map(|c| c["delta"].as_str())
+            .collect();
+        assert_eq!(text, "hello there friend", "{chunks:#?}");
+        assert!(
+            chunks
+                .iter()
+                .any(|c| c["type"] == "start" && c["messageId"].is_string())
+        );
+        assert_eq!(chunks[chunks.len() - 2]["type"], "finish");
+    }
+    // After the turn: 204, and the history as UI messages.
+    let idle = http()
+        .get(format!(
+            "{}/api/v2/ai-sdk/chat/my-chat-1/stream",
+            server.url()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await?;
+    assert_eq!(idle.status(), 204);
+    let messages = server
+        .get_json("/api/v2/ai-sdk/chat/my-chat-1/messages", ADMIN_TOKEN)
+        .await?;
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(messages[1]["parts"][0]["text"], "hello there friend");
+    // The same id continues the same chat.
+    llm.push(Script::text("again"));
+    let body = json!({"id": "my-chat-1", "trigger": "submit-message", "messages": [
+        {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "more"}]}]});
+    let chunks = sse(
+        stream_post(&server, "/api/v2/ai-sdk/chat", body).await?,
+        |e| e == "[DONE]",
+    )
+    .await?;
+    assert!(chunks.iter().any(|c| c["delta"] == "again"));
+    let messages = server
+        .get_json("/api/v2/ai-sdk/chat/my-chat-1/messages", ADMIN_TOKEN)
+        .await?;
+    assert_eq!(messages.as_array().map(Vec::len), Some(4));
+    Ok(())
+}
