@@ -182,6 +182,28 @@ def test_conversations_items_continue_and_branch():
     assert texts == ["first", "echo: first", "branch", "echo: branch"], texts
 
 
+def test_conversation_items_added_run_nothing_and_delete():
+    c = client()
+    conv = c.conversations.create(items=[{"type": "message", "role": "user", "content": "seed"}])
+    chat_id = chat_id_of(conv.id)
+    added = c.conversations.items.create(
+        conv.id, items=[{"type": "message", "role": "user", "content": "more context"}])
+    assert len(added.data) == 1, added
+    # Neither ran the model: the chat is idle and holds the two user items.
+    status, chat = native("GET", f"/api/v2/chats/{chat_id}")
+    assert status == 200 and chat["status"] == "waiting", chat
+    items = list(c.conversations.items.list(conv.id, order="asc"))
+    assert [(i.role, item_text(i)) for i in items] == [("user", "seed"), ("user", "more context")]
+    # A response in it answers its own input (the fake echoes the last user text).
+    r = c.responses.create(model=MODEL, input="now answer", conversation=conv.id)
+    assert r.output_text == "echo: now answer"
+    assert client(URL_B).conversations.retrieve(conv.id).id == conv.id
+    deleted = c.conversations.delete(conv.id)
+    assert deleted.deleted is True and deleted.id == conv.id, deleted
+    with pytest.raises(openai.NotFoundError):
+        c.conversations.retrieve(conv.id)
+
+
 def test_instructions_max_output_tokens_reasoning_metadata_accepted():
     r = client().responses.create(
         model=MODEL,
@@ -218,6 +240,21 @@ def test_function_call_and_output():
     assert r2.status == "completed", r2
     assert r2.output_text == "tool said: sunny"
     assert r2.conversation.id == r.conversation.id
+
+
+def test_function_call_streamed():
+    events = list(client().responses.create(
+        model=MODEL, input='call get_weather {"city":"Lyon"}', tools=[WEATHER_TOOL], stream=True))
+    types = [e.type for e in events]
+    assert types[-1] == "response.completed", types
+    done = [e.item for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"]
+    assert len(done) == 1, types
+    assert done[0].name == "get_weather" and json.loads(done[0].arguments) == {"city": "Lyon"}
+    args_deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    if args_deltas:
+        assert json.loads(args_deltas) == {"city": "Lyon"}, args_deltas
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["function_call"], final.output
 
 
 # ---- background and cancel ---------------------------------------------------
