@@ -25,10 +25,12 @@
 # changed, creates a database on the server of CHATD_TEST_DATABASE_URL
 # (default: the local one of scripts/ensure-postgres.sh), starts the fake LLM
 # in scripted mode (slow answers over about 6 s instead of 10 s) and two
-# replicas A and B (short leases, so that B takes over A's chats within
-# seconds), runs the Node tests, then the Python tests (the last one kills
-# the replica that runs its chat), prints a summary and always stops
-# everything and drops the database (scripts/lib/live-server.sh).
+# replicas A and B (short leases, so that one takes over the other's chats
+# within seconds), runs the Node tests, then the Python tests (the last one
+# kills the replica that runs its chat), starts that replica again, runs the
+# AI SDK's takeover test (which kills one again), prints a summary and
+# always stops everything and drops the database
+# (scripts/lib/live-server.sh).
 # Logs: $COMPAT_ARTIFACTS_DIR (default target/compat-artifacts).
 # Exit status: 0 only when every test passed.
 set -euo pipefail
@@ -94,18 +96,19 @@ fi
 # ---- services (scripts/lib/live-server.sh, plus a second replica) -----------
 
 live_setup "$artifacts"
-b_pid=
-# Replica B is ours to stop; then live-server.sh's cleanup (replica A, the
-# fake LLM, the database), keeping the exit status.
+# Replicas started here (not by live-server.sh) are ours to stop; then
+# live-server.sh's cleanup (replica A, the fake LLM, the database), keeping
+# the exit status.
+extra_pids=()
 compat_cleanup() {
-  local status=$?
+  local status=$? pid
   set +e
-  if [ -n "$b_pid" ]; then
-    kill -TERM "$b_pid" 2>/dev/null
-    for _ in $(seq 1 200); do kill -0 "$b_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$b_pid" 2>/dev/null
-    wait "$b_pid" 2>/dev/null
-  fi
+  for pid in "${extra_pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${extra_pids[@]}"; do
+    for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
   (exit "$status")
   live_cleanup
 }
@@ -136,23 +139,33 @@ live_wait_ready 60
 a_url=$live_url
 a_pid=$live_chatd_pid
 
-# Replica B: the same command on a port of its own, its own log.
+# start_replica NAME PORT: `chatd serve` as replica A is started, on PORT,
+# logging to chatd-NAME.log; waits for /readyz; its pid in $started_pid.
+start_replica() {
+  local name=$1 port=$2 url="http://127.0.0.1:$2"
+  CHATD_BOOTSTRAP_ADMIN_TOKEN="$live_admin_token" CHATD_LOG="${CHATD_LOG:-info,sqlx=warn}" \
+    "$live_bin/chatd" serve \
+    --postgres-url "$live_db_url" \
+    --listen "127.0.0.1:$port" \
+    --advertise-url "$url" \
+    --config "$live_config" \
+    "${replica_flags[@]}" </dev/null >>"$live_artifacts/chatd-$name.log" 2>&1 &
+  started_pid=$!
+  extra_pids+=("$started_pid")
+  for _ in $(seq 1 600); do
+    curl -fsS -o /dev/null "$url/readyz" 2>/dev/null && return 0
+    kill -0 "$started_pid" 2>/dev/null || { tail -n 40 "$live_artifacts/chatd-$name.log" >&2; die "replica $name exited"; }
+    sleep 0.1
+  done
+  tail -n 40 "$live_artifacts/chatd-$name.log" >&2
+  die "replica $name not ready after 60 s"
+}
+
+# Replica B: the same command on a port of its own.
 b_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 b_url="http://127.0.0.1:$b_port"
-CHATD_BOOTSTRAP_ADMIN_TOKEN="$live_admin_token" CHATD_LOG="${CHATD_LOG:-info,sqlx=warn}" \
-  "$live_bin/chatd" serve \
-  --postgres-url "$live_db_url" \
-  --listen "127.0.0.1:$b_port" \
-  --advertise-url "$b_url" \
-  --config "$live_config" \
-  "${replica_flags[@]}" </dev/null >>"$live_artifacts/chatd-b.log" 2>&1 &
-b_pid=$!
-for _ in $(seq 1 600); do
-  curl -fsS -o /dev/null "$b_url/readyz" 2>/dev/null && break
-  kill -0 "$b_pid" 2>/dev/null || { tail -n 40 "$live_artifacts/chatd-b.log" >&2; die "replica B exited"; }
-  sleep 0.1
-done
-curl -fsS -o /dev/null "$b_url/readyz" || { tail -n 40 "$live_artifacts/chatd-b.log" >&2; die "replica B not ready after 60 s"; }
+start_replica b "$b_port"
+b_pid=$started_pid
 log "replica A at $a_url (pid $a_pid, log chatd.log), replica B at $b_url (pid $b_pid, log chatd-b.log)"
 
 # The routes are there (a binary from before them fails here, not in 30 tests).
@@ -180,6 +193,25 @@ log "pytest tests/compat/test_openai.py (openai $OPENAI_VERSION)"
 "$venv/bin/python" -m pytest -p no:cacheprovider -q -rfEP --junitxml="$artifacts/pytest.xml" \
   tests/compat/test_openai.py "$@"
 py_status=$?
+# The resume test killed the replica that ran its chat: start it again on
+# its port, for the AI SDK's takeover test (which kills one again).
+a_port=${a_url##*:}
+if ! curl -fsS -o /dev/null "$a_url/readyz" 2>/dev/null; then
+  log "starting replica A again on port $a_port (chatd-a2.log)"
+  start_replica a2 "$a_port"
+  export CHATD_PID_A=$started_pid
+fi
+if ! curl -fsS -o /dev/null "$b_url/readyz" 2>/dev/null; then
+  log "starting replica B again on port $b_port (chatd-b2.log)"
+  start_replica b2 "$b_port"
+  export CHATD_PID_B=$started_pid
+fi
+log "node --test $node_dir/ai-sdk-takeover.test.mjs"
+(cd "$node_dir" && node --test --test-concurrency=1 \
+  --test-reporter=spec --test-reporter-destination=stdout \
+  --test-reporter=tap --test-reporter-destination="$artifacts/node-takeover.tap" \
+  ai-sdk-takeover.test.mjs)
+takeover_status=$?
 bench_status=0
 if [ -n "${COMPAT_BENCH:-}" ]; then
   # The resume test killed one of the replicas: the other one serves.
@@ -190,8 +222,8 @@ if [ -n "${COMPAT_BENCH:-}" ]; then
 fi
 set -e
 
-node_pass=$(sed -n 's/^# pass //p' "$artifacts/node.tap" 2>/dev/null | tail -n1)
-node_fail=$(sed -n 's/^# fail //p' "$artifacts/node.tap" 2>/dev/null | tail -n1)
+node_pass=$(cat "$artifacts"/node*.tap 2>/dev/null | sed -n 's/^# pass //p' | awk '{n += $1} END {print n + 0}')
+node_fail=$(cat "$artifacts"/node*.tap 2>/dev/null | sed -n 's/^# fail //p' | awk '{n += $1} END {print n + 0}')
 read -r py_pass py_fail < <("$venv/bin/python" - "$artifacts/pytest.xml" <<'PY' || echo "? ?"
 import sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
@@ -205,13 +237,16 @@ PY
 echo "== compat: AI SDK (ai $AI_VERSION): ${node_pass:-?} passed, ${node_fail:-?} failed; OpenAI SDK (openai $OPENAI_VERSION): ${py_pass:-?} passed, ${py_fail:-?} failed"
 status=0
 [ "$node_status" -eq 0 ] || status=1
+[ "$takeover_status" -eq 0 ] || status=1
 [ "$py_status" -eq 0 ] || status=1
 [ "$bench_status" -eq 0 ] || status=1
 if [ "$status" -ne 0 ]; then
   echo "compat: tests failed; logs in $artifacts" >&2
   echo "---- last lines of chatd.log (replica A)" >&2
   tail -n 20 "$artifacts/chatd.log" >&2 || true
-  echo "---- last lines of chatd-b.log (replica B)" >&2
-  tail -n 20 "$artifacts/chatd-b.log" >&2 || true
+  for f in "$artifacts"/chatd-*.log; do
+    echo "---- last lines of $(basename "$f")" >&2
+    tail -n 20 "$f" >&2 || true
+  done
 fi
 exit "$status"
