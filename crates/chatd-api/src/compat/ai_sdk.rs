@@ -22,8 +22,10 @@
 //! recorded as a response (`chat_responses`), whose `tools` are the
 //! request's `tools`: the client tools of that turn.
 //!
-//! The stream: `start` (and, once the turn's first answer is committed, a
-//! second `start` whose `messageId` is chatd's id of it), `text-*` parts
+//! The stream: `start`, whose `messageId` is chatd's id of the turn's first
+//! assistant message, sent once that message is committed (the text
+//! streamed before it belongs to it: the AI SDK takes the id of the
+//! message being built from the `start` chunk whenever it comes), `text-*` parts
 //! streamed live and closed on commit, `reasoning-*` and tool parts from the
 //! committed messages (`tool-input-available` with `dynamic: true`,
 //! `tool-output-available` for calls chatd ran,
@@ -703,7 +705,7 @@ async fn ui_stream(
             pending: HashSet::new(),
             asked: HashSet::new(),
             sent_text: String::new(),
-            out: vec![json!({"type": "start"})],
+            out: Vec::new(),
             done: false,
         };
         while let Some(event) = events_rx.recv().await {

@@ -359,3 +359,64 @@ fn plan_mode_adds_the_instruction_and_offers_only_read_only_dynamic_tools() {
     assert_eq!(normal.request.tools.len(), 2);
     assert_eq!(normal.request.messages.len(), 1);
 }
+
+#[test]
+fn an_openai_responses_options_shape_its_turns_calls() {
+    let model = model();
+    let weather = DynamicTool {
+        name: "get_weather".into(),
+        description: String::new(),
+        input_schema: json!({"type": "object"}),
+        read_only: false,
+    };
+    let turn = chatd_store::responses::TurnOptions {
+        response_id: "resp_1".into(),
+        instructions: Some("Answer in French.".into()),
+        tools: Some(vec![weather.clone()]),
+        max_output_tokens: Some(64),
+    };
+    let chat = chat();
+    let history = [user("hi")];
+    let planned = call(plan(PlanInput {
+        chat: &chat,
+        history: &history,
+        model: Ok((&model, ())),
+        max_steps_per_turn: 3,
+        generate_titles: false,
+        turn: Some(&turn),
+    }));
+    // The instructions join the system text; the response's tools replace
+    // the chat's; the lower of the two output caps wins.
+    assert_eq!(
+        planned.request.messages.last(),
+        Some(&RequestMessage::text(ChatRole::System, "Answer in French."))
+    );
+    assert_eq!(
+        planned.request.tools,
+        dynamic_tool_specs(std::iter::once(&weather))
+    );
+    assert_eq!(
+        planned.dynamic_tools,
+        HashSet::from(["get_weather".to_owned()])
+    );
+    assert_eq!(planned.request.max_output_tokens, Some(64));
+    // A call of the response's tool waits for the client.
+    let calls = message(
+        ChatRole::Assistant,
+        vec![MessagePart::ToolCall {
+            tool_call_id: "c1".into(),
+            tool_name: "get_weather".into(),
+            args: "{}".into(),
+        }],
+    );
+    let history = [user("hi"), calls];
+    let next = plan(PlanInput {
+        chat: &chat,
+        history: &history,
+        model: Ok((&model, ())),
+        max_steps_per_turn: 3,
+        generate_titles: false,
+        turn: Some(&turn),
+    });
+    assert!(matches!(next, Plan::EnterRequiresAction), "{next:?}");
+}
