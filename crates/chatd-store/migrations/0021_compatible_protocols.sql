@@ -10,6 +10,12 @@
 -- the promoted user message carries that id in `chat_messages.queued_message_id`.
 -- The request's options for that turn (`instructions`, the client `tools`,
 -- `max_output_tokens`) are read by the worker for the turn's model calls.
+-- `answer_message_id` is an id taken from the messages' sequence when the
+-- turn starts (with the send, or with the promotion of its queued message):
+-- the turn's first assistant message is inserted with it while it is still
+-- greater than every id of the chat (ids grow along a branch), so that a
+-- stream can name the answer before it is committed (the AI SDK's `start`
+-- chunk). Otherwise the answer takes the next id as usual.
 CREATE TABLE chat_responses (
     id text PRIMARY KEY CHECK (id ~ '^resp_[0-9a-f]{32}$'),
     chat_id uuid NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
@@ -26,6 +32,7 @@ CREATE TABLE chat_responses (
     reasoning_effort text,
     metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
     background boolean NOT NULL DEFAULT false,
+    answer_message_id bigint,
     created_at timestamptz NOT NULL DEFAULT now(),
     CHECK (start_message_id IS NOT NULL OR queued_message_id IS NOT NULL)
 );

@@ -48,7 +48,8 @@ pub mod search {
 /// that starts their turn ([`crate::ChatTx::record_response`]).
 pub mod responses {
     pub use crate::queries::responses::{
-        NewResponse, ResponseRow, TurnOptions, after, ai_sdk_chat, latest, select, turn_options,
+        NewResponse, ResponseRow, TurnOptions, after, ai_sdk_chat, latest, reserved_id_usable,
+        select, turn_options,
     };
 }
 

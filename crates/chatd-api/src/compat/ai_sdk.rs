@@ -23,18 +23,19 @@
 //! request's `tools`: the client tools of that turn.
 //!
 //! The stream: `start`, whose `messageId` is chatd's id of the turn's first
-//! assistant message, sent once that message is committed (the text
-//! streamed before it belongs to it: the AI SDK takes the id of the
-//! message being built from the `start` chunk whenever it comes), `text-*` parts
-//! streamed live and closed on commit, `reasoning-*` and tool parts from the
+//! assistant message: the id reserved for it when the turn started
+//! (`chat_responses.answer_message_id`; the answer is inserted with it), or,
+//! when a row got into the chat first and the reservation cannot be used,
+//! the committed answer's id, the chunks before it held until then. Each
+//! model step is `start-step` … `finish-step`: `text-*` parts streamed
+//! live and closed on commit, `reasoning-*` and tool parts from the
 //! committed messages (`tool-input-available` with `dynamic: true`,
-//! `tool-output-available` for calls chatd ran,
-//! `tool-approval-request` with `approvalId` = the call id), then
-//! `finish` (with an `error` chunk first when the turn failed) and
-//! `[DONE]`. A live text part whose attempt was discarded (a retry, a
-//! replica that died) is followed by a `data-chatd-discarded` chunk naming
-//! it (`{type: "data-chatd-discarded", data: {id}}`): the client drops that
-//! text part; the answer comes as a new one.
+//! `tool-output-available` for calls chatd ran, `tool-approval-request`
+//! with `approvalId` = the call id); then `finish` (an `error` chunk first
+//! when the turn failed) and `[DONE]`. An attempt discarded after it
+//! streamed (a retry, a replica that died) is followed by `reset-step`: the
+//! AI SDK removes the step's parts, and the next attempt streams into the
+//! same step.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -318,7 +319,7 @@ pub async fn post_chat(
         &chat,
         row.start_message_id,
         row.queued_message_id,
-        row.continuation,
+        row.answer_message_id,
     )
     .await
 }
@@ -399,13 +400,13 @@ pub async fn resume_stream(
         .rev()
         .find(|m| m.role == ChatRole::User)
         .map(|m| m.id);
-    let (start, continuation) = match latest {
+    let (start, reserved) = match latest {
         Some(r) if r.start_message_id.is_some() && r.start_message_id >= last_user => {
-            (r.start_message_id, r.continuation)
+            (r.start_message_id, r.answer_message_id)
         }
-        _ => (last_user, false),
+        _ => (last_user, None),
     };
-    ui_stream(&state, &caller, &chat, start, None, continuation).await
+    ui_stream(&state, &caller, &chat, start, None, reserved).await
 }
 
 /// `GET /api/v2/ai-sdk/chat/{id}/messages`: the active branch as UI
@@ -495,21 +496,75 @@ pub async fn get_messages(
 }
 
 /// Translates one turn's chat events into UI message stream chunks.
+///
+/// Steps: every model step opens with `start-step` and its committed
+/// answer closes it with `finish-step`; a discarded attempt sends
+/// `reset-step` (the AI SDK drops the step's parts) and the next attempt
+/// streams into the same step. Outputs of calls chatd ran follow the step
+/// that made them, before the next one opens (the AI SDK looks tool parts
+/// up in the current step).
 struct UiTranslator {
     start: Option<i64>,
     queued: Option<i64>,
-    continuation: bool,
+    /// The id reserved for the turn's answer.
+    reserved: Option<i64>,
+    /// The `messageId` sent in `start`.
+    announced: Option<i64>,
+    /// Chunks held until `start` can name the answer (the reserved id
+    /// could not be used).
+    held: Option<Vec<Value>>,
     seen: HashSet<i64>,
-    live: Option<((i64, i64), String, usize)>,
-    announced: bool,
+    /// The live text part: episode, part id, text so far.
+    live: Option<((i64, i64), String, String)>,
+    step_open: bool,
     pending: HashSet<String>,
     asked: HashSet<String>,
-    sent_text: String,
     out: Vec<Value>,
     done: bool,
 }
 
 impl UiTranslator {
+    fn push(&mut self, chunk: Value) {
+        match &mut self.held {
+            Some(held) => held.push(chunk),
+            None => self.out.push(chunk),
+        }
+    }
+
+    fn open_step(&mut self) {
+        if !self.step_open {
+            self.step_open = true;
+            self.push(json!({"type": "start-step"}));
+        }
+    }
+
+    /// Sends `start` naming `id` (and what was held for it).
+    fn announce(&mut self, id: i64) {
+        if self.announced == Some(id) {
+            return;
+        }
+        self.announced = Some(id);
+        self.out
+            .push(json!({"type": "start", "messageId": id.to_string()}));
+        if let Some(held) = self.held.take() {
+            self.out.extend(held);
+        }
+    }
+
+    /// Whether the first live text needs the reserved id checked first.
+    fn needs_reservation_check(&self) -> bool {
+        self.start.is_some() && self.announced.is_none() && self.held.is_none()
+    }
+
+    /// The answer of the reservation check before the first live text:
+    /// name the reserved id, or hold the chunks until the answer commits.
+    fn reservation(&mut self, usable: bool) {
+        match (self.reserved, usable) {
+            (Some(id), true) => self.announce(id),
+            _ => self.held = Some(Vec::new()),
+        }
+    }
+
     fn message(&mut self, m: &ChatMessage) {
         let Some(start) = self.start else {
             if m.role == ChatRole::User
@@ -524,54 +579,7 @@ impl UiTranslator {
             return;
         }
         match m.role {
-            ChatRole::Assistant => {
-                if !self.announced {
-                    self.announced = true;
-                    self.out
-                        .push(json!({"type": "start", "messageId": m.id.to_string()}));
-                }
-                let text = turn::text_of(m);
-                match self.live.take() {
-                    Some((_, id, _)) if text.starts_with(&self.live_text(&id)) => {
-                        let sent = self.sent_text.len();
-                        if text.len() > sent {
-                            self.out.push(
-                                json!({"type": "text-delta", "id": id, "delta": &text[sent..]}),
-                            );
-                        }
-                        self.out.push(json!({"type": "text-end", "id": id}));
-                    }
-                    other => {
-                        if let Some((_, id, _)) = other {
-                            self.discarded(&id);
-                        }
-                        if !text.is_empty() {
-                            let id = format!("msg_{}", m.id);
-                            self.out.push(json!({"type": "text-start", "id": id}));
-                            self.out
-                                .push(json!({"type": "text-delta", "id": id, "delta": text}));
-                            self.out.push(json!({"type": "text-end", "id": id}));
-                        }
-                    }
-                }
-                self.sent_text.clear();
-                let reasoning = turn::reasoning_of(m);
-                if !reasoning.is_empty() {
-                    let id = format!("rs_{}", m.id);
-                    self.out.push(json!({"type": "reasoning-start", "id": id}));
-                    self.out
-                        .push(json!({"type": "reasoning-delta", "id": id, "delta": reasoning}));
-                    self.out.push(json!({"type": "reasoning-end", "id": id}));
-                }
-                for (call_id, name, args) in turn::calls_of(m) {
-                    let input: Value = serde_json::from_str(args).unwrap_or(Value::Null);
-                    self.out.push(
-                        json!({"type": "tool-input-available", "toolCallId": call_id,
-                        "toolName": name, "input": input, "dynamic": true}),
-                    );
-                    self.pending.insert(call_id.to_owned());
-                }
-            }
+            ChatRole::Assistant => self.assistant(m),
             ChatRole::Tool => {
                 for p in &m.content.0 {
                     if let MessagePart::ToolResult {
@@ -582,67 +590,100 @@ impl UiTranslator {
                     } = p
                         && self.pending.remove(tool_call_id)
                     {
-                        if *is_error {
-                            self.out.push(
-                                json!({"type": "tool-output-error", "toolCallId": tool_call_id,
-                                "errorText": result.to_string(), "dynamic": true}),
-                            );
+                        let chunk = if *is_error {
+                            json!({"type": "tool-output-error", "toolCallId": tool_call_id,
+                                "errorText": result.to_string(), "dynamic": true})
                         } else {
-                            self.out.push(
-                                json!({"type": "tool-output-available", "toolCallId": tool_call_id,
-                                "output": result, "dynamic": true}),
-                            );
-                        }
+                            json!({"type": "tool-output-available", "toolCallId": tool_call_id,
+                                "output": result, "dynamic": true})
+                        };
+                        self.push(chunk);
                     }
                 }
-                let _ = self.continuation;
             }
             _ => {}
         }
     }
 
-    fn live_text(&self, _id: &str) -> String {
-        self.sent_text.clone()
+    fn assistant(&mut self, m: &ChatMessage) {
+        if self.announced.is_none() {
+            self.announce(m.id);
+        }
+        self.open_step();
+        let text = turn::text_of(m);
+        match self.live.take() {
+            Some((_, id, sent)) if text.starts_with(&sent) => {
+                if text.len() > sent.len() {
+                    self.push(
+                        json!({"type": "text-delta", "id": id, "delta": &text[sent.len()..]}),
+                    );
+                }
+                self.push(json!({"type": "text-end", "id": id}));
+            }
+            other => {
+                if other.is_some() {
+                    self.push(json!({"type": "reset-step"}));
+                }
+                if !text.is_empty() {
+                    let id = format!("msg_{}", m.id);
+                    self.push(json!({"type": "text-start", "id": id}));
+                    self.push(json!({"type": "text-delta", "id": id, "delta": text}));
+                    self.push(json!({"type": "text-end", "id": id}));
+                }
+            }
+        }
+        let reasoning = turn::reasoning_of(m);
+        if !reasoning.is_empty() {
+            let id = format!("rs_{}", m.id);
+            self.push(json!({"type": "reasoning-start", "id": id}));
+            self.push(json!({"type": "reasoning-delta", "id": id, "delta": reasoning}));
+            self.push(json!({"type": "reasoning-end", "id": id}));
+        }
+        for (call_id, name, args) in turn::calls_of(m) {
+            let input: Value = serde_json::from_str(args).unwrap_or(Value::Null);
+            self.push(
+                json!({"type": "tool-input-available", "toolCallId": call_id,
+                "toolName": name, "input": input, "dynamic": true}),
+            );
+            self.pending.insert(call_id.to_owned());
+        }
+        self.push(json!({"type": "finish-step"}));
+        self.step_open = false;
     }
 
-    fn discarded(&mut self, id: &str) {
-        self.out.push(json!({"type": "text-end", "id": id}));
-        self.out
-            .push(json!({"type": "data-chatd-discarded", "data": {"id": id}, "transient": true}));
-        self.sent_text.clear();
+    /// The live attempt was discarded: its parts leave the step.
+    fn discard(&mut self) {
+        if self.live.take().is_some() {
+            self.push(json!({"type": "reset-step"}));
+        }
     }
 
     fn part(&mut self, role: ChatRole, part: &PartDelta, episode: (i64, i64)) {
-        if self.start.is_none() || role != ChatRole::Assistant {
+        if self.start.is_none() || self.done || role != ChatRole::Assistant {
             return;
         }
         let PartDelta::Text { text } = part else {
             return;
         };
-        if let Some((e, id, _)) = &self.live
-            && *e != episode
-        {
-            let id = id.clone();
-            self.live = None;
-            self.discarded(&id);
+        if self.live.as_ref().is_some_and(|(e, _, _)| *e != episode) {
+            self.discard();
         }
+        self.open_step();
         if self.live.is_none() {
             let id = format!("t_{}_{}", episode.0, episode.1);
-            self.out.push(json!({"type": "text-start", "id": id}));
-            self.live = Some((episode, id, 0));
+            self.push(json!({"type": "text-start", "id": id}));
+            self.live = Some((episode, id, String::new()));
         }
-        let id = self.live.as_ref().expect("opened").1.clone();
-        self.sent_text.push_str(text);
-        self.out
-            .push(json!({"type": "text-delta", "id": id, "delta": text}));
+        let live = self.live.as_mut().expect("opened above");
+        live.2.push_str(text);
+        let id = live.1.clone();
+        self.push(json!({"type": "text-delta", "id": id, "delta": text}));
     }
-}
 
-impl UiTranslator {
     fn action_required(&mut self, calls: &[crate::stream::event::PendingToolCall]) {
         for call in calls {
             if call.kind == ActionKind::Approval && self.asked.insert(call.tool_call_id.clone()) {
-                self.out.push(json!({"type": "tool-approval-request",
+                self.push(json!({"type": "tool-approval-request",
                     "approvalId": call.tool_call_id, "toolCallId": call.tool_call_id}));
             }
         }
@@ -653,8 +694,13 @@ impl UiTranslator {
             return;
         }
         self.done = true;
-        if let Some((_, id, _)) = self.live.take() {
-            self.discarded(&id);
+        self.discard();
+        if let Some(held) = self.held.take() {
+            // Nothing was committed to name: send what there is.
+            self.out.extend(held);
+        }
+        if self.step_open {
+            self.out.push(json!({"type": "finish-step"}));
         }
         if chat.status == ChatStatus::Error {
             let text = chat
@@ -668,14 +714,15 @@ impl UiTranslator {
 }
 
 /// The UI message stream of the turn starting at `start` (or at the
-/// promotion of queued message `queued`) of `chat`.
+/// promotion of queued message `queued`) of `chat`; `reserved` is the id
+/// reserved for its answer.
 async fn ui_stream(
     state: &AppState,
     caller: &Caller,
     chat: &Chat,
     start: Option<i64>,
     queued: Option<i64>,
-    continuation: bool,
+    reserved: Option<i64>,
 ) -> ApiResult<Response> {
     let (_, access) = readable_chat(state, caller, chat.id).await?;
     let service = state.stream_service()?.clone();
@@ -698,35 +745,54 @@ async fn ui_stream(
         let mut t = UiTranslator {
             start,
             queued,
-            continuation,
+            reserved,
+            announced: None,
+            held: None,
             seen: HashSet::new(),
             live: None,
-            announced: false,
+            step_open: false,
             pending: HashSet::new(),
             asked: HashSet::new(),
-            sent_text: String::new(),
             out: Vec::new(),
             done: false,
         };
+        let pool = state.store().pool().clone();
+        let read_chat = || async {
+            chatd_store::chats::select(&pool, chat_id, chatd_store::LockMode::None)
+                .await
+                .ok()
+                .flatten()
+        };
         while let Some(event) = events_rx.recv().await {
             match &event.payload {
-                StreamPayload::MessagePart { message_part } => t.part(
-                    message_part.role,
-                    &message_part.part,
-                    (
-                        message_part.history_version,
-                        message_part.generation_attempt,
-                    ),
-                ),
-                StreamPayload::PreviewReset => {
-                    if let Some((_, id, _)) = t.live.take() {
-                        t.discarded(&id);
+                StreamPayload::MessagePart { message_part } => {
+                    if t.needs_reservation_check()
+                        && matches!(message_part.part, PartDelta::Text { .. })
+                        && message_part.role == ChatRole::Assistant
+                    {
+                        let usable = match t.reserved {
+                            Some(id) => {
+                                chatd_store::responses::reserved_id_usable(&pool, chat_id, id)
+                                    .await
+                                    .unwrap_or(false)
+                            }
+                            None => false,
+                        };
+                        t.reservation(usable);
                     }
+                    t.part(
+                        message_part.role,
+                        &message_part.part,
+                        (
+                            message_part.history_version,
+                            message_part.generation_attempt,
+                        ),
+                    );
                 }
+                StreamPayload::PreviewReset => t.discard(),
                 StreamPayload::Message { message } => {
                     if let Ok(Some(row)) =
-                        chatd_store::messages::select(state.store().pool(), chat_id, message.id)
-                            .await
+                        chatd_store::messages::select(&pool, chat_id, message.id).await
                     {
                         t.message(&row);
                     }
@@ -735,33 +801,15 @@ async fn ui_stream(
                     t.action_required(&action_required.tool_calls);
                 }
                 StreamPayload::Status { status }
-                    if t.start.is_some()
+                    if (t.start.is_some()
                         && !matches!(
                             status.status,
                             ChatStatus::Running | ChatStatus::Interrupting
-                        ) =>
+                        ))
+                        || (t.start.is_none() && status.status == ChatStatus::Waiting) =>
                 {
-                    if let Ok(Some(chat)) = chatd_store::chats::select(
-                        state.store().pool(),
-                        chat_id,
-                        chatd_store::LockMode::None,
-                    )
-                    .await
-                    {
-                        t.finish(&chat);
-                    }
-                }
-                StreamPayload::Status { status }
-                    if t.start.is_none() && status.status == ChatStatus::Waiting =>
-                {
-                    // The queued message was removed: nothing will run.
-                    if let Ok(Some(chat)) = chatd_store::chats::select(
-                        state.store().pool(),
-                        chat_id,
-                        chatd_store::LockMode::None,
-                    )
-                    .await
-                    {
+                    // The turn is over (or its queued message was removed).
+                    if let Some(chat) = read_chat().await {
                         t.finish(&chat);
                     }
                 }

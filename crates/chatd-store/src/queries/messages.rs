@@ -97,12 +97,19 @@ pub async fn insert(
     macro_rules! insert_sql {
         ($returning:tt) => {
             sqlx::query!(
-                r#"INSERT INTO chat_messages (chat_id, role, content, visibility, compressed, created_by,
+                r#"INSERT INTO chat_messages (id, chat_id, role, content, visibility, compressed, created_by,
                      model_config_id, reasoning_effort, input_tokens, output_tokens, reasoning_tokens,
                      cache_read_tokens, cache_creation_tokens, total_tokens, context_limit,
                      total_cost_micros, runtime_ms, provider_response_id, queued_message_id,
                      client_message_id, finish_reason, compacted_through_id, token_estimate)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                 VALUES (
+                     CASE WHEN $2 = 'assistant' THEN COALESCE(
+                         (SELECT min(r.answer_message_id) FROM chat_responses r
+                          WHERE r.chat_id = $1 AND r.answer_message_id >
+                              (SELECT COALESCE(max(p.id), 0) FROM chat_messages p WHERE p.chat_id = $1)),
+                         nextval('chat_messages_id_seq'))
+                     ELSE nextval('chat_messages_id_seq') END,
+                     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
                      $18, $19, $20, $21, $22, $23)
                  RETURNING id, revision AS "revision!", created_at, parent_id,
                      visible_parent_id, sibling_ids"#
@@ -158,7 +165,7 @@ pub async fn insert(
                         Some(r.content),
                     )
                 })
-                .fetch_one(conn)
+                .fetch_one(&mut *conn)
                 .await?
         } else {
             insert_sql!("")
@@ -172,9 +179,24 @@ pub async fn insert(
                         None,
                     )
                 })
-                .fetch_one(conn)
+                .fetch_one(&mut *conn)
                 .await?
         };
+    if let (Some(queued), Some(ChatRole::User)) = (queued_message_id, message.role) {
+        // A response sent while the chat was busy starts now: its turn's
+        // first message and the id of its answer (API.md "Compatible
+        // protocols").
+        sqlx::query!(
+            "UPDATE chat_responses
+             SET start_message_id = $3, answer_message_id = nextval('chat_messages_id_seq')
+             WHERE chat_id = $1 AND queued_message_id = $2 AND start_message_id IS NULL",
+            chat_id,
+            queued,
+            id
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(ChatMessage {
         id,
         chat_id,

@@ -84,6 +84,10 @@ pub struct ResponseRow {
     pub metadata: Value,
     /// As sent.
     pub background: bool,
+    /// The id reserved for the turn's first assistant message (`None`
+    /// while queued); the answer has it unless a row was inserted into the
+    /// chat before it (then it has the next id).
+    pub answer_message_id: Option<i64>,
     /// When it was created.
     pub created_at: DateTime<Utc>,
 }
@@ -103,7 +107,8 @@ pub struct TurnOptions {
 }
 
 /// Records `response` for chat `chat_id` (inside the bundle that starts
-/// its turn).
+/// its turn) and, unless it is queued, reserves the id of its answer
+/// (`answer_message_id`, returned).
 ///
 /// # Errors
 /// Database errors (a repeated id is a unique violation).
@@ -111,12 +116,15 @@ pub async fn insert(
     conn: impl PgExecutor<'_>,
     chat_id: Uuid,
     response: &NewResponse,
-) -> sqlx::Result<()> {
-    sqlx::query!(
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
         "INSERT INTO chat_responses (id, chat_id, owner_id, start_message_id, queued_message_id,
              continuation, previous_response_id, model, model_config_id, instructions, tools,
-             max_output_tokens, reasoning_effort, metadata, background)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+             max_output_tokens, reasoning_effort, metadata, background, answer_message_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+                 CASE WHEN $4::bigint IS NULL THEN NULL
+                      ELSE nextval('chat_messages_id_seq') END)
+         RETURNING answer_message_id",
         response.id,
         chat_id,
         response.owner_id,
@@ -137,9 +145,8 @@ pub async fn insert(
         response.metadata,
         response.background,
     )
-    .execute(conn)
-    .await?;
-    Ok(())
+    .fetch_one(conn)
+    .await
 }
 
 macro_rules! response_select {
@@ -150,7 +157,8 @@ macro_rules! response_select {
                       r.queued_message_id, r.continuation, r.previous_response_id, r.model,
                       r.model_config_id, r.instructions, r.tools AS "tools: Json<Value>",
                       r.max_output_tokens, r.reasoning_effort,
-                      r.metadata AS "metadata: Json<Value>", r.background, r.created_at
+                      r.metadata AS "metadata: Json<Value>", r.background, r.answer_message_id,
+                      r.created_at
                FROM chat_responses r
                LEFT JOIN LATERAL (
                    SELECT q.id FROM chat_messages q
@@ -182,6 +190,7 @@ macro_rules! response_of {
             reasoning_effort: r.reasoning_effort,
             metadata: r.metadata.0,
             background: r.background,
+            answer_message_id: r.answer_message_id,
             created_at: r.created_at,
         }
     }};
@@ -303,4 +312,20 @@ pub async fn insert_ai_sdk_chat(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Whether id `reserved` can still become chat `chat_id`'s next message:
+/// it is greater than every id of the chat.
+pub async fn reserved_id_usable(
+    conn: impl PgExecutor<'_>,
+    chat_id: Uuid,
+    reserved: i64,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT COALESCE(max(id), 0) < $2 AS "usable!" FROM chat_messages WHERE chat_id = $1"#,
+        chat_id,
+        reserved
+    )
+    .fetch_one(conn)
+    .await
 }

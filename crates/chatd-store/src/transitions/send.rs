@@ -45,17 +45,20 @@ impl ChatTx {
     /// "Compatible protocols": the durable mapping of a `resp_…` id to a
     /// turn), in the bundle's transaction: it exists exactly when the send
     /// or the tool results it names commit. Not a transition: the chat's
-    /// state is not touched.
+    /// state is not touched. Returns the id reserved for the turn's answer
+    /// (none while the send is queued: it is reserved when the message is
+    /// promoted).
     ///
     /// # Errors
     /// Database errors (a repeated id is a unique violation).
     pub async fn record_response(
         &mut self,
         response: &crate::queries::responses::NewResponse,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Option<i64>> {
         let chat_id = self.chat_id;
-        queries::responses::insert(self.reader().await?, chat_id, response).await?;
-        Ok(())
+        // The write touches no table of the chat's state: what the bundle
+        // knows of the row stays true.
+        Ok(queries::responses::insert(self.reader().await?, chat_id, response).await?)
     }
 
     /// `SendMessage(m, busy_behavior)`: from `W`/`E0` the message enters
@@ -298,7 +301,7 @@ impl UserSend {
     pub async fn record_response(
         &mut self,
         response: &crate::queries::responses::NewResponse,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Option<i64>> {
         self.tx.record_response(response).await
     }
 

@@ -476,17 +476,21 @@ async fn the_ai_sdk_transport_streams_resumes_and_maps_its_ids() -> anyhow::Resu
         sse(response, |e| e == "[DONE]"),
         sse(resumed, |e| e == "[DONE]")
     );
-    for chunks in [first?, second?] {
+    let (first, second) = (first?, second?);
+    for chunks in [&first, &second] {
         let text: String = chunks
             .iter()
             .filter(|c| c["type"] == "text-delta")
             .filter_map(|c| c["delta"].as_str())
             .collect();
         assert_eq!(text, "hello there friend", "{chunks:#?}");
-        assert!(
-            chunks
-                .iter()
-                .any(|c| c["type"] == "start" && c["messageId"].is_string())
+        // The first chunk names the answer, before any text.
+        assert_eq!(chunks[0]["type"], "start", "{chunks:#?}");
+        assert_eq!(chunks[1]["type"], "start-step", "{chunks:#?}");
+        assert_eq!(
+            chunks.iter().filter(|c| c["type"] == "start").count(),
+            1,
+            "{chunks:#?}"
         );
         assert_eq!(chunks[chunks.len() - 2]["type"], "finish");
     }
@@ -505,6 +509,10 @@ async fn the_ai_sdk_transport_streams_resumes_and_maps_its_ids() -> anyhow::Resu
         .await?;
     assert_eq!(messages[0]["role"], "user");
     assert_eq!(messages[1]["parts"][0]["text"], "hello there friend");
+    assert_eq!(
+        messages[1]["id"], first[0]["messageId"],
+        "start named the answer"
+    );
     // The same id continues the same chat.
     llm.push(Script::text("again"));
     let body = json!({"id": "my-chat-1", "trigger": "submit-message", "messages": [
@@ -519,5 +527,49 @@ async fn the_ai_sdk_transport_streams_resumes_and_maps_its_ids() -> anyhow::Resu
         .get_json("/api/v2/ai-sdk/chat/my-chat-1/messages", ADMIN_TOKEN)
         .await?;
     assert_eq!(messages.as_array().map(Vec::len), Some(4));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_sdk_stream_resets_the_step_of_a_discarded_attempt() -> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(
+        Script::text_in_parts("lost words here", 3, Duration::from_millis(150))
+            .delay(Duration::from_millis(300))
+            .disconnect(),
+    );
+    llm.push(Script::text_in_parts(
+        "the kept answer",
+        3,
+        Duration::from_millis(50),
+    ));
+    let body = json!({"id": "reset-chat", "trigger": "submit-message", "messages": [
+        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]});
+    let chunks = sse(
+        stream_post(&server, "/api/v2/ai-sdk/chat", body).await?,
+        |e| e == "[DONE]",
+    )
+    .await?;
+    let kinds: Vec<&str> = chunks.iter().filter_map(|c| c["type"].as_str()).collect();
+    let reset = kinds
+        .iter()
+        .position(|k| *k == "reset-step")
+        .expect("a reset-step");
+    let text = |chunks: &[Value]| -> String {
+        chunks
+            .iter()
+            .filter(|c| c["type"] == "text-delta")
+            .filter_map(|c| c["delta"].as_str())
+            .collect()
+    };
+    assert_eq!(text(&chunks[..reset]), "lost words here", "{kinds:?}");
+    assert_eq!(text(&chunks[reset..]), "the kept answer", "{kinds:?}");
+    assert_eq!(kinds[0], "start");
+    let messages = server
+        .get_json("/api/v2/ai-sdk/chat/reset-chat/messages", ADMIN_TOKEN)
+        .await?;
+    assert_eq!(messages[1]["id"], chunks[0]["messageId"]);
+    assert_eq!(messages[1]["parts"][0]["text"], "the kept answer");
     Ok(())
 }
