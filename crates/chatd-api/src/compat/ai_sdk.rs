@@ -11,8 +11,10 @@
 //!   active branch as UI messages (`[]` for an id never used), for an app
 //!   that reloads.
 //!
-//! `id` is a chat id, or any other string of 1 to 128 characters, mapped
-//! per user to the chat created on its first use (`ai_sdk_chats`).
+//! `id` is a chat id, or any other string of 1 to 128 characters: a UUID
+//! that names no chat becomes the id of the chat created on its first use;
+//! anything else is mapped per user to the chat created on its first use
+//! (`ai_sdk_chats`).
 //! `trigger: "submit-message"` sends the last message's text when it is a
 //! user message (queued when a turn runs), or, when it is an assistant
 //! message whose tool parts carry outputs (`state: "output-available"` or
@@ -221,7 +223,20 @@ pub async fn post_chat(
                         chatd_store::model_configs::default_id(state.store().pool()).await?;
                     response.model_config_id = model_config_id;
                     response.model = "default".into();
-                    let is_chat_id = crate::extract::parse_uuid(&id).is_some();
+                    // A UUID that names no chat becomes the new chat's id;
+                    // any other id (a UUID of a chat the caller cannot see
+                    // included) is mapped to it.
+                    let own_id = match crate::extract::parse_uuid(&id) {
+                        Some(uuid) => chatd_store::chats::select(
+                            state.store().pool(),
+                            uuid,
+                            chatd_store::LockMode::None,
+                        )
+                        .await?
+                        .is_none()
+                        .then_some(uuid),
+                        None => None,
+                    };
                     let created = state
                         .store()
                         .create_chat(CreateChatInput {
@@ -233,7 +248,8 @@ pub async fn post_chat(
                             ],
                             max_file_links: state.options().max_files_per_chat,
                             response: Some(response.clone()),
-                            ai_sdk_id: (!is_chat_id).then(|| id.clone()),
+                            id: own_id,
+                            ai_sdk_id: own_id.is_none().then(|| id.clone()),
                             ..Default::default()
                         })
                         .await;
