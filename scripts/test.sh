@@ -8,7 +8,10 @@
 # (crates/chatd-chaos, about 2 minutes), the checks of run.sh's
 # answers to bad input (scripts/test-run-sh.sh), then the browser tests
 # of the web UI (scripts/e2e.sh: headless Chromium, installed from Debian's
-# packages when missing; CHATD_SKIP_E2E=1 skips them), and last, alone, the
+# packages when missing; CHATD_SKIP_E2E=1 skips them), the compatible
+# protocols with the official clients (scripts/compat-test.sh) and the AI
+# SDK example app in Chromium (scripts/example-e2e.sh), the API against its
+# OpenAPI document (scripts/schemathesis.sh), and last, alone, the
 # quick benchmarks with their ratio floors (scripts/bench-quick.sh). Each
 # test creates its own database on that server.
 set -euo pipefail
@@ -48,6 +51,17 @@ if [ -n "${CHATD_SKIP_E2E:-}" ]; then
 else
   echo "== scripts/e2e.sh (browser tests of the web UI)"
   scripts/e2e.sh || status=1
+fi
+# The compatible protocols with the official clients (README "Compatible
+# protocols"): the `openai` Python SDK and the `ai` npm package against two
+# replicas, one killed mid-response; then the AI SDK example app in Chromium.
+echo "== scripts/compat-test.sh (OpenAI SDK and AI SDK against two replicas)"
+scripts/compat-test.sh || status=1
+if [ -n "${CHATD_SKIP_E2E:-}" ]; then
+  echo "== scripts/example-e2e.sh skipped (CHATD_SKIP_E2E is set)"
+else
+  echo "== scripts/example-e2e.sh (the AI SDK example app in Chromium)"
+  scripts/example-e2e.sh || status=1
 fi
 echo "== scripts/schemathesis.sh (the API against its OpenAPI document, from outside)"; scripts/schemathesis.sh || status=1
 # The quick benchmarks, last and alone (issue 15): ratios against raw-SQL
