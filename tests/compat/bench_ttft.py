@@ -3,7 +3,9 @@
 For the same prompt (no `slow`: the fake LLM streams it in 10 parts), the
 time from sending the request to the first text delta:
 
-  - /v1/responses with stream=true (OpenAI's SDK), in one conversation;
+  - /v1/responses with stream=true, in one conversation: through OpenAI's
+    SDK, and over plain http.client like the other two (the difference is
+    the SDK's own cost);
   - chatd's own route: POST /api/v2/chats/{id}/messages, then
     GET /api/v2/chats/{id}/events (SSE) until the first text message_part;
   - POST /api/v2/ai-sdk/chat (the AI SDK's UI message stream), one chat id.
@@ -95,6 +97,28 @@ def ttft_responses(client, conv_id, text):
     return first
 
 
+def ttft_responses_raw(api, conv_id, text):
+    """/v1/responses with stream=true over plain http.client, as the other
+    two surfaces are measured (the SDK's own parsing left out)."""
+    body = {"model": MODEL, "input": text, "conversation": conv_id, "stream": True}
+    t0 = time.perf_counter()
+    c = api.conn()
+    c.request("POST", "/v1/responses", body=json.dumps(body), headers=api.headers(True))
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"responses: {r.status} {r.read()[:300]!r}")
+    first = None
+    try:
+        for name, data in sse_events(r):
+            if first is None and name == "response.output_text.delta":
+                first = time.perf_counter() - t0
+            if name in ("response.completed", "response.failed", "response.incomplete"):
+                break
+    finally:
+        c.close()
+    return first
+
+
 def ttft_native(api, chat_id, text):
     t0 = time.perf_counter()
     sent = api.json("POST", f"/api/v2/chats/{chat_id}/messages",
@@ -160,7 +184,8 @@ def main():
     sdk_chat = f"bench-{uuid.uuid4().hex[:12]}"
 
     surfaces = {
-        "/v1/responses (stream)": lambda t: ttft_responses(client, conv.id, t),
+        "/v1/responses (stream, openai SDK)": lambda t: ttft_responses(client, conv.id, t),
+        "/v1/responses (stream, raw HTTP)": lambda t: ttft_responses_raw(api, conv.id, t),
         "native POST messages + SSE events": lambda t: ttft_native(api, native_chat, t),
         "/api/v2/ai-sdk/chat": lambda t: ttft_ai_sdk(api, sdk_chat, t),
     }

@@ -502,6 +502,19 @@ pub(crate) async fn stream_response(
 ) -> ApiResult<Response> {
     let (row, chat) = readable_response(state, caller, id).await?;
     let (_, access) = readable_chat(state, caller, chat.id).await?;
+    stream_row(state, caller, row, chat, access, after).await
+}
+
+/// [`stream_response`] of a response already read (`row`, its `chat`,
+/// reached with `access`).
+pub(crate) async fn stream_row(
+    state: &AppState,
+    caller: &Caller,
+    row: ResponseRow,
+    chat: chatd_store::Chat,
+    access: crate::auth::ChatAccess,
+    after: Option<u64>,
+) -> ApiResult<Response> {
     let service = state.stream_service()?.clone();
     let admission = service.admit(
         caller,
@@ -521,14 +534,13 @@ pub(crate) async fn stream_response(
     let (sse_tx, sse_rx) = mpsc::channel::<Event>(256);
     let state = state.clone();
     let caller = caller.clone();
-    let id = id.to_owned();
+    let id = row.id.clone();
     tokio::spawn(async move {
         let tools = client_tools(&row, &chat);
+        // `response.created` and `response.in_progress` carry the object
+        // without output: no need to read the turn first.
+        let (object, _) = response_object(&row, &chat, None);
         let mut translator = Translator::new(row, tools, after);
-        let object = match current_object(&state, &caller, &id).await {
-            Some((object, _)) => object,
-            None => return,
-        };
         translator.begin(&object);
         if !send(&sse_tx, translator.take()).await {
             return;

@@ -59,13 +59,13 @@ pub async fn get_model(
 }
 
 async fn resolve(state: &AppState, name: &str) -> ApiResult<Option<ModelConfigRow>> {
-    let rows = enabled(state).await?;
+    // Default first: the first with the name is the default one when
+    // several share it.
+    let rows = chatd_store::admin::model_configs::list(state.store().pool(), true).await?;
     let by_id = Uuid::parse_str(name).ok();
-    let all = chatd_store::admin::model_configs::list(state.store().pool(), true).await?;
-    Ok(rows
-        .into_iter()
-        .find(|r| r.def.model == name)
-        .or_else(|| all.into_iter().find(|r| Some(r.def.id) == by_id)))
+    let by_name = rows.iter().position(|r| r.def.model == name);
+    let found = by_name.or_else(|| rows.iter().position(|r| Some(r.def.id) == by_id));
+    Ok(found.map(|i| rows.into_iter().nth(i).expect("an index of rows")))
 }
 
 /// The enabled model config `model` names (its `model` string, or its

@@ -428,9 +428,25 @@ pub async fn create_response(
             chat_id
         }
     };
-    let _ = chat_id;
     if req.stream {
-        return super::events::stream_response(&state, &caller, &response.id, None).await;
+        let row = chatd_store::responses::select(state.store().pool(), &response.id)
+            .await?
+            .ok_or_else(|| {
+                ApiError::internal(std::io::Error::other("the response row is missing"))
+            })?;
+        let chat =
+            chatd_store::chats::select(state.store().pool(), chat_id, chatd_store::LockMode::None)
+                .await?
+                .ok_or_else(ApiError::chat_not_found)?;
+        return super::events::stream_row(
+            &state,
+            &caller,
+            row,
+            chat,
+            crate::auth::ChatAccess::Owner,
+            None,
+        )
+        .await;
     }
     if req.background {
         let object = response_object_by_id(&state, &caller, &response.id).await?;
