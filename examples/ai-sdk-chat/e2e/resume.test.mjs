@@ -197,11 +197,11 @@ test('reload during a slow answer: the answer continues and completes once', { t
     const full = `echo: ${text}`;
     await send(page, text);
 
-    // Part of the answer is on screen, not all of it.
+    // Part of the answer is on screen (some of the echoed text), not all of it.
     const partial = await until(
       'part of the answer',
       async () => (await messages(page)).find((m) => m.role === 'assistant')?.text ?? '',
-      { accept: (s) => s.startsWith('echo') && s.length < full.length },
+      { accept: (s) => s.length > 'echo: '.length + 5 && full.startsWith(s) && s.length < full.length },
     );
 
     const streamRequests = [];
