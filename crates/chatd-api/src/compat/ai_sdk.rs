@@ -11,10 +11,10 @@
 //!   active branch as UI messages (`[]` for an id never used), for an app
 //!   that reloads.
 //!
-//! `id` is a chat id, or any other string of 1 to 128 characters: a UUID
-//! that names no chat becomes the id of the chat created on its first use;
-//! anything else is mapped per user to the chat created on its first use
-//! (`ai_sdk_chats`).
+//! `id` is the id of a chat the caller may read, or any other string of 1
+//! to 128 characters, mapped per user to the chat created on its first use
+//! (`ai_sdk_chats`; a UUID naming another user's chat is just such a
+//! string: the caller learns nothing about it).
 //! `trigger: "submit-message"` sends the last message's text when it is a
 //! user message (queued when a turn runs), or, when it is an assistant
 //! message whose tool parts carry outputs (`state: "output-available"` or
@@ -76,8 +76,11 @@ pub fn routes() -> Router<AppState> {
 }
 
 fn check_id(id: &str) -> ApiResult<()> {
-    if id.is_empty() || id.chars().count() > 128 {
-        return Err(ApiError::invalid("id", "must be 1 to 128 characters"));
+    if id.is_empty() || id.chars().count() > 128 || id.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            "id",
+            "must be 1 to 128 characters, none a control character",
+        ));
     }
     Ok(())
 }
@@ -155,9 +158,12 @@ fn answers_of(parts: &[Value]) -> Vec<chatd_store::ToolResultInput> {
 fn parse_tools(value: Option<&Value>) -> ApiResult<Option<Vec<DynamicTool>>> {
     match value {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value::<Vec<DynamicTool>>(v.clone())
-            .map(Some)
-            .map_err(|e| ApiError::invalid("tools", format!("must be [DynamicTool]: {e}"))),
+        Some(v) => {
+            let tools = serde_json::from_value::<Vec<DynamicTool>>(v.clone())
+                .map_err(|e| ApiError::invalid("tools", format!("must be [DynamicTool]: {e}")))?;
+            crate::compat::check_tools(&tools)?;
+            Ok(Some(tools))
+        }
     }
 }
 
@@ -196,11 +202,20 @@ pub async fn post_chat(
             let chat = visible_chat(&state, &caller, chat.id).await?;
             require_owner(&caller, &chat)?;
             crate::usage::refuse_over_budget(&state, &caller.user).await?;
-            let message_id = body["messageId"]
-                .as_str()
-                .and_then(|s| s.parse::<i64>().ok())
-                .or_else(|| chat.active_leaf_id)
-                .ok_or_else(|| ApiError::invalid("messageId", "must name an assistant message"))?;
+            let message_id = match body.get("messageId") {
+                None | Some(Value::Null) => chat.active_leaf_id,
+                Some(v) => Some(
+                    v.as_str()
+                        .and_then(crate::extract::parse_id)
+                        .ok_or_else(|| {
+                            ApiError::invalid(
+                                "messageId",
+                                "must be the id of an assistant message (a positive integer as a string)",
+                            )
+                        })?,
+                ),
+            }
+            .ok_or_else(|| ApiError::invalid("messageId", "must name an assistant message"))?;
             let mut tx = crate::chats::begin(&state, chat.id, true).await?;
             let result = tx.regenerate_message(message_id).await?;
             response.start_message_id = Some(result.parent_id);
@@ -223,20 +238,6 @@ pub async fn post_chat(
                         chatd_store::model_configs::default_id(state.store().pool()).await?;
                     response.model_config_id = model_config_id;
                     response.model = "default".into();
-                    // A UUID that names no chat becomes the new chat's id;
-                    // any other id (a UUID of a chat the caller cannot see
-                    // included) is mapped to it.
-                    let own_id = match crate::extract::parse_uuid(&id) {
-                        Some(uuid) => chatd_store::chats::select(
-                            state.store().pool(),
-                            uuid,
-                            chatd_store::LockMode::None,
-                        )
-                        .await?
-                        .is_none()
-                        .then_some(uuid),
-                        None => None,
-                    };
                     let created = state
                         .store()
                         .create_chat(CreateChatInput {
@@ -248,8 +249,7 @@ pub async fn post_chat(
                             ],
                             max_file_links: state.options().max_files_per_chat,
                             response: Some(response.clone()),
-                            id: own_id,
-                            ai_sdk_id: own_id.is_none().then(|| id.clone()),
+                            ai_sdk_id: Some(id.clone()),
                             ..Default::default()
                         })
                         .await;
@@ -364,6 +364,12 @@ async fn send_user(
     let chat = visible_chat(state, caller, chat.id).await?;
     require_owner(caller, &chat)?;
     let content = user_content(text_of_parts(parts))?;
+    if chat.status == ChatStatus::RequiresAction {
+        return Err(ApiError::invalid(
+            "messages",
+            "tool calls of this chat are waiting for their outputs or approvals: send them (the assistant message with its tool parts answered) first",
+        ));
+    }
     response.model = model_name(state, &chat).await?;
     let mut send = match state.store().machine(chat.id).begin_user_send(None).await? {
         UserSendStart::Open(send) => send,
@@ -581,7 +587,9 @@ impl UiTranslator {
         }
     }
 
-    fn message(&mut self, m: &ChatMessage) {
+    /// A committed message; `true` when it is the next turn's user message
+    /// (this turn is over).
+    fn message(&mut self, m: &ChatMessage) -> bool {
         let Some(start) = self.start else {
             if m.role == ChatRole::User
                 && m.queued_message_id.is_some()
@@ -589,12 +597,13 @@ impl UiTranslator {
             {
                 self.start = Some(m.id);
             }
-            return;
+            return false;
         };
         if m.id <= start || !self.seen.insert(m.id) || m.visibility == Visibility::Model {
-            return;
+            return false;
         }
         match m.role {
+            ChatRole::User => return true,
             ChatRole::Assistant => self.assistant(m),
             ChatRole::Tool => {
                 for p in &m.content.0 {
@@ -619,6 +628,7 @@ impl UiTranslator {
             }
             _ => {}
         }
+        false
     }
 
     fn assistant(&mut self, m: &ChatMessage) {
@@ -809,8 +819,20 @@ async fn ui_stream(
                 StreamPayload::Message { message } => {
                     if let Ok(Some(row)) =
                         chatd_store::messages::select(&pool, chat_id, message.id).await
+                        && t.message(&row)
+                        && let Some(chat) = read_chat().await
                     {
-                        t.message(&row);
+                        t.finish(&chat);
+                    }
+                }
+                StreamPayload::QueueUpdate { queued_messages }
+                    if t.start.is_none()
+                        && t.queued
+                            .is_some_and(|id| !queued_messages.iter().any(|q| q.id == id)) =>
+                {
+                    // Its queued message was removed: nothing will run.
+                    if let Some(chat) = read_chat().await {
+                        t.finish(&chat);
                     }
                 }
                 StreamPayload::ActionRequired { action_required } if t.start.is_some() => {

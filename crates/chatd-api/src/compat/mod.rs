@@ -23,8 +23,23 @@ pub mod openai;
 pub(crate) mod turn;
 
 use axum::Router;
+use chatd_core::DynamicTool;
 
 use crate::app::AppState;
+use crate::error::{ApiError, ApiResult};
+
+/// Client tools of a request checked like the native API's
+/// `dynamic_tools` (count, unique names of letters, digits, `_` and `-`,
+/// a JSON Schema object), the errors naming `tools`.
+pub(crate) fn check_tools(tools: &[DynamicTool]) -> ApiResult<()> {
+    crate::validate::dynamic_tools(tools).map_err(|e| match e.body().validations.first() {
+        Some(v) => ApiError::invalid(
+            v.field.replacen("dynamic_tools", "tools", 1),
+            v.detail.clone(),
+        ),
+        None => e,
+    })
+}
 
 /// The routes of both surfaces (mounted by [`crate::router`]).
 pub fn routes() -> Router<AppState> {

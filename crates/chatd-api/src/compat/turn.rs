@@ -7,8 +7,8 @@
 //! from there: at each step the oldest child (a later regenerate or edit
 //! makes younger siblings, which are other turns), through assistant and
 //! tool rows, until a user message (the next turn) or the first message of
-//! a later continuation. Model-only rows (a compaction boundary) are walked
-//! through and never shown.
+//! a later continuation. Model-only rows (a compaction summary, a user row
+//! the model alone sees) are walked through and never shown.
 //!
 //! [`Turn::status`] derives where the turn is from the chat row: nothing of
 //! it is stored.
@@ -34,6 +34,8 @@ pub(crate) struct Turn {
     /// The turn ends the chat's active branch: the chat's status is its
     /// status.
     pub current: bool,
+    /// The turn never started: its queued message was removed (a cancel).
+    pub withdrawn: bool,
 }
 
 /// Where a turn is.
@@ -86,7 +88,9 @@ impl Turn {
         let mut last_id = start_id;
         while let Some(&i) = children.get(&current_id) {
             let row = &rows[i];
-            if row.role == ChatRole::User {
+            // The next turn's message; a compaction summary is a model-only
+            // user row inside this turn.
+            if row.role == ChatRole::User && row.visibility != Visibility::Model {
                 break;
             }
             current_id = row.id;
@@ -100,7 +104,20 @@ impl Turn {
         }
         let current = chat.active_leaf_id == Some(last_id)
             || (chat.active_leaf_id.is_none() && last_id == start_id);
-        Self { messages, current }
+        Self {
+            messages,
+            current,
+            withdrawn: false,
+        }
+    }
+
+    /// The turn of a send whose queued message was removed before it ran.
+    pub(crate) fn withdrawn() -> Self {
+        Self {
+            messages: Vec::new(),
+            current: false,
+            withdrawn: true,
+        }
     }
 
     /// The last assistant message of the turn.
@@ -114,6 +131,9 @@ impl Turn {
     /// Where the turn is: the chat's status when it is the current turn,
     /// else how its last answer ended.
     pub(crate) fn status(&self, chat: &Chat) -> TurnStatus {
+        if self.withdrawn {
+            return TurnStatus::Cancelled;
+        }
         if self.current {
             match chat.status {
                 ChatStatus::Running | ChatStatus::Interrupting => return TurnStatus::InProgress,

@@ -573,3 +573,217 @@ async fn the_ai_sdk_stream_resets_the_step_of_a_discarded_attempt() -> anyhow::R
     assert_eq!(messages[1]["parts"][0]["text"], "the kept answer");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_whose_turn_compacts_shows_its_answer() -> anyhow::Result<()> {
+    use chatd_testkit::fake_llm::{is_compaction_request, summary_of};
+    let (db, llm, _dir, config) = fixture().await?;
+    llm.set_default_fn(|r| {
+        if is_compaction_request(r) {
+            summary_of(r)
+        } else {
+            Script::echo_of(r)
+        }
+    });
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    // Past 70% of the 8,192-token window: the turn compacts first.
+    let items: Vec<Value> = (0..40)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("{i} {}", "word ".repeat(200))}))
+        .collect();
+    let (status, conversation) =
+        post(&server, "/v1/conversations", json!({"items": items})).await?;
+    assert_eq!(status, 200, "{conversation}");
+    let (status, response) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "go", "conversation": conversation["id"]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["status"], "completed", "{response:#}");
+    let kinds: Vec<&str> = response["output"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["type"].as_str())
+        .collect();
+    assert_eq!(kinds, ["mcp_call", "message"], "{response:#}");
+    assert_eq!(response["output"][0]["name"], "chatd_compact");
+    assert_eq!(response["output"][1]["content"][0]["text"], "echo: go");
+    let items = server
+        .get_json(
+            &format!(
+                "/v1/conversations/{}/items?order=desc&limit=5",
+                conversation["id"].as_str().unwrap_or_default()
+            ),
+            ADMIN_TOKEN,
+        )
+        .await?;
+    assert!(
+        items["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|i| i["type"] != "function_call"),
+        "chatd's own calls are not function calls: {items:#}"
+    );
+    Ok(())
+}
+
+/// The texts of the user messages the fake LLM was sent for the answer to
+/// `last`, in order.
+fn history_sent(llm: &chatd_testkit::fake_llm::FakeLlm, last: &str) -> Vec<String> {
+    let request = llm
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.last_user_text().as_deref() == Some(last))
+        .expect("a request for it");
+    request.body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn branches_follow_previous_response_id_and_never_cut_a_running_turn() -> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    llm.set_default_fn(Script::echo_of);
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    let create = |input: &str, previous: Option<&Value>| {
+        let mut body = json!({"model": "fake-model", "input": input});
+        if let Some(previous) = previous {
+            body["previous_response_id"] = previous.clone();
+        }
+        body
+    };
+    let (_, r1) = post(&server, "/v1/responses", create("one", None)).await?;
+    let (_, r2) = post(&server, "/v1/responses", create("two", Some(&r1["id"]))).await?;
+    let (_, r3) = post(&server, "/v1/responses", create("three", Some(&r2["id"]))).await?;
+    // From r1: a new branch, without two and three.
+    let (status, b) = post(&server, "/v1/responses", create("two-b", Some(&r1["id"]))).await?;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(history_sent(&llm, "two-b"), ["one", "two-b"]);
+    // Back to r3, the newest response of the other branch.
+    let (status, four) = post(&server, "/v1/responses", create("four", Some(&r3["id"]))).await?;
+    assert_eq!(status, 200, "{four}");
+    assert_eq!(history_sent(&llm, "four"), ["one", "two", "three", "four"]);
+    assert_eq!(four["conversation"], r1["conversation"]);
+
+    // While a response runs, a branch from an older one is refused and the
+    // running one is untouched.
+    llm.push(Script::text_in_parts(
+        "a slow answer",
+        4,
+        Duration::from_millis(300),
+    ));
+    let (_, running) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "five", "previous_response_id": four["id"], "background": true}),
+    )
+    .await?;
+    let (status, refused) =
+        post(&server, "/v1/responses", create("again", Some(&r1["id"]))).await?;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "conflict");
+    let id = running["id"].as_str().unwrap_or_default().to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let object = server
+            .get_json(&format!("/v1/responses/{id}"), ADMIN_TOKEN)
+            .await?;
+        if object["status"] != "in_progress" && object["status"] != "queued" {
+            assert_eq!(object["status"], "completed", "{object}");
+            assert_eq!(object["output"][0]["content"][0]["text"], "a slow answer");
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "still {object}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Malformed ids are 404, not 500.
+    let odd = http()
+        .get(format!("{}/v1/responses/resp_%00", server.url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await?;
+    assert_eq!(odd.status(), 404);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ends_with_its_turn_and_a_cancelled_queued_response_ends_at_once()
+-> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(Script::text_in_parts(
+        "first answer",
+        4,
+        Duration::from_millis(250),
+    ));
+    llm.push(Script::text("second answer"));
+    let first = stream_post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "first", "stream": true}),
+    )
+    .await?;
+    let reader = tokio::spawn(sse(first, is_final));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let chats = server.get_json("/api/v2/chats", ADMIN_TOKEN).await?;
+    let conv = format!(
+        "conv_{}",
+        chats[0]["id"].as_str().unwrap_or_default().replace('-', "")
+    );
+    let (status, queued) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "second", "conversation": conv, "background": true}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{queued}");
+    let events = reader.await??;
+    let last = events.last().expect("events");
+    assert_eq!(last["type"], "response.completed", "{events:#?}");
+    assert_eq!(deltas(&events), "first answer", "only its own turn");
+    assert_eq!(last["response"]["output"].as_array().map(Vec::len), Some(1));
+
+    // A queued response cancelled: cancelled at once, and a new message
+    // while function calls wait is refused.
+    llm.push(Script::text_in_parts(
+        "third answer",
+        4,
+        Duration::from_millis(400),
+    ));
+    let (_, third) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "third", "conversation": conv, "background": true}),
+    )
+    .await?;
+    let (_, fourth) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "fourth", "conversation": conv, "background": true}),
+    )
+    .await?;
+    assert_eq!(fourth["status"], "queued", "{fourth}");
+    let started = tokio::time::Instant::now();
+    let (status, cancelled) = post(
+        &server,
+        &format!(
+            "/v1/responses/{}/cancel",
+            fourth["id"].as_str().unwrap_or_default()
+        ),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert!(started.elapsed() < Duration::from_secs(5), "at once");
+    let _ = third;
+    Ok(())
+}

@@ -135,6 +135,9 @@ pub async fn update_conversation(
     let id = chat_of(params.raw("conversation")?)?;
     let chat = visible_chat(&state, &caller, id).await?;
     let body = body.read().await?;
+    if body.get("metadata").is_none_or(Value::is_null) {
+        return Err(ApiError::invalid("metadata", "is required"));
+    }
     let labels = metadata_labels(body.get("metadata"), "metadata")?;
     require_owner(&caller, &chat)?;
     let mut locked = state.store().machine(id).lock().await?;
@@ -199,7 +202,11 @@ pub async fn list_items(
     let after = query.get("after").map(str::to_owned);
     let (chat, _) = readable_chat(&state, &caller, id).await?;
     let messages = chatd_store::messages::visible(state.store().pool(), chat.id).await?;
-    let mut items: Vec<Value> = messages.iter().flat_map(conversation_items).collect();
+    let (tools, results) = item_context(&state, &chat, &messages).await?;
+    let mut items: Vec<Value> = messages
+        .iter()
+        .flat_map(|m| conversation_items(m, &tools, &results))
+        .collect();
     if descending {
         items.reverse();
     }
@@ -246,7 +253,11 @@ pub async fn create_items(
     let mut tx = crate::chats::begin(&state, id, true).await?;
     let inserted = tx.append_messages(rows).await?;
     tx.commit().await?;
-    let data: Vec<Value> = inserted.iter().flat_map(conversation_items).collect();
+    let (tools, results) = item_context(&state, &chat, &inserted).await?;
+    let data: Vec<Value> = inserted
+        .iter()
+        .flat_map(|m| conversation_items(m, &tools, &results))
+        .collect();
     Ok(Json(json!({
         "object": "list",
         "data": data,
@@ -254,4 +265,36 @@ pub async fn create_items(
         "last_id": data.last().map(|i| i["id"].clone()),
         "has_more": false,
     })))
+}
+
+/// What the items of `messages` need to be told apart: the names of the
+/// client tools of the chat (its dynamic tools and every response's
+/// `tools`), and the results in `messages` by call id.
+async fn item_context(
+    state: &AppState,
+    chat: &chatd_store::Chat,
+    messages: &[chatd_store::ChatMessage],
+) -> ApiResult<(
+    std::collections::HashSet<String>,
+    std::collections::HashMap<String, (Value, bool)>,
+)> {
+    let mut tools: std::collections::HashSet<String> =
+        chat.dynamic_tools.iter().map(|t| t.name.clone()).collect();
+    for response in chatd_store::responses::after(state.store().pool(), chat.id, 0).await? {
+        tools.extend(response.tools.into_iter().flatten().map(|t| t.name));
+    }
+    let results = messages
+        .iter()
+        .flat_map(|m| m.content.0.iter())
+        .filter_map(|p| match p {
+            chatd_core::MessagePart::ToolResult {
+                tool_call_id,
+                result,
+                is_error,
+                ..
+            } => Some((tool_call_id.clone(), (result.clone(), *is_error))),
+            _ => None,
+        })
+        .collect();
+    Ok((tools, results))
 }

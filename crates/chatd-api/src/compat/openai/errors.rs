@@ -67,6 +67,9 @@ pub fn openai_error_body(status: StatusCode, error: &ErrorBody) -> Value {
         _ => ("server_error", None),
     };
     let code = match status.as_u16() {
+        // A used-up budget is not a rate limit to retry (OpenAI's own
+        // spelling for it, which the SDKs do not retry on).
+        429 if error.message.starts_with("Usage budget") => Some("insufficient_quota"),
         409 => Some("conflict"),
         413 => Some("request_too_large"),
         415 => Some("unsupported_media_type"),

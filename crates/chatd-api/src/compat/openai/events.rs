@@ -106,7 +106,8 @@ impl Translator {
     /// A translator for `row`, resuming after `after` when given.
     pub(crate) fn new(row: ResponseRow, tools: HashSet<String>, after: Option<u64>) -> Self {
         let client_open = after.and_then(position).and_then(|(k, a, p, local)| {
-            (a != COMMITTED && p == 0 && local < LOCAL_MAX).then_some((k, a))
+            // Attempts count from 1: `a == 0` is the final event.
+            (a != 0 && a != COMMITTED && p == 0 && local < LOCAL_MAX).then_some((k, a))
         });
         Self {
             start: row.start_message_id,
@@ -265,10 +266,12 @@ impl Translator {
         self.discard_live();
     }
 
-    /// A committed message of the chat's stream.
-    pub(crate) fn message(&mut self, m: &ChatMessage, object: &Value) {
+    /// A committed message of the chat's stream; `true` when it is the
+    /// next turn's message (this one is over: the caller sends the final
+    /// event, since the chat may go on running the next turn).
+    pub(crate) fn message(&mut self, m: &ChatMessage, object: &Value) -> bool {
         if self.done {
-            return;
+            return false;
         }
         let Some(start) = self.start else {
             if m.role == ChatRole::User
@@ -279,25 +282,22 @@ impl Translator {
                 self.seen.insert(m.id);
                 self.in_progress(object);
             }
-            return;
+            return false;
         };
         if m.id <= start || !self.seen.insert(m.id) {
-            return;
-        }
-        if m.role == ChatRole::User {
-            // The next turn: this one is over (the final event follows the
-            // status).
-            return;
+            return false;
         }
         if m.visibility == Visibility::Model || m.role == ChatRole::System {
-            return;
+            return false;
         }
         match m.role {
+            ChatRole::User => return true,
             ChatRole::Tool => self.tool_message(m),
             ChatRole::Assistant => self.assistant_message(m),
-            _ => {}
+            ChatRole::System => {}
         }
         self.k += 1;
+        false
     }
 
     fn tool_message(&mut self, m: &ChatMessage) {
@@ -468,6 +468,17 @@ impl Translator {
         );
     }
 
+    /// Whether the response is queued and its queued message is no longer
+    /// in `queue` (it was promoted, and then its message came first, or
+    /// removed).
+    pub(crate) fn waits_for(&self, queue: &[crate::objects::ChatQueuedMessage]) -> bool {
+        self.start.is_none()
+            && self
+                .row
+                .queued_message_id
+                .is_some_and(|id| !queue.iter().any(|q| q.id == id))
+    }
+
     /// Whether `status` may end the response: the chat stopped running.
     pub(crate) fn ends_with(&self, status: ChatStatus) -> bool {
         !matches!(status, ChatStatus::Running | ChatStatus::Interrupting)
@@ -566,8 +577,19 @@ pub(crate) async fn stream_row(
                         message.id,
                     )
                     .await
+                        && translator.message(&row, &object)
+                        && let Some((object, true)) = current_object(&state, &caller, &id).await
                     {
-                        translator.message(&row, &object);
+                        translator.finish(&object);
+                    }
+                }
+                StreamPayload::QueueUpdate { queued_messages }
+                    if translator.waits_for(queued_messages) =>
+                {
+                    // Its queued message left the queue without a turn: it
+                    // was removed (a cancel).
+                    if let Some((object, true)) = current_object(&state, &caller, &id).await {
+                        translator.finish(&object);
                     }
                 }
                 StreamPayload::Status { status } if translator.ends_with(status.status) => {

@@ -200,7 +200,24 @@ pub fn history_of(
     for (i, item) in items.iter().enumerate() {
         match item {
             InputItem::Message { role, text } => {
-                let parts = vec![MessagePart::text(text.clone())];
+                let field = format!("{field}[{i}].content");
+                let parts = match role {
+                    // Checked as a native send's content is.
+                    ChatRole::User => crate::validate::message_content(
+                        &[crate::objects::ChatInputPart::Text { text: text.clone() }],
+                        &field,
+                    )?,
+                    _ if text.len() > crate::validate::MAX_MESSAGE_TEXT_BYTES => {
+                        return Err(ApiError::invalid(
+                            field,
+                            format!(
+                                "at most {} bytes of text",
+                                crate::validate::MAX_MESSAGE_TEXT_BYTES
+                            ),
+                        ));
+                    }
+                    _ => vec![MessagePart::text(text.clone())],
+                };
                 rows.push(match role {
                     ChatRole::User => NewMessage::user(parts).created_by(owner),
                     ChatRole::Assistant => NewMessage::assistant(parts),
@@ -236,6 +253,10 @@ pub fn history_of(
                 }]));
             }
         }
+    }
+    // Sanitised once, at the boundary, like every text from outside.
+    for row in &mut rows {
+        chatd_core::sanitize::parts(&mut row.content);
     }
     Ok(rows)
 }
@@ -362,9 +383,16 @@ pub fn message_output<'a>(
 }
 
 /// The conversation items of `message` (a visible message of a chat):
-/// user, system and assistant text as message items, reasoning, calls and
-/// results as items of their own.
-pub fn conversation_items(message: &ChatMessage) -> Vec<Value> {
+/// user, system and assistant text as message items, reasoning as its own
+/// item, a call of a client tool (`client_tools`) as a `function_call` and
+/// its result as a `function_call_output`; a call chatd ran (MCP,
+/// sub-agents, compaction) as one `mcp_call` holding its result, found in
+/// `results` (by call id).
+pub fn conversation_items(
+    message: &ChatMessage,
+    client_tools: &HashSet<String>,
+    results: &std::collections::HashMap<String, (Value, bool)>,
+) -> Vec<Value> {
     let mut out = Vec::new();
     let role = match message.role {
         ChatRole::User => "user",
@@ -390,17 +418,28 @@ pub fn conversation_items(message: &ChatMessage) -> Vec<Value> {
                 tool_call_id,
                 tool_name,
                 args,
-            } => out.push(function_call_item(
+            } if client_tools.contains(tool_name) => out.push(function_call_item(
                 &format!("fc_{}_{i}", message.id),
                 tool_call_id,
                 tool_name,
                 args,
             )),
+            MessagePart::ToolCall {
+                tool_call_id,
+                tool_name,
+                args,
+            } => out.push(server_call_item(
+                &format!("mcp_{}_{i}", message.id),
+                tool_name,
+                args,
+                results.get(tool_call_id).map(|(v, e)| (v, *e)),
+            )),
             MessagePart::ToolResult {
                 tool_call_id,
+                tool_name,
                 result,
                 ..
-            } => out.push(json!({
+            } if client_tools.contains(tool_name) => out.push(json!({
                 "type": "function_call_output", "id": format!("fco_{}_{i}", message.id),
                 "call_id": tool_call_id, "output": text_of_result(result), "status": "completed",
             })),

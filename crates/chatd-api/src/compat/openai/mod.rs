@@ -53,5 +53,7 @@ pub fn routes() -> Router<AppState> {
             "/v1/responses/{response}/cancel",
             post(responses::cancel_response),
         )
+        // Any other path under /v1: `404` in OpenAI's shape.
+        .route("/v1/{*rest}", axum::routing::any(crate::health::not_found))
         .route_layer(axum::middleware::from_fn(errors::openai_errors))
 }

@@ -144,6 +144,7 @@ fn parse_tools(value: Option<&Value>) -> ApiResult<Option<Vec<DynamicTool>>> {
         .map_err(|e| ApiError::invalid(format!("tools[{i}]"), e.to_string()))?;
         out.push(tool);
     }
+    crate::compat::check_tools(&out)?;
     Ok(Some(out))
 }
 
@@ -299,7 +300,20 @@ pub(crate) async fn readable_response(
     caller: &Caller,
     id: &str,
 ) -> ApiResult<(ResponseRow, Chat)> {
-    let not_found = || ApiError::not_found(format!("Response with id '{id}' not found."));
+    let not_found = || {
+        ApiError::not_found(format!(
+            "Response with id '{}' not found.",
+            id.escape_debug()
+        ))
+    };
+    let well_formed = id.len() == 37
+        && id.starts_with("resp_")
+        && id[5..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !well_formed {
+        return Err(not_found());
+    }
     let row = chatd_store::responses::select(state.store().pool(), id)
         .await?
         .ok_or_else(not_found)?;
@@ -506,34 +520,21 @@ async fn send_text(
     response: &mut NewResponse,
 ) -> ApiResult<()> {
     let content = user_parts(text)?;
-    // A previous response that is not the latest: branch by editing the
-    // user message right after its turn.
+    if chat.status == ChatStatus::RequiresAction {
+        return Err(ApiError::invalid(
+            "input",
+            "function calls of this conversation are waiting for their output: answer them with function_call_output items first",
+        ));
+    }
+    // A previous response whose turn does not end the active branch: the
+    // new turn branches from the end of that turn.
     if let Some((previous, _)) = branch_from
         && let Some(start) = previous.start_message_id
+        && let Some(turn) = turn_of(state, previous, chat).await?
     {
-        let turn = Turn::read(state.store(), chat, start, &[]).await?;
         let end = turn.messages.last().map_or(start, |m| m.id);
-        let rows =
-            chatd_store::messages::from_id(state.store().pool(), chat.id, end, 4_000).await?;
-        let next_user = rows
-            .iter()
-            .find(|m| m.parent_id == Some(end) && m.role == ChatRole::User && !m.deleted);
-        if let Some(next_user) = next_user {
-            let mut tx = crate::chats::begin(state, chat.id, true).await?;
-            let mut replacement = NewMessage::user(content).created_by(caller.id());
-            replacement.model_config_id = Some(*model_config_id);
-            replacement.reasoning_effort = response.reasoning_effort.clone();
-            let result = tx
-                .edit_message(EditMessageInput {
-                    message_id: next_user.id,
-                    replacement,
-                    suffix_messages: Vec::new(),
-                })
-                .await?;
-            response.start_message_id = Some(result.replacement_message.id);
-            tx.record_response(response).await?;
-            tx.commit().await?;
-            return Ok(());
+        if chat.active_leaf_id != Some(end) {
+            return branch(state, caller, chat, end, content, model_config_id, response).await;
         }
     }
     let mut send = match state.store().machine(chat.id).begin_user_send(None).await? {
@@ -564,6 +565,76 @@ async fn send_text(
     }
     send.record_response(response).await?;
     send.commit(&Value::Null).await?;
+    Ok(())
+}
+
+/// Starts the response's turn as a new branch after message `end` (the
+/// end of an older response's turn), in one bundle: when a user message
+/// already follows `end` (on any branch), its branch is made active and the
+/// message edited (the new one is its sibling); otherwise the branch ending
+/// at `end` is made active and the message sent after it. Idle chats only:
+/// a running turn is never cut short by a branch (`409`).
+async fn branch(
+    state: &AppState,
+    caller: &Caller,
+    chat: &Chat,
+    end: i64,
+    content: Vec<MessagePart>,
+    model_config_id: &Uuid,
+    response: &mut NewResponse,
+) -> ApiResult<()> {
+    let rows = chatd_store::messages::from_id(state.store().pool(), chat.id, end, 4_000).await?;
+    let next_user = rows
+        .iter()
+        .find(|m| {
+            m.parent_id == Some(end)
+                && m.role == ChatRole::User
+                && m.visibility != chatd_core::Visibility::Model
+        })
+        .map(|m| (m.id, m.deleted));
+    let mut tx = crate::chats::begin(state, chat.id, true).await?;
+    let status = tx.chat().await?.status;
+    if !matches!(status, ChatStatus::Waiting | ChatStatus::Error) {
+        return Err(ApiError::conflict("The conversation is busy.").with_detail(
+            "previous_response_id names an older response: a new branch starts from it once the conversation's current response has ended",
+        ));
+    }
+    let mut message = NewMessage::user(content).created_by(caller.id());
+    message.model_config_id = Some(*model_config_id);
+    message.reasoning_effort = response.reasoning_effort.clone();
+    match next_user {
+        Some((next, inactive)) => {
+            if inactive {
+                tx.activate_branch(next).await?;
+            }
+            let result = tx
+                .edit_message(EditMessageInput {
+                    message_id: next,
+                    replacement: message,
+                    suffix_messages: Vec::new(),
+                })
+                .await?;
+            response.start_message_id = Some(result.replacement_message.id);
+        }
+        None => {
+            tx.activate_branch(end).await?;
+            let result = tx
+                .send_message(SendMessageInput {
+                    message,
+                    busy_behavior: BusyBehavior::Queue,
+                    max_queue_size: Some(state.options().max_queued_messages),
+                })
+                .await?;
+            response.start_message_id = result
+                .inserted_messages
+                .iter()
+                .rev()
+                .find(|m| m.role == ChatRole::User)
+                .map(|m| m.id);
+        }
+    }
+    tx.record_response(response).await?;
+    tx.commit().await?;
     Ok(())
 }
 
@@ -621,6 +692,19 @@ pub(crate) async fn turn_of(
     chat: &Chat,
 ) -> ApiResult<Option<Turn>> {
     let Some(start) = row.start_message_id else {
+        // Still queued, unless its queued message was removed.
+        if let Some(queued) = row.queued_message_id
+            && chatd_store::queue::select(state.store().pool(), chat.id, queued)
+                .await?
+                .is_none()
+        {
+            // Promoted meanwhile, or removed: read the row again.
+            let again = chatd_store::responses::select(state.store().pool(), &row.id).await?;
+            return match again.and_then(|r| r.start_message_id) {
+                Some(start) => Ok(Some(Turn::read(state.store(), chat, start, &[]).await?)),
+                None => Ok(Some(Turn::withdrawn())),
+            };
+        }
         return Ok(None);
     };
     let later = chatd_store::responses::after(state.store().pool(), chat.id, start).await?;
@@ -659,15 +743,8 @@ pub(crate) fn response_object(
     turn: Option<&Turn>,
 ) -> (Value, bool) {
     let (status, output, usage) = match turn {
-        None => {
-            // Still queued, or its queued message was removed.
-            let queued = row.queued_message_id.is_some();
-            (
-                if queued { "queued" } else { "cancelled" },
-                Vec::new(),
-                Value::Null,
-            )
-        }
+        // Still queued.
+        None => ("queued", Vec::new(), Value::Null),
         Some(turn) => {
             let status = turn.status(chat);
             let (input, output, reasoning, cached) = turn.usage();
