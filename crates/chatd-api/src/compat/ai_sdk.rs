@@ -216,6 +216,10 @@ pub async fn post_chat(
                 ),
             }
             .ok_or_else(|| ApiError::invalid("messageId", "must name an assistant message"))?;
+            // A UI message starts at the turn's first assistant row, which
+            // is a compaction's marker when the turn compacted first: the
+            // answer after it is what is regenerated.
+            let message_id = answer_at(&state, chat.id, message_id).await?;
             let mut tx = crate::chats::begin(&state, chat.id, true).await?;
             let result = tx.regenerate_message(message_id).await?;
             response.start_message_id = Some(result.parent_id);
@@ -338,6 +342,29 @@ pub async fn post_chat(
         row.answer_message_id,
     )
     .await
+}
+
+/// The assistant answer at or after `message_id` in the active branch
+/// when `message_id` is a compaction's marker; `message_id` otherwise.
+async fn answer_at(state: &AppState, chat_id: Uuid, message_id: i64) -> ApiResult<i64> {
+    let rows =
+        chatd_store::messages::from_id(state.store().pool(), chat_id, message_id, 64).await?;
+    let marker = |m: &ChatMessage| {
+        m.content.0.iter().any(|p| {
+            matches!(p, MessagePart::ToolCall { tool_name, .. }
+                if tool_name == chatd_core::context::COMPACTION_TOOL)
+        })
+    };
+    match rows.first() {
+        Some(first) if first.id == message_id && marker(first) => Ok(rows
+            .iter()
+            .skip(1)
+            .filter(|m| !m.deleted && m.role == ChatRole::Assistant && !marker(m))
+            .map(|m| m.id)
+            .next()
+            .unwrap_or(message_id)),
+        _ => Ok(message_id),
+    }
 }
 
 async fn model_name(state: &AppState, chat: &Chat) -> ApiResult<String> {
@@ -613,8 +640,11 @@ impl UiTranslator {
                         is_error,
                         ..
                     } = p
-                        && self.pending.remove(tool_call_id)
                     {
+                        // Calls of this turn, and calls of an earlier one
+                        // answered now (an approved call's result): the
+                        // client's tool part takes the output.
+                        self.pending.remove(tool_call_id);
                         let chunk = if *is_error {
                             json!({"type": "tool-output-error", "toolCallId": tool_call_id,
                                 "errorText": result.to_string(), "dynamic": true})
@@ -789,6 +819,7 @@ async fn ui_stream(
                 .ok()
                 .flatten()
         };
+        let mut awaiting_action = false;
         while let Some(event) = events_rx.recv().await {
             match &event.payload {
                 StreamPayload::MessagePart { message_part } => {
@@ -837,6 +868,17 @@ async fn ui_stream(
                 }
                 StreamPayload::ActionRequired { action_required } if t.start.is_some() => {
                     t.action_required(&action_required.tool_calls);
+                    // The status came first (the stream's order): the turn
+                    // waits for the client now.
+                    if awaiting_action && let Some(chat) = read_chat().await {
+                        t.finish(&chat);
+                    }
+                }
+                StreamPayload::Status { status }
+                    if t.start.is_some() && status.status == ChatStatus::RequiresAction =>
+                {
+                    // `action_required` follows with the calls to ask about.
+                    awaiting_action = true;
                 }
                 StreamPayload::Status { status }
                     if (t.start.is_some()

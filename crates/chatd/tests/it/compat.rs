@@ -787,3 +787,73 @@ async fn a_stream_ends_with_its_turn_and_a_cancelled_queued_response_ends_at_onc
     let _ = third;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_goes_through_the_ai_sdk_transports_own_messages() -> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let mcp = chatd_testkit::McpHttpFixture::start().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    let (status, mcp_server) = post(
+        &server,
+        "/api/v2/chats/mcp-servers",
+        json!({"slug": "calc", "transport": "streamable_http", "url": mcp.url(),
+               "require_approval": "always"}),
+    )
+    .await?;
+    assert_eq!(status, 201, "{mcp_server}");
+    llm.push(Script::text("ready"));
+    let (status, chat) = post(
+        &server,
+        "/api/v2/chats",
+        json!({"content": [{"type": "text", "text": "hi"}], "mcp_server_ids": [mcp_server["id"]]}),
+    )
+    .await?;
+    assert_eq!(status, 201, "{chat}");
+    let id = chat["id"].as_str().expect("an id").to_owned();
+    crate::worker::wait_turn_end(&db, id.parse()?).await?;
+
+    // The model calls the tool: the stream asks for approval.
+    llm.push(Script::new().tool_call("c1", "calc__add", r#"{"a":1,"b":2}"#, 1));
+    let user = json!({"id": "u2", "role": "user", "parts": [{"type": "text", "text": "add"}]});
+    let body = json!({"id": id, "trigger": "submit-message", "messages": [user]});
+    let chunks = sse(
+        stream_post(&server, "/api/v2/ai-sdk/chat", body).await?,
+        |e| e == "[DONE]",
+    )
+    .await?;
+    let input = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-input-available")
+        .unwrap_or_else(|| panic!("{chunks:#?}"));
+    assert_eq!(input["toolCallId"], "c1");
+    let ask = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-approval-request")
+        .unwrap_or_else(|| panic!("{chunks:#?}"));
+    assert_eq!(ask["approvalId"], "c1");
+
+    // The transport's answer: the assistant message with the approval.
+    llm.push(Script::text("the sum is 3"));
+    let answered = json!({"id": chunks[0]["messageId"], "role": "assistant", "parts": [
+        {"type": "dynamic-tool", "toolName": "calc__add", "toolCallId": "c1",
+         "state": "approval-responded", "input": {"a": 1, "b": 2},
+         "approval": {"id": "c1", "approved": true}}]});
+    let body = json!({"id": id, "trigger": "submit-message", "messages": [user, answered]});
+    let chunks = sse(
+        stream_post(&server, "/api/v2/ai-sdk/chat", body).await?,
+        |e| e == "[DONE]",
+    )
+    .await?;
+    let output = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-output-available")
+        .unwrap_or_else(|| panic!("{chunks:#?}"));
+    assert_eq!(output["toolCallId"], "c1");
+    let text: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .filter_map(|c| c["delta"].as_str())
+        .collect();
+    assert_eq!(text, "the sum is 3", "{chunks:#?}");
+    Ok(())
+}
