@@ -367,6 +367,35 @@ async fn answer_at(state: &AppState, chat_id: Uuid, message_id: i64) -> ApiResul
     }
 }
 
+/// When `start` is not a user message (the turn answers calls of an
+/// earlier one), the id of the UI message it continues: the first
+/// assistant message after the last user message before `start`.
+async fn continued_message(state: &AppState, chat_id: Uuid, start: i64) -> ApiResult<Option<i64>> {
+    let rows = chatd_store::messages::scan(
+        state.store().pool(),
+        chat_id,
+        chatd_store::messages::Cursor::Before(start + 1),
+        400,
+    )
+    .await?;
+    if rows
+        .first()
+        .is_none_or(|m| m.id != start || m.role == ChatRole::User)
+    {
+        return Ok(None);
+    }
+    // Newest first: the last assistant row seen before a user row.
+    let mut first_answer = None;
+    for m in &rows {
+        match m.role {
+            ChatRole::User => break,
+            ChatRole::Assistant => first_answer = Some(m.id),
+            _ => {}
+        }
+    }
+    Ok(first_answer)
+}
+
 async fn model_name(state: &AppState, chat: &Chat) -> ApiResult<String> {
     let _ = state;
     Ok(chat
@@ -640,11 +669,12 @@ impl UiTranslator {
                         is_error,
                         ..
                     } = p
-                    {
                         // Calls of this turn, and calls of an earlier one
-                        // answered now (an approved call's result): the
-                        // client's tool part takes the output.
-                        self.pending.remove(tool_call_id);
+                        // chatd answered now (an approved call's result):
+                        // the client's tool part takes the output. Outputs
+                        // the client sent itself it has already.
+                        && (self.pending.remove(tool_call_id) || m.created_by.is_none())
+                    {
                         let chunk = if *is_error {
                             json!({"type": "tool-output-error", "toolCallId": tool_call_id,
                                 "errorText": result.to_string(), "dynamic": true})
@@ -788,6 +818,13 @@ async fn ui_stream(
         access,
         state.options().limits.max_open_streams,
     )?;
+    // A turn that answers tool calls (outputs, approvals) continues the UI
+    // message the client already holds: the one of the turn that made the
+    // calls, named by its first assistant message.
+    let continued = match start {
+        Some(start) => continued_message(state, chat.id, start).await?,
+        None => None,
+    };
     let after_id = start.or(chat.active_leaf_id).unwrap_or(0);
     let stream_loop = service.open(chat.id, after_id, admission).await?;
     let (events_tx, mut events_rx) = mpsc::channel::<ChatStreamEvent>(256);
@@ -812,6 +849,9 @@ async fn ui_stream(
             out: Vec::new(),
             done: false,
         };
+        if let Some(id) = continued {
+            t.announce(id);
+        }
         let pool = state.store().pool().clone();
         let read_chat = || async {
             chatd_store::chats::select(&pool, chat_id, chatd_store::LockMode::None)
