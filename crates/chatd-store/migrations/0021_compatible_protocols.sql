@@ -39,6 +39,10 @@ CREATE TABLE chat_responses (
 CREATE INDEX chat_responses_chat_start_idx ON chat_responses (chat_id, start_message_id);
 CREATE INDEX chat_responses_queued_idx ON chat_responses (chat_id, queued_message_id)
     WHERE queued_message_id IS NOT NULL;
+-- Every assistant insert looks for a reservation above the chat's newest id:
+-- a range scan of this index, however many responses the chat has.
+CREATE INDEX chat_responses_answer_idx ON chat_responses (chat_id, answer_message_id)
+    WHERE answer_message_id IS NOT NULL;
 
 -- The AI SDK chat transport's chat ids: `useChat` generates its own ids, so
 -- an id that is not a chat id is mapped, per user, to the chat created on
