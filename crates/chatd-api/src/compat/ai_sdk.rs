@@ -50,12 +50,10 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chatd_core::{
-    ActionKind, BusyBehavior, ChatRole, ChatStatus, DynamicTool, MessagePart, PartDelta, Visibility,
+    ActionKind, ChatRole, ChatStatus, DynamicTool, MessagePart, PartDelta, Visibility,
 };
 use chatd_store::responses::NewResponse;
-use chatd_store::{
-    Chat, ChatMessage, CreateChatInput, NewMessage, SendMessageInput, UserSendStart,
-};
+use chatd_store::{Chat, ChatMessage, CreateChatInput, NewMessage};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -65,7 +63,7 @@ use crate::auth::{Caller, readable_chat, require_owner, visible_chat};
 use crate::compat::turn;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{self, PathParams};
-use crate::stream::{ChatStreamEvent, StreamPayload};
+use crate::stream::StreamPayload;
 
 /// The routes.
 pub fn routes() -> Router<AppState> {
@@ -427,30 +425,8 @@ async fn send_user(
         ));
     }
     response.model = model_name(state, &chat).await?;
-    let mut send = match state.store().machine(chat.id).begin_user_send(None).await? {
-        UserSendStart::Open(send) => send,
-        UserSendStart::Archived => return Err(ApiError::archived()),
-        _ => unreachable!("no client_message_id"),
-    };
     let message = NewMessage::user(content).created_by(caller.id());
-    let (result, _) = send
-        .send_message(SendMessageInput {
-            message,
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: Some(state.options().max_queued_messages),
-        })
-        .await?;
-    match (&result.queued_message, result.inserted_messages.last()) {
-        (Some(queued), _) => response.queued_message_id = Some(queued.id),
-        (None, Some(user)) => response.start_message_id = Some(user.id),
-        (None, None) => {
-            return Err(ApiError::internal(std::io::Error::other(
-                "send inserted nothing",
-            )));
-        }
-    }
-    send.record_response(response).await?;
-    send.commit(&Value::Null).await?;
+    crate::compat::send_turn(state, chat.id, message, response).await?;
     Ok(chat.id)
 }
 
@@ -811,13 +787,6 @@ async fn ui_stream(
     reserved: Option<i64>,
 ) -> ApiResult<Response> {
     let (_, access) = readable_chat(state, caller, chat.id).await?;
-    let service = state.stream_service()?.clone();
-    let admission = service.admit(
-        caller,
-        chat.id,
-        access,
-        state.options().limits.max_open_streams,
-    )?;
     // A turn that answers tool calls (outputs, approvals) continues the UI
     // message the client already holds: the one of the turn that made the
     // calls, named by its first assistant message.
@@ -826,11 +795,8 @@ async fn ui_stream(
         None => None,
     };
     let after_id = start.or(chat.active_leaf_id).unwrap_or(0);
-    let stream_loop = service.open(chat.id, after_id, admission).await?;
-    let (events_tx, mut events_rx) = mpsc::channel::<ChatStreamEvent>(256);
-    tokio::spawn(async move {
-        let _ = stream_loop.run(events_tx).await;
-    });
+    let mut events_rx =
+        crate::compat::chat_events(state, caller, chat.id, access, after_id).await?;
     let (sse_tx, sse_rx) = mpsc::channel::<Event>(256);
     let state = state.clone();
     let chat_id = chat.id;

@@ -45,3 +45,74 @@ pub(crate) fn check_tools(tools: &[DynamicTool]) -> ApiResult<()> {
 pub fn routes() -> Router<AppState> {
     openai::routes().merge(ai_sdk::routes())
 }
+
+/// Sends `message` to chat `chat_id` as the first message of a compat
+/// surface's turn (`SendMessage` with `queue`: queued when a turn runs), and
+/// records `response` in the same bundle, starting at the user message or,
+/// while queued, at the queued message.
+///
+/// # Errors
+/// `400` for an archived chat; the send's refusals (a full queue `429`).
+pub(crate) async fn send_turn(
+    state: &AppState,
+    chat_id: uuid::Uuid,
+    message: chatd_store::NewMessage,
+    response: &mut chatd_store::responses::NewResponse,
+) -> ApiResult<()> {
+    use chatd_store::UserSendStart;
+    let mut send = match state.store().machine(chat_id).begin_user_send(None).await? {
+        UserSendStart::Open(send) => send,
+        UserSendStart::Archived => return Err(ApiError::archived()),
+        UserSendStart::Repeated(_) | UserSendStart::KeyConflict => {
+            unreachable!("no client_message_id")
+        }
+    };
+    let (result, _) = send
+        .send_message(chatd_store::SendMessageInput {
+            message,
+            busy_behavior: chatd_core::BusyBehavior::Queue,
+            max_queue_size: Some(state.options().max_queued_messages),
+        })
+        .await?;
+    match (&result.queued_message, result.inserted_messages.last()) {
+        (Some(queued), _) => response.queued_message_id = Some(queued.id),
+        (None, Some(user)) => response.start_message_id = Some(user.id),
+        (None, None) => {
+            return Err(ApiError::internal(std::io::Error::other(
+                "send inserted nothing",
+            )));
+        }
+    }
+    send.record_response(response).await?;
+    send.commit(&serde_json::Value::Null).await?;
+    Ok(())
+}
+
+/// Opens a stream loop on `chat` for `caller` (admitted under the open
+/// streams cap, its credential watched), delivering every committed message
+/// after `after_id` and then the live events, into the returned channel.
+/// The loop ends when the receiver is dropped.
+///
+/// # Errors
+/// `429` at the cap of open streams; `503` when streaming is off.
+pub(crate) async fn chat_events(
+    state: &AppState,
+    caller: &crate::auth::Caller,
+    chat_id: uuid::Uuid,
+    access: crate::auth::ChatAccess,
+    after_id: i64,
+) -> ApiResult<tokio::sync::mpsc::Receiver<crate::stream::ChatStreamEvent>> {
+    let service = state.stream_service()?.clone();
+    let admission = service.admit(
+        caller,
+        chat_id,
+        access,
+        state.options().limits.max_open_streams,
+    )?;
+    let stream_loop = service.open(chat_id, after_id, admission).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(async move {
+        let _ = stream_loop.run(tx).await;
+    });
+    Ok(rx)
+}

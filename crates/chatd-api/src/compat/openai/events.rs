@@ -48,7 +48,7 @@ use crate::app::AppState;
 use crate::auth::{Caller, readable_chat};
 use crate::compat::turn;
 use crate::error::ApiResult;
-use crate::stream::{ChatStreamEvent, StreamPayload};
+use crate::stream::StreamPayload;
 
 /// Bits of the position within an item.
 const LOCAL_BITS: u32 = 26;
@@ -526,22 +526,12 @@ pub(crate) async fn stream_row(
     access: crate::auth::ChatAccess,
     after: Option<u64>,
 ) -> ApiResult<Response> {
-    let service = state.stream_service()?.clone();
-    let admission = service.admit(
-        caller,
-        chat.id,
-        access,
-        state.options().limits.max_open_streams,
-    )?;
     let after_id = match row.start_message_id {
         Some(start) => start,
         None => chat.active_leaf_id.unwrap_or(0),
     };
-    let stream_loop = service.open(chat.id, after_id, admission).await?;
-    let (events_tx, mut events_rx) = mpsc::channel::<ChatStreamEvent>(256);
-    tokio::spawn(async move {
-        let _ = stream_loop.run(events_tx).await;
-    });
+    let mut events_rx =
+        crate::compat::chat_events(state, caller, chat.id, access, after_id).await?;
     let (sse_tx, sse_rx) = mpsc::channel::<Event>(256);
     let state = state.clone();
     let caller = caller.clone();

@@ -31,9 +31,7 @@ use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use chatd_core::{BusyBehavior, ChatRole, ChatStatus, DynamicTool, MessagePart};
 use chatd_store::responses::{NewResponse, ResponseRow};
-use chatd_store::{
-    Chat, CreateChatInput, EditMessageInput, NewMessage, SendMessageInput, UserSendStart,
-};
+use chatd_store::{Chat, CreateChatInput, EditMessageInput, NewMessage, SendMessageInput};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -537,35 +535,10 @@ async fn send_text(
             return branch(state, caller, chat, end, content, model_config_id, response).await;
         }
     }
-    let mut send = match state.store().machine(chat.id).begin_user_send(None).await? {
-        UserSendStart::Open(send) => send,
-        UserSendStart::Archived => return Err(ApiError::archived()),
-        UserSendStart::Repeated(_) | UserSendStart::KeyConflict => {
-            unreachable!("no client_message_id")
-        }
-    };
     let mut message = NewMessage::user(content).created_by(caller.id());
     message.model_config_id = Some(*model_config_id);
     message.reasoning_effort = response.reasoning_effort.clone();
-    let (result, _) = send
-        .send_message(SendMessageInput {
-            message,
-            busy_behavior: BusyBehavior::Queue,
-            max_queue_size: Some(state.options().max_queued_messages),
-        })
-        .await?;
-    match (&result.queued_message, result.inserted_messages.last()) {
-        (Some(queued), _) => response.queued_message_id = Some(queued.id),
-        (None, Some(user)) => response.start_message_id = Some(user.id),
-        (None, None) => {
-            return Err(ApiError::internal(std::io::Error::other(
-                "send inserted nothing",
-            )));
-        }
-    }
-    send.record_response(response).await?;
-    send.commit(&Value::Null).await?;
-    Ok(())
+    crate::compat::send_turn(state, chat.id, message, response).await
 }
 
 /// Starts the response's turn as a new branch after message `end` (the
