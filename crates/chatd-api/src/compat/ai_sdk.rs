@@ -108,9 +108,13 @@ fn text_of_parts(parts: &[Value]) -> String {
 
 /// The client's answers in an assistant UI message: `(call id, output or
 /// decision)`.
-fn answers_of(parts: &[Value]) -> Vec<chatd_store::ToolResultInput> {
+///
+/// # Errors
+/// `400` naming the part for an `output-available` part without `output`
+/// or an `output-error` part whose `errorText` is not a string.
+fn answers_of(parts: &[Value]) -> ApiResult<Vec<chatd_store::ToolResultInput>> {
     let mut out = Vec::new();
-    for p in parts {
+    for (i, p) in parts.iter().enumerate() {
         let kind = p["type"].as_str().unwrap_or("");
         if !(kind == "dynamic-tool" || kind.starts_with("tool-")) {
             continue;
@@ -120,7 +124,9 @@ fn answers_of(parts: &[Value]) -> Vec<chatd_store::ToolResultInput> {
         };
         match p["state"].as_str() {
             Some("output-available") => {
-                let output = p.get("output").cloned().unwrap_or(Value::Null);
+                let output = p.get("output").cloned().ok_or_else(|| {
+                    ApiError::invalid(format!("messages[-1].parts[{i}].output"), "is required")
+                })?;
                 out.push(chatd_store::ToolResultInput::output(
                     call_id,
                     output.to_string(),
@@ -128,7 +134,12 @@ fn answers_of(parts: &[Value]) -> Vec<chatd_store::ToolResultInput> {
                 ));
             }
             Some("output-error") => {
-                let text = p["errorText"].as_str().unwrap_or("error");
+                let text = p["errorText"].as_str().ok_or_else(|| {
+                    ApiError::invalid(
+                        format!("messages[-1].parts[{i}].errorText"),
+                        "must be a string",
+                    )
+                })?;
                 out.push(chatd_store::ToolResultInput::output(
                     call_id,
                     json!({"error": text}).to_string(),
@@ -150,7 +161,7 @@ fn answers_of(parts: &[Value]) -> Vec<chatd_store::ToolResultInput> {
             _ => {}
         }
     }
-    out
+    Ok(out)
 }
 
 fn parse_tools(value: Option<&Value>) -> ApiResult<Option<Vec<DynamicTool>>> {
@@ -180,7 +191,24 @@ pub async fn post_chat(
     let messages = body["messages"]
         .as_array()
         .ok_or_else(|| ApiError::invalid("messages", "must be an array of UI messages"))?;
-    let trigger = body["trigger"].as_str().unwrap_or("submit-message");
+    let trigger = match body.get("trigger") {
+        None | Some(Value::Null) => "submit-message",
+        Some(Value::String(t)) => t.as_str(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "trigger",
+                "must be submit-message or regenerate-message",
+            ));
+        }
+    };
+    for (i, m) in messages.iter().enumerate() {
+        if !m.is_object() || !m["role"].is_string() || !m["parts"].is_array() {
+            return Err(ApiError::invalid(
+                format!("messages[{i}]"),
+                "must be a UI message: {id, role, parts: [...]}",
+            ));
+        }
+    }
     let tools = parse_tools(body.get("tools"))?;
     let last = messages
         .last()
@@ -277,7 +305,8 @@ pub async fn post_chat(
                 ("assistant", Some(chat)) => {
                     let chat = visible_chat(&state, &caller, chat.id).await?;
                     require_owner(&caller, &chat)?;
-                    let answers = answers_of(&last_parts);
+                    let answers = answers_of(&last_parts)?;
+                    crate::usage::refuse_over_budget(&state, &caller.user).await?;
                     if answers.is_empty() {
                         return Err(ApiError::invalid(
                             "messages",
@@ -878,6 +907,14 @@ async fn ui_stream(
                     // waits for the client now.
                     if awaiting_action && let Some(chat) = read_chat().await {
                         t.finish(&chat);
+                    }
+                }
+                StreamPayload::Status { status }
+                    if t.start.is_none() && status.status == ChatStatus::Error =>
+                {
+                    // Queued behind a turn that failed: it runs now.
+                    if let Some(queued) = t.queued {
+                        crate::compat::start_after_error(&state, chat_id, queued).await;
                     }
                 }
                 StreamPayload::Status { status }

@@ -116,3 +116,21 @@ pub(crate) async fn chat_events(
     });
     Ok(rx)
 }
+
+/// Starts a compat surface's send that waits in the queue of a chat whose
+/// turn failed (`E1`: the chat holds its queue until the user acts).
+/// A compat request is that message's own turn and waits for it, so it is
+/// promoted (`PromoteQueuedMessage`, `E1` → `R0`/`R1`); a chat in another
+/// state, or a message no longer queued, is left as it is.
+pub(crate) async fn start_after_error(state: &AppState, chat_id: uuid::Uuid, queued_id: i64) {
+    let Ok(mut tx) = crate::chats::begin(state, chat_id, true).await else {
+        return;
+    };
+    match tx.chat().await {
+        Ok(chat) if chat.status == chatd_core::ChatStatus::Error => {}
+        _ => return,
+    }
+    if tx.promote_queued_message(queued_id).await.is_ok() {
+        let _ = tx.commit().await;
+    }
+}

@@ -857,3 +857,57 @@ async fn an_approval_goes_through_the_ai_sdk_transports_own_messages() -> anyhow
     assert_eq!(text, "the sum is 3", "{chunks:#?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_queued_behind_a_failed_turn_still_runs() -> anyhow::Result<()> {
+    let (db, llm, _dir, config) = fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(
+        Script::new()
+            .delay(Duration::from_millis(600))
+            .then_text("")
+            .finish("stop"),
+    );
+    llm.push(Script::http_error(
+        400,
+        r#"{"error": {"message": "bad request", "type": "invalid_request_error"}}"#,
+    ));
+    llm.push(Script::text("the queued one ran"));
+    let (_, first) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "warm", "background": true}),
+    )
+    .await?;
+    // The second fails; the third waits behind it in the queue.
+    let conversation = first["conversation"]["id"].clone();
+    let (_, second) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "fails", "conversation": conversation, "background": true}),
+    )
+    .await?;
+    let (status, third) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "then me", "conversation": conversation}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{third}");
+    assert_eq!(third["status"], "completed", "{third}");
+    assert_eq!(
+        third["output"][0]["content"][0]["text"],
+        "the queued one ran"
+    );
+    let second = server
+        .get_json(
+            &format!(
+                "/v1/responses/{}",
+                second["id"].as_str().unwrap_or_default()
+            ),
+            ADMIN_TOKEN,
+        )
+        .await?;
+    assert_eq!(second["status"], "failed", "{second}");
+    Ok(())
+}

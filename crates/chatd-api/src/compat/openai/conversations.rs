@@ -91,6 +91,9 @@ pub async fn create_conversation(
     body: extract::Json<Value>,
 ) -> ApiResult<Json<Value>> {
     let body = body.read_or_default().await?;
+    if !body.is_object() && !body.is_null() {
+        return Err(ApiError::invalid("body", "must be a JSON object"));
+    }
     let labels = metadata_labels(body.get("metadata"), "metadata")?;
     let history = match body.get("items") {
         None | Some(Value::Null) => Vec::new(),

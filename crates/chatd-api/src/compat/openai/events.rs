@@ -479,6 +479,14 @@ impl Translator {
                 .is_some_and(|id| !queue.iter().any(|q| q.id == id))
     }
 
+    /// The queued message of a response that has not started.
+    pub(crate) fn queued(&self) -> Option<i64> {
+        self.start
+            .is_none()
+            .then_some(self.row.queued_message_id)
+            .flatten()
+    }
+
     /// Whether `status` may end the response: the chat stopped running.
     pub(crate) fn ends_with(&self, status: ChatStatus) -> bool {
         !matches!(status, ChatStatus::Running | ChatStatus::Interrupting)
@@ -580,6 +588,14 @@ pub(crate) async fn stream_row(
                     // was removed (a cancel).
                     if let Some((object, true)) = current_object(&state, &caller, &id).await {
                         translator.finish(&object);
+                    }
+                }
+                StreamPayload::Status { status }
+                    if status.status == ChatStatus::Error && translator.queued().is_some() =>
+                {
+                    // Queued behind a turn that failed: it runs now.
+                    if let Some(queued) = translator.queued() {
+                        crate::compat::start_after_error(&state, event.chat_id, queued).await;
                     }
                 }
                 StreamPayload::Status { status } if translator.ends_with(status.status) => {

@@ -820,6 +820,14 @@ async fn wait_for_turn(state: &AppState, caller: &Caller, id: &str) -> ApiResult
         if done || tokio::time::Instant::now() >= deadline {
             return Ok(object);
         }
+        if turn.is_none()
+            && chat.status == ChatStatus::Error
+            && let Some(queued) = row.queued_message_id
+        {
+            // Queued behind a turn that failed: it runs now.
+            crate::compat::start_after_error(state, chat.id, queued).await;
+            continue;
+        }
         let wait = async {
             match subscription.as_mut() {
                 Some(s) => {
