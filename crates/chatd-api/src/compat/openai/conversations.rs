@@ -205,11 +205,7 @@ pub async fn list_items(
     let after = query.get("after").map(str::to_owned);
     let (chat, _) = readable_chat(&state, &caller, id).await?;
     let messages = chatd_store::messages::visible(state.store().pool(), chat.id).await?;
-    let (tools, results) = item_context(&state, &chat, &messages).await?;
-    let mut items: Vec<Value> = messages
-        .iter()
-        .flat_map(|m| conversation_items(m, &tools, &results))
-        .collect();
+    let mut items = items_of(&state, &chat, &messages).await?;
     if descending {
         items.reverse();
     }
@@ -223,13 +219,7 @@ pub async fn list_items(
     };
     let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
     let has_more = items.len() > start + page.len();
-    Ok(Json(json!({
-        "object": "list",
-        "data": page,
-        "first_id": page.first().map(|i| i["id"].clone()),
-        "last_id": page.last().map(|i| i["id"].clone()),
-        "has_more": has_more,
-    })))
+    Ok(Json(list_object(page, has_more)))
 }
 
 /// `POST /v1/conversations/{conversation}/items` `{items}`: appends the
@@ -256,18 +246,33 @@ pub async fn create_items(
     let mut tx = crate::chats::begin(&state, id, true).await?;
     let inserted = tx.append_messages(rows).await?;
     tx.commit().await?;
-    let (tools, results) = item_context(&state, &chat, &inserted).await?;
-    let data: Vec<Value> = inserted
-        .iter()
-        .flat_map(|m| conversation_items(m, &tools, &results))
-        .collect();
-    Ok(Json(json!({
+    let data = items_of(&state, &chat, &inserted).await?;
+    Ok(Json(list_object(data, false)))
+}
+
+/// OpenAI's list object of `data` (items with an `id`).
+fn list_object(data: Vec<Value>, has_more: bool) -> Value {
+    json!({
         "object": "list",
-        "data": data,
         "first_id": data.first().map(|i| i["id"].clone()),
         "last_id": data.last().map(|i| i["id"].clone()),
-        "has_more": false,
-    })))
+        "data": data,
+        "has_more": has_more,
+    })
+}
+
+/// The conversation items of `messages` of `chat`, in order
+/// ([`conversation_items`] with the context of [`item_context`]).
+async fn items_of(
+    state: &AppState,
+    chat: &chatd_store::Chat,
+    messages: &[chatd_store::ChatMessage],
+) -> ApiResult<Vec<Value>> {
+    let (tools, results) = item_context(state, chat, messages).await?;
+    Ok(messages
+        .iter()
+        .flat_map(|m| conversation_items(m, &tools, &results))
+        .collect())
 }
 
 /// What the items of `messages` need to be told apart: the names of the
