@@ -66,13 +66,18 @@ the database is read (psql on --db-url):
   dup_answers live assistant messages echoing the same user text, or more
               than one assistant message after the same run of user
               messages on the active branch (must be 0)
+  missed      committed client-visible messages a chat's watcher never
+              received (it reconnects with after_id = the highest id it saw,
+              so a message committed late with a lower id is missed for good;
+              must be 0)
 each attributed to the round in whose span the send was acknowledged (or
-the answer created).
+the message created).
 
 Prints one row per round, then the median and max per kind. Exit status 1
 when a write was lost or duplicated, an answer duplicated, any 500 answered
-(at any time), a chat did not progress within the recovery timeout or did
-not settle, or a replica exited; 2 on a setup error.
+(at any time), a watcher missed a committed message, a chat did not
+progress within the recovery timeout or did not settle, or a replica
+exited; 2 on a setup error.
 """
 
 import argparse
@@ -602,8 +607,6 @@ class Bench:
                 time.sleep(1)
         for i in pending:
             self.findings.append(f"chat {self.chats[i]} did not settle within {self.a.settle_timeout} s (not idle or queue not empty)")
-        time.sleep(2)  # the watchers read the last events
-        self.state.stop_watchers.set()
 
     def check(self):
         ids = ",".join(self.chats)
@@ -624,6 +627,26 @@ class Bench:
             f"FROM chats WHERE id = ANY('{{{ids}}}'::uuid[])",
         )
         index = {c: i for i, c in enumerate(self.chats)}
+        # Every committed message a client sees must reach its watcher (a
+        # stream must not miss a message across the switch): wait up to
+        # CATCH_UP seconds (a sync poll) for the last ones, then compare.
+        visible = {}
+        for r in rows:
+            if not r["deleted"] and r["visibility"] != "model":
+                visible.setdefault(index[r["chat"]], {})[r["id"]] = r["at"]
+        deadline = now() + self.a.catch_up
+        while True:
+            with self.state.lock:
+                seen = [{x[0] for _, k, x in ev if k == "message"} for ev in self.state.events]
+            missed = {i: sorted(set(ids) - seen[i]) for i, ids in visible.items() if set(ids) - seen[i]}
+            if not missed or now() > deadline:
+                break
+            time.sleep(0.5)
+        self.state.stop_watchers.set()
+        missed_times = []
+        for i, ids in missed.items():
+            self.findings.append(f"chat {self.chats[i]}: its watcher never received committed messages {ids}")
+            missed_times.extend(visible[i][m] for m in ids)
         copies = {}
         stored = {}
         answers = {}
@@ -711,9 +734,9 @@ class Bench:
             return None
 
         for r in self.rounds:
-            r["lost"] = r["dup_writes"] = r["dup_answers"] = 0
-        self.outside = {"lost": 0, "dup_writes": 0, "dup_answers": 0}
-        for name, items in (("lost", [x["end"] for x in lost]), ("dup_writes", [x["end"] for x in dups]), ("dup_answers", dup_answer_times)):
+            r["lost"] = r["dup_writes"] = r["dup_answers"] = r["missed"] = 0
+        self.outside = {"lost": 0, "dup_writes": 0, "dup_answers": 0, "missed": 0}
+        for name, items in (("lost", [x["end"] for x in lost]), ("dup_writes", [x["end"] for x in dups]), ("dup_answers", dup_answer_times), ("missed", missed_times)):
             for t in items:
                 k = which(t)
                 if k is None:
@@ -797,6 +820,7 @@ class Bench:
             ("lost", lambda r: str(r["lost"])),
             ("dup_writes", lambda r: str(r["dup_writes"])),
             ("dup_answers", lambda r: str(r["dup_answers"])),
+            ("missed", lambda r: str(r["missed"])),
         ]
         lines = []
         header = [c[0] for c in cols]
@@ -818,7 +842,7 @@ class Bench:
                         row.append("never")
                     else:
                         row.append(fmt(agg(known)))
-                for name in ("503", "500", "5xx", "429", "transport", "sse_lost", "lost", "dup_writes", "dup_answers"):
+                for name in ("503", "500", "5xx", "429", "transport", "sse_lost", "lost", "dup_writes", "dup_answers", "missed"):
                     vals = [r[name] for r in rs]
                     v = agg(vals)
                     row.append(f"{v:g}" + (f"/{agg([r['503_ra'] for r in rs]):g}" if name == "503" else ""))
@@ -832,7 +856,7 @@ class Bench:
         o = self.outside_errors
         lines.append(
             f"outside the windows: 503 {o['503']} (+RA {o['503_ra']}), 500 {o['500']}, other 5xx {o['5xx']}, 429 {o['429']}, transport {o['transport']}; "
-            f"lost {self.outside['lost']}, dup writes {self.outside['dup_writes']}, dup answers {self.outside['dup_answers']}"
+            f"lost {self.outside['lost']}, dup writes {self.outside['dup_writes']}, dup answers {self.outside['dup_answers']}, missed {self.outside['missed']}"
         )
         t = self.totals
         lines.append(
@@ -897,6 +921,7 @@ def main():
     p.add_argument("--recovery-timeout", type=float, default=120)
     p.add_argument("--recovery-tail", type=float, default=5)
     p.add_argument("--settle-timeout", type=float, default=120)
+    p.add_argument("--catch-up", type=float, default=15, help="seconds the watchers get to receive the last committed messages after settling")
     a = p.parse_args()
     for kind in a.kinds.split(","):
         if kind not in ("kill", "switchover", "stall"):
