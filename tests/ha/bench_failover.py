@@ -651,7 +651,7 @@ class Bench:
         stored = {}
         answers = {}
         answer_at = {}
-        dup_answer_times = []
+        dup_answers = {}  # message id -> created_at, each duplicate once
         for c in chats:
             if c["status"] not in ("waiting", "error") or c["worker"]:
                 self.findings.append(f"chat {c['id']}: status {c['status']}, worker {c['worker']} after settling")
@@ -681,16 +681,16 @@ class Bench:
                     run_answers += 1
                     if run_answers > 1:
                         self.findings.append(f"chat {chat}: assistant message {r['id']} is a second answer to the same user messages")
-                        dup_answer_times.append(r["at"])
+                        dup_answers[r["id"]] = r["at"]
                     for t in texts(r["content"]):
                         tok = token_of(t)
                         if tok:
                             answers[tok] = answers.get(tok, 0) + 1
-                            answer_at.setdefault(tok, []).append(r["at"])
+                            answer_at.setdefault(tok, []).append((r["id"], r["at"]))
         for tok, n in answers.items():
             if n > 1:
-                self.findings.append(f"{tok} is answered {n} times (assistant messages created at {answer_at[tok]})")
-                dup_answer_times.extend(answer_at[tok][1:])
+                self.findings.append(f"{tok} is answered {n} times (assistant messages {[m for m, _ in answer_at[tok]]})")
+                dup_answers.update(answer_at[tok][1:])
         # The database's view of progress: per running chat, the first
         # message created at or after the fault.
         created = {}
@@ -736,7 +736,7 @@ class Bench:
         for r in self.rounds:
             r["lost"] = r["dup_writes"] = r["dup_answers"] = r["missed"] = 0
         self.outside = {"lost": 0, "dup_writes": 0, "dup_answers": 0, "missed": 0}
-        for name, items in (("lost", [x["end"] for x in lost]), ("dup_writes", [x["end"] for x in dups]), ("dup_answers", dup_answer_times), ("missed", missed_times)):
+        for name, items in (("lost", [x["end"] for x in lost]), ("dup_writes", [x["end"] for x in dups]), ("dup_answers", list(dup_answers.values())), ("missed", missed_times)):
             for t in items:
                 k = which(t)
                 if k is None:
