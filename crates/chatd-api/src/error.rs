@@ -12,7 +12,10 @@
 //! → `400`; database failures → `500`, or `503` when they are transient
 //! ([`StoreError::is_retryable`]: the pool exhausted, the database
 //! unreachable, restarting or terminating the connection, a serialization
-//! failure or a deadlock), so that a client may retry.
+//! failure or a deadlock, a write refused by a server that became
+//! read-only in a switchover), so that a client may retry; every such
+//! `503` carries `Retry-After` (issue 36: a failover of the database answers
+//! `503`s, never `500`s).
 //!
 //! The `E400` ... `E503` types are the same errors as OpenAPI responses:
 //! handlers list the ones they answer in their `#[utoipa::path]`.
@@ -249,6 +252,12 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// `Retry-After` of a `503` for a database that cannot be reached (a
+/// failover, a restart): 2 s, about the time a client's retry takes to
+/// find the new primary once Patroni promoted one (README "Production
+/// topology"; issue 36).
+pub const DATABASE_RETRY_AFTER_SECS: u64 = 2;
+
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         StoreError::Database(err).into()
@@ -267,11 +276,18 @@ impl From<StoreError> for ApiError {
                     sqlx::Error::Database(e) if e.code().is_some_and(|c| c.starts_with("40"))
                 );
                 if concurrent {
-                    ApiError::unavailable("Concurrent update; retry the request.").with_source(db)
+                    ApiError::unavailable("Concurrent update; retry the request.")
+                        .with_source(db)
+                        .with_retry_after(1)
                 } else {
-                    ApiError::unavailable("Database unavailable.").with_source(db)
+                    ApiError::unavailable("Database unavailable.")
+                        .with_source(db)
+                        .with_retry_after(DATABASE_RETRY_AFTER_SECS)
                 }
             }
+            other if transient => ApiError::unavailable("Concurrent update; retry the request.")
+                .with_source(other)
+                .with_retry_after(1),
             other => ApiError::internal(other),
         }
     }

@@ -52,8 +52,10 @@ impl StoreError {
     /// (I/O, protocol, pool timeouts, SQLSTATE class `08`), transaction
     /// rollbacks (class `40`: serialization failures, deadlocks), insufficient
     /// resources (class `53`, e.g. too many connections), a lock not
-    /// available (`55P03`), a cancelled statement (`57014`) and the server
-    /// shutting down or restarting (`57P01`–`57P05`). Everything else (a
+    /// available (`55P03`), a cancelled statement (`57014`), the server
+    /// shutting down or restarting (`57P01`–`57P05`), and a write refused
+    /// because the server is read-only (`25006`: a standby, or a primary
+    /// being demoted in a switchover; issue 36). Everything else (a
     /// constraint, a trigger's exception, a value PostgreSQL cannot store, a
     /// decoding failure, a state-machine rejection) is permanent: retrying
     /// it would wedge the caller.
@@ -75,6 +77,7 @@ impl StoreError {
                         || code.starts_with("57P")
                         || code == "55P03"
                         || code == "57014"
+                        || code == "25006"
                 }),
                 _ => false,
             },

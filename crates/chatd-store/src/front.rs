@@ -126,7 +126,9 @@ pub mod cluster_settings {
 
 /// `runner_heartbeats`: the runners' liveness (spec "Heartbeats").
 pub mod heartbeats {
-    pub use crate::queries::heartbeats::{delete_stale, is_fresh, upsert_many};
+    pub use crate::queries::heartbeats::{
+        delete_stale, intact, is_fresh, recover_lost, upsert_many,
+    };
 }
 
 /// `idempotency_keys` (API.md "Idempotency").

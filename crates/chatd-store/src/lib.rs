@@ -101,6 +101,13 @@ pub const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(
 /// `sqlx::Error::Io` for the callers' retry loops, and sqlx drops the
 /// connection.
 ///
+/// A new connection must reach a primary: one that lands on a server in
+/// recovery (a standby, for instance the old primary of a switchover while
+/// a proxy still routes to it, or the wrong host of a list) is closed and
+/// the pool tries again until its acquire timeout, as libpq's
+/// `target_session_attrs=read-write` does (issue 36; one
+/// `SELECT pg_is_in_recovery()` per new connection).
+///
 /// # Example
 ///
 /// ```
@@ -118,6 +125,19 @@ pub fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(max_connections)
         .test_before_acquire(false)
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                let standby: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                    .fetch_one(&mut *conn)
+                    .await?;
+                if standby {
+                    return Err(sqlx::Error::Io(std::io::Error::other(
+                        "the server is a standby (in recovery): chatd needs the primary",
+                    )));
+                }
+                Ok(())
+            })
+        })
         .before_acquire(|conn, meta| {
             Box::pin(async move {
                 if meta.idle_for >= PING_IDLE_AFTER {

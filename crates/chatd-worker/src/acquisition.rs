@@ -8,7 +8,12 @@
 //! heartbeat for the current runner, by database time), claims each
 //! without waiting on rows other transactions hold (`SKIP LOCKED`), re-checks
 //! the conditions under the lock, applies `Acquire` with a fresh runner id and
-//! asks the runner manager to spawn a runner.
+//! asks the runner manager to spawn a runner. A held chat without a fresh
+//! heartbeat is taken over only while the database still has its
+//! heartbeats ([`chatd_store::heartbeats::intact`]): after a failover or a
+//! crash of the database they are gone, and the claim gives them back
+//! instead ([`chatd_store::heartbeats::recover_lost`]), or every running
+//! chat would be taken over at once (issue 36).
 //!
 //! Two caps decide what a pass may take:
 //!
@@ -289,6 +294,21 @@ impl AcquisitionLoop {
         Ok(pass)
     }
 
+    /// Gives back the heartbeats the database lost
+    /// ([`chatd_store::heartbeats::recover_lost`]) and says so.
+    async fn recover_heartbeats(&self) -> chatd_store::StoreResult<()> {
+        let recovered = chatd_store::heartbeats::recover_lost(self.ctx.store.pool()).await?;
+        if recovered > 0 {
+            tracing::warn!(
+                heartbeats = recovered,
+                "the database lost its heartbeats (a failover or crash recovery): gave every held \
+                 chat one as of now; runners that are alive refresh theirs, the chats of the others \
+                 are taken over one lease from now"
+            );
+        }
+        Ok(())
+    }
+
     /// Claims one candidate: re-checks it under its row lock, checks its
     /// owner's room under the owner's lock, and applies `Acquire` with a
     /// fresh runner id, then spawns its runner.
@@ -303,9 +323,20 @@ impl AcquisitionLoop {
         }
         if let Some(runner) = chat.runner_id
             && chat.worker_id.is_some()
-            && chatd_store::heartbeats::is_fresh(tx.reader().await?, chat_id, runner, stale).await?
         {
-            return Ok(Claim::NotACandidate);
+            if chatd_store::heartbeats::is_fresh(tx.reader().await?, chat_id, runner, stale).await?
+            {
+                return Ok(Claim::NotACandidate);
+            }
+            // No fresh heartbeat. After a failover or a crash of the
+            // database that says nothing: its UNLOGGED heartbeats are gone.
+            // Read in this transaction, the marker cannot be lost before it
+            // ends (a promotion or a crash would end it too).
+            if !chatd_store::heartbeats::intact(tx.reader().await?).await? {
+                drop(tx);
+                self.recover_heartbeats().await?;
+                return Ok(Claim::NotACandidate);
+            }
         }
         // The owner's cap, decided under the owner's lock (after the chat's:
         // the one lock order of every claim) by a count that sees every

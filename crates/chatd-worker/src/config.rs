@@ -35,7 +35,8 @@ pub struct WorkerConfig {
     /// in error with kind `usage_limit` (250; `--max-steps-per-turn`).
     pub max_steps_per_turn: usize,
     /// Backoff bounds for infrastructure (database) errors inside runner
-    /// tasks: from 100 ms to 5 s.
+    /// tasks: from 100 ms to 2 s (after a failover a runner finds the new
+    /// primary within 2 s of its promotion; issue 36).
     pub infra_backoff: (Duration, Duration),
     /// Longest wait for an MCP session (process start or connection, plus
     /// the handshake) (30 s).
@@ -99,7 +100,7 @@ impl Default for WorkerConfig {
             retry_initial_delay: Duration::from_secs(1),
             retry_max_delay: Duration::from_secs(60),
             max_steps_per_turn: 250,
-            infra_backoff: (Duration::from_millis(100), Duration::from_secs(5)),
+            infra_backoff: (Duration::from_millis(100), Duration::from_secs(2)),
             mcp_connect_timeout: Duration::from_secs(30),
             mcp_list_timeout: Duration::from_secs(30),
             mcp_call_timeout: Duration::from_secs(120),

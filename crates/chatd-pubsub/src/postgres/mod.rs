@@ -56,13 +56,17 @@ pub struct PgPubsubOptions {
     pub listener_application_name: String,
     /// First delay between listener reconnection attempts. Default 100 ms.
     pub reconnect_initial_backoff: Duration,
-    /// Cap of the doubling delay between reconnection attempts. Default 5 s.
+    /// Cap of the doubling delay between reconnection attempts. Default 1 s:
+    /// after a failover the listener finds the new primary within a second
+    /// of its promotion (issue 36), at the cost of one connection attempt a
+    /// second while the database is away.
     pub reconnect_max_backoff: Duration,
     /// How long one attempt may wait for the listener connection, and how
     /// long a health check may take. Default 5 s.
     pub connect_timeout: Duration,
     /// How often the listener connection is checked with `SELECT 1`, so a
-    /// silently dead connection is replaced. Default 30 s.
+    /// silently dead connection is replaced (a primary that stalls without
+    /// closing its sockets, when no proxy cuts the sessions). Default 10 s.
     pub health_check_interval: Duration,
     /// Attempts per notification before it is dropped (at least 1). Default 3.
     pub publish_attempts: u32,
@@ -74,9 +78,9 @@ impl Default for PgPubsubOptions {
             subscriber_capacity: DEFAULT_SUBSCRIBER_CAPACITY,
             listener_application_name: LISTENER_APPLICATION_NAME.to_owned(),
             reconnect_initial_backoff: Duration::from_millis(100),
-            reconnect_max_backoff: Duration::from_secs(5),
+            reconnect_max_backoff: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
-            health_check_interval: Duration::from_secs(30),
+            health_check_interval: Duration::from_secs(10),
             publish_attempts: 3,
         }
     }

@@ -62,6 +62,56 @@ pub async fn upsert_many(conn: impl PgExecutor<'_>, runners: &[(Uuid, Uuid)]) ->
     .map(|_| ())
 }
 
+/// Whether the database still has its heartbeats: the marker row of
+/// `chat_heartbeats_epoch` exists (see [`recover_lost`]). Read inside the
+/// transaction that decides a takeover, so that the answer holds until it
+/// commits: a promotion or crash recovery that loses them ends it too.
+pub async fn intact(conn: impl PgExecutor<'_>) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM chat_heartbeats_epoch) AS "intact!""#)
+        .fetch_one(conn)
+        .await
+}
+
+/// Gives back the heartbeats that the database lost (issue 36; migration
+/// `0022_heartbeat_epoch`): `chat_heartbeats` is UNLOGGED, so crash recovery
+/// empties it and a promoted standby never had its rows. Its marker,
+/// the one row of the UNLOGGED `chat_heartbeats_epoch`, is lost with it.
+/// When the marker is missing, this inserts it again and, in the same
+/// statement, a heartbeat as of now for every chat a runner holds
+/// (`worker_id` and `runner_id` set) that has none; otherwise it changes
+/// nothing (the marker's primary key turns the insert into a no-op). Two
+/// replicas that find it missing at once: one inserts, the other waits for
+/// its commit and then does nothing.
+///
+/// The acquisition loop calls it when a claim finds a held chat without a
+/// fresh heartbeat and the marker missing ([`intact`]), so a failover costs
+/// runners that are alive nothing (they refresh their rows within the
+/// heartbeat interval, 9 s, well within the lease, 30 s), and the chats of
+/// runners that died with the old primary are taken over one lease after
+/// the recovery, as after any crash. Returns how many heartbeats were given
+/// back (0 when nothing was lost).
+///
+/// # Errors
+/// Database errors.
+pub async fn recover_lost(conn: impl PgExecutor<'_>) -> sqlx::Result<u64> {
+    Ok(sqlx::query!(
+        "WITH epoch AS (
+             INSERT INTO chat_heartbeats_epoch (id) VALUES (true)
+             ON CONFLICT (id) DO NOTHING
+             RETURNING started_at
+         )
+         INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at)
+         SELECT c.id, c.runner_id, e.started_at
+           FROM chats c CROSS JOIN epoch e
+          WHERE c.worker_id IS NOT NULL AND c.runner_id IS NOT NULL
+          ORDER BY c.id, c.runner_id
+         ON CONFLICT (chat_id, runner_id) DO NOTHING",
+    )
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
 /// Deletes the heartbeat row of `(chat_id, runner_id)`.
 pub async fn delete(conn: &mut PgConnection, chat_id: Uuid, runner_id: Uuid) -> sqlx::Result<()> {
     sqlx::query!(
@@ -126,6 +176,38 @@ mod examples {
         heartbeats::upsert_many(pool, &[(chat.id, runner), gone]).await?;
         assert!(heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
         assert!(!heartbeats::is_fresh(pool, gone.0, gone.1, 30.0).await?);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn recover_lost_gives_back_the_heartbeats_the_database_lost() -> anyhow::Result<()> {
+        use crate::queries::heartbeats;
+        let fx = crate::test_fixture::StoreFixture::new().await?;
+        let pool = fx.pool();
+        let created = fx.create_chat("hi").await?;
+        let chat = created.chat.clone();
+        let runner = uuid::Uuid::new_v4();
+        sqlx::query("UPDATE chats SET worker_id = $2, runner_id = $3 WHERE id = $1")
+            .bind(chat.id)
+            .bind(uuid::Uuid::new_v4())
+            .bind(runner)
+            .execute(pool)
+            .await?;
+        // Nothing was lost: the marker is there, a missing heartbeat stays missing.
+        assert!(heartbeats::intact(pool).await?);
+        assert_eq!(heartbeats::recover_lost(pool).await?, 0);
+        assert!(!heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
+        // What crash recovery or a promotion does to the UNLOGGED tables.
+        sqlx::query("TRUNCATE chat_heartbeats, chat_heartbeats_epoch")
+            .execute(pool)
+            .await?;
+        assert!(!heartbeats::intact(pool).await?);
+        assert_eq!(heartbeats::recover_lost(pool).await?, 1);
+        assert!(heartbeats::intact(pool).await?);
+        assert!(heartbeats::is_fresh(pool, chat.id, runner, 30.0).await?);
+        // Once: the marker is back.
+        heartbeats::delete(&mut *pool.acquire().await?, chat.id, runner).await?;
+        assert_eq!(heartbeats::recover_lost(pool).await?, 0);
         Ok(())
     }
 

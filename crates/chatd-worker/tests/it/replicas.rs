@@ -241,3 +241,119 @@ async fn graceful_shutdown_leaves_no_chat_owned_even_while_its_own_abandons_wake
         }
     }
 }
+
+/// The settings of the failover tests: a lease of 3 s refreshed each second,
+/// acquisition passes every 200 ms.
+fn failover_config() -> WorkerConfig {
+    WorkerConfig {
+        heartbeat_interval: Duration::from_secs(1),
+        lease_stale_after: Duration::from_secs(3),
+        ..fast_config()
+    }
+}
+
+/// What a failover (or crash recovery) does to the UNLOGGED heartbeats: the
+/// new primary has neither them nor their marker.
+async fn lose_heartbeats(env: &Env) {
+    sqlx::query("TRUNCATE chat_heartbeats, chat_heartbeats_epoch")
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+}
+
+/// Issue 36: after a failover the promoted standby's `chat_heartbeats` is
+/// empty. Another replica's acquisition passes must not read that as "every
+/// running chat is abandoned": they give the heartbeats back, the live
+/// runner refreshes its own, and its turn goes on uncut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_heartbeat_table_takes_no_live_runners_chat_over() {
+    let env = Env::new().await;
+    env.llm.push(
+        Script::new()
+            .then_text("still streaming")
+            .delay(Duration::from_secs(4))
+            .then_text(" and done"),
+    );
+    let a = env.worker_with(failover_config());
+    let chat_id = env.create_chat("hello").await;
+    let owned = wait_mid_turn(&env, chat_id, &a).await;
+    let b = env.worker_with(failover_config());
+    // Let b's first passes see the chat held.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    lose_heartbeats(&env).await;
+    // Many passes of b (every 200 ms) and a whole lease later, a still
+    // holds the chat with the same runner, and its heartbeat is its own
+    // again (refreshed after the recovery).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let chat = env.chat(chat_id).await;
+    assert_eq!(
+        (chat.worker_id, chat.runner_id),
+        (Some(a.worker_id()), owned.runner_id),
+        "the live runner kept its chat"
+    );
+    let fresh: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM chat_heartbeats WHERE chat_id = $1 AND runner_id = $2
+                          AND heartbeat_at > now() - interval '1.5 seconds')",
+    )
+    .bind(chat_id)
+    .bind(owned.runner_id)
+    .fetch_one(env.db.pool())
+    .await
+    .unwrap();
+    assert!(fresh, "a refreshed the heartbeat that was given back");
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let answers: Vec<String> = env
+        .active_messages(chat_id)
+        .await
+        .iter()
+        .filter(|m| m.role == ChatRole::Assistant)
+        .map(text_of)
+        .collect();
+    assert_eq!(answers, vec!["still streaming and done".to_owned()]);
+    assert_eq!(
+        env.llm.requests().len(),
+        1,
+        "the turn was never cut and rerun"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// The other half of issue 36's bound: a runner that died with the old
+/// primary has its chat taken over one lease after the heartbeats were given
+/// back, not at once and not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chat_whose_runner_died_with_the_heartbeats_is_taken_over_one_lease_later() {
+    let env = Env::new().await;
+    env.llm
+        .push(Script::new().then_text("never committed").hang());
+    env.llm
+        .set_default(Script::text("answer from the survivor"));
+    let a = env.worker_with(failover_config());
+    let chat_id = env.create_chat("hello").await;
+    let owned = wait_mid_turn(&env, chat_id, &a).await;
+    let b = env.worker_with(failover_config());
+    a.crash();
+    lose_heartbeats(&env).await;
+    let lost_at = Instant::now();
+    let chat = env
+        .wait_owned_by(chat_id, &b, Duration::from_secs(20))
+        .await;
+    let took = lost_at.elapsed();
+    assert!(
+        took >= Duration::from_millis(2500),
+        "taken over after {took:?}: before the lease (3 s) of the given-back heartbeat"
+    );
+    assert!(took < Duration::from_secs(8), "taken over after {took:?}");
+    assert_ne!(chat.runner_id, owned.runner_id);
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let answers: Vec<String> = env
+        .active_messages(chat_id)
+        .await
+        .iter()
+        .filter(|m| m.role == ChatRole::Assistant)
+        .map(text_of)
+        .collect();
+    assert_eq!(answers, vec!["answer from the survivor".to_owned()]);
+    b.shutdown().await;
+}
