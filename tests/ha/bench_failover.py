@@ -53,7 +53,9 @@ and the figures of the round, in seconds from T:
   500, 5xx    500 answers, other 5xx answers (send attempts in the window)
   429         429 answers (send attempts in the window)
   transport   send attempts that failed without an HTTP answer
-  sse_lost    watcher connections lost (or refused) in the window
+  sse_lost    watchers' established streams that ended or broke in the
+              window (a 503's Retry-After is honoured on reconnect)
+  sse_refused watchers' reconnects refused (503, other status, transport)
 The window ends RECOVERY_TAIL seconds after the last of first_ack and
 progress (or at the recovery timeout).
 
@@ -113,6 +115,15 @@ def parse_time(text):
 
 class TransportError(Exception):
     pass
+
+
+class Refused(Exception):
+    """A watcher's connection that was not established: `what` (a status
+    and body, or a transport error) and the answer's Retry-After."""
+
+    def __init__(self, what, retry_after):
+        super().__init__(what)
+        self.what, self.retry_after = what, retry_after
 
 
 class Api:
@@ -283,19 +294,34 @@ class Watcher(threading.Thread):
     def run(self):
         replica = self.ci
         while not self.state.stop_watchers.is_set():
+            delay = 0.2
             try:
                 self.follow(replica)
                 what = "eof"
-            except TransportError as e:
-                what = f"transport: {e}"
+            except Refused as e:
+                # A refused reconnect: a 503's Retry-After is honoured
+                # (capped at 1 s), as the writers do.
+                with self.state.lock:
+                    self.state.conns[self.ci].append((now(), "refused", e.what))
+                if e.retry_after:
+                    try:
+                        delay = min(max(float(e.retry_after), 0.05), 1.0)
+                    except ValueError:
+                        pass
+                replica += 1
+                time.sleep(delay)
+                continue
             except (OSError, http.client.HTTPException, ValueError) as e:
                 what = f"{type(e).__name__}: {e}"
             with self.state.lock:
                 self.state.conns[self.ci].append((now(), "lost", what))
             replica += 1
-            time.sleep(0.2)
+            time.sleep(delay)
 
     def follow(self, replica):
+        """One connection: Refused when it is not established (transport
+        error or non-200), returns or raises once an established stream
+        ends."""
         base = self.api.bases[replica % len(self.api.bases)]
         conn = http.client.HTTPConnection(base.hostname, base.port, timeout=20)
         path = f"/api/v2/chats/{self.chat}/events"
@@ -306,12 +332,10 @@ class Watcher(threading.Thread):
                 conn.request("GET", path, headers={"Authorization": f"Bearer {self.api.token}", "Accept": "text/event-stream"})
                 r = conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
-                raise TransportError(f"{type(e).__name__}: {e}") from None
+                raise Refused(f"transport: {type(e).__name__}: {e}", None) from None
             if r.status != 200:
-                body = r.read()[:200]
-                with self.state.lock:
-                    self.state.conns[self.ci].append((now(), f"status {r.status}", body.decode(errors="replace")))
-                raise TransportError(f"status {r.status}")
+                body = r.read()[:200].decode(errors="replace")
+                raise Refused(f"status {r.status}: {body}", r.getheader("Retry-After"))
             with self.state.lock:
                 self.state.conns[self.ci].append((now(), "connected", replica % len(self.api.bases)))
             data = []
@@ -585,7 +609,7 @@ class Bench:
         self.rounds.append(info)
 
     def settle(self):
-        log("writers stopping; waiting for the chats to settle")
+        log("writers stopping; waiting for the chats to settle (idle, no owner, empty queue)")
         self.state.stop_writers.set()
         for w in self.writers:
             w.join(180)
@@ -600,13 +624,14 @@ class Bench:
                 except RuntimeError:
                     still.append(i)
                     continue
-                if c["status"] not in ("waiting", "error") or q["queued_messages"]:
+                if c["status"] not in ("waiting", "error") or c.get("worker_id") or q["queued_messages"]:
                     still.append(i)
             pending = still
             if pending:
                 time.sleep(1)
+        log(f"settled in {now() - deadline + self.a.settle_timeout:.1f} s" if not pending else f"{len(pending)} chats did not settle")
         for i in pending:
-            self.findings.append(f"chat {self.chats[i]} did not settle within {self.a.settle_timeout} s (not idle or queue not empty)")
+            self.findings.append(f"chat {self.chats[i]} did not settle within {self.a.settle_timeout} s (not idle, still owned or its queue not empty)")
 
     def check(self):
         ids = ",".join(self.chats)
@@ -761,7 +786,8 @@ class Bench:
                 counted.add(k)
                 add_outcome(c, a)
             r.update(c)
-            r["sse_lost"] = sum(1 for cs in conns for t, what, _ in cs if t0 <= t <= t1 and what != "connected")
+            r["sse_lost"] = sum(1 for cs in conns for t, what, _ in cs if t0 <= t <= t1 and what == "lost")
+            r["sse_refused"] = sum(1 for cs in conns for t, what, _ in cs if t0 <= t <= t1 and what == "refused")
             before = [t for t in acks if t < t0]
             inside = [t for t in acks if t0 <= t <= t1]
             points = before[-1:] + inside + [t1]
@@ -772,6 +798,7 @@ class Bench:
                 add_outcome(o, a)
         self.outside_errors = o
         self.all_500 = sum(1 for a in attempts if a[3] == 500)
+        self.sse_500 = sum(1 for cs in conns for _, what, x in cs if what == "refused" and str(x).startswith("status 500"))
         self.samples_500 = [a[5] for a in attempts if a[3] == 500][:5]
         self.samples_503 = sorted({a[5] for a in attempts if a[3] == 503})[:5]
 
@@ -817,6 +844,7 @@ class Bench:
             ("429", lambda r: str(r["429"])),
             ("transport", lambda r: str(r["transport"])),
             ("sse_lost", lambda r: str(r["sse_lost"])),
+            ("sse_refused", lambda r: str(r["sse_refused"])),
             ("lost", lambda r: str(r["lost"])),
             ("dup_writes", lambda r: str(r["dup_writes"])),
             ("dup_answers", lambda r: str(r["dup_answers"])),
@@ -842,7 +870,7 @@ class Bench:
                         row.append("never")
                     else:
                         row.append(fmt(agg(known)))
-                for name in ("503", "500", "5xx", "429", "transport", "sse_lost", "lost", "dup_writes", "dup_answers", "missed"):
+                for name in ("503", "500", "5xx", "429", "transport", "sse_lost", "sse_refused", "lost", "dup_writes", "dup_answers", "missed"):
                     vals = [r[name] for r in rs]
                     v = agg(vals)
                     row.append(f"{v:g}" + (f"/{agg([r['503_ra'] for r in rs]):g}" if name == "503" else ""))
@@ -946,6 +974,8 @@ def main():
     b.scan_logs()
     if b.all_500:
         b.findings.append(f"{b.all_500} send attempts answered 500")
+    if b.sse_500:
+        b.findings.append(f"{b.sse_500} stream connections answered 500")
     b.report()
     failed = bool(b.findings)
     print()
