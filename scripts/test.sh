@@ -5,7 +5,10 @@
 # auth for the `postgres` user (installing it from Debian's packages and
 # starting it when it is missing), makes sure cargo-nextest is installed, then
 # runs every test of the workspace and the doc tests, a bounded chaos run
-# (crates/chatd-chaos, about 2 minutes), the checks of run.sh's
+# (crates/chatd-chaos, about 2 minutes) and its HA run (`--ha`: the same
+# clients and invariants on the Patroni cluster of scripts/ha-cluster.sh,
+# with kill -9, stalls and switchovers of the primary; about 2 minutes,
+# installing patroni, etcd-server and haproxy when missing), the checks of run.sh's
 # answers to bad input (scripts/test-run-sh.sh), then the browser tests
 # of the web UI (scripts/e2e.sh: headless Chromium, installed from Debian's
 # packages when missing; CHATD_SKIP_E2E=1 skips them), the compatible
@@ -39,6 +42,12 @@ cargo nextest run --workspace --no-fail-fast "$@" || status=1
 echo "== chatd-chaos (bounded run: ${CHATD_CHAOS_DURATION:-60s}, seed ${CHATD_CHAOS_SEED:-20261203})"
 if cargo build -p chatd -p chatd-testkit --bins && cargo build -p chatd-chaos; then
   target/debug/chatd-chaos --duration "${CHATD_CHAOS_DURATION:-60s}" \
+    --seed "${CHATD_CHAOS_SEED:-20261203}" || status=1
+  # The HA chaos run: the same on the HA cluster of scripts/ha-cluster.sh
+  # (ports from CHATD_HA_PORT_BASE, 5600 unless set), with kill -9, stalls
+  # and switchovers of the primary. CHATD_CHAOS_HA_DURATION changes its length.
+  echo "== chatd-chaos --ha (HA run: ${CHATD_CHAOS_HA_DURATION:-60s}, seed ${CHATD_CHAOS_SEED:-20261203})"
+  target/debug/chatd-chaos --ha --duration "${CHATD_CHAOS_HA_DURATION:-60s}" \
     --seed "${CHATD_CHAOS_SEED:-20261203}" || status=1
 else
   status=1

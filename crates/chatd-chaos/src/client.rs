@@ -37,6 +37,11 @@ pub struct Written {
     /// The id of the message it was stored as, when it was stored at once
     /// (a send that was not queued, an edit).
     pub message_id: Option<i64>,
+    /// When the attempt that was acknowledged began (a retried send makes
+    /// several attempts).
+    pub attempt_started: Option<Instant>,
+    /// When the acknowledgement arrived.
+    pub acked_at: Option<Instant>,
 }
 
 /// What every client and the fault task share.
@@ -74,6 +79,14 @@ pub struct Stats {
     pub answers: BTreeMap<(String, u16), u64>,
     /// Fault kind → count.
     pub faults: BTreeMap<String, u64>,
+    /// When each transport error (status 0) and `5xx` answer arrived, with
+    /// its status: the HA figures count them per database fault.
+    pub errors: Vec<(Instant, u16)>,
+    /// `503` answers without a `Retry-After` header.
+    pub unavailable_without_retry_after: u64,
+    /// Replica starts that failed and were tried again: (replica, the
+    /// last `ERROR` line of its log).
+    pub failed_starts: Vec<(usize, String)>,
 }
 
 impl Shared {
@@ -91,14 +104,18 @@ impl Shared {
         up[rng.random_range(0..up.len())].clone()
     }
 
-    fn count(&self, op: &str, status: u16) {
-        *self
-            .stats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    fn count(&self, op: &str, answer: &Answer) {
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        *stats
             .answers
-            .entry((op.to_owned(), status))
+            .entry((op.to_owned(), answer.status))
             .or_default() += 1;
+        if answer.status == 0 || answer.status >= 500 {
+            stats.errors.push((Instant::now(), answer.status));
+        }
+        if answer.status == 503 && answer.retry_after.is_none() {
+            stats.unavailable_without_retry_after += 1;
+        }
     }
 
     fn violation(&self, text: String) {
@@ -117,6 +134,8 @@ pub struct Answer {
     pub status: u16,
     /// The body (`Null` when empty or not JSON).
     pub body: Value,
+    /// The `Retry-After` header, in seconds, when there is one.
+    pub retry_after: Option<u64>,
 }
 
 /// Sends one request to a random live replica.
@@ -140,20 +159,30 @@ pub async fn request(
     let answer = match builder.send().await {
         Ok(response) => {
             let status = response.status().as_u16();
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse().ok());
             let body = response
                 .bytes()
                 .await
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok())
                 .unwrap_or(Value::Null);
-            Answer { status, body }
+            Answer {
+                status,
+                body,
+                retry_after,
+            }
         }
         Err(_) => Answer {
             status: 0,
             body: Value::Null,
+            retry_after: None,
         },
     };
-    shared.count(op, answer.status);
+    shared.count(op, &answer);
     if answer.status == 500 {
         shared.violation(format!("{op} {path}: 500 {}", answer.body));
     }
@@ -282,7 +311,9 @@ impl Client<'_> {
     }
 
     /// A send with `behavior`, retried with the same `client_message_id`
-    /// while the answer is a transport error or `503`.
+    /// while the answer is a transport error or `503`, for up to 30 s
+    /// (a failover of the HA cluster lasts about Patroni's TTL of 10 s),
+    /// waiting `Retry-After` (at most 2 s) or 300 ms between attempts.
     async fn send(&mut self, client: usize, n: u64, behavior: &str) {
         let token = format!("tok-{client}-{n}");
         let text = text_for(self.rng, &token);
@@ -299,8 +330,11 @@ impl Client<'_> {
             acked: false,
             queued_id: None,
             message_id: None,
+            attempt_started: None,
+            acked_at: None,
         };
-        for _ in 0..8 {
+        loop {
+            let attempt_started = Instant::now();
             let answer = self
                 .call(
                     "send",
@@ -312,11 +346,18 @@ impl Client<'_> {
             match answer.status {
                 200 => {
                     written.acked = true;
+                    written.attempt_started = Some(attempt_started);
+                    written.acked_at = Some(Instant::now());
                     written.queued_id = answer.body["queued_message"]["id"].as_i64();
                     written.message_id = answer.body["message"]["id"].as_i64();
                     break;
                 }
-                0 | 502 | 503 => tokio::time::sleep(Duration::from_millis(300)).await,
+                0 | 502 | 503 if started.elapsed() < Duration::from_secs(30) => {
+                    let wait = answer.retry_after.map_or(Duration::from_millis(300), |s| {
+                        Duration::from_secs(s).min(Duration::from_secs(2))
+                    });
+                    tokio::time::sleep(wait).await;
+                }
                 _ => break,
             }
         }
@@ -380,6 +421,8 @@ impl Client<'_> {
             acked: answer.status == 200,
             queued_id: None,
             message_id: answer.body["message"]["id"].as_i64(),
+            attempt_started: (answer.status == 200).then_some(started),
+            acked_at: (answer.status == 200).then(Instant::now),
         });
     }
 

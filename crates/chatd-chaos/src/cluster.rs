@@ -199,6 +199,36 @@ impl Replica {
         Ok(())
     }
 
+    /// Starts the process like [`Replica::start`], trying again every
+    /// second for up to `timeout` when it exits before listening (`chatd
+    /// serve` exits when its database connection breaks during its start,
+    /// as in a failover of the HA cluster: a supervisor starts it again).
+    /// Returns the failed attempts, each as the last `ERROR` line of its
+    /// log (or the harness's error).
+    ///
+    /// # Errors
+    /// The last attempt's, when none started within `timeout`.
+    pub async fn start_retrying(&mut self, timeout: Duration) -> anyhow::Result<Vec<String>> {
+        let deadline = Instant::now() + timeout;
+        let mut failures = Vec::new();
+        loop {
+            match self.start().await {
+                Ok(()) => return Ok(failures),
+                Err(err) if Instant::now() < deadline => {
+                    let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                    failures.push(
+                        log.lines()
+                            .rev()
+                            .find(|l| l.contains(" ERROR "))
+                            .map_or_else(|| format!("{err:#}"), str::to_owned),
+                    );
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
     /// SIGKILL, then reaps the process.
     pub async fn kill9(&mut self) {
         if let Some(mut p) = self.process.take() {
