@@ -11,6 +11,10 @@
 //! - Every chat idle (`waiting` or `error`) with no owner after settling,
 //!   and no `waiting` chat with a non-empty queue.
 //! - Every tool call answered exactly once among live messages.
+//! - No answer duplicated: the fake LLM's complete echo of a user text
+//!   (`echo: <text>`) is at most once among a chat's live, client-visible
+//!   assistant messages (a turn run twice, say by two owners or by a retry
+//!   that kept the first attempt, shows it twice).
 //! - Each watcher's reconstructed history equals the database's visible
 //!   live messages (ids and revisions).
 //! - Branches ([`branches`]): one active branch per chat, the one the API
@@ -136,6 +140,7 @@ pub async fn check(
                 violations.push(format!("chat {chat}: {n} results for unknown call {call}"));
             }
         }
+        violations.extend(duplicated_answers(&rows).map(|v| format!("chat {chat}: {v}")));
         // Watchers.
         let visible: BTreeMap<i64, i64> = rows
             .iter()
@@ -204,6 +209,46 @@ pub async fn check(
         }
     }
     Ok(violations)
+}
+
+/// The answers stored more than once among `rows` (a chat's
+/// `(id, role, content, visibility, deleted, revision)` in id order): live,
+/// client-visible assistant messages whose whole text is the fake LLM's
+/// complete echo (`echo: <text>`) of the live user message before them (a
+/// partial answer, cut by an interrupt, is not one), counted per user
+/// message.
+fn duplicated_answers(
+    rows: &[(i64, String, Value, String, bool, i64)],
+) -> impl Iterator<Item = String> {
+    let mut answers: BTreeMap<i64, (String, Vec<i64>)> = BTreeMap::new();
+    let mut last_user: Option<(i64, String)> = None;
+    for row in rows.iter().filter(|r| !r.4) {
+        let text = texts(&row.2).concat();
+        match row.1.as_str() {
+            "user" => last_user = Some((row.0, text)),
+            "assistant" if row.3 != "model" => {
+                if let Some((user, said)) = &last_user
+                    && text == format!("echo: {said}")
+                {
+                    answers
+                        .entry(*user)
+                        .or_insert_with(|| (said.clone(), Vec::new()))
+                        .1
+                        .push(row.0);
+                }
+            }
+            _ => {}
+        }
+    }
+    answers
+        .into_iter()
+        .filter(|(_, (_, ids))| ids.len() > 1)
+        .map(|(user, (said, ids))| {
+            format!(
+                "the answer to message {user} ({said:?}) is stored {} times: messages {ids:?}",
+                ids.len()
+            )
+        })
 }
 
 /// A `chat_messages` row as the branch check reads it.
@@ -474,6 +519,50 @@ mod tests {
             Some("tok-0-9")
         );
         assert_eq!(token_of("hello"), None);
+    }
+
+    fn message(
+        id: i64,
+        role: &str,
+        text: &str,
+        deleted: bool,
+    ) -> (i64, String, Value, String, bool, i64) {
+        (
+            id,
+            role.to_owned(),
+            serde_json::json!([{"type": "text", "text": text}]),
+            "all".to_owned(),
+            deleted,
+            1,
+        )
+    }
+
+    #[test]
+    fn an_answer_given_twice_on_the_active_branch_is_a_violation() {
+        let mut rows = vec![
+            message(1, "user", "tok-0-1", false),
+            message(2, "assistant", "echo: tok-0-1", false),
+            // A partial answer cut by an interrupt (it looks like the
+            // answer to message 1), then the interrupting message's.
+            message(3, "user", "tok-0-12", false),
+            message(4, "assistant", "echo: tok-0-1", false),
+            message(5, "user", "slow tok-1-2", false),
+            message(6, "assistant", "echo: slow tok-1-2", false),
+            // Regenerated: the old answer is off the active branch.
+            message(7, "user", "tok-1-3", false),
+            message(8, "assistant", "echo: tok-1-3", true),
+            message(9, "assistant", "echo: tok-1-3", false),
+        ];
+        assert_eq!(duplicated_answers(&rows).count(), 0);
+        rows.push(message(10, "assistant", "echo: tok-1-3", false));
+        let v: Vec<String> = duplicated_answers(&rows).collect();
+        assert_eq!(
+            v,
+            vec![
+                "the answer to message 7 (\"tok-1-3\") is stored 2 times: messages [9, 10]"
+                    .to_owned()
+            ]
+        );
     }
 
     fn row(id: i64, parent: Option<i64>, deleted: bool) -> BranchRow {

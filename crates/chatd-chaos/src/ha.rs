@@ -25,6 +25,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 use tokio::process::Command;
 
 use crate::client::{Ledger, Stats};
+use crate::watch::View;
 
 /// The port base of the harness's HA cluster when `CHATD_HA_PORT_BASE` is
 /// not set (the script's own default, 5540, is left to users and other
@@ -627,6 +628,49 @@ pub struct Figures {
     pub other_5xx: u64,
 }
 
+/// When the chats that were streaming at a database fault progressed
+/// again, from the watchers' `message` events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// Chats whose watcher received a `message` event in the 3 s before
+    /// the fault (running chats).
+    pub running: usize,
+    /// Of those, the ones with a `message` event after another node was
+    /// seen leading (before `end`).
+    pub progressed: usize,
+    /// From the fault to the last of those chats' first such event.
+    pub all_after: Option<Duration>,
+}
+
+/// Computes [`Progress`] of `fault` from `views` (chat, watcher view);
+/// events from `end` on (the next fault, the end of the run) are not
+/// looked at. A fault with no other leader seen counts from its own time.
+pub fn progress(fault: &DbFault, views: &[(String, View)], end: Instant) -> Progress {
+    let from = fault.new_primary.as_ref().map_or(fault.at, |(_, at)| *at);
+    let mut running = 0;
+    let mut firsts = Vec::new();
+    for (_, view) in views {
+        let was_running = view
+            .events
+            .iter()
+            .any(|at| *at <= fault.at && fault.at.duration_since(*at) <= Duration::from_secs(3));
+        if !was_running {
+            continue;
+        }
+        running += 1;
+        if let Some(first) = view.events.iter().find(|at| **at >= from && **at < end) {
+            firsts.push(first.duration_since(fault.at));
+        }
+    }
+    Progress {
+        running,
+        progressed: firsts.len(),
+        all_after: (firsts.len() == running && running > 0)
+            .then(|| firsts.into_iter().max())
+            .flatten(),
+    }
+}
+
 /// Computes [`Figures`] of `fault` from the ledger's acknowledgements and
 /// `stats.errors`; the window ends when the cluster was healthy again (or
 /// at `end` when it never was). Acknowledgements from `end` on (the next
@@ -749,6 +793,51 @@ mod tests {
         let f = figures(&fault, &ledger, &stats, at + Duration::from_secs(22));
         assert_eq!(f.longest_gap, Duration::from_millis(10_900));
         assert_eq!(f.resumed, Some(Duration::from_secs(11)));
+    }
+
+    #[test]
+    fn chats_running_at_a_fault_progress_after_the_new_leader() {
+        let at = Instant::now() + Duration::from_secs(10);
+        let fault = DbFault {
+            kind: FaultKind::Kill,
+            node: "pg1".to_owned(),
+            at,
+            new_primary: Some(("pg2".to_owned(), at + Duration::from_secs(9))),
+            healthy: None,
+        };
+        let view = |offsets_ms: &[i64]| View {
+            events: offsets_ms
+                .iter()
+                .map(|ms| {
+                    if *ms < 0 {
+                        at - Duration::from_millis(ms.unsigned_abs())
+                    } else {
+                        at + Duration::from_millis(*ms as u64)
+                    }
+                })
+                .collect(),
+            ..View::default()
+        };
+        let views = vec![
+            // Running; an event just after the fault (before the new
+            // leader) does not count, the one at 11 s does.
+            ("a".to_owned(), view(&[-500, 100, 11_000])),
+            ("b".to_owned(), view(&[-2_000, 12_500])),
+            // Idle at the fault.
+            ("c".to_owned(), view(&[-5_000, 20_000])),
+        ];
+        let p = progress(&fault, &views, at + Duration::from_secs(30));
+        assert_eq!(
+            p,
+            Progress {
+                running: 2,
+                progressed: 2,
+                all_after: Some(Duration::from_millis(12_500)),
+            }
+        );
+        // The next fault at 12 s: b had not progressed by then.
+        let p = progress(&fault, &views, at + Duration::from_secs(12));
+        assert_eq!((p.running, p.progressed, p.all_after), (2, 1, None));
     }
 
     #[test]

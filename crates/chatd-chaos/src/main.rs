@@ -58,7 +58,9 @@
 //!    transport errors; with `--ha`, for each database fault: when another
 //!    node led, the time to the first acknowledged write begun after the
 //!    fault, the longest time without an acknowledged write, the `503`s and
-//!    transport errors until the cluster was healthy again) and exits 1 on
+//!    transport errors until the cluster was healthy again, and when the
+//!    chats whose watchers saw a message in the 3 s before the fault had a
+//!    message event again after the new leader was seen) and exits 1 on
 //!    any violation. The logs directory also gets `timeline.tsv`: every
 //!    acknowledged write, transport error and `5xx` answer, and each
 //!    database fault's steps, in seconds since the start of the run.
@@ -651,6 +653,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         for (i, fault) in record.faults.iter().enumerate() {
             let next = record.faults.get(i + 1).map_or(run_end, |f| f.at);
             let f = ha::figures(fault, &ledger, &stats, next);
+            let p = ha::progress(fault, &views, next);
             println!(
                 "chaos: {} {} at t={:.1}s: {}; first acknowledged write begun after it {}; \
                  longest time without one {:.1}s, ending {}; healthy {}; 503 × {}, transport errors × {}, other 5xx × {}",
@@ -680,6 +683,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 f.unavailable,
                 f.transport_errors,
                 f.other_5xx
+            );
+            println!(
+                "chaos:   chats streaming at the {}: {}, with a new message after the new leader: {}{}",
+                fault.kind.name(),
+                p.running,
+                p.progressed,
+                p.all_after.map_or_else(String::new, |d| format!(
+                    " (all {:.1}s after the fault)",
+                    d.as_secs_f64()
+                ))
             );
         }
     }

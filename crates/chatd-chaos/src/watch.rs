@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use eventsource_stream::Eventsource as _;
 use futures::StreamExt as _;
@@ -24,6 +24,9 @@ pub struct View {
     pub messages: BTreeMap<i64, i64>,
     /// Connections made.
     pub connects: u64,
+    /// When each `message` event arrived (the HA figures read when chats
+    /// progressed again after a database fault).
+    pub events: Vec<Instant>,
 }
 
 impl View {
@@ -34,6 +37,7 @@ impl View {
     fn apply(&mut self, event: &Value) {
         match event["type"].as_str() {
             Some("message") => {
+                self.events.push(Instant::now());
                 let message = &event["message"];
                 if let Some(id) = message["id"].as_i64() {
                     let revision = message["revision"].as_i64().unwrap_or(0);
