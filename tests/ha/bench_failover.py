@@ -45,7 +45,9 @@ and the figures of the round, in seconds from T:
               status change, seen on its stream (the max over the chats)
   chat_p50    the same, the median over the chats
   db_progress the same from the database: the max over those chats of their
-              first message created at or after T (read after the run)
+              first message created at or after T (read after the run;
+              created_at is its transaction's start, so this can be earlier
+              than the commit that a stream shows)
   parts       every such chat's stream carried a new message part again
               (streams go on from the runner's memory while the database is
               away; a new part is not yet progress)
@@ -59,7 +61,7 @@ and the figures of the round, in seconds from T:
 The window ends RECOVERY_TAIL seconds after the last of first_ack and
 progress (or at the recovery timeout).
 
-After the rounds the writers stop, the chats settle (idle, empty queue) and
+After the rounds the writers stop, the chats settle (idle, no owner, empty queue) and
 the database is read (psql on --db-url):
   lost        acknowledged sends whose token is not on the chat's active
               branch (a live user message) nor queued (must be 0)
@@ -87,7 +89,6 @@ import datetime
 import http.client
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
