@@ -64,25 +64,38 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::GuessMissed => true,
-            StoreError::Database(err) => match err {
-                sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Protocol(_) => true,
-                sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-                    code.starts_with("08")
-                        || code.starts_with("40")
-                        || code.starts_with("53")
-                        || code.starts_with("57P")
-                        || code == "55P03"
-                        || code == "57014"
-                        || code == "25006"
-                }),
-                _ => false,
-            },
+            StoreError::Database(err) => is_transient(err),
             _ => false,
         }
+    }
+}
+
+/// Whether a database error is transient: retrying the same operation
+/// later may succeed ([`StoreError::is_retryable`] lists the classes). For
+/// callers that hold a bare `sqlx::Error` (startup, which runs again while a
+/// failover of the database lasts; issue 36).
+///
+/// ```
+/// assert!(chatd_store::is_transient(&sqlx::Error::PoolTimedOut));
+/// assert!(!chatd_store::is_transient(&sqlx::Error::RowNotFound));
+/// ```
+pub fn is_transient(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("40")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || code == "55P03"
+                || code == "57014"
+                || code == "25006"
+        }),
+        _ => false,
     }
 }
 

@@ -57,7 +57,7 @@ pub use front::{
     sessions, shares, tokens, usage, users,
 };
 
-pub use error::{StoreError, StoreResult};
+pub use error::{StoreError, StoreResult, is_transient};
 
 /// The deepest a chat may be: a root is 0, its children 1, theirs 2 (API.md
 /// "Sub-agents and plan mode"). Creating a child of a chat at this depth is

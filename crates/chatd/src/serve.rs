@@ -71,7 +71,9 @@ async fn serve(args: &ServeArgs, database: &Database, signals: &Signals) -> anyh
     if signals.shutdown.is_cancelled() {
         return Ok(());
     }
-    let started = start(args, database).await?;
+    let Some(started) = start_patiently(args, database, signals).await? else {
+        return Ok(());
+    };
     if signals.shutdown.is_cancelled() {
         started.streams_shutdown.cancel();
         started.replica.deregister(&database.pool).await.ok();
@@ -197,6 +199,62 @@ struct Started {
     /// Cancelled at shutdown: closes every live stream and stops the sync
     /// poller.
     streams_shutdown: CancellationToken,
+}
+
+/// How long startup keeps trying while the database fails transiently.
+const STARTUP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// [`start`], again while it fails with a transient database error (a
+/// failover or restart of the database while this replica starts; issue
+/// 36), with a doubling delay from 200 ms to 2 s, for at most
+/// [`STARTUP_PATIENCE`]. Every step of [`start`] is idempotent (migrations,
+/// the config file, the relay secret, the replica's registration), and an
+/// attempt that fails releases what it took (its listening socket, its
+/// pubsub). Any other error, and the last transient one, is returned at
+/// once. `None` when shutdown was asked for meanwhile.
+async fn start_patiently(
+    args: &ServeArgs,
+    database: &Database,
+    signals: &Signals,
+) -> anyhow::Result<Option<Started>> {
+    let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
+    let mut delay = std::time::Duration::from_millis(200);
+    loop {
+        match start(args, database).await {
+            Ok(started) => return Ok(Some(started)),
+            Err(err) if transient(&err) && tokio::time::Instant::now() + delay < deadline => {
+                tracing::warn!(
+                    "starting failed on a transient database error (a failover?): {err:#}; \
+                     retrying in {delay:?}"
+                );
+                tokio::select! {
+                    () = signals.shutdown.cancelled() => return Ok(None),
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(std::time::Duration::from_secs(2));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Whether an error of [`start`] comes from a transient database failure
+/// ([`chatd_store::is_transient`]) anywhere in its chain.
+fn transient(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        if let Some(db) = cause.downcast_ref::<sqlx::Error>() {
+            return chatd_store::is_transient(db);
+        }
+        if let Some(store) = cause.downcast_ref::<chatd_store::StoreError>() {
+            return store.is_retryable();
+        }
+        if let Some(sqlx::migrate::MigrateError::Execute(db)) =
+            cause.downcast_ref::<sqlx::migrate::MigrateError>()
+        {
+            return chatd_store::is_transient(db);
+        }
+        false
+    })
 }
 
 async fn start(args: &ServeArgs, database: &Database) -> anyhow::Result<Started> {
@@ -348,5 +406,37 @@ fn flatten(result: Result<std::io::Result<()>, tokio::task::JoinError>) -> anyho
         Ok(Err(err)) => Err(err).context("serving HTTP"),
         Err(err) if err.is_cancelled() => Ok(()),
         Err(err) => Err(err).context("the HTTP server task failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Startup tries again on what a failover answers (issue 36: a replica
+    /// started during a switchover exited on "terminating connection due to
+    /// administrator command"), never on a mistake of its own.
+    #[test]
+    fn startup_retries_transient_database_errors_only() {
+        let io = || sqlx::Error::Io(std::io::Error::other("connection reset"));
+        assert!(transient(
+            &anyhow::Error::new(io()).context("applying the config file x.toml")
+        ));
+        assert!(transient(
+            &anyhow::Error::new(chatd_store::StoreError::Database(io()))
+                .context("capping members' token lifetimes")
+        ));
+        assert!(transient(
+            &anyhow::Error::new(sqlx::migrate::MigrateError::Execute(
+                sqlx::Error::PoolTimedOut
+            ))
+            .context("applying migrations")
+        ));
+        assert!(!transient(
+            &anyhow::Error::new(sqlx::Error::RowNotFound).context("registering this replica")
+        ));
+        assert!(!transient(&anyhow::anyhow!(
+            "config file x.toml: unknown field `modle`"
+        )));
     }
 }
