@@ -60,8 +60,15 @@ pub struct StreamConfig {
     /// How long the loop waits for room in a full queue before it
     /// disconnects the client as too slow (10 s).
     pub slow_client_timeout: Duration,
-    /// Attempts of one `Sync`'s reads before the stream ends (5).
+    /// Attempts of one `Sync`'s reads before the stream ends, when they
+    /// fail with a permanent error (5).
     pub db_attempts: u32,
+    /// How long one `Sync`'s reads are retried (backoff up to 2 s) while
+    /// they fail with a transient error (the database unreachable, in a
+    /// failover or a restart), before the stream ends (60 s): a stream
+    /// stays open across a failover (issue 36; Patroni's TTL is 10 s) and
+    /// catches up from the database once it answers.
+    pub db_patience: Duration,
     /// Relay forwarder tunables.
     pub relay: RelayConfig,
     /// Period of the re-check of the tokens of open streams (5 s, ±20 %):
@@ -81,6 +88,7 @@ impl Default for StreamConfig {
             outbound_capacity: 1024,
             slow_client_timeout: Duration::from_secs(10),
             db_attempts: 5,
+            db_patience: Duration::from_secs(60),
             token_check_interval: Duration::from_secs(5),
             relay: RelayConfig {
                 backoff_initial: Duration::from_millis(100),

@@ -28,6 +28,18 @@ pub enum FetchError {
     Store(StoreError),
 }
 
+impl FetchError {
+    /// Whether reading again later may succeed: a transient database error
+    /// ([`chatd_store::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            FetchError::ChatGone => false,
+            FetchError::Database(db) => chatd_store::is_transient(db),
+            FetchError::Store(store) => store.is_retryable(),
+        }
+    }
+}
+
 impl From<StoreError> for FetchError {
     fn from(err: StoreError) -> Self {
         match err {
@@ -126,6 +138,18 @@ mod tests {
             tool_name: name.into(),
             args: format!("{{\"id\":\"{id}\"}}"),
         }
+    }
+
+    /// A stream waits out a failover (transient errors, up to
+    /// `db_patience`) but not a deleted chat or a permanent error.
+    #[test]
+    fn a_database_away_is_transient_a_deleted_chat_or_a_bad_row_is_not() {
+        let io = FetchError::Database(sqlx::Error::Io(std::io::Error::other("reset")));
+        assert!(io.is_transient());
+        assert!(FetchError::Database(sqlx::Error::PoolTimedOut).is_transient());
+        assert!(FetchError::from(StoreError::Database(sqlx::Error::PoolTimedOut)).is_transient());
+        assert!(!FetchError::ChatGone.is_transient());
+        assert!(!FetchError::Database(sqlx::Error::RowNotFound).is_transient());
     }
 
     #[test]

@@ -220,7 +220,7 @@ impl StreamLoop {
         if !self.state.should_fetch(hints.as_ref()) {
             return Ok(());
         }
-        let Some(db) = self.fetch_with_retry().await? else {
+        let Some(db) = self.fetch_with_retry(out).await? else {
             return Ok(());
         };
         let output = self.state.apply_sync(db);
@@ -267,21 +267,33 @@ impl StreamLoop {
         }
     }
 
-    async fn fetch_with_retry(&mut self) -> Result<Option<super::state::DbState>, Termination> {
+    /// The `Sync`'s reads, retried: a permanent error up to
+    /// `db_attempts` times, a transient one (the database away in a
+    /// failover) for up to `db_patience`, so the stream stays open across
+    /// a failover. A client that goes away meanwhile ends the wait.
+    async fn fetch_with_retry(
+        &mut self,
+        out: &mpsc::Sender<ChatStreamEvent>,
+    ) -> Result<Option<super::state::DbState>, Termination> {
         let mut backoff = Duration::from_millis(100);
         let mut attempt = 1;
+        let started = tokio::time::Instant::now();
         loop {
             match fetch(&self.store, &self.state).await {
                 Ok(db) => return Ok(db),
                 Err(FetchError::ChatGone) => return Err(Termination::ChatDeleted),
-                Err(err) if attempt >= self.config.db_attempts => {
-                    tracing::warn!(chat_id = %self.state.chat_id(), error = %err, "stream: database failed; ending the stream");
+                Err(err)
+                    if (err.is_transient() && started.elapsed() >= self.config.db_patience)
+                        || (!err.is_transient() && attempt >= self.config.db_attempts) =>
+                {
+                    tracing::warn!(chat_id = %self.state.chat_id(), error = %err, attempt, "stream: database failed; ending the stream");
                     return Err(Termination::Database(err.to_string()));
                 }
                 Err(err) => {
                     tracing::debug!(chat_id = %self.state.chat_id(), error = %err, attempt, "stream: sync read failed; retrying");
                     tokio::select! {
                         () = self.shutdown.cancelled() => return Err(Termination::Shutdown),
+                        () = out.closed() => return Err(Termination::ClientDisconnected),
                         () = tokio::time::sleep(backoff) => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(2));
