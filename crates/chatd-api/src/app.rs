@@ -91,6 +91,9 @@ struct Inner {
     rate_limits: Arc<crate::rate_limit::RateLimits>,
     /// Sign-in attempt limiters of this replica.
     sign_in_limits: Arc<crate::rate_limit::SignInLimits>,
+    /// Whether the database can commit ([`crate::commit_watch`]); checked
+    /// once [`AppState::with_stream`] started its loop.
+    commit_watch: Arc<crate::commit_watch::CommitWatch>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -115,6 +118,7 @@ impl AppState {
                 streams: None,
                 rate_limits: Arc::default(),
                 sign_in_limits: Arc::default(),
+                commit_watch: Arc::default(),
             }),
         }
     }
@@ -125,6 +129,12 @@ impl AppState {
     /// inside a tokio runtime.
     #[must_use]
     pub fn with_stream(self, deps: StreamDeps) -> Self {
+        // The commit watch runs beside the stream service's loops, until the
+        // same shutdown.
+        tokio::spawn(Arc::clone(&self.inner.commit_watch).run(
+            crate::commit_watch::watch_pool(self.inner.store.pool()),
+            deps.shutdown.clone(),
+        ));
         let streams = StreamService::start(
             self.inner.store.clone(),
             self.inner.options.relay_secret.clone(),
@@ -139,8 +149,15 @@ impl AppState {
                 streams: Some(streams),
                 rate_limits: self.inner.rate_limits.clone(),
                 sign_in_limits: self.inner.sign_in_limits.clone(),
+                commit_watch: self.inner.commit_watch.clone(),
             }),
         }
+    }
+
+    /// Whether the database can commit, as this replica last checked
+    /// ([`crate::commit_watch`]).
+    pub fn commit_watch(&self) -> &crate::commit_watch::CommitWatch {
+        &self.inner.commit_watch
     }
 
     /// The live-stream service.

@@ -240,7 +240,13 @@ impl IntoResponse for ApiError {
                 chain.push_str(&err.to_string());
                 cause = err.source();
             }
-            tracing::error!(status = %self.status, message = %self.body.message, cause = %chain, "request failed");
+            if self.status == StatusCode::SERVICE_UNAVAILABLE {
+                // Transient by definition (a failover, a restart, a full
+                // pool): the client retries; not a bug to page anyone for.
+                tracing::warn!(status = %self.status, message = %self.body.message, cause = %chain, "request failed");
+            } else {
+                tracing::error!(status = %self.status, message = %self.body.message, cause = %chain, "request failed");
+            }
         }
         let mut response = (self.status, Json(self.body)).into_response();
         if let Some(seconds) = self.retry_after {

@@ -42,7 +42,8 @@ pub async fn healthz() -> Json<HealthStatus> {
 /// migration of `chatd_store::MIGRATOR` is recorded as applied with a
 /// matching checksum; `503` otherwise, with a fixed `detail` (`database
 /// unreachable`, `database did not answer in time`, `migrations not
-/// applied`). The database's own error text is logged, never answered
+/// applied`, or [`crate::commit_watch::COMMITS_BLOCKED`] while the
+/// database holds every commit for a synchronous standby). The database's own error text is logged, never answered
 /// (API.md "Limits, budgets and the token lifecycle": `/readyz` never
 /// echoes a database error; it may name hosts, users or settings).
 #[utoipa::path(
@@ -50,6 +51,11 @@ pub async fn healthz() -> Json<HealthStatus> {
     responses((status = 200, description = "Ready", body = HealthStatus), E503)
 )]
 pub async fn readyz(State(state): State<AppState>) -> Response {
+    if state.commit_watch().blocked() {
+        return ApiError::unavailable("Not ready.")
+            .with_detail(crate::commit_watch::COMMITS_BLOCKED)
+            .into_response();
+    }
     let applied = chatd_store::migrations::all_applied(state.store().pool());
     let not_ready = |detail: &'static str| {
         ApiError::unavailable("Not ready.")

@@ -55,6 +55,7 @@ pub mod auth;
 pub mod body_deadline;
 pub mod branches;
 pub mod chats;
+pub mod commit_watch;
 pub mod compat;
 pub mod config_file;
 pub mod drain;
@@ -236,6 +237,12 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             idempotency::idempotency_layer,
+        ))
+        // Outside the idempotency claim: a write refused while the database
+        // cannot commit claims no key.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            commit_watch::reject_writes_while_blocked,
         ))
         .route_layer(axum::middleware::from_fn(http_metrics::track_metrics))
         .method_not_allowed_fallback(health::method_not_allowed)

@@ -46,6 +46,12 @@ pub async fn begin_claim(
     ttl_secs: f64,
 ) -> sqlx::Result<ClaimStart> {
     let mut tx = pool.begin().await?;
+    // The claim stays open while the request it guards runs, which may take
+    // longer than a session may sit idle in a transaction (60 s): a
+    // long-poll, a compatible protocol's turn, a commit waiting for a
+    // synchronous standby. The server ended such a claim, the request
+    // still answered 2xx, and the key was never stored (a retry ran twice).
+    idempotency_keys::hold_open(&mut tx).await?;
     Ok(
         match idempotency_keys::claim(&mut tx, user_id, key, route, request_hash, ttl_secs).await? {
             Claim::Existing(stored) => ClaimStart::Existing(stored),

@@ -144,7 +144,7 @@ pub mod migrations {
 
 /// Databases of the server (the embedded PostgreSQL's set-up).
 pub mod database {
-    pub use crate::queries::database::{DUPLICATE_DATABASE, create, exists};
+    pub use crate::queries::database::{DUPLICATE_DATABASE, commits_blocked, create, exists};
 }
 
 /// `providers`: the read of a generation (writes are [`crate::admin`]'s).

@@ -117,6 +117,9 @@ pub struct Server {
     pub alice: User,
     pub bob: User,
     task: tokio::task::JoinHandle<()>,
+    /// The router's state (shared: a test may flip what the replica knows,
+    /// such as its commit watch).
+    pub state: AppState,
 }
 
 impl Drop for Server {
@@ -142,7 +145,8 @@ impl Server {
             Arc::new(RecordingPublisher::new()),
             config,
         );
-        let app = chatd_api::router(AppState::new(store.clone(), options));
+        let state = AppState::new(store.clone(), options);
+        let app = chatd_api::router(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -163,6 +167,7 @@ impl Server {
             alice,
             bob,
             task,
+            state,
         }
     }
 

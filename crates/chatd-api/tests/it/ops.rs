@@ -321,3 +321,49 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
         }
     }
 }
+
+/// Issue 36: while the database holds every commit for a synchronous
+/// standby that is gone (Patroni's strict mode with no standby left), a
+/// write answers `503` with `Retry-After` at once and changes nothing,
+/// reads go on, and `/readyz` is not ready; once commits go through again,
+/// so do writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_answer_503_at_once_while_the_database_cannot_commit() {
+    let s = Server::start().await;
+    let id = s.create_chat(&s.alice).await;
+    s.state.commit_watch().set(true);
+    let refused = s
+        .http
+        .post(format!("{}/api/v2/chats", s.base))
+        .bearer_auth(&s.alice.token)
+        .json(&json!({"content": [{"type": "text", "text": "hello"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 503);
+    assert_eq!(refused.headers()["retry-after"], "2");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["detail"], chatd_api::commit_watch::COMMITS_BLOCKED);
+    let chats: i64 = sqlx::query_scalar("SELECT count(*) FROM chats")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(chats, 1, "nothing was created");
+    s.get(&chat_path(id, ""), &s.alice).await.expect(200);
+    s.call("GET", "/readyz", None, None).await.expect_error(503);
+    s.state.commit_watch().set(false);
+    s.call("GET", "/readyz", None, None).await.expect(200);
+    s.create_chat(&s.alice).await;
+}
+
+/// The check itself, on a server without synchronous replication: commits
+/// are never blocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_synchronous_standbys_never_blocks_commits() {
+    let s = Server::start().await;
+    assert!(
+        !chatd_store::database::commits_blocked(s.pool())
+            .await
+            .unwrap()
+    );
+}

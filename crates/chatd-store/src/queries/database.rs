@@ -16,6 +16,27 @@ pub async fn exists(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<bool>
     .await
 }
 
+/// Whether commits on this server wait for a synchronous standby that is
+/// not there (issue 36): `synchronous_standby_names` is set (Patroni's
+/// strict synchronous mode sets it to `*` when no standby is left),
+/// `synchronous_commit` waits for a standby, and no connected standby is
+/// synchronous. A standby whose state this role may not read
+/// (`pg_stat_replication` shows it without `sync_state`) counts as
+/// synchronous: unknown is not blocked. Reads nothing that waits: it runs
+/// while commits hang.
+pub async fn commits_blocked(conn: impl PgExecutor<'_>) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT current_setting('synchronous_standby_names') <> ''
+                  AND current_setting('synchronous_commit') IN ('on', 'remote_write', 'remote_apply')
+                  AND NOT pg_is_in_recovery()
+                  AND NOT EXISTS (SELECT 1 FROM pg_stat_replication
+                                   WHERE sync_state IS DISTINCT FROM 'async'
+                                     AND sync_state IS DISTINCT FROM 'potential') AS "blocked!""#
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// Creates database `name` (quoted as an identifier, so any name is safe).
 /// A concurrent creation of the same name fails with [`DUPLICATE_DATABASE`].
 pub async fn create(conn: impl PgExecutor<'_>, name: &str) -> sqlx::Result<()> {
@@ -49,6 +70,14 @@ mod tests {
 mod examples {
     //! The worked examples of this module's functions, each on a fresh
     //! database (doc tests until `queries` became `pub(crate)`).
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn commits_blocked_never_without_synchronous_standbys() -> anyhow::Result<()> {
+        use crate::queries::database;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        assert!(!database::commits_blocked(db.pool()).await?);
+        Ok(())
+    }
 
     #[tokio::test(flavor = "current_thread")]
     async fn exists_whether_a_database_named_name_exists_on_the_server() -> anyhow::Result<()> {

@@ -127,6 +127,24 @@ pub async fn delete_expired(conn: impl PgExecutor<'_>, limit: i64) -> sqlx::Resu
     Ok(done.rows_affected())
 }
 
+/// How long a claim's transaction may sit idle while the request it guards
+/// runs: longer than any request waits (a compatible protocol's turn waits
+/// at most 600 s), so only a process that hangs leaves it to the server.
+pub const CLAIM_IDLE_TIMEOUT: &str = "15min";
+
+/// Lets the open transaction `conn` (a claim's) sit idle for
+/// [`CLAIM_IDLE_TIMEOUT`] instead of the session's
+/// `idle_in_transaction_session_timeout` (60 s), until it ends.
+pub async fn hold_open(conn: &mut sqlx::PgConnection) -> sqlx::Result<()> {
+    sqlx::query_scalar!(
+        r#"SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS "set!""#,
+        CLAIM_IDLE_TIMEOUT,
+    )
+    .fetch_one(conn)
+    .await
+    .map(|_| ())
+}
+
 /// A pool for [`claim`] transactions beside `pool`: same database and
 /// connection options, at most half of `pool`'s connections (at least 2),
 /// opened lazily and closed after a minute idle. A claim holds its
@@ -187,6 +205,38 @@ mod examples {
         tx.commit().await?;
         assert_eq!(idempotency_keys::delete_expired(pool, 1000).await?, 1);
         assert_eq!(idempotency_keys::delete_expired(pool, 1000).await?, 0);
+        Ok(())
+    }
+
+    /// Issue 36: a claim is held while its request runs, which may be
+    /// longer than a session may sit idle in a transaction; the server must
+    /// not end it (the key would never be stored and a retry would run
+    /// twice).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_claim_outlives_the_sessions_idle_in_transaction_timeout() -> anyhow::Result<()> {
+        use std::str::FromStr as _;
+        let db = chatd_testkit::TestDatabase::new(&crate::MIGRATOR).await?;
+        let options = sqlx::postgres::PgConnectOptions::from_str(db.url())?
+            .options([("idle_in_transaction_session_timeout", "300ms")]);
+        let pool = crate::pool_options(2).connect_with(options).await?;
+        let user = uuid::Uuid::new_v4();
+        sqlx::query("INSERT INTO users (id, username, role) VALUES ($1, 'idle', 'member')")
+            .bind(user)
+            .execute(&pool)
+            .await?;
+        let crate::claims::ClaimStart::Claimed(claim) =
+            crate::claims::begin_claim(&pool, user, "k1", "POST /x", &[1], 60.0).await?
+        else {
+            panic!("a new key is claimed");
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+        claim.complete(200, None, b"{}").await?;
+        let stored: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM idempotency_keys WHERE key = 'k1' AND status = 200",
+        )
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(stored, 1);
         Ok(())
     }
 
