@@ -239,21 +239,15 @@ async fn start_patiently(
 }
 
 /// Whether an error of [`start`] comes from a transient database failure
-/// ([`chatd_store::is_transient`]) anywhere in its chain.
+/// ([`chatd_store::is_transient`]) anywhere in its chain. The wrappers on
+/// the way (`StoreError::Database`, `MigrateError::Execute`,
+/// `PubsubError::Database`) name the `sqlx::Error` as their source, so the
+/// chain reaches it.
 fn transient(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
-        if let Some(db) = cause.downcast_ref::<sqlx::Error>() {
-            return chatd_store::is_transient(db);
-        }
-        if let Some(store) = cause.downcast_ref::<chatd_store::StoreError>() {
-            return store.is_retryable();
-        }
-        if let Some(sqlx::migrate::MigrateError::Execute(db)) =
-            cause.downcast_ref::<sqlx::migrate::MigrateError>()
-        {
-            return chatd_store::is_transient(db);
-        }
-        false
+        cause
+            .downcast_ref::<sqlx::Error>()
+            .is_some_and(chatd_store::is_transient)
     })
 }
 
