@@ -53,6 +53,16 @@ pub mod responses {
     };
 }
 
+/// `chat_workspace_files`: the committed workspaces (API.md "Workspaces and
+/// provider-hosted tools"). A step's changes are written only with the step
+/// ([`crate::ChatTx::write_workspace`]); a fork copies them.
+pub mod workspaces {
+    pub use crate::queries::workspaces::{
+        EntryKind, WorkspaceChange, WorkspaceEntry, all_contents, bytes_of_owner, contents, file,
+        manifest,
+    };
+}
+
 /// `chat_queued_messages`: reads of the queue.
 pub mod queue {
     pub use crate::queries::queue::{index_of, list, select};

@@ -54,7 +54,7 @@ pub use front::search;
 pub use front::{
     chats, cluster_settings, database, files, heartbeats, idempotency_keys, internals, mcp_servers,
     messages, migrations, model_configs, providers, queue, replicas, responses, send_receipts,
-    sessions, shares, tokens, usage, users,
+    sessions, shares, tokens, usage, users, workspaces,
 };
 
 pub use error::{StoreError, StoreResult, is_transient};

@@ -143,6 +143,19 @@ pub struct Chat {
     /// The idempotency key of the `spawn_agent` call that created this
     /// child (`None` for chats created any other way); unique per parent.
     pub spawn_key: Option<String>,
+    /// The model is offered the built-in workspace tools (API.md
+    /// "Workspaces and provider-hosted tools"; migration
+    /// `0023_workspaces.sql`). A model config's `options.workspace` offers
+    /// them too.
+    pub workspace: bool,
+    /// The committed workspace's size in bytes; `None` until a step that
+    /// changed it committed ([`Chat::workspace_summary`]).
+    pub workspace_bytes: Option<i64>,
+    /// The committed workspace's files and symlinks; `None` until then.
+    pub workspace_files: Option<i32>,
+    /// When the last step that changed the workspace committed; `None`
+    /// until then.
+    pub workspace_updated_at: Option<DateTime<Utc>>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change time.
@@ -535,6 +548,9 @@ pub struct CreateChatInput {
     /// The idempotency key of the `spawn_agent` call creating this child
     /// (unique per parent; [`crate::ChatTx::create_child`]).
     pub spawn_key: Option<String>,
+    /// Offer the model the built-in workspace tools (API.md "Workspaces
+    /// and provider-hosted tools"; default off).
+    pub workspace: bool,
     /// An OpenAI response whose turn is this chat's first (API.md
     /// "Compatible protocols"): recorded in the same transaction, starting
     /// at the last initial user message.
@@ -542,6 +558,40 @@ pub struct CreateChatInput {
     /// The AI SDK transport's id of the chat (per owner), mapped in the
     /// same transaction; a unique violation when it is already mapped.
     pub ai_sdk_id: Option<String>,
+}
+
+/// The committed workspace of a chat (API.md "Workspaces and
+/// provider-hosted tools", `Chat.workspace`): the columns
+/// `workspace_bytes`, `workspace_files` and `workspace_updated_at`, written
+/// only with a committed step.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkspaceSummary {
+    /// The sum of the entries' sizes (bytes): file contents and symlink
+    /// targets.
+    pub bytes: i64,
+    /// Regular files and symlinks (directories are not counted).
+    pub files: i32,
+    /// When the last step that changed it committed.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Chat {
+    /// API.md `Chat.workspace`: `None` until a step that changed the
+    /// workspace committed.
+    pub fn workspace_summary(&self) -> Option<WorkspaceSummary> {
+        match (
+            self.workspace_bytes,
+            self.workspace_files,
+            self.workspace_updated_at,
+        ) {
+            (Some(bytes), Some(files), Some(updated_at)) => Some(WorkspaceSummary {
+                bytes,
+                files,
+                updated_at,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// A chat row with what a transition bundle needs to know besides it: the

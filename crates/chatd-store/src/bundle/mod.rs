@@ -555,6 +555,64 @@ impl ChatTx {
     }
 }
 
+impl ChatTx {
+    /// Writes a step's workspace `changes` in this bundle (API.md
+    /// "Workspaces and provider-hosted tools": "what a step's tools changed
+    /// is committed with that step"), with the step's rows: a crash shows
+    /// all of them or none. Under the owner's storage lock, the workspace
+    /// after the changes must fit in `max_workspace_bytes` and the owner's
+    /// storage quota (`default_quota` unless they have their own); the
+    /// summary columns (`Chat.workspace`) follow. No changes: nothing
+    /// written. Returns the workspace's bytes after the changes.
+    ///
+    /// # Errors
+    /// `InvalidInput` on `workspace` when the workspace would exceed a
+    /// limit (permanent: the worker ends the turn with the reason);
+    /// `ChatNotFound`; database errors.
+    pub async fn write_workspace(
+        &mut self,
+        changes: &[crate::queries::workspaces::WorkspaceChange],
+        max_workspace_bytes: i64,
+        default_quota: i64,
+    ) -> StoreResult<Option<i64>> {
+        if changes.is_empty() {
+            return Ok(None);
+        }
+        self.confirm().await?;
+        let chat = self.chat().await?;
+        let before = chat.workspace_bytes.unwrap_or(0);
+        let chat_id = self.chat_id;
+        let conn = self.conn().await?;
+        let storage = queries::files::lock_storage(conn, chat.owner_id, default_quota)
+            .await?
+            .ok_or(StateError::ChatNotFound)?;
+        queries::workspaces::apply(conn, chat_id, changes).await?;
+        let after = queries::workspaces::refresh_summary(conn, chat_id).await?;
+        if after > max_workspace_bytes {
+            return Err(StateError::InvalidInput {
+                field: "workspace",
+                detail: format!(
+                    "the workspace would hold {after} bytes, over the limit of {max_workspace_bytes} bytes (--max-workspace-bytes)"
+                ),
+            }
+            .into());
+        }
+        if after > before && !storage.fits(after - before) {
+            return Err(StateError::InvalidInput {
+                field: "workspace",
+                detail: format!(
+                    "the workspace would grow by {} bytes, over the owner's storage quota ({} of {} bytes used)",
+                    after - before,
+                    storage.used,
+                    storage.quota
+                ),
+            }
+            .into());
+        }
+        Ok(Some(after))
+    }
+}
+
 /// Counts a transition outcome in the `chatd_transitions_total` metric
 /// (labels `transition`, `outcome` = `ok` | `rejected`).
 pub(crate) fn record_transition(transition: Transition, outcome: &'static str) {

@@ -129,7 +129,8 @@ pub const STORAGE_LOCK_CLASS: i32 = 7_700_301;
 /// A user's stored bytes and storage quota, read under [`lock_storage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Storage {
-    /// Bytes of every file the user keeps (linked to a chat or not).
+    /// Bytes of every file the user keeps (linked to a chat or not) and
+    /// of their chats' committed workspaces.
     pub used: i64,
     /// The user's `max_storage_bytes`: their override, else the default
     /// given.
@@ -182,7 +183,9 @@ pub async fn storage(
     default_quota: i64,
 ) -> sqlx::Result<Option<Storage>> {
     let row = sqlx::query!(
-        r#"SELECT coalesce((SELECT sum(size) FROM chat_files WHERE owner_id = $1), 0)::bigint
+        r#"SELECT (coalesce((SELECT sum(size) FROM chat_files WHERE owner_id = $1), 0)
+                   + coalesce((SELECT sum(workspace_bytes) FROM chats
+                               WHERE owner_id = $1 AND workspace_bytes IS NOT NULL), 0))::bigint
                       AS "used!",
                   coalesce(u.max_storage_bytes, $2) AS "quota!"
            FROM users u WHERE u.id = $1"#,

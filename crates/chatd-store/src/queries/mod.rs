@@ -116,6 +116,7 @@ macro_rules! chat_columns {
              c.mcp_server_ids, c.plan_mode, c.compaction_requested_at, c.message_count,
              c.last_message_preview, c.context_tokens, c.context_estimated, c.context_limit,
              c.compactions, c.compacted_through_message_id, c.subagents, c.depth, c.spawn_key,
+             c.workspace, c.workspace_bytes, c.workspace_files, c.workspace_updated_at,
              c.active_leaf_id, c.forked_from_chat_id, c.forked_from_message_id,
              c.created_at, c.updated_at"#
             $($rest)*)
@@ -167,6 +168,10 @@ macro_rules! chat_of {
             subagents: $r.subagents,
             depth: $r.depth,
             spawn_key: $r.spawn_key,
+            workspace: $r.workspace,
+            workspace_bytes: $r.workspace_bytes,
+            workspace_files: $r.workspace_files,
+            workspace_updated_at: $r.workspace_updated_at,
             created_at: $r.created_at,
             updated_at: $r.updated_at,
         }
@@ -365,6 +370,7 @@ pub mod shares;
 pub mod tokens;
 pub mod usage;
 pub mod users;
+pub mod workspaces;
 
 use sqlx::PgConnection;
 

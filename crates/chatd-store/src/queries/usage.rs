@@ -322,7 +322,9 @@ pub async fn report(conn: impl PgExecutor<'_>, user_id: Uuid) -> sqlx::Result<Op
          (SELECT count(*) FROM chats c
           WHERE c.owner_id = u.id AND c.worker_id IS NOT NULL AND NOT c.archived
             AND c.status IN ('running', 'interrupting', 'requires_action')) AS "running_chats!",
-         coalesce((SELECT sum(f.size) FROM chat_files f WHERE f.owner_id = u.id), 0)::int8
+         (coalesce((SELECT sum(f.size) FROM chat_files f WHERE f.owner_id = u.id), 0)
+          + coalesce((SELECT sum(c.workspace_bytes) FROM chats c
+                      WHERE c.owner_id = u.id AND c.workspace_bytes IS NOT NULL), 0))::int8
              AS "storage_bytes!""#,
         "users u",
         "WHERE u.id = $1",

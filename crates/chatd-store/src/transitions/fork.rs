@@ -111,7 +111,11 @@ impl Store {
                 }
             },
         };
-        let bytes = queries::files::fork_bytes(&mut tx, source.id, through_id).await?;
+        // The fork copies the files its messages attach and the source's
+        // committed workspace as it is now (API.md "Workspaces and
+        // provider-hosted tools": "A fork copies it").
+        let file_bytes = queries::files::fork_bytes(&mut tx, source.id, through_id).await?;
+        let bytes = file_bytes + source.workspace_bytes.unwrap_or(0);
         if bytes > 0 {
             let storage =
                 queries::files::lock_storage(&mut tx, input.owner_id, input.default_quota)
@@ -131,12 +135,16 @@ impl Store {
             mcp_server_ids: source.mcp_server_ids.clone(),
             plan_mode: source.plan_mode.clone(),
             subagents: source.subagents,
+            workspace: source.workspace,
             initial_status: Some(ChatStatus::Waiting),
             ..CreateChatInput::default()
         };
         queries::chats::insert(&mut tx, id, None, 0, ChatStatus::Waiting, &create).await?;
         queries::chats::set_forked_from(&mut tx, id, source.id, through_id).await?;
-        let file_map = if bytes > 0 {
+        if source.workspace_bytes.is_some() {
+            queries::workspaces::copy_for_fork(&mut tx, source.id, id).await?;
+        }
+        let file_map = if file_bytes > 0 {
             queries::files::copy_for_fork(&mut tx, source.id, through_id, id).await?
         } else {
             serde_json::json!({})

@@ -307,8 +307,8 @@ pub async fn insert(
     sqlx::query!(
         "INSERT INTO chats (id, owner_id, parent_chat_id, root_chat_id, status, snapshot_version, title, labels,
              last_model_config_id, last_reasoning_effort, dynamic_tools, mcp_server_ids, plan_mode,
-             subagents, depth, spawn_key)
-         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+             subagents, depth, spawn_key, workspace)
+         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
         id,
         input.owner_id,
         input.parent_chat_id,
@@ -324,6 +324,7 @@ pub async fn insert(
         input.subagents,
         depth,
         input.spawn_key.as_deref(),
+        input.workspace,
     )
     .execute(conn)
     .await
