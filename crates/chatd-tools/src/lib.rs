@@ -10,10 +10,16 @@
 //!   taken": tool calls are at-least-once); failures of any kind come back as
 //!   `is_error` results for the model rather than errors of the turn.
 //!
+//! - [`workspace`]: the chat's workspace (API.md "Workspaces and
+//!   provider-hosted tools"): the bubblewrap sandbox of `shell`, the
+//!   path-safe file tools, and the local directory's manifest, diff and
+//!   apply against the committed state.
+//!
 //! The crate knows nothing about the database: the worker reads the server
 //! rows and hands over [`McpServerConfig`]s.
 
 pub mod mcp;
+pub mod workspace;
 
 pub use mcp::{
     IdempotencyKey, McpHost, McpOptions, McpServerConfig, McpTool, McpToolset, McpTransport,
