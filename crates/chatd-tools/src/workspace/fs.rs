@@ -172,16 +172,16 @@ pub fn write_file(
         )));
     }
     let dir = open_root(root)?;
-    if let Some((parent, _)) = rel.rsplit_once('/') {
-        if let Err(e) = dir.create_dir_all(parent) {
-            // create_dir_all says "File exists" for a symlink that leads out;
-            // resolving the parent names the real reason.
-            return Err(match dir.metadata(parent) {
-                Err(resolve) => io_error(parent, resolve),
-                Ok(meta) if !meta.is_dir() => ToolError(format!("{parent} is not a directory")),
-                Ok(_) => io_error(parent, e),
-            });
-        }
+    if let Some((parent, _)) = rel.rsplit_once('/')
+        && let Err(e) = dir.create_dir_all(parent)
+    {
+        // create_dir_all says "File exists" for a symlink that leads out;
+        // resolving the parent names the real reason.
+        return Err(match dir.metadata(parent) {
+            Err(resolve) => io_error(parent, resolve),
+            Ok(meta) if !meta.is_dir() => ToolError(format!("{parent} is not a directory")),
+            Ok(_) => io_error(parent, e),
+        });
     }
     match dir.metadata(&rel) {
         Ok(meta) => refuse_non_file(&rel, &meta)?,

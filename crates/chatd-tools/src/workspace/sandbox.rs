@@ -228,6 +228,7 @@ impl Sandbox {
             .ok_or_else(|| SandboxError::BwrapMissing(config.bwrap.clone()))?;
         let prlimit = find_binary(Path::new("prlimit")).ok_or(SandboxError::PrlimitMissing)?;
         let cgroups = Cgroups::detect();
+        remove_stale_runs(&cgroups.parents(), matches!(cgroups, Cgroups::V2 { .. })).await;
         if matches!(cgroups, Cgroups::None) {
             static WARN: Once = Once::new();
             WARN.call_once(|| {
@@ -753,6 +754,23 @@ impl Cgroups {
         Cgroups::None
     }
 
+    /// The directories the runs' cgroups are created in.
+    fn parents(&self) -> Vec<PathBuf> {
+        match self {
+            Cgroups::V2 { parent } => vec![parent.clone()],
+            Cgroups::V1 {
+                pids,
+                memory,
+                cpuacct,
+            } => std::iter::once(pids)
+                .chain(memory)
+                .chain(cpuacct)
+                .cloned()
+                .collect(),
+            Cgroups::None => vec![],
+        }
+    }
+
     fn create(&self, id: &str, limits: &SandboxLimits) -> io::Result<RunCgroup> {
         let mut run = RunCgroup::default();
         match self {
@@ -822,31 +840,77 @@ fn writable_parent(parent: &Path) -> bool {
 }
 
 fn enable_v2_controllers(ours: &Path, parent: &Path) -> bool {
-    // Our own cgroup must delegate pids and memory to its children (it may
-    // refuse when it holds processes itself and is not the root).
-    let controllers =
-        std::fs::read_to_string(ours.join("cgroup.subtree_control")).unwrap_or_default();
-    for c in ["pids", "memory"] {
-        if !controllers.split_whitespace().any(|x| x == c)
-            && std::fs::write(ours.join("cgroup.subtree_control"), format!("+{c}")).is_err()
-        {
+    let enable = |dir: &Path| -> io::Result<()> {
+        let control = dir.join("cgroup.subtree_control");
+        let enabled = std::fs::read_to_string(&control)?;
+        for c in ["pids", "memory"] {
+            if !enabled.split_whitespace().any(|x| x == c) {
+                std::fs::write(&control, format!("+{c}"))?;
+            }
+        }
+        Ok(())
+    };
+    // Our own cgroup must delegate pids and memory to its children, which a
+    // cgroup holding processes (other than the root) refuses with EBUSY: then
+    // we move ourselves into a leaf beside the runs' parent and try again.
+    if let Err(e) = enable(ours) {
+        if e.raw_os_error() != Some(nix::libc::EBUSY) {
             return false;
         }
+        let leaf = ours.join("chatd-service");
+        let moved = std::fs::create_dir_all(&leaf).and_then(|()| {
+            std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())
+        });
+        if moved.is_err() || enable(ours).is_err() {
+            return false;
+        }
+        tracing::info!(cgroup = %leaf.display(), "moved into a leaf cgroup to delegate pids and memory to the workspace sandbox");
     }
-    std::fs::write(parent.join("cgroup.subtree_control"), "+pids +memory").is_ok()
+    enable(parent).is_ok()
 }
 
 fn make_dir(parent: &Path, id: &str, v2: bool) -> io::Result<PathBuf> {
-    // The parent may have been removed by another Sandbox's drop meanwhile.
-    if !parent.is_dir() {
-        std::fs::create_dir_all(parent)?;
-        if v2 {
-            std::fs::write(parent.join("cgroup.subtree_control"), "+pids +memory")?;
+    let dir = parent.join(id);
+    let mut attempt = 0;
+    loop {
+        // The parent may have been removed by another Sandbox's drop.
+        if !parent.is_dir() {
+            std::fs::create_dir_all(parent)?;
+            if v2 {
+                std::fs::write(parent.join("cgroup.subtree_control"), "+pids +memory")?;
+            }
+        }
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempt < 3 => attempt += 1,
+            other => return other.map(|()| dir),
         }
     }
-    let dir = parent.join(id);
-    std::fs::create_dir(&dir)?;
-    Ok(dir)
+}
+
+/// Removes the run cgroups left by processes that are gone (a replica that
+/// crashed mid-run): a run's name starts with the pid of its process.
+async fn remove_stale_runs(parents: &[PathBuf], v2: bool) {
+    for parent in parents {
+        let Ok(children) = std::fs::read_dir(parent) else {
+            continue;
+        };
+        for child in children.flatten() {
+            let name = child.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if child.path().is_dir() && !Path::new(&format!("/proc/{pid}")).exists() {
+                RunCgroup {
+                    v2,
+                    pids: v2.then(|| child.path()),
+                    dirs: vec![child.path()],
+                    ..RunCgroup::default()
+                }
+                .remove()
+                .await;
+            }
+        }
+    }
 }
 
 /// The cgroups of one run (empty without a cgroup filesystem).
@@ -966,19 +1030,7 @@ fn counter(text: &str, key: &str) -> Option<u64> {
 /// of the process; the removal fails harmlessly while another one uses them.
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        let parents: Vec<&PathBuf> = match &self.cgroups {
-            Cgroups::V2 { parent } => vec![parent],
-            Cgroups::V1 {
-                pids,
-                memory,
-                cpuacct,
-            } => std::iter::once(pids)
-                .chain(memory.iter())
-                .chain(cpuacct.iter())
-                .collect(),
-            Cgroups::None => vec![],
-        };
-        for parent in parents {
+        for parent in self.cgroups.parents() {
             let _ = std::fs::remove_dir(parent);
         }
     }

@@ -60,7 +60,7 @@ async fn shell_returns_exit_code_stdout_stderr_and_writes_into_the_workspace() {
     let out = sb
         .shell(
             ws.path(),
-            "pwd; echo $HOME; echo oops >&2; echo data > made.txt; exit 3",
+            "pwd; echo $HOME; cat; echo oops >&2; echo data > made.txt; exit 3",
             T,
         )
         .await;
@@ -97,6 +97,8 @@ async fn the_system_is_read_only_and_proc_self_root_is_the_sandbox_not_the_host(
              touch /proc/self/root/usr/escape 2>/dev/null && echo wrote-usr-via-proc; \
              touch /escape 2>/dev/null && echo wrote-root; \
              touch /etc/escape 2>/dev/null && echo wrote-etc; \
+             ln /etc/passwd hard 2>/dev/null && echo hard-linked; \
+             mknod dev c 1 3 2>/dev/null && echo made-a-device; \
              touch /proc/self/root/workspace/inside && echo wrote-workspace",
             T,
         )
