@@ -18,6 +18,7 @@
 #   COMPAT_NO_BUILD=1 scripts/compat-test.sh   # use the debug binaries as they are
 #   COMPAT_BENCH=1 scripts/compat-test.sh      # also tests/compat/bench_ttft.py
 #   COMPAT_HOLD=1 scripts/compat-test.sh       # start the services, print their env, wait
+#   CHATD_PREPARE_ONLY=1 scripts/compat-test.sh  # only install the Python and npm packages
 #
 # It builds `chatd` and `fake-llm` (debug; skipped with COMPAT_NO_BUILD=1),
 # installs the Python packages into target/compat-venv and the npm packages
@@ -61,7 +62,9 @@ grep -qx "openai==$OPENAI_VERSION" "$requirements" || die "$requirements does no
 grep -qx "pytest==$PYTEST_VERSION" "$requirements" || die "$requirements does not pin pytest==$PYTEST_VERSION"
 grep -q "\"ai\": \"$AI_VERSION\"" "$node_dir/package.json" || die "$node_dir/package.json does not pin ai $AI_VERSION"
 
-if [ -z "${COMPAT_NO_BUILD:-}" ]; then
+if [ -n "${CHATD_PREPARE_ONLY:-}" ]; then
+  : # no build: only the packages below
+elif [ -z "${COMPAT_NO_BUILD:-}" ]; then
   live_build
 else
   for b in chatd fake-llm; do [ -x "$live_bin/$b" ] || die "no $b in $live_bin (COMPAT_NO_BUILD is set)"; done
@@ -92,6 +95,7 @@ if [ ! -d "$node_dir/node_modules/ai" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$
   (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
   echo "$lock_sum" >"$stamp"
 fi
+if [ -n "${CHATD_PREPARE_ONLY:-}" ]; then log "prerequisites ready (CHATD_PREPARE_ONLY)"; exit 0; fi
 
 # ---- services (scripts/lib/live-server.sh, plus a second replica) -----------
 

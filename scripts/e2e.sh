@@ -23,6 +23,9 @@
 # Logs of chatd and fake-llm, and a screenshot, the page HTML and the browser
 # log of each failed test, are left in $E2E_ARTIFACTS_DIR (default
 # target/e2e-artifacts, emptied at the start).
+#
+# CHATD_PREPARE_ONLY=1 only installs what the tests need (Chromium, the npm
+# packages) and exits 0: scripts/test.sh does that while cargo builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/live-server.sh
@@ -41,7 +44,7 @@ command -v node >/dev/null || die "node is missing (Node 20 or newer is needed)"
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$node_major" -ge 20 ] || die "Node $(node --version) is too old: the tests need Node 20 or newer"
 
-live_build mcp-fixture
+[ -n "${CHATD_PREPARE_ONLY:-}" ] || live_build mcp-fixture
 
 if [ ! -x "$chromium" ]; then
   [ "$chromium" = /usr/bin/chromium ] || die "CHROMIUM_PATH=$chromium is not an executable"
@@ -67,6 +70,7 @@ if [ ! -d web/e2e/node_modules/playwright-core ] || [ "$(cat "$stamp" 2>/dev/nul
   (cd web/e2e && npm ci --no-audit --no-fund --loglevel=error)
   echo "$lock_sum" > "$stamp"
 fi
+if [ -n "${CHATD_PREPARE_ONLY:-}" ]; then log "prerequisites ready (CHATD_PREPARE_ONLY)"; exit 0; fi
 
 # ---- services (scripts/lib/live-server.sh) ----------------------------------
 

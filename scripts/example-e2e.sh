@@ -22,6 +22,9 @@
 # and the browser log of each failed test, are left in
 # $E2E_ARTIFACTS_DIR (default target/example-e2e-artifacts, emptied at the
 # start).
+#
+# CHATD_PREPARE_ONLY=1 only installs what the tests need (Chromium, the npm
+# packages) and exits 0: scripts/test.sh does that while cargo builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/live-server.sh
@@ -43,7 +46,9 @@ node -e '
   process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1);' \
   || die "Node $(node --version) is too old: Vite 8 needs Node 20.19 or newer"
 
-if [ "${EXAMPLE_E2E_SKIP_BUILD:-}" = 1 ]; then
+if [ -n "${CHATD_PREPARE_ONLY:-}" ]; then
+  : # no build: only the packages below
+elif [ "${EXAMPLE_E2E_SKIP_BUILD:-}" = 1 ]; then
   for b in chatd fake-llm; do
     [ -x "$live_bin/$b" ] || die "EXAMPLE_E2E_SKIP_BUILD=1 but there is no $b in $live_bin"
   done
@@ -74,6 +79,7 @@ if [ ! -d "$app_dir/node_modules/vite" ] || [ "$(cat "$stamp" 2>/dev/null)" != "
   (cd "$app_dir" && npm ci --no-audit --no-fund --loglevel=error --engine-strict=false)
   echo "$lock_sum" > "$stamp"
 fi
+if [ -n "${CHATD_PREPARE_ONLY:-}" ]; then log "prerequisites ready (CHATD_PREPARE_ONLY)"; exit 0; fi
 
 log "vite build"
 (cd "$app_dir" && ./node_modules/.bin/vite build --logLevel warn)

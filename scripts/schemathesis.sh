@@ -25,6 +25,9 @@
 # handlers and the same document entries (crates/chatd-api/src/openapi.rs,
 # `ExperimentalMount`).
 #
+# CHATD_PREPARE_ONLY=1 only installs schemathesis (its venv) and exits 0:
+# scripts/test.sh does that while cargo builds.
+#
 # Output, and the JUnit report, go to $SCHEMATHESIS_ARTIFACTS_DIR (default
 # target/schemathesis-artifacts, emptied at the start) with the chatd log.
 # Exit status: schemathesis's (0 only when there was no failure of any kind).
@@ -61,6 +64,7 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
 fi
 "$venv/bin/schemathesis" --version | grep -q "version $SCHEMATHESIS_VERSION\$" \
   || die "$venv holds another schemathesis than $SCHEMATHESIS_VERSION"
+if [ -n "${CHATD_PREPARE_ONLY:-}" ]; then log "prerequisites ready (CHATD_PREPARE_ONLY)"; exit 0; fi
 
 live_build
 

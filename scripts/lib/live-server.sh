@@ -48,11 +48,17 @@ live_init() {
   live_pid_file=
 }
 
-# live_build [BIN...]: builds chatd and the testkit's binaries (debug) and
-# checks that chatd, fake-llm and every BIN are in $live_bin.
+# live_build [BIN...]: builds the workspace's binaries (debug: chatd, the
+# testkit's, chatd-chaos) and checks that chatd, fake-llm and every BIN are in
+# $live_bin. `--workspace --bins --examples` is the feature set of
+# `cargo nextest run --workspace` (examples, like tests, turn on the
+# dev-dependencies' features, e.g. tokio's test-util): after the tests of
+# scripts/test.sh nothing rebuilds. `-p chatd -p chatd-testkit --bins` would
+# resolve other features and rebuild tokio, sqlx, axum, ... and every crate
+# of the workspace, minutes on 2 cores.
 live_build() {
-  live_log "cargo build -p chatd -p chatd-testkit --bins"
-  cargo build -p chatd -p chatd-testkit --bins
+  live_log "cargo build --workspace --bins --examples"
+  cargo build --workspace --bins --examples
   local b
   for b in chatd fake-llm "$@"; do
     [ -x "$live_bin/$b" ] || live_die "no $b in $live_bin after the build"
