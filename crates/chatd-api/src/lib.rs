@@ -83,6 +83,7 @@ pub mod usage;
 pub mod users;
 pub mod validate;
 pub mod web;
+pub mod workspaces;
 
 use axum::Router;
 use axum::routing::{delete, get, patch, post, put};
@@ -145,6 +146,12 @@ fn chat_routes() -> Router<AppState> {
         .route("/{chat}/branches/activate", post(branches::activate_branch))
         .route("/{chat}/fork", post(branches::fork_chat))
         .route("/{chat}/export", get(export::export_chat))
+        .route("/{chat}/workspace", get(workspaces::list_workspace))
+        .route("/{chat}/workspace/file", get(workspaces::workspace_file))
+        .route(
+            "/{chat}/workspace/archive",
+            get(workspaces::workspace_archive),
+        )
         .route("/import", post(export::import_chat))
         .route(
             "/{chat}/shares",

@@ -74,6 +74,9 @@ pub struct WorkerConfig {
     /// "Limits, budgets and the token lifecycle"): `max_runners`, the
     /// running-chat cap, budgets, the sub-agent fan-out.
     pub limits: chatd_core::limits::LimitDefaults,
+    /// Workspaces: where they live on this replica, their limit, approval
+    /// and sandbox (API.md "Workspaces and provider-hosted tools").
+    pub workspace: crate::workspace::WorkspaceConfig,
     /// Files linked to no chat are deleted this long after their upload
     /// (24 h; API.md "Limits, budgets and the token lifecycle").
     pub unlinked_file_ttl: Duration,
@@ -111,6 +114,7 @@ impl Default for WorkerConfig {
             abandon_idle_after: Duration::from_secs(1),
             timeline: crate::timeline::Timeline::default(),
             limits: chatd_core::limits::LimitDefaults::default(),
+            workspace: crate::workspace::WorkspaceConfig::default(),
             unlinked_file_ttl: Duration::from_secs(24 * 60 * 60),
             files_sweep_interval: Duration::from_secs(10 * 60),
             check_budgets: true,

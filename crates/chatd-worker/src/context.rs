@@ -33,6 +33,9 @@ pub(crate) struct WorkerContext {
     /// Chats whose last automatic compaction was skipped because its
     /// summary was not smaller ([`SkippedCompactions`]).
     pub(crate) skipped_compactions: SkippedCompactions,
+    /// This replica's chat workspaces and their sandbox
+    /// ([`crate::workspace`]).
+    pub(crate) workspaces: crate::workspace::Workspaces,
 }
 
 /// Share of the window (percent) by which a chat's context must grow after

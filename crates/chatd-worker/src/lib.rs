@@ -33,6 +33,7 @@ mod tasks;
 mod ticker;
 pub mod timeline;
 mod worker;
+pub mod workspace;
 
 pub use archive::auto_archive_pass;
 pub use config::WorkerConfig;
@@ -40,3 +41,4 @@ pub use part_buffer::{PartBuffer, PartBufferConfig, PartBufferError, PartSubscri
 pub use providers::{DefaultProviderFactory, ProviderFactory};
 pub use tasks::title;
 pub use worker::{Worker, WorkerDeps};
+pub use workspace::{WorkspaceApproval, WorkspaceConfig};

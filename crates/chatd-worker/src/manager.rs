@@ -162,6 +162,10 @@ impl RunnerManager {
                             chat.remove(&key.runner_id);
                             if chat.is_empty() {
                                 runners.remove(&key.chat_id);
+                                // No runner here any more: its workspace
+                                // directory goes (the next owner checks
+                                // out the committed files).
+                                self.ctx.workspaces.release(key.chat_id);
                             }
                         }
                     }

@@ -60,6 +60,10 @@ impl Worker {
     /// Starts every loop. Must be called inside a tokio runtime.
     pub fn start(deps: WorkerDeps) -> Self {
         let mcp = chatd_tools::McpHost::new(deps.config.mcp_options());
+        let workspaces = crate::workspace::Workspaces::new(
+            deps.config.workspace.clone(),
+            deps.config.worker_id,
+        );
         let ctx = Arc::new(WorkerContext {
             store: deps.store,
             pubsub: deps.pubsub,
@@ -71,6 +75,7 @@ impl Worker {
             background: CancellationToken::new(),
             slots: Default::default(),
             skipped_compactions: Default::default(),
+            workspaces,
         });
         let cancel = CancellationToken::new();
         let runners_cancel = CancellationToken::new();
@@ -205,6 +210,7 @@ impl Worker {
             tracing::warn!("worker loops did not stop within the grace period");
         }
         self.ctx.mcp.shutdown().await;
+        self.ctx.workspaces.remove_all();
         tracing::info!(worker_id = %self.ctx.config.worker_id, "worker stopped");
     }
 

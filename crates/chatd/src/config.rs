@@ -211,6 +211,79 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub workspace: WorkspaceArgs,
+}
+
+/// Workspaces (API.md "Workspaces and provider-hosted tools"): where a
+/// replica keeps its chats' directories, their limit, which calls wait for
+/// approval, and the sandbox of `shell` calls (bubblewrap).
+#[derive(Debug, Clone, Args)]
+pub struct WorkspaceArgs {
+    /// Where this replica keeps the working copies of its chats'
+    /// workspaces (a directory per replica under it, removed at shutdown;
+    /// the committed files are in the database).
+    #[arg(long, env = "CHATD_WORKSPACE_DIR", value_name = "DIR")]
+    pub workspace_dir: Option<std::path::PathBuf>,
+
+    /// The most bytes one chat's workspace holds (file contents and symlink
+    /// targets); a call that would go past it fails, saying so.
+    #[arg(long, env = "CHATD_MAX_WORKSPACE_BYTES", default_value_t = 64 << 20, value_name = "BYTES",
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub max_workspace_bytes: i64,
+
+    /// Which workspace calls wait for a person's approval: `never`,
+    /// `shell` (every `shell` call) or `always` (`shell` and `write_file`).
+    #[arg(long, env = "CHATD_WORKSPACE_APPROVAL", default_value = "shell", value_name = "POLICY",
+          value_parser = ["never", "always", "shell"])]
+    pub workspace_approval: String,
+
+    /// Let `shell` commands reach the network (default: none, not even the
+    /// host's loopback).
+    #[arg(long, env = "CHATD_WORKSPACE_NETWORK")]
+    pub workspace_network: bool,
+
+    /// CPU time of one `shell` call, all its processes together.
+    #[arg(long, env = "CHATD_WORKSPACE_CPU_SECONDS", default_value_t = 120, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub workspace_cpu_seconds: u64,
+
+    /// Memory of one `shell` call.
+    #[arg(long, env = "CHATD_WORKSPACE_MEMORY_BYTES", default_value_t = 1 << 30, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(1 << 20..))]
+    pub workspace_memory_bytes: u64,
+
+    /// Processes and threads one `shell` call may have at once.
+    #[arg(long, env = "CHATD_WORKSPACE_PROCESSES", default_value_t = 128, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub workspace_processes: u64,
+
+    /// The bubblewrap binary (a path, or a name looked up in PATH).
+    #[arg(long, env = "CHATD_BWRAP", default_value = "bwrap", value_name = "PATH")]
+    pub bwrap: std::path::PathBuf,
+}
+
+impl WorkspaceArgs {
+    /// The worker's workspace settings from these flags.
+    pub fn config(&self) -> chatd_worker::WorkspaceConfig {
+        let defaults = chatd_worker::WorkspaceConfig::default();
+        let mut sandbox = defaults.sandbox.clone();
+        sandbox.network = self.workspace_network;
+        sandbox.bwrap = self.bwrap.clone();
+        sandbox.limits.cpu_time = Duration::from_secs(self.workspace_cpu_seconds);
+        sandbox.limits.memory_bytes = self.workspace_memory_bytes;
+        sandbox.limits.processes = self.workspace_processes;
+        sandbox.limits.file_size_bytes = u64::try_from(self.max_workspace_bytes).unwrap_or(0).max(1);
+        chatd_worker::WorkspaceConfig {
+            dir: self.workspace_dir.clone().unwrap_or(defaults.dir),
+            max_bytes: self.max_workspace_bytes,
+            approval: chatd_worker::WorkspaceApproval::parse(&self.workspace_approval)
+                .unwrap_or_default(),
+            sandbox,
+            read_max_bytes: defaults.read_max_bytes,
+        }
+    }
 }
 
 /// Limits, budgets and the token lifecycle (API.md, the section of that
@@ -327,6 +400,7 @@ impl ServeArgs {
             auto_archive_interval: self.auto_archive_interval,
             max_steps_per_turn: self.limits.max_steps_per_turn as usize,
             limits: self.limits.defaults(),
+            workspace: self.workspace.config(),
             ..chatd_worker::WorkerConfig::default()
         }
     }

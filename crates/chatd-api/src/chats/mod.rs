@@ -98,6 +98,10 @@ pub struct Chat {
     /// `wait_agent`, `message_agent`, `close_agent`; API.md "Sub-agents and
     /// plan mode"). Children spawned by a chat have it too.
     pub subagents: bool,
+    /// The chat's committed workspace (API.md "Workspaces and
+    /// provider-hosted tools"): `null` without one, and until the first step
+    /// that changed it committed.
+    pub workspace: Option<WorkspaceSummary>,
     /// Number of client-visible messages (what `GET .../messages` can
     /// return; model-only rows such as compaction summaries and soft-deleted
     /// rows are never counted). Kept as a column, never counted on read
@@ -147,6 +151,11 @@ impl From<&chatd_store::Chat> for Chat {
             mcp_server_ids: c.mcp_server_ids.clone(),
             plan_mode: c.plan_mode.as_deref().map(|_| PlanMode::Plan),
             subagents: c.subagents,
+            workspace: c.workspace_summary().map(|w| WorkspaceSummary {
+                bytes: w.bytes,
+                files: w.files,
+                updated_at: w.updated_at,
+            }),
             message_count: c.message_count,
             last_message_preview: c.last_message_preview.clone(),
             context: ChatContext::from(c),
@@ -219,6 +228,24 @@ pub struct CreateChatRequest {
     /// `subagents`.
     #[serde(default)]
     pub subagents: Option<bool>,
+    /// Give the chat a workspace: the model is offered the built-in tools
+    /// `shell`, `read_file`, `write_file` and `list_files` on a directory of
+    /// the chat's own (API.md "Workspaces and provider-hosted tools";
+    /// default `false`). A non-boolean is `400` naming `workspace`.
+    #[serde(default)]
+    pub workspace: Option<bool>,
+}
+
+/// `Chat.workspace`: the committed workspace's size, file count and last
+/// change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct WorkspaceSummary {
+    /// File contents and symlink targets, in bytes.
+    pub bytes: i64,
+    /// Regular files and symlinks.
+    pub files: i32,
+    /// When the last step that changed it committed.
+    pub updated_at: DateTime<Utc>,
 }
 
 /// Body of `PATCH /chats/{chat}`: every field optional.
@@ -510,6 +537,7 @@ pub async fn create_chat(
         initial_messages,
         max_file_links: state.options().max_files_per_chat,
         subagents: req.subagents.unwrap_or(false),
+        workspace: req.workspace.unwrap_or(false),
         ..CreateChatInput::default()
     };
     let created = match state.store().create_chat(input).await {

@@ -338,6 +338,13 @@ mod tests {
             background: CancellationToken::new(),
             slots: Default::default(),
             skipped_compactions: Default::default(),
+            workspaces: crate::workspace::Workspaces::new(
+                crate::workspace::WorkspaceConfig {
+                    dir: std::env::temp_dir().join("chatd-runner-unit-tests"),
+                    ..Default::default()
+                },
+                worker_id,
+            ),
         });
         let (input_tx, inputs) = mpsc::unbounded_channel();
         let (cleanup, cleanup_rx) = mpsc::unbounded_channel();

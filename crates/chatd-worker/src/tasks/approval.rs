@@ -35,6 +35,9 @@ pub(super) struct Approvals {
     policies: HashMap<String, RequireApproval>,
     /// Ids of the outstanding calls a person approved.
     approved: HashSet<String>,
+    /// Which workspace calls wait (`--workspace-approval`; none when the
+    /// chat has no workspace).
+    workspace: crate::workspace::WorkspaceApproval,
 }
 
 impl Approvals {
@@ -49,7 +52,24 @@ impl Approvals {
             .into_iter()
             .map(|c| c.tool_call_id)
             .collect();
-        Self { policies, approved }
+        Self {
+            policies,
+            approved,
+            workspace: crate::workspace::WorkspaceApproval::Never,
+        }
+    }
+
+    /// The same approvals with workspace calls waiting as `policy` says.
+    pub(super) fn with_workspace(mut self, policy: crate::workspace::WorkspaceApproval) -> Self {
+        self.workspace = policy;
+        self
+    }
+
+    /// Whether call `call_id` of the workspace tool `name` must wait for a
+    /// decision: `--workspace-approval` names the tool and nobody approved
+    /// the call yet.
+    pub(super) fn waits_workspace(&self, call_id: &str, name: &str) -> bool {
+        self.workspace.applies_to(name) && !self.approved.contains(call_id)
     }
 
     /// Whether call `call_id` of `tool` must wait for a decision: its

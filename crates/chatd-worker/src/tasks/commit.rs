@@ -16,6 +16,7 @@ use std::sync::Arc;
 use chatd_core::{ChatError, ChatErrorKind, FinishReason as MessageFinishReason, MessagePart};
 use chatd_llm::{FinishReason, Provider, ResponseBuilder};
 use chatd_store::NewMessage;
+use chatd_store::workspaces::WorkspaceChange;
 
 use super::agents::{Spawn, create_spawned};
 use super::plan::ModelCall;
@@ -64,6 +65,7 @@ pub(super) async fn commit_response(
         "committing the model response",
         messages,
         step.spawns,
+        step.workspace,
         next,
     )
     .await?;
@@ -90,21 +92,25 @@ pub(super) async fn commit_step(
     compaction: bool,
     next: Next,
 ) -> TaskResult<()> {
-    commit_step_with(task, what, messages, compaction, Vec::new(), next).await
+    commit_step_with(task, what, messages, compaction, Vec::new(), Vec::new(), next).await
 }
 
 /// [`commit_step`] of a step's tool results that also creates the
 /// children of its `spawn_agent` calls (`Create` in the same transaction,
 /// [`chatd_store::ChatTx::create_child`], API.md "Sub-agents and plan
-/// mode"): the children exist exactly when the results do.
+/// mode"): the children exist exactly when the results do; and writes what
+/// its workspace calls changed ([`chatd_store::ChatTx::write_workspace`],
+/// API.md "Workspaces and provider-hosted tools"): the files change
+/// exactly when the results are stored.
 pub(super) async fn commit_step_spawning(
     task: &TaskContext,
     what: &str,
     messages: Vec<NewMessage>,
     spawns: Vec<Spawn>,
+    workspace: Vec<WorkspaceChange>,
     next: Next,
 ) -> TaskResult<()> {
-    commit_step_with(task, what, messages, false, spawns, next).await
+    commit_step_with(task, what, messages, false, spawns, workspace, next).await
 }
 
 async fn commit_step_with(
@@ -113,9 +119,10 @@ async fn commit_step_with(
     messages: Vec<NewMessage>,
     compaction: bool,
     spawns: Vec<Spawn>,
+    workspace: Vec<WorkspaceChange>,
     next: Next,
 ) -> TaskResult<()> {
-    match try_commit_step(task, what, messages, compaction, spawns, next).await {
+    match try_commit_step(task, what, messages, compaction, spawns, workspace, next).await {
         Err(Exit::Rejected(reason)) => {
             tracing::warn!(chat_id = %task.chat_id, %reason, "the step cannot be stored; ending the turn with an error");
             let error = ChatError::new(
@@ -136,16 +143,23 @@ async fn try_commit_step(
     messages: Vec<NewMessage>,
     compaction: bool,
     spawns: Vec<Spawn>,
+    workspace: Vec<WorkspaceChange>,
     next: Next,
 ) -> TaskResult<()> {
     let max_children = task.ctx.config.limits.max_subagents_per_chat;
+    let max_workspace_bytes = task.ctx.workspaces.config().max_bytes;
+    let default_quota = task.ctx.config.limits.max_storage_bytes;
+    let workspace = Arc::new(workspace);
     task.transition(what, move |tx, _| {
         let mut messages = messages.clone();
         let spawns = spawns.clone();
+        let workspace = workspace.clone();
         Box::pin(async move {
             for spawn in spawns {
                 create_spawned(tx, spawn, max_children, &mut messages).await?;
             }
+            tx.write_workspace(&workspace, max_workspace_bytes, default_quota)
+                .await?;
             match next {
                 Next::FinishTurn => {
                     tx.commit_step(messages, compaction).await?;

@@ -102,8 +102,9 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             let mut router =
                 ToolRouter::list(task, call.dynamic_tools.clone(), &loaded.mcp_servers)
                     .await?
-                    .with_approvals(loaded.approvals())
-                    .with_agents(&loaded.chat);
+                    .with_approvals(loaded.approvals(task))
+                    .with_agents(&loaded.chat)
+                    .with_workspace(loaded.workspace());
             if call.plan_mode {
                 let read_only = super::plan::turn_tools(&loaded.chat, loaded.turn.as_ref())
                     .iter()
@@ -114,6 +115,7 @@ pub(super) async fn generation(task: &TaskContext) -> TaskResult<()> {
             }
             call.request.tools.extend(router.mcp_specs(task.chat_id));
             call.request.tools.extend(router.agent_specs());
+            call.request.tools.extend(router.workspace_specs());
             // API.md "Context management": compact before the call when the
             // prompt reached the threshold or does not fit with the answer.
             // Past the threshold with nothing to summarize yet (everything
@@ -400,13 +402,31 @@ struct Loaded {
 }
 
 impl Loaded {
-    /// Which MCP calls wait for approval in a step planned from this.
-    fn approvals(&self) -> Approvals {
-        Approvals::new(
+    /// Which MCP and workspace calls wait for approval in a step planned
+    /// from this.
+    fn approvals(&self, task: &TaskContext) -> Approvals {
+        let approvals = Approvals::new(
             self.approval_policies.clone(),
             self.tail.iter().map(Vec::as_slice),
-        )
+        );
+        if self.workspace() {
+            approvals.with_workspace(task.ctx.workspaces.config().approval)
+        } else {
+            approvals
+        }
     }
+
+    /// Whether the chat has a workspace: created with `workspace`, or its
+    /// model config sets `options.workspace` (API.md "Workspaces and
+    /// provider-hosted tools").
+    fn workspace(&self) -> bool {
+        workspace_enabled(&self.chat, self.model.as_ref().ok())
+    }
+}
+
+/// Whether `chat` (with its resolved model, if any) has a workspace.
+fn workspace_enabled(chat: &Chat, model: Option<&ResolvedModel>) -> bool {
+    chat.workspace || model.is_some_and(|m| m.config.options.workspace == Some(true))
 }
 
 /// Reads the chat, its active history, model, MCP servers, attached files
@@ -436,9 +456,12 @@ async fn load(task: &TaskContext, machine: &ChatMachine) -> Result<Loaded, Fence
     )
     .await
     .map_err(store_error)?;
-    let tail = if approval_policies
-        .values()
-        .any(|p| *p != RequireApproval::Never)
+    let workspace_waits = workspace_enabled(&chat, model.as_ref().ok())
+        && task.ctx.workspaces.config().approval != crate::workspace::WorkspaceApproval::Never;
+    let tail = if workspace_waits
+        || approval_policies
+            .values()
+            .any(|p| *p != RequireApproval::Never)
     {
         chatd_store::messages::tail_contents(locked.conn(), task.chat_id)
             .await
@@ -517,8 +540,9 @@ async fn answer_outstanding(
         .collect();
     let router = ToolRouter::list(task, dynamic, &loaded.mcp_servers)
         .await?
-        .with_approvals(loaded.approvals())
-        .with_agents(&loaded.chat);
+        .with_approvals(loaded.approvals(task))
+        .with_agents(&loaded.chat)
+        .with_workspace(loaded.workspace());
     let calls: Vec<ToolCall<'_>> = outstanding
         .calls
         .iter()
@@ -533,13 +557,13 @@ async fn answer_outstanding(
     let attempt = task.episode(loaded.chat.generation_attempt);
     let step = task
         .cancellable(router.run(task, attempt, &calls, None))
-        .await?;
+        .await??;
     let next = if outstanding.then_requires_action || step.waits_for_client {
         Next::RequiresAction
     } else {
         Next::Generate
     };
-    if step.results.is_empty() && step.spawns.is_empty() {
+    if step.results.is_empty() && step.spawns.is_empty() && step.workspace.is_empty() {
         // Every call waits for the client (a call needing approval that
         // nobody decided on yet): a step of no rows cannot be committed.
         return Box::pin(commit::enter_requires_action(task)).await;
@@ -549,6 +573,7 @@ async fn answer_outstanding(
         "answering outstanding tool calls",
         step.results,
         step.spawns,
+        step.workspace,
         next,
     )
     .await
@@ -621,7 +646,7 @@ async fn call_model(
                 // until they are all in.
                 let step = task
                     .cancellable(run_tools(task, router, &response, &episode))
-                    .await?;
+                    .await??;
                 drop(episode);
                 return Box::pin(commit::commit_response(
                     task, &call, response, step, runtime_ms,
@@ -697,7 +722,7 @@ async fn run_tools(
     router: &ToolRouter,
     response: &ResponseBuilder,
     episode: &OpenEpisode<'_>,
-) -> ToolStep {
+) -> TaskResult<ToolStep> {
     let unfinished: HashSet<String> = response
         .unfinished_tool_calls()
         .into_iter()

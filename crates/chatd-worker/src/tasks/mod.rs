@@ -28,6 +28,7 @@ mod retry;
 mod stream;
 pub mod title;
 mod tools;
+mod workspace;
 
 use std::sync::Arc;
 use std::time::Duration;

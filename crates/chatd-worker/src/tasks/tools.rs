@@ -15,20 +15,24 @@
 //!    ([`super::approval`]);
 //! 4. any other MCP tool of the chat's servers: run, all of a step's calls
 //!    in parallel, with an idempotency key of the attempt and call;
-//! 5. a built-in agent tool of a chat with `subagents` ([`super::agents`]):
+//! 5. a workspace tool of a chat with a workspace ([`super::workspace`]):
+//!    left pending when `--workspace-approval` names it and nobody approved
+//!    the call yet, else run with the step's other workspace calls, in call
+//!    order, beside the MCP calls; the step commits what they changed;
+//! 6. a built-in agent tool of a chat with `subagents` ([`super::agents`]):
 //!    `spawn_agent` answered at once with the child created in the step's
 //!    commit, `wait_agent` deferred to the next step (run there as an
 //!    outstanding call), `message_agent` and `close_agent` run in parallel
 //!    with the MCP calls;
-//! 6. anything else: answered with an `Unknown tool` error result.
+//! 7. anything else: answered with an `Unknown tool` error result.
 //!
 //! In plan mode ([`ToolRouter::in_plan_mode`]) only read-only tools are
 //! offered (MCP `readOnlyHint`, dynamic tools the client marked
 //! `read_only`), and a call of any other tool is answered with an error
 //! result, never run.
 //!
-//! The agent tools are chatd's only built-in tools; each is a route of its
-//! own in `ToolRouter::route`.
+//! The agent and workspace tools are chatd's built-in tools; each family is
+//! a route of its own in `ToolRouter::route`.
 
 use std::collections::HashSet;
 
@@ -42,6 +46,7 @@ use futures::future::BoxFuture;
 use uuid::Uuid;
 
 use super::agents::{self, AgentCall, Spawn};
+use super::workspace::{self, WorkspaceCall};
 use super::approval::Approvals;
 use super::stream::OpenEpisode;
 use super::{TaskContext, TaskResult};
@@ -57,6 +62,8 @@ pub(super) struct ToolRouter {
     approvals: Approvals,
     /// The chat row when it has `subagents`: the agent tools are offered.
     agents: Option<Chat>,
+    /// The chat has a workspace: the workspace tools are offered.
+    workspace: bool,
 }
 
 /// One tool call to route, as the model wrote it.
@@ -86,6 +93,8 @@ pub(super) struct ToolStep {
     pub(super) waits_for_client: bool,
     /// Children to create in the step's commit (`spawn_agent`).
     pub(super) spawns: Vec<Spawn>,
+    /// What the step's workspace calls changed, committed with the step.
+    pub(super) workspace: Vec<chatd_store::workspaces::WorkspaceChange>,
     /// Calls left without a result for the next step to run
     /// (`wait_agent`): the step must not enter requires-action or finish.
     pub(super) deferred: bool,
@@ -101,6 +110,9 @@ enum Route<'a> {
     Mcp(&'a McpTool),
     /// A built-in agent tool of this chat.
     Agent(&'a Chat, AgentCall),
+    /// A workspace tool (or the error result of arguments that do not
+    /// parse, given in call order with the others).
+    Workspace(Result<WorkspaceCall, String>),
 }
 
 /// The text of the result of a call cut off at the output token limit.
@@ -129,6 +141,7 @@ impl ToolRouter {
             plan_mode: None,
             approvals: Approvals::default(),
             agents: None,
+            workspace: false,
         })
     }
 
@@ -145,6 +158,26 @@ impl ToolRouter {
             self.agents = Some(chat.clone());
         }
         self
+    }
+
+    /// Offers and runs the workspace tools (the chat was created with
+    /// `workspace`, or its model config sets `options.workspace`).
+    pub(super) fn with_workspace(mut self, enabled: bool) -> Self {
+        self.workspace = enabled;
+        self
+    }
+
+    /// The workspace tools offered to the model: none without a workspace;
+    /// in plan mode only the read-only ones; one hidden by a dynamic tool
+    /// of the same name is left out.
+    pub(super) fn workspace_specs(&self) -> Vec<ToolSpec> {
+        if !self.workspace {
+            return Vec::new();
+        }
+        workspace::specs(self.plan_mode.is_some(), self.max_timeout_s())
+            .into_iter()
+            .filter(|spec| !self.dynamic.contains(&spec.name))
+            .collect()
     }
 
     /// The agent tools offered to the model: none without `subagents` or
@@ -175,8 +208,10 @@ impl ToolRouter {
         };
         if self.dynamic.contains(name) {
             read_only_dynamic.contains(name)
+        } else if let Some(tool) = self.mcp.get(name) {
+            tool.read_only
         } else {
-            self.mcp.get(name).is_some_and(|t| t.read_only)
+            self.workspace && workspace::READ_ONLY_TOOLS.contains(&name)
         }
     }
 
@@ -217,6 +252,12 @@ impl ToolRouter {
             } else {
                 Route::Mcp(tool)
             }
+        } else if self.workspace && workspace::is_workspace_tool(call.name) {
+            if self.approvals.waits_workspace(call.id, call.name) {
+                Route::Client
+            } else {
+                Route::Workspace(workspace::parse(call.name, call.args, self.max_timeout_s()))
+            }
         } else if let Some(chat) = &self.agents
             && agents::is_agent_tool(call.name)
         {
@@ -229,17 +270,26 @@ impl ToolRouter {
         }
     }
 
+    /// The longest `timeout_s` a `shell` call may ask for (seconds).
+    fn max_timeout_s(&self) -> u64 {
+        600
+    }
+
     /// Routes `calls` of generation attempt `attempt` and runs the MCP ones
-    /// in parallel. With `preview`, every result also streams into that
-    /// episode as a `tool` part: the answered ones at once, the MCP ones as
-    /// each completes.
+    /// in parallel (the workspace ones in call order, beside them). With
+    /// `preview`, every result also streams into that episode as a `tool`
+    /// part: the answered ones at once, the others as each completes.
+    ///
+    /// # Errors
+    /// `Stale` or `Cancelled` from the workspace calls (their reads are
+    /// fenced).
     pub(super) async fn run(
         &self,
         task: &TaskContext,
         attempt: Episode,
         calls: &[ToolCall<'_>],
         preview: Option<&OpenEpisode<'_>>,
-    ) -> ToolStep {
+    ) -> TaskResult<ToolStep> {
         let stream_result = |call: &ToolCall<'_>, outcome: &ToolOutcome| {
             if let Some(episode) = preview {
                 episode.add(
@@ -256,6 +306,7 @@ impl ToolRouter {
         let mut step = ToolStep::default();
         let mut outcomes: Vec<Option<ToolOutcome>> = Vec::new();
         let mut runs: Vec<BoxFuture<'_, (usize, ToolOutcome)>> = Vec::new();
+        let mut workspace_calls: Vec<(usize, Result<WorkspaceCall, String>)> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             let key = IdempotencyKey {
                 chat_id: task.chat_id,
@@ -316,6 +367,10 @@ impl ToolRouter {
                     step.waits_for_client = true;
                     outcomes.push(None);
                 }
+                Route::Workspace(call) => {
+                    outcomes.push(None);
+                    workspace_calls.push((i, call));
+                }
                 Route::Mcp(tool) => {
                     outcomes.push(None);
                     runs.push(Box::pin(async move {
@@ -335,8 +390,27 @@ impl ToolRouter {
                 stream_result(call, outcome);
             }
         }
-        for (i, outcome) in futures::future::join_all(runs).await {
+        let workspace_run = async {
+            if workspace_calls.is_empty() {
+                return Ok(None);
+            }
+            let (indices, parsed): (Vec<usize>, Vec<_>) = workspace_calls.into_iter().unzip();
+            let run = workspace::run(task, parsed).await?;
+            for (i, outcome) in indices.iter().zip(&run.outcomes) {
+                stream_result(&calls[*i], outcome);
+            }
+            TaskResult::Ok(Some((indices, run)))
+        };
+        let (ran, workspace_run) =
+            futures::future::join(futures::future::join_all(runs), workspace_run).await;
+        for (i, outcome) in ran {
             outcomes[i] = Some(outcome);
+        }
+        if let Some((indices, run)) = workspace_run? {
+            for (i, outcome) in indices.into_iter().zip(run.outcomes) {
+                outcomes[i] = Some(outcome);
+            }
+            step.workspace = run.changes;
         }
         for (call, outcome) in calls.iter().zip(outcomes) {
             if let Some(outcome) = outcome {
@@ -349,6 +423,6 @@ impl ToolRouter {
                     }]));
             }
         }
-        step
+        Ok(step)
     }
 }

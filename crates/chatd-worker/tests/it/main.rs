@@ -18,3 +18,4 @@ mod scheduling;
 mod subagents;
 mod titles;
 mod turns;
+mod workspace;

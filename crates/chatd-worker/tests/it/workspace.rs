@@ -1,0 +1,432 @@
+//! Workspaces inside turns (API.md "Workspaces and provider-hosted tools"),
+//! with the fake LLM: the workspace tools are offered to chats with a
+//! workspace (only the read-only ones in plan mode); what a step's calls
+//! changed is committed with the step and only then; `shell` waits for
+//! approval by default; a call that goes past the workspace's room is
+//! undone; a replica that takes a chat over after a crash continues with
+//! exactly the committed files.
+//!
+//! Tests that run `shell` need bubblewrap (`bwrap`); without it they say so
+//! and skip (scripts/test.sh installs it).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chatd_core::{ChatStatus, MessagePart};
+use chatd_store::workspaces::{self, EntryKind};
+use chatd_store::{ChatMessage, CreateChatInput, NewMessage, ToolResultInput};
+use chatd_testkit::fake_llm::Script;
+use chatd_worker::{WorkerConfig, WorkspaceApproval, WorkspaceConfig};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::common::{Env, fast_config, text_of};
+
+/// Whether bubblewrap runs here; prints why a test skips when not.
+async fn bwrap_or_skip(test: &str) -> bool {
+    let ok = tokio::process::Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .await
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIP {test}: bubblewrap (bwrap) is not installed");
+    }
+    ok
+}
+
+fn config(approval: WorkspaceApproval, max_bytes: i64) -> (WorkerConfig, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut workspace = WorkspaceConfig {
+        dir: dir.path().to_path_buf(),
+        max_bytes,
+        approval,
+        ..WorkspaceConfig::default()
+    };
+    workspace.sandbox.limits.file_size_bytes = u64::try_from(max_bytes).unwrap();
+    workspace.sandbox.limits.cpu_time = Duration::from_secs(5);
+    (
+        WorkerConfig {
+            workspace,
+            ..fast_config()
+        },
+        dir,
+    )
+}
+
+async fn create_workspace_chat(env: &Env, text: &str) -> Uuid {
+    env.store
+        .create_chat(CreateChatInput {
+            owner_id: env.owner,
+            initial_messages: vec![
+                NewMessage::user(vec![MessagePart::text(text)]).created_by(env.owner),
+            ],
+            workspace: true,
+            ..CreateChatInput::default()
+        })
+        .await
+        .expect("create chat")
+        .chat
+        .id
+}
+
+/// The committed files: path → (kind, content).
+async fn committed(env: &Env, chat_id: Uuid) -> BTreeMap<String, (EntryKind, String)> {
+    let manifest = workspaces::manifest(env.db.pool(), chat_id).await.unwrap();
+    let paths: Vec<String> = manifest.iter().map(|e| e.path.clone()).collect();
+    let contents: BTreeMap<String, Vec<u8>> = workspaces::contents(env.db.pool(), chat_id, &paths)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(p, _, c)| (p, c))
+        .collect();
+    manifest
+        .into_iter()
+        .map(|e| {
+            let content = String::from_utf8_lossy(&contents[&e.path]).into_owned();
+            (e.path, (e.kind, content))
+        })
+        .collect()
+}
+
+fn results(messages: &[ChatMessage]) -> Vec<(String, Value, bool)> {
+    messages
+        .iter()
+        .flat_map(|m| m.content.0.iter())
+        .filter_map(|p| match p {
+            MessagePart::ToolResult {
+                tool_call_id,
+                result,
+                is_error,
+                ..
+            } => Some((tool_call_id.clone(), result.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn offered(request: &chatd_testkit::fake_llm::RecordedRequest) -> Vec<String> {
+    request.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steps_file_calls_are_committed_with_it_and_the_chat_summarises_them() {
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(
+        Script::new()
+            .tool_call(
+                "w1",
+                "write_file",
+                r#"{"path": "src/a.txt", "content": "hello"}"#,
+                1,
+            )
+            .tool_call("w2", "write_file", r#"{"path": "../x", "content": "no"}"#, 1)
+            .tool_call("r1", "read_file", r#"{"path": "src/a.txt"}"#, 1)
+            .tool_call("l1", "list_files", "{}", 1),
+    );
+    env.llm.push(Script::text("Written."));
+    let worker = env.worker_with(config);
+    let chat_id = create_workspace_chat(&env, "write a file").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+
+    let requests = env.llm.requests();
+    let mut tools = offered(&requests[0]);
+    tools.sort();
+    assert_eq!(tools, ["list_files", "read_file", "shell", "write_file"]);
+
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert_eq!(results[0].1, json!({"path": "src/a.txt", "bytes": 5}));
+    assert!(results[1].2, "a path out of the workspace fails: {results:?}");
+    assert_eq!(results[2].1["content"], json!("hello"), "calls run in order");
+    let listed: Vec<&str> = results[3].1["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["src", "src/a.txt"]);
+    // One CommitStep: the rows and the files together.
+    assert_eq!(messages[1].revision, messages[2].revision);
+    assert_eq!(
+        committed(&env, chat_id).await,
+        BTreeMap::from([
+            ("src".to_owned(), (EntryKind::Dir, String::new())),
+            ("src/a.txt".to_owned(), (EntryKind::File, "hello".to_owned())),
+        ])
+    );
+    let chat = env.chat(chat_id).await;
+    let summary = chat.workspace_summary().expect("summary");
+    assert_eq!((summary.bytes, summary.files), (5, 1));
+    assert_eq!(text_of(messages.last().unwrap()), "Written.");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chats_without_a_workspace_are_offered_no_workspace_tools_and_plan_mode_only_the_read_only_ones()
+ {
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(Script::text("plain"));
+    env.llm
+        .push(Script::new().tool_call("w", "write_file", r#"{"path": "a", "content": "x"}"#, 1));
+    env.llm.push(Script::text("planned"));
+    let worker = env.worker_with(config);
+    let plain = env.create_chat("hi").await;
+    env.wait_status(plain, ChatStatus::Waiting).await;
+    assert!(offered(&env.llm.requests()[0]).is_empty());
+
+    let planned = env
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: env.owner,
+            initial_messages: vec![NewMessage::user(vec![MessagePart::text("plan")])],
+            workspace: true,
+            plan_mode: Some("plan".into()),
+            ..CreateChatInput::default()
+        })
+        .await
+        .unwrap()
+        .chat
+        .id;
+    env.wait_status(planned, ChatStatus::Waiting).await;
+    let requests = env.llm.requests();
+    let mut tools = offered(&requests[1]);
+    tools.sort();
+    assert_eq!(tools, ["list_files", "read_file"]);
+    let messages = env.active_messages(planned).await;
+    let results = results(&messages);
+    assert!(results[0].2, "write_file is refused in plan mode: {results:?}");
+    assert!(committed(&env, planned).await.is_empty());
+    assert!(env.chat(planned).await.workspace_summary().is_none());
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_config_with_options_workspace_gives_every_chat_one() {
+    let env = Env::new().await;
+    env.set_model_options(json!({"workspace": true})).await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm
+        .push(Script::new().tool_call("w", "write_file", r##"{"path": "n.md", "content": "# n"}"##, 1));
+    env.llm.push(Script::text("ok"));
+    let worker = env.worker_with(config);
+    let chat_id = env.create_chat("go").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    assert_eq!(
+        committed(&env, chat_id).await["n.md"],
+        (EntryKind::File, "# n".to_owned())
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_waits_for_approval_by_default_then_runs_once_and_commits_its_files() {
+    if !bwrap_or_skip("shell_waits_for_approval_by_default").await {
+        return;
+    }
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Shell, 1 << 20);
+    env.llm.push(
+        Script::new()
+            .tool_call("w", "write_file", r#"{"path": "in.txt", "content": "3\n1\n2\n"}"#, 1)
+            .tool_call(
+                "s",
+                "shell",
+                r#"{"command": "sort in.txt > out.txt && cat out.txt && echo runs >> count"}"#,
+                1,
+            ),
+    );
+    env.llm.push(Script::text("Sorted."));
+    let worker = env.worker_with(config);
+    let chat_id = create_workspace_chat(&env, "sort").await;
+    env.wait_requires_action(chat_id).await;
+    // write_file needs no approval under `shell`: it ran and committed.
+    assert_eq!(
+        committed(&env, chat_id).await.keys().collect::<Vec<_>>(),
+        ["in.txt"]
+    );
+    env.answer(chat_id, vec![ToolResultInput::decision("s", true, None)])
+        .await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    let shell = &results.iter().find(|r| r.0 == "s").expect("shell result").1;
+    assert_eq!(shell["exit_code"], json!(0), "{shell}");
+    assert_eq!(shell["stdout"], json!("1\n2\n3\n"));
+    assert_eq!(shell["limit"], Value::Null);
+    let files = committed(&env, chat_id).await;
+    assert_eq!(files["out.txt"].1, "1\n2\n3\n");
+    assert_eq!(files["count"].1, "runs\n", "ran once");
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_workspaces_room_is_undone_and_says_so() {
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 100);
+    let has_bwrap = bwrap_or_skip("a_call_past_the_workspaces_room (shell part)").await;
+    let mut script = Script::new()
+        .tool_call("ok", "write_file", r#"{"path": "a", "content": "0123456789"}"#, 1)
+        .tool_call(
+            "big",
+            "write_file",
+            &json!({"path": "b", "content": "x".repeat(200)}).to_string(),
+            1,
+        );
+    if has_bwrap {
+        // Each file fits, together they do not: the second command is
+        // undone, the first one's file stays.
+        script = script
+            .tool_call("s1", "shell", r#"{"command": "head -c 60 /dev/zero > c"}"#, 1)
+            .tool_call(
+                "s2",
+                "shell",
+                r#"{"command": "rm a; head -c 60 /dev/zero > d"}"#,
+                1,
+            );
+    }
+    env.llm.push(script);
+    env.llm.push(Script::text("done"));
+    let worker = env.worker_with(config);
+    let chat_id = create_workspace_chat(&env, "fill it").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    assert!(!results[0].2);
+    assert!(results[1].2, "{results:?}");
+    assert!(
+        results[1].1["error"].as_str().unwrap().contains("100 bytes"),
+        "{results:?}"
+    );
+    let files = committed(&env, chat_id).await;
+    if has_bwrap {
+        assert!(!results[2].2, "{results:?}");
+        assert!(results[3].2, "{results:?}");
+        assert_eq!(results[3].1["limit"], json!("workspace_bytes"));
+        assert!(
+            results[3].1["message"]
+                .as_str()
+                .unwrap()
+                .contains("undone")
+        );
+        assert_eq!(
+            files.keys().collect::<Vec<_>>(),
+            ["a", "c"],
+            "the undone call's rm and file are gone"
+        );
+    } else {
+        assert_eq!(files.keys().collect::<Vec<_>>(), ["a"]);
+    }
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_that_takes_over_after_a_crash_continues_with_exactly_the_committed_files() {
+    if !bwrap_or_skip("a_replica_that_takes_over_after_a_crash").await {
+        return;
+    }
+    let env = Env::new().await;
+    let (config_a, _dir_a) = config(WorkspaceApproval::Never, 1 << 20);
+    let (config_b, _dir_b) = config(WorkspaceApproval::Never, 1 << 20);
+    // Step 1 commits kept.txt. Step 2 writes lost.txt, then hangs in a
+    // command: the owner dies mid-step.
+    env.llm.push(Script::new().tool_call(
+        "w1",
+        "write_file",
+        r#"{"path": "kept.txt", "content": "committed"}"#,
+        1,
+    ));
+    env.llm.push(
+        Script::new()
+            .tool_call("w2", "write_file", r#"{"path": "lost.txt", "content": "half"}"#, 1)
+            .tool_call(
+                "s2",
+                "shell",
+                r#"{"command": "echo more >> kept.txt; sleep 60"}"#,
+                1,
+            ),
+    );
+    let a = env.worker_with(config_a);
+    let chat_id = create_workspace_chat(&env, "work").await;
+    // Wait until step 2's command runs (the third request is never made by A).
+    env.wait_for(chat_id, Duration::from_secs(20), "step 1's commit", |c| {
+        c.workspace_bytes == Some(9)
+    })
+    .await;
+    for _ in 0..100 {
+        if env.llm.requests().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.crash();
+    // The new owner calls the model again for step 2: this time it reads.
+    env.llm.push(
+        Script::new()
+            .tool_call("r", "read_file", r#"{"path": "kept.txt"}"#, 1)
+            .tool_call("l", "list_files", "{}", 1),
+    );
+    env.llm.push(Script::text("Continued."));
+    let b = env.worker_with(config_b);
+    env.wait_owned_by(chat_id, &b, Duration::from_secs(20)).await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    let read = &results.iter().find(|r| r.0 == "r").unwrap().1;
+    assert_eq!(read["content"], json!("committed"), "{results:?}");
+    let list = &results.iter().find(|r| r.0 == "l").unwrap().1;
+    assert_eq!(list["entries"].as_array().unwrap().len(), 1, "{list}");
+    assert!(results.iter().all(|r| r.0 != "w2" && r.0 != "s2"));
+    assert_eq!(
+        committed(&env, chat_id).await,
+        BTreeMap::from([(
+            "kept.txt".to_owned(),
+            (EntryKind::File, "committed".to_owned())
+        )])
+    );
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspaces_count_against_the_owners_storage_quota() {
+    let env = Env::new().await;
+    sqlx::query("UPDATE users SET max_storage_bytes = 50 WHERE id = $1")
+        .bind(env.owner)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(
+        Script::new()
+            .tool_call("a", "write_file", &json!({"path": "a", "content": "x".repeat(40)}).to_string(), 1)
+            .tool_call("b", "write_file", &json!({"path": "b", "content": "y".repeat(40)}).to_string(), 1),
+    );
+    env.llm.push(Script::text("done"));
+    let worker = env.worker_with(config);
+    let chat_id = create_workspace_chat(&env, "fill").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let results = results(&env.active_messages(chat_id).await);
+    assert!(!results[0].2 && results[1].2, "{results:?}");
+    assert_eq!(
+        committed(&env, chat_id).await.keys().collect::<Vec<_>>(),
+        ["a"]
+    );
+    let report = chatd_store::usage::report(env.db.pool(), env.owner)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.storage_bytes, 40);
+    worker.shutdown().await;
+}
