@@ -56,13 +56,23 @@ pub fn estimate_tokens(parts: &[MessagePart]) -> i64 {
     let mut files = 0i64;
     for part in parts {
         match part {
-            MessagePart::Text { text } | MessagePart::Reasoning { text, .. } => bytes += text.len(),
+            // Citations are not counted: Anthropic does not bill a
+            // citation's url, title and cited text.
+            MessagePart::Text { text, .. } | MessagePart::Reasoning { text, .. } => {
+                bytes += text.len()
+            }
             MessagePart::ToolCall {
                 tool_name, args, ..
             } => bytes += tool_name.len() + args.len() + 16,
             MessagePart::ToolResult {
                 tool_name, result, ..
+            }
+            | MessagePart::ProviderToolResult {
+                tool_name, result, ..
             } => bytes += tool_name.len() + result.to_string().len() + 16,
+            MessagePart::ProviderToolCall {
+                tool_name, input, ..
+            } => bytes += tool_name.len() + input.to_string().len() + 16,
             MessagePart::File { .. } => files += 1,
             // Client-only: the model never reads an approval.
             MessagePart::ContextCleared | MessagePart::ToolApproval { .. } => {}

@@ -42,7 +42,7 @@ pub mod user;
 pub use chat_error::{ChatError, ChatErrorKind};
 pub use error::{StateError, ToolResultError, ToolResultErrorKind, TransitionError};
 pub use message::{
-    ActionKind, CANCELLED_TOOL_RESULT, ChatRole, DENIED_TOOL_RESULT, FinishReason,
+    ActionKind, CANCELLED_TOOL_RESULT, ChatRole, Citation, DENIED_TOOL_RESULT, FinishReason,
     INTERRUPTED_TOOL_RESULT, MessagePart, PendingAction, TIMED_OUT_TOOL_RESULT, ToolCallRef,
     Visibility, approved_tool_calls, fold_outstanding_tool_calls, outstanding_tool_calls,
     pending_actions,

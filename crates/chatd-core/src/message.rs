@@ -198,6 +198,11 @@ pub enum MessagePart {
     Text {
         /// The text.
         text: String,
+        /// The sources a provider-hosted tool (web search) gave for this
+        /// text (Anthropic's `citations` on a text block, OpenAI's
+        /// `url_citation` annotations); absent (empty) for plain text.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        citations: Vec<Citation>,
     },
     /// Model reasoning ("thinking") text.
     #[serde(rename = "reasoning")]
@@ -231,6 +236,39 @@ pub enum MessagePart {
         #[cfg_attr(feature = "openapi", schema(value_type = Value))]
         result: Value,
         /// Whether the tool failed.
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(required = true))]
+        is_error: bool,
+    },
+    /// A call of a provider-hosted tool (API.md "Workspaces and
+    /// provider-hosted tools"): the provider ran it (Anthropic's
+    /// `server_tool_use`, web search); shown to clients, never executed by
+    /// chatd, and never answered by a `tool-result`.
+    #[serde(rename = "provider-tool-call")]
+    ProviderToolCall {
+        /// The provider's id (`srvtoolu_...`), stored unchanged.
+        tool_call_id: String,
+        /// The provider's tool name (`web_search`).
+        tool_name: String,
+        /// The call's input as the provider sent it (`{"query": ...}`).
+        #[cfg_attr(feature = "openapi", schema(value_type = Value))]
+        input: Value,
+    },
+    /// The result of a provider-hosted tool call, as the provider returned
+    /// it, byte-exact because it must be sent back to the same provider in
+    /// later turns: for Anthropic's web search the list of
+    /// `{type: "web_search_result", url, title, page_age?, encrypted_content}`
+    /// or an error object `{type: "web_search_tool_result_error", error_code}`.
+    #[serde(rename = "provider-tool-result")]
+    ProviderToolResult {
+        /// The id of the call this answers.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The provider's result, unchanged.
+        #[cfg_attr(feature = "openapi", schema(value_type = Value))]
+        result: Value,
+        /// Whether the provider reported an error.
         #[serde(default)]
         #[cfg_attr(feature = "openapi", schema(required = true))]
         is_error: bool,
@@ -274,10 +312,45 @@ pub enum MessagePart {
     },
 }
 
+/// A source cited by a text part ([`MessagePart::Text`]`.citations`):
+/// what a provider-hosted web search found and the model quoted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Citation {
+    /// The source's URL, as the provider gave it (not checked: clients link
+    /// only `http`/`https` ones).
+    pub url: String,
+    /// The source's title, when the provider gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The passage of the source the text relies on (Anthropic's
+    /// `cited_text`), when the provider gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cited_text: Option<String>,
+    /// Anthropic's opaque `encrypted_index`, stored byte-exact because it
+    /// is sent back with the citation in later turns; absent for other
+    /// providers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_index: Option<String>,
+}
+
+impl Citation {
+    /// Length in bytes of its strings, for size limits.
+    pub fn text_len(&self) -> usize {
+        self.url.len()
+            + self.title.as_ref().map_or(0, String::len)
+            + self.cited_text.as_ref().map_or(0, String::len)
+            + self.encrypted_index.as_ref().map_or(0, String::len)
+    }
+}
+
 impl MessagePart {
-    /// A text part.
+    /// A text part without citations.
     pub fn text(text: impl Into<String>) -> Self {
-        MessagePart::Text { text: text.into() }
+        MessagePart::Text {
+            text: text.into(),
+            citations: Vec::new(),
+        }
     }
 
     /// A reasoning part without a signature.
@@ -312,13 +385,19 @@ impl MessagePart {
         }
     }
 
-    /// Length in bytes of the text this part carries (text, reasoning, tool
-    /// arguments and serialized results), for size limits.
+    /// Length in bytes of the text this part carries (text and its
+    /// citations, reasoning, tool arguments, provider tool inputs and
+    /// serialized results), for size limits.
     pub fn text_len(&self) -> usize {
         match self {
-            MessagePart::Text { text } | MessagePart::Reasoning { text, .. } => text.len(),
+            MessagePart::Text { text, citations } => {
+                text.len() + citations.iter().map(Citation::text_len).sum::<usize>()
+            }
+            MessagePart::Reasoning { text, .. } => text.len(),
             MessagePart::ToolCall { args, .. } => args.len(),
-            MessagePart::ToolResult { result, .. } => result.to_string().len(),
+            MessagePart::ToolResult { result, .. }
+            | MessagePart::ProviderToolResult { result, .. } => result.to_string().len(),
+            MessagePart::ProviderToolCall { input, .. } => input.to_string().len(),
             MessagePart::File { name, .. } => name.as_ref().map_or(0, String::len),
             MessagePart::ContextCleared => 0,
             MessagePart::ToolApproval { reason, .. } => reason.as_ref().map_or(0, String::len),

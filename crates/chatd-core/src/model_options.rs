@@ -99,7 +99,24 @@ pub struct ModelOptions {
     /// absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compact_recent_messages: Option<i64>,
+    /// Provider-hosted tools passed to the provider (API.md "Workspaces and
+    /// provider-hosted tools"), each one of [`PROVIDER_TOOLS`]; the provider
+    /// runs them, chatd only stores and shows their calls and results.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_tools: Vec<String>,
+    /// Every chat of this model config gets a workspace (API.md
+    /// "Workspaces and provider-hosted tools"), as if created with
+    /// `workspace: true`; absent or false: only chats created so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<bool>,
 }
+
+/// The provider-hosted tools `options.provider_tools` may name: `web_search`
+/// (Anthropic's server-side web search; OpenAI-compatible servers'
+/// `web_search_options`).
+pub const PROVIDER_TOOLS: &[&str] = &[WEB_SEARCH];
+/// The provider-hosted web search tool's name.
+pub const WEB_SEARCH: &str = "web_search";
 
 /// The accepted `max_output_tokens` (the API's OpenAPI document states
 /// these ranges from the same constants).
@@ -175,7 +192,22 @@ impl ModelOptions {
         {
             return invalid("options.compact_recent_messages", "must be in 4..=1000");
         }
+        if self
+            .provider_tools
+            .iter()
+            .any(|t| !PROVIDER_TOOLS.contains(&t.as_str()))
+        {
+            return invalid(
+                "options.provider_tools",
+                "must list only known provider tools (web_search)",
+            );
+        }
         Ok(())
+    }
+
+    /// Whether `options.provider_tools` lists `tool`.
+    pub fn provider_tool(&self, tool: &str) -> bool {
+        self.provider_tools.iter().any(|t| t == tool)
     }
 
     /// Visible messages a compaction keeps verbatim.
@@ -312,6 +344,17 @@ mod tests {
             "options.temperature"
         );
         assert!(ModelOptions::default().validate().is_ok());
+        assert_eq!(
+            options(json!({"provider_tools": ["web_search", "computer"]}))
+                .validate()
+                .unwrap_err()
+                .field,
+            "options.provider_tools"
+        );
+        let search = options(json!({"provider_tools": ["web_search"]}));
+        assert!(search.validate().is_ok());
+        assert!(search.provider_tool(WEB_SEARCH));
+        assert!(!ModelOptions::default().provider_tool(WEB_SEARCH));
         for effort in ReasoningEffort::ALL {
             assert_eq!(effort.as_str().parse::<ReasoningEffort>(), Ok(effort));
         }

@@ -20,7 +20,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use crate::message::MessagePart;
+use crate::message::{Citation, MessagePart};
 
 /// What replaces each NUL character: U+FFFD REPLACEMENT CHARACTER.
 pub const REPLACEMENT: char = '\u{FFFD}';
@@ -81,6 +81,21 @@ pub fn json(value: &mut Value) {
     }
 }
 
+/// Replaces every NUL in every string field of a citation.
+pub fn citation(citation: &mut Citation) {
+    string(&mut citation.url);
+    for field in [
+        &mut citation.title,
+        &mut citation.cited_text,
+        &mut citation.encrypted_index,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        string(field);
+    }
+}
+
 /// Replaces every NUL in every string field of a message part (texts,
 /// reasoning and its signature, tool names, ids and arguments, tool
 /// results, file names and media types).
@@ -93,7 +108,25 @@ pub fn json(value: &mut Value) {
 /// ```
 pub fn part(part: &mut MessagePart) {
     match part {
-        MessagePart::Text { text } => string(text),
+        MessagePart::Text { text, citations } => {
+            string(text);
+            citations.iter_mut().for_each(citation);
+        }
+        MessagePart::ProviderToolCall {
+            tool_call_id,
+            tool_name,
+            input: value,
+        }
+        | MessagePart::ProviderToolResult {
+            tool_call_id,
+            tool_name,
+            result: value,
+            is_error: _,
+        } => {
+            string(tool_call_id);
+            string(tool_name);
+            json(value);
+        }
         MessagePart::Reasoning { text, signature } => {
             string(text);
             if let Some(signature) = signature {

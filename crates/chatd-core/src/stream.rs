@@ -8,11 +8,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::message::ChatRole;
+use crate::message::{ChatRole, Citation};
 
 /// One streamed delta of a message part (`ChatMessagePart` with deltas:
 /// text and reasoning carry the new text in `text`; a tool call streams its
-/// arguments in `args_delta`).
+/// arguments in `args_delta`; a provider-hosted tool's call and result come
+/// whole; a citation belongs to the text part in progress).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum PartDelta {
@@ -52,6 +53,36 @@ pub enum PartDelta {
         #[serde(default)]
         is_error: bool,
     },
+    /// A provider-hosted tool's call ([`crate::MessagePart::ProviderToolCall`]),
+    /// streamed whole once its input is complete.
+    #[serde(rename = "provider-tool-call")]
+    ProviderToolCall {
+        /// The provider's id.
+        tool_call_id: String,
+        /// The provider's tool name (`web_search`).
+        tool_name: String,
+        /// The call's input (`{"query": ...}`).
+        input: Value,
+    },
+    /// A provider-hosted tool's result
+    /// ([`crate::MessagePart::ProviderToolResult`]), streamed whole.
+    #[serde(rename = "provider-tool-result")]
+    ProviderToolResult {
+        /// The call it answers.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The provider's result, unchanged.
+        result: Value,
+        /// Whether the provider reported an error.
+        #[serde(default)]
+        is_error: bool,
+    },
+    /// A source cited by the text part in progress (the text deltas after
+    /// the latest provider-tool part): `{type: "citation", url, title?,
+    /// cited_text?}`.
+    #[serde(rename = "citation")]
+    Citation(Citation),
 }
 
 /// The identity of a generation attempt's stream: parts of different

@@ -3,7 +3,9 @@
 //! See the crate docs for the ordering invariants. Token counts are `i64`
 //! because they are stored in PostgreSQL `bigint` columns (API.md `Usage`).
 
+use chatd_core::Citation;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// One event of a model response, in arrival order.
 ///
@@ -48,6 +50,38 @@ pub enum StreamEvent {
         /// The call that ended.
         index: usize,
     },
+    /// The text deltas that follow start a new text part (Anthropic sends
+    /// its answer in text blocks, and a block with citations must stay a
+    /// part of its own); nothing when no text came before.
+    TextBreak,
+    /// A source cited by the current text part (the one the latest text
+    /// delta went to, or the next one after a [`StreamEvent::TextBreak`] or
+    /// any other part).
+    Citation(Citation),
+    /// A complete call of a provider-hosted tool (Anthropic
+    /// `server_tool_use`): the provider runs it; it is stored and shown,
+    /// never executed, and it is not among the response's tool calls.
+    ProviderToolCall {
+        /// The provider's id (`srvtoolu_...`).
+        id: String,
+        /// The provider's tool name (`web_search`).
+        name: String,
+        /// The input the provider sent (`{"query": ...}`).
+        input: Value,
+    },
+    /// The result of a provider-hosted tool call, as the provider sent it
+    /// (byte-exact: it is sent back in later turns).
+    ProviderToolResult {
+        /// The id of the call it answers.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The result (Anthropic: the `content` of a
+        /// `web_search_tool_result` block).
+        result: Value,
+        /// Whether the provider reported an error.
+        is_error: bool,
+    },
     /// Token usage of the whole response, as the provider reported it.
     Usage(Usage),
     /// The response is complete. Always the last event of a successful stream.
@@ -59,7 +93,8 @@ pub enum StreamEvent {
 
 impl StreamEvent {
     /// Replaces every NUL in the event's text (deltas, signature, tool call
-    /// id, name and argument pieces) by U+FFFD ([`chatd_core::sanitize`]):
+    /// id, name and argument pieces, citations, provider tool inputs and
+    /// results) by U+FFFD ([`chatd_core::sanitize`]):
     /// what the model sent is stored as it streams, and PostgreSQL cannot
     /// store NUL. The SSE driver applies it to every event it yields.
     pub fn sanitize(&mut self) {
@@ -73,7 +108,24 @@ impl StreamEvent {
                 string(name);
             }
             StreamEvent::ToolCallDelta { args_delta, .. } => string(args_delta),
-            StreamEvent::ToolCallEnd { .. }
+            StreamEvent::Citation(citation) => chatd_core::sanitize::citation(citation),
+            StreamEvent::ProviderToolCall {
+                id,
+                name,
+                input: value,
+            }
+            | StreamEvent::ProviderToolResult {
+                tool_call_id: id,
+                tool_name: name,
+                result: value,
+                ..
+            } => {
+                string(id);
+                string(name);
+                chatd_core::sanitize::json(value);
+            }
+            StreamEvent::TextBreak
+            | StreamEvent::ToolCallEnd { .. }
             | StreamEvent::Usage(_)
             | StreamEvent::Finish { .. } => {}
         }

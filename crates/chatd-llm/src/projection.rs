@@ -31,6 +31,9 @@
 //!   text (`text/*`, JSON: [`is_inline_text`]), and otherwise, or without
 //!   its bytes, a short text placeholder naming it ([`file_placeholder`]);
 //!   blank text parts are dropped; a message left empty is dropped;
+//! - provider-hosted tool calls and results (and text citations) stay where
+//!   they are in assistant messages and are dropped elsewhere; they are not
+//!   tool calls (no result is synthesized for them);
 //! - with [`Rules::leading_user_turn`], the first non-system message is a user
 //!   message; with [`Rules::trailing_user_turn`], the last one is not a plain
 //!   assistant message (Anthropic would read it as a prefill).
@@ -154,13 +157,21 @@ fn project_with_files(
         let mut orphans = Vec::new();
         for (p, part) in message.parts.iter().enumerate() {
             match part {
-                MessagePart::Text { text } if !text.trim().is_empty() => content.push(part.clone()),
+                MessagePart::Text { text, .. } if !text.trim().is_empty() => {
+                    content.push(part.clone())
+                }
                 // A clear marker or an approval never reaches the model
                 // (both are on client-only rows); dropped if it did.
                 MessagePart::Text { .. }
                 | MessagePart::ContextCleared
                 | MessagePart::ToolApproval { .. } => {}
-                MessagePart::Reasoning { .. } => {
+                // A provider-hosted tool's call and result stay in the
+                // assistant message the provider wrote them to; the
+                // adapters send them back to the provider that ran them or
+                // leave them out. They never get a `tool-result`.
+                MessagePart::Reasoning { .. }
+                | MessagePart::ProviderToolCall { .. }
+                | MessagePart::ProviderToolResult { .. } => {
                     if message.role == ChatRole::Assistant {
                         content.push(part.clone());
                     }
@@ -326,7 +337,7 @@ fn texts(parts: &[MessagePart]) -> Vec<String> {
     parts
         .iter()
         .filter_map(|p| match p {
-            MessagePart::Text { text } if !text.trim().is_empty() => Some(text.clone()),
+            MessagePart::Text { text, .. } if !text.trim().is_empty() => Some(text.clone()),
             _ => None,
         })
         .collect()
@@ -525,7 +536,7 @@ mod tests {
             ]
         );
         assert!(
-            matches!(&out[4].parts[0], MessagePart::Text { text } if text.contains("zzz") && text.contains("lost"))
+            matches!(&out[4].parts[0], MessagePart::Text { text, .. } if text.contains("zzz") && text.contains("lost"))
         );
     }
 
@@ -547,7 +558,9 @@ mod tests {
         assert_eq!(out[2].parts, vec![result("a", json!("first"))]);
         assert_eq!(out[3].parts, vec![MessagePart::text("hurry")]);
         // The second result is a note, the duplicate call is dropped.
-        assert!(matches!(&out[4].parts[0], MessagePart::Text { text } if text.contains("second")));
+        assert!(
+            matches!(&out[4].parts[0], MessagePart::Text { text, .. } if text.contains("second"))
+        );
         assert_eq!(out[5].parts, vec![MessagePart::text("ok")]);
         assert_eq!(
             out.last().unwrap().role,

@@ -31,6 +31,11 @@ pub struct ModelRequest {
     /// Reasoning effort (`low`, `medium`, `high`, ...), already resolved and
     /// clamped for the model by the caller; `None` sends nothing.
     pub reasoning_effort: Option<String>,
+    /// Provider-hosted tools to pass to the provider (the model config's
+    /// `options.provider_tools`: `web_search`); the provider runs them.
+    /// Empty for none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_tools: Vec<String>,
     /// The bytes of the files the messages' file parts refer to, by file
     /// id, as far as [`crate::projection::file_bytes_wanted`] asks for them
     /// (API.md "Files": images are sent as image input, text inline, other
@@ -54,6 +59,11 @@ pub struct AttachedFile {
 }
 
 impl ModelRequest {
+    /// Whether [`ModelRequest::provider_tools`] lists `tool`.
+    pub fn provider_tool(&self, tool: &str) -> bool {
+        self.provider_tools.iter().any(|t| t == tool)
+    }
+
     /// [`ModelRequest::temperature`] as a JSON number, via its shortest
     /// decimal form so that 0.7f32 is sent as 0.7 and not as
     /// 0.699999988079071.

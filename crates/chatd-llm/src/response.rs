@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use chatd_core::MessagePart;
+use chatd_core::{Citation, MessagePart};
 use futures::StreamExt as _;
 use serde_json::Value;
 
@@ -55,8 +55,8 @@ pub struct Response {
     pub usage: Option<Usage>,
     /// Why the model stopped.
     pub finish: FinishReason,
-    /// The assistant message's content in arrival order (reasoning, text and
-    /// tool-call parts), ready for `CommitStep`.
+    /// The assistant message's content in arrival order (reasoning, text,
+    /// tool-call and provider-tool parts), ready for `CommitStep`.
     pub parts: Vec<MessagePart>,
 }
 
@@ -64,6 +64,9 @@ pub struct Response {
 #[derive(Debug, Clone, Default)]
 pub struct ResponseBuilder {
     segments: Vec<Segment>,
+    /// A [`StreamEvent::TextBreak`] came after the last text segment: the
+    /// next text or citation starts a new one.
+    text_break: bool,
     calls: BTreeMap<usize, CallState>,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
@@ -71,7 +74,12 @@ pub struct ResponseBuilder {
 
 #[derive(Debug, Clone)]
 enum Segment {
-    Text(String),
+    Text {
+        text: String,
+        citations: Vec<Citation>,
+    },
+    /// A provider-hosted tool's call or result, complete.
+    Provider(MessagePart),
     Reasoning {
         text: String,
         signature: Option<String>,
@@ -97,10 +105,43 @@ impl ResponseBuilder {
     /// empty id and name rather than dropped.
     pub fn push(&mut self, event: &StreamEvent) {
         match event {
-            StreamEvent::TextDelta(delta) => match self.segments.last_mut() {
-                Some(Segment::Text(text)) => text.push_str(delta),
-                _ => self.segments.push(Segment::Text(delta.clone())),
+            StreamEvent::TextDelta(delta) => match self.open_text() {
+                Some(Segment::Text { text, .. }) => text.push_str(delta),
+                _ => self.segments.push(Segment::Text {
+                    text: delta.clone(),
+                    citations: Vec::new(),
+                }),
             },
+            StreamEvent::TextBreak => self.text_break = true,
+            StreamEvent::Citation(citation) => match self.open_text() {
+                Some(Segment::Text { citations, .. }) => citations.push(citation.clone()),
+                _ => self.segments.push(Segment::Text {
+                    text: String::new(),
+                    citations: vec![citation.clone()],
+                }),
+            },
+            StreamEvent::ProviderToolCall { id, name, input } => {
+                self.segments
+                    .push(Segment::Provider(MessagePart::ProviderToolCall {
+                        tool_call_id: id.clone(),
+                        tool_name: name.clone(),
+                        input: input.clone(),
+                    }));
+            }
+            StreamEvent::ProviderToolResult {
+                tool_call_id,
+                tool_name,
+                result,
+                is_error,
+            } => {
+                self.segments
+                    .push(Segment::Provider(MessagePart::ProviderToolResult {
+                        tool_call_id: tool_call_id.clone(),
+                        tool_name: tool_name.clone(),
+                        result: result.clone(),
+                        is_error: *is_error,
+                    }));
+            }
             StreamEvent::ReasoningDelta(delta) => match self.segments.last_mut() {
                 Some(Segment::Reasoning {
                     text,
@@ -159,12 +200,21 @@ impl ResponseBuilder {
         }
     }
 
+    /// The last segment when it is text that the next text delta or
+    /// citation belongs to; clears a pending text break.
+    fn open_text(&mut self) -> Option<&mut Segment> {
+        let broken = std::mem::take(&mut self.text_break);
+        self.segments
+            .last_mut()
+            .filter(|s| !broken && matches!(s, Segment::Text { .. }))
+    }
+
     /// The text so far.
     pub fn text(&self) -> String {
         self.segments
             .iter()
             .filter_map(|s| match s {
-                Segment::Text(t) => Some(t.as_str()),
+                Segment::Text { text, .. } => Some(text.as_str()),
                 _ => None,
             })
             .collect()
@@ -181,7 +231,8 @@ impl ResponseBuilder {
             .collect()
     }
 
-    /// Every tool call so far, ended or not, in index order.
+    /// Every tool call so far, ended or not, in index order: the calls
+    /// chatd runs. Provider-hosted tool calls are not among them.
     pub fn tool_calls(&self) -> Vec<ToolCall> {
         self.calls.values().map(|s| s.call.clone()).collect()
     }
@@ -216,7 +267,11 @@ impl ResponseBuilder {
         self.segments
             .iter()
             .filter_map(|segment| match segment {
-                Segment::Text(text) => Some(MessagePart::Text { text: text.clone() }),
+                Segment::Text { text, citations } => Some(MessagePart::Text {
+                    text: text.clone(),
+                    citations: citations.clone(),
+                }),
+                Segment::Provider(part) => Some(part.clone()),
                 Segment::Reasoning { text, signature } => Some(MessagePart::Reasoning {
                     text: text.clone(),
                     signature: signature.clone(),

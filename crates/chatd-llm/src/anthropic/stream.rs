@@ -5,9 +5,19 @@
 //! Each `data:` payload is parsed as JSON and dispatched on its `type`
 //! (Anthropic's `event:` name always equals it; the name is used only when
 //! `type` is missing). Leniently:
-//! - unknown event types, unknown block types (`redacted_thinking`,
-//!   server tools, ...), unknown delta types (`citations_delta`) and unknown
-//!   fields are ignored; `ping` is ignored;
+//! - unknown event types, unknown block types (`redacted_thinking`, ...),
+//!   unknown delta types and unknown fields are ignored; `ping` is ignored;
+//! - provider-hosted tools (API.md "Workspaces and provider-hosted tools"):
+//!   a `server_tool_use` block becomes one
+//!   [`StreamEvent::ProviderToolCall`] when it stops (its
+//!   `input_json_delta` pieces parsed; a block cut off yields nothing), a
+//!   `web_search_tool_result` block (any `*_tool_result` block with a
+//!   `tool_use_id`) one [`StreamEvent::ProviderToolResult`] carrying its
+//!   `content` unchanged, an error when that is a `*_error` object. They are
+//!   never tool calls. A text block's citations (on its start and in
+//!   `citations_delta`s) become [`StreamEvent::Citation`]s; once a server
+//!   tool was used, every text block starts with a
+//!   [`StreamEvent::TextBreak`] so that a cited block stays its own part;
 //! - content blocks are keyed by `index`; a tool call's index is its block's
 //!   index. `input_json_delta` pieces are passed through unparsed (the first
 //!   is often `""`, which yields nothing); a `tool_use` block whose start
@@ -36,6 +46,7 @@
 
 use std::collections::BTreeMap;
 
+use chatd_core::Citation;
 use serde_json::Value;
 
 use crate::error::ProviderError;
@@ -51,11 +62,21 @@ pub struct Decoder {
     blocks: BTreeMap<usize, Block>,
     usage: WireUsage,
     stop_reason: Option<String>,
+    /// Names of the server tool calls so far, by id.
+    server_tools: BTreeMap<String, String>,
 }
 
 #[derive(Debug)]
 enum Block {
     Text,
+    ServerToolUse {
+        id: String,
+        name: String,
+        /// `input` of the start event when it was a non-empty object.
+        start_input: Option<Value>,
+        /// The `input_json_delta` pieces so far.
+        json: String,
+    },
     Thinking {
         signature: String,
     },
@@ -123,6 +144,7 @@ impl Decoder {
             blocks: BTreeMap::new(),
             usage: WireUsage::default(),
             stop_reason: None,
+            server_tools: BTreeMap::new(),
         }
     }
 }
@@ -234,10 +256,51 @@ impl Decoder {
         let text_field = |key: &str| non_empty_str(block, key);
         let state = match block.get("type").and_then(Value::as_str) {
             Some("text") => {
+                if !self.server_tools.is_empty() {
+                    out.push(StreamEvent::TextBreak);
+                }
+                let citations = block.get("citations").and_then(Value::as_array);
+                out.extend(citations.into_iter().flatten().filter_map(citation));
                 if let Some(text) = text_field("text") {
                     out.push(StreamEvent::TextDelta(text));
                 }
                 Block::Text
+            }
+            Some("server_tool_use") => {
+                let name = text_field("name").unwrap_or_else(|| "server_tool".to_owned());
+                let id = text_field("id").unwrap_or_else(|| {
+                    generated_call_id("srvtoolu", self.message_id.as_deref(), index)
+                });
+                self.server_tools.insert(id.clone(), name.clone());
+                Block::ServerToolUse {
+                    id,
+                    name,
+                    start_input: block
+                        .get("input")
+                        .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
+                        .cloned(),
+                    json: String::new(),
+                }
+            }
+            Some(kind) if kind.ends_with("_tool_result") && block.get("tool_use_id").is_some() => {
+                let tool_call_id = text_field("tool_use_id").unwrap_or_default();
+                let tool_name = self
+                    .server_tools
+                    .get(&tool_call_id)
+                    .cloned()
+                    .unwrap_or_else(|| kind.trim_end_matches("_tool_result").to_owned());
+                let result = block.get("content").cloned().unwrap_or(Value::Null);
+                let is_error = result
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.ends_with("_error"));
+                out.push(StreamEvent::ProviderToolResult {
+                    tool_call_id,
+                    tool_name,
+                    result,
+                    is_error,
+                });
+                Block::Other
             }
             Some("thinking") => {
                 if let Some(text) = text_field("thinking") {
@@ -292,6 +355,20 @@ impl Decoder {
                     signature.push_str(&piece);
                 }
             }
+            Some("citations_delta") => {
+                if let Some(Block::Text) = block
+                    && let Some(c) = delta.get("citation").and_then(citation)
+                {
+                    out.push(c);
+                }
+            }
+            Some("input_json_delta") if matches!(block, Some(Block::ServerToolUse { .. })) => {
+                if let (Some(Block::ServerToolUse { json, .. }), Some(piece)) =
+                    (block, field("partial_json"))
+                {
+                    json.push_str(&piece);
+                }
+            }
             Some("input_json_delta") => {
                 if let Some(Block::ToolUse {
                     got_delta,
@@ -312,6 +389,23 @@ impl Decoder {
     }
 
     fn on_block_stop(&mut self, index: usize, out: &mut Vec<StreamEvent>) {
+        if let Some(Block::ServerToolUse { .. }) = self.blocks.get(&index)
+            && let Some(Block::ServerToolUse {
+                id,
+                name,
+                start_input,
+                json,
+            }) = self.blocks.insert(index, Block::Other)
+        {
+            let input = if json.trim().is_empty() {
+                start_input.unwrap_or_else(|| Value::Object(Default::default()))
+            } else {
+                // Kept as the text it was when it is not JSON.
+                serde_json::from_str(&json).unwrap_or(Value::String(json))
+            };
+            out.push(StreamEvent::ProviderToolCall { id, name, input });
+            return;
+        }
         match self.blocks.get_mut(&index) {
             Some(Block::Thinking { signature }) if !signature.is_empty() => {
                 out.push(StreamEvent::ReasoningSignature(std::mem::take(signature)));
@@ -363,6 +457,19 @@ impl Decoder {
             &self.provider,
         )
     }
+}
+
+/// A citation of a text block as a [`StreamEvent::Citation`]: those with a
+/// `url` (web search's `web_search_result_location`); document citations
+/// (no url) are left out.
+fn citation(value: &Value) -> Option<StreamEvent> {
+    let url = non_empty_str(value, "url")?;
+    Some(StreamEvent::Citation(Citation {
+        url,
+        title: non_empty_str(value, "title"),
+        cited_text: non_empty_str(value, "cited_text"),
+        encrypted_index: non_empty_str(value, "encrypted_index"),
+    }))
 }
 
 /// `value[key]` when it is a non-empty string.

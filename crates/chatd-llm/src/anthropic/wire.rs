@@ -18,6 +18,15 @@
 //!   with a `base64` source; any other file part became text in the
 //!   projection.
 //!
+//! Provider-hosted tools: with `web_search` in
+//! [`ModelRequest::provider_tools`], the `tools` gain
+//! `{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}`,
+//! and earlier searches go back as `server_tool_use` and
+//! `web_search_tool_result` blocks (the stored result unchanged) with the
+//! text blocks' citations (`web_search_result_location` with the
+//! `encrypted_index`); without it they are left out and only the text is
+//! sent.
+//!
 //! Options: `max_tokens` is required by Anthropic: the configured
 //! [`ModelRequest::max_output_tokens`], else [`DEFAULT_MAX_TOKENS`]. A
 //! reasoning effort other than `none` turns on extended thinking with the
@@ -28,7 +37,8 @@
 //! tool results does not start with a signed thinking block (Anthropic
 //! rejects that combination).
 
-use chatd_core::{ChatRole, MessagePart};
+use chatd_core::model_options::WEB_SEARCH;
+use chatd_core::{ChatRole, Citation, MessagePart};
 use serde_json::{Map, Value, json};
 
 use std::collections::BTreeMap;
@@ -38,6 +48,11 @@ use uuid::Uuid;
 
 use crate::projection::{Rules, project_request};
 use crate::request::{AttachedFile, ModelRequest, ToolSpec};
+
+/// The `type` of Anthropic's web search server tool.
+pub const WEB_SEARCH_TOOL_TYPE: &str = "web_search_20250305";
+/// `max_uses` of the web search tool: searches one response may run.
+pub const WEB_SEARCH_MAX_USES: u32 = 5;
 
 /// `max_tokens` when the model config sets no output limit.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -66,11 +81,12 @@ pub fn request_body(request: &ModelRequest) -> Value {
         .filter(|m| m.role == ChatRole::System)
         .flat_map(|m| m.parts.iter())
         .filter_map(|p| match p {
-            MessagePart::Text { text } => Some(text.clone()),
+            MessagePart::Text { text, .. } => Some(text.clone()),
             _ => None,
         })
         .collect();
-    let turns = turns(&projected, &request.files);
+    let web_search = request.provider_tool(WEB_SEARCH);
+    let turns = turns(&projected, &request.files, web_search);
 
     let mut body = Map::new();
     body.insert("model".into(), Value::String(request.model.clone()));
@@ -101,11 +117,12 @@ pub fn request_body(request: &ModelRequest) -> Value {
                 .collect(),
         ),
     );
-    if !request.tools.is_empty() {
-        body.insert(
-            "tools".into(),
-            Value::Array(request.tools.iter().map(tool).collect()),
-        );
+    let mut tools: Vec<Value> = request.tools.iter().map(tool).collect();
+    if web_search {
+        tools.push(web_search_tool());
+    }
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
     }
     match budget {
         Some(budget) => {
@@ -129,16 +146,19 @@ struct Turn {
     blocks: Vec<Value>,
 }
 
-/// Projected messages → alternating user/assistant turns, user first.
+/// Projected messages → alternating user/assistant turns, user first;
+/// `web_search`: the request offers the web search tool, so its earlier
+/// calls, results and citations are sent back.
 fn turns(
     projected: &[crate::request::RequestMessage],
     files: &BTreeMap<Uuid, AttachedFile>,
+    web_search: bool,
 ) -> Vec<Turn> {
     let mut out: Vec<Turn> = Vec::new();
     for message in projected {
         let (role, blocks) = match message.role {
             ChatRole::System => continue,
-            ChatRole::Assistant => ("assistant", assistant_blocks(&message.parts)),
+            ChatRole::Assistant => ("assistant", assistant_blocks(&message.parts, web_search)),
             ChatRole::User | ChatRole::Tool => ("user", user_blocks(&message.parts, files)),
         };
         if blocks.is_empty() {
@@ -177,11 +197,90 @@ fn text_block(text: &str) -> Value {
     json!({"type": "text", "text": text})
 }
 
-fn assistant_blocks(parts: &[MessagePart]) -> Vec<Value> {
+/// The web search server tool as Anthropic's request names it.
+pub fn web_search_tool() -> Value {
+    json!({"type": WEB_SEARCH_TOOL_TYPE, "name": WEB_SEARCH, "max_uses": WEB_SEARCH_MAX_USES})
+}
+
+/// A text block with its web search citations (those that carry Anthropic's
+/// `encrypted_index`: others came from another provider and cannot be sent
+/// back) when `web_search` is on.
+fn cited_text_block(text: &str, citations: &[Citation], web_search: bool) -> Value {
+    let mut block = text_block(text);
+    let cited: Vec<Value> = citations
+        .iter()
+        .filter(|_| web_search)
+        .filter_map(|c| {
+            let index = c.encrypted_index.as_ref()?;
+            Some(json!({
+                "type": "web_search_result_location",
+                "url": c.url,
+                "title": c.title,
+                "encrypted_index": index,
+                "cited_text": c.cited_text.as_deref().unwrap_or_default(),
+            }))
+        })
+        .collect();
+    if !cited.is_empty() {
+        block["citations"] = Value::Array(cited);
+    }
+    block
+}
+
+/// The assistant's blocks. A provider-hosted web search goes back as its
+/// `server_tool_use` block and its `web_search_tool_result` block (the
+/// stored result unchanged, with its `encrypted_content`), and only with
+/// both and `web_search` on: a call without its result (an interrupted
+/// answer) or a search the request does not offer would be rejected.
+fn assistant_blocks(parts: &[MessagePart], web_search: bool) -> Vec<Value> {
+    let answered: std::collections::HashSet<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            MessagePart::ProviderToolResult {
+                tool_call_id,
+                tool_name,
+                ..
+            } if tool_name == WEB_SEARCH => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let called: std::collections::HashSet<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            MessagePart::ProviderToolCall {
+                tool_call_id,
+                tool_name,
+                ..
+            } if tool_name == WEB_SEARCH => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let paired = |id: &str| web_search && called.contains(id) && answered.contains(id);
     parts
         .iter()
         .filter_map(|part| match part {
-            MessagePart::Text { text } => Some(text_block(text)),
+            MessagePart::Text { text, citations } => {
+                Some(cited_text_block(text, citations, web_search))
+            }
+            MessagePart::ProviderToolCall {
+                tool_call_id,
+                tool_name,
+                input,
+            } if paired(tool_call_id) => Some(json!({
+                "type": "server_tool_use",
+                "id": tool_call_id,
+                "name": tool_name,
+                "input": input,
+            })),
+            MessagePart::ProviderToolResult {
+                tool_call_id,
+                result,
+                ..
+            } if paired(tool_call_id) => Some(json!({
+                "type": "web_search_tool_result",
+                "tool_use_id": tool_call_id,
+                "content": result,
+            })),
             MessagePart::Reasoning {
                 text,
                 signature: Some(signature),
@@ -211,7 +310,7 @@ fn user_blocks(parts: &[MessagePart], files: &BTreeMap<Uuid, AttachedFile>) -> V
     let mut others = Vec::new();
     for part in parts {
         match part {
-            MessagePart::Text { text } => others.push(text_block(text)),
+            MessagePart::Text { text, .. } => others.push(text_block(text)),
             MessagePart::File { file_id, .. } => {
                 if let Some(file) = files.get(file_id) {
                     let data = base64::engine::general_purpose::STANDARD.encode(&file.data);

@@ -10,6 +10,10 @@
 //!   twins are ignored;
 //! - reasoning comes from `reasoning_content` (DeepSeek, vLLM, llama.cpp) or
 //!   else `reasoning` (OpenRouter);
+//! - `annotations` of type `url_citation` on a delta (OpenAI's search
+//!   models, `web_search_options`) become [`StreamEvent::Citation`]s of the
+//!   text (`url` and `title`; the span indices are not kept); other
+//!   annotation types are ignored;
 //! - usage is taken from the last chunk that carries a non-empty `usage`
 //!   (the final `choices: []` chunk with `include_usage`); a server that
 //!   ignores `include_usage` yields no usage, not zero usage;
@@ -25,6 +29,7 @@
 
 use std::collections::BTreeMap;
 
+use chatd_core::Citation;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -136,6 +141,27 @@ impl Decoder {
         for text in [delta.content, delta.refusal].into_iter().flatten() {
             if !text.is_empty() {
                 out.push(StreamEvent::TextDelta(text));
+            }
+        }
+        for annotation in delta.annotations.unwrap_or_default() {
+            if annotation.get("type").and_then(Value::as_str) != Some("url_citation") {
+                continue;
+            }
+            let cited = annotation.get("url_citation").unwrap_or(&annotation);
+            let field = |key: &str| {
+                cited
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            };
+            if let Some(url) = field("url") {
+                out.push(StreamEvent::Citation(Citation {
+                    url,
+                    title: field("title"),
+                    cited_text: None,
+                    encrypted_index: None,
+                }));
             }
         }
         for (position, call) in delta.tool_calls.unwrap_or_default().into_iter().enumerate() {
@@ -259,6 +285,7 @@ struct Delta {
     reasoning: Option<String>,
     refusal: Option<String>,
     tool_calls: Option<Vec<ToolCallDelta>>,
+    annotations: Option<Vec<Value>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,8 +14,14 @@
 //!   are not sent;
 //! - every tool-result part becomes its own `role: "tool"` message with the
 //!   `tool_call_id` and the result's JSON serialized as a string;
-//! - a message left with nothing to send is omitted.
+//! - a message left with nothing to send is omitted;
+//! - provider-hosted tool calls and results are not sent (Chat Completions
+//!   has no shape for them), nor are citations: only the text;
+//! - with `web_search` in [`ModelRequest::provider_tools`] the body carries
+//!   `web_search_options: {}` (OpenAI's search models; the server searches
+//!   and cites, the citations come back as `url_citation` annotations).
 
+use chatd_core::model_options::WEB_SEARCH;
 use chatd_core::{ChatRole, MessagePart};
 use serde_json::{Map, Value, json};
 
@@ -69,6 +75,9 @@ pub fn request_body(request: &ModelRequest, max_tokens: MaxTokensParam) -> Value
     }
     if let Some(effort) = &request.reasoning_effort {
         body.insert("reasoning_effort".into(), Value::String(effort.clone()));
+    }
+    if request.provider_tool(WEB_SEARCH) {
+        body.insert("web_search_options".into(), json!({}));
     }
     Value::Object(body)
 }
@@ -151,7 +160,7 @@ fn content_parts(parts: &[MessagePart], files: &BTreeMap<Uuid, AttachedFile>) ->
     parts
         .iter()
         .filter_map(|part| match part {
-            MessagePart::Text { text } if !text.is_empty() => {
+            MessagePart::Text { text, .. } if !text.is_empty() => {
                 Some(json!({ "type": "text", "text": text }))
             }
             MessagePart::File { file_id, .. } => files.get(file_id).map(|file| {
@@ -204,7 +213,7 @@ fn joined_text(parts: &[MessagePart]) -> String {
     parts
         .iter()
         .filter_map(|part| match part {
-            MessagePart::Text { text } => Some(text.clone()),
+            MessagePart::Text { text, .. } => Some(text.clone()),
             MessagePart::File {
                 file_id,
                 media_type,

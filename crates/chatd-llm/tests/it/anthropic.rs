@@ -571,6 +571,7 @@ async fn the_request_has_the_headers_system_param_merged_turns_and_thinking() {
         max_output_tokens: Some(20_000),
         temperature: Some(0.7),
         reasoning_effort: Some("medium".into()),
+        provider_tools: Vec::new(),
         files: Default::default(),
     };
     let response = collect(provider.stream(&request).await.unwrap())

@@ -14,3 +14,4 @@ mod redirects;
 mod request;
 mod support;
 mod transcripts;
+mod web_search;

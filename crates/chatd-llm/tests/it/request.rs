@@ -96,6 +96,7 @@ fn request() -> ModelRequest {
         max_output_tokens: Some(256),
         temperature: Some(0.7),
         reasoning_effort: Some("low".into()),
+        provider_tools: Vec::new(),
         files: Default::default(),
     }
 }
