@@ -331,9 +331,54 @@ pub fn markdown(export: &ChatExport) -> String {
 /// and approvals as a one-paragraph quote, long values cut.
 fn markdown_part(part: &MessagePart) -> String {
     match part {
-        MessagePart::Text { text } => text.clone(),
+        MessagePart::Text { text, citations } => {
+            let mut out = text.clone();
+            for (n, c) in citations.iter().enumerate() {
+                let title = c.title.as_deref().unwrap_or(&c.url);
+                out.push_str(&format!(
+                    "\n\n[{}] {} <{}>",
+                    n + 1,
+                    one_line(title, 200),
+                    c.url
+                ));
+            }
+            out
+        }
         MessagePart::Reasoning { text, .. } => {
             format!("> *Reasoning:* {}", one_line(text, 500))
+        }
+        MessagePart::ProviderToolCall {
+            tool_name, input, ..
+        } => format!(
+            "> **Provider tool call** `{tool_name}` {}",
+            code(&one_line(&input.to_string(), 300))
+        ),
+        MessagePart::ProviderToolResult {
+            tool_name,
+            result,
+            is_error,
+            ..
+        } => {
+            let shown = match result.as_array() {
+                // A search's results: titles and links, not the encrypted
+                // content.
+                Some(items) if !*is_error => items
+                    .iter()
+                    .filter_map(|i| {
+                        let url = i.get("url")?.as_str()?;
+                        let title = i.get("title").and_then(|t| t.as_str()).unwrap_or(url);
+                        Some(format!("{} <{url}>", one_line(title, 200)))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                _ => code(&one_line(&result.to_string(), 500)),
+            };
+            let label = if *is_error {
+                "Provider tool error"
+            } else {
+                "Provider tool result"
+            };
+            format!("> **{label}** `{tool_name}`: {shown}")
         }
         MessagePart::ToolCall {
             tool_name, args, ..

@@ -86,7 +86,7 @@ pub fn message_content(parts: &[ChatInputPart], field: &str) -> ApiResult<Vec<Me
     }
     if out
         .iter()
-        .all(|p| matches!(p, MessagePart::Text { text } if text.trim().is_empty()))
+        .all(|p| matches!(p, MessagePart::Text { text, .. } if text.trim().is_empty()))
     {
         return Err(ApiError::invalid(field, "must contain some non-blank text"));
     }

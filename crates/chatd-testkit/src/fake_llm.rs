@@ -251,6 +251,35 @@ pub enum Step {
         /// `completion_tokens_details.reasoning_tokens`.
         reasoning_tokens: i64,
     },
+    /// A provider-hosted web search (API.md "Workspaces and provider-hosted
+    /// tools"). Anthropic mode: a `server_tool_use` block (`input:
+    /// {"query": query}` streamed as `input_json_delta`) and a
+    /// `web_search_tool_result` block listing `results` as
+    /// `web_search_result`s with `encrypted_content`
+    /// `"fake-encrypted-<n>"`; OpenAI mode: nothing (Chat Completions
+    /// does not show the search, only its citations).
+    WebSearch {
+        /// The call's id (`srvtoolu_...`).
+        id: String,
+        /// The query.
+        query: String,
+        /// The results: `(url, title)`.
+        results: Vec<(String, String)>,
+    },
+    /// Text citing a source. Anthropic mode: a text block of its own with a
+    /// `citations_delta` (`web_search_result_location`, `encrypted_index`
+    /// `"fake-index"`) before the text; OpenAI mode: the text, then a delta
+    /// with a `url_citation` annotation spanning it.
+    CitedText {
+        /// The text.
+        text: String,
+        /// The cited source's URL.
+        url: String,
+        /// Its title.
+        title: String,
+        /// The passage quoted (Anthropic's `cited_text`).
+        cited_text: String,
+    },
     /// The finish reason sent when the script ends (any string).
     Finish(String),
     /// Wait this long before the next step.
@@ -327,6 +356,28 @@ impl Script {
     /// Appends a text chunk.
     pub fn then_text(self, text: impl Into<String>) -> Self {
         self.step(Step::Text(text.into()))
+    }
+
+    /// Appends a provider-hosted web search ([`Step::WebSearch`]).
+    pub fn web_search(self, id: &str, query: &str, results: &[(&str, &str)]) -> Self {
+        self.step(Step::WebSearch {
+            id: id.to_owned(),
+            query: query.to_owned(),
+            results: results
+                .iter()
+                .map(|(url, title)| ((*url).to_owned(), (*title).to_owned()))
+                .collect(),
+        })
+    }
+
+    /// Appends text citing `url` ([`Step::CitedText`]).
+    pub fn cited_text(self, text: &str, url: &str, title: &str, cited_text: &str) -> Self {
+        self.step(Step::CitedText {
+            text: text.to_owned(),
+            url: url.to_owned(),
+            title: title.to_owned(),
+            cited_text: cited_text.to_owned(),
+        })
     }
 
     /// Appends a reasoning chunk.
@@ -790,6 +841,17 @@ fn actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
     for step in &script.steps {
         match step {
             Step::Text(text) => out.push(chunk(json!({"content": text}), Value::Null)),
+            Step::CitedText {
+                text, url, title, ..
+            } => {
+                out.push(chunk(json!({"content": text}), Value::Null));
+                out.push(chunk(
+                    json!({"annotations": [{"type": "url_citation", "url_citation": {
+                        "start_index": 0, "end_index": text.chars().count(),
+                        "url": url, "title": title}}]}),
+                    Value::Null,
+                ));
+            }
             Step::Reasoning(text) => {
                 out.push(chunk(json!({"reasoning_content": text}), Value::Null))
             }
@@ -948,6 +1010,72 @@ fn anthropic_actions(script: &Script, id: &str, model: &str) -> Vec<Action> {
                     json!({"type": "content_block_delta", "index": block, "delta": delta}),
                 ));
             }
+            Step::WebSearch { id, query, results } => {
+                close(&mut open, &mut out);
+                let block = next_block;
+                next_block += 2;
+                out.push(event(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": block,
+                        "content_block": {"type": "server_tool_use", "id": id, "name": "web_search", "input": {}}}),
+                ));
+                out.push(event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": block,
+                        "delta": {"type": "input_json_delta", "partial_json": json!({"query": query}).to_string()}}),
+                ));
+                out.push(event(
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": block}),
+                ));
+                let content: Vec<Value> = results
+                    .iter()
+                    .enumerate()
+                    .map(|(n, (url, title))| json!({"type": "web_search_result", "url": url,
+                        "title": title, "encrypted_content": format!("fake-encrypted-{n}"),
+                        "page_age": null}))
+                    .collect();
+                out.push(event(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": block + 1,
+                        "content_block": {"type": "web_search_tool_result", "tool_use_id": id, "content": content}}),
+                ));
+                out.push(event(
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": block + 1}),
+                ));
+            }
+            Step::CitedText {
+                text,
+                url,
+                title,
+                cited_text,
+            } => {
+                close(&mut open, &mut out);
+                let block = next_block;
+                next_block += 1;
+                out.push(event(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": block,
+                        "content_block": {"type": "text", "text": "", "citations": []}}),
+                ));
+                out.push(event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": block,
+                        "delta": {"type": "citations_delta", "citation": {
+                            "type": "web_search_result_location", "url": url, "title": title,
+                            "encrypted_index": "fake-index", "cited_text": cited_text}}}),
+                ));
+                out.push(event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": block,
+                        "delta": {"type": "text_delta", "text": text}}),
+                ));
+                out.push(event(
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": block}),
+                ));
+            }
             Step::ToolCallStart { index, id, name } => {
                 close(&mut open, &mut out);
                 let block = next_block;
@@ -1034,6 +1162,8 @@ fn play_transport_step(step: &Step, out: &mut Vec<Action>) -> bool {
         | Step::ToolCallArgs { .. }
         | Step::Usage { .. }
         | Step::Finish(_)
+        | Step::WebSearch { .. }
+        | Step::CitedText { .. }
         | Step::StreamError { .. } => {}
     }
     false

@@ -537,11 +537,53 @@ pub async fn get_messages(
                 let parts = c["parts"].as_array_mut().expect("an array");
                 for p in &m.content.0 {
                     match p {
-                        MessagePart::Text { text } => {
+                        MessagePart::Text { text, citations } => {
                             parts.push(json!({"type": "text", "text": text, "state": "done"}));
+                            // Citations as AI SDK `source-url` parts after
+                            // the text they support.
+                            for (i, c) in citations.iter().enumerate() {
+                                let mut source = json!({"type": "source-url",
+                                    "sourceId": format!("{}-{}-{i}", m.id, parts.len()), "url": c.url});
+                                if let Some(title) = &c.title {
+                                    source["title"] = json!(title);
+                                }
+                                parts.push(source);
+                            }
                         }
                         MessagePart::Reasoning { text, .. } => {
                             parts.push(json!({"type": "reasoning", "text": text, "state": "done"}));
+                        }
+                        // A provider-hosted tool: a tool part the provider
+                        // executed, with its result from the same message.
+                        MessagePart::ProviderToolCall {
+                            tool_call_id,
+                            tool_name,
+                            input,
+                        } => {
+                            let result = m.content.0.iter().find_map(|p| match p {
+                                MessagePart::ProviderToolResult {
+                                    tool_call_id: id,
+                                    result,
+                                    is_error,
+                                    ..
+                                } if id == tool_call_id => Some((result, *is_error)),
+                                _ => None,
+                            });
+                            let mut part = json!({"type": "dynamic-tool", "toolName": tool_name,
+                                "toolCallId": tool_call_id, "providerExecuted": true,
+                                "state": "input-available", "input": input});
+                            match result {
+                                Some((output, false)) => {
+                                    part["state"] = json!("output-available");
+                                    part["output"] = output.clone();
+                                }
+                                Some((output, true)) => {
+                                    part["state"] = json!("output-error");
+                                    part["errorText"] = json!(output.to_string());
+                                }
+                                None => {}
+                            }
+                            parts.push(part);
                         }
                         MessagePart::ToolCall {
                             tool_call_id,
@@ -737,6 +779,43 @@ impl UiTranslator {
                 "toolName": name, "input": input, "dynamic": true}),
             );
             self.pending.insert(call_id.to_owned());
+        }
+        // Provider-hosted tools (run by the provider, never by the client)
+        // and the citations of the text.
+        for (i, part) in m.content.0.iter().enumerate() {
+            match part {
+                MessagePart::ProviderToolCall {
+                    tool_call_id,
+                    tool_name,
+                    input,
+                } => self.push(json!({"type": "tool-input-available", "toolCallId": tool_call_id,
+                    "toolName": tool_name, "input": input, "dynamic": true, "providerExecuted": true})),
+                MessagePart::ProviderToolResult {
+                    tool_call_id,
+                    result,
+                    is_error: false,
+                    ..
+                } => self.push(json!({"type": "tool-output-available", "toolCallId": tool_call_id,
+                    "output": result, "dynamic": true, "providerExecuted": true})),
+                MessagePart::ProviderToolResult {
+                    tool_call_id,
+                    result,
+                    is_error: true,
+                    ..
+                } => self.push(json!({"type": "tool-output-error", "toolCallId": tool_call_id,
+                    "errorText": result.to_string(), "dynamic": true, "providerExecuted": true})),
+                MessagePart::Text { citations, .. } => {
+                    for (j, c) in citations.iter().enumerate() {
+                        let mut source = json!({"type": "source-url",
+                            "sourceId": format!("{}-{i}-{j}", m.id), "url": c.url});
+                        if let Some(title) = &c.title {
+                            source["title"] = json!(title);
+                        }
+                        self.push(source);
+                    }
+                }
+                _ => {}
+            }
         }
         self.push(json!({"type": "finish-step"}));
         self.step_open = false;

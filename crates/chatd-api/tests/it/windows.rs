@@ -86,7 +86,7 @@ async fn recount(s: &Server, id: Uuid) -> (i64, Option<String>) {
         .collect();
     let preview = visible.iter().rev().find_map(|m| {
         m.content.0.iter().rev().find_map(|p| match p {
-            MessagePart::Text { text } if !text.is_empty() => {
+            MessagePart::Text { text, .. } if !text.is_empty() => {
                 Some(text.chars().take(200).collect::<String>())
             }
             _ => None,

@@ -55,7 +55,7 @@ fn texts(messages: &[chatd_store::ChatMessage]) -> Vec<String> {
         .iter()
         .flat_map(|m| m.content.0.iter())
         .filter_map(|p| match p {
-            MessagePart::Text { text } => Some(text.clone()),
+            MessagePart::Text { text, .. } => Some(text.clone()),
             _ => None,
         })
         .collect()

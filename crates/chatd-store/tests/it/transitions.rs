@@ -29,7 +29,7 @@ fn text_of(parts: &[MessagePart]) -> String {
     parts
         .iter()
         .filter_map(|p| match p {
-            MessagePart::Text { text } => Some(text.as_str()),
+            MessagePart::Text { text, .. } => Some(text.as_str()),
             _ => None,
         })
         .collect()

@@ -426,7 +426,7 @@ fn last_text(progress: &chatd_store::chats::ChildProgress) -> Value {
                 .0
                 .iter()
                 .filter_map(|p| match p {
-                    MessagePart::Text { text } => Some(text.as_str()),
+                    MessagePart::Text { text, .. } => Some(text.as_str()),
                     _ => None,
                 })
                 .collect::<Vec<_>>()

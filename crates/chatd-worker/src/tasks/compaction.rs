@@ -226,7 +226,7 @@ pub(super) fn render(message: &ChatMessage) -> String {
     let mut out = Vec::new();
     for part in &message.content.0 {
         match part {
-            MessagePart::Text { text } if !text.trim().is_empty() => {
+            MessagePart::Text { text, .. } if !text.trim().is_empty() => {
                 out.push(format!("{who}: {}", text.trim()));
             }
             MessagePart::ToolCall {
@@ -247,6 +247,24 @@ pub(super) fn render(message: &ChatMessage) -> String {
                     cut(&result.to_string())
                 ));
             }
+            MessagePart::ProviderToolCall {
+                tool_name, input, ..
+            } => out.push(format!(
+                "{who} used the provider's tool {tool_name} with {}",
+                cut(&input.to_string())
+            )),
+            MessagePart::ProviderToolResult {
+                tool_name,
+                result,
+                is_error,
+                ..
+            } => {
+                let outcome = if *is_error { "failed" } else { "found" };
+                out.push(format!(
+                    "The provider's tool {tool_name} {outcome}: {}",
+                    cut(&provider_result_summary(result))
+                ));
+            }
             MessagePart::File {
                 media_type, name, ..
             } => out.push(format!(
@@ -257,6 +275,24 @@ pub(super) fn render(message: &ChatMessage) -> String {
         }
     }
     out.join("\n")
+}
+
+/// A provider tool's result for the summary: the titles and URLs of a
+/// search's results (their encrypted content means nothing to a model
+/// outside the provider), else the JSON.
+fn provider_result_summary(result: &serde_json::Value) -> String {
+    match result.as_array() {
+        Some(items) => items
+            .iter()
+            .filter_map(|item| {
+                let url = item.get("url")?.as_str()?;
+                let title = item.get("title").and_then(|t| t.as_str()).unwrap_or("");
+                Some(format!("{title} <{url}>"))
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        None => result.to_string(),
+    }
 }
 
 fn cut(text: &str) -> String {
@@ -337,7 +373,9 @@ pub(super) async fn summarize(
     let mut items: Vec<String> = Vec::new();
     if let Some(previous) = selection.previous {
         let text = previous.content.0.iter().find_map(|p| match p {
-            MessagePart::Text { text } => Some(text.trim_start_matches(SUMMARY_PREFIX).to_owned()),
+            MessagePart::Text { text, .. } => {
+                Some(text.trim_start_matches(SUMMARY_PREFIX).to_owned())
+            }
             _ => None,
         });
         items.push(format!(
@@ -446,6 +484,7 @@ async fn summarize_once(
         max_output_tokens: u32::try_from(output).ok(),
         temperature: call.request.temperature,
         reasoning_effort: None,
+        provider_tools: Vec::new(),
         files: Default::default(),
     };
     let mut stream = call.provider.stream(&request).await?;

@@ -44,9 +44,34 @@ fn partial_messages(parts: &[StreamPart]) -> Vec<NewMessage> {
     let mut text = String::new();
     let mut calls: Vec<(String, String, String)> = Vec::new();
     let mut results = Vec::new();
+    // Provider-hosted tool parts and citations, kept as they came (the
+    // provider ran the tools; nothing is left to answer).
+    let mut provider = Vec::new();
+    let mut citations = Vec::new();
     for part in parts {
         match &part.part {
             PartDelta::Text { text: t } => text.push_str(t),
+            PartDelta::Citation(citation) => citations.push(citation.clone()),
+            PartDelta::ProviderToolCall {
+                tool_call_id,
+                tool_name,
+                input,
+            } => provider.push(MessagePart::ProviderToolCall {
+                tool_call_id: tool_call_id.clone(),
+                tool_name: tool_name.clone(),
+                input: input.clone(),
+            }),
+            PartDelta::ProviderToolResult {
+                tool_call_id,
+                tool_name,
+                result,
+                is_error,
+            } => provider.push(MessagePart::ProviderToolResult {
+                tool_call_id: tool_call_id.clone(),
+                tool_name: tool_name.clone(),
+                result: result.clone(),
+                is_error: *is_error,
+            }),
             PartDelta::Reasoning { text: t } => reasoning.push_str(t),
             PartDelta::ToolCall {
                 tool_call_id,
@@ -75,8 +100,9 @@ fn partial_messages(parts: &[StreamPart]) -> Vec<NewMessage> {
     if !reasoning.is_empty() {
         content.push(MessagePart::reasoning(reasoning));
     }
-    if !text.is_empty() {
-        content.push(MessagePart::Text { text });
+    content.extend(provider);
+    if !text.is_empty() || !citations.is_empty() {
+        content.push(MessagePart::Text { text, citations });
     }
     for (tool_call_id, tool_name, args) in calls {
         content.push(MessagePart::ToolCall {
@@ -151,9 +177,7 @@ mod tests {
             messages[0].content,
             vec![
                 MessagePart::reasoning("think"),
-                MessagePart::Text {
-                    text: "Hello".into()
-                },
+                MessagePart::text("Hello"),
                 MessagePart::ToolCall {
                     tool_call_id: "c1".into(),
                     tool_name: "search".into(),

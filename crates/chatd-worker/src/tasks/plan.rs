@@ -201,7 +201,7 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         m.role == ChatRole::Assistant
             && m.parts
                 .iter()
-                .any(|p| matches!(p, MessagePart::Text { text } if !text.trim().is_empty()))
+                .any(|p| matches!(p, MessagePart::Text { text, .. } if !text.trim().is_empty()))
     });
     let wants_title = input.generate_titles
         && !compaction
@@ -256,6 +256,13 @@ pub(super) fn plan<P>(input: PlanInput<'_, P>) -> Plan<P> {
         },
         temperature: options.temperature.map(|t| t as f32),
         reasoning_effort: resolve_reasoning_effort(chat.last_reasoning_effort.as_deref(), &options),
+        // Provider-hosted tools (web search) are passed as configured; a
+        // compaction offers no tools.
+        provider_tools: if compaction {
+            Vec::new()
+        } else {
+            options.provider_tools.clone()
+        },
         files: Default::default(),
     };
     Plan::Call(Box::new(ModelCall {

@@ -104,6 +104,23 @@ pub(super) async fn stream_response(
                     });
                 }
             }
+            StreamEvent::Citation(citation) => add(PartDelta::Citation(citation)),
+            StreamEvent::ProviderToolCall { id, name, input } => add(PartDelta::ProviderToolCall {
+                tool_call_id: id,
+                tool_name: name,
+                input,
+            }),
+            StreamEvent::ProviderToolResult {
+                tool_call_id,
+                tool_name,
+                result,
+                is_error,
+            } => add(PartDelta::ProviderToolResult {
+                tool_call_id,
+                tool_name,
+                result,
+                is_error,
+            }),
             StreamEvent::Finish { .. } => break,
             _ => {}
         }
@@ -172,6 +189,7 @@ mod tests {
             max_output_tokens: None,
             temperature: None,
             reasoning_effort: None,
+            provider_tools: Vec::new(),
             files: Default::default(),
         };
         // 250 KB of text against an 8192-token window: refused.

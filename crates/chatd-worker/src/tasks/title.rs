@@ -86,7 +86,7 @@ fn first_user_text(messages: &[RequestMessage]) -> String {
             m.parts
                 .iter()
                 .filter_map(|p| match p {
-                    MessagePart::Text { text } => Some(text.as_str()),
+                    MessagePart::Text { text, .. } => Some(text.as_str()),
                     _ => None,
                 })
                 .collect::<Vec<_>>()

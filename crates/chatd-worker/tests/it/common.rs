@@ -367,7 +367,7 @@ pub fn text_of(message: &ChatMessage) -> String {
         .0
         .iter()
         .filter_map(|p| match p {
-            MessagePart::Text { text } => Some(text.as_str()),
+            MessagePart::Text { text, .. } => Some(text.as_str()),
             _ => None,
         })
         .collect()

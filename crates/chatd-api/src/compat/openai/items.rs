@@ -271,6 +271,62 @@ fn message_item(id: String, role: &str, text: &str, status: &str) -> Value {
     json!({"type": "message", "id": id, "status": status, "role": role, "content": [part]})
 }
 
+/// A provider-hosted web search of `message` as Responses'
+/// `web_search_call` items (`action: {type: "search", query}`), one per
+/// `provider-tool-call` part, `failed` when its result is an error.
+fn web_search_items(message: &ChatMessage) -> Vec<Value> {
+    let parts = &message.content.0;
+    parts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, part)| {
+            let MessagePart::ProviderToolCall {
+                tool_call_id,
+                input,
+                ..
+            } = part
+            else {
+                return None;
+            };
+            let failed = parts.iter().any(|p| {
+                matches!(p, MessagePart::ProviderToolResult { tool_call_id: id, is_error: true, .. } if id == tool_call_id)
+            });
+            let query = input.get("query").cloned().unwrap_or(Value::Null);
+            Some(json!({
+                "type": "web_search_call", "id": format!("ws_{}_{i}", message.id),
+                "status": if failed { "failed" } else { "completed" },
+                "action": {"type": "search", "query": query},
+            }))
+        })
+        .collect()
+}
+
+/// `item` (a message item of `message`'s text, its parts joined) with the
+/// text parts' citations as `url_citation` annotations spanning each part
+/// (`start_index`/`end_index` in characters of the joined text).
+fn with_citations(mut item: Value, message: &ChatMessage) -> Value {
+    let mut annotations = Vec::new();
+    let mut at = 0usize;
+    for part in &message.content.0 {
+        if let MessagePart::Text { text, citations } = part {
+            let end = at + text.chars().count();
+            for c in citations {
+                annotations.push(json!({
+                    "type": "url_citation", "start_index": at, "end_index": end,
+                    "url": c.url, "title": c.title.as_deref().unwrap_or_default(),
+                }));
+            }
+            at = end;
+        }
+    }
+    if !annotations.is_empty()
+        && let Some(content) = item.pointer_mut("/content/0")
+    {
+        content["annotations"] = Value::Array(annotations);
+    }
+    item
+}
+
 /// The output item of a completed text answer `text` of message `id`.
 pub fn answer_item(id: &str, text: &str, status: &str) -> Value {
     message_item(id.to_owned(), "assistant", text, status)
@@ -349,13 +405,16 @@ pub fn message_output<'a>(
     client_tools: &HashSet<String>,
     result: &dyn Fn(&str) -> Option<(&'a Value, bool)>,
 ) -> Vec<Value> {
-    let mut out = Vec::new();
+    let mut out = web_search_items(message);
     let text = turn::text_of(message);
     if !text.is_empty() {
-        out.push(answer_item(
-            &format!("msg_{}", message.id),
-            &text,
-            message_status(message),
+        out.push(with_citations(
+            answer_item(
+                &format!("msg_{}", message.id),
+                &text,
+                message_status(message),
+            ),
+            message,
         ));
     }
     let reasoning = turn::reasoning_of(message);
@@ -401,12 +460,16 @@ pub fn conversation_items(
         ChatRole::Tool => "tool",
     };
     let text = turn::text_of(message);
+    out.extend(web_search_items(message));
     if !text.is_empty() && message.role != ChatRole::Tool {
-        out.push(message_item(
-            format!("msg_{}", message.id),
-            role,
-            &text,
-            message_status(message),
+        out.push(with_citations(
+            message_item(
+                format!("msg_{}", message.id),
+                role,
+                &text,
+                message_status(message),
+            ),
+            message,
         ));
     }
     for (i, part) in message.content.0.iter().enumerate() {

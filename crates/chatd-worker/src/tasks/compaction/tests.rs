@@ -103,6 +103,7 @@ fn call(limit: i64, threshold: i32, tools: usize) -> ModelCall<()> {
             max_output_tokens: None,
             temperature: None,
             reasoning_effort: None,
+            provider_tools: Vec::new(),
             files: Default::default(),
         },
         provider: (),

@@ -46,6 +46,60 @@
 //!   `revision` is noted on standard error in watch mode, not reprinted.
 
 mod notices;
+
+/// The lines that show a message's provider-hosted tools (API.md
+/// "Workspaces and provider-hosted tools"; the provider ran them): `[web
+/// search: <query>]`, its results as `title <url>` (an error as the
+/// provider's code), then the text's citations numbered `[n] title <url>`.
+fn provider_tool_lines(parts: &[MessagePart]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut citations = Vec::new();
+    for part in parts {
+        match part {
+            MessagePart::ProviderToolCall {
+                tool_name, input, ..
+            } => {
+                let shown = match input.get("query").and_then(Value::as_str) {
+                    Some(query) => query.to_owned(),
+                    None => input.to_string(),
+                };
+                lines.push(format!("[{}: {shown}]", tool_name.replace('_', " ")));
+            }
+            MessagePart::ProviderToolResult {
+                tool_name,
+                result,
+                is_error,
+                ..
+            } => {
+                let name = tool_name.replace('_', " ");
+                if *is_error {
+                    let code = result.get("error_code").and_then(Value::as_str);
+                    lines.push(format!(
+                        "[{name} failed: {}]",
+                        code.map_or_else(|| result.to_string(), str::to_owned)
+                    ));
+                } else if let Some(items) = result.as_array() {
+                    for item in items {
+                        if let Some(url) = item.get("url").and_then(Value::as_str) {
+                            let title = item.get("title").and_then(Value::as_str).unwrap_or(url);
+                            lines.push(format!("  {title} <{url}>"));
+                        }
+                    }
+                }
+            }
+            MessagePart::Text {
+                citations: cited, ..
+            } => citations.extend(cited.iter()),
+            _ => {}
+        }
+    }
+    for (n, c) in citations.iter().enumerate() {
+        let title = c.title.as_deref().unwrap_or(&c.url);
+        lines.push(format!("[{}] {title} <{}>", n + 1, c.url));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -482,7 +536,7 @@ impl Renderer {
             .content
             .iter()
             .filter_map(|p| match p {
-                MessagePart::Text { text } => Some(text.as_str()),
+                MessagePart::Text { text, .. } => Some(text.as_str()),
                 _ => None,
             })
             .collect();
@@ -520,6 +574,12 @@ impl Renderer {
                         self.notice(format!("[tool call {tool_name} {args} ({tool_call_id})]"))
                     }
                 }
+            }
+        }
+        for line in provider_tool_lines(&message.content) {
+            match self.mode {
+                Mode::Watch => self.line_out(format!("assistant> {line}")),
+                Mode::Reply { .. } => self.notice(line),
             }
         }
     }

@@ -45,7 +45,7 @@ pub(super) fn plain_text(parts: &[MessagePart]) -> String {
     let mut out = String::new();
     for part in parts {
         match part {
-            MessagePart::Text { text } => out.push_str(text),
+            MessagePart::Text { text, .. } => out.push_str(text),
             MessagePart::File {
                 file_id,
                 media_type,
