@@ -85,6 +85,10 @@ pub struct SandboxConfig {
     /// The bubblewrap binary, a path or a name looked up in `PATH` (default
     /// `bwrap`).
     pub bwrap: PathBuf,
+    /// Whether to use cgroups when a writable cgroup filesystem exists
+    /// (default true); false: rlimits only (RLIMIT_NPROC, RLIMIT_AS and
+    /// per-process RLIMIT_CPU), as on a machine without one.
+    pub cgroups: bool,
 }
 
 impl Default for SandboxConfig {
@@ -93,6 +97,7 @@ impl Default for SandboxConfig {
             network: false,
             limits: SandboxLimits::default(),
             bwrap: PathBuf::from("bwrap"),
+            cgroups: true,
         }
     }
 }
@@ -227,9 +232,13 @@ impl Sandbox {
         let bwrap = find_binary(&config.bwrap)
             .ok_or_else(|| SandboxError::BwrapMissing(config.bwrap.clone()))?;
         let prlimit = find_binary(Path::new("prlimit")).ok_or(SandboxError::PrlimitMissing)?;
-        let cgroups = Cgroups::detect();
+        let cgroups = if config.cgroups {
+            Cgroups::detect()
+        } else {
+            Cgroups::None
+        };
         remove_stale_runs(&cgroups.parents(), matches!(cgroups, Cgroups::V2 { .. })).await;
-        if matches!(cgroups, Cgroups::None) {
+        if config.cgroups && matches!(cgroups, Cgroups::None) {
             static WARN: Once = Once::new();
             WARN.call_once(|| {
                 tracing::warn!(

@@ -257,7 +257,7 @@ async fn a_timeout_kills_the_whole_sandbox() {
     let out = sb
         .shell(
             ws.path(),
-            "(sleep 5; touch late) & sleep 30",
+            "(sleep 1; touch late) & sleep 30",
             Duration::from_millis(500),
         )
         .await;
@@ -265,7 +265,7 @@ async fn a_timeout_kills_the_whole_sandbox() {
     assert_eq!(out.limit, Some(Limit::Timeout), "{out:?}");
     assert_eq!(out.exit_code, None);
     assert_eq!(out.to_json()["limit"], "timeout");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         !ws.path().join("late").exists(),
         "a background process survived"
@@ -301,8 +301,7 @@ async fn sandbox_new_fails_clearly_without_bwrap() {
         ..SandboxConfig::default()
     })
     .await
-    .err()
-    .expect("no sandbox without bwrap");
+    .expect_err("no sandbox without bwrap");
     assert!(err.to_string().contains("bubblewrap"), "{err}");
     assert!(
         err.to_string().contains("apt-get install -y bubblewrap"),
@@ -693,4 +692,37 @@ fn a_same_size_edit_with_the_old_mtime_is_still_seen() {
     let m2 = ws.scan().unwrap();
     assert_eq!(m1["f"].sha256, sha256(b"aaaa"));
     assert_eq!(m2["f"].sha256, sha256(b"bbbb"));
+}
+
+// ------------------------------------------------------------ rlimits only
+
+async fn rlimit_sandbox() -> Option<Sandbox> {
+    sandbox_with(SandboxConfig {
+        limits: small_limits(),
+        cgroups: false,
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn without_cgroups_rlimits_name_cpu_time_memory_and_file_size() {
+    let Some(sb) = rlimit_sandbox().await else {
+        return;
+    };
+    assert!(!sb.has_cgroups());
+    let ws = tempfile::tempdir().unwrap();
+    let cpu = sb.shell(ws.path(), "while :; do :; done", T).await;
+    assert_eq!(cpu.limit, Some(Limit::CpuTime), "{cpu:?}");
+    assert_eq!(cpu.exit_code, Some(128 + 24));
+    let memory = sb.shell(ws.path(), "head -c 1G /dev/zero | tail", T).await;
+    assert_eq!(memory.limit, Some(Limit::Memory), "{memory:?}");
+    let big = sb.shell(ws.path(), "head -c 10G /dev/zero > big", T).await;
+    assert_eq!(big.limit, Some(Limit::FileSize), "{big:?}");
+    assert!(std::fs::metadata(ws.path().join("big")).unwrap().len() <= 1 << 20);
+    let ok = sb.shell(ws.path(), "echo fine", T).await;
+    assert_eq!(
+        (ok.exit_code, ok.stdout.as_str(), ok.limit),
+        (Some(0), "fine\n", None)
+    );
 }
