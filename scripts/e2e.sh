@@ -20,6 +20,12 @@
 # so that restart.test.mjs can SIGTERM it (pid in CHATD_PID_FILE); that file
 # runs last, in a node --test run of its own.
 #
+# The other files run E2E_CONCURRENCY (default 2) at a time, each in its own
+# node process with its own Chromium: every test makes its own chats (and
+# users), and most of a test's time is spent waiting for the fake model's
+# timed answers, so two files overlap on 2 cores. E2E_CONCURRENCY=1 runs
+# them one at a time.
+#
 # Logs of chatd and fake-llm, and a screenshot, the page HTML and the browser
 # log of each failed test, are left in $E2E_ARTIFACTS_DIR (default
 # target/e2e-artifacts, emptied at the start).
@@ -113,13 +119,14 @@ for arg in "$@"; do
     *) files+=("${arg#web/e2e/}") ;;
   esac
 done
+concurrency=${E2E_CONCURRENCY:-2}
 run_tests() {
-  log "node --test $*"
+  log "node --test --test-concurrency=$concurrency $*"
   (
     cd web/e2e &&
       CHATD_URL="$url" CHATD_TOKEN="$admin_token" CHATD_PID_FILE="$pid_file" \
       E2E_ARTIFACTS_DIR="$artifacts" CHROMIUM_PATH="$chromium" \
-      node --test --test-concurrency=1 --test-reporter=spec "${node_args[@]}" "$@"
+      node --test --test-concurrency="$concurrency" --test-reporter=spec "${node_args[@]}" "$@"
   )
 }
 set +e
@@ -133,7 +140,7 @@ else
   run_tests "${files[@]}"
   status=$?
   if [ -e web/e2e/restart.test.mjs ]; then
-    run_tests restart.test.mjs
+    concurrency=1 run_tests restart.test.mjs
     restart_status=$?
     [ "$status" -ne 0 ] || status=$restart_status
   fi
