@@ -1862,3 +1862,142 @@ async fn a_root_bundle_and_its_childrens_bundles_exclude_each_other_siblings_do_
         root_committed.snapshot_version
     );
 }
+
+/// A workspace write of `bytes` bytes at `path`.
+fn workspace_put(path: &str, bytes: usize) -> chatd_store::workspaces::WorkspaceChange {
+    let content = vec![b'x'; bytes];
+    chatd_store::workspaces::WorkspaceChange::Put {
+        path: path.to_owned(),
+        kind: chatd_store::workspaces::EntryKind::File,
+        sha256: sha2_of(&content),
+        content,
+        executable: false,
+    }
+}
+
+fn sha2_of(bytes: &[u8]) -> Vec<u8> {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).to_vec()
+}
+
+/// The storage lock of `ChatTx::write_workspace` (issue 37): steps of one
+/// owner's chats committing workspaces at once cannot pass the owner's
+/// quota together; each decides on the bytes the others committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workspace_commits_of_one_owners_chats_racing_never_pass_the_storage_quota_together() {
+    let h = Arc::new(Harness::new().await);
+    let mut chats = Vec::new();
+    for _ in 0..8 {
+        chats.push(h.chat_in(ExecutionState::R0).await);
+    }
+    let owner = h.chat(chats[0]).await.owner_id;
+    sqlx::query("UPDATE users SET max_storage_bytes = 100 WHERE id = $1")
+        .bind(owner)
+        .execute(h.pool())
+        .await
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(chats.len()));
+    let mut tasks = JoinSet::new();
+    for chat in chats.clone() {
+        let h = h.clone();
+        let barrier = barrier.clone();
+        tasks.spawn(async move {
+            barrier.wait().await;
+            loop {
+                let attempt: StoreResult<()> = async {
+                    let mut tx = h.store.machine(chat).begin().await?;
+                    tx.write_workspace(&[workspace_put("f", 30)], 1 << 20, 1 << 30)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(())
+                }
+                .await;
+                match attempt {
+                    Ok(()) => return true,
+                    Err(StoreError::State(StateError::InvalidInput { field, .. })) => {
+                        assert_eq!(field, "workspace");
+                        return false;
+                    }
+                    Err(StoreError::Database(_)) => continue,
+                    Err(err) => panic!("workspace commit failed: {err}"),
+                }
+            }
+        });
+    }
+    let committed = join_all(tasks).await.into_iter().filter(|ok| *ok).count();
+    assert_eq!(committed, 3, "30 bytes each under a quota of 100");
+    let (rows, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), coalesce(sum(bytes), 0)::bigint FROM chat_workspace_files f
+         JOIN chats c ON c.id = f.chat_id WHERE c.owner_id = $1",
+    )
+    .bind(owner)
+    .fetch_one(h.pool())
+    .await
+    .unwrap();
+    assert_eq!((rows, bytes), (3, 90));
+    let summed: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(workspace_bytes), 0)::bigint FROM chats WHERE owner_id = $1",
+    )
+    .bind(owner)
+    .fetch_one(h.pool())
+    .await
+    .unwrap();
+    assert_eq!(summed, 90, "the summaries are the committed rows");
+    // A refused write leaves its chat's workspace as it was (never set).
+    let untouched = chats.len() - 3;
+    let mut none = 0;
+    for chat in chats {
+        if h.chat(chat).await.workspace_summary().is_none() {
+            none += 1;
+        }
+    }
+    assert_eq!(none, untouched);
+}
+
+/// `write_workspace` past `--max-workspace-bytes` is refused (the bundle is
+/// dropped: nothing of it commits), and a shrinking write always fits.
+#[tokio::test]
+async fn a_workspace_write_past_its_limit_is_refused_and_commits_nothing() {
+    let h = Harness::new().await;
+    let chat = h.chat_in(ExecutionState::R0).await;
+    let mut tx = h.store.machine(chat).begin().await.unwrap();
+    tx.write_workspace(&[workspace_put("a", 40)], 50, 1 << 30)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = h.store.machine(chat).begin().await.unwrap();
+    let err = tx
+        .write_workspace(&[workspace_put("b", 20)], 50, 1 << 30)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::State(StateError::InvalidInput { field: "workspace", detail }) if detail.contains("60 bytes")),
+        "{err:?}"
+    );
+    drop(tx);
+    let summary = h.chat(chat).await.workspace_summary().unwrap();
+    assert_eq!((summary.bytes, summary.files), (40, 1));
+    let mut tx = h.store.machine(chat).begin().await.unwrap();
+    tx.write_workspace(
+        &[
+            chatd_store::workspaces::WorkspaceChange::Delete { path: "a".into() },
+            workspace_put("c", 10),
+        ],
+        5,
+        1 << 30,
+    )
+    .await
+    .expect_err("still over a limit of 5");
+    drop(tx);
+    let mut tx = h.store.machine(chat).begin().await.unwrap();
+    tx.write_workspace(
+        &[chatd_store::workspaces::WorkspaceChange::Delete { path: "a".into() }],
+        5,
+        1 << 30,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let summary = h.chat(chat).await.workspace_summary().unwrap();
+    assert_eq!((summary.bytes, summary.files), (0, 0));
+}
