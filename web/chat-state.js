@@ -75,6 +75,8 @@ import { updateListStatus } from './sidebar.js';
  * @property {Map<string, {approved: boolean, reason: string | null}>} decisions
  *   decisions taken on approval cards, by tool call id
  * @property {HTMLElement} [gapEl] the "load earlier" control
+ * @property {import('./workspace.js').WorkspacePanel} workspace the workspace
+ *   panel and its header button
  */
 
 /**
@@ -461,6 +463,15 @@ function mergeDelta(parts, delta) {
       parts.push(call);
     }
     call.args += delta.args_delta || delta.args || '';
+  } else if (delta.type === 'citation') {
+    // A citation belongs to the text part in progress (or the next one).
+    const { type: _type, ...citation } = delta;
+    let last = parts[parts.length - 1];
+    if (!last || last.type !== 'text') {
+      last = { type: 'text', text: '' };
+      parts.push(last);
+    }
+    (last.citations ||= []).push(citation);
   } else {
     parts.push(delta);
   }

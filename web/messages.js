@@ -15,6 +15,7 @@ import { api, attempt, downloadFile } from './api.js';
 import { renderMarkdownInto, copyText } from './markdown.js';
 import { loadedModels, modelName } from './models.js';
 import { textOf, finishReasonOf, applyEditResult, isIdle, lastAnswerId } from './chat-state.js';
+import { renderWorkspacePart } from './workspace.js';
 
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
 /** @typedef {import('./chat-state.js').LoadedView} LoadedView */
@@ -241,6 +242,7 @@ function renderMessage(view, message) {
     header,
     message.content.filter((p) => p.type === 'reasoning').map(renderReasoning),
     message.role === 'user' && isLong(text) ? collapsible(body, text) : body,
+    renderCitations(message.content),
     message.content.filter((p) => p.type !== 'text' && p.type !== 'reasoning').map(renderPart),
     mark,
     branchControls(view, message, text),
@@ -391,6 +393,9 @@ export function renderReasoning(part) {
  * @returns {HTMLElement}
  */
 export function renderPart(part) {
+  // The workspace tools' calls and results have their own rendering.
+  const workspacePart = renderWorkspacePart(part);
+  if (workspacePart) return workspacePart;
   switch (part.type) {
     case 'tool-call':
       return h(
@@ -413,11 +418,89 @@ export function renderPart(part) {
         h('div', { class: 'tool-head' }, part.approved ? 'Approved ' : 'Denied ', h('code', {}, part.tool_name), h('span', { class: 'tool-id' }, part.tool_call_id)),
         part.reason ? h('p', { class: 'approval-reason' }, part.reason) : null,
       );
+    case 'provider-tool-call':
+      return h(
+        'div',
+        { class: 'tool-call provider-tool-call', testid: 'provider-tool-call' },
+        h('div', { class: 'tool-head' }, `${providerToolLabel(part.tool_name)}: `, h('span', { class: 'provider-query' }, providerQuery(part.input))),
+      );
+    case 'provider-tool-result':
+      return h(
+        'div',
+        { class: `tool-result provider-tool-result${part.is_error ? ' is-error' : ''}`, testid: 'provider-tool-result' },
+        part.is_error
+          ? h('div', { class: 'tool-head' }, `${providerToolLabel(part.tool_name)} failed: `, h('code', {}, (part.result && part.result.error_code) || JSON.stringify(part.result)))
+          : h(
+              'ul',
+              { class: 'search-results' },
+              (Array.isArray(part.result) ? part.result : []).map((r) =>
+                h('li', {}, safeLink(r && r.url, (r && r.title) || (r && r.url) || ''), r && r.page_age ? h('span', { class: 'page-age' }, ` (${r.page_age})`) : null),
+              ),
+            ),
+      );
+    case 'citation':
+      return h('span');
     case 'file':
       return renderFilePart(part);
     default:
       return h('pre', { class: 'json' }, JSON.stringify(part, null, 2));
   }
+}
+
+/**
+ * A provider tool's name as shown: `web_search` → "web search".
+ * @param {string} name
+ */
+function providerToolLabel(name) {
+  return String(name || 'provider tool').replace(/_/g, ' ');
+}
+
+/**
+ * What a provider tool call asked: a search's query, else its JSON input.
+ * @param {any} input
+ * @returns {string}
+ */
+function providerQuery(input) {
+  if (input && typeof input.query === 'string') return input.query;
+  return JSON.stringify(input ?? null);
+}
+
+/**
+ * A link to `url` opened apart from the app (`rel="noopener noreferrer"`),
+ * only for `http:` and `https:` URLs; anything else is shown as text.
+ * @param {string | undefined} url
+ * @param {string} label
+ * @returns {HTMLElement}
+ */
+export function safeLink(url, label) {
+  let ok = false;
+  try {
+    const parsed = new URL(String(url));
+    ok = parsed.protocol === 'http:' || parsed.protocol === 'https:';
+  } catch {
+    ok = false;
+  }
+  if (!ok) return h('span', { class: 'unsafe-link' }, label || String(url ?? ''));
+  const link = h('a', { href: String(url), target: '_blank', rel: 'noopener noreferrer' }, label || String(url));
+  return link;
+}
+
+/**
+ * The citations of a message's text parts as numbered source links under
+ * the text (nothing when there are none).
+ * @param {Part[]} parts
+ * @returns {HTMLElement | null}
+ */
+export function renderCitations(parts) {
+  /** @type {import('./wire.js').Citation[]} */
+  const citations = [];
+  for (const p of parts) if (p.type === 'text' && p.citations) citations.push(...p.citations);
+  if (!citations.length) return null;
+  return h(
+    'ol',
+    { class: 'citations', testid: 'citations' },
+    citations.map((c) => h('li', {}, safeLink(c.url, c.title || c.url), c.cited_text ? h('q', { class: 'cited-text' }, c.cited_text) : null)),
+  );
 }
 
 /**

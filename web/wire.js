@@ -63,6 +63,9 @@
  * @property {number} history_version
  * @property {'plan' | null} [plan_mode]
  * @property {boolean} [subagents]
+ * @property {{bytes: number, files: number, updated_at: string} | null} [workspace]
+ *   the committed workspace ("Workspaces and provider-hosted tools"): null
+ *   without one, and until its first committed change
  * @property {ChatContext | null} [context]
  * @property {number} [message_count]
  * @property {string | null} [last_message_preview]
@@ -78,7 +81,19 @@
 
 /** @typedef {'system' | 'user' | 'assistant' | 'tool'} Role */
 
-/** @typedef {{type: 'text', text: string}} TextPart */
+/**
+ * A source a provider-hosted tool (web search) gave for a text part.
+ * @typedef {{url: string, title?: string, cited_text?: string, encrypted_index?: string}} Citation
+ */
+/** @typedef {{type: 'text', text: string, citations?: Citation[]}} TextPart */
+/**
+ * A provider-hosted tool's call and result (API.md "Workspaces and
+ * provider-hosted tools"): the provider ran it, chatd never does.
+ * @typedef {{type: 'provider-tool-call', tool_call_id: string, tool_name: string, input: any}} ProviderToolCallPart
+ */
+/** @typedef {{type: 'provider-tool-result', tool_call_id: string, tool_name: string, result: any, is_error: boolean}} ProviderToolResultPart */
+/** A streamed citation of the text part in progress (`message_part` only). */
+/** @typedef {{type: 'citation'} & Citation} CitationDelta */
 /** @typedef {{type: 'reasoning', text: string}} ReasoningPart */
 /**
  * A tool call: committed with `args` (the JSON arguments as a string);
@@ -94,7 +109,7 @@
 
 /**
  * `ChatMessagePart`, tagged by `type`.
- * @typedef {TextPart | ReasoningPart | ToolCallPart | ToolResultPart | ToolApprovalPart | FilePart | ContextClearedPart} Part
+ * @typedef {TextPart | ReasoningPart | ToolCallPart | ToolResultPart | ToolApprovalPart | FilePart | ContextClearedPart | ProviderToolCallPart | ProviderToolResultPart | CitationDelta} Part
  */
 
 /**

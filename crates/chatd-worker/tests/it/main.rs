@@ -18,4 +18,5 @@ mod scheduling;
 mod subagents;
 mod titles;
 mod turns;
+mod web_search;
 mod workspace;
