@@ -111,6 +111,7 @@ A chat created with subagents: true offers the model the built-in tools spawn_ag
         crate::objects::ChatErrorKind,
         crate::objects::FinishReason,
         chatd_core::MessagePart,
+        chatd_core::Citation,
         crate::objects::ChatInputPart,
         crate::objects::DynamicTool,
         crate::tools::ToolResult,

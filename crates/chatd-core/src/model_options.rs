@@ -103,12 +103,25 @@ pub struct ModelOptions {
     /// provider-hosted tools"), each one of [`PROVIDER_TOOLS`]; the provider
     /// runs them, chatd only stores and shows their calls and results.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<ProviderToolName>))]
     pub provider_tools: Vec<String>,
     /// Every chat of this model config gets a workspace (API.md
     /// "Workspaces and provider-hosted tools"), as if created with
     /// `workspace: true`; absent or false: only chats created so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<bool>,
+}
+
+/// The OpenAPI schema of one `options.provider_tools` entry: one of
+/// [`PROVIDER_TOOLS`]. The options keep plain strings so that an unknown
+/// name is refused by [`ModelOptions::validate`] naming the field.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+#[schema(as = ProviderTool, rename_all = "snake_case")]
+enum ProviderToolName {
+    /// Web search run by the provider.
+    WebSearch,
 }
 
 /// The provider-hosted tools `options.provider_tools` may name: `web_search`

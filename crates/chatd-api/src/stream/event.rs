@@ -114,7 +114,9 @@ pub struct MessagePartPayload {
     pub role: ChatRole,
     /// The delta: `text`/`reasoning` carry the new text in `text`; a tool
     /// call streams as `{type: "tool-call", tool_call_id, tool_name,
-    /// args_delta}`.
+    /// args_delta}`; a provider-hosted tool's `provider-tool-call` and
+    /// `provider-tool-result` come whole; `{type: "citation", url, title?,
+    /// cited_text?}` belongs to the text part in progress.
     #[schema(value_type = Object)]
     pub part: PartDelta,
     /// History version of the episode.
