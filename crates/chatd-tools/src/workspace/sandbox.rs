@@ -424,11 +424,11 @@ impl Sandbox {
         };
         let truncated = out_cut || err_cut;
         let counters = cgroup.counters();
-        let stderr = String::from_utf8_lossy(&stderr).into_owned();
+        let stderr = lossy_text(&stderr, err_cut);
         let limit = classify(killed_for, exit_code, &counters, &stderr, truncated);
         ShellOutcome {
             exit_code,
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stdout: lossy_text(&stdout, out_cut),
             stderr,
             truncated,
             limit,
@@ -506,6 +506,21 @@ fn message(limit: Limit, limits: &SandboxLimits, timeout: Duration) -> String {
             limits.output_bytes
         ),
     }
+}
+
+/// `bytes` as UTF-8, invalid sequences replaced by U+FFFD; when `cut`, a
+/// character split by the cut is dropped rather than replaced.
+fn lossy_text(bytes: &[u8], cut: bool) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    let mut chunks = bytes.utf8_chunks().peekable();
+    while let Some(chunk) = chunks.next() {
+        text.push_str(chunk.valid());
+        let last = chunks.peek().is_none();
+        if !chunk.invalid().is_empty() && !(last && cut) {
+            text.push(char::REPLACEMENT_CHARACTER);
+        }
+    }
+    text
 }
 
 /// Reads a pipe to its end, keeping the first `cap` bytes; `true` when more

@@ -241,6 +241,17 @@ async fn an_output_flood_is_truncated_and_named() {
     assert_eq!(out.stderr, "done\n");
     assert_eq!(out.limit, Some(Limit::Output));
     assert_eq!(out.to_json()["limit"], "output");
+
+    // A cut through a multi-byte character drops it rather than garbling it.
+    let out = sb
+        .shell(
+            ws.path(),
+            "printf 'a'; head -c 3000 /dev/zero | tr '\\0' x | sed 's/x/é/g'",
+            T,
+        )
+        .await;
+    assert!(out.truncated);
+    assert_eq!(out.stdout, format!("a{}", "é".repeat(2047)), "{out:?}");
     assert!(
         out.to_json()["message"]
             .as_str()
