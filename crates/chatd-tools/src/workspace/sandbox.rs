@@ -516,7 +516,7 @@ fn lossy_text(bytes: &[u8], cut: bool) -> String {
     while let Some(chunk) = chunks.next() {
         text.push_str(chunk.valid());
         let last = chunks.peek().is_none();
-        if !chunk.invalid().is_empty() && !(last && cut) {
+        if !(chunk.invalid().is_empty() || last && cut) {
             text.push(char::REPLACEMENT_CHARACTER);
         }
     }
