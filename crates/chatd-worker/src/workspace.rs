@@ -164,24 +164,30 @@ impl Workspaces {
             .clone()
     }
 
-    /// Where `chat_id`'s directory is.
+    /// A new directory for `chat_id`: a name of its own per opening, so a
+    /// directory being removed after one runner never meets the next
+    /// runner's.
     pub(crate) fn path_of(&self, chat_id: Uuid) -> PathBuf {
-        self.root.join(chat_id.to_string())
+        self.root.join(format!("{chat_id}.{}", Uuid::new_v4().simple()))
     }
 
-    /// Forgets `chat_id`'s directory and removes it (its runner ended: the
-    /// next owner, here or elsewhere, starts from the committed rows).
+    /// Forgets `chat_id`'s directory and removes it once no call uses it
+    /// (its runner ended: the next owner, here or elsewhere, starts from
+    /// the committed rows in a directory of its own).
     pub(crate) fn release(&self, chat_id: Uuid) {
         let removed = self
             .chats
             .lock()
             .expect("workspaces lock")
             .remove(&chat_id);
-        if removed.is_none() {
-            return;
-        }
-        let path = self.path_of(chat_id);
-        tokio::task::spawn_blocking(move || remove_dir(&path));
+        let Some(dir) = removed else { return };
+        tokio::spawn(async move {
+            let mut slot = dir.lock_owned().await;
+            if let Some(local) = slot.take() {
+                let path = local.root().to_path_buf();
+                let _ = tokio::task::spawn_blocking(move || remove_dir(&path)).await;
+            }
+        });
     }
 
     /// Removes this replica's directory (shutdown).

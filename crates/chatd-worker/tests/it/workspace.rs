@@ -430,3 +430,47 @@ async fn workspaces_count_against_the_owners_storage_quota() {
     assert_eq!(report.storage_bytes, 40);
     worker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_mid_command_kills_it_and_the_next_step_sees_none_of_its_changes() {
+    if !bwrap_or_skip("an_interrupt_mid_command").await {
+        return;
+    }
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(Script::new().tool_call(
+        "s",
+        "shell",
+        r#"{"command": "echo half > half.txt; sleep 60"}"#,
+        1,
+    ));
+    // The interrupting message's turn: the same replica, the same chat.
+    env.llm.push(Script::new().tool_call("l", "list_files", "{}", 1));
+    env.llm.push(Script::text("Nothing there."));
+    let worker = env.worker_with(config);
+    let chat_id = create_workspace_chat(&env, "slow").await;
+    for _ in 0..200 {
+        if env.llm.requests().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let started = std::time::Instant::now();
+    env.send(chat_id, "stop", chatd_core::BusyBehavior::Interrupt)
+        .await;
+    env.wait_for(chat_id, Duration::from_secs(20), "the second turn", |c| {
+        c.status == ChatStatus::Waiting && c.message_count >= 5
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the sleeping command was killed, not waited for"
+    );
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    let list = &results.iter().find(|r| r.0 == "l").expect("list").1;
+    assert_eq!(list["entries"], json!([]), "{results:?}");
+    assert!(committed(&env, chat_id).await.is_empty());
+    worker.shutdown().await;
+}
