@@ -28,3 +28,4 @@ mod usage;
 mod users;
 mod web;
 mod windows;
+mod workspaces;

@@ -218,6 +218,9 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
         ("/api/v2/users/{user}/password", &["put"]),
         ("/api/v2/chats/{chat}/shares", &["get", "post"]),
         ("/api/v2/chats/{chat}/shares/{user}", &["delete"]),
+        ("/api/v2/chats/{chat}/workspace", &["get"]),
+        ("/api/v2/chats/{chat}/workspace/file", &["get"]),
+        ("/api/v2/chats/{chat}/workspace/archive", &["get"]),
     ];
     for (path, methods) in expected {
         let item = paths
@@ -269,8 +272,27 @@ async fn openapi_document_is_3_1_and_covers_every_route() {
     let chat_props = schemas["Chat"]["properties"].as_object().unwrap();
     assert_eq!(
         chat_props.len(),
-        29,
-        "Chat gained context, message_count and last_message_preview (issue 13), subagents (issue 17), active_leaf_id and forked_from (issue 33)"
+        30,
+        "Chat gained context, message_count and last_message_preview (issue 13), subagents (issue 17), active_leaf_id and forked_from (issue 33), workspace (issue 37)"
+    );
+    // `Chat.workspace`: null or {bytes, files, updated_at}; the file route
+    // names its `path` query parameter (required).
+    let workspace = chat_props["workspace"].to_string();
+    assert!(workspace.contains("null"), "{workspace}");
+    let file_params = paths["/api/v2/chats/{chat}/workspace/file"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
+    let path_param = file_params
+        .iter()
+        .find(|p| p["name"] == "path")
+        .expect("the path parameter");
+    assert_eq!(path_param["in"], "query");
+    assert_eq!(path_param["required"], true);
+    assert!(
+        schemas["CreateChatRequest"]["properties"]
+            .as_object()
+            .unwrap()
+            .contains_key("workspace")
     );
     assert_eq!(chat_props["subagents"]["type"], "boolean");
     assert!(
