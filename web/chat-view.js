@@ -30,6 +30,7 @@ import { renderMessages, rerenderMessages, renderPart, renderReasoning, roleLabe
 import { renderBanners, renderUsage, renderContext } from './panels.js';
 import { renderActionRequired } from './action-required.js';
 import { renderQueue } from './queue.js';
+import { buildWorkspacePanel, renderWorkspacePanel, refreshWorkspace, closeWorkspacePanel } from './workspace.js';
 
 /** @typedef {import('./chat-state.js').ChatView} ChatView */
 /** @typedef {import('./chat-state.js').LoadedView} LoadedView */
@@ -85,6 +86,7 @@ export function closeChatView(view) {
   clearTimeout(view.reloadTimer);
   if (view.previewFrame) cancelAnimationFrame(view.previewFrame);
   if (view.stream) view.stream.close();
+  closeWorkspacePanel(view.dom.workspace);
 }
 
 /**
@@ -283,6 +285,9 @@ function buildChatDom(view) {
   }).observe(scroller);
   const action = h('div', { class: 'action-slot' });
   const queue = h('section', { class: 'queue', testid: 'queue', 'aria-label': 'Queued messages', hidden: true });
+  // The chat's workspace (./workspace.js): a panel beside the messages,
+  // offered once the chat has one.
+  const workspace = buildWorkspacePanel(view.chatId);
   const composer = buildComposer({
     newChat: false,
     chatId: view.chatId,
@@ -301,16 +306,26 @@ function buildChatDom(view) {
       'header',
       { class: 'chat-header' },
       h('div', { class: 'chat-header-main' }, title, status, connection, menu.root),
-      h('div', { class: 'chat-header-tools' }, context, usage),
+      h('div', { class: 'chat-header-tools' }, context, workspace.toggle, usage),
     ),
     origin,
     banners,
-    h('div', { class: 'scroller-wrap' }, scroller, toBottom),
-    h('div', { class: 'dock' }, action, queue, composer.root),
+    h(
+      'div',
+      { class: 'chat-body' },
+      h(
+        'div',
+        { class: 'chat-column' },
+        h('div', { class: 'scroller-wrap' }, scroller, toBottom),
+        h('div', { class: 'dock' }, action, queue, composer.root),
+      ),
+      workspace.root,
+    ),
   );
   return {
     root, title, origin, status, connection, usage, context, menu, compact, clear, planInput, archive, exportItems: [exportMarkdown, exportJson],
     toBottom, banners, messages, previewSlot, previewEl: null, previewKey: null, scroller, action, queue, composer, actionKey: null, decisions: new Map(),
+    workspace,
   };
 }
 
@@ -329,6 +344,7 @@ function render(view) {
   renderQueue(view);
   renderUsage(view);
   renderContext(view);
+  renderWorkspacePanel(view.dom.workspace, view.chat, view.messages.values());
   if (stick) scrollToBottom(view);
   revealPendingHit(view);
 }
@@ -515,6 +531,8 @@ function onEvents(view, events) {
     if (event.chat_id && event.chat_id !== view.chatId) continue;
     applyEvent(view, event, frame);
   }
+  // A committed message ends a step, whose workspace changes commit with it.
+  if (events.some((e) => e.type === 'message')) refreshWorkspace(view.dom.workspace);
   render(view);
   announceStatus(view);
 }

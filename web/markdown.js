@@ -211,3 +211,18 @@ export async function copyText(text) {
   area.remove();
   return ok;
 }
+
+/**
+ * `source` highlighted as `language` (a highlight.js name or alias) and
+ * sanitised like a code block's (spans with classes only), or null when
+ * highlight.js does not know the language. For code that is not Markdown
+ * (the workspace viewer, ./workspace.js).
+ * @param {string} source
+ * @param {string} language
+ * @returns {DocumentFragment | null}
+ */
+export function highlightCode(source, language) {
+  if (!language || !hljs.getLanguage(language)) return null;
+  const { value } = hljs.highlight(source, { language, ignoreIllegals: true });
+  return highlightPurifier.sanitize(value, HIGHLIGHT_OPTIONS);
+}

@@ -1,7 +1,7 @@
 // @ts-check
 // The new-chat form at `#/`: the first message (the composer), its model,
 // and an "Advanced" section with a system prompt, dynamic tools JSON, plan
-// mode and sub-agents; `POST /chats` (API.md `CreateChatRequest`), then the
+// mode, sub-agents and a workspace; `POST /chats` (API.md `CreateChatRequest`), then the
 // new chat opens.
 
 import { h, $, $input, byTestId, announce } from './ui.js';
@@ -61,6 +61,12 @@ export function openNewChat(main) {
         { class: 'toggle', for: 'new-chat-subagents' },
         h('input', { type: 'checkbox', id: 'new-chat-subagents', testid: 'new-chat-subagents' }),
         ' Sub-agents: the model may start child chats that work on parts of the task',
+      ),
+      h(
+        'label',
+        { class: 'toggle', for: 'new-chat-workspace' },
+        h('input', { type: 'checkbox', id: 'new-chat-workspace', testid: 'new-chat-workspace' }),
+        ' Workspace: the model gets a sandboxed directory with shell, read, write and list tools',
       ),
     ),
   );
@@ -148,6 +154,7 @@ async function createChat(content, model) {
   if (tools) body.dynamic_tools = tools;
   if ($input('new-chat-plan-mode').checked) body.plan_mode = 'plan';
   if ($input('new-chat-subagents').checked) body.subagents = true;
+  if ($input('new-chat-workspace').checked) body.workspace = true;
   const systemPrompt = $input('new-chat-system-prompt').value;
   if (systemPrompt.trim()) body.system_prompt = systemPrompt;
   /** @type {Chat | undefined} */

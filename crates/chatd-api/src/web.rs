@@ -111,12 +111,14 @@ pub const ASSETS: &[Asset] = &[
         Caching::Revalidate
     ),
     asset!("/queue.js", "queue.js", JS, Caching::Revalidate),
+    asset!("/workspace.js", "workspace.js", JS, Caching::Revalidate),
     asset!("/signin.js", "signin.js", JS, Caching::Revalidate),
     asset!("/search.js", "search.js", JS, Caching::Revalidate),
     asset!("/shares.js", "shares.js", JS, Caching::Revalidate),
     asset!("/import-chat.js", "import-chat.js", JS, Caching::Revalidate),
     asset!("/app.css", "app.css", CSS, Caching::Revalidate),
     asset!("/features.css", "features.css", CSS, Caching::Revalidate),
+    asset!("/workspace.css", "workspace.css", CSS, Caching::Revalidate),
     asset!(
         "/vendor/marked-18.2.1/marked.esm.js",
         "vendor/marked-18.2.1/marked.esm.js",
