@@ -269,6 +269,14 @@ async fn model_configs_keep_exactly_one_enabled_default() {
             "options.seed",
         ),
         (
+            json!({"provider_id": p, "model": "c", "context_limit": 10, "options": {"provider_tools": ["web_search", "computer"]}}),
+            "options.provider_tools",
+        ),
+        (
+            json!({"provider_id": p, "model": "c", "context_limit": 10, "options": {"provider_tools": "web_search"}}),
+            "options.provider_tools",
+        ),
+        (
             json!({"provider_id": p, "model": "c", "context_limit": 10, "options": []}),
             "options",
         ),
