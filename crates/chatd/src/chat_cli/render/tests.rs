@@ -606,3 +606,28 @@ fn unknown_event_and_part_types_are_ignored() {
     );
     assert_eq!(out, "user> a\n");
 }
+
+#[test]
+fn a_provider_web_search_is_shown_as_its_query_results_and_numbered_sources() {
+    let parts: Vec<MessagePart> = serde_json::from_value(json!([
+        {"type": "provider-tool-call", "tool_call_id": "s1", "tool_name": "web_search",
+         "input": {"query": "claude shannon"}},
+        {"type": "provider-tool-result", "tool_call_id": "s1", "tool_name": "web_search",
+         "result": [{"type": "web_search_result", "url": "https://e.org/a", "title": "A",
+                     "encrypted_content": "x"}], "is_error": false},
+        {"type": "text", "text": "Born 1916.", "citations": [{"url": "https://e.org/a", "title": "A"}]},
+        {"type": "provider-tool-result", "tool_call_id": "s2", "tool_name": "web_search",
+         "result": {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"},
+         "is_error": true},
+    ]))
+    .unwrap();
+    assert_eq!(
+        provider_tool_lines(&parts),
+        [
+            "[web search: claude shannon]",
+            "  A <https://e.org/a>",
+            "[web search failed: max_uses_exceeded]",
+            "[1] A <https://e.org/a>",
+        ]
+    );
+}
