@@ -10,7 +10,7 @@
 //! last branch change are required to be on the active branch. A message
 //! stored at once (not queued) is never deleted, on any branch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,9 @@ pub struct Shared {
     pub replicas: Mutex<Vec<(String, bool)>>,
     /// Ids of the chats the run works on.
     pub chats: Vec<String>,
+    /// The ones of them created with a workspace (`"workspace": true`):
+    /// their clients also send [`workspace_text`] operations.
+    pub workspaces: HashSet<String>,
     /// The ledger.
     pub ledger: Mutex<Ledger>,
     /// Counters.
@@ -87,6 +90,9 @@ pub struct Stats {
     /// Replica starts that failed and were tried again: (replica, the
     /// last `ERROR` line of its log).
     pub failed_starts: Vec<(usize, String)>,
+    /// Acknowledged sends and edits whose text makes the model call a
+    /// workspace tool, by kind ([`WorkspaceOp::name`]).
+    pub workspace_ops: BTreeMap<&'static str, u64>,
 }
 
 impl Shared {
@@ -269,13 +275,104 @@ struct Client<'a> {
 }
 
 /// The text of a user message carrying `token`: a tool call of the
-/// client-side tool, a slow answer, or a quick echo.
-fn text_for(rng: &mut StdRng, token: &str) -> String {
-    match rng.random_range(0..10) {
+/// client-side tool, a slow answer, or a quick echo; in a chat with a
+/// workspace (`workspace`), mostly a call of a workspace tool instead
+/// ([`workspace_text`]), returned with its kind.
+fn text_for(rng: &mut StdRng, token: &str, workspace: bool) -> (String, Option<WorkspaceOp>) {
+    if workspace && rng.random_range(0..10) < 7 {
+        let (op, text) = workspace_text(rng, token);
+        return (text, Some(op));
+    }
+    let text = match rng.random_range(0..10) {
         0..3 => format!("call lookup {{\"token\":\"{token}\"}}"),
         3..5 => format!("slow {token}"),
         _ => token.to_owned(),
+    };
+    (text, None)
+}
+
+/// The files the workspace operations write and read (the checker's
+/// replay knows them by the commands of [`workspace_text`]).
+pub const WORKSPACE_FILES: [&str; 3] = ["a.txt", "b.txt", "d/c.txt"];
+/// The file the `shell_append` operations append a line to.
+pub const WORKSPACE_LOG: &str = "log.txt";
+
+/// The kinds of workspace operation a client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceOp {
+    /// `write_file` of a token to one of [`WORKSPACE_FILES`].
+    WriteFile,
+    /// `shell`: `printf %s TOKEN > PATH`, half the time after `sleep 0.5`.
+    ShellWrite,
+    /// `shell`: `printf '%s\n' TOKEN >> log.txt`, half the time after
+    /// `sleep 0.5`.
+    ShellAppend,
+    /// `read_file` of one of the files (or of the log).
+    ReadFile,
+}
+
+impl WorkspaceOp {
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::WriteFile => "write_file",
+            Self::ShellWrite => "shell_write",
+            Self::ShellAppend => "shell_append",
+            Self::ReadFile => "read_file",
+        }
     }
+}
+
+/// A user text that makes the fake LLM (`scripted` mode: `call NAME
+/// JSON`) call a workspace tool with content `token`, so that each write
+/// names the send it came from; a tool result then makes it answer `tool
+/// said: ...`. The `sleep 0.5` keeps some steps in flight when a replica
+/// is killed or stopped.
+pub fn workspace_text(rng: &mut StdRng, token: &str) -> (WorkspaceOp, String) {
+    let path = WORKSPACE_FILES[rng.random_range(0..WORKSPACE_FILES.len())];
+    let sleep = if rng.random_range(0..2) == 0 {
+        "sleep 0.5 && "
+    } else {
+        ""
+    };
+    let (op, name, args) = match rng.random_range(0..7) {
+        0..2 => (
+            WorkspaceOp::WriteFile,
+            "write_file",
+            json!({"path": path, "content": token}),
+        ),
+        2..4 => {
+            let mkdir = match path.rsplit_once('/') {
+                Some((dir, _)) => format!("mkdir -p {dir} && "),
+                None => String::new(),
+            };
+            (
+                WorkspaceOp::ShellWrite,
+                "shell",
+                json!({"command": format!("{sleep}{mkdir}printf %s {token} > {path}")}),
+            )
+        }
+        4..6 => (
+            WorkspaceOp::ShellAppend,
+            "shell",
+            json!({"command": format!("{sleep}printf '%s\\n' {token} >> {WORKSPACE_LOG}")}),
+        ),
+        _ => {
+            let path = if rng.random_range(0..4) == 0 {
+                WORKSPACE_LOG
+            } else {
+                path
+            };
+            // The token, an argument the tool ignores, names the
+            // message for the lost-message check.
+            (
+                WorkspaceOp::ReadFile,
+                "read_file",
+                json!({"path": path, "token": token}),
+            )
+        }
+    };
+    (op, format!("call {name} {args}"))
 }
 
 impl Client<'_> {
@@ -316,7 +413,7 @@ impl Client<'_> {
     /// waiting `Retry-After` (at most 2 s) or 300 ms between attempts.
     async fn send(&mut self, client: usize, n: u64, behavior: &str) {
         let token = format!("tok-{client}-{n}");
-        let text = text_for(self.rng, &token);
+        let (text, op) = text_for(self.rng, &token, self.workspace());
         let body = json!({
             "content": [{"type": "text", "text": text}],
             "busy_behavior": behavior,
@@ -350,6 +447,7 @@ impl Client<'_> {
                     written.acked_at = Some(Instant::now());
                     written.queued_id = answer.body["queued_message"]["id"].as_i64();
                     written.message_id = answer.body["message"]["id"].as_i64();
+                    self.count_workspace_op(op);
                     break;
                 }
                 0 | 502 | 503 if started.elapsed() < Duration::from_secs(30) => {
@@ -362,6 +460,25 @@ impl Client<'_> {
             }
         }
         self.ledger().written.push(written);
+    }
+
+    /// Whether the chat has a workspace.
+    fn workspace(&self) -> bool {
+        self.shared.workspaces.contains(self.chat)
+    }
+
+    /// Counts an acknowledged workspace operation.
+    fn count_workspace_op(&self, op: Option<WorkspaceOp>) {
+        if let Some(op) = op {
+            *self
+                .shared
+                .stats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .workspace_ops
+                .entry(op.name())
+                .or_default() += 1;
+        }
     }
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
@@ -400,7 +517,7 @@ impl Client<'_> {
             .len()
             .saturating_sub(1 + self.rng.random_range(0..3.min(users.len())))];
         let token = format!("tok-{client}-{n}");
-        let text = text_for(self.rng, &token);
+        let (text, op) = text_for(self.rng, &token, self.workspace());
         let started = Instant::now();
         let answer = self
             .call(
@@ -410,6 +527,9 @@ impl Client<'_> {
                 Some(json!({"content": [{"type": "text", "text": text}]})),
             )
             .await;
+        if answer.status == 200 {
+            self.count_workspace_op(op);
+        }
         let mut ledger = self.ledger();
         ledger
             .last_branch_change

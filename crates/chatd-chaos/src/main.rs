@@ -21,12 +21,17 @@
 //!    HAProxy routing to the primary) and points everything at
 //!    `CHATD_HA_URL` ([`ha`]).
 //! 2. starts the fake LLM (`fake-llm --mode scripted`) and `--replicas`
-//!    replicas (`chatd serve --postgres-url`, lease `--lease`), and creates
-//!    `--chats` chats, each with a client-side tool `lookup`.
+//!    replicas (`chatd serve --postgres-url`, lease `--lease`, one
+//!    `--workspace-dir` under the logs directory, `--workspace-approval
+//!    never`), and creates `--chats` chats, each with a client-side tool
+//!    `lookup`, every other one (the first included) with a workspace.
 //! 3. for `--duration`, runs `--clients` clients, each a seeded random
 //!    sequence of sends (queue and interrupt; quick, slow and tool-calling
 //!    answers; retried with the same `client_message_id` on transport errors
-//!    and `503` for up to 30 s, after `Retry-After`), edits, queue deletes
+//!    and `503` for up to 30 s, after `Retry-After`; in a chat with a
+//!    workspace, mostly calls of its tools: `write_file`, `shell` writing a
+//!    file or appending to a log, some after `sleep 0.5`, and
+//!    `read_file`, each write's content the send's token), edits, queue deletes
 //!    and promotes, interrupts, tool results and archive round trips against
 //!    random live replicas; one SSE watcher per chat that reconnects with
 //!    `after_id`; and a fault loop: SIGKILL and restart of a replica,
@@ -50,7 +55,9 @@
 //! 4. settles: with `--ha`, waits until the cluster is healthy; resumes and
 //!    restarts every replica, unarchives the chats and answers pending tool
 //!    calls until every chat is idle (at most 60 s);
-//! 5. checks the invariants of [`check`] and the ones watched while running
+//! 5. checks the invariants of [`check`] and [`workspace`] (the files of
+//!    each chat with a workspace are the replay of its committed steps),
+//!    the ones watched while running
 //!    (no `500` answers, snapshot versions never going back for a client),
 //!    and the PostgreSQL logs (no deadlock, no command on a connection left
 //!    inside a transaction); prints the figures (answers by operation and
@@ -80,7 +87,9 @@ mod ha;
 mod noisy;
 mod takeover;
 mod watch;
+mod workspace;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -358,7 +367,15 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let llm = FakeLlm::start(&fake_llm_bin, &logs_path.join("fake-llm.log")).await?;
     let config = llm.write_config(&logs_path)?;
     let lease = humantime::format_duration(args.lease).to_string();
+    // One workspace directory for the run's replicas (each keeps its chats
+    // under a directory of its own there and sweeps the ones killed
+    // replicas left); no approvals, so that workspace steps run at once.
+    let workspace_dir = logs_path.join("workspaces");
     let replica_args: Vec<String> = [
+        "--workspace-dir",
+        workspace_dir.to_str().context("path")?,
+        "--workspace-approval",
+        "never",
         "--postgres-url",
         &db.url(),
         "--config",
@@ -406,12 +423,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let shared = Arc::new(Shared {
         replicas: Mutex::new(replicas.iter().map(|r| (r.url.clone(), true)).collect()),
         chats: Vec::new(),
+        workspaces: HashSet::new(),
         ledger: Mutex::new(Ledger::default()),
         stats: Mutex::new(Stats::default()),
     });
     let http = reqwest::Client::new();
     let mut chats = Vec::new();
+    let mut workspaces = HashSet::new();
     for i in 0..args.chats {
+        // Every other chat has a workspace (the first one included).
+        let workspace = i % 2 == 0;
         let answer = request(
             &shared,
             &http,
@@ -423,6 +444,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 "content": [{"type": "text", "text": format!("start {i}")}],
                 "title": format!("chaos {i}"),
                 "dynamic_tools": [{"name": "lookup", "description": "Looks a token up.", "input_schema": {"type": "object"}}],
+                "workspace": workspace,
             })),
         )
         .await;
@@ -432,11 +454,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             answer.status,
             answer.body
         );
-        chats.push(answer.body["id"].as_str().context("chat id")?.to_owned());
+        let id = answer.body["id"].as_str().context("chat id")?.to_owned();
+        if workspace {
+            workspaces.insert(id.clone());
+        }
+        chats.push(id);
     }
     let shared = Arc::new(Shared {
         replicas: Mutex::new(replicas.iter().map(|r| (r.url.clone(), true)).collect()),
         chats: chats.clone(),
+        workspaces: workspaces.clone(),
         ledger: Mutex::new(Ledger::default()),
         stats: Mutex::new(Stats::default()),
     });
@@ -616,6 +643,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     violations.append(&mut harness_violations);
     violations.extend(check::check(&mut conn, &chats, &ledger, &views).await?);
     violations.extend(check::branches(&mut conn, &shared, &http, &mut rng, &chats).await?);
+    let (workspace_violations, workspace_figures) =
+        workspace::check(&mut conn, &shared, &http, &mut rng, &chats, &workspaces).await?;
+    violations.extend(workspace_violations);
+    if !violations.is_empty() {
+        dump_database(&mut conn, &logs_path).await;
+    }
     drop(conn);
     let stats = std::mem::take(&mut *shared.stats.lock().unwrap_or_else(|p| p.into_inner()));
     let ops: u64 = stats.answers.values().sum();
@@ -641,6 +674,25 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         stats.unavailable_without_retry_after,
         with_status(0),
         with_status(500)
+    );
+    println!(
+        "chaos: workspace ops (acknowledged sends and edits) {}",
+        by_count(
+            stats
+                .workspace_ops
+                .iter()
+                .map(|(k, n)| ((*k).to_owned(), *n))
+        )
+    );
+    println!(
+        "chaos: workspace results stored {}; reads checked against the replay {}; \
+         files {} ({} bytes) in {} chats, log lines {}",
+        by_count(workspace_figures.results.clone().into_iter()),
+        workspace_figures.reads_checked,
+        workspace_figures.files,
+        workspace_figures.bytes,
+        workspaces.len(),
+        workspace_figures.log_lines
     );
     for (kind, n) in &stats.faults {
         println!("chaos: faults {kind} × {n}");
@@ -760,6 +812,48 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             logs_path.display()
         );
         Ok(false)
+    }
+}
+
+/// Writes the stored messages and workspace entries of every chat to
+/// `messages.jsonl` and `workspace-files.jsonl` in `dir` (one JSON object
+/// a row, in id and path order), for reading a run's violations after the
+/// private cluster is gone. Errors are printed, not returned.
+async fn dump_database(conn: &mut sqlx::PgConnection, dir: &std::path::Path) {
+    let dumps = [
+        (
+            "messages.jsonl",
+            "SELECT row_to_json(m)::text FROM (SELECT chat_id, id, parent_id, role, visibility,
+                deleted, revision, created_at, content FROM chat_messages ORDER BY id) m",
+        ),
+        (
+            "workspace-files.jsonl",
+            "SELECT row_to_json(f)::text FROM (SELECT chat_id, path, kind, bytes,
+                convert_from(content, 'UTF8') AS content, updated_at
+                FROM chat_workspace_files ORDER BY chat_id, path) f",
+        ),
+    ];
+    for (name, sql) in dumps {
+        // Assembled for reading only, not part of chatd's statements.
+        match sqlx::query_scalar::<_, String>(sql)
+            .fetch_all(&mut *conn)
+            .await
+        {
+            Ok(rows) => {
+                let _ = std::fs::write(dir.join(name), rows.join("\n") + "\n");
+            }
+            Err(err) => println!("chaos: could not dump {name}: {err}"),
+        }
+    }
+}
+
+/// `name × n, ...` of `counts`.
+fn by_count(counts: impl Iterator<Item = (String, u64)>) -> String {
+    let parts: Vec<String> = counts.map(|(k, n)| format!("{k} × {n}")).collect();
+    if parts.is_empty() {
+        "none".to_owned()
+    } else {
+        parts.join(", ")
     }
 }
 
