@@ -391,8 +391,10 @@ fn tls_config() -> anyhow::Result<ClientConfig> {
 /// The error for a non-2xx answer to `what`: `MESSAGE (HTTP STATUS)`, then
 /// the detail and each validation on its own line; a hint on `401`.
 fn api_error(status: StatusCode, body: &[u8], what: &str) -> anyhow::Error {
+    let mut message = String::new();
     let mut text = match serde_json::from_slice::<ErrorBody>(body) {
         Ok(error) if !error.message.is_empty() => {
+            message.clone_from(&error.message);
             let mut text = format!("{} (HTTP {status}, {what})", error.message);
             if let Some(detail) = error.detail.filter(|d| !d.is_empty()) {
                 text.push_str(&format!("\n  {detail}"));
@@ -415,8 +417,34 @@ fn api_error(status: StatusCode, body: &[u8], what: &str) -> anyhow::Error {
     if status == StatusCode::UNAUTHORIZED {
         text.push_str("\n  check the API token (--token or CHATD_TOKEN)");
     }
-    anyhow!(text)
+    anyhow::Error::new(ApiFailure {
+        status,
+        message,
+        text,
+    })
 }
+
+/// A non-2xx answer: its status, and the text [`Client::call`]'s errors
+/// show (the API error's message, detail and validations). A subcommand
+/// that words some statuses its own way finds it with
+/// `err.downcast_ref::<ApiFailure>()`.
+#[derive(Debug)]
+pub struct ApiFailure {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The API error's `message` (empty when the body was not one).
+    pub message: String,
+    /// `MESSAGE (HTTP STATUS, WHAT)`, then the detail and validations.
+    pub text: String,
+}
+
+impl std::fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for ApiFailure {}
 
 #[cfg(test)]
 mod tests {

@@ -9,8 +9,8 @@
 //! `new`, `send`, `queue list|edit|move`, `watch`, `interrupt`, `compact`,
 //! `clear-context`, `regenerate`, `branches`, `switch`, `fork`,
 //! `tool-results`, `approve`, `deny`, `rename`, `archive`, `unarchive`,
-//! `delete`, `export`, `import`, `search`, `share`, `unshare`, `shares`;
-//! and `usage`, `token list`, `token revoke`).
+//! `delete`, `export`, `import`, `search`, `share`, `unshare`, `shares`,
+//! `files`, `cat`, `download`; and `usage`, `token list`, `token revoke`).
 //!
 //! `new`, `send` and `regenerate` stream the assistant's reply to standard
 //! output as it is generated and exit when the chat is idle again; `watch` prints the

@@ -9,7 +9,9 @@
 //! the client), and client-side tools offered with `new --tools` and called
 //! by the model exit 3 with the `tool-results` command to run, which sends
 //! results and errors and streams the continuation; bad `--tools`,
-//! `--result` and `--error` arguments are usage errors.
+//! `--result` and `--error` arguments are usage errors; `new --workspace`
+//! gives a chat a workspace whose `shell` calls show as `$ COMMAND`, and
+//! `files`, `cat` and `download` read it.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -935,5 +937,218 @@ async fn new_with_subagents_spawns_a_child_that_children_lists_with_its_status()
     // The default list shows the parent, not the child.
     let (_, stdout, _) = output(cli(&url, &["list"])).await?;
     assert!(stdout.contains(&parent.to_string()) && !stdout.contains(&child.to_string()));
+    Ok(())
+}
+
+/// Whether bubblewrap runs here (the workspace's `shell` needs it); prints
+/// why a test skips when not.
+async fn bwrap_or_skip(test: &str) -> bool {
+    let ok = Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .await
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIP {test}: bubblewrap (bwrap) is not installed");
+    }
+    ok
+}
+
+/// The `.tar.gz` at `path`: entry path → content.
+fn untar(path: &std::path::Path) -> anyhow::Result<std::collections::BTreeMap<String, Vec<u8>>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let mut entries = std::collections::BTreeMap::new();
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let name = entry.path()?.to_string_lossy().into_owned();
+        let mut content = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut content)?;
+        entries.insert(name, content);
+    }
+    Ok(entries)
+}
+
+/// `chatd chat new --workspace` gives the chat a workspace; the model's
+/// `write_file` and `shell` calls (no approval: `--workspace-approval
+/// never`) show as `$ COMMAND` and its exit code; `files` lists what they
+/// left (`--json` the API's array), `cat` writes a file's bytes exactly
+/// (binary too) and names a missing file or a bad path, `download` saves
+/// the `.tar.gz` (by default as `<chat id>-workspace.tar.gz`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_with_workspace_then_files_cat_and_download_show_what_the_tools_wrote()
+-> anyhow::Result<()> {
+    if !bwrap_or_skip("workspace CLI").await {
+        return Ok(());
+    }
+    let (db, llm, dir, config) = fixture().await?;
+    let workspaces = dir.path().join("workspaces");
+    let workspaces_arg = workspaces.display().to_string();
+    let mut args = replica_args(&db, &config, "500ms");
+    args.extend([
+        "--workspace-approval",
+        "never",
+        "--workspace-dir",
+        &workspaces_arg,
+    ]);
+    let server = Chatd::start(&args).await?;
+    llm.push(
+        Script::new()
+            .tool_call(
+                "w1",
+                "write_file",
+                r#"{"path": "notes/a.txt", "content": "hello\n"}"#,
+                1,
+            )
+            .tool_call(
+                "s1",
+                "shell",
+                r#"{"command": "printf '\\000\\001\\377' > bin.dat && echo made it"}"#,
+                1,
+            ),
+    );
+    llm.push(Script::text("All written."));
+    let url = server.url();
+    let (code, stdout, stderr) =
+        output(cli(&url, &["new", "--workspace", "write some files"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, "All written.\n");
+    let chat = chat_id(&stderr)?;
+    // The shell call and its result, compactly, on standard error (the
+    // step's calls, then their results).
+    assert!(
+        stderr.contains(
+            "(w1)]\n$ printf '\\000\\001\\377' > bin.dat && echo made it\n[tool result write_file"
+        ) && stderr
+            .ends_with("(w1)] {\"bytes\":6,\"path\":\"notes/a.txt\"}\n  made it\n[exit 0]\n"),
+        "stderr: {stderr}"
+    );
+    let read = server
+        .get_json(&format!("/api/v2/chats/{chat}"), ADMIN_TOKEN)
+        .await?;
+    assert_eq!(read["workspace"]["bytes"], 9, "{read}");
+    assert_eq!(read["workspace"]["files"], 2, "{read}");
+    let id = chat.to_string();
+
+    // `watch --once` shows the same.
+    let (code, stdout, stderr) = output(cli(&url, &["watch", &id, "--once"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert!(
+        stdout.contains("assistant> $ printf '\\000\\001\\377' > bin.dat && echo made it\ntool> ")
+            && stdout.contains("\ntool>   made it\ntool> [exit 0]\nassistant> All written.\n"),
+        "stdout: {stdout}"
+    );
+
+    // files: one aligned line per entry; --json: the API's array.
+    let (code, stdout, stderr) = output(cli(&url, &["files", &id])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let summary: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[0], r[1], r[3])).collect();
+    assert_eq!(
+        summary,
+        [
+            ("file", "3", "bin.dat"),
+            ("dir", "0", "notes/"),
+            ("file", "6", "notes/a.txt")
+        ],
+        "{stdout}"
+    );
+    assert!(rows.iter().all(|r| r[2].ends_with('Z')), "{stdout}");
+    let (code, stdout, _) = output(cli(&url, &["files", &id, "--json"])).await?;
+    assert_eq!(code, Some(0));
+    let listed: Vec<Value> = serde_json::from_str(&stdout)?;
+    assert_eq!(listed.len(), 3, "{stdout}");
+    assert_eq!(listed[2]["path"], "notes/a.txt");
+    assert_eq!(listed[2]["executable"], false);
+
+    // cat: the bytes exactly, binary included.
+    let (code, stdout, stderr) = output(cli(&url, &["cat", &id, "notes/a.txt"])).await?;
+    assert_eq!((code, stdout.as_str()), (Some(0), "hello\n"), "{stderr}");
+    let raw = tokio::time::timeout(CLI_TIMEOUT, cli(&url, &["cat", &id, "bin.dat"]).output())
+        .await
+        .context("cat did not finish in time")??;
+    assert!(
+        raw.status.success(),
+        "{}",
+        String::from_utf8_lossy(&raw.stderr)
+    );
+    assert_eq!(raw.stdout, [0u8, 1, 255]);
+    for (path, want) in [
+        ("missing.txt", "no such file in the workspace: missing.txt"),
+        (
+            "notes",
+            "no such file in the workspace: notes (This path is a directory.)",
+        ),
+    ] {
+        let (code, stdout, stderr) = output(cli(&url, &["cat", &id, path])).await?;
+        assert_eq!((code, stdout.as_str()), (Some(1), ""), "{path}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("chatd: {want}")),
+            "{path}: {stderr}"
+        );
+    }
+    for (path, want) in [
+        ("../x", "must not leave the workspace"),
+        ("/etc/passwd", "must be relative to the workspace's root"),
+    ] {
+        let (code, _, stderr) = output(cli(&url, &["cat", &id, path])).await?;
+        assert_eq!(code, Some(1), "{path}: {stderr}");
+        assert!(
+            stderr.contains("HTTP 400") && stderr.contains(&format!("path: {want}")),
+            "{path}: {stderr}"
+        );
+    }
+
+    // download: `<chat id>-workspace.tar.gz` in the current directory, or
+    // -o FILE; the archive holds the files under workspace/.
+    let out = tempfile::tempdir()?;
+    let mut command = cli(&url, &["download", &id]);
+    command.current_dir(out.path());
+    let (code, stdout, stderr) = output(command).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    let default = format!("{chat}-workspace.tar.gz");
+    assert!(
+        stderr.starts_with(&format!("wrote {default} (")),
+        "{stderr}"
+    );
+    let entries = untar(&out.path().join(&default))?;
+    assert_eq!(
+        entries.keys().collect::<Vec<_>>(),
+        [
+            "workspace/bin.dat",
+            "workspace/notes",
+            "workspace/notes/a.txt"
+        ]
+    );
+    assert_eq!(entries["workspace/notes/a.txt"], b"hello\n");
+    assert_eq!(entries["workspace/bin.dat"], [0u8, 1, 255]);
+    let named = out.path().join("named.tgz");
+    let named_arg = named.display().to_string();
+    let (code, _, stderr) = output(cli(&url, &["download", &id, "-o", &named_arg])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    assert!(
+        stderr.starts_with(&format!("wrote {named_arg} (")),
+        "{stderr}"
+    );
+    assert_eq!(untar(&named)?, entries);
+
+    // A chat without a workspace: nothing to list, an empty archive.
+    llm.push(Script::text("plain"));
+    let (code, _, stderr) = output(cli(&url, &["new", "no workspace"])).await?;
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let plain = chat_id(&stderr)?.to_string();
+    let (code, stdout, stderr) = output(cli(&url, &["files", &plain])).await?;
+    assert_eq!((code, stdout.as_str()), (Some(0), ""));
+    assert_eq!(stderr, "the workspace is empty\n");
+    let (code, _, stderr) = output(cli(&url, &["cat", &plain, "a.txt"])).await?;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.starts_with("chatd: no such file in the workspace: a.txt"),
+        "{stderr}"
+    );
     Ok(())
 }

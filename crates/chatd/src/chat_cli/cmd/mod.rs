@@ -32,6 +32,7 @@ pub mod token_revoke;
 pub mod tool_results;
 pub mod usage;
 pub mod watch;
+pub mod workspace;
 
 use std::process::ExitCode;
 
@@ -91,6 +92,9 @@ pub enum ChatCommand {
     Share(share::ShareArgs),
     Unshare(share::UnshareArgs),
     Shares(share::SharesArgs),
+    Files(workspace::FilesArgs),
+    Cat(workspace::CatArgs),
+    Download(workspace::DownloadArgs),
 }
 
 impl ChatCommand {
@@ -126,6 +130,9 @@ impl ChatCommand {
             ChatCommand::Share(args) => args.run(session).await,
             ChatCommand::Unshare(args) => args.run(session).await,
             ChatCommand::Shares(args) => args.run(session).await,
+            ChatCommand::Files(args) => args.run(session).await,
+            ChatCommand::Cat(args) => args.run(session).await,
+            ChatCommand::Download(args) => args.run(session).await,
         }
     }
 }

@@ -48,6 +48,12 @@ pub struct NewArgs {
     /// chats; list them with `chatd chat children`.
     #[arg(long)]
     subagents: bool,
+    /// Give the chat a workspace: a directory of its own that the model
+    /// works in with the built-in shell, read_file, write_file and
+    /// list_files tools (commands run in the server's sandbox, and may
+    /// wait for approval); see it with `chatd chat files|cat|download`.
+    #[arg(long)]
+    workspace: bool,
     /// Attach a file (at most 10 MiB; repeatable): uploaded first, then
     /// sent with the message.
     #[arg(long = "file", value_name = "PATH")]
@@ -82,6 +88,9 @@ impl NewArgs {
         }
         if self.subagents {
             body["subagents"] = json!(true);
+        }
+        if self.workspace {
+            body["workspace"] = json!(true);
         }
         let chat: Value = client.call(Method::POST, "/chats", Some(&body)).await?;
         let id = chat["id"]

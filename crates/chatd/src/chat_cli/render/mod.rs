@@ -18,7 +18,9 @@
 //! In both modes reasoning goes to standard error, prefixed `thinking> `
 //! and dimmed when [`Style::color`] is set, and `action_required` lists the
 //! pending calls then the `chatd chat tool-results` command that answers
-//! them ([`describe_action_required`]).
+//! them ([`describe_action_required`]). A workspace `shell` call is shown
+//! as `$ COMMAND` and its result as the command's output and exit code
+//! ([`shell`]), in the place of the call's and the result's line.
 //!
 //! De-duplication (API.md "Stream" details; the stream's episode rules):
 //! - Live `message_part`s preview one episode `(history_version,
@@ -46,6 +48,7 @@
 //!   `revision` is noted on standard error in watch mode, not reprinted.
 
 mod notices;
+mod shell;
 
 /// The lines that show a message's provider-hosted tools (API.md
 /// "Workspaces and provider-hosted tools"; the provider ran them): `[web
@@ -566,6 +569,12 @@ impl Renderer {
                     // Its result says what happened (`on_tool_results`).
                     continue;
                 }
+                if tool_name == shell::SHELL_TOOL
+                    && let Some(line) = shell::call_line(args)
+                {
+                    self.tool_lines(&[line], "assistant> ");
+                    continue;
+                }
                 match self.mode {
                     Mode::Watch => self.line_out(format!(
                         "assistant> [tool call {tool_name} {args} ({tool_call_id})]"
@@ -598,6 +607,12 @@ impl Renderer {
             {
                 if tool_name == COMPACTION_TOOL {
                     self.notice(describe_compaction(result, *is_error));
+                    continue;
+                }
+                if tool_name == shell::SHELL_TOOL
+                    && let Some(lines) = shell::result_lines(result, *is_error)
+                {
+                    self.tool_lines(&lines, "tool> ");
                     continue;
                 }
                 let result = match result {
@@ -699,6 +714,18 @@ impl Renderer {
         }
         self.open = Some(OpenLine::Reasoning);
         self.out.push(Output::Stderr(chunk));
+    }
+
+    /// Lines of a tool's call or result ([`shell`]): in watch mode on
+    /// standard output, each line after `prefix`; in reply mode as they
+    /// are, on standard error.
+    fn tool_lines(&mut self, lines: &[String], prefix: &str) {
+        for line in lines {
+            match self.mode {
+                Mode::Watch => self.line_out(format!("{prefix}{line}")),
+                Mode::Reply { .. } => self.notice(line.clone()),
+            }
+        }
     }
 
     /// A whole line on standard output (watch transcript).
