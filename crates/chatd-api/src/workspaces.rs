@@ -48,11 +48,27 @@ pub struct WorkspaceEntry {
     pub updated_at: DateTime<Utc>,
 }
 
+/// The pattern the document states for the file route's `path`
+/// ([`FileParams`], which repeats it: the attribute takes a literal
+/// only): `/`-separated segments, none of them `.` or `..`, not starting
+/// with `/`, no NUL. Every path it matches passes the route's
+/// check (of at most 4096 bytes); the route also takes `.` segments
+/// (`./a//b` is `a/b`), which the pattern leaves out so that a
+/// schema-valid request is never refused for its form.
+pub const PATH_PATTERN: &str = concat!(
+    "^(?:[^/.\\u0000][^/\\u0000]*|\\.[^/.\\u0000][^/\\u0000]*|\\.\\.[^/\\u0000]+)",
+    "(?:/+(?:[^/.\\u0000][^/\\u0000]*|\\.[^/.\\u0000][^/\\u0000]*|\\.\\.[^/\\u0000]+))*/*$"
+);
+
 /// Query of `GET /chats/{chat}/workspace/file`.
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct FileParams {
-    /// The file's path, relative to the workspace's root.
+    /// The file's path, relative to the workspace's root (at most 4096
+    /// bytes; no `..`).
+    #[param(
+        pattern = "^(?:[^/.\\u0000][^/\\u0000]*|\\.[^/.\\u0000][^/\\u0000]*|\\.\\.[^/\\u0000]+)(?:/+(?:[^/.\\u0000][^/\\u0000]*|\\.[^/.\\u0000][^/\\u0000]*|\\.\\.[^/\\u0000]+))*/*$"
+    )]
     pub path: String,
 }
 
@@ -307,6 +323,36 @@ mod tests {
         assert_eq!(chatd_tools_path("./src//main.rs").unwrap(), "src/main.rs");
         for bad in ["", "/etc/passwd", "../x", "a/../../x", ".", "a\0b"] {
             assert!(chatd_tools_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn paths_the_document_allows_pass_the_check() {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::Schema;
+        let params = FileParams::into_params(|| None);
+        let Some(RefOr::T(Schema::Object(schema))) = &params[0].schema else {
+            panic!("the path parameter has no schema of its own");
+        };
+        assert_eq!(schema.pattern.as_deref(), Some(PATH_PATTERN));
+        let pattern = regex::Regex::new(PATH_PATTERN).unwrap();
+        for good in ["a", "src/main.rs", "a//b/", ".env", "..x", "...", "a/.b/c"] {
+            assert!(pattern.is_match(good), "{good:?}");
+            assert!(chatd_tools_path(good).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            ".",
+            "a/./b",
+            "./a",
+            "..",
+            "a\0b",
+            "/",
+        ] {
+            assert!(!pattern.is_match(bad), "{bad:?}");
         }
     }
 
