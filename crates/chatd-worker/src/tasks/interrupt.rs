@@ -39,6 +39,14 @@ pub(super) async fn interrupt(task: &TaskContext) -> TaskResult<()> {
 /// message (reasoning, text, tool calls with the arguments received so far)
 /// followed by one tool message per streamed tool result. Calls without a
 /// result are answered by `FinishInterruption` itself.
+///
+/// The streamed results of the workspace tools ([`super::workspace::TOOLS`])
+/// are left out: a step's changes commit only with its `CommitStep`, which
+/// the interrupt pre-empts, so the files never got them; such a call is
+/// answered as interrupted instead of claiming a write the workspace does
+/// not hold (or a read of a state that never committed). Only the
+/// workspace route streams results under these names: MCP tools are
+/// `<slug>__<tool>`, and client-tool results are never streamed.
 fn partial_messages(parts: &[StreamPart]) -> Vec<NewMessage> {
     let mut reasoning = String::new();
     let mut text = String::new();
@@ -81,6 +89,8 @@ fn partial_messages(parts: &[StreamPart]) -> Vec<NewMessage> {
                 Some(call) => call.2.push_str(args_delta),
                 None => calls.push((tool_call_id.clone(), tool_name.clone(), args_delta.clone())),
             },
+            PartDelta::ToolResult { tool_name, .. }
+                if super::workspace::is_workspace_tool(tool_name) => {}
             PartDelta::ToolResult {
                 tool_call_id,
                 tool_name,

@@ -40,7 +40,9 @@ use serde_json::{Value, json};
 use super::{TaskContext, TaskResult};
 use crate::fence::{FenceError, fenced_lock};
 
-/// The names of the workspace tools.
+/// The names of the workspace tools. Their results hold only with the step
+/// that carries the step's changes: an interrupt stores none of their
+/// streamed results (`super::interrupt`).
 pub(super) const TOOLS: [&str; 4] = ["shell", "read_file", "write_file", "list_files"];
 
 /// The workspace tools plan mode offers (they change nothing).

@@ -474,3 +474,73 @@ async fn an_interrupt_mid_command_kills_it_and_the_next_step_sees_none_of_its_ch
     assert!(committed(&env, chat_id).await.is_empty());
     worker.shutdown().await;
 }
+
+/// Found by the chaos harness: a workspace result streams as soon as the
+/// call ends, but its files commit with the step; an interrupt between the
+/// two must not store the results (they would claim a write the workspace
+/// never got, or a read of it). Here the step waits for a slow MCP call
+/// beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_after_a_write_streamed_but_before_its_step_committed_stores_no_claim_of_it() {
+    let env = Env::new().await;
+    let server = env
+        .add_mcp_server(
+            "slow",
+            crate::common::McpRow::Stdio(crate::common::fixture_command()),
+        )
+        .await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(
+        Script::new()
+            .tool_call("w", "write_file", r#"{"path": "f", "content": "x"}"#, 1)
+            .tool_call("r", "read_file", r#"{"path": "f"}"#, 1)
+            .tool_call("z", "slow__sleep", r#"{"ms": 3000}"#, 1),
+    );
+    env.llm.push(Script::new().tool_call("l", "list_files", "{}", 1));
+    env.llm.push(Script::text("Nothing there."));
+    let worker = env.worker_with(config);
+    let chat_id = env
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: env.owner,
+            initial_messages: vec![NewMessage::user(vec![MessagePart::text("go")])],
+            workspace: true,
+            mcp_server_ids: vec![server],
+            ..CreateChatInput::default()
+        })
+        .await
+        .unwrap()
+        .chat
+        .id;
+    for _ in 0..200 {
+        if env.llm.requests().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The write ran and streamed; the step waits for the sleep.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    env.send(chat_id, "stop", chatd_core::BusyBehavior::Interrupt)
+        .await;
+    env.wait_for(chat_id, Duration::from_secs(20), "the second turn", |c| {
+        c.status == ChatStatus::Waiting && c.message_count >= 6
+    })
+    .await;
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    let write = &results.iter().find(|r| r.0 == "w").expect("w answered").1;
+    assert_ne!(
+        write.get("bytes"),
+        Some(&json!(1)),
+        "no claim of a write that never committed: {results:?}"
+    );
+    let read = &results.iter().find(|r| r.0 == "r").expect("r answered").1;
+    assert!(
+        read.get("content").is_none(),
+        "nor of a read of a state that never committed: {results:?}"
+    );
+    let list = &results.iter().find(|r| r.0 == "l").expect("list").1;
+    assert_eq!(list["entries"], json!([]), "{results:?}");
+    assert!(committed(&env, chat_id).await.is_empty());
+    worker.shutdown().await;
+}
