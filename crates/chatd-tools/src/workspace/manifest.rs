@@ -362,11 +362,16 @@ impl LocalWorkspace {
                     if here.is_none() {
                         write_file(&dir, path, &contents[path])?;
                     }
-                    let mode = if entry.executable { 0o755 } else { 0o644 };
-                    dir.set_permissions(
-                        path,
-                        Permissions::from_std(std::fs::Permissions::from_mode(mode)),
-                    )?;
+                    // Only where the bit differs: a chmod changes the
+                    // file's ctime even to the same mode, and the stat
+                    // cache would hash every file again (bench_workspace).
+                    if here.is_none_or(|c| c.executable != entry.executable) {
+                        let mode = if entry.executable { 0o755 } else { 0o644 };
+                        dir.set_permissions(
+                            path,
+                            Permissions::from_std(std::fs::Permissions::from_mode(mode)),
+                        )?;
+                    }
                 }
             }
         }

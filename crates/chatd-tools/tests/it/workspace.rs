@@ -737,3 +737,33 @@ async fn without_cgroups_rlimits_name_cpu_time_memory_and_file_size() {
         (Some(0), "fine\n", None)
     );
 }
+
+/// Checking out a directory that already holds the target touches no file:
+/// a chmod to the same mode would still change each file's ctime, and the
+/// stat cache would hash the whole workspace again on every step
+/// (`bench_workspace`). A changed executable bit alone is still applied.
+#[test]
+fn applying_the_state_a_directory_already_has_changes_no_file() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut ws = LocalWorkspace::open(dir.path().join("ws")).unwrap();
+    let root = ws.root().to_owned();
+    std::fs::write(root.join("a.txt"), b"a").unwrap();
+    std::fs::write(root.join("run.sh"), b"echo").unwrap();
+    set_mode(&root.join("run.sh"), 0o755);
+    let target = ws.scan().unwrap();
+    let ctime = |p: &str| {
+        let m = std::fs::metadata(root.join(p)).unwrap();
+        (m.ctime(), m.ctime_nsec())
+    };
+    let before = (ctime("a.txt"), ctime("run.sh"));
+    std::thread::sleep(Duration::from_millis(20));
+    ws.apply(&target, &HashMap::new()).unwrap();
+    assert_eq!((ctime("a.txt"), ctime("run.sh")), before);
+
+    let mut flipped = target.clone();
+    flipped.get_mut("a.txt").unwrap().executable = true;
+    ws.apply(&flipped, &HashMap::new()).unwrap();
+    assert_eq!(ws.scan().unwrap(), flipped);
+    assert_eq!(ctime("run.sh"), before.1);
+}
