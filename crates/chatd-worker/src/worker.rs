@@ -60,10 +60,8 @@ impl Worker {
     /// Starts every loop. Must be called inside a tokio runtime.
     pub fn start(deps: WorkerDeps) -> Self {
         let mcp = chatd_tools::McpHost::new(deps.config.mcp_options());
-        let workspaces = crate::workspace::Workspaces::new(
-            deps.config.workspace.clone(),
-            deps.config.worker_id,
-        );
+        let workspaces =
+            crate::workspace::Workspaces::new(deps.config.workspace.clone(), deps.config.worker_id);
         let ctx = Arc::new(WorkerContext {
             store: deps.store,
             pubsub: deps.pubsub,

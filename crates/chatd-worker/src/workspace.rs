@@ -168,18 +168,15 @@ impl Workspaces {
     /// directory being removed after one runner never meets the next
     /// runner's.
     pub(crate) fn path_of(&self, chat_id: Uuid) -> PathBuf {
-        self.root.join(format!("{chat_id}.{}", Uuid::new_v4().simple()))
+        self.root
+            .join(format!("{chat_id}.{}", Uuid::new_v4().simple()))
     }
 
     /// Forgets `chat_id`'s directory and removes it once no call uses it
     /// (its runner ended: the next owner, here or elsewhere, starts from
     /// the committed rows in a directory of its own).
     pub(crate) fn release(&self, chat_id: Uuid) {
-        let removed = self
-            .chats
-            .lock()
-            .expect("workspaces lock")
-            .remove(&chat_id);
+        let removed = self.chats.lock().expect("workspaces lock").remove(&chat_id);
         let Some(dir) = removed else { return };
         tokio::spawn(async move {
             let mut slot = dir.lock_owned().await;
@@ -202,7 +199,9 @@ fn remove_dir(path: &Path) {
     match std::fs::remove_dir_all(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove a workspace directory"),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove a workspace directory")
+        }
     }
 }
 

@@ -260,7 +260,12 @@ pub struct WorkspaceArgs {
     pub workspace_processes: u64,
 
     /// The bubblewrap binary (a path, or a name looked up in PATH).
-    #[arg(long, env = "CHATD_BWRAP", default_value = "bwrap", value_name = "PATH")]
+    #[arg(
+        long,
+        env = "CHATD_BWRAP",
+        default_value = "bwrap",
+        value_name = "PATH"
+    )]
     pub bwrap: std::path::PathBuf,
 }
 
@@ -274,7 +279,8 @@ impl WorkspaceArgs {
         sandbox.limits.cpu_time = Duration::from_secs(self.workspace_cpu_seconds);
         sandbox.limits.memory_bytes = self.workspace_memory_bytes;
         sandbox.limits.processes = self.workspace_processes;
-        sandbox.limits.file_size_bytes = u64::try_from(self.max_workspace_bytes).unwrap_or(0).max(1);
+        sandbox.limits.file_size_bytes =
+            u64::try_from(self.max_workspace_bytes).unwrap_or(0).max(1);
         chatd_worker::WorkspaceConfig {
             dir: self.workspace_dir.clone().unwrap_or(defaults.dir),
             max_bytes: self.max_workspace_bytes,

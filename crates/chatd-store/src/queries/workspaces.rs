@@ -134,7 +134,16 @@ pub async fn manifest(
     .fetch_all(conn)
     .await?;
     rows.into_iter()
-        .map(|r| entry_of(r.path, r.kind, r.sha256, r.bytes, r.executable, r.updated_at))
+        .map(|r| {
+            entry_of(
+                r.path,
+                r.kind,
+                r.sha256,
+                r.bytes,
+                r.executable,
+                r.updated_at,
+            )
+        })
         .collect()
 }
 
@@ -181,7 +190,14 @@ pub async fn file(
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        let entry = entry_of(r.path, r.kind, r.sha256, r.bytes, r.executable, r.updated_at)?;
+        let entry = entry_of(
+            r.path,
+            r.kind,
+            r.sha256,
+            r.bytes,
+            r.executable,
+            r.updated_at,
+        )?;
         Ok((entry, r.content))
     })
     .transpose()
@@ -205,7 +221,14 @@ pub async fn all_contents(
     .fetch(conn);
     let mut out = Vec::new();
     while let Some(r) = rows.try_next().await? {
-        let entry = entry_of(r.path, r.kind, r.sha256, r.bytes, r.executable, r.updated_at)?;
+        let entry = entry_of(
+            r.path,
+            r.kind,
+            r.sha256,
+            r.bytes,
+            r.executable,
+            r.updated_at,
+        )?;
         out.push((entry, r.content));
     }
     Ok(out)

@@ -92,7 +92,16 @@ pub(super) async fn commit_step(
     compaction: bool,
     next: Next,
 ) -> TaskResult<()> {
-    commit_step_with(task, what, messages, compaction, Vec::new(), Vec::new(), next).await
+    commit_step_with(
+        task,
+        what,
+        messages,
+        compaction,
+        Vec::new(),
+        Vec::new(),
+        next,
+    )
+    .await
 }
 
 /// [`commit_step`] of a step's tool results that also creates the

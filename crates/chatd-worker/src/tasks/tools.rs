@@ -46,9 +46,9 @@ use futures::future::BoxFuture;
 use uuid::Uuid;
 
 use super::agents::{self, AgentCall, Spawn};
-use super::workspace::{self, WorkspaceCall};
 use super::approval::Approvals;
 use super::stream::OpenEpisode;
+use super::workspace::{self, WorkspaceCall};
 use super::{TaskContext, TaskResult};
 
 /// The tools of one step: the chat's dynamic tools and the MCP tools its

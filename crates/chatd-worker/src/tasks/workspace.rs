@@ -470,9 +470,9 @@ async fn run_one(
                 "The sandbox is not available on this replica: {reason}"
             )),
         },
-        WorkspaceCall::ReadFile { path } => {
-            file_outcome(blocking(move || ws::read_file(&root, &path, read_max).map(|r| json!(r))).await)
-        }
+        WorkspaceCall::ReadFile { path } => file_outcome(
+            blocking(move || ws::read_file(&root, &path, read_max).map(|r| json!(r))).await,
+        ),
         WorkspaceCall::WriteFile { path, content } => {
             // Refused before writing when it cannot fit.
             if let Some(before) = before {
@@ -492,15 +492,16 @@ async fn run_one(
             file_outcome(
                 blocking(move || {
                     let bytes = content.len();
-                    ws::write_file(&root, &path, content.as_bytes(), max_file)
-                        .map(|()| json!({"path": ws::check_path(&path).unwrap_or(path), "bytes": bytes}))
+                    ws::write_file(&root, &path, content.as_bytes(), max_file).map(
+                        |()| json!({"path": ws::check_path(&path).unwrap_or(path), "bytes": bytes}),
+                    )
                 })
                 .await,
             )
         }
-        WorkspaceCall::ListFiles { path } => {
-            file_outcome(blocking(move || ws::list_files(&root, path.as_deref()).map(|l| json!(l))).await)
-        }
+        WorkspaceCall::ListFiles { path } => file_outcome(
+            blocking(move || ws::list_files(&root, path.as_deref()).map(|l| json!(l))).await,
+        ),
     }
 }
 

@@ -111,7 +111,12 @@ fn offered(request: &chatd_testkit::fake_llm::RecordedRequest) -> Vec<String> {
         .map(|tools| {
             tools
                 .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap_or_default().to_owned())
+                .map(|t| {
+                    t["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -129,7 +134,12 @@ async fn a_steps_file_calls_are_committed_with_it_and_the_chat_summarises_them()
                 r#"{"path": "src/a.txt", "content": "hello"}"#,
                 1,
             )
-            .tool_call("w2", "write_file", r#"{"path": "../x", "content": "no"}"#, 1)
+            .tool_call(
+                "w2",
+                "write_file",
+                r#"{"path": "../x", "content": "no"}"#,
+                1,
+            )
             .tool_call("r1", "read_file", r#"{"path": "src/a.txt"}"#, 1)
             .tool_call("l1", "list_files", "{}", 1),
     );
@@ -147,8 +157,15 @@ async fn a_steps_file_calls_are_committed_with_it_and_the_chat_summarises_them()
     let results = results(&messages);
     assert_eq!(results.len(), 4, "{results:?}");
     assert_eq!(results[0].1, json!({"path": "src/a.txt", "bytes": 5}));
-    assert!(results[1].2, "a path out of the workspace fails: {results:?}");
-    assert_eq!(results[2].1["content"], json!("hello"), "calls run in order");
+    assert!(
+        results[1].2,
+        "a path out of the workspace fails: {results:?}"
+    );
+    assert_eq!(
+        results[2].1["content"],
+        json!("hello"),
+        "calls run in order"
+    );
     let listed: Vec<&str> = results[3].1["entries"]
         .as_array()
         .unwrap()
@@ -162,7 +179,10 @@ async fn a_steps_file_calls_are_committed_with_it_and_the_chat_summarises_them()
         committed(&env, chat_id).await,
         BTreeMap::from([
             ("src".to_owned(), (EntryKind::Dir, String::new())),
-            ("src/a.txt".to_owned(), (EntryKind::File, "hello".to_owned())),
+            (
+                "src/a.txt".to_owned(),
+                (EntryKind::File, "hello".to_owned())
+            ),
         ])
     );
     let chat = env.chat(chat_id).await;
@@ -206,7 +226,10 @@ async fn chats_without_a_workspace_are_offered_no_workspace_tools_and_plan_mode_
     assert_eq!(tools, ["list_files", "read_file"]);
     let messages = env.active_messages(planned).await;
     let results = results(&messages);
-    assert!(results[0].2, "write_file is refused in plan mode: {results:?}");
+    assert!(
+        results[0].2,
+        "write_file is refused in plan mode: {results:?}"
+    );
     assert!(committed(&env, planned).await.is_empty());
     assert!(env.chat(planned).await.workspace_summary().is_none());
     worker.shutdown().await;
@@ -217,8 +240,12 @@ async fn a_model_config_with_options_workspace_gives_every_chat_one() {
     let env = Env::new().await;
     env.set_model_options(json!({"workspace": true})).await;
     let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
-    env.llm
-        .push(Script::new().tool_call("w", "write_file", r##"{"path": "n.md", "content": "# n"}"##, 1));
+    env.llm.push(Script::new().tool_call(
+        "w",
+        "write_file",
+        r##"{"path": "n.md", "content": "# n"}"##,
+        1,
+    ));
     env.llm.push(Script::text("ok"));
     let worker = env.worker_with(config);
     let chat_id = env.create_chat("go").await;
@@ -239,7 +266,12 @@ async fn shell_waits_for_approval_by_default_then_runs_once_and_commits_its_file
     let (config, _dir) = config(WorkspaceApproval::Shell, 1 << 20);
     env.llm.push(
         Script::new()
-            .tool_call("w", "write_file", r#"{"path": "in.txt", "content": "3\n1\n2\n"}"#, 1)
+            .tool_call(
+                "w",
+                "write_file",
+                r#"{"path": "in.txt", "content": "3\n1\n2\n"}"#,
+                1,
+            )
             .tool_call(
                 "s",
                 "shell",
@@ -277,7 +309,12 @@ async fn a_call_past_the_workspaces_room_is_undone_and_says_so() {
     let (config, _dir) = config(WorkspaceApproval::Never, 100);
     let has_bwrap = bwrap_or_skip("a_call_past_the_workspaces_room (shell part)").await;
     let mut script = Script::new()
-        .tool_call("ok", "write_file", r#"{"path": "a", "content": "0123456789"}"#, 1)
+        .tool_call(
+            "ok",
+            "write_file",
+            r#"{"path": "a", "content": "0123456789"}"#,
+            1,
+        )
         .tool_call(
             "big",
             "write_file",
@@ -288,7 +325,12 @@ async fn a_call_past_the_workspaces_room_is_undone_and_says_so() {
         // Each file fits, together they do not: the second command is
         // undone, the first one's file stays.
         script = script
-            .tool_call("s1", "shell", r#"{"command": "head -c 60 /dev/zero > c"}"#, 1)
+            .tool_call(
+                "s1",
+                "shell",
+                r#"{"command": "head -c 60 /dev/zero > c"}"#,
+                1,
+            )
             .tool_call(
                 "s2",
                 "shell",
@@ -306,7 +348,10 @@ async fn a_call_past_the_workspaces_room_is_undone_and_says_so() {
     assert!(!results[0].2);
     assert!(results[1].2, "{results:?}");
     assert!(
-        results[1].1["error"].as_str().unwrap().contains("100 bytes"),
+        results[1].1["error"]
+            .as_str()
+            .unwrap()
+            .contains("100 bytes"),
         "{results:?}"
     );
     let files = committed(&env, chat_id).await;
@@ -314,12 +359,7 @@ async fn a_call_past_the_workspaces_room_is_undone_and_says_so() {
         assert!(!results[2].2, "{results:?}");
         assert!(results[3].2, "{results:?}");
         assert_eq!(results[3].1["limit"], json!("workspace_bytes"));
-        assert!(
-            results[3].1["message"]
-                .as_str()
-                .unwrap()
-                .contains("undone")
-        );
+        assert!(results[3].1["message"].as_str().unwrap().contains("undone"));
         assert_eq!(
             files.keys().collect::<Vec<_>>(),
             ["a", "c"],
@@ -349,7 +389,12 @@ async fn a_replica_that_takes_over_after_a_crash_continues_with_exactly_the_comm
     ));
     env.llm.push(
         Script::new()
-            .tool_call("w2", "write_file", r#"{"path": "lost.txt", "content": "half"}"#, 1)
+            .tool_call(
+                "w2",
+                "write_file",
+                r#"{"path": "lost.txt", "content": "half"}"#,
+                1,
+            )
             .tool_call(
                 "s2",
                 "shell",
@@ -380,7 +425,8 @@ async fn a_replica_that_takes_over_after_a_crash_continues_with_exactly_the_comm
     );
     env.llm.push(Script::text("Continued."));
     let b = env.worker_with(config_b);
-    env.wait_owned_by(chat_id, &b, Duration::from_secs(20)).await;
+    env.wait_owned_by(chat_id, &b, Duration::from_secs(20))
+        .await;
     env.wait_status(chat_id, ChatStatus::Waiting).await;
     let messages = env.active_messages(chat_id).await;
     let results = results(&messages);
@@ -410,8 +456,18 @@ async fn workspaces_count_against_the_owners_storage_quota() {
     let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
     env.llm.push(
         Script::new()
-            .tool_call("a", "write_file", &json!({"path": "a", "content": "x".repeat(40)}).to_string(), 1)
-            .tool_call("b", "write_file", &json!({"path": "b", "content": "y".repeat(40)}).to_string(), 1),
+            .tool_call(
+                "a",
+                "write_file",
+                &json!({"path": "a", "content": "x".repeat(40)}).to_string(),
+                1,
+            )
+            .tool_call(
+                "b",
+                "write_file",
+                &json!({"path": "b", "content": "y".repeat(40)}).to_string(),
+                1,
+            ),
     );
     env.llm.push(Script::text("done"));
     let worker = env.worker_with(config);
@@ -445,7 +501,8 @@ async fn an_interrupt_mid_command_kills_it_and_the_next_step_sees_none_of_its_ch
         1,
     ));
     // The interrupting message's turn: the same replica, the same chat.
-    env.llm.push(Script::new().tool_call("l", "list_files", "{}", 1));
+    env.llm
+        .push(Script::new().tool_call("l", "list_files", "{}", 1));
     env.llm.push(Script::text("Nothing there."));
     let worker = env.worker_with(config);
     let chat_id = create_workspace_chat(&env, "slow").await;
@@ -496,7 +553,8 @@ async fn an_interrupt_after_a_write_streamed_but_before_its_step_committed_store
             .tool_call("r", "read_file", r#"{"path": "f"}"#, 1)
             .tool_call("z", "slow__sleep", r#"{"ms": 3000}"#, 1),
     );
-    env.llm.push(Script::new().tool_call("l", "list_files", "{}", 1));
+    env.llm
+        .push(Script::new().tool_call("l", "list_files", "{}", 1));
     env.llm.push(Script::text("Nothing there."));
     let worker = env.worker_with(config);
     let chat_id = env
