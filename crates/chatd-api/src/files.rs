@@ -564,6 +564,12 @@ fn check_signature(media_type: &str, head: &[u8]) -> ApiResult<()> {
 /// `Content-Disposition: inline` with the name as an RFC 8187 `filename*`
 /// (and an ASCII fallback).
 fn content_disposition(name: &str) -> String {
+    disposition("inline", name)
+}
+
+/// `Content-Disposition` of `kind` (`inline` or `attachment`) with the name
+/// as an RFC 8187 `filename*` (and an ASCII fallback).
+pub(crate) fn disposition(kind: &str, name: &str) -> String {
     let ascii: String = name
         .chars()
         .map(|c| {
@@ -584,7 +590,7 @@ fn content_disposition(name: &str) -> String {
             }
         })
         .collect();
-    format!("inline; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+    format!("{kind}; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ use crate::app::AppState;
 use crate::auth::ChatTarget;
 use crate::error::{ApiError, ApiResult, E400, E401, E404};
 use crate::extract::QueryParams;
+use crate::files::disposition;
 
 /// One committed entry of a workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -286,32 +287,6 @@ fn chatd_tools_path(raw: &str) -> ApiResult<String> {
         return Err(ApiError::invalid_query("path", "must name a file"));
     }
     Ok(parts.join("/"))
-}
-
-/// `Content-Disposition` of `kind` (`inline` or `attachment`) with the name
-/// as an RFC 8187 `filename*` and an ASCII fallback.
-fn disposition(kind: &str, name: &str) -> String {
-    let ascii: String = name
-        .chars()
-        .map(|c| {
-            if (c.is_ascii_graphic() && c != '"' && c != '\\') || c == ' ' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let encoded: String = name
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
-    format!("{kind}; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
 }
 
 #[cfg(test)]

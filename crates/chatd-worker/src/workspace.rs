@@ -76,6 +76,9 @@ pub struct WorkspaceConfig {
     /// The longest a `read_file` result gets (256 KiB); the rest is cut,
     /// and the result says so.
     pub read_max_bytes: usize,
+    /// The most entries (files, directories, symlinks) one workspace holds
+    /// (10,000): empty files cost no bytes, and every entry is a row.
+    pub max_entries: usize,
 }
 
 impl Default for WorkspaceConfig {
@@ -86,6 +89,7 @@ impl Default for WorkspaceConfig {
             approval: WorkspaceApproval::default(),
             sandbox: SandboxConfig::default(),
             read_max_bytes: 256 << 10,
+            max_entries: 10_000,
         }
     }
 }
@@ -208,12 +212,19 @@ fn remove_dir(path: &Path) {
 /// Creates `root` with its lock file `<root>.lock`, locked for the
 /// process's life, and removes the directories under `dir` whose lock file
 /// nobody holds (replicas that were killed).
+///
+/// `dir` and `root` are made `0700`: what a sandboxed command leaves in a
+/// working copy (a setuid file, a world-writable directory; the sandbox's
+/// root is the replica's user) is out of reach of every other local user.
 fn open_root(dir: &Path, root: &Path, worker_id: Uuid) -> std::io::Result<File> {
+    use std::os::unix::fs::PermissionsExt as _;
     std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     let lock_path = root.with_extension("lock");
     let lock = File::create(&lock_path)?;
     lock.lock()?;
     std::fs::create_dir_all(root)?;
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))?;
     for entry in std::fs::read_dir(dir)?.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };

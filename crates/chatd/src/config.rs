@@ -288,6 +288,7 @@ impl WorkspaceArgs {
                 .unwrap_or_default(),
             sandbox,
             read_max_bytes: defaults.read_max_bytes,
+            max_entries: defaults.max_entries,
         }
     }
 }

@@ -561,8 +561,9 @@ impl ChatTx {
     /// is committed with that step"), with the step's rows: a crash shows
     /// all of them or none. Under the owner's storage lock, the workspace
     /// after the changes must fit in `max_workspace_bytes` and the owner's
-    /// storage quota (`default_quota` unless they have their own); the
-    /// summary columns (`Chat.workspace`) follow. No changes: nothing
+    /// storage quota (`default_quota` unless they have their own), unless
+    /// the changes shrink it; the summary columns (`Chat.workspace`)
+    /// follow. No changes: nothing
     /// written. Returns the workspace's bytes after the changes.
     ///
     /// # Errors
@@ -588,7 +589,8 @@ impl ChatTx {
             .ok_or(StateError::ChatNotFound)?;
         queries::workspaces::apply(conn, chat_id, changes).await?;
         let after = queries::workspaces::refresh_summary(conn, chat_id).await?;
-        if after > max_workspace_bytes {
+        // A workspace already over a limit (lowered since) may shrink.
+        if after > max_workspace_bytes && after > before {
             return Err(StateError::InvalidInput {
                 field: "workspace",
                 detail: format!(

@@ -1955,7 +1955,8 @@ async fn workspace_commits_of_one_owners_chats_racing_never_pass_the_storage_quo
 }
 
 /// `write_workspace` past `--max-workspace-bytes` is refused (the bundle is
-/// dropped: nothing of it commits), and a shrinking write always fits.
+/// dropped: nothing of it commits), and a shrinking write always fits, even
+/// over a limit lowered since.
 #[tokio::test]
 async fn a_workspace_write_past_its_limit_is_refused_and_commits_nothing() {
     let h = Harness::new().await;
@@ -1977,6 +1978,7 @@ async fn a_workspace_write_past_its_limit_is_refused_and_commits_nothing() {
     drop(tx);
     let summary = h.chat(chat).await.workspace_summary().unwrap();
     assert_eq!((summary.bytes, summary.files), (40, 1));
+    // Over a limit lowered since (5 bytes), the workspace may still shrink.
     let mut tx = h.store.machine(chat).begin().await.unwrap();
     tx.write_workspace(
         &[
@@ -1987,17 +1989,13 @@ async fn a_workspace_write_past_its_limit_is_refused_and_commits_nothing() {
         1 << 30,
     )
     .await
-    .expect_err("still over a limit of 5");
-    drop(tx);
-    let mut tx = h.store.machine(chat).begin().await.unwrap();
-    tx.write_workspace(
-        &[chatd_store::workspaces::WorkspaceChange::Delete { path: "a".into() }],
-        5,
-        1 << 30,
-    )
-    .await
-    .unwrap();
+    .expect("shrinking from 40 to 10 bytes is allowed");
     tx.commit().await.unwrap();
+    let mut tx = h.store.machine(chat).begin().await.unwrap();
+    tx.write_workspace(&[workspace_put("d", 1)], 5, 1 << 30)
+        .await
+        .expect_err("growing past a limit is not");
+    drop(tx);
     let summary = h.chat(chat).await.workspace_summary().unwrap();
-    assert_eq!((summary.bytes, summary.files), (0, 0));
+    assert_eq!((summary.bytes, summary.files), (10, 1));
 }

@@ -53,6 +53,8 @@ pub struct ReadFile {
     pub bytes: u64,
     /// Whether the file is longer than what `content` holds.
     pub truncated: bool,
+    /// The file is binary (a NUL byte, or not UTF-8): `content` is empty.
+    pub binary: bool,
 }
 
 /// One entry of [`list_files`].
@@ -144,11 +146,36 @@ pub fn read_file(root: &Path, path: &str, max_bytes: usize) -> Result<ReadFile, 
         .map_err(|e| io_error(&rel, e))?;
     let truncated = content.len() > max_bytes;
     content.truncate(max_bytes);
+    let bytes = bytes.max(content.len() as u64);
+    if looks_binary(&content) {
+        // Thousands of replacement characters would only fill the model's
+        // context.
+        return Ok(ReadFile {
+            content: String::new(),
+            bytes,
+            truncated: false,
+            binary: true,
+        });
+    }
     Ok(ReadFile {
         content: String::from_utf8_lossy(&content).into_owned(),
-        bytes: bytes.max(content.len() as u64),
+        bytes,
         truncated,
+        binary: false,
     })
+}
+
+/// Whether `content` (the start of a file) is binary: a NUL byte, or
+/// bytes that are not UTF-8 (a sequence cut at the end is not counted).
+fn looks_binary(content: &[u8]) -> bool {
+    if content.contains(&0) {
+        return true;
+    }
+    match std::str::from_utf8(content) {
+        Ok(_) => false,
+        // Cut in the middle of a character by the limit: still text.
+        Err(e) => e.error_len().is_some(),
+    }
 }
 
 /// Writes `content` to the file at `path` (relative to `root`), replacing it,

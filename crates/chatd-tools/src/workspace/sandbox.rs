@@ -309,8 +309,21 @@ impl Sandbox {
                 );
             }
         };
-        let outcome = self.run(&run, dir, command, timeout, started).await;
-        run.remove().await;
+        // A call dropped mid-run (its task was interrupted or cancelled)
+        // still kills what is left and removes its cgroups.
+        let mut guard = RunGuard(Some(run));
+        let outcome = self
+            .run(
+                guard.0.as_ref().expect("set above"),
+                dir,
+                command,
+                timeout,
+                started,
+            )
+            .await;
+        if let Some(run) = guard.0.take() {
+            run.remove().await;
+        }
         outcome
     }
 
@@ -933,6 +946,20 @@ async fn remove_stale_runs(parents: &[PathBuf], v2: bool) {
                 .remove()
                 .await;
             }
+        }
+    }
+}
+
+/// Removes a run's cgroups when the call is dropped before it could (in a
+/// task of the runtime, after killing what is left).
+struct RunGuard(Option<RunCgroup>);
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if let Some(run) = self.0.take()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            handle.spawn(run.remove());
         }
     }
 }

@@ -273,9 +273,15 @@ pub(super) async fn run(
                 Ok(changes) => {
                     let after = apply_to(&before, &changes);
                     let total = LocalWorkspace::total_bytes(&after);
-                    if total > committed.room {
+                    let grew = total > LocalWorkspace::total_bytes(&before);
+                    if total > committed.room && grew {
+                        // A workspace already over its room (its owner's
+                        // quota was lowered) may still shrink.
                         undo(task, local, &before, &written).await?;
                         outcome = over_room(outcome, total, committed.room, config.max_bytes);
+                    } else if after.len() > config.max_entries && after.len() > before.len() {
+                        undo(task, local, &before, &written).await?;
+                        outcome = over_entries(outcome, after.len(), config.max_entries);
                     } else {
                         for change in changes {
                             if let Change::Put { entry, content, .. } = change {
@@ -471,7 +477,19 @@ async fn run_one(
             )),
         },
         WorkspaceCall::ReadFile { path } => file_outcome(
-            blocking(move || ws::read_file(&root, &path, read_max).map(|r| json!(r))).await,
+            blocking(move || {
+                ws::read_file(&root, &path, read_max).map(|r| {
+                    let mut value = json!(r);
+                    if r.binary {
+                        value["message"] = json!(format!(
+                            "A binary file of {} bytes: its content is not shown; inspect it with shell (for example `xxd FILE | head`).",
+                            r.bytes
+                        ));
+                    }
+                    value
+                })
+            })
+            .await,
         ),
         WorkspaceCall::WriteFile { path, content } => {
             // Refused before writing when it cannot fit.
@@ -482,7 +500,7 @@ async fn run_one(
                     .and_then(|p| before.get(&p))
                     .map_or(0, |e| e.bytes);
                 let after = total - old.min(total) + content.len() as u64;
-                if after > room {
+                if after > room && after > total {
                     return ToolOutcome::error(format!(
                         "Not written: the workspace would hold {after} bytes, more than the {room} bytes it may hold."
                     ));
@@ -512,6 +530,26 @@ fn file_outcome(result: Result<Value, ToolError>) -> ToolOutcome {
             is_error: false,
         },
         Err(e) => ToolOutcome::error(e.0),
+    }
+}
+
+/// The result of a call undone because the workspace went past its entry
+/// limit.
+fn over_entries(outcome: ToolOutcome, entries: usize, max: usize) -> ToolOutcome {
+    let message = format!(
+        "The workspace grew to {entries} entries (files, directories and symlinks), more than the {max} it may hold, so this call's changes were undone."
+    );
+    let mut result = outcome.result;
+    match &mut result {
+        Value::Object(map) => {
+            map.insert("message".into(), json!(message));
+            map.insert("limit".into(), json!("workspace_entries"));
+        }
+        other => *other = json!({"error": message}),
+    }
+    ToolOutcome {
+        result,
+        is_error: true,
     }
 }
 

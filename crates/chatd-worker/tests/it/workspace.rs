@@ -602,3 +602,71 @@ async fn an_interrupt_after_a_write_streamed_but_before_its_step_committed_store
     assert!(committed(&env, chat_id).await.is_empty());
     worker.shutdown().await;
 }
+
+/// Found by a break-it run: a workspace over its room (its owner's quota
+/// was lowered) could not shrink, every change was undone. It may shrink,
+/// not grow; and a binary file's read gives its size, not its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_over_its_room_may_shrink_and_a_binary_read_gives_only_its_size() {
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(
+        Script::new()
+            .tool_call(
+                "a",
+                "write_file",
+                &json!({"path": "a", "content": "x".repeat(60)}).to_string(),
+                1,
+            )
+            .tool_call(
+                "b",
+                "write_file",
+                &json!({"path": "bin", "content": "\u{0}\u{1}\u{2}"}).to_string(),
+                1,
+            ),
+    );
+    env.llm.push(Script::text("written"));
+    let worker = env.worker_with(config);
+    let chat_id = create_workspace_chat(&env, "fill").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    sqlx::query("UPDATE users SET max_storage_bytes = 10 WHERE id = $1")
+        .bind(env.owner)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    env.llm.push(
+        Script::new()
+            .tool_call("grow", "write_file", r#"{"path": "c", "content": "y"}"#, 1)
+            .tool_call(
+                "shrink",
+                "write_file",
+                r#"{"path": "a", "content": "small"}"#,
+                1,
+            )
+            .tool_call("r", "read_file", r#"{"path": "bin"}"#, 1),
+    );
+    env.llm.push(Script::text("shrunk"));
+    env.send(chat_id, "shrink", chatd_core::BusyBehavior::Queue)
+        .await;
+    env.wait_for(chat_id, Duration::from_secs(20), "the second turn", |c| {
+        c.status == ChatStatus::Waiting && c.message_count >= 8
+    })
+    .await;
+    let results = results(&env.active_messages(chat_id).await);
+    let by_id = |id: &str| results.iter().find(|r| r.0 == id).unwrap().clone();
+    assert!(
+        by_id("grow").2,
+        "growing over the room is refused: {results:?}"
+    );
+    assert!(!by_id("shrink").2, "shrinking is allowed: {results:?}");
+    let read = by_id("r").1;
+    assert_eq!(
+        (read["binary"].clone(), read["bytes"].clone()),
+        (json!(true), json!(3))
+    );
+    assert_eq!(read["content"], json!(""));
+    let files = committed(&env, chat_id).await;
+    assert_eq!(files["a"].1, "small");
+    assert!(!files.contains_key("c"));
+    worker.shutdown().await;
+}
