@@ -75,8 +75,10 @@ async fn create_chat_answers_201_with_the_full_chat_shape_in_r0() {
     // Issue 33 added active_leaf_id and forked_from (null for a new chat).
     assert_eq!(chat["forked_from"], Value::Null);
     assert!(chat["active_leaf_id"].as_i64().is_some());
+    // Issue 37 added workspace (null until a step changed one).
+    assert_eq!(chat["workspace"], Value::Null);
     let keys: Vec<&String> = chat.as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 29, "{keys:?}");
+    assert_eq!(keys.len(), 30, "{keys:?}");
     assert_eq!(s.state(id).await, R0);
 
     // The system prompt is the first message, the content the second.
