@@ -78,7 +78,8 @@ pub struct FileParams {
 /// first committed change (and for a chat without a workspace).
 ///
 /// # Errors
-/// `404` for a chat the caller may not read.
+/// `400` when `chat` is not a UUID; `404` for a chat the caller may not
+/// read.
 #[utoipa::path(
     get,
     path = "/api/v2/chats/{chat}/workspace",
@@ -86,7 +87,7 @@ pub struct FileParams {
     params(("chat" = Uuid, Path, description = "Chat id")),
     responses(
         (status = 200, description = "The entries", body = [WorkspaceEntry]),
-        E401, E404,
+        E400, E401, E404,
     )
 )]
 pub async fn list_workspace(
@@ -184,7 +185,8 @@ pub async fn workspace_file(
 /// archive.
 ///
 /// # Errors
-/// `404` for a chat the caller may not read.
+/// `400` when `chat` is not a UUID; `404` for a chat the caller may not
+/// read.
 #[utoipa::path(
     get,
     path = "/api/v2/chats/{chat}/workspace/archive",
@@ -192,7 +194,7 @@ pub async fn workspace_file(
     params(("chat" = Uuid, Path, description = "Chat id")),
     responses(
         (status = 200, description = "The workspace as .tar.gz", content((Vec<u8> = "application/gzip"))),
-        E401, E404,
+        E400, E401, E404,
     )
 )]
 pub async fn workspace_archive(
