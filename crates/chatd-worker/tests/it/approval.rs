@@ -11,26 +11,10 @@ use chatd_core::{ChatRole, ChatStatus, DENIED_TOOL_RESULT, MessagePart, Visibili
 use chatd_store::{ChatMessage, ToolResultInput};
 use chatd_testkit::McpHttpFixture;
 use chatd_testkit::fake_llm::Script;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::Duration;
 
-use crate::common::{Env, McpRow, fixture_command, text_of};
-
-fn results(messages: &[ChatMessage]) -> Vec<(String, Value, bool)> {
-    messages
-        .iter()
-        .flat_map(|m| m.content.0.iter())
-        .filter_map(|p| match p {
-            MessagePart::ToolResult {
-                tool_call_id,
-                result,
-                is_error,
-                ..
-            } => Some((tool_call_id.clone(), result.clone(), *is_error)),
-            _ => None,
-        })
-        .collect()
-}
+use crate::common::{Env, McpRow, fixture_command, text_of, tool_results as results};
 
 fn approvals(messages: &[ChatMessage]) -> usize {
     messages

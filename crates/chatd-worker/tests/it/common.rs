@@ -406,3 +406,33 @@ impl WorkerConfigExt {
         }
     }
 }
+
+/// The tool results of `messages`, in order: `(tool_call_id, result,
+/// is_error)`.
+pub fn tool_results(messages: &[ChatMessage]) -> Vec<(String, serde_json::Value, bool)> {
+    messages
+        .iter()
+        .flat_map(|m| m.content.0.iter())
+        .filter_map(|p| match p {
+            MessagePart::ToolResult {
+                tool_call_id,
+                result,
+                is_error,
+                ..
+            } => Some((tool_call_id.clone(), result.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Env {
+    /// Waits (at most 10 s) until the fake LLM has received `n` requests.
+    pub async fn wait_requests(&self, n: usize) {
+        for _ in 0..500 {
+            if self.llm.requests().len() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -10,10 +10,12 @@ use chatd_store::ChatMessage;
 use chatd_testkit::McpHttpFixture;
 use chatd_testkit::fake_llm::Script;
 use chatd_worker::Worker;
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
-use crate::common::{Env, McpRow, episode, fixture_command, pick_color_tool, text_of};
+use crate::common::{
+    Env, McpRow, episode, fixture_command, pick_color_tool, text_of, tool_results as results,
+};
 
 /// Registers the fixture's `calc` server (stdio); returns its id.
 async fn calc_server(env: &Env) -> Uuid {
@@ -30,22 +32,6 @@ async fn run_turn(env: &Env, text: &str, server: Uuid) -> (Worker, Uuid, Vec<Cha
     env.wait_status(chat_id, ChatStatus::Waiting).await;
     let messages = env.active_messages(chat_id).await;
     (worker, chat_id, messages)
-}
-
-fn results(messages: &[ChatMessage]) -> Vec<(String, Value, bool)> {
-    messages
-        .iter()
-        .flat_map(|m| m.content.0.iter())
-        .filter_map(|p| match p {
-            MessagePart::ToolResult {
-                tool_call_id,
-                result,
-                is_error,
-                ..
-            } => Some((tool_call_id.clone(), result.clone(), *is_error)),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use chatd_core::{ChatStatus, MessagePart};
 use chatd_store::workspaces::{self, EntryKind};
-use chatd_store::{ChatMessage, CreateChatInput, NewMessage, ToolResultInput};
+use chatd_store::{CreateChatInput, NewMessage, ToolResultInput};
 use chatd_testkit::fake_llm::Script;
 use chatd_worker::{WorkerConfig, WorkspaceApproval, WorkspaceConfig};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::common::{Env, fast_config, text_of};
+use crate::common::{Env, fast_config, text_of, tool_results as results};
 
 /// Whether bubblewrap runs here; prints why a test skips when not.
 async fn bwrap_or_skip(test: &str) -> bool {
@@ -85,22 +85,6 @@ async fn committed(env: &Env, chat_id: Uuid) -> BTreeMap<String, (EntryKind, Str
         .map(|e| {
             let content = String::from_utf8_lossy(&contents[&e.path]).into_owned();
             (e.path, (e.kind, content))
-        })
-        .collect()
-}
-
-fn results(messages: &[ChatMessage]) -> Vec<(String, Value, bool)> {
-    messages
-        .iter()
-        .flat_map(|m| m.content.0.iter())
-        .filter_map(|p| match p {
-            MessagePart::ToolResult {
-                tool_call_id,
-                result,
-                is_error,
-                ..
-            } => Some((tool_call_id.clone(), result.clone(), *is_error)),
-            _ => None,
         })
         .collect()
 }
@@ -409,12 +393,7 @@ async fn a_replica_that_takes_over_after_a_crash_continues_with_exactly_the_comm
         c.workspace_bytes == Some(9)
     })
     .await;
-    for _ in 0..100 {
-        if env.llm.requests().len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    env.wait_requests(2).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     a.crash();
     // The new owner calls the model again for step 2: this time it reads.
@@ -506,12 +485,7 @@ async fn an_interrupt_mid_command_kills_it_and_the_next_step_sees_none_of_its_ch
     env.llm.push(Script::text("Nothing there."));
     let worker = env.worker_with(config);
     let chat_id = create_workspace_chat(&env, "slow").await;
-    for _ in 0..200 {
-        if env.llm.requests().len() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    env.wait_requests(1).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     let started = std::time::Instant::now();
     env.send(chat_id, "stop", chatd_core::BusyBehavior::Interrupt)
@@ -570,12 +544,7 @@ async fn an_interrupt_after_a_write_streamed_but_before_its_step_committed_store
         .unwrap()
         .chat
         .id;
-    for _ in 0..200 {
-        if env.llm.requests().len() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    env.wait_requests(1).await;
     // The write ran and streamed; the step waits for the sleep.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     env.send(chat_id, "stop", chatd_core::BusyBehavior::Interrupt)
