@@ -69,6 +69,9 @@ if [ ! -x "$chromium" ]; then
   [ -x "$chromium" ] || die "apt-get installed chromium but $chromium is missing"
 fi
 
+# workspace.test.mjs runs `shell` in the sandbox.
+scripts/ensure-bubblewrap.sh
+
 stamp=web/e2e/node_modules/.chatd-package-lock.sha256
 lock_sum=$(sha256sum web/e2e/package-lock.json | cut -d' ' -f1)
 if [ ! -d web/e2e/node_modules/playwright-core ] || [ "$(cat "$stamp" 2>/dev/null)" != "$lock_sum" ]; then

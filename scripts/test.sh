@@ -31,13 +31,7 @@ scripts/ensure-postgres.sh
 
 # The workspace sandbox (README "Workspaces"): bubblewrap, from Debian's
 # packages. Without it the tests that run `shell` say so and skip.
-if ! command -v bwrap >/dev/null 2>&1; then
-  echo "== installing bubblewrap"
-  sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
-  $sudo apt-get install -y bubblewrap >/dev/null 2>&1 \
-    || { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y bubblewrap >/dev/null 2>&1; } \
-    || echo "== bubblewrap could not be installed: the sandbox tests skip"
-fi
+scripts/ensure-bubblewrap.sh
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "== installing cargo-nextest"

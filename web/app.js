@@ -106,6 +106,27 @@ async function signIn(token) {
   showSignedIn();
 }
 
+/**
+ * The "Sign out" button: ends the browser session on the server first, so
+ * that once the sign-in screen shows, the cookie no longer signs anyone
+ * in (a reload or another tab finds no session), then signs out here.
+ */
+async function signOutClicked() {
+  const button = /** @type {HTMLButtonElement} */ ($('sign-out'));
+  button.disabled = true;
+  try {
+    await endCookieSession();
+  } finally {
+    button.disabled = false;
+  }
+  signOut();
+}
+
+/**
+ * Signs out in this page: forgets the token, stops every live view and
+ * shows the sign-in screen. A browser session still open on the server is
+ * ended in the background (signOutClicked ends it before calling this).
+ */
 function signOut() {
   localStorage.removeItem(TOKEN_KEY);
   endCookieSession();
@@ -277,7 +298,7 @@ function start() {
     session.me = me;
     showSignedIn();
   });
-  $('sign-out').addEventListener('click', signOut);
+  $('sign-out').addEventListener('click', signOutClicked);
   const settingsActions = /** @type {HTMLElement} */ ($('settings-dialog').querySelector('.dialog-actions'));
   settingsActions.before(buildPasswordSettings());
   initSearch({ openChat });

@@ -34,8 +34,9 @@ export async function restoreCookieSession() {
 }
 
 /**
- * Ends the browser session on the server (`DELETE /sessions/current`);
- * failures are ignored (the cookie may already be gone).
+ * Ends the browser session on the server (`DELETE /sessions/current`) and
+ * resolves once the server has answered (or after 5 s); failures are
+ * ignored (the cookie may already be gone). Calling it again is a no-op.
  */
 export async function endCookieSession() {
   const csrf = session.csrf;
@@ -43,7 +44,14 @@ export async function endCookieSession() {
   if (session.token || !csrf) return;
   // Not through api(): a session that already ended answers 401, which
   // must not sign out again.
-  await fetch(`${API}/sessions/current`, { method: 'DELETE', credentials: 'same-origin', headers: { 'X-CSRF-Token': csrf } }).catch(() => null);
+  // At most 5 s: a server that does not answer must not keep the user
+  // signed in here; its session then ends when it expires.
+  await fetch(`${API}/sessions/current`, {
+    method: 'DELETE',
+    credentials: 'same-origin',
+    headers: { 'X-CSRF-Token': csrf },
+    signal: AbortSignal.timeout(5000),
+  }).catch(() => null);
 }
 
 /**
