@@ -23,4 +23,6 @@ pub use fs::{
     ListEntry, ListFiles, ReadFile, ToolError, check_path, list_files, read_file, write_file,
 };
 pub use manifest::{Change, Entry, EntryKind, LocalWorkspace, Manifest, sha256};
-pub use sandbox::{Limit, Sandbox, SandboxConfig, SandboxError, SandboxLimits, ShellOutcome};
+pub use sandbox::{
+    DirBound, Limit, Sandbox, SandboxConfig, SandboxError, SandboxLimits, ShellOutcome,
+};

@@ -19,6 +19,12 @@
 //! - output: each of stdout and stderr is kept up to
 //!   [`SandboxLimits::output_bytes`] and the rest drained, so the command
 //!   never blocks on a full pipe.
+//! - the workspace's size while the command runs ([`DirBound`], given per
+//!   call by [`Sandbox::shell_bounded`]): the directory is measured (bytes
+//!   and entries) at most every 50 ms, and less often when a measure takes
+//!   long (at most a tenth of the wall time goes to it); past the bound the
+//!   sandbox is killed. RLIMIT_FSIZE caps one file; this caps many, so a
+//!   loop of writes cannot fill the replica's disk.
 //! - wall time: the call's timeout, at most [`SandboxLimits::max_timeout`].
 //!
 //! Rlimits are applied by util-linux `prlimit` wrapped around bwrap (this
@@ -139,6 +145,12 @@ pub enum Limit {
     FileSize,
     /// The output limit: stdout or stderr was cut.
     Output,
+    /// The workspace's bytes went past the call's [`DirBound`]: the
+    /// sandbox was killed.
+    WorkspaceBytes,
+    /// The workspace's entries went past the call's [`DirBound`]: the
+    /// sandbox was killed.
+    WorkspaceEntries,
 }
 
 impl Limit {
@@ -151,6 +163,8 @@ impl Limit {
             Limit::Processes => "processes",
             Limit::FileSize => "file_size",
             Limit::Output => "output",
+            Limit::WorkspaceBytes => "workspace_bytes",
+            Limit::WorkspaceEntries => "workspace_entries",
         }
     }
 }
@@ -168,7 +182,8 @@ pub struct ShellOutcome {
     /// Whether stdout or stderr was cut.
     pub truncated: bool,
     /// The limit hit, if any: the most specific one when several were
-    /// (memory, processes, CPU time, file size, then timeout, then output).
+    /// (memory, processes, CPU time, file size, then the workspace's bytes
+    /// or entries or the timeout, then output).
     pub limit: Option<Limit>,
     /// One sentence for the model naming the limit hit, or why the sandbox
     /// could not run the command; `None` otherwise.
@@ -180,7 +195,8 @@ pub struct ShellOutcome {
 impl ShellOutcome {
     /// The tool result: `{"exit_code", "stdout", "stderr", "truncated",
     /// "limit": null | "timeout" | "cpu_time" | "memory" | "processes" |
-    /// "file_size" | "output"}`, plus `"message"` when there is one.
+    /// "file_size" | "output" | "workspace_bytes" | "workspace_entries"}`,
+    /// plus `"message"` when there is one.
     pub fn to_json(&self) -> Value {
         let mut value = json!({
             "exit_code": self.exit_code,
@@ -206,6 +222,20 @@ impl ShellOutcome {
             duration: started.elapsed(),
         }
     }
+}
+
+/// The most a workspace directory may hold while a command runs in it
+/// ([`Sandbox::shell_bounded`]); past either, the sandbox is killed and the
+/// result names [`Limit::WorkspaceBytes`] or [`Limit::WorkspaceEntries`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirBound {
+    /// Bytes of the files and symlinks beneath the directory: their
+    /// lengths (a sparse file counts its length), plus the blocks a file
+    /// holds beyond its length and a 1 MiB slack (`fallocate
+    /// --keep-size`). Hard links count once per name.
+    pub bytes: u64,
+    /// Files, directories and symlinks beneath the directory (not itself).
+    pub entries: usize,
 }
 
 /// Runs `shell` commands in bubblewrap; cheap to share (`&self`), any number
@@ -291,6 +321,19 @@ impl Sandbox {
     /// [`SandboxLimits::max_timeout`]). Never fails: a sandbox that cannot
     /// start gives an outcome with `exit_code: None` and a `message`.
     pub async fn shell(&self, dir: &Path, command: &str, timeout: Duration) -> ShellOutcome {
+        self.shell_bounded(dir, command, timeout, None).await
+    }
+
+    /// [`Sandbox::shell`], and the sandbox is killed as soon as `dir` holds
+    /// more than `bound` (measured while the command runs; a fast writer
+    /// may pass it by what it writes between two measures, 50 ms or more).
+    pub async fn shell_bounded(
+        &self,
+        dir: &Path,
+        command: &str,
+        timeout: Duration,
+        bound: Option<DirBound>,
+    ) -> ShellOutcome {
         let started = Instant::now();
         let limits = &self.config.limits;
         let timeout = timeout.min(limits.max_timeout);
@@ -317,7 +360,7 @@ impl Sandbox {
                 guard.0.as_ref().expect("set above"),
                 dir,
                 command,
-                timeout,
+                (timeout, bound),
                 started,
             )
             .await;
@@ -332,7 +375,7 @@ impl Sandbox {
         cgroup: &RunCgroup,
         dir: &Path,
         command: &str,
-        timeout: Duration,
+        (timeout, bound): (Duration, Option<DirBound>),
         started: Instant,
     ) -> ShellOutcome {
         let limits = &self.config.limits;
@@ -402,6 +445,7 @@ impl Sandbox {
 
         let deadline = started + timeout;
         let mut killed_for = None;
+        let mut next_measure = Instant::now() + DIR_MEASURE_EVERY;
         let status = loop {
             let step = deadline
                 .saturating_duration_since(Instant::now())
@@ -416,6 +460,18 @@ impl Sandbox {
                         .is_some_and(|used| used >= limits.cpu_time)
                     {
                         killed_for = Some(Limit::CpuTime);
+                    } else if let Some(bound) = bound
+                        && Instant::now() >= next_measure
+                    {
+                        let measured = Instant::now();
+                        let root = dir.to_path_buf();
+                        let over = tokio::task::spawn_blocking(move || over_bound(&root, bound))
+                            .await
+                            .unwrap_or(None);
+                        // At most a tenth of the time goes to measuring.
+                        next_measure =
+                            Instant::now() + (measured.elapsed() * 9).max(DIR_MEASURE_EVERY);
+                        killed_for = over;
                     }
                     if killed_for.is_some() {
                         let _ = child.start_kill();
@@ -445,7 +501,7 @@ impl Sandbox {
             stderr,
             truncated,
             limit,
-            message: limit.map(|l| message(l, limits, timeout)),
+            message: limit.map(|l| message(l, limits, timeout, bound)),
             duration: started.elapsed(),
         }
     }
@@ -492,7 +548,12 @@ fn classify(
     }
 }
 
-fn message(limit: Limit, limits: &SandboxLimits, timeout: Duration) -> String {
+fn message(
+    limit: Limit,
+    limits: &SandboxLimits,
+    timeout: Duration,
+    bound: Option<DirBound>,
+) -> String {
     match limit {
         Limit::Timeout => format!(
             "The command was killed at its timeout of {} s.",
@@ -518,7 +579,57 @@ fn message(limit: Limit, limits: &SandboxLimits, timeout: Duration) -> String {
             "The output was cut to the first {} bytes of each of stdout and stderr.",
             limits.output_bytes
         ),
+        Limit::WorkspaceBytes => format!(
+            "The command was killed: the workspace grew past {} bytes, the most it may hold while a command runs.",
+            bound.map_or(0, |b| b.bytes)
+        ),
+        Limit::WorkspaceEntries => format!(
+            "The command was killed: the workspace grew past {} entries (files, directories and symlinks), the most it may hold while a command runs.",
+            bound.map_or(0, |b| b.entries)
+        ),
     }
+}
+
+/// Blocks a file may hold past its length before they count in a
+/// [`DirBound`]'s bytes (a filesystem's speculative preallocation).
+const PREALLOCATION_SLACK: u64 = 1 << 20;
+
+/// How often a bounded call's directory is measured, at most.
+const DIR_MEASURE_EVERY: Duration = Duration::from_millis(50);
+
+/// Which of `bound`'s limits `root` is past, if any; the walk stops as soon
+/// as one is. Entries that vanish or cannot be read mid-walk (the command
+/// is still writing) are skipped.
+fn over_bound(root: &Path, bound: DirBound) -> Option<Limit> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut bytes = 0u64;
+    let mut entries = 0usize;
+    for item in walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .min_depth(1)
+        .into_iter()
+        .flatten()
+    {
+        entries += 1;
+        if entries > bound.entries {
+            return Some(Limit::WorkspaceEntries);
+        }
+        if item.file_type().is_dir() {
+            continue;
+        }
+        if let Ok(meta) = item.metadata() {
+            // Blocks allocated past the length (`fallocate --keep-size`)
+            // count too, beyond a slack for a filesystem's own rounding
+            // and preallocation.
+            let allocated = meta.blocks().saturating_mul(512);
+            let hidden = allocated.saturating_sub(meta.len().saturating_add(PREALLOCATION_SLACK));
+            bytes = bytes.saturating_add(meta.len()).saturating_add(hidden);
+            if bytes > bound.bytes {
+                return Some(Limit::WorkspaceBytes);
+            }
+        }
+    }
+    None
 }
 
 /// `bytes` as UTF-8, invalid sequences replaced by U+FFFD; when `cut`, a

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chatd_tools::workspace::{
-    Change, Entry, EntryKind, Limit, LocalWorkspace, Manifest, Sandbox, SandboxConfig,
+    Change, DirBound, Entry, EntryKind, Limit, LocalWorkspace, Manifest, Sandbox, SandboxConfig,
     SandboxLimits, check_path, list_files, read_file, sha256, write_file,
 };
 use serde_json::json;
@@ -303,6 +303,140 @@ async fn memory_beyond_the_limit_is_named_memory() {
     assert_eq!(out.limit, Some(Limit::Memory), "{out:?}");
     assert_eq!(out.to_json()["limit"], "memory");
     assert!(out.message.unwrap().contains("64 MiB"));
+}
+
+/// Bytes beneath `dir`: file lengths plus blocks allocated past them.
+fn dir_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    walk(dir)
+        .iter()
+        .map(|m| m.len().max(m.blocks() * 512))
+        .sum()
+}
+
+fn walk(dir: &Path) -> Vec<std::fs::Metadata> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        if meta.is_dir() {
+            out.extend(walk(&entry.path()));
+        }
+        out.push(meta);
+    }
+    out
+}
+
+/// A loop of writes, each file under the file size limit, would fill the
+/// disk: the bound kills it within a measure or two of passing it.
+#[tokio::test]
+async fn a_loop_of_writes_is_killed_at_the_workspace_bound() {
+    let Some(sb) = sandbox().await else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let bound = DirBound {
+        bytes: 8 << 20,
+        entries: 10_000,
+    };
+    let started = Instant::now();
+    let out = sb
+        .shell_bounded(
+            ws.path(),
+            "i=0; while :; do head -c 1000000 /dev/zero > f$i; i=$((i+1)); done",
+            T,
+            Some(bound),
+        )
+        .await;
+    assert_eq!(out.limit, Some(Limit::WorkspaceBytes), "{out:?}");
+    assert_eq!(out.exit_code, None);
+    assert_eq!(out.to_json()["limit"], "workspace_bytes");
+    assert!(
+        out.message.as_deref().unwrap().contains("8388608 bytes"),
+        "{out:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let held = dir_bytes(ws.path());
+    assert!(held > 8 << 20 && held < 64 << 20, "{held}");
+}
+
+#[tokio::test]
+async fn a_loop_of_empty_files_is_killed_at_the_entry_bound() {
+    let Some(sb) = sandbox().await else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let out = sb
+        .shell_bounded(
+            ws.path(),
+            "i=0; while :; do : > e$i; i=$((i+1)); done",
+            T,
+            Some(DirBound {
+                bytes: 1 << 30,
+                entries: 300,
+            }),
+        )
+        .await;
+    assert_eq!(out.limit, Some(Limit::WorkspaceEntries), "{out:?}");
+    assert_eq!(out.to_json()["limit"], "workspace_entries");
+    assert!(
+        out.message.as_deref().unwrap().contains("300 entries"),
+        "{out:?}"
+    );
+    let entries = walk(ws.path()).len();
+    assert!(entries > 300, "{entries}");
+}
+
+/// `fallocate --keep-size` takes disk blocks without growing the file, so
+/// the file size limit does not see it; the bound counts the blocks.
+#[tokio::test]
+async fn blocks_allocated_past_a_files_length_count_in_the_bound() {
+    let Some(sb) = sandbox().await else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let out = sb
+        .shell_bounded(
+            ws.path(),
+            ": > f && fallocate -n -l 100M f && sleep 5",
+            T,
+            Some(DirBound {
+                bytes: 8 << 20,
+                entries: 100,
+            }),
+        )
+        .await;
+    if out.stderr.contains("fallocate") {
+        println!(
+            "skipped: this filesystem does not preallocate: {}",
+            out.stderr
+        );
+        return;
+    }
+    assert_eq!(out.limit, Some(Limit::WorkspaceBytes), "{out:?}");
+    assert!(out.duration < Duration::from_secs(4), "{:?}", out.duration);
+}
+
+/// Within the bound a command may make temporary files and delete them;
+/// the bound only stops it when it passes.
+#[tokio::test]
+async fn temporary_files_within_the_bound_are_fine() {
+    let Some(sb) = sandbox().await else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let out = sb
+        .shell_bounded(
+            ws.path(),
+            "for i in 1 2 3 4; do head -c 1000000 /dev/zero > t$i; done; sleep 0.3; rm t*; echo kept > out",
+            T,
+            Some(DirBound {
+                bytes: 8 << 20,
+                entries: 100,
+            }),
+        )
+        .await;
+    assert_eq!((out.exit_code, out.limit), (Some(0), None), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("out")).unwrap(),
+        "kept\n"
+    );
 }
 
 #[tokio::test]

@@ -17,7 +17,11 @@
 //!    directory's size is checked against the chat's room (the smaller of
 //!    `--max-workspace-bytes` and what the owner's storage quota leaves): a
 //!    call that goes past it is undone (the entries it changed get their
-//!    content from before it) and its result says so.
+//!    content from before it) and its result says so. While a `shell`
+//!    command runs, the directory is watched ([`chatd_tools::workspace::DirBound`]):
+//!    past one more room's worth (at least 16 MiB) or twice the entry
+//!    limit, the sandbox is killed, so no command can fill the replica's
+//!    disk before that check.
 //! 3. **Changes.** The difference between the directory and the committed
 //!    manifest is the step's [`WorkspaceChange`]s, which the step's
 //!    `CommitStep` bundle writes with its rows
@@ -465,7 +469,12 @@ async fn run_one(
         WorkspaceCall::Shell { command, timeout_s } => match host.sandbox().await {
             Ok(sandbox) => {
                 let outcome = sandbox
-                    .shell(&root, &command, Duration::from_secs(timeout_s))
+                    .shell_bounded(
+                        &root,
+                        &command,
+                        Duration::from_secs(timeout_s),
+                        Some(running_bound(before, room, host.config().max_entries)),
+                    )
                     .await;
                 ToolOutcome {
                     is_error: outcome.exit_code.is_none() && outcome.limit.is_none(),
@@ -523,6 +532,26 @@ async fn run_one(
     }
 }
 
+/// The least slack a running command has past the workspace's room.
+const RUNNING_SLACK_BYTES: u64 = 16 << 20;
+
+/// What the directory may hold while a `shell` command runs: one more
+/// room's worth (at least [`RUNNING_SLACK_BYTES`]) and one more
+/// `max_entries` past the larger of the room and what it holds now, so a
+/// command may make temporary files beyond the room and delete them before
+/// it ends (the check after the call holds it to the room), but a loop of
+/// writes cannot fill the replica's disk: past the bound the sandbox is
+/// killed.
+fn running_bound(before: Option<&Manifest>, room: u64, max_entries: usize) -> ws::DirBound {
+    let (bytes, entries) = before.map_or((0, 0), |m| (LocalWorkspace::total_bytes(m), m.len()));
+    ws::DirBound {
+        bytes: bytes
+            .max(room)
+            .saturating_add(room.max(RUNNING_SLACK_BYTES)),
+        entries: entries.max(max_entries).saturating_add(max_entries),
+    }
+}
+
 fn file_outcome(result: Result<Value, ToolError>) -> ToolOutcome {
     match result {
         Ok(result) => ToolOutcome {
@@ -542,7 +571,7 @@ fn over_entries(outcome: ToolOutcome, entries: usize, max: usize) -> ToolOutcome
     let mut result = outcome.result;
     match &mut result {
         Value::Object(map) => {
-            map.insert("message".into(), json!(message));
+            map.insert("message".into(), json!(with_earlier(map, &message)));
             map.insert("limit".into(), json!("workspace_entries"));
         }
         other => *other = json!({"error": message}),
@@ -566,7 +595,7 @@ fn over_room(outcome: ToolOutcome, total: u64, room: u64, max_bytes: i64) -> Too
     let mut result = outcome.result;
     match &mut result {
         Value::Object(map) => {
-            map.insert("message".into(), json!(message));
+            map.insert("message".into(), json!(with_earlier(map, &message)));
             map.insert("limit".into(), json!("workspace_bytes"));
         }
         other => *other = json!({"error": message}),
@@ -574,6 +603,15 @@ fn over_room(outcome: ToolOutcome, total: u64, room: u64, max_bytes: i64) -> Too
     ToolOutcome {
         result,
         is_error: true,
+    }
+}
+
+/// `message` after the result's own (a sandbox kill says why it was
+/// killed, this says what became of its changes).
+fn with_earlier(result: &serde_json::Map<String, Value>, message: &str) -> String {
+    match result.get("message").and_then(Value::as_str) {
+        Some(earlier) if !earlier.is_empty() => format!("{earlier} {message}"),
+        _ => message.to_owned(),
     }
 }
 

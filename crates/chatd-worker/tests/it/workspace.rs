@@ -355,6 +355,74 @@ async fn a_call_past_the_workspaces_room_is_undone_and_says_so() {
     worker.shutdown().await;
 }
 
+/// A command that writes without end (each file under the file size
+/// limit) is killed while it runs, one room's worth (at least 16 MiB) past
+/// the room, not when the disk is full; its writes are undone and the step
+/// goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_writes_without_end_is_killed_undone_and_the_turn_goes_on() {
+    if !bwrap_or_skip("a_command_that_writes_without_end").await {
+        return;
+    }
+    let env = Env::new().await;
+    let (config, dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(
+        Script::new()
+            .tool_call(
+                "flood",
+                "shell",
+                r#"{"command": "echo kept > before; i=0; while :; do head -c 500000 /dev/zero > f$i; i=$((i+1)); done", "timeout_s": 60}"#,
+                1,
+            )
+            .tool_call("after", "shell", r#"{"command": "echo fine > after"}"#, 1),
+    );
+    env.llm.push(Script::text("done"));
+    let worker = env.worker_with(config);
+    let started = std::time::Instant::now();
+    let chat_id = create_workspace_chat(&env, "flood the disk").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "killed long before its 60 s timeout: {:?}",
+        started.elapsed()
+    );
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    assert!(results[0].2, "{results:?}");
+    assert_eq!(
+        results[0].1["limit"],
+        json!("workspace_bytes"),
+        "{results:?}"
+    );
+    let message = results[0].1["message"].as_str().unwrap();
+    assert!(
+        message.contains("the most it may hold while a command runs")
+            && message.contains("so this call's changes were undone"),
+        "killed by the bound, then undone: {message}"
+    );
+    assert_eq!(results[1].1["exit_code"], json!(0), "{results:?}");
+    assert_eq!(
+        committed(&env, chat_id).await.keys().collect::<Vec<_>>(),
+        ["after"],
+        "none of the killed command's files, not even the first"
+    );
+    fn bytes_beneath(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| match e.metadata() {
+                Ok(m) if m.is_dir() => bytes_beneath(&e.path()),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            })
+            .sum()
+    }
+    let used = bytes_beneath(dir.path());
+    assert!(used < 2 << 20, "the replica's directory holds {used} bytes");
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_takes_over_after_a_crash_continues_with_exactly_the_committed_files() {
     if !bwrap_or_skip("a_replica_that_takes_over_after_a_crash").await {
