@@ -140,7 +140,7 @@ pub async fn workspace_file(
     let raw = query
         .get("path")
         .ok_or_else(|| ApiError::invalid_query("path", "is required"))?;
-    let path = chatd_tools_path(raw)?;
+    let path = route_path(raw)?;
     let (entry, content) = workspaces::file(state.store().pool(), target.chat.id, &path)
         .await?
         .ok_or_else(|| ApiError::not_found("No file at this path in the workspace."))?;
@@ -257,38 +257,21 @@ pub fn archive(rows: &[(workspaces::WorkspaceEntry, Vec<u8>)]) -> std::io::Resul
     gz.finish()
 }
 
-/// Checks a path of the file route as the tools do: relative, no `..`,
-/// normalized (`./a//b` is `a/b`).
-fn chatd_tools_path(raw: &str) -> ApiResult<String> {
-    if raw.is_empty() || raw.len() > 4096 || raw.contains('\0') {
-        return Err(ApiError::invalid_query(
-            "path",
-            "must be a relative path of 1 to 4096 bytes",
-        ));
-    }
-    if raw.starts_with('/') {
-        return Err(ApiError::invalid_query(
-            "path",
-            "must be relative to the workspace's root",
-        ));
-    }
-    let mut parts = Vec::new();
-    for part in raw.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                return Err(ApiError::invalid_query(
-                    "path",
-                    "must not leave the workspace (`..`)",
-                ));
-            }
-            p => parts.push(p),
-        }
-    }
-    if parts.is_empty() {
-        return Err(ApiError::invalid_query("path", "must name a file"));
-    }
-    Ok(parts.join("/"))
+/// Checks a path of the file route as the tools do
+/// ([`chatd_core::workspace_path::normalize`]): relative, no `..`,
+/// normalized (`./a//b` is `a/b`), so a file is found under the name the
+/// model wrote it with.
+fn route_path(raw: &str) -> ApiResult<String> {
+    use chatd_core::workspace_path::{PathError, normalize};
+    normalize(raw).map_err(|e| {
+        let detail = match e {
+            PathError::TooLong(_) | PathError::Nul => "must be a relative path of 1 to 4096 bytes",
+            PathError::Absolute => "must be relative to the workspace's root",
+            PathError::Parent => "must not leave the workspace (`..`)",
+            PathError::Empty => "must name a file",
+        };
+        ApiError::invalid_query("path", detail)
+    })
 }
 
 #[cfg(test)]
@@ -297,9 +280,9 @@ mod tests {
 
     #[test]
     fn paths_are_checked_and_normalized_as_the_tools_do() {
-        assert_eq!(chatd_tools_path("./src//main.rs").unwrap(), "src/main.rs");
+        assert_eq!(route_path("./src//main.rs").unwrap(), "src/main.rs");
         for bad in ["", "/etc/passwd", "../x", "a/../../x", ".", "a\0b"] {
-            assert!(chatd_tools_path(bad).is_err(), "{bad:?}");
+            assert!(route_path(bad).is_err(), "{bad:?}");
         }
     }
 
@@ -315,7 +298,7 @@ mod tests {
         let pattern = regex::Regex::new(PATH_PATTERN).unwrap();
         for good in ["a", "src/main.rs", "a//b/", ".env", "..x", "...", "a/.b/c"] {
             assert!(pattern.is_match(good), "{good:?}");
-            assert!(chatd_tools_path(good).is_ok(), "{good:?}");
+            assert!(route_path(good).is_ok(), "{good:?}");
         }
         for bad in [
             "",

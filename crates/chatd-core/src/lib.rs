@@ -38,6 +38,7 @@ pub mod tools;
 pub mod transition;
 pub mod usage;
 pub mod user;
+pub mod workspace_path;
 
 pub use chat_error::{ChatError, ChatErrorKind};
 pub use error::{StateError, ToolResultError, ToolResultErrorKind, TransitionError};

@@ -23,8 +23,8 @@ use serde::Serialize;
 
 use super::manifest::EntryKind;
 
-/// The longest path the tools accept, in bytes (Linux's `PATH_MAX`).
-pub const MAX_PATH_BYTES: usize = 4096;
+use chatd_core::workspace_path;
+pub use chatd_core::workspace_path::MAX_PATH_BYTES;
 
 /// How many entries [`list_files`] returns at most; [`ListFiles::truncated`]
 /// says when there were more.
@@ -79,44 +79,18 @@ pub struct ListFiles {
 }
 
 /// Checks a path given by the model and returns it normalized: relative,
-/// `/`-separated, without `.` components, repeated or trailing slashes.
+/// `/`-separated, without `.` components, repeated or trailing slashes
+/// ([`chatd_core::workspace_path::normalize`], which the API's file route
+/// uses too).
 ///
 /// Errors: an empty path (or one that normalizes to the root, like `.`), an
 /// absolute path, a `..` component, a NUL byte, more than
-/// [`MAX_PATH_BYTES`] bytes.
+/// [`MAX_PATH_BYTES`] bytes; the message names the path (cut to 200 bytes).
 pub fn check_path(path: &str) -> Result<String, ToolError> {
-    if path.len() > MAX_PATH_BYTES {
-        return Err(ToolError(format!(
-            "the path is {} bytes long; at most {MAX_PATH_BYTES} are allowed",
-            path.len()
-        )));
-    }
-    if path.contains('\0') {
-        return Err(ToolError("the path contains a NUL byte".into()));
-    }
-    if path.starts_with('/') {
-        return Err(ToolError(format!(
-            "{path:?} is absolute; paths are relative to the workspace's root"
-        )));
-    }
-    let mut parts = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                return Err(ToolError(format!(
-                    "{path:?} contains `..`; paths cannot leave the workspace"
-                )));
-            }
-            part => parts.push(part),
-        }
-    }
-    if parts.is_empty() {
-        return Err(ToolError(
-            "the path is empty; name a file relative to the workspace's root".into(),
-        ));
-    }
-    Ok(parts.join("/"))
+    workspace_path::normalize(path).map_err(|e| {
+        let shown: String = path.chars().take(200).collect();
+        ToolError(format!("{shown:?}: {e}"))
+    })
 }
 
 /// Reads at most `max_bytes` of the file at `path` (relative to `root`).
