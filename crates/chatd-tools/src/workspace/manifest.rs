@@ -158,7 +158,13 @@ pub struct LocalWorkspace {
     root: PathBuf,
     known: HashMap<String, (StatKey, Entry)>,
     last: Manifest,
+    unkept: Vec<String>,
+    unkept_count: usize,
 }
+
+/// How many of the names the last scan left out [`LocalWorkspace::unkept`]
+/// keeps (it counts them all).
+const UNKEPT_SHOWN: usize = 5;
 
 impl LocalWorkspace {
     /// Opens (and creates, mode 0o755, with its parents) the directory
@@ -177,12 +183,22 @@ impl LocalWorkspace {
             root,
             known: HashMap::new(),
             last: Manifest::new(),
+            unkept: Vec::new(),
+            unkept_count: 0,
         })
     }
 
     /// The directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The entries the last scan left out because their names (relative to
+    /// the root) are not UTF-8: how many, and the first few, lossily
+    /// decoded (U+FFFD for each bad byte). They are not part of the
+    /// workspace: a diff does not see them and an apply deletes them.
+    pub fn unkept(&self) -> (usize, &[String]) {
+        (self.unkept_count, &self.unkept)
     }
 
     /// Walks the directory (symlinks not followed; FIFOs, sockets and
@@ -195,6 +211,7 @@ impl LocalWorkspace {
         let dir = self.dir()?;
         let mut manifest = Manifest::new();
         let mut known = HashMap::new();
+        let (mut unkept, mut unkept_count) = (Vec::new(), 0);
         let mut walker = walkdir::WalkDir::new(&self.root)
             .follow_links(false)
             .min_depth(1)
@@ -204,6 +221,11 @@ impl LocalWorkspace {
             let item = item.map_err(io::Error::other)?;
             let Some(rel) = relative(&self.root, item.path()) else {
                 // Not UTF-8: not part of the workspace (an apply deletes it).
+                unkept_count += 1;
+                if unkept.len() < UNKEPT_SHOWN {
+                    let name = item.path().strip_prefix(&self.root).unwrap_or(item.path());
+                    unkept.push(name.to_string_lossy().into_owned());
+                }
                 if item.file_type().is_dir() {
                     walker.skip_current_dir();
                 }
@@ -240,6 +262,8 @@ impl LocalWorkspace {
         }
         self.known = known;
         self.last = manifest.clone();
+        self.unkept = unkept;
+        self.unkept_count = unkept_count;
         Ok(manifest)
     }
 

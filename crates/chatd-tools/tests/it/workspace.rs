@@ -872,6 +872,41 @@ async fn without_cgroups_rlimits_name_cpu_time_memory_and_file_size() {
     );
 }
 
+/// Names that are not UTF-8 are not part of the workspace: the scan leaves
+/// them out and counts them (so the model can be told), and an apply
+/// deletes them.
+#[test]
+fn names_that_are_not_utf8_are_counted_left_out_and_deleted_by_an_apply() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut ws = LocalWorkspace::open(dir.path().join("ws")).unwrap();
+    let root = ws.root().to_owned();
+    std::fs::write(root.join("ok.txt"), b"fine").unwrap();
+    let bad = std::ffi::OsStr::from_bytes(b"bad\xffname");
+    std::fs::write(root.join(bad), b"lost").unwrap();
+    std::fs::create_dir(root.join(std::ffi::OsStr::from_bytes(b"dir\xfe"))).unwrap();
+    std::fs::write(
+        root.join(std::ffi::OsStr::from_bytes(b"dir\xfe"))
+            .join("inner"),
+        b"x",
+    )
+    .unwrap();
+    let manifest = ws.scan().unwrap();
+    assert_eq!(manifest.keys().collect::<Vec<_>>(), ["ok.txt"]);
+    let (count, names) = ws.unkept();
+    assert_eq!(
+        count, 2,
+        "the directory counts once, its contents not at all"
+    );
+    let mut names = names.to_vec();
+    names.sort();
+    assert_eq!(names, ["bad\u{FFFD}name", "dir\u{FFFD}"]);
+    ws.apply(&manifest, &HashMap::new()).unwrap();
+    assert!(!root.join(bad).exists());
+    assert_eq!(ws.unkept().0, 0);
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 1);
+}
+
 /// Checking out a directory that already holds the target touches no file:
 /// a chmod to the same mode would still change each file's ctime, and the
 /// stat cache would hash the whole workspace again on every step

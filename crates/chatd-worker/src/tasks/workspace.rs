@@ -292,6 +292,10 @@ pub(super) async fn run(
                                 written.insert(entry.sha256, content);
                             }
                         }
+                        let (count, names) = local.as_ref().expect("opened").unkept();
+                        if count > 0 {
+                            outcome = with_unkept(outcome, count, names);
+                        }
                     }
                 }
                 Err(e) => {
@@ -603,6 +607,35 @@ fn over_room(outcome: ToolOutcome, total: u64, room: u64, max_bytes: i64) -> Too
     ToolOutcome {
         result,
         is_error: true,
+    }
+}
+
+/// A call's result, told that `count` entries were left out of the
+/// workspace because their names are not UTF-8 (`names`: the first few,
+/// lossily decoded): they are deleted at the next checkout.
+fn with_unkept(outcome: ToolOutcome, count: usize, names: &[String]) -> ToolOutcome {
+    let shown = names
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = if count > names.len() { ", …" } else { "" };
+    let message = if count == 1 {
+        format!(
+            "1 entry has a name that is not UTF-8 ({shown}, each bad byte shown as U+FFFD) and is not kept in the workspace: rename it to keep it."
+        )
+    } else {
+        format!(
+            "{count} entries have names that are not UTF-8 ({shown}{more}, each bad byte shown as U+FFFD) and are not kept in the workspace: rename them to keep them."
+        )
+    };
+    let mut result = outcome.result;
+    if let Value::Object(map) = &mut result {
+        map.insert("message".into(), json!(with_earlier(map, &message)));
+    }
+    ToolOutcome {
+        result,
+        is_error: outcome.is_error,
     }
 }
 

@@ -423,6 +423,43 @@ async fn a_command_that_writes_without_end_is_killed_undone_and_the_turn_goes_on
     worker.shutdown().await;
 }
 
+/// A file whose name is not UTF-8 cannot be kept (paths are JSON
+/// strings): the shell's result says so, and only the other file commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_is_told_when_a_name_is_not_utf8_and_not_kept() {
+    if !bwrap_or_skip("the_model_is_told_when_a_name_is_not_utf8").await {
+        return;
+    }
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(Script::new().tool_call(
+        "names",
+        "shell",
+        r#"{"command": "echo a > good.txt; echo b > \"$(printf 'bad\\377')\"; ls | wc -l"}"#,
+        1,
+    ));
+    env.llm.push(Script::text("done"));
+    let worker = env.worker_with(config);
+    let chat_id = create_workspace_chat(&env, "odd names").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    assert!(!results[0].2, "{results:?}");
+    assert_eq!(results[0].1["exit_code"], json!(0), "{results:?}");
+    assert_eq!(results[0].1["stdout"], json!("2\n"), "{results:?}");
+    let message = results[0].1["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("1 entry has a name that is not UTF-8 (\"bad\u{FFFD}\"")
+            && message.contains("rename it"),
+        "{message}"
+    );
+    assert_eq!(
+        committed(&env, chat_id).await.keys().collect::<Vec<_>>(),
+        ["good.txt"]
+    );
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_takes_over_after_a_crash_continues_with_exactly_the_committed_files() {
     if !bwrap_or_skip("a_replica_that_takes_over_after_a_crash").await {
