@@ -199,7 +199,9 @@ impl Workspaces {
     }
 }
 
-fn remove_dir(path: &Path) {
+/// Removes a workspace directory and everything in it; a failure is
+/// logged (the sweep at the next start tries again).
+pub(crate) fn remove_dir(path: &Path) {
     match std::fs::remove_dir_all(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -232,14 +232,19 @@ pub(super) async fn run(
         let path = host.path_of(task.chat_id);
         match blocking(move || LocalWorkspace::open(path)).await {
             Ok(local) => *slot = Some(local),
-            Err(e) => return Ok(unavailable(&calls, &format!("cannot open it: {e}"))),
+            Err(e) => {
+                return Ok(unavailable(
+                    &calls,
+                    &format!("cannot open it: {}", short(&e)),
+                ));
+            }
         }
     }
     let local: &mut Option<LocalWorkspace> = &mut slot;
     // 1. Checkout.
     if let Err(e) = restore(task, local, &committed.manifest, &HashMap::new()).await? {
         // A local I/O error (a full disk): the calls fail, nothing commits.
-        return Ok(unavailable(&calls, &e.to_string()));
+        return Ok(unavailable(&calls, &short(&e)));
     }
     // 2. Calls.
     let config = host.config();
@@ -260,7 +265,8 @@ pub(super) async fn run(
                 Ok(m) => Some(m),
                 Err(e) => {
                     outcomes.push(ToolOutcome::error(format!(
-                        "The workspace cannot be read: {e}"
+                        "The workspace cannot be read: {}",
+                        short(&e)
                     )));
                     continue;
                 }
@@ -301,7 +307,8 @@ pub(super) async fn run(
                 Err(e) => {
                     undo(task, local, &before, &written).await?;
                     outcome = ToolOutcome::error(format!(
-                        "The workspace could not be read after the call, so its changes were undone: {e}"
+                        "The workspace could not be read after the call, so its changes were undone: {}",
+                        short(&e)
                     ));
                 }
             }
@@ -321,7 +328,8 @@ pub(super) async fn run(
                 outcomes: (0..n)
                     .map(|_| {
                         ToolOutcome::error(format!(
-                            "The workspace's changes could not be read, so they were not kept: {e}"
+                            "The workspace's changes could not be read, so they were not kept: {}",
+                            short(&e)
                         ))
                     })
                     .collect(),
@@ -395,7 +403,50 @@ async fn read_committed(task: &TaskContext) -> Result<Committed, FenceError> {
 /// Makes the directory equal `target`, taking contents from `known` (by
 /// hash) or else from the committed rows. The inner error is a local I/O
 /// failure (not retried: the calls fail).
+///
+/// The directory is only a cache: when it cannot be brought to `target`
+/// (a command left paths longer than `PATH_MAX`, or a directory it made
+/// unreadable), a fresh one replaces it, `target` is checked out there
+/// from scratch, and the old one is removed in the background.
 async fn restore(
+    task: &TaskContext,
+    local: &mut Option<LocalWorkspace>,
+    target: &Manifest,
+    known: &HashMap<[u8; 32], Vec<u8>>,
+) -> TaskResult<std::io::Result<()>> {
+    let Err(e) = restore_in_place(task, local, target, known).await? else {
+        return Ok(Ok(()));
+    };
+    tracing::warn!(chat_id = %task.chat_id, error = %short(&e), "the workspace directory cannot be brought back; checking it out afresh");
+    let path = task.ctx.workspaces.path_of(task.chat_id);
+    let fresh = match blocking(move || LocalWorkspace::open(path)).await {
+        Ok(fresh) => fresh,
+        Err(e) => return Ok(Err(e)),
+    };
+    if let Some(old) = local.replace(fresh) {
+        let old = old.root().to_path_buf();
+        tokio::task::spawn_blocking(move || crate::workspace::remove_dir(&old));
+    }
+    restore_in_place(task, local, target, known).await
+}
+
+/// An I/O error's text, cut to 300 bytes (a path in it may be kilobytes
+/// long).
+fn short(e: &std::io::Error) -> String {
+    let mut text = e.to_string();
+    if text.len() > 300 {
+        let mut cut = 300;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// [`restore`] in the directory as it is.
+async fn restore_in_place(
     task: &TaskContext,
     local: &mut Option<LocalWorkspace>,
     target: &Manifest,

@@ -460,6 +460,52 @@ async fn the_model_is_told_when_a_name_is_not_utf8_and_not_kept() {
     worker.shutdown().await;
 }
 
+/// A command that leaves a directory the replica cannot walk (paths
+/// longer than PATH_MAX) is undone, and the step's next call still runs:
+/// the replica's directory is only a cache, so a fresh one is checked out
+/// from the committed rows and this step's earlier writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_the_replica_cannot_walk_is_replaced_and_the_step_goes_on() {
+    if !bwrap_or_skip("a_directory_the_replica_cannot_walk").await {
+        return;
+    }
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    env.llm.push(
+        Script::new()
+            .tool_call(
+                "first",
+                "write_file",
+                r#"{"path": "kept.txt", "content": "before"}"#,
+                1,
+            )
+            .tool_call(
+                "deep",
+                "shell",
+                r#"{"command": "d=$(printf 'a%.0s' $(seq 200)); i=0; while [ $i -lt 30 ]; do mkdir $d && cd $d || exit 1; i=$((i+1)); done; echo x > f"}"#,
+                1,
+            )
+            .tool_call("after", "shell", r#"{"command": "cat kept.txt > copy.txt"}"#, 1),
+    );
+    env.llm.push(Script::text("done"));
+    let worker = env.worker_with(config);
+    let chat_id = create_workspace_chat(&env, "go deep").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    let results = results(&messages);
+    assert!(!results[0].2, "{results:?}");
+    assert!(results[1].2, "{results:?}");
+    let said = results[1].1.to_string();
+    assert!(said.contains("undone"), "{said}");
+    assert!(said.len() < 1000, "the error's 6 KB path is cut: {said}");
+    assert!(!results[2].2, "the next call runs: {results:?}");
+    assert_eq!(results[2].1["exit_code"], json!(0), "{results:?}");
+    let files = committed(&env, chat_id).await;
+    assert_eq!(files.keys().collect::<Vec<_>>(), ["copy.txt", "kept.txt"]);
+    assert_eq!(files["copy.txt"].1, "before");
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_takes_over_after_a_crash_continues_with_exactly_the_committed_files() {
     if !bwrap_or_skip("a_replica_that_takes_over_after_a_crash").await {
