@@ -1,8 +1,10 @@
 //! The sandbox of the `shell` tool (API.md "Workspaces and provider-hosted
 //! tools"): `sh -c COMMAND` under bubblewrap with `/workspace` (the chat's
-//! directory, bind-mounted) the only writable place, `/usr` and a few files
-//! of `/etc` read-only (not `/etc/shadow` nor the service's own
-//! configuration), a private `/proc`, `/dev` and `/tmp`, every namespace
+//! directory, bind-mounted) the only writable place on disk, `/usr` and a
+//! few files of `/etc` read-only (not `/etc/shadow` nor the service's own
+//! configuration), a private `/proc`, a private read-only `/dev`, and
+//! private in-memory `/tmp` (half the memory limit) and `/dev/shm` (an
+//! eighth of it, at most 64 MiB), every namespace
 //! unshared (no network unless [`SandboxConfig::network`]), no capabilities,
 //! a new session (no TIOCSTI into our terminal), and killed with its parent.
 //!
@@ -276,7 +278,14 @@ impl Sandbox {
                 );
             });
         }
-        let base_args = base_args(&config);
+        let sized = takes_size(&bwrap).await;
+        if !sized {
+            tracing::warn!(
+                bwrap = %bwrap.display(),
+                "this bubblewrap has no --size (0.7 or later has): the sandbox's /tmp and /dev/shm are not bounded but by the memory cgroup"
+            );
+        }
+        let base_args = base_args(&config, sized);
         let sandbox = Sandbox {
             config,
             bwrap,
@@ -682,8 +691,9 @@ async fn join_reader(reader: tokio::task::JoinHandle<(Vec<u8>, bool)>) -> (Vec<u
     }
 }
 
-/// The bwrap arguments up to the workspace's bind.
-fn base_args(config: &SandboxConfig) -> Vec<String> {
+/// The bwrap arguments up to the workspace's bind; `sized`: bwrap takes
+/// `--size` (0.7 and later).
+fn base_args(config: &SandboxConfig, sized: bool) -> Vec<String> {
     let mut args: Vec<String> = [
         "--unshare-all",
         "--unshare-user",
@@ -725,12 +735,28 @@ fn base_args(config: &SandboxConfig) -> Vec<String> {
         let path = format!("/etc/{name}");
         args.extend(["--ro-bind-try".into(), path.clone(), path]);
     }
+    args.extend(["--proc", "/proc", "--dev", "/dev"].map(str::to_owned));
+    // The in-memory filesystems a command may write (`/tmp`, `/dev/shm`)
+    // are bounded: without a memory cgroup (rlimits only) nothing else
+    // would stop them from filling the host's memory. `/dev` itself (a
+    // tmpfs of bwrap's) becomes read-only.
+    let limits = &config.limits;
+    let tmp = (limits.memory_bytes / 2).max(1 << 20);
+    let shm = (limits.memory_bytes / 8).clamp(1 << 20, 64 << 20);
+    if sized {
+        args.extend(["--size".into(), shm.to_string()]);
+    }
+    args.extend([
+        "--tmpfs".into(),
+        "/dev/shm".into(),
+        "--remount-ro".into(),
+        "/dev".into(),
+    ]);
+    if sized {
+        args.extend(["--size".into(), tmp.to_string()]);
+    }
     args.extend(
         [
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
             "--tmpfs",
             "/tmp",
             "--clearenv",
@@ -783,6 +809,19 @@ const ETC_FILES: &[&str] = &[
     "ssl",
     "timezone",
 ];
+
+/// Whether `bwrap --help` lists `--size`.
+async fn takes_size(bwrap: &Path) -> bool {
+    Command::new(bwrap)
+        .arg("--help")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .is_ok_and(|o| {
+            let text = [o.stdout, o.stderr].concat();
+            String::from_utf8_lossy(&text).contains("--size")
+        })
+}
 
 fn find_binary(name: &Path) -> Option<PathBuf> {
     if name.components().count() > 1 {

@@ -439,6 +439,41 @@ async fn temporary_files_within_the_bound_are_fine() {
     );
 }
 
+/// `/tmp` and `/dev/shm` live in memory: without a memory cgroup nothing
+/// but their size would stop a command from filling the host's memory
+/// with them. `/dev` itself is read-only; its devices still work.
+#[tokio::test]
+async fn tmp_and_dev_shm_are_bounded_and_dev_is_read_only() {
+    let Some(sb) = rlimit_sandbox().await else {
+        return;
+    };
+    let ws = tempfile::tempdir().unwrap();
+    // small_limits: 64 MiB of memory → /tmp 32 MiB, /dev/shm 8 MiB. head
+    // writes through a pipe (RLIMIT_FSIZE is 1 MiB per file): many files.
+    let out = sb
+        .shell(
+            ws.path(),
+            "for i in $(seq 40); do head -c 1000000 /dev/zero > /tmp/f$i || break; done; \
+             du -sk /tmp | cut -f1; \
+             for i in $(seq 20); do head -c 1000000 /dev/zero > /dev/shm/f$i || break; done; \
+             du -sk /dev/shm | cut -f1; \
+             echo x > /dev/new 2>/dev/null && echo wrote-dev; \
+             echo ok > /dev/null && echo null-works",
+            T,
+        )
+        .await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:?}");
+    let tmp_kib: u64 = lines[0].parse().unwrap();
+    let shm_kib: u64 = lines[1].parse().unwrap();
+    assert!(tmp_kib <= 32 * 1024, "/tmp holds {tmp_kib} KiB: {out:?}");
+    assert!(tmp_kib >= 30 * 1024, "/tmp was usable: {tmp_kib} KiB");
+    assert!(shm_kib <= 8 * 1024, "/dev/shm holds {shm_kib} KiB: {out:?}");
+    assert!(shm_kib >= 6 * 1024, "/dev/shm was usable: {shm_kib} KiB");
+    assert_eq!(lines[2], "null-works", "{out:?}");
+    assert!(out.stderr.contains("No space left on device"), "{out:?}");
+}
+
 #[tokio::test]
 async fn sandbox_new_fails_clearly_without_bwrap() {
     let err = Sandbox::new(SandboxConfig {
