@@ -911,3 +911,338 @@ async fn a_response_queued_behind_a_failed_turn_still_runs() -> anyhow::Result<(
     assert_eq!(second["status"], "failed", "{second}");
     Ok(())
 }
+
+// ---- provider-hosted web search through the compatible protocols --------
+
+const SEARCH_URL: &str = "https://example.org/shannon";
+/// 16 characters (the dash is one character, three bytes): the cited
+/// text's annotation starts there.
+const SEARCH_INTRO: &str = "Looking it up — ";
+const SEARCH_CITED: &str = "Shannon was born on April 30, 1916.";
+
+/// [`crate::worker::fixture`] with the default model of Anthropic kind and
+/// `options.provider_tools: ["web_search"]`, so that the worker keeps the
+/// provider's search parts (API.md "Workspaces and provider-hosted tools").
+async fn search_fixture() -> anyhow::Result<(
+    chatd_testkit::TestDatabase,
+    chatd_testkit::fake_llm::FakeLlm,
+    tempfile::TempDir,
+    String,
+)> {
+    let db = chatd_testkit::TestDatabase::new(&chatd_store::MIGRATOR).await?;
+    let llm = chatd_testkit::fake_llm::FakeLlm::start().await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("chatd.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[providers]]\nname = \"fake\"\nprovider = \"anthropic\"\nbase_url = \"{}\"\napi_key = \"test-key\"\n\n\
+             [[model_configs]]\nname = \"fake-model\"\nprovider = \"fake\"\nmodel = \"fake-model\"\ncontext_limit = 8192\nis_default = true\n\
+             [model_configs.options]\nprovider_tools = [\"web_search\"]\n",
+            llm.base_url()
+        ),
+    )?;
+    Ok((db, llm, dir, path.display().to_string()))
+}
+
+/// Text, a search with one result, then text citing it: stored as
+/// `[text, provider-tool-call, provider-tool-result, text with citations]`.
+fn search_answer() -> Script {
+    Script::new()
+        .then_text(SEARCH_INTRO)
+        // Streamed live before the search (the AI SDK test sees it so).
+        .delay(Duration::from_millis(300))
+        .web_search(
+            "srvtoolu_fake_1",
+            "claude shannon birth date",
+            &[(SEARCH_URL, "Claude Shannon")],
+        )
+        .cited_text(
+            SEARCH_CITED,
+            SEARCH_URL,
+            "Claude Shannon",
+            "Claude Elwood Shannon (April 30, 1916 – ...",
+        )
+}
+
+/// A search whose result is Anthropic's error object, then plain text:
+/// stored as `[provider-tool-call, provider-tool-result (is_error), text]`.
+/// Raw blocks at indices 10 and 11 so they never meet the script's own.
+fn failed_search_answer() -> Script {
+    Script::new()
+        .raw_data(json!({"type": "content_block_start", "index": 10, "content_block":
+            {"type": "server_tool_use", "id": "srvtoolu_fake_2", "name": "web_search", "input": {}}}).to_string())
+        .raw_data(json!({"type": "content_block_delta", "index": 10, "delta":
+            {"type": "input_json_delta", "partial_json": r#"{"query":"shannon death"}"#}}).to_string())
+        .raw_data(json!({"type": "content_block_stop", "index": 10}).to_string())
+        .raw_data(json!({"type": "content_block_start", "index": 11, "content_block":
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_fake_2", "content":
+                {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"}}}).to_string())
+        .raw_data(json!({"type": "content_block_stop", "index": 11}).to_string())
+        .then_text("The search failed.")
+}
+
+fn search_error() -> Value {
+    json!({"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"})
+}
+
+fn search_results() -> Value {
+    json!([{"type": "web_search_result", "url": SEARCH_URL, "title": "Claude Shannon",
+            "encrypted_content": "fake-encrypted-0", "page_age": null}])
+}
+
+/// The characters `start..end` of `text` (OpenAI's indices count
+/// characters, as Python's `str` does).
+fn char_slice(text: &str, start: usize, end: usize) -> String {
+    text.chars().skip(start).take(end - start).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_search_is_a_web_search_call_item_and_its_citations_url_citations()
+-> anyhow::Result<()> {
+    let (db, llm, _dir, config) = search_fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(search_answer());
+    let (status, response) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "When was Claude Shannon born?"}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["status"], "completed", "{response:#}");
+    // The provider was asked to search (the setup took).
+    assert_eq!(
+        llm.requests()[0].body["tools"][0]["type"],
+        "web_search_20250305"
+    );
+    let output = response["output"].as_array().expect("output");
+    assert_eq!(output.len(), 2, "{response:#}");
+    let message_id = output[1]["id"].as_str().expect("an id");
+    let chatd_id = message_id.strip_prefix("msg_").expect("msg_<id>");
+    // The call is the message's part 1 (after the intro text).
+    assert_eq!(
+        output[0],
+        json!({"type": "web_search_call", "id": format!("ws_{chatd_id}_1"), "status": "completed",
+               "action": {"type": "search", "query": "claude shannon birth date"}})
+    );
+    let text = format!("{SEARCH_INTRO}{SEARCH_CITED}");
+    assert_eq!(output[1]["type"], "message");
+    assert_eq!(output[1]["status"], "completed");
+    assert_eq!(output[1]["content"][0]["type"], "output_text");
+    assert_eq!(output[1]["content"][0]["text"], text.as_str());
+    let start = SEARCH_INTRO.chars().count();
+    assert_eq!(start, 16);
+    let end = start + SEARCH_CITED.chars().count();
+    assert_eq!(
+        output[1]["content"][0]["annotations"],
+        json!([{"type": "url_citation", "start_index": 16, "end_index": 51,
+                "url": SEARCH_URL, "title": "Claude Shannon"}])
+    );
+    assert_eq!(end, 51);
+    assert_eq!(char_slice(&text, start, end), SEARCH_CITED);
+
+    // The same items in the conversation, after the user's message.
+    let conversation = response["conversation"]["id"]
+        .as_str()
+        .expect("a conversation")
+        .to_owned();
+    let items = server
+        .get_json(
+            &format!("/v1/conversations/{conversation}/items?order=asc"),
+            ADMIN_TOKEN,
+        )
+        .await?;
+    let data = items["data"].as_array().expect("data");
+    assert_eq!(data.len(), 3, "{items:#}");
+    assert_eq!(data[0]["role"], "user");
+    assert_eq!(data[1], output[0]);
+    assert_eq!(data[2]["id"], output[1]["id"]);
+    assert_eq!(data[2]["role"], "assistant");
+    assert_eq!(data[2]["content"], output[1]["content"]);
+
+    // A failed search: `failed`, and a message without annotations.
+    llm.push(failed_search_answer());
+    let (status, failed) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "fake-model", "input": "And his death?", "previous_response_id": response["id"]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{failed}");
+    let output = failed["output"].as_array().expect("output");
+    let kinds: Vec<&str> = output.iter().filter_map(|i| i["type"].as_str()).collect();
+    assert_eq!(kinds, ["web_search_call", "message"], "{failed:#}");
+    let chatd_id = output[1]["id"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("msg_"))
+        .expect("msg_<id>");
+    assert_eq!(
+        output[0],
+        json!({"type": "web_search_call", "id": format!("ws_{chatd_id}_0"), "status": "failed",
+               "action": {"type": "search", "query": "shannon death"}})
+    );
+    assert_eq!(output[1]["content"][0]["text"], "The search failed.");
+    assert_eq!(output[1]["content"][0]["annotations"], json!([]));
+    let items = server
+        .get_json(
+            &format!("/v1/conversations/{conversation}/items?order=desc&limit=2"),
+            ADMIN_TOKEN,
+        )
+        .await?;
+    assert_eq!(items["data"][0]["id"], output[1]["id"], "{items:#}");
+    assert_eq!(items["data"][1], output[0], "{items:#}");
+    Ok(())
+}
+
+/// The chunk types of `chunks`, a run of `text-delta`s counted once (the
+/// live text comes in as many deltas as the provider sent).
+fn chunk_kinds(chunks: &[Value]) -> Vec<&str> {
+    let mut kinds: Vec<&str> = chunks.iter().filter_map(|c| c["type"].as_str()).collect();
+    kinds.dedup_by(|a, b| *a == "text-delta" && *b == "text-delta");
+    kinds
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_sdk_shows_a_web_search_as_a_provider_executed_tool_with_its_sources()
+-> anyhow::Result<()> {
+    let (db, llm, _dir, config) = search_fixture().await?;
+    let server = Chatd::start(&replica_args(&db, &config, "200ms")).await?;
+    llm.push(search_answer());
+    let body = json!({"id": "search-chat", "trigger": "submit-message", "messages": [
+        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "When was Claude Shannon born?"}]}]});
+    let chunks = sse(
+        stream_post(&server, "/api/v2/ai-sdk/chat", body).await?,
+        |e| e == "[DONE]",
+    )
+    .await?;
+    // The text streams as the model writes it; the search's chunks and the
+    // sources follow once the answer is committed.
+    assert_eq!(
+        chunk_kinds(&chunks),
+        [
+            "start",
+            "start-step",
+            "text-start",
+            "text-delta",
+            "text-end",
+            "tool-input-available",
+            "tool-output-available",
+            "source-url",
+            "finish-step",
+            "finish"
+        ],
+        "{chunks:#?}"
+    );
+    assert_eq!(chunks.last(), Some(&json!("[DONE]")));
+    let text: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .filter_map(|c| c["delta"].as_str())
+        .collect();
+    assert_eq!(text, format!("{SEARCH_INTRO}{SEARCH_CITED}"));
+    // The intro was streamed live (its text part is the attempt's, `t_`)
+    // and the committed answer continued it without a reset.
+    let live_id = chunks
+        .iter()
+        .find(|c| c["type"] == "text-start")
+        .and_then(|c| c["id"].as_str())
+        .unwrap_or_default();
+    assert!(live_id.starts_with("t_"), "{chunks:#?}");
+    let find = |kind: &str| {
+        chunks
+            .iter()
+            .find(|c| c["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}: {chunks:#?}"))
+            .clone()
+    };
+    let message_id = find("start")["messageId"]
+        .as_str()
+        .expect("a message id")
+        .to_owned();
+    assert_eq!(
+        find("tool-input-available"),
+        json!({"type": "tool-input-available", "toolCallId": "srvtoolu_fake_1",
+               "toolName": "web_search", "input": {"query": "claude shannon birth date"},
+               "dynamic": true, "providerExecuted": true})
+    );
+    assert_eq!(
+        find("tool-output-available"),
+        json!({"type": "tool-output-available", "toolCallId": "srvtoolu_fake_1",
+               "output": search_results(), "dynamic": true, "providerExecuted": true})
+    );
+    // The cited text is the message's part 3, its first citation.
+    let source_id = format!("{message_id}-3-0");
+    assert_eq!(
+        find("source-url"),
+        json!({"type": "source-url", "sourceId": source_id, "url": SEARCH_URL,
+               "title": "Claude Shannon"})
+    );
+
+    // The listing: the parts in the message's order, the search a
+    // dynamic-tool part the provider executed, with its output.
+    let messages = server
+        .get_json("/api/v2/ai-sdk/chat/search-chat/messages", ADMIN_TOKEN)
+        .await?;
+    assert_eq!(messages.as_array().map(Vec::len), Some(2), "{messages:#}");
+    assert_eq!(messages[1]["id"], message_id.as_str());
+    assert_eq!(messages[1]["role"], "assistant");
+    assert_eq!(
+        messages[1]["parts"],
+        json!([
+            {"type": "text", "text": SEARCH_INTRO, "state": "done"},
+            {"type": "dynamic-tool", "toolName": "web_search", "toolCallId": "srvtoolu_fake_1",
+             "providerExecuted": true, "state": "output-available",
+             "input": {"query": "claude shannon birth date"}, "output": search_results()},
+            {"type": "text", "text": SEARCH_CITED, "state": "done"},
+            {"type": "source-url", "sourceId": source_id, "url": SEARCH_URL, "title": "Claude Shannon"},
+        ]),
+        "{messages:#}"
+    );
+
+    // A failed search: a provider-executed tool-output-error, and an
+    // output-error part.
+    llm.push(failed_search_answer());
+    let body = json!({"id": "search-chat", "trigger": "submit-message", "messages": [
+        {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "And his death?"}]}]});
+    let chunks = sse(
+        stream_post(&server, "/api/v2/ai-sdk/chat", body).await?,
+        |e| e == "[DONE]",
+    )
+    .await?;
+    let kinds = chunk_kinds(&chunks);
+    let input = kinds
+        .iter()
+        .position(|k| *k == "tool-input-available")
+        .unwrap_or_else(|| panic!("{chunks:#?}"));
+    assert_eq!(kinds[input + 1], "tool-output-error", "{kinds:?}");
+    let error = chunks
+        .iter()
+        .find(|c| c["type"] == "tool-output-error")
+        .expect("checked");
+    assert_eq!(error["toolCallId"], "srvtoolu_fake_2");
+    assert_eq!(error["providerExecuted"], true);
+    assert_eq!(error["dynamic"], true);
+    let error_text: Value = serde_json::from_str(error["errorText"].as_str().expect("a string"))?;
+    assert_eq!(error_text, search_error());
+    assert!(!kinds.contains(&"source-url"), "{kinds:?}");
+    let messages = server
+        .get_json("/api/v2/ai-sdk/chat/search-chat/messages", ADMIN_TOKEN)
+        .await?;
+    let parts = &messages[3]["parts"];
+    assert_eq!(parts.as_array().map(Vec::len), Some(2), "{messages:#}");
+    assert_eq!(parts[0]["type"], "dynamic-tool");
+    assert_eq!(parts[0]["state"], "output-error");
+    assert_eq!(parts[0]["providerExecuted"], true);
+    assert_eq!(parts[0]["toolCallId"], "srvtoolu_fake_2");
+    assert_eq!(parts[0]["input"], json!({"query": "shannon death"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(parts[0]["errorText"].as_str().expect("a string"))?,
+        search_error()
+    );
+    assert_eq!(
+        parts[1],
+        json!({"type": "text", "text": "The search failed.", "state": "done"})
+    );
+    Ok(())
+}
