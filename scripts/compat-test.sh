@@ -122,6 +122,28 @@ trap compat_cleanup EXIT
 # watch, queue, cancel and kill, short enough for the time budget.
 live_start_fake_llm scripted:24:250
 live_write_config "Fake LLM (scripted)"
+# A second model config, of Anthropic kind with the provider's web search
+# (the fake LLM answers `search <query>` with one on /v1/messages), for the
+# tests of provider-hosted tools; the default stays `fake-model`.
+cat >>"$live_config" <<EOF
+
+[[providers]]
+name = "fake-anthropic"
+provider = "anthropic"
+display_name = "Fake LLM (scripted, Anthropic)"
+base_url = "$live_fake_url/v1"
+api_key = "fake-key"
+
+[[model_configs]]
+name = "fake-search"
+provider = "fake-anthropic"
+model = "fake-search-model"
+display_name = "Fake model with web search"
+context_limit = 100000
+
+[model_configs.options]
+provider_tools = ["web_search"]
+EOF
 
 relay_secret="compat-relay-secret-$$-$RANDOM$RANDOM"
 replica_flags=(

@@ -257,6 +257,47 @@ def test_function_call_streamed():
     assert [o.type for o in final.output] == ["function_call"], final.output
 
 
+# ---- provider-hosted web search ----------------------------------------------
+
+# scripts/compat-test.sh's model config of Anthropic kind with
+# options.provider_tools ["web_search"]; the fake LLM answers `search <query>`
+# with "Searching. ", a search and "Found <query>." citing its one result.
+SEARCH_MODEL = "fake-search-model"
+
+
+def test_web_search_is_a_web_search_call_and_citations_url_citations():
+    r = client().responses.create(model=SEARCH_MODEL, input="search claude shannon")
+    assert r.status == "completed", r
+    assert [i.type for i in r.output] == ["web_search_call", "message"], r.output
+    search, message = r.output
+    assert isinstance(search, openai.types.responses.ResponseFunctionWebSearch), search
+    assert search.status == "completed"
+    assert search.action.type == "search"
+    assert search.action.query == "claude shannon"
+    assert search.id.startswith("ws_"), search.id
+    assert message.id.startswith("msg_"), message.id
+    part = message.content[0]
+    assert part.text == "Searching. Found claude shannon."
+    assert r.output_text == part.text
+    assert len(part.annotations) == 1, part.annotations
+    citation = part.annotations[0]
+    assert citation.type == "url_citation"
+    assert citation.url.startswith("https://example.org/search/"), citation.url
+    assert citation.title == "About claude shannon"
+    assert (citation.start_index, citation.end_index) == (11, 32)
+    assert part.text[citation.start_index : citation.end_index] == "Found claude shannon."
+
+    # The conversation's items: the user's message, the search, the answer.
+    items = client().conversations.items.list(r.conversation.id, order="asc").data
+    assert [i.type for i in items] == ["message", "web_search_call", "message"], items
+    assert items[1].id == search.id
+    assert items[1].status == "completed"
+    assert items[1].action.query == "claude shannon"
+    assert items[2].id == message.id
+    assert items[2].content[0].annotations[0].url == citation.url
+    assert items[2].content[0].annotations[0].start_index == 11
+
+
 # ---- background and cancel ---------------------------------------------------
 
 

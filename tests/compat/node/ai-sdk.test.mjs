@@ -7,12 +7,14 @@
 // replicas on one database), CHATD_TOKEN (the bootstrap admin token). The
 // fake LLM runs in scripted mode (`echo: <last user text>`; `call NAME JSON`
 // calls tool NAME; a tool result answers `tool said: <result>`; text with
-// `slow` streams over several seconds).
+// `slow` streams over several seconds; `search QUERY` on the second model
+// config, `fake-search-model` of Anthropic kind with the provider's web
+// search, searches and cites its result).
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 
-import { DefaultChatTransport, generateId, readUIMessageStream } from 'ai';
+import { DefaultChatTransport, generateId, readUIMessageStream, validateUIMessages } from 'ai';
 
 const URL_A = process.env.CHATD_URL_A;
 const URL_B = process.env.CHATD_URL_B;
@@ -212,6 +214,64 @@ test('regenerate-message answers again as a new message', async () => {
   const again = await send(chatId, [user], { trigger: 'regenerate-message', messageId: first.message.id });
   assert.equal(textOf(again.message), 'echo: regenerate me');
   assert.notEqual(again.message.id, first.message.id);
+});
+
+test('a provider-hosted web search: a providerExecuted tool part and a source-url part', async () => {
+  // A chat on the search model config (the transport uses the chat's
+  // model; a chat id addresses that chat).
+  const { body: configs } = await api('GET', '/api/v2/chats/model-configs');
+  const config = configs.find((c) => c.model === 'fake-search-model');
+  assert.ok(config, `no fake-search-model config: ${JSON.stringify(configs)}`);
+  const created = await api('POST', '/api/v2/chats', {
+    content: [{ type: 'text', text: 'hi' }], model_config_id: config.id,
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const chatId = created.body.id;
+  for (let i = 0; ; i++) {
+    const { body } = await api('GET', `/api/v2/chats/${chatId}`);
+    if (body.status === 'waiting') break;
+    assert.ok(i < 300, `the first turn did not end: ${JSON.stringify(body)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+
+  const { chunks, message } = await send(chatId, [userMessage('search claude shannon')]);
+  const kinds = chunks.map((c) => c.type);
+  const input = chunks.find((c) => c.type === 'tool-input-available');
+  assert.ok(input, summary(chunks));
+  assert.equal(input.providerExecuted, true);
+  assert.equal(input.toolName, 'web_search');
+  assert.match(input.toolCallId, /^srvtoolu_fake_/);
+  assert.equal(kinds.indexOf('tool-output-available'), kinds.indexOf('tool-input-available') + 1, summary(chunks));
+  assert.ok(kinds.indexOf('source-url') > kinds.indexOf('tool-output-available'), summary(chunks));
+  // What readUIMessageStream built: the text, the search as a tool part the
+  // provider executed (never one for the client to run), the source.
+  assert.equal(textOf(message), 'Searching. Found claude shannon.');
+  const tool = message.parts.find(isToolPart);
+  assert.equal(tool.type, 'dynamic-tool', JSON.stringify(tool));
+  assert.equal(tool.toolCallId, input.toolCallId);
+  assert.equal(tool.state, 'output-available');
+  assert.equal(tool.providerExecuted, true);
+  assert.deepEqual(tool.input, { query: 'claude shannon' });
+  assert.equal(tool.output[0].type, 'web_search_result');
+  const source = message.parts.find((p) => p.type === 'source-url');
+  assert.match(source.url, /^https:\/\/example\.org\/search\//);
+  assert.equal(source.title, 'About claude shannon');
+  const user = userMessage('search claude shannon');
+  await validateUIMessages({ messages: [user, message] });
+
+  // chatd's listing of the transport's messages: valid UI messages, with
+  // the same search part and source.
+  const listed = await api('GET', `/api/v2/ai-sdk/chat/${chatId}/messages`);
+  assert.equal(listed.status, 200);
+  const messages = await validateUIMessages({ messages: listed.body });
+  const last = messages[messages.length - 1];
+  assert.equal(last.id, message.id);
+  assert.deepEqual(last.parts.map((p) => p.type), ['text', 'dynamic-tool', 'text', 'source-url']);
+  assert.equal(last.parts[1].toolCallId, input.toolCallId);
+  assert.equal(last.parts[1].state, 'output-available');
+  assert.equal(last.parts[1].providerExecuted, true);
+  assert.equal(last.parts[3].sourceId, source.sourceId);
+  assert.equal(last.parts[3].url, source.url);
 });
 
 test('the transport\'s errors: no token is 401', async () => {

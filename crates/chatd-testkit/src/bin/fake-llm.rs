@@ -19,6 +19,15 @@
 //!   Anthropic `tool_result` blocks): `tool said: <result>` in one chunk, the
 //!   results of parallel calls joined with `; `, a result that is a JSON
 //!   string unquoted (`"sunny"` → `sunny`), any other JSON as sent;
+//! - the last user text is `search <query>`: a provider-hosted web search
+//!   (API.md "Workspaces and provider-hosted tools"): the text
+//!   `Searching. `, a search for `<query>` with id `srvtoolu_fake_<n>` and
+//!   one result (`https://example.org/search/<n>`, titled
+//!   `About <query>`), then the text `Found <query>.` citing it. On the
+//!   Anthropic route (`/v1/messages`) these are `server_tool_use`,
+//!   `web_search_tool_result` and a cited text block, which chatd keeps
+//!   when the model config has `options.provider_tools: ["web_search"]`;
+//!   on the OpenAI route only the text with a `url_citation`;
 //! - the last user text is `call <tool_name> [<json args>]`: a call of that
 //!   tool with those arguments (`{}` when absent; sent as they are, even when
 //!   they are not valid JSON) and id `call_fake_<n>`, no text;
@@ -117,6 +126,22 @@ fn scripted(request: &RecordedRequest, slow_parts: usize, slow_delay: Duration) 
         return Script::text(format!("tool said: {}", said.join("; "))).usage(10, 5);
     }
     let text = request.last_user_text().unwrap_or_default();
+    if let Some(query) = text.trim().strip_prefix("search ") {
+        let query = query.trim();
+        let n = NEXT_CALL.fetch_add(1, Ordering::SeqCst);
+        let url = format!("https://example.org/search/{n}");
+        let title = format!("About {query}");
+        return Script::new()
+            .then_text("Searching. ")
+            .web_search(&format!("srvtoolu_fake_{n}"), query, &[(&url, &title)])
+            .cited_text(
+                &format!("Found {query}."),
+                &url,
+                &title,
+                &format!("A page about {query}."),
+            )
+            .usage(10, 5);
+    }
     if let Some(call) = text.trim().strip_prefix("call ") {
         let call = call.trim();
         let (name, args) = call.split_once(char::is_whitespace).unwrap_or((call, ""));
@@ -182,6 +207,7 @@ async fn main() -> anyhow::Result<()> {
                 println!("  slow-parts:N:MS   the same in N parts, MS ms apart");
                 println!("  scripted[:N:MS]   the answer depends on the conversation's end:");
                 println!("                      tool result      -> tool said: <result>");
+                println!("                      search QUERY     -> a web search, then cited text");
                 println!("                      call NAME [JSON] -> a call of tool NAME");
                 println!(
                     "                      text with 'fail' -> HTTP 400 invalid_request_error"
