@@ -63,8 +63,8 @@ pub use error::{StoreError, StoreResult, is_transient};
 /// "Sub-agents and plan mode"). Creating a child of a chat at this depth is
 /// refused (`InvalidInput` on `parent_chat_id`).
 pub const MAX_CHAT_DEPTH: i32 = 2;
-pub use bundle::ChatTx;
 pub use bundle::publish::chat_update_payload;
+pub use bundle::{ChatTx, WorkspaceCopy};
 pub use machine::{ChatMachine, LockedChat};
 pub use models::{
     Chat, ChatMessage, CreateChatInput, DEFAULT_CHAT_TITLE, FinishReasonColumn, NewMessage,

@@ -613,6 +613,59 @@ impl ChatTx {
         }
         Ok(Some(after))
     }
+
+    /// Gives `child`, a sub-agent this bundle just created
+    /// ([`ChatTx::create_child`]), a copy of this chat's workspace as the
+    /// bundle has it (with the step's own changes, so call it after
+    /// [`ChatTx::write_workspace`]), under the owner's storage lock: the
+    /// copy counts against their storage quota like a fork's. Nothing is
+    /// copied when the workspace is empty or the copy would not fit.
+    ///
+    /// # Errors
+    /// `ChatNotFound`; database errors.
+    pub async fn copy_workspace_to_child(
+        &mut self,
+        child: Uuid,
+        default_quota: i64,
+    ) -> StoreResult<WorkspaceCopy> {
+        self.confirm().await?;
+        let owner_id = self.chat().await?.owner_id;
+        let chat_id = self.chat_id;
+        let conn = self.conn().await?;
+        let manifest = queries::workspaces::manifest(&mut *conn, chat_id).await?;
+        let bytes: i64 = manifest.iter().map(|e| e.bytes).sum();
+        if manifest.is_empty() {
+            return Ok(WorkspaceCopy::Empty);
+        }
+        let storage = queries::files::lock_storage(conn, owner_id, default_quota)
+            .await?
+            .ok_or(StateError::ChatNotFound)?;
+        if !storage.fits(bytes) {
+            return Ok(WorkspaceCopy::OverQuota { bytes, storage });
+        }
+        let copied = queries::workspaces::copy_for_fork(conn, chat_id, child).await?;
+        Ok(WorkspaceCopy::Copied { bytes: copied })
+    }
+}
+
+/// What [`ChatTx::copy_workspace_to_child`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspaceCopy {
+    /// The workspace (`bytes`) was copied.
+    Copied {
+        /// The bytes copied.
+        bytes: i64,
+    },
+    /// The workspace holds no entry: nothing to copy.
+    Empty,
+    /// The owner's storage quota cannot hold a copy of `bytes`: nothing
+    /// was copied.
+    OverQuota {
+        /// The workspace's bytes.
+        bytes: i64,
+        /// The owner's storage when it was checked.
+        storage: queries::files::Storage,
+    },
 }
 
 /// Counts a transition outcome in the `chatd_transitions_total` metric

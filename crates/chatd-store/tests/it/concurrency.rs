@@ -1954,6 +1954,89 @@ async fn workspace_commits_of_one_owners_chats_racing_never_pass_the_storage_quo
     assert_eq!(none, untouched);
 }
 
+/// The storage lock of `ChatTx::copy_workspace_to_child`: sub-agents of one
+/// owner's chats spawned at once, each copying its parent's workspace,
+/// cannot pass the owner's quota together; a copy that does not fit is not
+/// made, and its child still exists, with an empty workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workspace_copies_to_sub_agents_racing_never_pass_the_storage_quota_together() {
+    let h = Arc::new(Harness::new().await);
+    let mut parents = Vec::new();
+    for _ in 0..6 {
+        let chat = h.chat_in(ExecutionState::R0).await;
+        let mut tx = h.store.machine(chat).begin().await.unwrap();
+        tx.write_workspace(&[workspace_put("f", 30)], 1 << 20, 1 << 30)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        parents.push(chat);
+    }
+    let owner = h.chat(parents[0]).await.owner_id;
+    // 180 committed; room for two copies of 30 more.
+    sqlx::query("UPDATE users SET max_storage_bytes = 240 WHERE id = $1")
+        .bind(owner)
+        .execute(h.pool())
+        .await
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(parents.len()));
+    let mut tasks = JoinSet::new();
+    for parent in parents.clone() {
+        let h = h.clone();
+        let barrier = barrier.clone();
+        tasks.spawn(async move {
+            let mut input = h.chat_input(Uuid::new_v4(), "sub-task");
+            input.spawn_key = Some(format!("spawn-{parent}"));
+            input.workspace = true;
+            barrier.wait().await;
+            loop {
+                let attempt: StoreResult<(Uuid, chatd_store::WorkspaceCopy)> = async {
+                    let mut tx = h.store.machine(parent).begin().await?;
+                    let (child, created) = tx.create_child(input.clone()).await?;
+                    assert!(created);
+                    let copy = tx.copy_workspace_to_child(child, 1 << 30).await?;
+                    tx.commit().await?;
+                    Ok((child, copy))
+                }
+                .await;
+                match attempt {
+                    Ok(done) => return done,
+                    Err(StoreError::Database(_)) => continue,
+                    Err(err) => panic!("spawn failed: {err}"),
+                }
+            }
+        });
+    }
+    let results = join_all(tasks).await;
+    let copied: Vec<Uuid> = results
+        .iter()
+        .filter(|(_, c)| matches!(c, chatd_store::WorkspaceCopy::Copied { bytes: 30 }))
+        .map(|(child, _)| *child)
+        .collect();
+    assert_eq!(copied.len(), 2, "{results:?}");
+    for (child, copy) in &results {
+        match copy {
+            chatd_store::WorkspaceCopy::Copied { .. } => {
+                let summary = h.chat(*child).await.workspace_summary().unwrap();
+                assert_eq!((summary.bytes, summary.files), (30, 1));
+            }
+            chatd_store::WorkspaceCopy::OverQuota { bytes, storage } => {
+                assert_eq!(*bytes, 30);
+                assert!(storage.used + 30 > storage.quota, "{storage:?}");
+                assert!(h.chat(*child).await.workspace_summary().is_none());
+            }
+            chatd_store::WorkspaceCopy::Empty => panic!("the parent's workspace is not empty"),
+        }
+    }
+    let used: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(workspace_bytes), 0)::bigint FROM chats WHERE owner_id = $1",
+    )
+    .bind(owner)
+    .fetch_one(h.pool())
+    .await
+    .unwrap();
+    assert_eq!(used, 240, "six parents and two copies, exactly the quota");
+}
+
 /// `write_workspace` past `--max-workspace-bytes` is refused (the bundle is
 /// dropped: nothing of it commits), and a shrinking write always fits, even
 /// over a limit lowered since.

@@ -13,6 +13,10 @@
 //!   owner, model config, reasoning effort and MCP servers, `prompt` verbatim
 //!   as its first user message (so it starts running), and `subagents` too
 //!   (children may spawn their own, down to [`chatd_store::MAX_CHAT_DEPTH`]);
+//!   a parent with a workspace gives the child one, starting as a copy of
+//!   the parent's as the spawning step commits it (its own from then on;
+//!   counted in the owner's storage quota, and left empty, the result
+//!   saying so, when the copy does not fit);
 //!   no dynamic tools (no client answers a child's). A call at the deepest
 //!   level is answered with an error result, and so is a call past the
 //!   fan-out cap: a chat has at most `limits.max_subagents_per_chat`
@@ -271,6 +275,7 @@ impl Spawn {
                 mcp_server_ids: parent.mcp_server_ids.clone(),
                 initial_messages: vec![first],
                 subagents: true,
+                workspace: parent.workspace,
                 spawn_key: Some(key.to_string()),
                 ..CreateChatInput::default()
             },
@@ -290,7 +295,10 @@ impl Spawn {
 /// none of them is this call's, nothing is created and the result becomes
 /// an error naming the cap (API.md: "more is an error result to the
 /// model"). The bundle holds the parent's row lock, under which alone
-/// children are created, so concurrent spawns cannot pass the cap.
+/// children are created, so concurrent spawns cannot pass the cap. A new
+/// child of a chat with a workspace gets a copy of it
+/// ([`chatd_store::ChatTx::copy_workspace_to_child`], under the owner's
+/// `default_quota` unless they have their own).
 ///
 /// # Errors
 /// As [`chatd_store::ChatTx::create_child`].
@@ -298,6 +306,7 @@ pub(super) async fn create_spawned(
     tx: &mut chatd_store::ChatTx,
     spawn: Spawn,
     max_children: u32,
+    default_quota: i64,
     messages: &mut [NewMessage],
 ) -> chatd_store::StoreResult<()> {
     let parent = tx.chat().await?.id;
@@ -313,8 +322,31 @@ pub(super) async fn create_spawned(
             return Ok(());
         }
     }
-    let (child, _) = tx.create_child(spawn.input).await?;
+    let workspace = spawn.input.workspace;
+    let (child, created) = tx.create_child(spawn.input).await?;
     patch_spawn_result(messages, &spawn.tool_call_id, child);
+    // A sub-agent of a chat with a workspace starts from a copy of it (its
+    // own from then on), like a fork.
+    if workspace
+        && created
+        && let chatd_store::WorkspaceCopy::OverQuota { bytes, storage } =
+            tx.copy_workspace_to_child(child, default_quota).await?
+    {
+        let mut result = Spawn::result(child);
+        result["message"] = json!(format!(
+            "The sub-agent starts with an empty workspace: a copy of this one ({bytes} bytes) \
+                 does not fit in the owner's storage quota ({} of {} bytes used).",
+            storage.used, storage.quota
+        ));
+        patch_result(
+            messages,
+            &spawn.tool_call_id,
+            ToolOutcome {
+                result,
+                is_error: false,
+            },
+        );
+    }
     Ok(())
 }
 

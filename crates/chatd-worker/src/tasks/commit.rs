@@ -164,11 +164,13 @@ async fn try_commit_step(
         let spawns = spawns.clone();
         let workspace = workspace.clone();
         Box::pin(async move {
-            for spawn in spawns {
-                create_spawned(tx, spawn, max_children, &mut messages).await?;
-            }
+            // The workspace first: a sub-agent spawned by this step starts
+            // from a copy of it with the step's changes.
             tx.write_workspace(&workspace, max_workspace_bytes, default_quota)
                 .await?;
+            for spawn in spawns {
+                create_spawned(tx, spawn, max_children, default_quota, &mut messages).await?;
+            }
             match next {
                 Next::FinishTurn => {
                     tx.commit_step(messages, compaction).await?;

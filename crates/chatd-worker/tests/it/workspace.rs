@@ -506,6 +506,136 @@ async fn a_directory_the_replica_cannot_walk_is_replaced_and_the_step_goes_on() 
     worker.shutdown().await;
 }
 
+/// The first user text of a request (which chat is asking).
+fn first_user_text(request: &chatd_testkit::fake_llm::RecordedRequest) -> String {
+    request.body["messages"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["role"] == "user"))
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_default()
+}
+
+/// A parent with a workspace that writes `a.txt` and spawns a sub-agent in
+/// the same step; the sub-agent runs `shell` once, then answers. Returns
+/// (parent, child, the spawn's result).
+async fn spawn_from_a_workspace(env: &Env, content: &str) -> (Uuid, Uuid, Value) {
+    let content = content.to_owned();
+    env.llm.set_default_fn(move |request| {
+        let first = first_user_text(request);
+        let answered = !request.trailing_tool_results().is_empty();
+        match (first.starts_with("CHILD:"), answered) {
+            (false, false) => Script::new()
+                .tool_call(
+                    "w",
+                    "write_file",
+                    &json!({"path": "a.txt", "content": content}).to_string(),
+                    1,
+                )
+                .tool_call("s", "spawn_agent", r#"{"prompt": "CHILD: read a.txt"}"#, 1),
+            (true, false) => Script::new().tool_call(
+                "c",
+                "shell",
+                r#"{"command": "cat a.txt 2>&1; ls | wc -l; echo mine > b.txt"}"#,
+                1,
+            ),
+            (_, true) => Script::text("done"),
+        }
+    });
+    let parent = env
+        .store
+        .create_chat(CreateChatInput {
+            owner_id: env.owner,
+            initial_messages: vec![
+                NewMessage::user(vec![MessagePart::text("PARENT: delegate")]).created_by(env.owner),
+            ],
+            workspace: true,
+            subagents: true,
+            ..CreateChatInput::default()
+        })
+        .await
+        .expect("create chat")
+        .chat
+        .id;
+    env.wait_status(parent, ChatStatus::Waiting).await;
+    let messages = env.active_messages(parent).await;
+    let spawned = results(&messages)
+        .into_iter()
+        .find(|r| r.0 == "s")
+        .expect("the spawn's result")
+        .1;
+    let child: Uuid = spawned["chat_id"].as_str().unwrap().parse().unwrap();
+    env.wait_status(child, ChatStatus::Waiting).await;
+    (parent, child, spawned)
+}
+
+/// A sub-agent of a chat with a workspace gets one too, starting as a copy
+/// of its parent's as the spawning step committed it (that step's own write
+/// included); from then on each changes only its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_starts_from_a_copy_of_its_parents_workspace() {
+    if !bwrap_or_skip("a_sub_agent_starts_from_a_copy").await {
+        return;
+    }
+    let env = Env::new().await;
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    let worker = env.worker_with(config);
+    let (parent, child, spawned) = spawn_from_a_workspace(&env, "from the parent").await;
+    assert_eq!(spawned.get("message"), None, "{spawned}");
+    let child_results = results(&env.active_messages(child).await);
+    assert_eq!(
+        child_results[0].1["stdout"],
+        json!("from the parent1\n"),
+        "a.txt (no newline), then one entry: {child_results:?}"
+    );
+    let theirs = committed(&env, child).await;
+    assert_eq!(theirs.keys().collect::<Vec<_>>(), ["a.txt", "b.txt"]);
+    assert_eq!(theirs["a.txt"].1, "from the parent");
+    assert_eq!(
+        committed(&env, parent).await.keys().collect::<Vec<_>>(),
+        ["a.txt"],
+        "the child's write stays its own"
+    );
+    let child_row = env.chat(child).await;
+    assert!(child_row.workspace, "the child has a workspace");
+    worker.shutdown().await;
+}
+
+/// The copy counts against the owner's storage quota: when it does not
+/// fit, the sub-agent starts with an empty workspace and the spawn's result
+/// says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_whose_copy_does_not_fit_the_quota_starts_empty_and_the_result_says_so() {
+    if !bwrap_or_skip("a_sub_agent_whose_copy_does_not_fit").await {
+        return;
+    }
+    let env = Env::new().await;
+    sqlx::query("UPDATE users SET max_storage_bytes = 50 WHERE id = $1")
+        .bind(env.owner)
+        .execute(env.db.pool())
+        .await
+        .unwrap();
+    let (config, _dir) = config(WorkspaceApproval::Never, 1 << 20);
+    let worker = env.worker_with(config);
+    let (_, child, spawned) = spawn_from_a_workspace(&env, &"x".repeat(30)).await;
+    let message = spawned["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("empty workspace") && message.contains("(30 bytes)"),
+        "{spawned}"
+    );
+    let child_results = results(&env.active_messages(child).await);
+    assert!(
+        child_results[0].1["stdout"]
+            .as_str()
+            .unwrap()
+            .ends_with("0\n"),
+        "the child's workspace is empty: {child_results:?}"
+    );
+    worker.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_takes_over_after_a_crash_continues_with_exactly_the_committed_files() {
     if !bwrap_or_skip("a_replica_that_takes_over_after_a_crash").await {
