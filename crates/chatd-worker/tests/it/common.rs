@@ -436,3 +436,16 @@ impl Env {
         }
     }
 }
+
+/// The text of the first user message of a request (which chat is asking,
+/// when the fake LLM plays several).
+pub fn first_user_text(request: &chatd_testkit::fake_llm::RecordedRequest) -> String {
+    request.body["messages"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["role"] == "user"))
+        .map(|m| match &m["content"] {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_default()
+}

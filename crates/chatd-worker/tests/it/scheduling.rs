@@ -18,7 +18,7 @@ use chatd_worker::{Worker, WorkerConfig};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::common::{Env, fast_config};
+use crate::common::{Env, fast_config, first_user_text};
 
 /// [`fast_config`] with a fresh worker id, these limits, and a timer that
 /// never fires within a test: only hints and freed slots wake acquisition.
@@ -377,18 +377,6 @@ async fn the_step_after_the_cap_ends_the_turn_with_usage_limit() {
         "{error}"
     );
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
-}
-
-/// The text of the first user message of a request.
-fn first_user_text(request: &RecordedRequest) -> String {
-    request.body["messages"]
-        .as_array()
-        .and_then(|ms| ms.iter().find(|m| m["role"] == "user"))
-        .map(|m| match &m["content"] {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

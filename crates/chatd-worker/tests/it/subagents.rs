@@ -14,22 +14,10 @@ use chatd_testkit::fake_llm::{RecordedRequest, Script};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::common::{Env, fast_config, text_of};
+use crate::common::{Env, fast_config, first_user_text, text_of};
 
 /// The prompt every test's parent spawns its child with.
 const CHILD_PROMPT: &str = "CHILD: find the answer";
-
-/// The text of the first user message of a request.
-fn first_user_text(request: &RecordedRequest) -> String {
-    request.body["messages"]
-        .as_array()
-        .and_then(|ms| ms.iter().find(|m| m["role"] == "user"))
-        .map(|m| match &m["content"] {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .unwrap_or_default()
-}
 
 /// The names of the tools a request offers.
 fn tool_names(request: &RecordedRequest) -> Vec<String> {

@@ -20,7 +20,7 @@ use chatd_worker::{WorkerConfig, WorkspaceApproval, WorkspaceConfig};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::common::{Env, fast_config, text_of, tool_results as results};
+use crate::common::{Env, fast_config, first_user_text, text_of, tool_results as results};
 
 /// Whether bubblewrap runs here; prints why a test skips when not.
 async fn bwrap_or_skip(test: &str) -> bool {
@@ -504,18 +504,6 @@ async fn a_directory_the_replica_cannot_walk_is_replaced_and_the_step_goes_on() 
     assert_eq!(files.keys().collect::<Vec<_>>(), ["copy.txt", "kept.txt"]);
     assert_eq!(files["copy.txt"].1, "before");
     worker.shutdown().await;
-}
-
-/// The first user text of a request (which chat is asking).
-fn first_user_text(request: &chatd_testkit::fake_llm::RecordedRequest) -> String {
-    request.body["messages"]
-        .as_array()
-        .and_then(|ms| ms.iter().find(|m| m["role"] == "user"))
-        .map(|m| match &m["content"] {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .unwrap_or_default()
 }
 
 /// A parent with a workspace that writes `a.txt` and spawns a sub-agent in
