@@ -7,6 +7,10 @@
 //!    `sh -c true` run directly with `tokio::process` (stdout and stderr
 //!    captured, as the sandbox does), interleaved, `--shell-runs` each:
 //!    median and p95 in ms, and the ratio of the medians.
+//!    Then (1b) what watching the directory while a command runs costs
+//!    ([`chatd_tools::workspace::Sandbox::shell_bounded`]): a CPU-bound
+//!    loop of about 1 s in 10,000 entries, bounded against not,
+//!    interleaved, `--shell-runs`/5 each.
 //! 2. **A step that changes 1 file of a 10 MiB workspace**, through a real
 //!    worker and the fake LLM, on a fresh database. Templates: a chat whose
 //!    committed workspace is `--files` files of `--file-kib` KiB of random
@@ -466,6 +470,54 @@ async fn bench_shell(dir: &Path, runs: usize) -> anyhow::Result<()> {
         "shell overhead: {:.2} ms per call, ratio {:.1} (medians)",
         s - d,
         s / d
+    );
+    bench_bound(&sandbox, dir, runs.div_ceil(5)).await
+}
+
+/// Part 1b: what watching the directory costs a command that runs (the
+/// worker's `shell_bounded`): a CPU-bound loop of about 1 s in a
+/// directory of 10,000 files, with a bound it never reaches against no
+/// bound, interleaved; the directory is measured every 50 ms or more.
+async fn bench_bound(sandbox: &Sandbox, dir: &Path, runs: usize) -> anyhow::Result<()> {
+    let work = dir.join("bound");
+    std::fs::create_dir_all(&work)?;
+    for i in 0..100 {
+        let sub = work.join(format!("d{i:03}"));
+        std::fs::create_dir_all(&sub)?;
+        for j in 0..99 {
+            std::fs::write(sub.join(format!("f{j:02}")), b"x")?;
+        }
+    }
+    let command = "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done";
+    let bound = chatd_tools::workspace::DirBound {
+        bytes: 1 << 30,
+        entries: 100_000,
+    };
+    let (mut watched, mut unwatched) = (Vec::new(), Vec::new());
+    for i in 0..runs + 1 {
+        let started = Instant::now();
+        let outcome = sandbox
+            .shell_bounded(&work, command, Duration::from_secs(60), Some(bound))
+            .await;
+        let w = ms(started.elapsed());
+        anyhow::ensure!(outcome.exit_code == Some(0), "bounded: {outcome:?}");
+        let started = Instant::now();
+        let outcome = sandbox.shell(&work, command, Duration::from_secs(60)).await;
+        let u = ms(started.elapsed());
+        anyhow::ensure!(outcome.exit_code == Some(0), "unbounded: {outcome:?}");
+        if i >= 1 {
+            watched.push(w);
+            unwatched.push(u);
+        }
+    }
+    println!("== 1b. a ~1 s command in 10,000 entries: {runs} runs each, interleaved");
+    print_row("watched (shell_bounded)", &watched);
+    print_row("not watched (shell)", &unwatched);
+    let (w, u) = (median(&watched), median(&unwatched));
+    println!(
+        "watching the directory: {:.1} ms per call, ratio {:.3} (medians)",
+        w - u,
+        w / u
     );
     Ok(())
 }
