@@ -150,6 +150,19 @@ fn replay(rows: &[(i64, Value)], figures: &mut Figures) -> Replay {
                 .results
                 .entry(format!("{tool} {}", if ok { "ok" } else { "error" }))
                 .or_default() += 1;
+            if !ok {
+                // Why, in a few words (the message's start), so a run's
+                // figures say what the errors were.
+                let why = part["result"]["error"]
+                    .as_str()
+                    .or_else(|| part["result"]["message"].as_str())
+                    .unwrap_or("(no message)");
+                let why: String = why.chars().take(48).collect();
+                *figures
+                    .results
+                    .entry(format!("{tool} error: {why}"))
+                    .or_default() += 1;
+            }
             let Some((_, args)) = calls.get(id) else {
                 out.violations.push(format!(
                     "message {message}: a {tool} result for call {id}, which no stored message made"
