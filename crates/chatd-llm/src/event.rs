@@ -136,9 +136,13 @@ impl StreamEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
-    /// A natural stop (OpenAI `stop`, Anthropic `end_turn`/`stop_sequence`/
-    /// `pause_turn`).
+    /// A natural stop (OpenAI `stop`, Anthropic `end_turn`/`stop_sequence`).
     Stop,
+    /// Anthropic `pause_turn`: the provider paused a long turn of its
+    /// server tools (web search); sending the response back continues it.
+    /// [`crate::anthropic::ContinuePaused`] does, within one stream, so a
+    /// caller sees this only past its limit of continuations.
+    Paused,
     /// The output token limit was reached; the text or the last tool call's
     /// arguments may be cut off.
     Length,
@@ -168,7 +172,8 @@ impl FinishReason {
     /// [`FinishReason::Other`].
     pub fn from_anthropic(reason: &str) -> Self {
         match reason {
-            "end_turn" | "stop_sequence" | "pause_turn" => FinishReason::Stop,
+            "end_turn" | "stop_sequence" => FinishReason::Stop,
+            "pause_turn" => FinishReason::Paused,
             "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
             "tool_use" => FinishReason::ToolCalls,
             "refusal" => FinishReason::ContentFilter,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use chatd_core::ProviderKind;
 
 use crate::adapter::{Adapter, HttpProvider};
-use crate::anthropic::Messages;
+use crate::anthropic::{Continuation, ContinuePaused, Messages};
 use crate::error::ProviderError;
 use crate::http::HttpOptions;
 use crate::openai::{ChatCompletions, MaxTokensParam};
@@ -60,7 +60,8 @@ impl ProviderConfig {
     /// - `openai-compat`: Chat Completions with `max_tokens`, which every
     ///   compatible server (llama.cpp, vLLM, Ollama, LiteLLM) reads, while some
     ///   silently ignore the newer field;
-    /// - `anthropic`: Messages.
+    /// - `anthropic`: Messages, its paused turns continued
+    ///   ([`ContinuePaused`]).
     ///
     /// # Errors
     /// A non-retryable `generic` error when the HTTP client cannot be built.
@@ -72,7 +73,11 @@ impl ProviderConfig {
             ProviderKind::OpenaiCompat => self.http(ChatCompletions {
                 max_tokens_param: MaxTokensParam::MaxTokens,
             }),
-            ProviderKind::Anthropic => self.http(Messages),
+            ProviderKind::Anthropic => {
+                let then = self.clone().http(Continuation)?;
+                let first = self.http(Messages)?;
+                Ok(Arc::new(ContinuePaused::new(first, then)))
+            }
         }
     }
 

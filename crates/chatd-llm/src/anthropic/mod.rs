@@ -5,10 +5,16 @@
 //! (`https://api.anthropic.com/v1`, API.md "Workers and replicas"). History is
 //! projected by [`wire`] and the SSE response decoded by [`stream`]. Error
 //! answers are classified by the shared rules of [`crate::error`]: 529 and
-//! `overloaded_error` → `overloaded`, 429 → `rate_limit`, and so on.
+//! `overloaded_error` → `overloaded`, 429 → `rate_limit`, and so on. A
+//! paused turn (`pause_turn`, server tools) is continued within the same
+//! stream by [`paused::ContinuePaused`], which the factory wraps every
+//! Anthropic provider in.
 
+pub mod paused;
 pub mod stream;
 pub mod wire;
+
+pub use paused::ContinuePaused;
 
 use serde_json::Value;
 
@@ -51,5 +57,36 @@ impl Adapter for Messages {
     }
 }
 
+/// The Messages [`Adapter`] of the request that continues a paused turn
+/// ([`wire::continuation_body`]; [`paused::ContinuePaused`] sends it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Continuation;
+
+impl Adapter for Continuation {
+    type Decoder = stream::Decoder;
+
+    const PATH: &'static str = Messages::PATH;
+    const DEFAULT_BASE_URL: &'static str = DEFAULT_BASE_URL;
+
+    fn request_body(&self, request: &ModelRequest) -> Value {
+        wire::continuation_body(request)
+    }
+
+    fn headers(
+        &self,
+        request: reqwest::RequestBuilder,
+        api_key: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        Messages.headers(request, api_key)
+    }
+
+    fn decoder(&self, provider: String) -> stream::Decoder {
+        Messages.decoder(provider)
+    }
+}
+
 /// A provider that speaks Anthropic Messages.
 pub type AnthropicProvider = HttpProvider<Messages>;
+
+/// The provider of continuation requests ([`Continuation`]).
+pub type ContinuationProvider = HttpProvider<Continuation>;

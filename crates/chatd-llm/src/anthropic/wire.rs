@@ -75,7 +75,23 @@ pub fn thinking_budget(effort: &str) -> Option<u32> {
 
 /// The JSON body of a streaming Messages request.
 pub fn request_body(request: &ModelRequest) -> Value {
-    let projected = project_request(request, Rules::anthropic());
+    body(request, false)
+}
+
+/// The body of the request that continues a paused turn
+/// ([`super::paused`]): `request` ends with the paused answer, which goes
+/// back as the last turn as it is (no "Continue." user turn after it), its
+/// web search calls even without their results, for Anthropic to run them.
+pub fn continuation_body(request: &ModelRequest) -> Value {
+    body(request, true)
+}
+
+fn body(request: &ModelRequest, continuing: bool) -> Value {
+    let rules = Rules {
+        trailing_user_turn: !continuing,
+        ..Rules::anthropic()
+    };
+    let projected = project_request(request, rules);
     let system: Vec<String> = projected
         .iter()
         .filter(|m| m.role == ChatRole::System)
@@ -86,7 +102,7 @@ pub fn request_body(request: &ModelRequest) -> Value {
         })
         .collect();
     let web_search = request.provider_tool(WEB_SEARCH);
-    let turns = turns(&projected, &request.files, web_search);
+    let turns = turns(&projected, &request.files, web_search, continuing);
 
     let mut body = Map::new();
     body.insert("model".into(), Value::String(request.model.clone()));
@@ -153,12 +169,22 @@ fn turns(
     projected: &[crate::request::RequestMessage],
     files: &BTreeMap<Uuid, AttachedFile>,
     web_search: bool,
+    continuing: bool,
 ) -> Vec<Turn> {
     let mut out: Vec<Turn> = Vec::new();
-    for message in projected {
+    // A continuation ends with the paused answer: its web search calls go
+    // back even without their results, for Anthropic to run them.
+    let last = projected
+        .iter()
+        .rposition(|m| m.role != ChatRole::System)
+        .filter(|_| continuing);
+    for (i, message) in projected.iter().enumerate() {
         let (role, blocks) = match message.role {
             ChatRole::System => continue,
-            ChatRole::Assistant => ("assistant", assistant_blocks(&message.parts, web_search)),
+            ChatRole::Assistant => (
+                "assistant",
+                assistant_blocks(&message.parts, web_search, Some(i) == last),
+            ),
             ChatRole::User | ChatRole::Tool => ("user", user_blocks(&message.parts, files)),
         };
         if blocks.is_empty() {
@@ -231,8 +257,10 @@ fn cited_text_block(text: &str, citations: &[Citation], web_search: bool) -> Val
 /// `server_tool_use` block and its `web_search_tool_result` block (the
 /// stored result unchanged, with its `encrypted_content`), and only with
 /// both and `web_search` on: a call without its result (an interrupted
-/// answer) or a search the request does not offer would be rejected.
-fn assistant_blocks(parts: &[MessagePart], web_search: bool) -> Vec<Value> {
+/// answer) or a search the request does not offer would be rejected. In
+/// a paused answer sent back (`continuing`), a call without its result
+/// goes back too: Anthropic runs it.
+fn assistant_blocks(parts: &[MessagePart], web_search: bool, continuing: bool) -> Vec<Value> {
     let answered: std::collections::HashSet<&str> = parts
         .iter()
         .filter_map(|p| match p {
@@ -255,7 +283,8 @@ fn assistant_blocks(parts: &[MessagePart], web_search: bool) -> Vec<Value> {
             _ => None,
         })
         .collect();
-    let paired = |id: &str| web_search && called.contains(id) && answered.contains(id);
+    let paired =
+        |id: &str| web_search && called.contains(id) && (answered.contains(id) || continuing);
     parts
         .iter()
         .filter_map(|part| match part {

@@ -244,3 +244,126 @@ fn a_search_error_result_is_marked_as_an_error() {
     );
     assert!(response.tool_calls.is_empty());
 }
+
+// ------------------------------------------------------------ pause_turn
+
+/// An Anthropic provider at the fake LLM, its paused turns continued as
+/// the factory builds it.
+fn continuing(llm: &chatd_testkit::FakeLlm) -> chatd_llm::anthropic::ContinuePaused {
+    let key = Some("sk-ant".to_owned());
+    let first = chatd_llm::AnthropicProvider::new(llm.base_url(), key.clone(), "fake").unwrap();
+    let then =
+        chatd_llm::anthropic::ContinuationProvider::new(llm.base_url(), key, "fake").unwrap();
+    chatd_llm::anthropic::ContinuePaused::new(std::sync::Arc::new(first), std::sync::Arc::new(then))
+}
+
+/// A paused turn (`pause_turn`) is sent back as it is, with no user message
+/// added, and the caller sees one response: both parts of the answer, the
+/// usage summed, the final finish reason.
+#[tokio::test]
+async fn a_paused_turn_is_continued_within_the_same_response() {
+    let llm = chatd_testkit::FakeLlm::start().await.unwrap();
+    llm.push(
+        chatd_testkit::Script::text("Searching. ")
+            .web_search("srvtoolu_1", "shannon", &[(SHANNON_URL, "Shannon")])
+            .usage(100, 10)
+            .finish("pause_turn"),
+    );
+    llm.push(chatd_testkit::Script::text("He was born in 1916.").usage(150, 20));
+    let request = search_request(vec![RequestMessage::text(
+        ChatRole::User,
+        "When was Claude Shannon born?",
+    )]);
+    let items = run(&continuing(&llm), &request).await.expect("stream");
+    let response = builder_of(&items).into_response().expect("complete");
+    assert_eq!(response.finish, FinishReason::Stop);
+    let kinds: Vec<&str> = response
+        .parts
+        .iter()
+        .map(|p| match p {
+            MessagePart::Text { .. } => "text",
+            MessagePart::ProviderToolCall { .. } => "call",
+            MessagePart::ProviderToolResult { .. } => "result",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["text", "call", "result", "text"]);
+    assert_eq!(response.text, "Searching. He was born in 1916.");
+    let usage = response.usage.expect("usage");
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens),
+        (250, 30),
+        "both requests' usage"
+    );
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "no user message added: {messages:?}");
+    assert_eq!(messages[1]["role"], "assistant");
+    let blocks: Vec<&str> = messages[1]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        blocks,
+        ["text", "server_tool_use", "web_search_tool_result"]
+    );
+    assert_eq!(requests[1].body["tools"], requests[0].body["tools"]);
+}
+
+/// A turn that stays paused is continued at most `MAX_CONTINUATIONS`
+/// times, then ends `Paused` with what came (stored as `stop`).
+#[tokio::test]
+async fn a_turn_that_stays_paused_ends_after_the_continuations() {
+    let llm = chatd_testkit::FakeLlm::start().await.unwrap();
+    llm.set_default(
+        chatd_testkit::Script::text("more ")
+            .usage(10, 1)
+            .finish("pause_turn"),
+    );
+    let request = search_request(vec![RequestMessage::text(ChatRole::User, "Search.")]);
+    let items = run(&continuing(&llm), &request).await.expect("stream");
+    let response = builder_of(&items).into_response().expect("complete");
+    assert_eq!(response.finish, FinishReason::Paused);
+    let n = chatd_llm::anthropic::paused::MAX_CONTINUATIONS + 1;
+    assert_eq!(llm.requests().len(), n);
+    assert_eq!(response.text, "more ".repeat(n));
+    assert_eq!(response.usage.unwrap().input_tokens, 10 * n as i64);
+}
+
+/// In a continuation (a paused turn sent back), a search call without its
+/// result goes back too, for Anthropic to run; anywhere else it is left
+/// out.
+#[test]
+fn a_paused_turns_unanswered_search_goes_back() {
+    let mut parts = anthropic_parts();
+    parts.truncate(2); // the text and the call, no result
+    let history = vec![
+        RequestMessage::text(ChatRole::User, "When was Claude Shannon born?"),
+        RequestMessage {
+            role: ChatRole::Assistant,
+            parts,
+        },
+    ];
+    let request = search_request(history);
+    let body = chatd_llm::anthropic::wire::continuation_body(&request);
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "the paused answer is the last turn");
+    let blocks: Vec<&str> = messages[1]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(blocks, ["text", "server_tool_use"]);
+    // An ordinary request ending with that message: the call is left out
+    // and a user turn follows (Anthropic would read the answer as a
+    // prefill).
+    let body = chatd_llm::anthropic::wire::request_body(&request);
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3);
+    assert_eq!(messages[1]["content"].as_array().unwrap().len(), 1);
+    assert_eq!(messages[2]["role"], "user");
+}

@@ -253,7 +253,9 @@ fn response_message<P>(
 /// reason; a reason chatd does not know (`Other`) is stored as unknown.
 fn message_finish_reason(reason: &FinishReason) -> Option<MessageFinishReason> {
     match reason {
-        FinishReason::Stop => Some(MessageFinishReason::Stop),
+        // Still paused past the provider's continuations: what came is
+        // the answer.
+        FinishReason::Stop | FinishReason::Paused => Some(MessageFinishReason::Stop),
         FinishReason::Length => Some(MessageFinishReason::Length),
         FinishReason::ToolCalls => Some(MessageFinishReason::ToolCalls),
         FinishReason::ContentFilter => Some(MessageFinishReason::ContentFilter),
@@ -269,6 +271,7 @@ mod tests {
     fn provider_finish_reasons_map_to_stored_ones_and_unknown_ones_to_none() {
         let cases = [
             (FinishReason::Stop, Some(MessageFinishReason::Stop)),
+            (FinishReason::Paused, Some(MessageFinishReason::Stop)),
             (FinishReason::Length, Some(MessageFinishReason::Length)),
             (
                 FinishReason::ToolCalls,

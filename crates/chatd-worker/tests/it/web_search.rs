@@ -122,3 +122,57 @@ async fn an_openai_compatible_search_answer_keeps_its_url_citations() {
     assert_eq!(env.llm.requests()[0].body["web_search_options"], json!({}));
     worker.shutdown().await;
 }
+
+/// Anthropic pauses a long server-tool turn (`pause_turn`): the provider
+/// sends the paused answer back as it is and the model goes on, within the
+/// one model call. The turn stores one answer (both parts, the usage of
+/// both requests) and finishes; it does not end on the unfinished part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_anthropic_turn_is_continued_and_stored_as_one_answer() {
+    let env = Env::anthropic().await;
+    env.set_model_options(json!({"provider_tools": ["web_search"]}))
+        .await;
+    env.llm.push(
+        Script::new()
+            .then_text("Let me look that up.")
+            .web_search("srvtoolu_fake_1", "shannon", &[(URL, "Claude Shannon")])
+            .usage(100, 10)
+            .finish("pause_turn"),
+    );
+    env.llm
+        .push(Script::text("He was born in 1916.").usage(150, 20));
+    let worker = env.worker();
+    let chat_id = env.create_chat("When was Claude Shannon born?").await;
+    env.wait_status(chat_id, ChatStatus::Waiting).await;
+    let messages = env.active_messages(chat_id).await;
+    assert_eq!(messages.len(), 2, "one answer: {messages:?}");
+    let answer = &messages[1];
+    let kinds: Vec<&str> = answer
+        .content
+        .0
+        .iter()
+        .map(|p| match p {
+            MessagePart::Text { .. } => "text",
+            MessagePart::ProviderToolCall { .. } => "call",
+            MessagePart::ProviderToolResult { .. } => "result",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["text", "call", "result", "text"]);
+    assert_eq!(
+        answer.content.0.last(),
+        Some(&MessagePart::text("He was born in 1916."))
+    );
+    assert_eq!(
+        answer.finish_reason,
+        Some(chatd_core::FinishReason::Stop),
+        "stored as a finished answer"
+    );
+    let usage = answer.usage().expect("usage");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (250, 30));
+    let requests = env.llm.requests();
+    assert_eq!(requests.len(), 2, "the paused answer went back once");
+    let sent = requests[1].body["messages"].as_array().unwrap();
+    assert_eq!(sent.last().unwrap()["role"], "assistant");
+    worker.shutdown().await;
+}
