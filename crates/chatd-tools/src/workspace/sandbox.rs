@@ -22,11 +22,15 @@
 //!   [`SandboxLimits::output_bytes`] and the rest drained, so the command
 //!   never blocks on a full pipe.
 //! - the workspace's size while the command runs ([`DirBound`], given per
-//!   call by [`Sandbox::shell_bounded`]): the directory is measured (bytes
-//!   and entries) at most every 50 ms, and less often when a measure takes
-//!   long (at most a tenth of the wall time goes to it); past the bound the
-//!   sandbox is killed. RLIMIT_FSIZE caps one file; this caps many, so a
-//!   loop of writes cannot fill the replica's disk.
+//!   call by [`Sandbox::shell_bounded`]): the directory is measured (bytes,
+//!   entries, and the deleted files the run's processes hold open) at most
+//!   every 10 ms, and less often when a measure takes long (at most a tenth
+//!   of the wall time goes to it); past the bound the sandbox is killed.
+//!   RLIMIT_FSIZE caps one file; this caps many. What a command allocates
+//!   between two measures (a tight `fallocate` loop: up to hundreds of
+//!   files of the file size limit) can still pass the bound before the
+//!   kill: for a hard cap, put `--workspace-dir` on a filesystem of its
+//!   own or under a quota.
 //! - wall time: the call's timeout, at most [`SandboxLimits::max_timeout`].
 //!
 //! Rlimits are applied by util-linux `prlimit` wrapped around bwrap (this
@@ -456,9 +460,12 @@ impl Sandbox {
         let mut killed_for = None;
         let mut next_measure = Instant::now() + DIR_MEASURE_EVERY;
         let status = loop {
-            let step = deadline
+            let mut step = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(50));
+            if bound.is_some() {
+                step = step.min(next_measure.saturating_duration_since(Instant::now()));
+            }
             match tokio::time::timeout(step, child.wait()).await {
                 Ok(status) => break status.ok(),
                 Err(_) => {
@@ -474,9 +481,12 @@ impl Sandbox {
                     {
                         let measured = Instant::now();
                         let root = dir.to_path_buf();
-                        let over = tokio::task::spawn_blocking(move || over_bound(&root, bound))
-                            .await
-                            .unwrap_or(None);
+                        let processes = cgroup.processes();
+                        let over = tokio::task::spawn_blocking(move || {
+                            over_bound(&root, bound, &processes)
+                        })
+                        .await
+                        .unwrap_or(None);
                         // At most a tenth of the time goes to measuring.
                         next_measure =
                             Instant::now() + (measured.elapsed() * 9).max(DIR_MEASURE_EVERY);
@@ -593,7 +603,7 @@ fn message(
             bound.map_or(0, |b| b.bytes)
         ),
         Limit::WorkspaceEntries => format!(
-            "The command was killed: the workspace grew past {} entries (files, directories and symlinks), the most it may hold while a command runs.",
+            "The command was killed: the workspace grew past {} entries (files, directories and symlinks), the most it may hold while a command runs, or past what can be measured (a path longer than 4096 bytes, a directory that cannot be read).",
             bound.map_or(0, |b| b.entries)
         ),
     }
@@ -603,22 +613,37 @@ fn message(
 /// [`DirBound`]'s bytes (a filesystem's speculative preallocation).
 const PREALLOCATION_SLACK: u64 = 1 << 20;
 
-/// How often a bounded call's directory is measured, at most.
-const DIR_MEASURE_EVERY: Duration = Duration::from_millis(50);
+/// How often a bounded call's directory is measured, at most (less often
+/// when a measure takes long: at most a tenth of the time goes to it).
+const DIR_MEASURE_EVERY: Duration = Duration::from_millis(10);
 
 /// Which of `bound`'s limits `root` is past, if any; the walk stops as soon
-/// as one is. Entries that vanish or cannot be read mid-walk (the command
-/// is still writing) are skipped.
-fn over_bound(root: &Path, bound: DirBound) -> Option<Limit> {
+/// as one is. Entries that vanish mid-walk (the command is still writing)
+/// are skipped; an entry that cannot be read (a path past `PATH_MAX`, a
+/// directory made unreadable) counts as past the entry limit: what cannot
+/// be measured cannot be bounded. Files the run's `processes` hold open
+/// after deleting them, on the workspace's filesystem, count too (their
+/// blocks stay taken until closed, and no walk finds them).
+fn over_bound(root: &Path, bound: DirBound, processes: &[i32]) -> Option<Limit> {
     use std::os::unix::fs::MetadataExt as _;
+    let size = |meta: &std::fs::Metadata| {
+        // Blocks allocated past the length (`fallocate --keep-size`)
+        // count too, beyond a slack for a filesystem's own rounding and
+        // preallocation.
+        let allocated = meta.blocks().saturating_mul(512);
+        let hidden = allocated.saturating_sub(meta.len().saturating_add(PREALLOCATION_SLACK));
+        meta.len().saturating_add(hidden)
+    };
     let mut bytes = 0u64;
     let mut entries = 0usize;
-    for item in walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .min_depth(1)
-        .into_iter()
-        .flatten()
-    {
+    for item in walkdir::WalkDir::new(root).follow_links(false).min_depth(1) {
+        let item = match item {
+            Ok(item) => item,
+            Err(e) if e.io_error().map(io::Error::kind) == Some(io::ErrorKind::NotFound) => {
+                continue;
+            }
+            Err(_) => return Some(Limit::WorkspaceEntries),
+        };
         entries += 1;
         if entries > bound.entries {
             return Some(Limit::WorkspaceEntries);
@@ -627,14 +652,32 @@ fn over_bound(root: &Path, bound: DirBound) -> Option<Limit> {
             continue;
         }
         if let Ok(meta) = item.metadata() {
-            // Blocks allocated past the length (`fallocate --keep-size`)
-            // count too, beyond a slack for a filesystem's own rounding
-            // and preallocation.
-            let allocated = meta.blocks().saturating_mul(512);
-            let hidden = allocated.saturating_sub(meta.len().saturating_add(PREALLOCATION_SLACK));
-            bytes = bytes.saturating_add(meta.len()).saturating_add(hidden);
+            bytes = bytes.saturating_add(size(&meta));
             if bytes > bound.bytes {
                 return Some(Limit::WorkspaceBytes);
+            }
+        }
+    }
+    let device = std::fs::metadata(root).ok()?.dev();
+    let mut counted = std::collections::HashSet::new();
+    for pid in processes {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            // Follows the descriptor to its file, deleted or not.
+            let Ok(meta) = std::fs::metadata(fd.path()) else {
+                continue;
+            };
+            if meta.is_file()
+                && meta.nlink() == 0
+                && meta.dev() == device
+                && counted.insert(meta.ino())
+            {
+                bytes = bytes.saturating_add(size(&meta));
+                if bytes > bound.bytes {
+                    return Some(Limit::WorkspaceBytes);
+                }
             }
         }
     }
@@ -1138,6 +1181,25 @@ impl RunCgroup {
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
         }
         Ok(())
+    }
+
+    /// The run's processes (every cgroup it is in, deduplicated); none
+    /// without cgroups.
+    fn processes(&self) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .dirs
+            .iter()
+            .filter_map(|dir| std::fs::read_to_string(dir.join("cgroup.procs")).ok())
+            .flat_map(|procs| {
+                procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect::<Vec<i32>>()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 
     /// CPU time used by the run's processes so far.

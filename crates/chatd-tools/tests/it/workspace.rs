@@ -415,6 +415,65 @@ async fn blocks_allocated_past_a_files_length_count_in_the_bound() {
     assert!(out.duration < Duration::from_secs(4), "{:?}", out.duration);
 }
 
+/// A file deleted while a process holds it open keeps its blocks and is
+/// in no directory: the bound counts the run's open deleted files on the
+/// workspace's filesystem.
+#[tokio::test]
+async fn deleted_files_held_open_count_in_the_bound() {
+    let Some(sb) = sandbox().await else { return };
+    if !sb.has_cgroups() {
+        println!("skipped: the run's open files are found through its cgroup");
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    // Seven descriptors of 1,000,000 bytes each (under the 1 MiB file size
+    // limit), their files deleted: 7 MB, in no directory.
+    let out = sb
+        .shell_bounded(
+            ws.path(),
+            "for i in 3 4 5 6 7 8 9; do eval \"exec $i>f$i\"; rm f$i; \
+             head -c 1000000 /dev/zero >&$i; done; sleep 5",
+            T,
+            Some(DirBound {
+                bytes: 4 << 20,
+                entries: 100,
+            }),
+        )
+        .await;
+    assert_eq!(out.limit, Some(Limit::WorkspaceBytes), "{out:?}");
+    assert!(out.duration < Duration::from_secs(4), "{:?}", out.duration);
+    assert_eq!(walk(ws.path()).len(), 0, "nothing left in the directory");
+}
+
+/// What cannot be measured cannot be bounded: a path past PATH_MAX makes
+/// the walk fail, and the command is killed there and then. (The shell's
+/// `cd` stops near PATH_MAX inside the sandbox; its last `mkdir` already
+/// makes the host's path, longer by the directory's own, pass it.)
+#[tokio::test]
+async fn a_workspace_nested_past_path_max_is_killed_as_unmeasurable() {
+    let Some(sb) = sandbox().await else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let out = sb
+        .shell_bounded(
+            ws.path(),
+            "d=$(printf 'a%.0s' $(seq 200)); i=0; \
+             while [ $i -lt 40 ]; do mkdir $d && cd $d 2>/dev/null || break; i=$((i+1)); done; \
+             sleep 5",
+            T,
+            Some(DirBound {
+                bytes: 1 << 30,
+                entries: 10_000,
+            }),
+        )
+        .await;
+    assert_eq!(out.limit, Some(Limit::WorkspaceEntries), "{out:?}");
+    assert!(
+        out.message.as_deref().unwrap().contains("cannot be read"),
+        "{out:?}"
+    );
+    assert!(out.duration < Duration::from_secs(4), "{:?}", out.duration);
+}
+
 /// Within the bound a command may make temporary files and delete them;
 /// the bound only stops it when it passes.
 #[tokio::test]

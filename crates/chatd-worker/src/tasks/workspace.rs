@@ -306,10 +306,23 @@ pub(super) async fn run(
                 }
                 Err(e) => {
                     undo(task, local, &before, &written).await?;
-                    outcome = ToolOutcome::error(format!(
+                    // The command's own output stays: the model sees what
+                    // it printed, and why its changes are gone.
+                    let message = format!(
                         "The workspace could not be read after the call, so its changes were undone: {}",
                         short(&e)
-                    ));
+                    );
+                    outcome = match outcome.result {
+                        Value::Object(mut map) => {
+                            let said = with_earlier(&map, &message);
+                            map.insert("message".into(), json!(said));
+                            ToolOutcome {
+                                result: Value::Object(map),
+                                is_error: true,
+                            }
+                        }
+                        _ => ToolOutcome::error(message),
+                    };
                 }
             }
         }

@@ -498,6 +498,10 @@ async fn a_directory_the_replica_cannot_walk_is_replaced_and_the_step_goes_on() 
     let said = results[1].1.to_string();
     assert!(said.contains("undone"), "{said}");
     assert!(said.len() < 1000, "the error's 6 KB path is cut: {said}");
+    assert!(
+        results[1].1.get("stderr").is_some(),
+        "the command's own output stays in the result: {said}"
+    );
     assert!(!results[2].2, "the next call runs: {results:?}");
     assert_eq!(results[2].1["exit_code"], json!(0), "{results:?}");
     let files = committed(&env, chat_id).await;
