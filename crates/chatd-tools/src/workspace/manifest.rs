@@ -160,6 +160,10 @@ pub struct LocalWorkspace {
     last: Manifest,
     unkept: Vec<String>,
     unkept_count: usize,
+    /// Entries of the last scan that a checkout would not make as they
+    /// are: files with other hard links or a mode other than 0o644/0o755,
+    /// directories with a mode other than 0o755.
+    irregular: std::collections::HashSet<String>,
 }
 
 /// How many of the names the last scan left out [`LocalWorkspace::unkept`]
@@ -185,6 +189,7 @@ impl LocalWorkspace {
             last: Manifest::new(),
             unkept: Vec::new(),
             unkept_count: 0,
+            irregular: Default::default(),
         })
     }
 
@@ -212,6 +217,7 @@ impl LocalWorkspace {
         let mut manifest = Manifest::new();
         let mut known = HashMap::new();
         let (mut unkept, mut unkept_count) = (Vec::new(), 0);
+        let mut irregular = std::collections::HashSet::new();
         let mut walker = walkdir::WalkDir::new(&self.root)
             .follow_links(false)
             .min_depth(1)
@@ -258,12 +264,24 @@ impl LocalWorkspace {
             if key.ctime_ns.max(key.mtime_ns) < started - RACY_NS {
                 known.insert(rel.clone(), (key, entry.clone()));
             }
+            let mode = meta.mode() & 0o7777;
+            let regular = match entry.kind {
+                EntryKind::Dir => mode == 0o755,
+                EntryKind::File => {
+                    meta.nlink() == 1 && mode == if entry.executable { 0o755 } else { 0o644 }
+                }
+                EntryKind::Symlink => true,
+            };
+            if !regular {
+                irregular.insert(rel.clone());
+            }
             manifest.insert(rel, entry);
         }
         self.known = known;
         self.last = manifest.clone();
         self.unkept = unkept;
         self.unkept_count = unkept_count;
+        self.irregular = irregular;
         Ok(manifest)
     }
 
@@ -322,11 +340,13 @@ impl LocalWorkspace {
             .collect())
     }
 
-    /// Makes the directory exactly `target`: deletes every entry `target`
-    /// does not have (or has with another kind or symlink target), creates
-    /// directories, writes files and symlinks whose content differs from
-    /// `contents` (keyed by path), and sets each file's executable bit
-    /// (0o755 or 0o644).
+    /// Makes the directory exactly `target`, as a checkout into an empty
+    /// directory would: deletes every entry `target` does not have (or has
+    /// with another kind or symlink target), creates directories, writes
+    /// files and symlinks whose content differs from `contents` (keyed by
+    /// path), sets each file's mode (0o755 or 0o644, by its executable
+    /// bit) and each directory's (0o755), and gives a file that has other
+    /// hard links an inode of its own.
     ///
     /// Errors: a needed content is missing from `contents` or does not match
     /// its entry's SHA-256 (`InvalidData`; the directory may then be
@@ -366,6 +386,7 @@ impl LocalWorkspace {
             }
         }
         remove_special_files(&dir)?;
+        let irregular = std::mem::take(&mut self.irregular);
         for (path, entry) in target {
             let here = current
                 .get(path)
@@ -375,6 +396,12 @@ impl LocalWorkspace {
                     if here.is_none() {
                         dir.create_dir_all(path)?;
                     }
+                    if irregular.contains(path) {
+                        dir.set_permissions(
+                            path,
+                            Permissions::from_std(std::fs::Permissions::from_mode(0o755)),
+                        )?;
+                    }
                 }
                 EntryKind::Symlink => {
                     if here.is_none() {
@@ -383,13 +410,22 @@ impl LocalWorkspace {
                     }
                 }
                 EntryKind::File => {
-                    if here.is_none() {
+                    let odd = here.is_some() && irregular.contains(path);
+                    if odd {
+                        // Another hard link to it, or an odd mode: a file
+                        // of its own, as a checkout elsewhere makes it
+                        // (its content is the target's already).
+                        if let Some((_, content)) = read_entry(&dir, path)? {
+                            dir.remove_file(path)?;
+                            write_file(&dir, path, &content)?;
+                        }
+                    } else if here.is_none() {
                         write_file(&dir, path, &contents[path])?;
                     }
                     // Only where the bit differs: a chmod changes the
                     // file's ctime even to the same mode, and the stat
                     // cache would hash every file again (bench_workspace).
-                    if here.is_none_or(|c| c.executable != entry.executable) {
+                    if odd || here.is_none_or(|c| c.executable != entry.executable) {
                         let mode = if entry.executable { 0o755 } else { 0o644 };
                         dir.set_permissions(
                             path,
