@@ -238,7 +238,9 @@ pub struct DirBound {
     /// Bytes of the files and symlinks beneath the directory: their
     /// lengths (a sparse file counts its length), plus the blocks a file
     /// holds beyond its length and a 1 MiB slack (`fallocate
-    /// --keep-size`). Hard links count once per name.
+    /// --keep-size`); hard links count once per name. With cgroups, the
+    /// deleted files the run's processes hold open on the directory's
+    /// filesystem count too.
     pub bytes: u64,
     /// Files, directories and symlinks beneath the directory (not itself).
     pub entries: usize,
@@ -339,7 +341,7 @@ impl Sandbox {
 
     /// [`Sandbox::shell`], and the sandbox is killed as soon as `dir` holds
     /// more than `bound` (measured while the command runs; a fast writer
-    /// may pass it by what it writes between two measures, 50 ms or more).
+    /// may pass it by what it writes between two measures, 10 ms or more).
     pub async fn shell_bounded(
         &self,
         dir: &Path,
