@@ -160,6 +160,8 @@ pub struct LocalWorkspace {
     last: Manifest,
     unkept: Vec<String>,
     unkept_count: usize,
+    special: Vec<String>,
+    special_count: usize,
     /// Entries of the last scan that a checkout would not make as they
     /// are: files with other hard links or a mode other than 0o644/0o755,
     /// directories with a mode other than 0o755.
@@ -189,6 +191,8 @@ impl LocalWorkspace {
             last: Manifest::new(),
             unkept: Vec::new(),
             unkept_count: 0,
+            special: Vec::new(),
+            special_count: 0,
             irregular: Default::default(),
         })
     }
@@ -206,6 +210,13 @@ impl LocalWorkspace {
         (self.unkept_count, &self.unkept)
     }
 
+    /// The FIFOs, sockets and devices the last scan left out (only files,
+    /// directories and symlinks are kept): how many, and the first few
+    /// paths. A diff does not see them and an apply deletes them.
+    pub fn special(&self) -> (usize, &[String]) {
+        (self.special_count, &self.special)
+    }
+
     /// Walks the directory (symlinks not followed; FIFOs, sockets and
     /// devices left out) and returns its manifest, hashing only the entries
     /// new or changed since the last scan or apply.
@@ -218,6 +229,7 @@ impl LocalWorkspace {
         let mut known = HashMap::new();
         let (mut unkept, mut unkept_count) = (Vec::new(), 0);
         let mut irregular = std::collections::HashSet::new();
+        let (mut special, mut special_count) = (Vec::new(), 0);
         let mut walker = walkdir::WalkDir::new(&self.root)
             .follow_links(false)
             .min_depth(1)
@@ -250,6 +262,10 @@ impl LocalWorkspace {
             let entry = if file_type.is_dir() {
                 Entry::dir()
             } else if !(file_type.is_file() || file_type.is_symlink()) {
+                special_count += 1;
+                if special.len() < UNKEPT_SHOWN {
+                    special.push(rel);
+                }
                 continue;
             } else if let Some((cached_key, cached)) = self.known.get(&rel)
                 && *cached_key == key
@@ -282,6 +298,8 @@ impl LocalWorkspace {
         self.unkept = unkept;
         self.unkept_count = unkept_count;
         self.irregular = irregular;
+        self.special = special;
+        self.special_count = special_count;
         Ok(manifest)
     }
 

@@ -1044,7 +1044,26 @@ fn names_that_are_not_utf8_are_counted_left_out_and_deleted_by_an_apply() {
     ws.apply(&manifest, &HashMap::new()).unwrap();
     assert!(!root.join(bad).exists());
     assert_eq!(ws.unkept().0, 0);
+    assert_eq!(ws.special().0, 0);
     assert_eq!(std::fs::read_dir(&root).unwrap().count(), 1);
+}
+
+/// FIFOs, sockets and devices are not part of the workspace: the scan
+/// counts them (so the model can be told) and an apply deletes them.
+#[test]
+fn special_files_are_counted_left_out_and_deleted_by_an_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ws = LocalWorkspace::open(dir.path().join("ws")).unwrap();
+    let root = ws.root().to_owned();
+    std::fs::create_dir(root.join("d")).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(root.join("d/sock")).unwrap();
+    std::fs::write(root.join("f"), b"x").unwrap();
+    let manifest = ws.scan().unwrap();
+    assert_eq!(manifest.keys().collect::<Vec<_>>(), ["d", "f"]);
+    assert_eq!(ws.special(), (1, &["d/sock".to_owned()][..]));
+    ws.apply(&manifest, &HashMap::new()).unwrap();
+    assert!(!root.join("d/sock").exists());
+    assert_eq!(ws.special().0, 0);
 }
 
 /// Checking out a directory that already holds the target touches no file:

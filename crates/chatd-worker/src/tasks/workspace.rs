@@ -298,9 +298,14 @@ pub(super) async fn run(
                                 written.insert(entry.sha256, content);
                             }
                         }
-                        let (count, names) = local.as_ref().expect("opened").unkept();
+                        let opened = local.as_ref().expect("opened");
+                        let (count, names) = opened.unkept();
                         if count > 0 {
-                            outcome = with_unkept(outcome, count, names);
+                            outcome = with_notice(outcome, &unkept_notice(count, names));
+                        }
+                        let (count, paths) = opened.special();
+                        if count > 0 {
+                            outcome = with_notice(outcome, &special_notice(count, paths));
                         }
                     }
                 }
@@ -674,17 +679,17 @@ fn over_room(outcome: ToolOutcome, total: u64, room: u64, max_bytes: i64) -> Too
     }
 }
 
-/// A call's result, told that `count` entries were left out of the
-/// workspace because their names are not UTF-8 (`names`: the first few,
-/// lossily decoded): they are deleted at the next checkout.
-fn with_unkept(outcome: ToolOutcome, count: usize, names: &[String]) -> ToolOutcome {
+/// That `count` entries were left out of the workspace because their
+/// names are not UTF-8 (`names`: the first few, lossily decoded): they are
+/// deleted at the next checkout.
+fn unkept_notice(count: usize, names: &[String]) -> String {
     let shown = names
         .iter()
         .map(|n| format!("{n:?}"))
         .collect::<Vec<_>>()
         .join(", ");
     let more = if count > names.len() { ", …" } else { "" };
-    let message = if count == 1 {
+    if count == 1 {
         format!(
             "1 entry has a name that is not UTF-8 ({shown}, each bad byte shown as U+FFFD) and is not kept in the workspace: rename it to keep it."
         )
@@ -692,10 +697,31 @@ fn with_unkept(outcome: ToolOutcome, count: usize, names: &[String]) -> ToolOutc
         format!(
             "{count} entries have names that are not UTF-8 ({shown}{more}, each bad byte shown as U+FFFD) and are not kept in the workspace: rename them to keep them."
         )
-    };
+    }
+}
+
+/// That `count` FIFOs, sockets or devices (`paths`: the first few) are not
+/// kept: a workspace holds files, directories and symlinks only.
+fn special_notice(count: usize, paths: &[String]) -> String {
+    let shown = paths
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = if count > paths.len() { ", …" } else { "" };
+    format!(
+        "{count} FIFO, socket or device entr{} ({shown}{more}) {} not kept in the workspace: it keeps files, directories and symlinks only.",
+        if count == 1 { "y" } else { "ies" },
+        if count == 1 { "is" } else { "are" }
+    )
+}
+
+/// `outcome` with `message` added to its result's message (an object
+/// result; another is left as it is).
+fn with_notice(outcome: ToolOutcome, message: &str) -> ToolOutcome {
     let mut result = outcome.result;
     if let Value::Object(map) = &mut result {
-        map.insert("message".into(), json!(with_earlier(map, &message)));
+        map.insert("message".into(), json!(with_earlier(map, message)));
     }
     ToolOutcome {
         result,

@@ -424,7 +424,8 @@ async fn a_command_that_writes_without_end_is_killed_undone_and_the_turn_goes_on
 }
 
 /// A file whose name is not UTF-8 cannot be kept (paths are JSON
-/// strings): the shell's result says so, and only the other file commits.
+/// strings), nor can a FIFO: the shell's result says so, and only the
+/// other file commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_is_told_when_a_name_is_not_utf8_and_not_kept() {
     if !bwrap_or_skip("the_model_is_told_when_a_name_is_not_utf8").await {
@@ -435,7 +436,7 @@ async fn the_model_is_told_when_a_name_is_not_utf8_and_not_kept() {
     env.llm.push(Script::new().tool_call(
         "names",
         "shell",
-        r#"{"command": "echo a > good.txt; echo b > \"$(printf 'bad\\377')\"; ls | wc -l"}"#,
+        r#"{"command": "echo a > good.txt; echo b > \"$(printf 'bad\\377')\"; mkfifo pipe; ls | wc -l"}"#,
         1,
     ));
     env.llm.push(Script::text("done"));
@@ -446,11 +447,15 @@ async fn the_model_is_told_when_a_name_is_not_utf8_and_not_kept() {
     let results = results(&messages);
     assert!(!results[0].2, "{results:?}");
     assert_eq!(results[0].1["exit_code"], json!(0), "{results:?}");
-    assert_eq!(results[0].1["stdout"], json!("2\n"), "{results:?}");
+    assert_eq!(results[0].1["stdout"], json!("3\n"), "{results:?}");
     let message = results[0].1["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("1 entry has a name that is not UTF-8 (\"bad\u{FFFD}\"")
             && message.contains("rename it"),
+        "{message}"
+    );
+    assert!(
+        message.contains("1 FIFO, socket or device entry (\"pipe\") is not kept"),
         "{message}"
     );
     assert_eq!(
