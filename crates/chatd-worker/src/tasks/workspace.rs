@@ -683,19 +683,14 @@ fn over_room(outcome: ToolOutcome, total: u64, room: u64, max_bytes: i64) -> Too
 /// names are not UTF-8 (`names`: the first few, lossily decoded): they are
 /// deleted at the next checkout.
 fn unkept_notice(count: usize, names: &[String]) -> String {
-    let shown = names
-        .iter()
-        .map(|n| format!("{n:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let more = if count > names.len() { ", …" } else { "" };
+    let shown = listed(count, names);
     if count == 1 {
         format!(
             "1 entry has a name that is not UTF-8 ({shown}, each bad byte shown as U+FFFD) and is not kept in the workspace: rename it to keep it."
         )
     } else {
         format!(
-            "{count} entries have names that are not UTF-8 ({shown}{more}, each bad byte shown as U+FFFD) and are not kept in the workspace: rename them to keep them."
+            "{count} entries have names that are not UTF-8 ({shown}, each bad byte shown as U+FFFD) and are not kept in the workspace: rename them to keep them."
         )
     }
 }
@@ -703,17 +698,22 @@ fn unkept_notice(count: usize, names: &[String]) -> String {
 /// That `count` FIFOs, sockets or devices (`paths`: the first few) are not
 /// kept: a workspace holds files, directories and symlinks only.
 fn special_notice(count: usize, paths: &[String]) -> String {
-    let shown = paths
-        .iter()
-        .map(|p| format!("{p:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let more = if count > paths.len() { ", …" } else { "" };
+    let shown = listed(count, paths);
     format!(
-        "{count} FIFO, socket or device entr{} ({shown}{more}) {} not kept in the workspace: it keeps files, directories and symlinks only.",
+        "{count} FIFO, socket or device entr{} ({shown}) {} not kept in the workspace: it keeps files, directories and symlinks only.",
         if count == 1 { "y" } else { "ies" },
         if count == 1 { "is" } else { "are" }
     )
+}
+
+/// The first few of `count` names, quoted and joined, `…` when there are
+/// more.
+fn listed(count: usize, names: &[String]) -> String {
+    let mut shown: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    if count > names.len() {
+        shown.push("…".to_owned());
+    }
+    shown.join(", ")
 }
 
 /// `outcome` with `message` added to its result's message (an object
